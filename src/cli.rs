@@ -1,0 +1,140 @@
+//! The command line. The `///` comments are the help text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run an AI agent so that it survives a crash.
+///
+/// durun starts the agent as a child and journals every step it asks for
+/// (over JSON lines on the agent's stdin/stdout) before the step runs. After a
+/// crash, `durun resume` replays the finished steps from the journal, with no
+/// LLM call and no repeated side effect, and retries the step in flight with
+/// the same idempotency key.
+#[derive(Parser, Debug)]
+#[command(name = "durun", version, propagate_version = true, max_term_width = 100)]
+#[command(after_help = "Exit codes: the agent's own; 128+N when signal N ends it; 2 usage; \
+64 bad config or unknown task; 65 divergence; 70 internal error; 74 journal error; \
+75 task locked by a live runner; 76 a step in doubt; 127 the agent cannot start.")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// The journal: a SQLite file [default: $XDG_STATE_HOME/durun/journal.db]
+    #[arg(long, global = true, env = "DURUN_JOURNAL", value_name = "PATH")]
+    pub journal: Option<String>,
+
+    /// Print no progress on stderr
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run an agent command as a durable task
+    ///
+    /// Prints the task id on stderr first. With `--task ID` of a task that
+    /// exists, resumes it if it did not finish and exits 0 if it completed, so
+    /// a retried CI job picks up where the failed one stopped.
+    Run(RunArgs),
+    /// Relaunch an unfinished task, replaying the steps it finished
+    Resume(ResumeArgs),
+    /// Show tasks, or one task's runs and steps
+    Inspect(InspectArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+    /// Write the man page and completion scripts into a directory
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The task's id [default: a new one]
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+
+    /// The tools file [default: ./durun.toml if it exists]
+    #[arg(long, env = "DURUN_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The agent command and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// The task to resume
+    #[arg(value_name = "TASK")]
+    pub task: String,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The task to show [default: list every task]
+    #[arg(value_name = "TASK")]
+    pub task: Option<String>,
+
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// The directory to write `man/` and `completions/` into
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub out: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_command_lines() {
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let cases: &[(&str, bool)] = &[
+            ("durun run -- python3 agent.py", true),
+            ("durun run python3 -u agent.py --flag", true),
+            ("durun run --task t1 --config d.toml -- ./agent", true),
+            ("durun -q --journal /tmp/j.db run -- true", true),
+            ("durun run --journal /tmp/j.db -- true", true),
+            ("durun run", false),
+            ("durun resume t1", true),
+            ("durun resume", false),
+            ("durun inspect", true),
+            ("durun inspect t1 --json", true),
+            ("durun completions zsh", true),
+            ("durun completions tcsh", false),
+            ("durun frobnicate", false),
+        ];
+        for (line, ok) in cases {
+            assert_eq!(parse(line).is_ok(), *ok, "{line}");
+        }
+        let Ok(Cli { command: Command::Run(run), .. }) = parse("durun run python3 -u agent.py --task x") else {
+            panic!("run parses");
+        };
+        assert_eq!(run.command, ["python3", "-u", "agent.py", "--task", "x"]);
+        assert_eq!(run.task, None);
+    }
+}

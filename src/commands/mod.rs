@@ -1,0 +1,7 @@
+//! One module per subcommand, each with an `exec` that returns the exit code.
+
+pub mod generate;
+pub mod inspect;
+pub mod resume;
+pub mod run;
+mod session;

@@ -1,0 +1,86 @@
+//! Drives one run of a task: lease, supervisor, and the record of its end.
+//! Shared by `run` and `resume`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::GlobalArgs;
+use crate::config::Config;
+use crate::error::Failure;
+use crate::exit_code;
+use crate::journal::{self, Journal, RunEnd, RunStart, TaskRecord, TaskStatus};
+use crate::lease::Holder;
+use crate::report::{self, Event};
+use crate::supervisor::{self, RunSpec};
+
+/// Runs `task` once more, from wherever its journal stands.
+pub fn drive(journal: &mut dyn Journal, task: &TaskRecord, global: &GlobalArgs) -> Result<i32> {
+    if task.status == TaskStatus::Cancelled {
+        return Err(Failure::config(format!("task {} was cancelled; it cannot run again", task.id))
+            .hint("start the agent as a new task")
+            .into());
+    }
+    // The tools a task replays against are the tools it started with.
+    let config = match &task.config {
+        Some(text) => Config::parse(text).with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
+        None => Config::default(),
+    };
+    journal.set_sync(task.sync)?;
+    let run = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
+        RunStart::Started { run } => run,
+        RunStart::Locked(lease) => {
+            return Err(Failure::new(
+                exit_code::LOCKED,
+                format!(
+                    "task {} is being run by another durun (pid {} on {}, run {})",
+                    task.id, lease.pid, lease.host, lease.run
+                ),
+            )
+            .hint("wait for that run to end; if its runner dies, the task is free again")
+            .into());
+        }
+    };
+    let started = Instant::now();
+    let mut reporter = report::for_stderr(global.quiet);
+    let spec = RunSpec {
+        task_id: &task.id,
+        run,
+        argv: &task.argv,
+        cwd: Path::new(&task.cwd),
+        tools: &config.tools,
+    };
+    let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            let end = RunEnd {
+                status: TaskStatus::Failed,
+                exit_code: Some(exit_code::INTERNAL),
+                finished_at: journal::now(),
+            };
+            let _ = journal.finish_run(&task.id, run, &end, &journal::RunStats::default());
+            return Err(err);
+        }
+    };
+    let end = RunEnd {
+        status: outcome.status,
+        exit_code: Some(outcome.exit_code),
+        finished_at: journal::now(),
+    };
+    let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    reporter.report(&Event::RunFinished {
+        task: &task.id,
+        status: outcome.status,
+        exit_code: outcome.exit_code,
+        stats: &outcome.stats,
+        elapsed: started.elapsed(),
+    });
+    // The reason durun ended the run matters more than a failure to record
+    // its end (a full disk causes both).
+    if let Some(failure) = outcome.failure {
+        return Err(failure);
+    }
+    recorded.context("failed to record the end of the run")?;
+    Ok(outcome.exit_code)
+}

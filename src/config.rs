@@ -1,0 +1,297 @@
+//! `durun.toml`: the tools an agent may call and the journal's sync mode
+//! (SPEC 5).
+//!
+//! The file's text is recorded with the task when it starts, and a resume
+//! reads that recorded text, never the file on disk: the tools a task
+//! replays against must be the tools it ran with.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::Failure;
+use crate::protocol::Effect;
+
+/// The file `run` looks for in its working directory.
+pub const FILE_NAME: &str = "durun.toml";
+
+/// How hard the journal pushes each commit to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// fsync on every commit: a committed step survives a power cut.
+    Full,
+    /// No fsync on commit: survives any process crash, not a power cut.
+    Normal,
+}
+
+impl SyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Normal => "normal",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "full" => Some(Self::Full),
+            "normal" => Some(Self::Normal),
+            _ => None,
+        }
+    }
+}
+
+/// A validated `durun.toml`.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// The text it was read from, recorded with the task.
+    pub source: String,
+    pub sync: Option<SyncMode>,
+    pub tools: BTreeMap<String, Arc<Tool>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub effect: Effect,
+    /// argv templates; `{name}` takes `args.name`.
+    pub command: Vec<String>,
+    pub stdin_args: bool,
+    pub output: OutputMode,
+    pub timeout: Option<Duration>,
+    /// More attempts after a failure, with backoff.
+    pub retries: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputMode {
+    Text,
+    Json,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    journal: RawJournal,
+    #[serde(default)]
+    tools: BTreeMap<String, RawTool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawJournal {
+    sync: Option<SyncMode>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    effect: Option<Effect>,
+    command: Option<Vec<String>>,
+    http: Option<toml::Value>,
+    stdin: Option<String>,
+    output: Option<OutputMode>,
+    timeout: Option<String>,
+    retries: Option<u32>,
+}
+
+impl Config {
+    /// Finds the config for a new task: `explicit` (from `--config` or
+    /// `DURUN_CONFIG`) must exist; otherwise `durun.toml` in `cwd` is used
+    /// if there is one, and no tools if not.
+    pub fn discover(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<(Self, Option<PathBuf>)> {
+        let path = match explicit {
+            Some(path) => cwd.join(path),
+            None => {
+                let path = cwd.join(FILE_NAME);
+                if !path.exists() {
+                    return Ok((Self::default(), None));
+                }
+                path
+            }
+        };
+        let text = std::fs::read_to_string(&path).map_err(|err| {
+            Failure::config(format!("cannot read config {}: {err}", path.display()))
+                .hint("pass an existing file with --config, or leave it out to use ./durun.toml")
+        })?;
+        let config = Self::parse(&text)
+            .with_context(|| format!("invalid config {}", path.display()))?;
+        Ok((config, Some(path)))
+    }
+
+    /// Parses and checks the text of a `durun.toml`.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|err| Failure::config(err.to_string().trim_end().to_owned()))?;
+        let mut tools = BTreeMap::new();
+        for (name, raw_tool) in raw.tools {
+            let tool = Tool::from_raw(&name, raw_tool)
+                .map_err(|message| Failure::config(format!("tool `{name}`: {message}")))?;
+            tools.insert(name, Arc::new(tool));
+        }
+        Ok(Self {
+            source: text.to_owned(),
+            sync: raw.journal.sync,
+            tools,
+        })
+    }
+}
+
+impl Tool {
+    fn from_raw(name: &str, raw: RawTool) -> Result<Self, String> {
+        if raw.http.is_some() {
+            return Err("`http` tools are not supported by this version of durun; use `command`".to_owned());
+        }
+        let command = raw.command.ok_or("needs `command = [\"program\", \"arg\", …]`")?;
+        if command.first().is_none_or(String::is_empty) {
+            return Err("`command` needs a program as its first element".to_owned());
+        }
+        for part in &command {
+            parse_template(part)?;
+        }
+        let stdin_args = match raw.stdin.as_deref() {
+            None | Some("null") => false,
+            Some("args") => true,
+            Some(other) => return Err(format!("`stdin` must be \"args\", not {other:?}")),
+        };
+        let timeout = raw
+            .timeout
+            .map(|text| {
+                humantime::parse_duration(&text)
+                    .map_err(|err| format!("`timeout = {text:?}` is not a duration like \"30s\": {err}"))
+            })
+            .transpose()?;
+        Ok(Self {
+            name: name.to_owned(),
+            // A tool nobody classified may change the world: assume it does.
+            effect: raw.effect.unwrap_or(Effect::Mutate),
+            command,
+            stdin_args,
+            output: raw.output.unwrap_or(OutputMode::Text),
+            timeout,
+            retries: raw.retries.unwrap_or(0),
+        })
+    }
+
+    /// The argv for `args`, or why `args` do not fit the templates.
+    pub fn argv(&self, args: &Value) -> Result<Vec<String>, String> {
+        self.command
+            .iter()
+            .map(|template| {
+                let mut out = String::new();
+                for piece in parse_template(template).expect("templates are checked when the config is read") {
+                    match piece {
+                        Piece::Text(text) => out.push_str(&text),
+                        Piece::Arg(name) => match args.get(&name) {
+                            Some(Value::String(text)) => out.push_str(text),
+                            Some(Value::Null) | None => {
+                                return Err(format!("tool `{}` needs `args.{name}`", self.name));
+                            }
+                            Some(other) => out.push_str(&other.to_string()),
+                        },
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+}
+
+enum Piece {
+    Text(String),
+    Arg(String),
+}
+
+/// Splits `"--path={path}"` into text and argument pieces; `{{` and `}}`
+/// stand for literal braces.
+fn parse_template(template: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    return Err(format!(
+                        "{template:?}: `{{{name}}}` is not an argument name (write `{{{{` for a literal brace)"
+                    ));
+                }
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+                pieces.push(Piece::Arg(name));
+            }
+            '}' => return Err(format!("{template:?}: unmatched `}}` (write `}}}}` for a literal brace)")),
+            c => text.push(c),
+        }
+    }
+    pieces.push(Piece::Text(text));
+    Ok(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_the_spec_example() {
+        let config = Config::parse(
+            r#"
+            [journal]
+            sync = "normal"
+            [tools.read_file]
+            effect = "read"
+            command = ["cat", "{path}"]
+            output = "text"
+            timeout = "30s"
+            [tools.create_pr]
+            command = ["./create-pr.sh", "--title={title}", "{{literal}}"]
+            stdin = "args"
+            output = "json"
+            retries = 2
+            "#,
+        )
+        .expect("valid config");
+        assert_eq!(config.sync, Some(SyncMode::Normal));
+        let read = &config.tools["read_file"];
+        assert_eq!((read.effect, read.timeout), (Effect::Read, Some(Duration::from_secs(30))));
+        let pr = &config.tools["create_pr"];
+        assert_eq!((pr.effect, pr.stdin_args, pr.retries), (Effect::Mutate, true, 2));
+        assert_eq!(
+            pr.argv(&json!({"title": "Fix typo", "n": 3})).expect("fits"),
+            ["./create-pr.sh", "--title=Fix typo", "{literal}"]
+        );
+        assert_eq!(pr.argv(&json!({})).unwrap_err(), "tool `create_pr` needs `args.title`");
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        for (text, fragment) in [
+            ("[tools.a]\neffect = \"read\"", "needs `command"),
+            ("[tools.a]\ncommand = []", "needs a program"),
+            ("[tools.a]\ncommand = [\"x\", \"{a b}\"]", "not an argument name"),
+            ("[tools.a]\ncommand = [\"x\"]\ntimeout = \"soon\"", "not a duration"),
+            ("[tools.a]\ncommand = [\"x\"]\ncolour = 1", "unknown field"),
+            ("[tools.a]\ncommand = [\"x\"]\neffect = \"write\"", "unknown variant"),
+        ] {
+            let err = format!("{:#}", Config::parse(text).unwrap_err());
+            assert!(err.contains(fragment), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The few typed errors that choose an exit code, and the printer for the
+//! `durun: …` line and its `caused by:` chain.
+
+use std::fmt;
+
+use crate::exit_code;
+
+/// An error whose exit code is not the generic internal-error code.
+///
+/// Everything else travels as `anyhow::Error` with context; `lib::run` walks
+/// the chain for the first `Failure` (or a storage error) to pick the code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+    /// Lines printed under the first one (a diff, a list of steps).
+    pub details: Option<String>,
+    /// What the user can do about it, printed as `hint: …`.
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+            hint: None,
+        }
+    }
+
+    #[must_use]
+    pub fn details(mut self, details: impl Into<String>) -> Self {
+        self.details = Some(details.into());
+        self
+    }
+
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::new(exit_code::CONFIG, message)
+    }
+
+    pub fn journal(message: impl Into<String>) -> Self {
+        Self::new(exit_code::JOURNAL, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The exit code for an error chain: the first `Failure` wins, storage
+/// errors mean the journal failed, anything else is an internal error.
+pub fn exit_code_of(err: &anyhow::Error) -> i32 {
+    for cause in err.chain() {
+        if let Some(failure) = cause.downcast_ref::<Failure>() {
+            return failure.code;
+        }
+    }
+    for cause in err.chain() {
+        if cause.downcast_ref::<rusqlite::Error>().is_some() {
+            return exit_code::JOURNAL;
+        }
+    }
+    exit_code::INTERNAL
+}
+
+/// Whether the chain ends in a broken pipe: `durun inspect | head` is not
+/// an error.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints `durun: <what happened>`, the causes, and the hint to stderr.
+pub fn print(err: &anyhow::Error) {
+    use std::io::Write as _;
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(out, "durun: {err}");
+    for cause in err.chain().skip(1) {
+        let _ = writeln!(out, "  caused by: {cause}");
+    }
+    let failure = err.chain().find_map(|cause| cause.downcast_ref::<Failure>());
+    if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
+        for line in details.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
+        let _ = writeln!(out, "  hint: {hint}");
+    }
+}

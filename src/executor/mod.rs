@@ -1,0 +1,152 @@
+//! Runs the tools an agent `call`s: argv templates from `durun.toml`, never a
+//! shell.
+//!
+//! A tool runs in its own process group, gets SIGKILL if durun dies, and
+//! sees the step's identity in `DURUN_TASK_ID`, `DURUN_STEP`, `DURUN_ATTEMPT`
+//! and `DURUN_IDEMPOTENCY_KEY`. Every attempt of one step carries the same
+//! key.
+
+mod shell;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use shell::run_once;
+
+use crate::config::Tool;
+use crate::os;
+use crate::protocol::ErrorCode;
+
+/// One step's call of one tool.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub tool: Arc<Tool>,
+    pub args: Value,
+    pub task_id: String,
+    pub run: u32,
+    pub step: u64,
+    /// The attempt number of the first try in this invocation.
+    pub attempt: u32,
+    pub idempotency_key: String,
+    pub cwd: PathBuf,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Done {
+        output: Value,
+        usage: Option<Value>,
+    },
+    Failed {
+        code: ErrorCode,
+        message: String,
+        output: Option<Value>,
+    },
+    /// durun stopped it (a signal, a cancel): nothing to record.
+    Cancelled,
+}
+
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub outcome: Outcome,
+    /// The attempt number of the last try.
+    pub last_attempt: u32,
+}
+
+/// Lets the supervisor stop a running tool from another thread.
+#[derive(Debug, Default)]
+pub struct Cancel {
+    cancelled: AtomicBool,
+    /// The process group of the running attempt, 0 when none runs.
+    pgid: AtomicU32,
+}
+
+impl Cancel {
+    /// Stops the tool: SIGKILL to its whole process group.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        let pgid = self.pgid.load(Ordering::SeqCst);
+        if pgid != 0 {
+            os::signal_group(pgid, libc::SIGKILL);
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    fn running(&self, pgid: u32) {
+        self.pgid.store(pgid, Ordering::SeqCst);
+        // A cancel that came while the process was starting still counts.
+        if self.is_cancelled() {
+            os::signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Runs the tool, retrying failures `tool.retries` times with exponential
+/// backoff; every try carries the same idempotency key.
+pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
+    let mut attempt = invocation.attempt;
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let outcome = if cancel.is_cancelled() {
+            Outcome::Cancelled
+        } else {
+            run_once(invocation, attempt, cancel)
+        };
+        let retries_left = invocation.attempt + invocation.tool.retries > attempt;
+        if !matches!(outcome, Outcome::Failed { .. }) || !retries_left || !sleep_unless_cancelled(delay, cancel) {
+            return Finished {
+                outcome,
+                last_attempt: attempt,
+            };
+        }
+        attempt += 1;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Sleeps `delay`; false if cancelled meanwhile.
+fn sleep_unless_cancelled(delay: Duration, cancel: &Cancel) -> bool {
+    let step = Duration::from_millis(20);
+    let mut slept = Duration::ZERO;
+    while slept < delay {
+        if cancel.is_cancelled() {
+            return false;
+        }
+        std::thread::sleep(step);
+        slept += step;
+    }
+    !cancel.is_cancelled()
+}
+
+/// Token usage in the OpenAI or Anthropic shape: input plus output tokens.
+pub fn tokens_of(usage: &Value) -> u64 {
+    let count = |names: &[&str]| names.iter().find_map(|name| usage.get(*name).and_then(Value::as_u64));
+    let input = count(&["input_tokens", "prompt_tokens"]);
+    let output = count(&["output_tokens", "completion_tokens"]);
+    match (input, output) {
+        (None, None) => count(&["total_tokens"]).unwrap_or(0),
+        (input, output) => input.unwrap_or(0).saturating_add(output.unwrap_or(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn counts_tokens_in_both_shapes() {
+        assert_eq!(tokens_of(&json!({"input_tokens": 812, "output_tokens": 240})), 1052);
+        assert_eq!(tokens_of(&json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})), 15);
+        assert_eq!(tokens_of(&json!({"total_tokens": 7})), 7);
+        assert_eq!(tokens_of(&json!({"other": 1})), 0);
+    }
+}

@@ -1,0 +1,28 @@
+//! Every exit code durun itself returns (SPEC 7).
+//!
+//! When the agent exits on its own, durun passes its code through; when a
+//! signal ends the agent, durun exits 128 + the signal number. The codes
+//! below are durun's own, chosen from the BSD `sysexits.h` range so they do
+//! not collide with the small codes agents usually return.
+
+/// A command-line usage error (clap's own code).
+pub const USAGE: i32 = 2;
+/// Bad configuration, an unknown task, or `run --task` with another command.
+pub const CONFIG: i32 = 64;
+/// The agent asked for a different step than the journal holds.
+pub const DIVERGENCE: i32 = 65;
+/// A bug in durun.
+pub const INTERNAL: i32 = 70;
+/// The journal could not be read or written.
+pub const JOURNAL: i32 = 74;
+/// Another live runner holds the task.
+pub const LOCKED: i32 = 75;
+/// A step in doubt waits for `durun resolve`.
+pub const IN_DOUBT: i32 = 76;
+/// The agent command could not be started.
+pub const CANNOT_START: i32 = 127;
+
+/// The exit code of a process ended by `signal`, as shells report it.
+pub fn from_signal(signal: i32) -> i32 {
+    128 + signal
+}

@@ -1,0 +1,125 @@
+//! The write-ahead journal: tasks, runs and steps (SPEC 4).
+//!
+//! The runner talks to storage only through [`Journal`], so a backend is
+//! plain records in and out. SQLite ([`sqlite::SqliteJournal`]) is the
+//! embedded default.
+//!
+//! Invariant for every backend: when a method that writes returns `Ok`, the
+//! write is durable (to the sync mode in force). The runner answers the agent
+//! or starts a side effect only after that.
+
+mod records;
+pub mod sqlite;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde_json::Value;
+
+pub use records::{
+    NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind, StepRecord, StepStatus,
+    TaskRecord, TaskStatus,
+};
+
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::lease::Holder;
+
+/// Storage for tasks, runs and steps.
+pub trait Journal {
+    /// Sets how hard commits are pushed to disk from now on.
+    fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
+    fn create_task(&mut self, task: &NewTask) -> Result<()>;
+    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>>;
+    /// Every task, newest first.
+    fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
+    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>>;
+    /// The task's steps that take part in replay, in step order.
+    fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>>;
+    /// Takes the task's lease for `me` and opens a new run, unless a live
+    /// runner holds it. Atomic: of two racing runners one wins.
+    fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;
+    /// Renews the lease of `run`.
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()>;
+    /// Writes one step, new (`fresh`) or updated, and the run's counters, in
+    /// one durable transaction.
+    fn put_step(&mut self, task: &str, step: &StepRecord, fresh: bool, run: u32, stats: &RunStats) -> Result<()>;
+    /// Stores the task's final output.
+    fn set_output(&mut self, task: &str, output: &Value) -> Result<()>;
+    /// Closes the run, releases the lease, and records the task's status.
+    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()>;
+}
+
+/// Where the journal lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            // A URL may carry a password: never print it.
+            Self::Postgres(_) => f.write_str("Postgres(<redacted>)"),
+        }
+    }
+}
+
+impl Location {
+    /// `--journal`/`DURUN_JOURNAL` if given, else the per-user default.
+    pub fn resolve(explicit: Option<&str>) -> Result<Self> {
+        if let Some(text) = explicit.filter(|text| !text.is_empty()) {
+            if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+                return Ok(Self::Postgres(text.to_owned()));
+            }
+            return Ok(Self::Sqlite(PathBuf::from(text)));
+        }
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .filter(|dir| !dir.is_empty() && Path::new(dir).is_absolute())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|home| !home.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local/state"))
+            })
+            .ok_or_else(|| {
+                Failure::config("cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set")
+                    .hint("pass --journal PATH or set DURUN_JOURNAL")
+            })?;
+        Ok(Self::Sqlite(state.join("durun").join("journal.db")))
+    }
+}
+
+/// How a command means to use the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Creates the journal if missing and may write it.
+    Write,
+    /// Reads an existing journal; never creates or migrates one.
+    Read,
+}
+
+/// Opens the journal at `location`.
+pub fn open(location: &Location, access: Access) -> Result<Box<dyn Journal>> {
+    match location {
+        Location::Sqlite(path) => Ok(Box::new(sqlite::SqliteJournal::open(path, access)?)),
+        Location::Postgres(_) => Err(Failure::config(
+            "this build of durun has no PostgreSQL journal; use a SQLite path for --journal",
+        )
+        .into()),
+    }
+}
+
+/// The current time as fixed-width RFC 3339 UTC with milliseconds, so that
+/// the text sorts as the time does.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}

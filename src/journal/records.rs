@@ -1,0 +1,157 @@
+//! Plain records that cross the journal boundary.
+
+use serde_json::Value;
+
+use crate::config::SyncMode;
+use crate::lease::Lease;
+use crate::protocol::Effect;
+
+macro_rules! text_enum {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some(Self::$variant),)+ _ => None }
+            }
+        }
+    };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStatus {
+    Running,
+    Completed,
+    Failed,
+    Interrupted,
+    Cancelled,
+}
+text_enum!(TaskStatus {
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+    Interrupted => "interrupted",
+    Cancelled => "cancelled",
+});
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    Call,
+    Begin,
+}
+text_enum!(StepKind { Call => "call", Begin => "begin" });
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepStatus {
+    Pending,
+    Committed,
+    Failed,
+    Discarded,
+}
+text_enum!(StepStatus {
+    Pending => "pending",
+    Committed => "committed",
+    Failed => "failed",
+    Discarded => "discarded",
+});
+
+/// A task as `run` creates it.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// The text of the `durun.toml` the task started with.
+    pub config: Option<String>,
+    pub config_path: Option<String>,
+    pub sync: SyncMode,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskRecord {
+    pub id: String,
+    /// As stored: `running` even when its runner died (see `lease`).
+    pub status: TaskStatus,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub config: Option<String>,
+    pub config_path: Option<String>,
+    pub sync: SyncMode,
+    pub exit_code: Option<i32>,
+    pub output: Option<Value>,
+    pub runs: u32,
+    pub lease: Option<Lease>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Steps that take part in replay.
+    pub steps: u64,
+    pub tokens_spent: u64,
+    pub tokens_saved: u64,
+}
+
+/// What one run did, as counted while it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    pub replayed_steps: u64,
+    pub executed_steps: u64,
+    pub tokens_spent: u64,
+    pub tokens_saved: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub run: u32,
+    pub host: String,
+    pub pid: u32,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub stats: RunStats,
+}
+
+#[derive(Debug, Clone)]
+pub enum RunStart {
+    Started { run: u32 },
+    Locked(Lease),
+}
+
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    pub status: TaskStatus,
+    pub exit_code: Option<i32>,
+    pub finished_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepError {
+    /// A protocol error code: `tool_failed`, `timeout`, …
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub step: u64,
+    /// The tool of a `call`, the name of a `begin`.
+    pub name: String,
+    pub kind: StepKind,
+    pub effect: Effect,
+    pub args: Value,
+    pub args_hash: String,
+    pub idempotency_key: String,
+    pub status: StepStatus,
+    pub attempts: u32,
+    pub output: Option<Value>,
+    pub error: Option<StepError>,
+    pub usage: Option<Value>,
+    /// Input plus output tokens from `usage`.
+    pub tokens: u64,
+    /// The run that last wrote the step.
+    pub run: u32,
+    pub created_at: String,
+    /// When its latest attempt started.
+    pub started_at: String,
+    pub finished_at: Option<String>,
+}

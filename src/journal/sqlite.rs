@@ -1,0 +1,633 @@
+//! The embedded journal: one SQLite file in WAL mode.
+//!
+//! `synchronous=FULL` by default: a commit is fsync'd before durun acts on
+//! it, so a step that took effect is never forgotten, even on power loss.
+//! Migrations are an append-only list tracked by `PRAGMA user_version`; a
+//! journal from a newer durun is refused rather than written.
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use rusqlite::{params, Connection, OpenFlags, Row, TransactionBehavior};
+use serde_json::Value;
+
+use super::{
+    Access, Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind, StepRecord,
+    StepStatus, TaskRecord, TaskStatus,
+};
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::lease::{self, Holder, Lease};
+use crate::protocol::Effect;
+
+/// How long a write waits for another process's transaction.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Never edit a migration that has shipped: append a new one.
+const MIGRATIONS: &[&str] = &[r"
+CREATE TABLE tasks (
+    id              TEXT PRIMARY KEY NOT NULL,
+    status          TEXT NOT NULL,
+    argv            TEXT NOT NULL,
+    cwd             TEXT NOT NULL,
+    config          TEXT,
+    config_path     TEXT,
+    sync_mode       TEXT NOT NULL,
+    exit_code       INTEGER,
+    output          TEXT,
+    runs            INTEGER NOT NULL DEFAULT 0,
+    lease_host      TEXT,
+    lease_pid       INTEGER,
+    lease_pid_start INTEGER,
+    lease_heartbeat INTEGER,
+    lease_run       INTEGER,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL
+);
+CREATE INDEX tasks_by_created_at ON tasks (created_at);
+
+CREATE TABLE runs (
+    task_id        TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run            INTEGER NOT NULL,
+    host           TEXT NOT NULL,
+    pid            INTEGER NOT NULL,
+    started_at     TEXT NOT NULL,
+    finished_at    TEXT,
+    exit_code      INTEGER,
+    replayed_steps INTEGER NOT NULL DEFAULT 0,
+    executed_steps INTEGER NOT NULL DEFAULT 0,
+    tokens_spent   INTEGER NOT NULL DEFAULT 0,
+    tokens_saved   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id, run)
+);
+
+CREATE TABLE steps (
+    id              INTEGER PRIMARY KEY,
+    task_id         TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    step_index      INTEGER NOT NULL,
+    tool_name       TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    effect          TEXT NOT NULL,
+    args            TEXT NOT NULL,
+    args_hash       TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL,
+    output          TEXT,
+    error_code      TEXT,
+    error           TEXT,
+    usage           TEXT,
+    tokens          INTEGER NOT NULL DEFAULT 0,
+    run             INTEGER NOT NULL,
+    created_at      TEXT NOT NULL,
+    started_at      TEXT NOT NULL,
+    finished_at     TEXT
+);
+-- Discarded steps stay for the audit trail; one live row per step number.
+CREATE UNIQUE INDEX steps_live ON steps (task_id, step_index) WHERE status <> 'discarded';
+"];
+
+pub struct SqliteJournal {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl SqliteJournal {
+    pub fn open(path: &Path, access: Access) -> Result<Self> {
+        let conn = match access {
+            Access::Write => {
+                create_private(path)?;
+                Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            }
+            Access::Read => {
+                if !path.exists() {
+                    return Err(Failure::config(format!("no journal at {}", path.display()))
+                        .hint("nothing has run with this journal yet; check --journal or DURUN_JOURNAL")
+                        .into());
+                }
+                Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            }
+        }
+        .with_context(|| format!("failed to open journal at {}", path.display()))?;
+        let mut journal = Self {
+            conn,
+            path: path.to_owned(),
+        };
+        journal
+            .prepare(access)
+            .with_context(|| format!("failed to open journal at {}", path.display()))?;
+        Ok(journal)
+    }
+
+    #[cfg(test)]
+    pub fn in_memory() -> Self {
+        let mut journal = Self {
+            conn: Connection::open_in_memory().expect("in-memory SQLite"),
+            path: PathBuf::from(":memory:"),
+        };
+        journal.prepare(Access::Write).expect("fresh schema");
+        journal
+    }
+
+    fn prepare(&mut self, access: Access) -> Result<()> {
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = self.conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            let message = format!(
+                "journal {} was written by a newer durun (format {version}; this durun knows up to {known})",
+                self.path.display()
+            );
+            if access == Access::Write {
+                return Err(Failure::journal(message).hint("upgrade durun to use this journal").into());
+            }
+        }
+        if access == Access::Write {
+            let mode: String = self.conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") && self.path != Path::new(":memory:") {
+                anyhow::bail!("SQLite refused WAL mode (journal_mode is {mode})");
+            }
+            self.set_sync(SyncMode::Full)?;
+            self.migrate(version)?;
+        }
+        Ok(())
+    }
+
+    fn migrate(&mut self, version: i64) -> Result<()> {
+        if version >= MIGRATIONS.len() as i64 {
+            return Ok(());
+        }
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        // Another process may have migrated between our check and the lock.
+        let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql)
+                .with_context(|| format!("failed to migrate the journal to format {}", index + 1))?;
+        }
+        tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// Creates the journal's directory (0700) and file (0600) if missing:
+/// outputs can hold secrets.
+fn create_private(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        if !dir.exists() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("failed to create journal directory {}", dir.display()))?;
+        }
+    }
+    if !path.exists() {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("failed to create journal {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serializes")
+}
+
+fn parse_json(text: Option<String>) -> Result<Option<Value>> {
+    text.map(|text| serde_json::from_str(&text).context("the journal holds malformed JSON"))
+        .transpose()
+}
+
+fn bad_column(column: &str, value: &str) -> anyhow::Error {
+    Failure::journal(format!("the journal holds an unknown {column} {value:?}")).into()
+}
+
+const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
+    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
+    t.created_at,
+    max(t.updated_at, coalesce((SELECT max(coalesce(s.finished_at, s.started_at)) FROM steps s WHERE s.task_id = t.id), '')),
+    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
+    (SELECT coalesce(sum(r.tokens_spent), 0) FROM runs r WHERE r.task_id = t.id),
+    (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id)";
+
+fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
+    let status: String = row.get(1)?;
+    let argv: String = row.get(2)?;
+    let sync: String = row.get(6)?;
+    let lease = match (row.get::<_, Option<String>>(10)?, row.get::<_, Option<u32>>(11)?) {
+        (Some(host), Some(pid)) => Some(Lease {
+            host,
+            pid,
+            pid_start: row.get(12)?,
+            heartbeat_ms: row.get::<_, Option<i64>>(13)?.unwrap_or(0),
+            run: row.get::<_, Option<u32>>(14)?.unwrap_or(0),
+        }),
+        _ => None,
+    };
+    Ok(TaskRecord {
+        id: row.get(0)?,
+        status: TaskStatus::parse(&status).ok_or_else(|| bad_column("task status", &status))?,
+        argv: serde_json::from_str(&argv).context("the journal holds a malformed argv")?,
+        cwd: row.get(3)?,
+        config: row.get(4)?,
+        config_path: row.get(5)?,
+        sync: SyncMode::parse(&sync).ok_or_else(|| bad_column("sync mode", &sync))?,
+        exit_code: row.get(7)?,
+        output: parse_json(row.get(8)?)?,
+        runs: row.get(9)?,
+        lease,
+        created_at: row.get(15)?,
+        updated_at: row.get(16)?,
+        steps: row.get::<_, i64>(17)? as u64,
+        tokens_spent: row.get::<_, i64>(18)? as u64,
+        tokens_saved: row.get::<_, i64>(19)? as u64,
+    })
+}
+
+fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
+    let kind: String = row.get(2)?;
+    let effect: String = row.get(3)?;
+    let status: String = row.get(7)?;
+    let args: String = row.get(4)?;
+    let error = match (row.get::<_, Option<String>>(10)?, row.get::<_, Option<String>>(11)?) {
+        (code, Some(message)) => Some(StepError {
+            code: code.unwrap_or_else(|| "tool_failed".to_owned()),
+            message,
+        }),
+        _ => None,
+    };
+    Ok(StepRecord {
+        step: row.get::<_, i64>(0)? as u64,
+        name: row.get(1)?,
+        kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
+        effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
+        args: serde_json::from_str(&args).context("the journal holds malformed args")?,
+        args_hash: row.get(5)?,
+        idempotency_key: row.get(6)?,
+        status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,
+        attempts: row.get(8)?,
+        output: parse_json(row.get(9)?)?,
+        error,
+        usage: parse_json(row.get(12)?)?,
+        tokens: row.get::<_, i64>(13)? as u64,
+        run: row.get(14)?,
+        created_at: row.get(15)?,
+        started_at: row.get(16)?,
+        finished_at: row.get(17)?,
+    })
+}
+
+impl Journal for SqliteJournal {
+    fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
+        self.conn.pragma_update(None, "synchronous", sync.as_str().to_ascii_uppercase())?;
+        Ok(())
+    }
+
+    fn create_task(&mut self, task: &NewTask) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at)
+                 VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            )?
+            .execute(params![
+                task.id,
+                serde_json::to_string(&task.argv)?,
+                task.cwd,
+                task.config,
+                task.config_path,
+                task.sync.as_str(),
+                task.created_at,
+            ])
+            .with_context(|| format!("failed to create task {}", task.id))?;
+        Ok(())
+    }
+
+    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
+        let mut statement = self
+            .conn
+            .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = ?1"))?;
+        let mut rows = statement.query([id])?;
+        rows.next()?.map(task_from_row).transpose()
+    }
+
+    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
+        ))?;
+        let mut rows = statement.query([])?;
+        let mut tasks = Vec::new();
+        while let Some(row) = rows.next()? {
+            tasks.push(task_from_row(row)?);
+        }
+        Ok(tasks)
+    }
+
+    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT run, host, pid, started_at, finished_at, exit_code,
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved
+             FROM runs WHERE task_id = ?1 ORDER BY run",
+        )?;
+        let runs = statement
+            .query_map([task], |row| {
+                Ok(RunRecord {
+                    run: row.get(0)?,
+                    host: row.get(1)?,
+                    pid: row.get(2)?,
+                    started_at: row.get(3)?,
+                    finished_at: row.get(4)?,
+                    exit_code: row.get(5)?,
+                    stats: RunStats {
+                        replayed_steps: row.get::<_, i64>(6)? as u64,
+                        executed_steps: row.get::<_, i64>(7)? as u64,
+                        tokens_spent: row.get::<_, i64>(8)? as u64,
+                        tokens_saved: row.get::<_, i64>(9)? as u64,
+                    },
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(runs)
+    }
+
+    fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
+                    attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                    finished_at
+             FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index",
+        )?;
+        let mut rows = statement.query([task])?;
+        let mut steps = Vec::new();
+        while let Some(row) = rows.next()? {
+            steps.push(step_from_row(row)?);
+        }
+        Ok(steps)
+    }
+
+    fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (runs, current): (u32, Option<Lease>) = tx.query_row(
+            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
+            [task],
+            |row| {
+                let lease = match (row.get::<_, Option<String>>(1)?, row.get::<_, Option<u32>>(2)?) {
+                    (Some(host), Some(pid)) => Some(Lease {
+                        host,
+                        pid,
+                        pid_start: row.get(3)?,
+                        heartbeat_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                        run: row.get::<_, Option<u32>>(5)?.unwrap_or(0),
+                    }),
+                    _ => None,
+                };
+                Ok((row.get(0)?, lease))
+            },
+        )?;
+        let now_ms = super::now_ms();
+        if let Some(lease) = current {
+            if lease::is_live(&lease, me, now_ms) {
+                return Ok(RunStart::Locked(lease));
+            }
+        }
+        let run = runs + 1;
+        tx.execute(
+            "UPDATE tasks SET status = 'running', runs = ?2, exit_code = NULL, lease_host = ?3, lease_pid = ?4,
+                 lease_pid_start = ?5, lease_heartbeat = ?6, lease_run = ?2, updated_at = ?7
+             WHERE id = ?1",
+            params![task, run, me.host, me.pid, me.pid_start, now_ms, now],
+        )?;
+        tx.execute(
+            "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![task, run, me.host, me.pid, now],
+        )?;
+        tx.commit()?;
+        Ok(RunStart::Started { run })
+    }
+
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2")?
+            .execute(params![task, run, super::now_ms()])?;
+        Ok(())
+    }
+
+    fn put_step(&mut self, task: &str, step: &StepRecord, fresh: bool, run: u32, stats: &RunStats) -> Result<()> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let output = step.output.as_ref().map(json_text);
+        let usage = step.usage.as_ref().map(json_text);
+        let (error_code, error) = match &step.error {
+            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+            None => (None, None),
+        };
+        if fresh {
+            tx.prepare_cached(
+                "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                     status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                     finished_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            )?
+            .execute(params![
+                task,
+                step.step as i64,
+                step.name,
+                step.kind.as_str(),
+                step.effect.as_str(),
+                json_text(&step.args),
+                step.args_hash,
+                step.idempotency_key,
+                step.status.as_str(),
+                step.attempts,
+                output,
+                error_code,
+                error,
+                usage,
+                step.tokens as i64,
+                run,
+                step.created_at,
+                step.started_at,
+                step.finished_at,
+            ])?;
+        } else {
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
+                         usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12
+                     WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+                )?
+                .execute(params![
+                    task,
+                    step.step as i64,
+                    step.status.as_str(),
+                    step.attempts,
+                    output,
+                    error_code,
+                    error,
+                    usage,
+                    step.tokens as i64,
+                    run,
+                    step.started_at,
+                    step.finished_at,
+                ])?;
+            anyhow::ensure!(changed == 1, "step {} of task {task} is missing from the journal", step.step);
+        }
+        write_stats(&tx, task, run, stats)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn set_output(&mut self, task: &str, output: &Value) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE tasks SET output = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![task, json_text(output), super::now()])?;
+        Ok(())
+    }
+
+    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE runs SET finished_at = ?3, exit_code = ?4 WHERE task_id = ?1 AND run = ?2",
+            params![task, run, end.finished_at, end.exit_code],
+        )?;
+        write_stats(&tx, task, run, stats)?;
+        // Release the lease only if this run still holds it.
+        tx.execute(
+            "UPDATE tasks SET status = ?3, exit_code = ?4, updated_at = ?5, lease_host = NULL, lease_pid = NULL,
+                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+             WHERE id = ?1 AND lease_run = ?2",
+            params![task, run, end.status.as_str(), end.exit_code, end.finished_at],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+fn write_stats(tx: &rusqlite::Transaction<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE runs SET replayed_steps = ?3, executed_steps = ?4, tokens_spent = ?5, tokens_saved = ?6
+         WHERE task_id = ?1 AND run = ?2",
+    )?
+    .execute(params![
+        task,
+        run,
+        stats.replayed_steps as i64,
+        stats.executed_steps as i64,
+        stats.tokens_spent as i64,
+        stats.tokens_saved as i64,
+    ])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task(id: &str) -> NewTask {
+        NewTask {
+            id: id.to_owned(),
+            argv: vec!["agent".into(), "--flag".into()],
+            cwd: "/tmp".into(),
+            config: None,
+            config_path: None,
+            sync: SyncMode::Full,
+            created_at: super::super::now(),
+        }
+    }
+
+    fn step(n: u64, status: StepStatus) -> StepRecord {
+        StepRecord {
+            step: n,
+            name: "llm".into(),
+            kind: StepKind::Begin,
+            effect: Effect::Mutate,
+            args: json!({"big": 123_456_789_012_345_678_u64, "f": 1.5}),
+            args_hash: "h".into(),
+            idempotency_key: "k".into(),
+            status,
+            attempts: 1,
+            output: None,
+            error: None,
+            usage: None,
+            tokens: 0,
+            run: 1,
+            created_at: super::super::now(),
+            started_at: super::super::now(),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_step_goes_from_pending_to_committed() {
+        let mut journal = SqliteJournal::in_memory();
+        journal.create_task(&task("t1")).expect("create");
+        let me = Holder::current();
+        let RunStart::Started { run } = journal.start_run("t1", &me, "now").expect("start") else {
+            panic!("a fresh task is not locked");
+        };
+        assert_eq!(run, 1);
+        let mut record = step(1, StepStatus::Pending);
+        let stats = RunStats { executed_steps: 0, ..RunStats::default() };
+        journal.put_step("t1", &record, true, run, &stats).expect("pending");
+        record.status = StepStatus::Committed;
+        record.output = Some(json!({"url": "x"}));
+        record.tokens = 42;
+        let stats = RunStats { executed_steps: 1, tokens_spent: 42, ..RunStats::default() };
+        journal.put_step("t1", &record, false, run, &stats).expect("commit");
+        let steps = journal.steps("t1").expect("steps");
+        assert_eq!(steps.len(), 1);
+        assert_eq!(steps[0].status, StepStatus::Committed);
+        assert_eq!(steps[0].output, Some(json!({"url": "x"})));
+        assert_eq!(steps[0].args, record.args);
+        let loaded = journal.task("t1").expect("task").expect("exists");
+        assert_eq!((loaded.steps, loaded.tokens_spent), (1, 42));
+    }
+
+    #[test]
+    fn a_live_lease_locks_the_task_until_released() {
+        let mut journal = SqliteJournal::in_memory();
+        journal.create_task(&task("t1")).expect("create");
+        let me = Holder::current();
+        assert!(matches!(journal.start_run("t1", &me, "a").expect("first"), RunStart::Started { run: 1 }));
+        let other = Holder { pid: me.pid, pid_start: me.pid_start, host: me.host.clone() };
+        assert!(matches!(journal.start_run("t1", &other, "b").expect("second"), RunStart::Locked(_)));
+        let end = RunEnd { status: TaskStatus::Failed, exit_code: Some(1), finished_at: "c".into() };
+        journal.finish_run("t1", 1, &end, &RunStats::default()).expect("finish");
+        assert!(matches!(journal.start_run("t1", &other, "d").expect("third"), RunStart::Started { run: 2 }));
+        let runs = journal.runs("t1").expect("runs");
+        assert_eq!(runs.iter().map(|r| (r.run, r.exit_code)).collect::<Vec<_>>(), [(1, Some(1)), (2, None)]);
+    }
+
+    #[test]
+    fn refuses_a_journal_from_a_newer_durun() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("j.db");
+        drop(SqliteJournal::open(&path, Access::Write).expect("create"));
+        let conn = Connection::open(&path).expect("open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = SqliteJournal::open(&path, Access::Write).err().expect("refused");
+        assert_eq!(crate::error::exit_code_of(&err), crate::exit_code::JOURNAL);
+        assert!(format!("{err:#}").contains("newer durun"), "{err:#}");
+        assert!(SqliteJournal::open(&path, Access::Read).is_ok());
+    }
+
+    #[test]
+    fn creates_the_journal_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state/durun/journal.db");
+        drop(SqliteJournal::open(&path, Access::Write).expect("create"));
+        let mode = |p: &Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().expect("dir")), 0o700);
+    }
+}

@@ -1,0 +1,119 @@
+//! Who may drive a task: one live runner at a time (SPEC 4).
+//!
+//! A run holds a lease on its task: host, pid (with the process start time,
+//! so a recycled pid is not mistaken for the runner) and a heartbeat. A
+//! lease on this host is live while its process is; a lease from another
+//! host is live while its heartbeat is fresh.
+
+use std::time::Duration;
+
+/// How often a runner renews its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+/// How old a heartbeat from another host may be before its lease is taken.
+pub const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// A lease as the journal holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub host: String,
+    pub pid: u32,
+    pub pid_start: Option<u64>,
+    pub heartbeat_ms: i64,
+    pub run: u32,
+}
+
+/// This process, as it would hold a lease.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub host: String,
+    pub pid: u32,
+    pub pid_start: Option<u64>,
+}
+
+impl Holder {
+    pub fn current() -> Self {
+        let pid = std::process::id();
+        Self {
+            host: host_id(),
+            pid,
+            pid_start: proc_stat(pid).map(|stat| stat.start),
+        }
+    }
+}
+
+/// The host name, or `DURUN_HOST_ID` where set (tests pose as other hosts).
+pub fn host_id() -> String {
+    if let Ok(id) = std::env::var("DURUN_HOST_ID") {
+        if !id.is_empty() {
+            return id;
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Whether `lease` still belongs to a live runner, seen from `me`.
+pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64) -> bool {
+    if lease.host == me.host {
+        if lease.pid == me.pid && lease.pid_start == me.pid_start {
+            return true;
+        }
+        match proc_stat(lease.pid) {
+            Some(stat) => !stat.zombie && lease.pid_start.is_none_or(|start| start == stat.start),
+            None => false,
+        }
+    } else {
+        now_ms.saturating_sub(lease.heartbeat_ms) < STALE_AFTER.as_millis() as i64
+    }
+}
+
+struct ProcStat {
+    start: u64,
+    zombie: bool,
+}
+
+/// Reads the state and start time of `pid` from `/proc`.
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after
+    // the last `)`. State is field 3, start time field 22.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        zombie: matches!(fields.first(), Some(&("Z" | "X"))),
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_live_and_a_dead_one_is_not() {
+        let me = Holder::current();
+        let mine = Lease {
+            host: me.host.clone(),
+            pid: me.pid,
+            pid_start: me.pid_start,
+            heartbeat_ms: 0,
+            run: 1,
+        };
+        assert!(is_live(&mine, &me, 0));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        assert!(!is_live(&Lease { pid, ..mine.clone() }, &me, 0));
+        let recycled = Lease {
+            pid_start: me.pid_start.map(|start| start + 1),
+            ..mine.clone()
+        };
+        assert!(!is_live(&recycled, &Holder { pid: 1, ..me.clone() }, 0));
+        let remote = Lease { host: "elsewhere".into(), heartbeat_ms: 1_000, ..mine };
+        assert!(is_live(&remote, &me, 1_000 + 59_000));
+        assert!(!is_live(&remote, &me, 1_000 + 61_000));
+    }
+}

@@ -1,0 +1,60 @@
+//! durun: a write-ahead journal that makes any agent script survive a crash.
+//!
+//! `run` parses the command line, dispatches to one of `commands`, prints an
+//! error as `durun: …` and chooses the exit code in one place.
+
+mod cli;
+mod commands;
+mod config;
+mod error;
+pub mod exit_code;
+mod executor;
+mod journal;
+mod lease;
+mod os;
+mod protocol;
+mod report;
+mod step_key;
+mod supervisor;
+
+use std::ffi::OsString;
+
+use clap::Parser as _;
+
+use cli::{Cli, Command};
+
+/// Runs durun with `args` (the program name first) and returns the exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            if !err.use_stderr() {
+                // --help and --version.
+                let _ = err.print();
+                return 0;
+            }
+            let text = err.render().to_string();
+            eprint!("{}", text.strip_prefix("error: ").map_or(text.clone(), |rest| format!("durun: {rest}")));
+            return exit_code::USAGE;
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => commands::run::exec(&args, &cli.global),
+        Command::Resume(args) => commands::resume::exec(&args, &cli.global),
+        Command::Inspect(args) => commands::inspect::exec(&args, &cli.global),
+        Command::Completions(args) => commands::generate::completions(&args),
+        Command::Generate(args) => commands::generate::generate(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) if error::is_broken_pipe(&err) => 0,
+        Err(err) => {
+            error::print(&err);
+            error::exit_code_of(&err)
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! What durun tells the person watching a run, on stderr.
+//!
+//! The supervisor never prints: it emits [`Event`]s, and a [`Reporter`]
+//! chosen up front turns them into an indicatif line on a terminal, one
+//! plain line per step elsewhere (a CI log), or nothing with `-q`.
+
+mod plain;
+mod progress;
+
+use std::time::Duration;
+
+use crate::journal::{RunStats, StepStatus, TaskStatus};
+
+pub use plain::Plain;
+pub use progress::Progress;
+
+pub enum Event<'a> {
+    RunStarted {
+        task: &'a str,
+        run: u32,
+        recorded_steps: usize,
+    },
+    StepReplayed {
+        step: u64,
+        name: &'a str,
+    },
+    StepStarted {
+        step: u64,
+        name: &'a str,
+        attempt: u32,
+    },
+    StepFinished {
+        step: u64,
+        name: &'a str,
+        status: StepStatus,
+        elapsed: Duration,
+        tokens: u64,
+        error: Option<&'a str>,
+    },
+    /// Something the operator should know that is not an error.
+    Warning(&'a str),
+    RunFinished {
+        task: &'a str,
+        status: TaskStatus,
+        exit_code: i32,
+        stats: &'a RunStats,
+        elapsed: Duration,
+    },
+}
+
+pub trait Reporter {
+    fn report(&mut self, event: &Event<'_>);
+}
+
+/// Reports nothing (`-q`), except warnings.
+pub struct Quiet;
+
+impl Reporter for Quiet {
+    fn report(&mut self, event: &Event<'_>) {
+        if let Event::Warning(message) = event {
+            eprintln!("durun: warning: {message}");
+        }
+    }
+}
+
+/// The reporter for this process: quiet, a progress line on a terminal, or
+/// plain lines.
+pub fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
+    use std::io::IsTerminal as _;
+    if quiet {
+        Box::new(Quiet)
+    } else if std::io::stderr().is_terminal() {
+        Box::new(Progress::new())
+    } else {
+        Box::new(Plain::default())
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A short human duration: `850ms`, `2.4s`, `3m12s`.
+pub fn short_duration(elapsed: Duration) -> String {
+    let millis = elapsed.as_millis();
+    if millis < 1000 {
+        format!("{millis}ms")
+    } else if millis < 60_000 {
+        format!("{:.1}s", elapsed.as_secs_f64())
+    } else {
+        let secs = elapsed.as_secs();
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    }
+}
+
+/// The closing line of a run.
+pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Duration) -> String {
+    let mut line = format!(
+        "{}: {} replayed, {} executed",
+        match status {
+            TaskStatus::Completed => "completed".to_owned(),
+            other => format!("{} (exit {exit_code})", other.as_str()),
+        },
+        plural(stats.replayed_steps, "step"),
+        stats.executed_steps,
+    );
+    if stats.tokens_saved > 0 || stats.tokens_spent > 0 {
+        line.push_str(&format!(
+            ", {} tokens saved, {} spent",
+            thousands(stats.tokens_saved),
+            thousands(stats.tokens_spent)
+        ));
+    }
+    line.push_str(&format!(", {}", short_duration(elapsed)));
+    line
+}
+
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_numbers_and_durations() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(short_duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(short_duration(Duration::from_millis(2400)), "2.4s");
+        assert_eq!(short_duration(Duration::from_secs(192)), "3m12s");
+        let stats = RunStats { replayed_steps: 3, executed_steps: 5, tokens_saved: 2436, tokens_spent: 900 };
+        assert_eq!(
+            summary(TaskStatus::Completed, 0, &stats, Duration::from_millis(1200)),
+            "completed: 3 steps replayed, 5 executed, 2,436 tokens saved, 900 spent, 1.2s"
+        );
+    }
+}

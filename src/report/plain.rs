@@ -1,0 +1,66 @@
+//! One plain line per step, for logs.
+
+use std::io::Write as _;
+
+use super::{short_duration, summary, thousands, Event, Reporter};
+use crate::journal::StepStatus;
+
+/// Consecutive replayed steps are folded into one line, so a resume of a
+/// long task does not flood the log.
+#[derive(Default)]
+pub struct Plain {
+    replayed: Option<(u64, u64)>,
+}
+
+impl Plain {
+    fn flush_replayed(&mut self, out: &mut impl std::io::Write) {
+        if let Some((first, last)) = self.replayed.take() {
+            let _ = if first == last {
+                writeln!(out, "[durun] step {first} replayed from the journal")
+            } else {
+                writeln!(out, "[durun] steps {first}-{last} replayed from the journal")
+            };
+        }
+    }
+}
+
+impl Reporter for Plain {
+    fn report(&mut self, event: &Event<'_>) {
+        let mut out = std::io::stderr().lock();
+        if let Event::StepReplayed { step, .. } = event {
+            self.replayed = match self.replayed {
+                Some((first, last)) if last + 1 == *step => Some((first, *step)),
+                _ => {
+                    self.flush_replayed(&mut out);
+                    Some((*step, *step))
+                }
+            };
+            return;
+        }
+        self.flush_replayed(&mut out);
+        let _ = match event {
+            Event::RunStarted { task, run, recorded_steps } => {
+                if *run == 1 {
+                    writeln!(out, "[durun] task {task}: run 1")
+                } else {
+                    writeln!(out, "[durun] task {task}: run {run}, {recorded_steps} steps in the journal")
+                }
+            }
+            Event::StepStarted { .. } | Event::StepReplayed { .. } => Ok(()),
+            Event::StepFinished { step, name, status, elapsed, tokens, error } => {
+                let mut line = format!("[durun] step {step} {name}: {} in {}", status.as_str(), short_duration(*elapsed));
+                if *tokens > 0 {
+                    line.push_str(&format!(", {} tokens", thousands(*tokens)));
+                }
+                if let (StepStatus::Failed, Some(error)) = (status, error) {
+                    line.push_str(&format!(": {}", error.lines().next().unwrap_or_default()));
+                }
+                writeln!(out, "{line}")
+            }
+            Event::Warning(message) => writeln!(out, "durun: warning: {message}"),
+            Event::RunFinished { task, status, exit_code, stats, elapsed } => {
+                writeln!(out, "[durun] task {task} {}", summary(*status, *exit_code, stats, *elapsed))
+            }
+        };
+    }
+}

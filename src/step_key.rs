@@ -1,0 +1,272 @@
+//! The identity of a step: its args hash and its idempotency key (SPEC 3.1).
+//!
+//! Both hash a canonical text of the args that is byte for byte what
+//! Python's `json.dumps(args, sort_keys=True)` prints after `json.loads`
+//! read them, so anyone with Python can recompute any key in the journal.
+//! What makes it canonical:
+//!
+//! * separators `", "` and `": "`, object keys sorted by code point (UTF-8
+//!   byte order is code point order), the last of duplicate keys kept;
+//! * every character outside space..`~` escaped as lower-case `\uXXXX`
+//!   (surrogate pairs above U+FFFF), except the seven short escapes;
+//! * integers exactly as written (serde_json's `arbitrary_precision` keeps
+//!   the literal), `-0` as `0`; more than 4300 digits is refused as Python
+//!   refuses it;
+//! * a literal with `.`, `e` or `E` is a double, correctly rounded, printed
+//!   the way Python's `repr` prints it: the shortest digits that read back
+//!   to the same double, in fixed notation when the decimal exponent is in
+//!   -4..16, else as `1e-05` / `1.5e+16`; an overflow is `Infinity`.
+
+use std::fmt::{self, Write as _};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Python's default limit on the digits of an integer literal.
+const MAX_INT_DIGITS: usize = 4300;
+
+/// Why a JSON value has no canonical form.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CanonicalError {
+    IntegerTooLong(usize),
+}
+
+impl fmt::Display for CanonicalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::IntegerTooLong(digits) => write!(
+                f,
+                "an integer of {digits} digits is longer than the {MAX_INT_DIGITS} digits Python reads"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CanonicalError {}
+
+/// `json.dumps(value, sort_keys=True)` as Python prints it.
+pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
+    let mut out = String::new();
+    write_value(&mut out, value)?;
+    Ok(out)
+}
+
+/// SHA-256 hex of the canonical args: equal args, equal hash.
+pub fn args_hash(canonical_args: &str) -> String {
+    hex(&Sha256::digest(canonical_args.as_bytes()))
+}
+
+/// SHA-256 hex of `"{task}:{step}:{canonical args}"`.
+pub fn idempotency_key(task_id: &str, step: u64, canonical_args: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(task_id.as_bytes());
+    hasher.update(b":");
+    hasher.update(step.to_string().as_bytes());
+    hasher.update(b":");
+    hasher.update(canonical_args.as_bytes());
+    hex(&hasher.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(number) => write_number(out, &number.to_string())?,
+        Value::String(text) => write_string(out, text),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_value(out, item)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_string(out, key);
+                out.push_str(": ");
+                write_value(out, item)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// `literal` is the number exactly as the JSON text wrote it.
+fn write_number(out: &mut String, literal: &str) -> Result<(), CanonicalError> {
+    if literal.contains(['.', 'e', 'E']) {
+        // Rust's parse is correctly rounded like Python's float(), and gives
+        // an infinity (not an error) on overflow, as Python does.
+        let value: f64 = literal.parse().unwrap_or(f64::NAN);
+        write_python_float(out, value);
+        return Ok(());
+    }
+    let digits = literal.strip_prefix('-').unwrap_or(literal);
+    if digits.len() > MAX_INT_DIGITS {
+        return Err(CanonicalError::IntegerTooLong(digits.len()));
+    }
+    if digits.bytes().all(|b| b == b'0') {
+        out.push('0');
+    } else {
+        out.push_str(literal);
+    }
+    Ok(())
+}
+
+/// Python's `float.__repr__`.
+fn write_python_float(out: &mut String, value: f64) {
+    if value.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if value.is_infinite() {
+        out.push_str(if value > 0.0 { "Infinity" } else { "-Infinity" });
+        return;
+    }
+    if value.is_sign_negative() {
+        out.push('-');
+    }
+    if value == 0.0 {
+        out.push_str("0.0");
+        return;
+    }
+    // `{:e}` prints the shortest digits that round-trip, as `d.ddde±x`.
+    let scientific = format!("{:e}", value.abs());
+    let (mantissa, exponent) = scientific
+        .split_once('e')
+        .expect("`{:e}` always prints an exponent");
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let exponent: i32 = exponent.parse().expect("`{:e}` prints an integer exponent");
+    let point = exponent + 1; // digits before the decimal point
+    let count = digits.len() as i32;
+    if (-3..=16).contains(&point) {
+        if point <= 0 {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-point) as usize));
+            out.push_str(&digits);
+        } else if point < count {
+            out.push_str(&digits[..point as usize]);
+            out.push('.');
+            out.push_str(&digits[point as usize..]);
+        } else {
+            out.push_str(&digits);
+            out.extend(std::iter::repeat_n('0', (point - count) as usize));
+            out.push_str(".0");
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if count > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let sign = if exponent < 0 { '-' } else { '+' };
+        let _ = write!(out, "e{sign}{:02}", exponent.abs());
+    }
+}
+
+/// A JSON string with Python's `ensure_ascii` escaping.
+fn write_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        canonical_json(&serde_json::from_str(text).expect("test JSON parses")).expect("canonical")
+    }
+
+    #[test]
+    fn layout_matches_python() {
+        assert_eq!(canon(r#"{"b":1,"a":[1,2,{}],"c":[]}"#), r#"{"a": [1, 2, {}], "b": 1, "c": []}"#);
+        assert_eq!(canon(r#""é\u0001\u007f😀\n""#), r#""\u00e9\u0001\u007f\ud83d\ude00\n""#);
+        assert_eq!(canon(r#"{"a":1,"a":2}"#), r#"{"a": 2}"#);
+    }
+
+    #[test]
+    fn numbers_match_python() {
+        let cases = [
+            ("1.0", "1.0"),
+            ("100.0", "100.0"),
+            ("1e-5", "1e-05"),
+            ("1e16", "1e+16"),
+            ("1e15", "1000000000000000.0"),
+            ("-0.0", "-0.0"),
+            ("-0", "0"),
+            ("0.0001", "0.0001"),
+            ("0.00001234", "1.234e-05"),
+            ("1E400", "Infinity"),
+            ("-1e400", "-Infinity"),
+            ("1e-400", "0.0"),
+            ("0.1", "0.1"),
+            ("123456789012345678901234567890", "123456789012345678901234567890"),
+            ("1.5e300", "1.5e+300"),
+            ("12345678901234567890.0", "1.2345678901234567e+19"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(canon(input), expected, "for {input}");
+        }
+    }
+
+    #[test]
+    fn refuses_integers_python_refuses() {
+        let long = "9".repeat(4301);
+        let value: Value = serde_json::from_str(&long).expect("parses");
+        assert_eq!(canonical_json(&value), Err(CanonicalError::IntegerTooLong(4301)));
+        let ok = "9".repeat(4300);
+        assert!(canonical_json(&serde_json::from_str(&ok).expect("parses")).is_ok());
+    }
+
+    #[test]
+    fn key_matches_python_reference() {
+        // python3 -c 'import hashlib,json; a=json.dumps({"a":1},sort_keys=True);
+        //   print(hashlib.sha256(("t:1:"+a).encode()).hexdigest(), hashlib.sha256(a.encode()).hexdigest())'
+        let canonical = canon(r#"{"a":1}"#);
+        assert_eq!(
+            idempotency_key("t", 1, &canonical),
+            "88a26fb931d671e080b69ddd5e55d1b66f1dfc31eca72ce5f7d4f6ce41bf2d11"
+        );
+        assert_eq!(
+            args_hash(&canonical),
+            "f9d86028c6e0d64e225186f96acb69338b2c59764df79162107f5c4bb34d1310"
+        );
+    }
+}

@@ -1,0 +1,819 @@
+//! The supervisor loop: one agent process, its requests, the journal.
+//!
+//! # Invariant
+//!
+//! A step's result is durable in the journal before its response line is
+//! written to the agent, and a `mutate` step's intent (`pending`) is durable
+//! before its tool starts or the agent is told to run it. A `read` step is
+//! written once, when it finishes: repeating it after a crash is safe.
+//!
+//! # Threads
+//!
+//! The loop owns the journal and all state; other threads only send it
+//! [`Event`]s: one reads the agent's stdout (and copies non-protocol lines
+//! to durun's stdout), one writes responses to the agent's stdin (so a child
+//! that stops reading cannot block the loop), one waits for the agent to
+//! exit, one turns signals into events, and one per tool call runs the tool.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufReader, Write as _};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::lines::{Chunk, LineReader};
+use crate::config::Tool;
+use crate::error::Failure;
+use crate::executor::{self, Cancel, Finished, Invocation};
+use crate::exit_code;
+use crate::journal::{self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus};
+use crate::lease::HEARTBEAT_EVERY;
+use crate::os;
+use crate::protocol::{self, Effect, ErrorCode, Line, Request, Response};
+use crate::report::{Event as Report, Reporter};
+use crate::step_key;
+
+/// How long the agent gets to exit after durun ends a run itself.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the agent gets to exit after a forwarded SIGTERM or SIGINT.
+const SIGNAL_GRACE: Duration = Duration::from_secs(10);
+/// How long to wait for the agent's stdout to close once it has exited (a
+/// grandchild may hold it open).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// When a retried `mutate` step deserves a warning.
+const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What the supervisor needs to know about the run.
+pub struct RunSpec<'a> {
+    pub task_id: &'a str,
+    pub run: u32,
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    pub tools: &'a BTreeMap<String, Arc<Tool>>,
+}
+
+/// How the run ended.
+pub struct Outcome {
+    pub status: TaskStatus,
+    pub exit_code: i32,
+    pub stats: RunStats,
+    /// Why durun ended the run itself (divergence, a journal failure, an
+    /// agent that could not start): printed after the run is recorded.
+    pub failure: Option<anyhow::Error>,
+}
+
+enum Event {
+    Line(Line),
+    Oversized(Value),
+    StdoutClosed,
+    Exited(ExitStatus),
+    ToolDone { step: u64, finished: Finished },
+    Signal(i32),
+}
+
+/// A step the agent began and has not closed yet.
+struct OpenStep {
+    record: StepRecord,
+    fresh: bool,
+    started: Instant,
+}
+
+/// A `call` whose tool is running.
+struct CallInFlight {
+    id: Value,
+    record: StepRecord,
+    fresh: bool,
+    cancel: Arc<Cancel>,
+    started: Instant,
+}
+
+enum Stop {
+    Failure(anyhow::Error),
+    Signal,
+}
+
+/// Runs the agent of `spec` to its end, serving its requests.
+pub fn supervise(spec: &RunSpec<'_>, journal: &mut dyn Journal, reporter: &mut dyn Reporter) -> anyhow::Result<Outcome> {
+    let recorded = journal.steps(spec.task_id)?;
+    let last_recorded = recorded.last().map_or(0, |step| step.step);
+    let mut steps: Vec<Option<StepRecord>> = Vec::new();
+    for record in recorded {
+        let index = record.step as usize;
+        if steps.len() <= index {
+            steps.resize_with(index + 1, || None);
+        }
+        steps[index] = Some(record);
+    }
+    reporter.report(&Report::RunStarted {
+        task: spec.task_id,
+        run: spec.run,
+        recorded_steps: steps.iter().flatten().count(),
+    });
+
+    let (events_tx, events) = mpsc::channel();
+    // Signals are caught before the agent starts, so none is lost between.
+    let signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let signals_handle = signals.handle();
+    spawn_signal_thread(signals, events_tx.clone());
+
+    let mut command = Command::new(program_path(&spec.argv[0], spec.cwd));
+    command
+        .args(&spec.argv[1..])
+        .current_dir(spec.cwd)
+        .env("DURUN_TASK_ID", spec.task_id)
+        .env("DURUN_RUN", spec.run.to_string())
+        .env("DURUN_PROTOCOL", protocol::VERSION.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    os::die_with_parent(&mut command);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            signals_handle.close();
+            let failure = Failure::new(
+                exit_code::CANNOT_START,
+                format!("cannot start `{}`: {err}", spec.argv[0]),
+            )
+            .hint(format!("check the command and that it exists in {}", spec.cwd.display()));
+            return Ok(Outcome {
+                status: TaskStatus::Failed,
+                exit_code: exit_code::CANNOT_START,
+                stats: RunStats::default(),
+                failure: Some(failure.into()),
+            });
+        }
+    };
+    let child_pid = child.id();
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let responses = spawn_writer_thread(stdin);
+    spawn_reader_thread(stdout, events_tx.clone());
+    let exit_tx = events_tx.clone();
+    std::thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = exit_tx.send(Event::Exited(status));
+        }
+    });
+
+    let mut supervisor = Supervisor {
+        spec,
+        journal,
+        reporter,
+        steps,
+        last_recorded,
+        next_step: 1,
+        open: HashMap::new(),
+        calls: HashMap::new(),
+        stats: RunStats::default(),
+        responses,
+        events_tx,
+        child_pid,
+        interactive: os::stdin_is_terminal(),
+        stop: None,
+        signal: None,
+        kill_at: None,
+        exited: None,
+        exited_at: None,
+        stdout_closed: false,
+        last_heartbeat: Instant::now(),
+    };
+    supervisor.serve(&events);
+    signals_handle.close();
+    Ok(supervisor.outcome())
+}
+
+/// A relative program path with a `/` means the task's directory.
+fn program_path(program: &str, cwd: &Path) -> std::path::PathBuf {
+    if program.contains('/') {
+        cwd.join(program)
+    } else {
+        program.into()
+    }
+}
+
+fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if tx.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+fn spawn_writer_thread(mut stdin: std::process::ChildStdin) -> mpsc::Sender<Vec<u8>> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        for line in rx {
+            // A child that closed its stdin gets no more answers; the loop
+            // learns of its exit from the waiter.
+            if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+fn spawn_reader_thread(stdout: std::process::ChildStdout, tx: mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        let mut reader = LineReader::new(BufReader::with_capacity(64 * 1024, stdout));
+        loop {
+            let event = match reader.next_line() {
+                Ok(Some(Chunk::Line(bytes))) => match protocol::parse_line(&bytes) {
+                    Line::Passthrough => {
+                        let mut out = std::io::stdout().lock();
+                        // durun's own stdout may be closed; the agent's
+                        // prints are then lost, as they would be without durun.
+                        let _ = out.write_all(&bytes).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush());
+                        continue;
+                    }
+                    line => Event::Line(line),
+                },
+                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(id),
+                Ok(None) | Err(_) => {
+                    let _ = tx.send(Event::StdoutClosed);
+                    return;
+                }
+            };
+            if tx.send(event).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+struct Supervisor<'a> {
+    spec: &'a RunSpec<'a>,
+    journal: &'a mut dyn Journal,
+    reporter: &'a mut dyn Reporter,
+    /// The task's steps, indexed by step number: loaded once, kept current.
+    steps: Vec<Option<StepRecord>>,
+    /// The highest step number in the journal.
+    last_recorded: u64,
+    next_step: u64,
+    open: HashMap<u64, OpenStep>,
+    calls: HashMap<u64, CallInFlight>,
+    stats: RunStats,
+    responses: mpsc::Sender<Vec<u8>>,
+    events_tx: mpsc::Sender<Event>,
+    child_pid: u32,
+    /// Whether a Ctrl-C from the terminal reaches the agent by itself.
+    interactive: bool,
+    stop: Option<Stop>,
+    signal: Option<i32>,
+    kill_at: Option<Instant>,
+    exited: Option<ExitStatus>,
+    exited_at: Option<Instant>,
+    stdout_closed: bool,
+    last_heartbeat: Instant,
+}
+
+impl Supervisor<'_> {
+    fn serve(&mut self, events: &mpsc::Receiver<Event>) {
+        loop {
+            if let Some(exited_at) = self.exited_at {
+                let drained = self.stdout_closed || exited_at.elapsed() >= DRAIN_GRACE;
+                if drained && self.calls.is_empty() {
+                    return;
+                }
+            }
+            let mut wait = Duration::from_millis(500);
+            if let Some(kill_at) = self.kill_at {
+                wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
+            }
+            match events.recv_timeout(wait) {
+                Ok(event) => self.handle(event),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.tick();
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some(kill_at) = self.kill_at {
+            if Instant::now() >= kill_at && self.exited.is_none() {
+                os::signal_process(self.child_pid, libc::SIGKILL);
+                self.kill_at = None;
+            }
+        }
+        if self.last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
+            self.last_heartbeat = Instant::now();
+            if let Err(err) = self.journal.heartbeat(self.spec.task_id, self.spec.run) {
+                let message = format!("failed to renew the task's lease: {err:#}");
+                self.reporter.report(&Report::Warning(&message));
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Line(Line::Request(request)) => self.on_request(request),
+            Event::Line(Line::Invalid { id, message }) => {
+                self.respond(&Response::error(id, ErrorCode::BadRequest, message));
+            }
+            Event::Line(Line::Passthrough) => {}
+            Event::Oversized(id) => self.respond(&Response::error(
+                id,
+                ErrorCode::BadRequest,
+                format!("line longer than the {} MiB limit", protocol::MAX_LINE >> 20),
+            )),
+            Event::StdoutClosed => self.stdout_closed = true,
+            Event::Exited(status) => {
+                self.exited = Some(status);
+                self.exited_at = Some(Instant::now());
+                self.kill_at = None;
+            }
+            Event::ToolDone { step, finished } => self.on_tool_done(step, finished),
+            Event::Signal(signal) => self.on_signal(signal),
+        }
+    }
+
+    fn respond(&self, response: &Response) {
+        // The writer thread is gone only when the agent stopped reading.
+        let _ = self.responses.send(response.to_line());
+    }
+
+    fn on_request(&mut self, request: Request) {
+        if self.stop.is_some() {
+            self.respond(&Response::error(
+                request.id().clone(),
+                ErrorCode::Cancelled,
+                "the run is stopping; the task can be resumed",
+            ));
+            return;
+        }
+        match request {
+            Request::Call { id, tool, args } => self.on_call(id, &tool, args),
+            Request::Begin { id, name, args, effect } => self.on_begin(id, &name, args, effect.unwrap_or(Effect::Read)),
+            Request::Commit { id, step, output, usage } => self.on_close(id, step, Ok((output, usage))),
+            Request::Fail { id, step, error, output } => self.on_close(id, step, Err((error, output))),
+            Request::Result { id, output } => match self.journal.set_output(self.spec.task_id, &output) {
+                Ok(()) => self.respond(&Response::ok(id)),
+                Err(err) => self.journal_failed(&id, err),
+            },
+        }
+    }
+
+    fn on_call(&mut self, id: Value, name: &str, args: Value) {
+        let Some(tool) = self.spec.tools.get(name).cloned() else {
+            let known: Vec<&str> = self.spec.tools.keys().map(String::as_str).collect();
+            let message = if known.is_empty() {
+                format!("no tool `{name}`: the task's durun.toml declares no tools")
+            } else {
+                format!("no tool `{name}` in the task's durun.toml (it has: {})", known.join(", "))
+            };
+            self.respond(&Response::error(id, ErrorCode::UnknownTool, message));
+            return;
+        };
+        let canonical = match step_key::canonical_json(&args) {
+            Ok(canonical) => canonical,
+            Err(err) => return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string())),
+        };
+        if let Err(message) = tool.argv(&args) {
+            return self.respond(&Response::error(id, ErrorCode::BadRequest, message));
+        }
+        let Some((record, fresh, _)) = self.open_step(&id, name, StepKind::Call, tool.effect, args, &canonical) else {
+            return;
+        };
+        let step = record.step;
+        let invocation = Invocation {
+            tool,
+            args: record.args.clone(),
+            task_id: self.spec.task_id.to_owned(),
+            run: self.spec.run,
+            step,
+            attempt: record.attempts,
+            idempotency_key: record.idempotency_key.clone(),
+            cwd: self.spec.cwd.to_owned(),
+        };
+        let cancel = Arc::new(Cancel::default());
+        let worker_cancel = Arc::clone(&cancel);
+        let tx = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tool-{step}"))
+            .spawn(move || {
+                let finished = executor::run(&invocation, &worker_cancel);
+                let _ = tx.send(Event::ToolDone { step, finished });
+            });
+        if let Err(err) = spawned {
+            self.respond(
+                &Response::error(id, ErrorCode::ToolFailed, format!("cannot start a thread for the tool: {err}"))
+                    .step(step),
+            );
+            return;
+        }
+        self.calls.insert(
+            step,
+            CallInFlight {
+                id,
+                record,
+                fresh,
+                cancel,
+                started: Instant::now(),
+            },
+        );
+    }
+
+    fn on_begin(&mut self, id: Value, name: &str, args: Value, effect: Effect) {
+        let canonical = match step_key::canonical_json(&args) {
+            Ok(canonical) => canonical,
+            Err(err) => return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string())),
+        };
+        let Some((record, fresh, in_doubt)) = self.open_step(&id, name, StepKind::Begin, effect, args, &canonical) else {
+            return;
+        };
+        let mut response = Response::ok(id).step(record.step);
+        response.replayed = Some(false);
+        response.attempt = Some(record.attempts);
+        response.idempotency_key = Some(record.idempotency_key.clone());
+        response.in_doubt = in_doubt.then_some(true);
+        self.open.insert(
+            record.step,
+            OpenStep {
+                record,
+                fresh,
+                started: Instant::now(),
+            },
+        );
+        self.respond(&response);
+    }
+
+    /// Numbers the next step and decides, against the journal, whether it
+    /// runs (returned, with whether its row is new and whether it is in
+    /// doubt) or is answered here (replay, divergence, journal failure).
+    fn open_step(
+        &mut self,
+        id: &Value,
+        name: &str,
+        kind: StepKind,
+        effect: Effect,
+        args: Value,
+        canonical: &str,
+    ) -> Option<(StepRecord, bool, bool)> {
+        let step = self.next_step;
+        self.next_step += 1;
+        let args_hash = step_key::args_hash(canonical);
+        let now = journal::now();
+        let recorded = self.steps.get(step as usize).and_then(Option::as_ref);
+        let (mut record, mut fresh, in_doubt) = match recorded {
+            None => {
+                let record = StepRecord {
+                    step,
+                    name: name.to_owned(),
+                    kind,
+                    effect,
+                    args,
+                    args_hash,
+                    idempotency_key: step_key::idempotency_key(self.spec.task_id, step, canonical),
+                    status: StepStatus::Pending,
+                    attempts: 1,
+                    output: None,
+                    error: None,
+                    usage: None,
+                    tokens: 0,
+                    run: self.spec.run,
+                    created_at: now.clone(),
+                    started_at: now,
+                    finished_at: None,
+                };
+                (record, true, false)
+            }
+            Some(recorded) if recorded.name != name || recorded.args_hash != args_hash => {
+                let recorded = recorded.clone();
+                self.diverge(id, &recorded, name, &args);
+                return None;
+            }
+            Some(recorded)
+                if recorded.status == StepStatus::Committed
+                    || (recorded.status == StepStatus::Failed && step < self.last_recorded) =>
+            {
+                let recorded = recorded.clone();
+                self.replay(id.clone(), &recorded);
+                return None;
+            }
+            Some(recorded) => {
+                // Pending (a run died inside it) or the last step and failed
+                // (the agent died on it): run it again, same key.
+                let mut record = recorded.clone();
+                let in_doubt = record.status == StepStatus::Pending;
+                if record.effect == Effect::Mutate && older_than(&record.created_at, KEY_MEMORY) {
+                    let message = format!(
+                        "step {step} ({name}) is retried more than 24 hours after its first attempt; \
+                         many APIs forget idempotency keys by then, so check it did not take effect twice"
+                    );
+                    self.reporter.report(&Report::Warning(&message));
+                }
+                record.attempts += 1;
+                record.status = StepStatus::Pending;
+                record.started_at = now;
+                record.finished_at = None;
+                record.error = None;
+                record.output = None;
+                record.run = self.spec.run;
+                (record, false, in_doubt)
+            }
+        };
+        record.effect = effect;
+        if effect == Effect::Mutate {
+            // Write-ahead: the intent is durable before the effect can start.
+            if let Err(err) = self.journal.put_step(self.spec.task_id, &record, fresh, self.spec.run, &self.stats) {
+                self.journal_failed(id, err);
+                return None;
+            }
+            self.remember(record.clone());
+            fresh = false;
+        }
+        self.reporter.report(&Report::StepStarted {
+            step,
+            name,
+            attempt: record.attempts,
+        });
+        Some((record, fresh, in_doubt))
+    }
+
+    fn remember(&mut self, record: StepRecord) {
+        let index = record.step as usize;
+        if self.steps.len() <= index {
+            self.steps.resize_with(index + 1, || None);
+        }
+        self.last_recorded = self.last_recorded.max(record.step);
+        self.steps[index] = Some(record);
+    }
+
+    fn replay(&mut self, id: Value, recorded: &StepRecord) {
+        self.stats.replayed_steps += 1;
+        self.stats.tokens_saved += recorded.tokens;
+        self.reporter.report(&Report::StepReplayed {
+            step: recorded.step,
+            name: &recorded.name,
+        });
+        let mut response = match (&recorded.status, &recorded.error) {
+            (StepStatus::Failed, error) => Response::error(
+                id,
+                ErrorCode::ToolFailed,
+                error.as_ref().map_or("failed", |error| error.message.as_str()),
+            ),
+            _ => Response::ok(id),
+        };
+        response.step = Some(recorded.step);
+        response.replayed = Some(true);
+        response.output = Some(recorded.output.clone().unwrap_or(Value::Null));
+        response.idempotency_key = Some(recorded.idempotency_key.clone());
+        self.respond(&response);
+    }
+
+    fn diverge(&mut self, id: &Value, recorded: &StepRecord, name: &str, args: &Value) {
+        let step = recorded.step;
+        let show = |value: &Value| step_key::canonical_json(value).unwrap_or_else(|_| value.to_string());
+        self.respond(
+            &Response::error(
+                id.clone(),
+                ErrorCode::Divergence,
+                format!(
+                    "step {step} diverged: the journal holds `{}`, the agent asked for `{name}` with other args",
+                    recorded.name
+                ),
+            )
+            .step(step),
+        );
+        let mut details = format!(
+            "journal: step {step} `{}` args {}\nagent:   step {step} `{name}` args {}",
+            recorded.name,
+            show(&recorded.args),
+            show(args)
+        );
+        if recorded.name == name {
+            for line in args_diff(&recorded.args, args) {
+                details.push('\n');
+                details.push_str(&line);
+            }
+        }
+        let failure = Failure::new(
+            exit_code::DIVERGENCE,
+            format!(
+                "step {step} of task {} diverged from the journal: the agent took another path since it was recorded",
+                self.spec.task_id
+            ),
+        )
+        .details(details)
+        .hint("durun never runs a new step over a recorded one; start the agent as a new task to take the new path");
+        self.stop(Stop::Failure(failure.into()));
+    }
+
+    fn journal_failed(&mut self, id: &Value, err: anyhow::Error) {
+        self.respond(&Response::error(
+            id.clone(),
+            ErrorCode::Journal,
+            format!("durun could not write the journal ({err:#}); the task stops"),
+        ));
+        let failure = Failure::journal(format!("failed to write the journal of task {}", self.spec.task_id))
+            .hint("check the disk and the journal file, then resume the task");
+        self.stop(Stop::Failure(err.context(failure)));
+    }
+
+    /// Ends the run early: the agent gets SIGTERM, then SIGKILL after a
+    /// grace period; running tools are killed.
+    fn stop(&mut self, stop: Stop) {
+        if self.stop.is_some() {
+            return;
+        }
+        if matches!(stop, Stop::Failure(_)) && self.exited.is_none() {
+            os::signal_process(self.child_pid, libc::SIGTERM);
+            self.kill_at = Some(Instant::now() + STOP_GRACE);
+        }
+        for call in self.calls.values() {
+            call.cancel.cancel();
+        }
+        self.stop = Some(stop);
+    }
+
+    fn on_signal(&mut self, signal: i32) {
+        if self.signal.is_some() {
+            // A second signal: stop waiting.
+            if self.exited.is_none() {
+                os::signal_process(self.child_pid, libc::SIGKILL);
+            }
+            return;
+        }
+        self.signal = Some(signal);
+        // A Ctrl-C at a terminal reaches the agent directly (it shares
+        // durun's process group); anything else is passed on.
+        let from_terminal = signal == libc::SIGINT && self.interactive;
+        if !from_terminal && self.exited.is_none() {
+            os::signal_process(self.child_pid, signal);
+        }
+        if self.exited.is_none() {
+            self.kill_at = Some(Instant::now() + SIGNAL_GRACE);
+        }
+        self.stop(Stop::Signal);
+    }
+
+    fn on_tool_done(&mut self, step: u64, finished: Finished) {
+        let Some(call) = self.calls.remove(&step) else {
+            return;
+        };
+        let mut record = call.record;
+        record.attempts = finished.last_attempt;
+        match finished.outcome {
+            executor::Outcome::Cancelled => {
+                self.respond(
+                    &Response::error(
+                        call.id,
+                        ErrorCode::Cancelled,
+                        format!("step {step} was stopped with the run; it runs again on resume"),
+                    )
+                    .step(step),
+                );
+                return;
+            }
+            executor::Outcome::Done { output, usage } => {
+                record.status = StepStatus::Committed;
+                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.usage = usage;
+                record.output = Some(output);
+            }
+            executor::Outcome::Failed { code, message, output } => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code: code.as_str().to_owned(),
+                    message,
+                });
+                record.output = output;
+            }
+        }
+        self.finish_step(call.id, record, call.fresh, call.started);
+    }
+
+    fn on_close(&mut self, id: Value, step: u64, result: Result<(Value, Option<Value>), (String, Option<Value>)>) {
+        let Some(open) = self.open.remove(&step) else {
+            let message = if self.calls.contains_key(&step) {
+                format!("step {step} is a `call`: durun closes it when the tool ends")
+            } else {
+                format!("step {step} is not open: commit or fail a step once, after its `begin`")
+            };
+            return self.respond(&Response::error(id, ErrorCode::BadRequest, message).step(step));
+        };
+        let mut record = open.record;
+        match result {
+            Ok((output, usage)) => {
+                record.status = StepStatus::Committed;
+                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.usage = usage;
+                record.output = Some(output);
+            }
+            Err((message, output)) => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code: ErrorCode::ToolFailed.as_str().to_owned(),
+                    message,
+                });
+                record.output = output;
+            }
+        }
+        self.finish_step(id, record, open.fresh, open.started);
+    }
+
+    /// Records a finished step durably, then answers the agent.
+    fn finish_step(&mut self, id: Value, mut record: StepRecord, fresh: bool, started: Instant) {
+        record.finished_at = Some(journal::now());
+        let mut stats = self.stats;
+        stats.executed_steps += 1;
+        stats.tokens_spent += record.tokens;
+        if let Err(err) = self.journal.put_step(self.spec.task_id, &record, fresh, self.spec.run, &stats) {
+            return self.journal_failed(&id, err);
+        }
+        self.stats = stats;
+        self.reporter.report(&Report::StepFinished {
+            step: record.step,
+            name: &record.name,
+            status: record.status,
+            elapsed: started.elapsed(),
+            tokens: record.tokens,
+            error: record.error.as_ref().map(|error| error.message.as_str()),
+        });
+        let step = record.step;
+        let response = match (record.kind, record.status) {
+            (StepKind::Begin, _) => Response::ok(id).step(step),
+            (StepKind::Call, StepStatus::Committed) => {
+                let mut response = Response::ok(id).step(step);
+                response.replayed = Some(false);
+                response.output = record.output.clone();
+                response.idempotency_key = Some(record.idempotency_key.clone());
+                response
+            }
+            (StepKind::Call, _) => {
+                let error = record.error.as_ref().expect("a failed step has an error");
+                let code = ErrorCode::parse(&error.code).unwrap_or(ErrorCode::ToolFailed);
+                let mut response = Response::error(id, code, error.message.clone()).step(step);
+                response.output.clone_from(&record.output);
+                response
+            }
+        };
+        self.remember(record);
+        self.respond(&response);
+    }
+
+    fn outcome(self) -> Outcome {
+        let exited = self.exited;
+        let (mut status, mut exit_code) = match exited {
+            Some(status) => match (status.code(), status.signal()) {
+                (Some(0), _) => (TaskStatus::Completed, 0),
+                (Some(code), _) if self.signal.is_some() => (TaskStatus::Interrupted, code),
+                (Some(code), _) => (TaskStatus::Failed, code),
+                (None, Some(signal)) => (TaskStatus::Interrupted, exit_code::from_signal(signal)),
+                (None, None) => (TaskStatus::Failed, exit_code::INTERNAL),
+            },
+            // The agent never reported its exit (it hung past every grace).
+            None => (TaskStatus::Interrupted, exit_code::INTERNAL),
+        };
+        let failure = match self.stop {
+            Some(Stop::Failure(err)) => {
+                status = TaskStatus::Failed;
+                exit_code = crate::error::exit_code_of(&err);
+                Some(err)
+            }
+            Some(Stop::Signal) | None => None,
+        };
+        Outcome {
+            status,
+            exit_code,
+            stats: self.stats,
+            failure,
+        }
+    }
+}
+
+/// Whether the RFC 3339 time `then` is more than `age` ago.
+fn older_than(then: &str, age: Duration) -> bool {
+    humantime::parse_rfc3339(then)
+        .ok()
+        .and_then(|then| then.elapsed().ok())
+        .is_some_and(|elapsed| elapsed > age)
+}
+
+/// A line per top-level member that differs between two args objects.
+fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
+    let (Value::Object(recorded), Value::Object(asked)) = (recorded, asked) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let keys: std::collections::BTreeSet<&String> = recorded.keys().chain(asked.keys()).collect();
+    for key in keys {
+        match (recorded.get(key), asked.get(key)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => lines.push(format!("  args.{key}: {a} -> {b}")),
+            (Some(a), None) => lines.push(format!("- args.{key}: {a}")),
+            (None, Some(b)) => lines.push(format!("+ args.{key}: {b}")),
+            (None, None) => {}
+        }
+    }
+    lines
+}
