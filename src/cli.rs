@@ -12,10 +12,17 @@ use clap::{Args, Parser, Subcommand};
 /// LLM call and no repeated side effect, and retries the step in flight with
 /// the same idempotency key.
 #[derive(Parser, Debug)]
-#[command(name = "durun", version, propagate_version = true, max_term_width = 100)]
-#[command(after_help = "Exit codes: the agent's own; 128+N when signal N ends it; 2 usage; \
+#[command(
+    name = "durun",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(
+    after_help = "Exit codes: the agent's own; 128+N when signal N ends it; 2 usage; \
 64 bad config or unknown task; 65 divergence; 70 internal error; 74 journal error; \
-75 task locked by a live runner; 76 a step in doubt; 127 the agent cannot start.")]
+75 task locked by a live runner; 76 a step in doubt; 127 the agent cannot start."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -25,7 +32,7 @@ pub struct Cli {
 
 #[derive(Args, Debug, Clone)]
 pub struct GlobalArgs {
-    /// The journal: a SQLite file [default: $XDG_STATE_HOME/durun/journal.db]
+    /// The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]
     #[arg(long, global = true, env = "DURUN_JOURNAL", value_name = "PATH")]
     pub journal: Option<String>,
 
@@ -64,7 +71,12 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
 
     /// The agent command and its arguments
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -131,7 +143,11 @@ mod tests {
         for (line, ok) in cases {
             assert_eq!(parse(line).is_ok(), *ok, "{line}");
         }
-        let Ok(Cli { command: Command::Run(run), .. }) = parse("durun run python3 -u agent.py --task x") else {
+        let Ok(Cli {
+            command: Command::Run(run),
+            ..
+        }) = parse("durun run python3 -u agent.py --task x")
+        else {
             panic!("run parses");
         };
         assert_eq!(run.command, ["python3", "-u", "agent.py", "--task", "x"]);

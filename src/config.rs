@@ -107,7 +107,10 @@ impl Config {
     /// Finds the config for a new task: `explicit` (from `--config` or
     /// `DURUN_CONFIG`) must exist; otherwise `durun.toml` in `cwd` is used
     /// if there is one, and no tools if not.
-    pub fn discover(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<(Self, Option<PathBuf>)> {
+    pub fn discover(
+        explicit: Option<&Path>,
+        cwd: &Path,
+    ) -> anyhow::Result<(Self, Option<PathBuf>)> {
         let path = match explicit {
             Some(path) => cwd.join(path),
             None => {
@@ -122,15 +125,15 @@ impl Config {
             Failure::config(format!("cannot read config {}: {err}", path.display()))
                 .hint("pass an existing file with --config, or leave it out to use ./durun.toml")
         })?;
-        let config = Self::parse(&text)
-            .with_context(|| format!("invalid config {}", path.display()))?;
+        let config =
+            Self::parse(&text).with_context(|| format!("invalid config {}", path.display()))?;
         Ok((config, Some(path)))
     }
 
     /// Parses and checks the text of a `durun.toml`.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|err| Failure::config(err.to_string().trim_end().to_owned()))?;
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|err| Failure::config(err.to_string().trim_end().to_owned()))?;
         let mut tools = BTreeMap::new();
         for (name, raw_tool) in raw.tools {
             let tool = Tool::from_raw(&name, raw_tool)
@@ -148,14 +151,15 @@ impl Config {
 impl Tool {
     fn from_raw(name: &str, raw: RawTool) -> Result<Self, String> {
         if raw.http.is_some() {
-            return Err("`http` tools are not supported by this version of durun; use `command`".to_owned());
+            return Err(
+                "`http` tools are not supported by this version of durun; use `command`".to_owned(),
+            );
         }
-        let command = raw.command.ok_or("needs `command = [\"program\", \"arg\", …]`")?;
+        let command = raw
+            .command
+            .ok_or("needs `command = [\"program\", \"arg\", …]`")?;
         if command.first().is_none_or(String::is_empty) {
             return Err("`command` needs a program as its first element".to_owned());
-        }
-        for part in &command {
-            parse_template(part)?;
         }
         let stdin_args = match raw.stdin.as_deref() {
             None | Some("null") => false,
@@ -165,8 +169,9 @@ impl Tool {
         let timeout = raw
             .timeout
             .map(|text| {
-                humantime::parse_duration(&text)
-                    .map_err(|err| format!("`timeout = {text:?}` is not a duration like \"30s\": {err}"))
+                humantime::parse_duration(&text).map_err(|err| {
+                    format!("`timeout = {text:?}` is not a duration like \"30s\": {err}")
+                })
             })
             .transpose()?;
         Ok(Self {
@@ -187,7 +192,7 @@ impl Tool {
             .iter()
             .map(|template| {
                 let mut out = String::new();
-                for piece in parse_template(template).expect("templates are checked when the config is read") {
+                for piece in parse_template(template) {
                     match piece {
                         Piece::Text(text) => out.push_str(&text),
                         Piece::Arg(name) => match args.get(&name) {
@@ -210,38 +215,46 @@ enum Piece {
     Arg(String),
 }
 
-/// Splits `"--path={path}"` into text and argument pieces; `{{` and `}}`
-/// stand for literal braces.
-fn parse_template(template: &str) -> Result<Vec<Piece>, String> {
+/// Splits `"--path={path}"` into text and argument pieces. Only
+/// `{identifier}` is a placeholder, and not after `$` (so `${HOME}`, JSON
+/// and a shell script's braces pass through); `{{identifier}}` is the
+/// literal text `{identifier}`.
+fn parse_template(template: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut text = String::new();
-    let mut chars = template.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                text.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                text.push('}');
-            }
-            '{' => {
-                let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
-                if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
-                    return Err(format!(
-                        "{template:?}: `{{{name}}}` is not an argument name (write `{{{{` for a literal brace)"
-                    ));
-                }
-                pieces.push(Piece::Text(std::mem::take(&mut text)));
-                pieces.push(Piece::Arg(name));
-            }
-            '}' => return Err(format!("{template:?}: unmatched `}}` (write `}}}}` for a literal brace)")),
-            c => text.push(c),
+    let mut rest = template;
+    while let Some(c) = rest.chars().next() {
+        if let Some(name) = rest
+            .strip_prefix("{{")
+            .and_then(|after| braced_name(after, "}}"))
+        {
+            text.push('{');
+            text.push_str(name);
+            text.push('}');
+            rest = &rest[name.len() + 4..];
+            continue;
         }
+        if c == '{' && !text.ends_with('$') {
+            if let Some(name) = braced_name(&rest[1..], "}") {
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+                pieces.push(Piece::Arg(name.to_owned()));
+                rest = &rest[name.len() + 2..];
+                continue;
+            }
+        }
+        text.push(c);
+        rest = &rest[c.len_utf8()..];
     }
     pieces.push(Piece::Text(text));
-    Ok(pieces)
+    pieces
+}
+
+/// The identifier at the start of `text` if `close` follows it.
+fn braced_name<'a>(text: &'a str, close: &str) -> Option<&'a str> {
+    let end = text.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+    let name = &text[..end];
+    let valid = !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit());
+    (valid && text[end..].starts_with(close)).then_some(name)
 }
 
 #[cfg(test)]
@@ -261,7 +274,7 @@ mod tests {
             output = "text"
             timeout = "30s"
             [tools.create_pr]
-            command = ["./create-pr.sh", "--title={title}", "{{literal}}"]
+            command = ["./create-pr.sh", "--title={title}", "{{literal}}", "${HOME}", "{ a; }", "{n}", "{\"a\": {\"b\": 1}}"]
             stdin = "args"
             output = "json"
             retries = 2
@@ -270,14 +283,32 @@ mod tests {
         .expect("valid config");
         assert_eq!(config.sync, Some(SyncMode::Normal));
         let read = &config.tools["read_file"];
-        assert_eq!((read.effect, read.timeout), (Effect::Read, Some(Duration::from_secs(30))));
-        let pr = &config.tools["create_pr"];
-        assert_eq!((pr.effect, pr.stdin_args, pr.retries), (Effect::Mutate, true, 2));
         assert_eq!(
-            pr.argv(&json!({"title": "Fix typo", "n": 3})).expect("fits"),
-            ["./create-pr.sh", "--title=Fix typo", "{literal}"]
+            (read.effect, read.timeout),
+            (Effect::Read, Some(Duration::from_secs(30)))
         );
-        assert_eq!(pr.argv(&json!({})).unwrap_err(), "tool `create_pr` needs `args.title`");
+        let pr = &config.tools["create_pr"];
+        assert_eq!(
+            (pr.effect, pr.stdin_args, pr.retries),
+            (Effect::Mutate, true, 2)
+        );
+        assert_eq!(
+            pr.argv(&json!({"title": "Fix typo", "n": 3}))
+                .expect("fits"),
+            [
+                "./create-pr.sh",
+                "--title=Fix typo",
+                "{literal}",
+                "${HOME}",
+                "{ a; }",
+                "3",
+                r#"{"a": {"b": 1}}"#
+            ]
+        );
+        assert_eq!(
+            pr.argv(&json!({})).unwrap_err(),
+            "tool `create_pr` needs `args.title`"
+        );
     }
 
     #[test]
@@ -285,10 +316,15 @@ mod tests {
         for (text, fragment) in [
             ("[tools.a]\neffect = \"read\"", "needs `command"),
             ("[tools.a]\ncommand = []", "needs a program"),
-            ("[tools.a]\ncommand = [\"x\", \"{a b}\"]", "not an argument name"),
-            ("[tools.a]\ncommand = [\"x\"]\ntimeout = \"soon\"", "not a duration"),
+            (
+                "[tools.a]\ncommand = [\"x\"]\ntimeout = \"soon\"",
+                "not a duration",
+            ),
             ("[tools.a]\ncommand = [\"x\"]\ncolour = 1", "unknown field"),
-            ("[tools.a]\ncommand = [\"x\"]\neffect = \"write\"", "unknown variant"),
+            (
+                "[tools.a]\ncommand = [\"x\"]\neffect = \"write\"",
+                "unknown variant",
+            ),
         ] {
             let err = format!("{:#}", Config::parse(text).unwrap_err());
             assert!(err.contains(fragment), "{text}: {err}");

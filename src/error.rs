@@ -92,7 +92,9 @@ pub fn print(err: &anyhow::Error) {
     for cause in err.chain().skip(1) {
         let _ = writeln!(out, "  caused by: {cause}");
     }
-    let failure = err.chain().find_map(|cause| cause.downcast_ref::<Failure>());
+    let failure = err
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<Failure>());
     if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
         for line in details.lines() {
             let _ = writeln!(out, "  {line}");

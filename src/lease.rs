@@ -103,16 +103,36 @@ mod tests {
             run: 1,
         };
         assert!(is_live(&mine, &me, 0));
-        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         child.wait().expect("wait");
-        assert!(!is_live(&Lease { pid, ..mine.clone() }, &me, 0));
+        assert!(!is_live(
+            &Lease {
+                pid,
+                ..mine.clone()
+            },
+            &me,
+            0
+        ));
         let recycled = Lease {
             pid_start: me.pid_start.map(|start| start + 1),
             ..mine.clone()
         };
-        assert!(!is_live(&recycled, &Holder { pid: 1, ..me.clone() }, 0));
-        let remote = Lease { host: "elsewhere".into(), heartbeat_ms: 1_000, ..mine };
+        assert!(!is_live(
+            &recycled,
+            &Holder {
+                pid: 1,
+                ..me.clone()
+            },
+            0
+        ));
+        let remote = Lease {
+            host: "elsewhere".into(),
+            heartbeat_ms: 1_000,
+            ..mine
+        };
         assert!(is_live(&remote, &me, 1_000 + 59_000));
         assert!(!is_live(&remote, &me, 1_000 + 61_000));
     }

@@ -7,8 +7,8 @@ mod cli;
 mod commands;
 mod config;
 mod error;
-pub mod exit_code;
 mod executor;
+pub mod exit_code;
 mod journal;
 mod lease;
 mod os;
@@ -38,7 +38,11 @@ where
                 return 0;
             }
             let text = err.render().to_string();
-            eprint!("{}", text.strip_prefix("error: ").map_or(text.clone(), |rest| format!("durun: {rest}")));
+            eprint!(
+                "{}",
+                text.strip_prefix("error: ")
+                    .map_or(text.clone(), |rest| format!("durun: {rest}"))
+            );
             return exit_code::USAGE;
         }
     };
@@ -46,7 +50,7 @@ where
         Command::Run(args) => commands::run::exec(&args, &cli.global),
         Command::Resume(args) => commands::resume::exec(&args, &cli.global),
         Command::Inspect(args) => commands::inspect::exec(&args, &cli.global),
-        Command::Completions(args) => commands::generate::completions(&args),
+        Command::Completions(args) => Ok(commands::generate::completions(&args)),
         Command::Generate(args) => commands::generate::generate(&args),
     };
     match result {

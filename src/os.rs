@@ -36,6 +36,10 @@ pub fn own_process_group(command: &mut Command) {
 
 /// Sends `signal` to one process. A process that is already gone is fine.
 pub fn signal_process(pid: u32, signal: i32) {
+    // pid 0 would mean durun's own process group.
+    if pid == 0 {
+        return;
+    }
     // SAFETY: kill has no memory-safety preconditions.
     unsafe {
         libc::kill(pid as libc::pid_t, signal);
@@ -44,6 +48,10 @@ pub fn signal_process(pid: u32, signal: i32) {
 
 /// Sends `signal` to every process in the group `pgid`.
 pub fn signal_group(pgid: u32, signal: i32) {
+    // Group 0 would mean durun's own.
+    if pgid == 0 {
+        return;
+    }
     // SAFETY: killpg has no memory-safety preconditions.
     unsafe {
         libc::killpg(pgid as libc::pid_t, signal);

@@ -116,7 +116,10 @@ pub enum Line {
     Passthrough,
     Request(Request),
     /// A request that cannot be served; answered `bad_request`.
-    Invalid { id: Value, message: String },
+    Invalid {
+        id: Value,
+        message: String,
+    },
 }
 
 /// Classifies one line (without its `\n`).
@@ -146,7 +149,10 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             return Err((Value::Null, format!("`{op}` request has no `id`")));
         }
         Some(_) => {
-            return Err((Value::Null, "`id` must be a string or an integer".to_owned()));
+            return Err((
+                Value::Null,
+                "`id` must be a string or an integer".to_owned(),
+            ));
         }
     };
     let fail = |message: String| (id.clone(), message);
@@ -162,7 +168,9 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             effect: match optional(&mut object, "effect") {
                 None => None,
                 Some(Value::String(text)) => Some(Effect::parse(&text).ok_or_else(|| {
-                    fail(format!("`effect` must be \"read\" or \"mutate\", not {text:?}"))
+                    fail(format!(
+                        "`effect` must be \"read\" or \"mutate\", not {text:?}"
+                    ))
                 })?),
                 Some(_) => return Err(fail("`effect` must be a string".to_owned())),
             },
@@ -205,7 +213,11 @@ fn optional(object: &mut Map<String, Value>, name: &str) -> Option<Value> {
     object.remove(name).filter(|value| !value.is_null())
 }
 
-fn required_string(object: &mut Map<String, Value>, name: &str, op: &str) -> Result<String, String> {
+fn required_string(
+    object: &mut Map<String, Value>,
+    name: &str,
+    op: &str,
+) -> Result<String, String> {
     match optional(object, name) {
         Some(Value::String(text)) if !text.is_empty() => Ok(text),
         Some(Value::String(_)) => Err(format!("`{name}` of a `{op}` request must not be empty")),
@@ -220,7 +232,9 @@ fn required_step(object: &mut Map<String, Value>, op: &str) -> Result<u64, Strin
             .as_u64()
             .filter(|step| *step > 0)
             .ok_or_else(|| format!("`step` of a `{op}` request must be a positive integer")),
-        Some(_) => Err(format!("`step` of a `{op}` request must be a positive integer")),
+        Some(_) => Err(format!(
+            "`step` of a `{op}` request must be a positive integer"
+        )),
         None => Err(format!("`{op}` request has no `step`")),
     }
 }
@@ -363,8 +377,19 @@ mod tests {
 
     #[test]
     fn lines_that_are_not_requests_pass_through() {
-        for line in ["hello", "", "[1,2]", r#"{"op":1}"#, r#"{"x":"call"}"#, "\u{fffd}", "{\"op\":\"call\""] {
-            assert!(matches!(parse_line(line.as_bytes()), Line::Passthrough), "{line}");
+        for line in [
+            "hello",
+            "",
+            "[1,2]",
+            r#"{"op":1}"#,
+            r#"{"x":"call"}"#,
+            "\u{fffd}",
+            "{\"op\":\"call\"",
+        ] {
+            assert!(
+                matches!(parse_line(line.as_bytes()), Line::Passthrough),
+                "{line}"
+            );
         }
         assert!(matches!(parse_line(b"\xff\xfe"), Line::Passthrough));
     }
@@ -373,41 +398,80 @@ mod tests {
     fn decodes_every_op() {
         assert_eq!(
             request(r#"{"op":"call","id":1,"tool":"t"}"#),
-            Request::Call { id: json!(1), tool: "t".into(), args: json!({}) }
+            Request::Call {
+                id: json!(1),
+                tool: "t".into(),
+                args: json!({})
+            }
         );
         assert_eq!(
             request(r#"{"op":"begin","id":"a","name":"n","args":null,"effect":"mutate"}"#),
-            Request::Begin { id: json!("a"), name: "n".into(), args: Value::Null, effect: Some(Effect::Mutate) }
+            Request::Begin {
+                id: json!("a"),
+                name: "n".into(),
+                args: Value::Null,
+                effect: Some(Effect::Mutate)
+            }
         );
         assert_eq!(
             request(r#"{"op":"commit","id":2,"step":5,"output":"x","usage":null}"#),
-            Request::Commit { id: json!(2), step: 5, output: json!("x"), usage: None }
+            Request::Commit {
+                id: json!(2),
+                step: 5,
+                output: json!("x"),
+                usage: None
+            }
         );
         assert_eq!(
             request(r#"{"op":"fail","id":3,"step":5,"error":"boom"}"#),
-            Request::Fail { id: json!(3), step: 5, error: "boom".into(), output: None }
+            Request::Fail {
+                id: json!(3),
+                step: 5,
+                error: "boom".into(),
+                output: None
+            }
         );
         assert_eq!(
             request(r#"{"op":"result","id":9,"output":{"a":1}}"#),
-            Request::Result { id: json!(9), output: json!({"a": 1}) }
+            Request::Result {
+                id: json!(9),
+                output: json!({"a": 1})
+            }
         );
     }
 
     #[test]
     fn bad_requests_name_their_id_where_it_can_be_read() {
         assert_eq!(invalid(r#"{"op":"call"}"#).0, Value::Null);
-        assert_eq!(invalid(r#"{"op":"call","id":1.5,"tool":"t"}"#).0, Value::Null);
+        assert_eq!(
+            invalid(r#"{"op":"call","id":1.5,"tool":"t"}"#).0,
+            Value::Null
+        );
         let (id, message) = invalid(r#"{"op":"call","id":7}"#);
-        assert_eq!((id, message.as_str()), (json!(7), "`call` request has no `tool`"));
+        assert_eq!(
+            (id, message.as_str()),
+            (json!(7), "`call` request has no `tool`")
+        );
         assert_eq!(invalid(r#"{"op":"nope","id":"x"}"#).0, json!("x"));
-        assert!(invalid(r#"{"op":"commit","id":1,"step":0}"#).1.contains("positive"));
-        assert!(invalid(r#"{"op":"begin","id":1,"name":"n","effect":"write"}"#).1.contains("effect"));
+        assert!(invalid(r#"{"op":"commit","id":1,"step":0}"#)
+            .1
+            .contains("positive"));
+        assert!(
+            invalid(r#"{"op":"begin","id":1,"name":"n","effect":"write"}"#)
+                .1
+                .contains("effect")
+        );
     }
 
     #[test]
     fn responses_echo_ids_exactly() {
-        let id = request(r#"{"op":"result","id":123456789012345678901234567890}"#).id().clone();
+        let id = request(r#"{"op":"result","id":123456789012345678901234567890}"#)
+            .id()
+            .clone();
         let line = Response::ok(id).to_line();
-        assert_eq!(line, b"{\"id\":123456789012345678901234567890,\"ok\":true}\n");
+        assert_eq!(
+            line,
+            b"{\"id\":123456789012345678901234567890,\"ok\":true}\n"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //!   byte order is code point order), the last of duplicate keys kept;
 //! * every character outside space..`~` escaped as lower-case `\uXXXX`
 //!   (surrogate pairs above U+FFFF), except the seven short escapes;
-//! * integers exactly as written (serde_json's `arbitrary_precision` keeps
+//! * integers exactly as written (`serde_json`'s `arbitrary_precision` keeps
 //!   the literal), `-0` as `0`; more than 4300 digits is refused as Python
 //!   refuses it;
 //! * a literal with `.`, `e` or `E` is a double, correctly rounded, printed
@@ -216,8 +216,14 @@ mod tests {
 
     #[test]
     fn layout_matches_python() {
-        assert_eq!(canon(r#"{"b":1,"a":[1,2,{}],"c":[]}"#), r#"{"a": [1, 2, {}], "b": 1, "c": []}"#);
-        assert_eq!(canon(r#""é\u0001\u007f😀\n""#), r#""\u00e9\u0001\u007f\ud83d\ude00\n""#);
+        assert_eq!(
+            canon(r#"{"b":1,"a":[1,2,{}],"c":[]}"#),
+            r#"{"a": [1, 2, {}], "b": 1, "c": []}"#
+        );
+        assert_eq!(
+            canon(r#""é\u0001\u007f😀\n""#),
+            r#""\u00e9\u0001\u007f\ud83d\ude00\n""#
+        );
         assert_eq!(canon(r#"{"a":1,"a":2}"#), r#"{"a": 2}"#);
     }
 
@@ -237,7 +243,10 @@ mod tests {
             ("-1e400", "-Infinity"),
             ("1e-400", "0.0"),
             ("0.1", "0.1"),
-            ("123456789012345678901234567890", "123456789012345678901234567890"),
+            (
+                "123456789012345678901234567890",
+                "123456789012345678901234567890",
+            ),
             ("1.5e300", "1.5e+300"),
             ("12345678901234567890.0", "1.2345678901234567e+19"),
         ];
@@ -250,7 +259,10 @@ mod tests {
     fn refuses_integers_python_refuses() {
         let long = "9".repeat(4301);
         let value: Value = serde_json::from_str(&long).expect("parses");
-        assert_eq!(canonical_json(&value), Err(CanonicalError::IntegerTooLong(4301)));
+        assert_eq!(
+            canonical_json(&value),
+            Err(CanonicalError::IntegerTooLong(4301))
+        );
         let ok = "9".repeat(4300);
         assert!(canonical_json(&serde_json::from_str(&ok).expect("parses")).is_ok());
     }

@@ -12,10 +12,15 @@ use clap_complete::Shell;
 
 use crate::cli::{Cli, CompletionsArgs, GenerateArgs};
 
-pub fn completions(args: &CompletionsArgs) -> Result<i32> {
+pub fn completions(args: &CompletionsArgs) -> i32 {
     let mut command = Cli::command();
-    clap_complete::generate(args.shell, &mut command, "durun", &mut std::io::stdout().lock());
-    Ok(0)
+    clap_complete::generate(
+        args.shell,
+        &mut command,
+        "durun",
+        &mut std::io::stdout().lock(),
+    );
+    0
 }
 
 pub fn generate(args: &GenerateArgs) -> Result<i32> {
@@ -24,13 +29,20 @@ pub fn generate(args: &GenerateArgs) -> Result<i32> {
 }
 
 /// The shells `completions/` holds a script for.
-pub const SHELLS: [Shell; 5] = [Shell::Bash, Shell::Zsh, Shell::Fish, Shell::Elvish, Shell::PowerShell];
+pub const SHELLS: [Shell; 5] = [
+    Shell::Bash,
+    Shell::Zsh,
+    Shell::Fish,
+    Shell::Elvish,
+    Shell::PowerShell,
+];
 
 fn write_all(out: &Path) -> Result<()> {
     let man_dir = out.join("man");
     let completions_dir = out.join("completions");
     for dir in [&man_dir, &completions_dir] {
-        std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
     }
     let command = Cli::command();
     let mut page = Vec::new();

@@ -170,18 +170,34 @@ fn print_task_list(out: &mut impl std::io::Write, tasks: &[TaskRecord]) -> Resul
             ]
         })
         .collect();
-    print_table(out, &["TASK", "STATUS", "STEPS", "SAVED", "UPDATED", "COMMAND"], &rows)
+    print_table(
+        out,
+        &["TASK", "STATUS", "STEPS", "SAVED", "UPDATED", "COMMAND"],
+        &rows,
+    )
 }
 
-fn print_task(out: &mut impl std::io::Write, task: &TaskRecord, runs: &[RunRecord], steps: &[StepRecord]) -> Result<()> {
+fn print_task(
+    out: &mut impl std::io::Write,
+    task: &TaskRecord,
+    runs: &[RunRecord],
+    steps: &[StepRecord],
+) -> Result<()> {
     writeln!(out, "task     {}", task.id)?;
     writeln!(out, "status   {}", shown_status(task).as_str())?;
     writeln!(out, "command  {}", shell_words(&task.argv))?;
     writeln!(out, "cwd      {}", task.cwd)?;
     writeln!(out, "runs     {}", task.runs)?;
-    writeln!(out, "tokens   {} spent, {} saved", thousands(task.tokens_spent), thousands(task.tokens_saved))?;
+    writeln!(
+        out,
+        "tokens   {} spent, {} saved",
+        thousands(task.tokens_spent),
+        thousands(task.tokens_saved)
+    )?;
     for run in runs {
-        let exit = run.exit_code.map_or_else(|| "-".to_owned(), |code| code.to_string());
+        let exit = run
+            .exit_code
+            .map_or_else(|| "-".to_owned(), |code| code.to_string());
         writeln!(
             out,
             "run {:<4} exit {exit:<4} {} replayed, {} executed, {} tokens saved   {}",
@@ -208,13 +224,29 @@ fn print_task(out: &mut impl std::io::Write, task: &TaskRecord, runs: &[RunRecor
                 step.attempts.to_string(),
                 thousands(step.tokens),
                 step.error.as_ref().map_or_else(
-                    || step.output.as_ref().map_or_else(String::new, |output| preview(output, 40)),
-                    |error| format!("{}: {}", error.code, error.message.lines().next().unwrap_or_default()),
+                    || {
+                        step.output
+                            .as_ref()
+                            .map_or_else(String::new, |output| preview(output, 40))
+                    },
+                    |error| {
+                        format!(
+                            "{}: {}",
+                            error.code,
+                            error.message.lines().next().unwrap_or_default()
+                        )
+                    },
                 ),
             ]
         })
         .collect();
-    print_table(out, &["STEP", "NAME", "KIND", "EFFECT", "STATUS", "TRIES", "TOKENS", "OUTPUT"], &rows)
+    print_table(
+        out,
+        &[
+            "STEP", "NAME", "KIND", "EFFECT", "STATUS", "TRIES", "TOKENS", "OUTPUT",
+        ],
+        &rows,
+    )
 }
 
 fn preview(value: &Value, width: usize) -> String {
@@ -222,7 +254,10 @@ fn preview(value: &Value, width: usize) -> String {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     };
-    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if flat.chars().count() > width {
         let cut: String = flat.chars().take(width.saturating_sub(1)).collect();
         format!("{cut}…")
@@ -231,7 +266,11 @@ fn preview(value: &Value, width: usize) -> String {
     }
 }
 
-fn print_table<const N: usize>(out: &mut impl std::io::Write, header: &[&str; N], rows: &[[String; N]]) -> Result<()> {
+fn print_table<const N: usize>(
+    out: &mut impl std::io::Write,
+    header: &[&str; N],
+    rows: &[[String; N]],
+) -> Result<()> {
     let mut widths = header.map(|title| title.chars().count());
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -239,12 +278,13 @@ fn print_table<const N: usize>(out: &mut impl std::io::Write, header: &[&str; N]
         }
     }
     let line = |cells: Vec<&str>| {
+        use std::fmt::Write as _;
         let mut text = String::new();
         for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
             if i + 1 == N {
                 text.push_str(cell);
             } else {
-                text.push_str(&format!("{cell:<width$}  "));
+                let _ = write!(text, "{cell:<width$}  ");
             }
         }
         text.trim_end().to_owned()

@@ -15,7 +15,10 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
         return Err(unknown_task(&args.task, &location).into());
     };
     if task.status == TaskStatus::Completed {
-        eprintln!("durun: task {} already completed; nothing to resume", task.id);
+        eprintln!(
+            "durun: task {} already completed; nothing to resume",
+            task.id
+        );
         return Ok(0);
     }
     session::drive(journal.as_mut(), &task, global)

@@ -41,7 +41,9 @@ pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
                 return Err(err);
             }
         }
-        journal.task(&task.id)?.context("the task vanished right after it was created")?
+        journal
+            .task(&task.id)?
+            .context("the task vanished right after it was created")?
     };
     eprintln!("{}", task.id);
     if task.argv != args.command {
@@ -50,7 +52,10 @@ pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
             task.id,
             shell_words(&task.argv)
         ))
-        .hint(format!("use a new --task id, or `durun resume {}` to run it as recorded", task.id))
+        .hint(format!(
+            "use a new --task id, or `durun resume {}` to run it as recorded",
+            task.id
+        ))
         .into());
     }
     if task.status == TaskStatus::Completed {
@@ -75,13 +80,17 @@ fn sync_mode(from_config: Option<SyncMode>) -> Result<SyncMode> {
 fn check_task_id(id: &str) -> Result<()> {
     let fine = !id.is_empty()
         && id.len() <= 128
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
     if fine {
         Ok(())
     } else {
-        Err(Failure::new(exit_code::USAGE, format!("invalid task id {id:?}"))
-            .hint("a task id is 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`")
-            .into())
+        Err(
+            Failure::new(exit_code::USAGE, format!("invalid task id {id:?}"))
+                .hint("a task id is 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`")
+                .into(),
+        )
     }
 }
 
@@ -98,7 +107,9 @@ fn new_task_id() -> String {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.subsec_nanos());
-        random = (nanos ^ std::process::id()).to_le_bytes()[..3].try_into().expect("3 bytes");
+        random = (nanos ^ std::process::id()).to_le_bytes()[..3]
+            .try_into()
+            .expect("3 bytes");
     }
     format!(
         "{}-{}-{:02x}{:02x}{:02x}",
@@ -114,7 +125,11 @@ fn new_task_id() -> String {
 pub fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|word| {
-            if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c)) {
+            if !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
+            {
                 word.clone()
             } else {
                 format!("'{}'", word.replace('\'', r"'\''"))
@@ -136,6 +151,9 @@ mod tests {
         assert!(check_task_id("ci-1234:build.2").is_ok());
         assert!(check_task_id("a b").is_err());
         assert!(check_task_id("").is_err());
-        assert_eq!(shell_words(&["python3".into(), "my agent.py".into(), "it's".into()]), r"python3 'my agent.py' 'it'\''s'");
+        assert_eq!(
+            shell_words(&["python3".into(), "my agent.py".into(), "it's".into()]),
+            r"python3 'my agent.py' 'it'\''s'"
+        );
     }
 }

@@ -18,13 +18,17 @@ use crate::supervisor::{self, RunSpec};
 /// Runs `task` once more, from wherever its journal stands.
 pub fn drive(journal: &mut dyn Journal, task: &TaskRecord, global: &GlobalArgs) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
-        return Err(Failure::config(format!("task {} was cancelled; it cannot run again", task.id))
-            .hint("start the agent as a new task")
-            .into());
+        return Err(Failure::config(format!(
+            "task {} was cancelled; it cannot run again",
+            task.id
+        ))
+        .hint("start the agent as a new task")
+        .into());
     }
     // The tools a task replays against are the tools it started with.
     let config = match &task.config {
-        Some(text) => Config::parse(text).with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
+        Some(text) => Config::parse(text)
+            .with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
         None => Config::default(),
     };
     journal.set_sync(task.sync)?;

@@ -80,12 +80,16 @@ impl Cancel {
         self.cancelled.load(Ordering::SeqCst)
     }
 
-    fn running(&self, pgid: u32) {
+    fn started(&self, pgid: u32) {
         self.pgid.store(pgid, Ordering::SeqCst);
         // A cancel that came while the process was starting still counts.
         if self.is_cancelled() {
             os::signal_group(pgid, libc::SIGKILL);
         }
+    }
+
+    fn ended(&self) {
+        self.pgid.store(0, Ordering::SeqCst);
     }
 }
 
@@ -101,7 +105,10 @@ pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
             run_once(invocation, attempt, cancel)
         };
         let retries_left = invocation.attempt + invocation.tool.retries > attempt;
-        if !matches!(outcome, Outcome::Failed { .. }) || !retries_left || !sleep_unless_cancelled(delay, cancel) {
+        if !matches!(outcome, Outcome::Failed { .. })
+            || !retries_left
+            || !sleep_unless_cancelled(delay, cancel)
+        {
             return Finished {
                 outcome,
                 last_attempt: attempt,
@@ -126,9 +133,13 @@ fn sleep_unless_cancelled(delay: Duration, cancel: &Cancel) -> bool {
     !cancel.is_cancelled()
 }
 
-/// Token usage in the OpenAI or Anthropic shape: input plus output tokens.
+/// Token usage in the `OpenAI` or Anthropic shape: input plus output tokens.
 pub fn tokens_of(usage: &Value) -> u64 {
-    let count = |names: &[&str]| names.iter().find_map(|name| usage.get(*name).and_then(Value::as_u64));
+    let count = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|name| usage.get(*name).and_then(Value::as_u64))
+    };
     let input = count(&["input_tokens", "prompt_tokens"]);
     let output = count(&["output_tokens", "completion_tokens"]);
     match (input, output) {
@@ -144,8 +155,14 @@ mod tests {
 
     #[test]
     fn counts_tokens_in_both_shapes() {
-        assert_eq!(tokens_of(&json!({"input_tokens": 812, "output_tokens": 240})), 1052);
-        assert_eq!(tokens_of(&json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})), 15);
+        assert_eq!(
+            tokens_of(&json!({"input_tokens": 812, "output_tokens": 240})),
+            1052
+        );
+        assert_eq!(
+            tokens_of(&json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})),
+            15
+        );
         assert_eq!(tokens_of(&json!({"total_tokens": 7})), 7);
         assert_eq!(tokens_of(&json!({"other": 1})), 0);
     }

@@ -60,7 +60,7 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
         }
     };
     let pgid = handle.pids().first().copied().unwrap_or(0);
-    cancel.running(pgid);
+    cancel.started(pgid);
     let mut timed_out = false;
     let result = match tool.timeout {
         None => handle.wait().cloned(),
@@ -77,24 +77,32 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
                     os::signal_group(pgid, libc::SIGTERM);
                     rx.recv_timeout(KILL_GRACE).unwrap_or_else(|_| {
                         os::signal_group(pgid, libc::SIGKILL);
-                        rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("tool waiter vanished")))
+                        rx.recv()
+                            .unwrap_or_else(|_| Err(std::io::Error::other("tool waiter vanished")))
                     })
                 }
             }
         }
     };
-    cancel.running(0);
+    cancel.ended();
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
     let output = match result {
         Ok(output) => output,
-        Err(err) => return failed(ErrorCode::ToolFailed, format!("failed to wait for the tool: {err}"), None),
+        Err(err) => {
+            return failed(
+                ErrorCode::ToolFailed,
+                format!("failed to wait for the tool: {err}"),
+                None,
+            )
+        }
     };
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = tail(&output.stderr);
     if timed_out {
-        let limit = humantime::format_duration(tool.timeout.expect("timed out only with a timeout"));
+        let limit =
+            humantime::format_duration(tool.timeout.expect("timed out only with a timeout"));
         return failed(
             ErrorCode::Timeout,
             format!("`{}` timed out after {limit}", tool.name),
@@ -126,12 +134,18 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
         },
         OutputMode::Json => match serde_json::from_str::<Value>(&stdout) {
             Ok(value) => Outcome::Done {
-                usage: value.get("usage").filter(|usage| usage.is_object()).cloned(),
+                usage: value
+                    .get("usage")
+                    .filter(|usage| usage.is_object())
+                    .cloned(),
                 output: value,
             },
             Err(err) => failed(
                 ErrorCode::ToolFailed,
-                format!("`{}` printed invalid JSON ({err}) but its output is \"json\"", tool.name),
+                format!(
+                    "`{}` printed invalid JSON ({err}) but its output is \"json\"",
+                    tool.name
+                ),
                 Some(json!({"stdout": stdout, "stderr": stderr})),
             ),
         },
@@ -139,7 +153,11 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
 }
 
 fn failed(code: ErrorCode, message: String, output: Option<Value>) -> Outcome {
-    Outcome::Failed { code, message, output }
+    Outcome::Failed {
+        code,
+        message,
+        output,
+    }
 }
 
 /// The last `STDERR_TAIL` bytes of `bytes`, as text.

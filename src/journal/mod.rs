@@ -1,7 +1,7 @@
 //! The write-ahead journal: tasks, runs and steps (SPEC 4).
 //!
 //! The runner talks to storage only through [`Journal`], so a backend is
-//! plain records in and out. SQLite ([`sqlite::SqliteJournal`]) is the
+//! plain records in and out. `SQLite` ([`sqlite::SqliteJournal`]) is the
 //! embedded default.
 //!
 //! Invariant for every backend: when a method that writes returns `Ok`, the
@@ -43,7 +43,14 @@ pub trait Journal {
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<()>;
     /// Writes one step, new (`fresh`) or updated, and the run's counters, in
     /// one durable transaction.
-    fn put_step(&mut self, task: &str, step: &StepRecord, fresh: bool, run: u32, stats: &RunStats) -> Result<()>;
+    fn put_step(
+        &mut self,
+        task: &str,
+        step: &StepRecord,
+        fresh: bool,
+        run: u32,
+        stats: &RunStats,
+    ) -> Result<()>;
     /// Stores the task's final output.
     fn set_output(&mut self, task: &str, output: &Value) -> Result<()>;
     /// Closes the run, releases the lease, and records the task's status.
@@ -85,8 +92,10 @@ impl Location {
                     .map(|home| PathBuf::from(home).join(".local/state"))
             })
             .ok_or_else(|| {
-                Failure::config("cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set")
-                    .hint("pass --journal PATH or set DURUN_JOURNAL")
+                Failure::config(
+                    "cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set",
+                )
+                .hint("pass --journal PATH or set DURUN_JOURNAL")
             })?;
         Ok(Self::Sqlite(state.join("durun").join("journal.db")))
     }

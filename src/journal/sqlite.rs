@@ -1,4 +1,4 @@
-//! The embedded journal: one SQLite file in WAL mode.
+//! The embedded journal: one `SQLite` file in WAL mode.
 //!
 //! `synchronous=FULL` by default: a commit is fsync'd before durun acts on
 //! it, so a step that took effect is never forgotten, even on power loss.
@@ -15,8 +15,8 @@ use rusqlite::{params, Connection, OpenFlags, Row, TransactionBehavior};
 use serde_json::Value;
 
 use super::{
-    Access, Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind, StepRecord,
-    StepStatus, TaskRecord, TaskStatus,
+    Access, Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind,
+    StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -135,7 +135,9 @@ impl SqliteJournal {
     fn prepare(&mut self, access: Access) -> Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
-        let version: i64 = self.conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             let message = format!(
@@ -143,11 +145,15 @@ impl SqliteJournal {
                 self.path.display()
             );
             if access == Access::Write {
-                return Err(Failure::journal(message).hint("upgrade durun to use this journal").into());
+                return Err(Failure::journal(message)
+                    .hint("upgrade durun to use this journal")
+                    .into());
             }
         }
         if access == Access::Write {
-            let mode: String = self.conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+            let mode: String =
+                self.conn
+                    .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
             if !mode.eq_ignore_ascii_case("wal") && self.path != Path::new(":memory:") {
                 anyhow::bail!("SQLite refused WAL mode (journal_mode is {mode})");
             }
@@ -161,12 +167,15 @@ impl SqliteJournal {
         if version >= MIGRATIONS.len() as i64 {
             return Ok(());
         }
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)?;
         // Another process may have migrated between our check and the lock.
         let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
         for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.execute_batch(sql)
-                .with_context(|| format!("failed to migrate the journal to format {}", index + 1))?;
+            tx.execute_batch(sql).with_context(|| {
+                format!("failed to migrate the journal to format {}", index + 1)
+            })?;
         }
         tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
         tx.commit()?;
@@ -223,7 +232,10 @@ fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
     let status: String = row.get(1)?;
     let argv: String = row.get(2)?;
     let sync: String = row.get(6)?;
-    let lease = match (row.get::<_, Option<String>>(10)?, row.get::<_, Option<u32>>(11)?) {
+    let lease = match (
+        row.get::<_, Option<String>>(10)?,
+        row.get::<_, Option<u32>>(11)?,
+    ) {
         (Some(host), Some(pid)) => Some(Lease {
             host,
             pid,
@@ -258,7 +270,10 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
     let effect: String = row.get(3)?;
     let status: String = row.get(7)?;
     let args: String = row.get(4)?;
-    let error = match (row.get::<_, Option<String>>(10)?, row.get::<_, Option<String>>(11)?) {
+    let error = match (
+        row.get::<_, Option<String>>(10)?,
+        row.get::<_, Option<String>>(11)?,
+    ) {
         (code, Some(message)) => Some(StepError {
             code: code.unwrap_or_else(|| "tool_failed".to_owned()),
             message,
@@ -288,7 +303,8 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
 
 impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
-        self.conn.pragma_update(None, "synchronous", sync.as_str().to_ascii_uppercase())?;
+        self.conn
+            .pragma_update(None, "synchronous", sync.as_str().to_ascii_uppercase())?;
         Ok(())
     }
 
@@ -312,9 +328,9 @@ impl Journal for SqliteJournal {
     }
 
     fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
-        let mut statement = self
-            .conn
-            .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = ?1"))?;
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = ?1"
+        ))?;
         let mut rows = statement.query([id])?;
         rows.next()?.map(task_from_row).transpose()
     }
@@ -374,7 +390,9 @@ impl Journal for SqliteJournal {
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (runs, current): (u32, Option<Lease>) = tx.query_row(
             "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
             [task],
@@ -415,13 +433,24 @@ impl Journal for SqliteJournal {
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<()> {
         self.conn
-            .prepare_cached("UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2")?
+            .prepare_cached(
+                "UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2",
+            )?
             .execute(params![task, run, super::now_ms()])?;
         Ok(())
     }
 
-    fn put_step(&mut self, task: &str, step: &StepRecord, fresh: bool, run: u32, stats: &RunStats) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    fn put_step(
+        &mut self,
+        task: &str,
+        step: &StepRecord,
+        fresh: bool,
+        run: u32,
+        stats: &RunStats,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let output = step.output.as_ref().map(json_text);
         let usage = step.usage.as_ref().map(json_text);
         let (error_code, error) = match &step.error {
@@ -477,7 +506,11 @@ impl Journal for SqliteJournal {
                     step.started_at,
                     step.finished_at,
                 ])?;
-            anyhow::ensure!(changed == 1, "step {} of task {task} is missing from the journal", step.step);
+            anyhow::ensure!(
+                changed == 1,
+                "step {} of task {task} is missing from the journal",
+                step.step
+            );
         }
         write_stats(&tx, task, run, stats)?;
         tx.commit()?;
@@ -492,7 +525,9 @@ impl Journal for SqliteJournal {
     }
 
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
             "UPDATE runs SET finished_at = ?3, exit_code = ?4 WHERE task_id = ?1 AND run = ?2",
             params![task, run, end.finished_at, end.exit_code],
@@ -510,7 +545,12 @@ impl Journal for SqliteJournal {
     }
 }
 
-fn write_stats(tx: &rusqlite::Transaction<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
+fn write_stats(
+    tx: &rusqlite::Transaction<'_>,
+    task: &str,
+    run: u32,
+    stats: &RunStats,
+) -> Result<()> {
     tx.prepare_cached(
         "UPDATE runs SET replayed_steps = ?3, executed_steps = ?4, tokens_spent = ?5, tokens_saved = ?6
          WHERE task_id = ?1 AND run = ?2",
@@ -575,13 +615,24 @@ mod tests {
         };
         assert_eq!(run, 1);
         let mut record = step(1, StepStatus::Pending);
-        let stats = RunStats { executed_steps: 0, ..RunStats::default() };
-        journal.put_step("t1", &record, true, run, &stats).expect("pending");
+        let stats = RunStats {
+            executed_steps: 0,
+            ..RunStats::default()
+        };
+        journal
+            .put_step("t1", &record, true, run, &stats)
+            .expect("pending");
         record.status = StepStatus::Committed;
         record.output = Some(json!({"url": "x"}));
         record.tokens = 42;
-        let stats = RunStats { executed_steps: 1, tokens_spent: 42, ..RunStats::default() };
-        journal.put_step("t1", &record, false, run, &stats).expect("commit");
+        let stats = RunStats {
+            executed_steps: 1,
+            tokens_spent: 42,
+            ..RunStats::default()
+        };
+        journal
+            .put_step("t1", &record, false, run, &stats)
+            .expect("commit");
         let steps = journal.steps("t1").expect("steps");
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0].status, StepStatus::Committed);
@@ -596,14 +647,38 @@ mod tests {
         let mut journal = SqliteJournal::in_memory();
         journal.create_task(&task("t1")).expect("create");
         let me = Holder::current();
-        assert!(matches!(journal.start_run("t1", &me, "a").expect("first"), RunStart::Started { run: 1 }));
-        let other = Holder { pid: me.pid, pid_start: me.pid_start, host: me.host.clone() };
-        assert!(matches!(journal.start_run("t1", &other, "b").expect("second"), RunStart::Locked(_)));
-        let end = RunEnd { status: TaskStatus::Failed, exit_code: Some(1), finished_at: "c".into() };
-        journal.finish_run("t1", 1, &end, &RunStats::default()).expect("finish");
-        assert!(matches!(journal.start_run("t1", &other, "d").expect("third"), RunStart::Started { run: 2 }));
+        assert!(matches!(
+            journal.start_run("t1", &me, "a").expect("first"),
+            RunStart::Started { run: 1 }
+        ));
+        let other = Holder {
+            pid: me.pid,
+            pid_start: me.pid_start,
+            host: me.host.clone(),
+        };
+        assert!(matches!(
+            journal.start_run("t1", &other, "b").expect("second"),
+            RunStart::Locked(_)
+        ));
+        let end = RunEnd {
+            status: TaskStatus::Failed,
+            exit_code: Some(1),
+            finished_at: "c".into(),
+        };
+        journal
+            .finish_run("t1", 1, &end, &RunStats::default())
+            .expect("finish");
+        assert!(matches!(
+            journal.start_run("t1", &other, "d").expect("third"),
+            RunStart::Started { run: 2 }
+        ));
         let runs = journal.runs("t1").expect("runs");
-        assert_eq!(runs.iter().map(|r| (r.run, r.exit_code)).collect::<Vec<_>>(), [(1, Some(1)), (2, None)]);
+        assert_eq!(
+            runs.iter()
+                .map(|r| (r.run, r.exit_code))
+                .collect::<Vec<_>>(),
+            [(1, Some(1)), (2, None)]
+        );
     }
 
     #[test]
@@ -614,7 +689,9 @@ mod tests {
         let conn = Connection::open(&path).expect("open");
         conn.pragma_update(None, "user_version", 99).expect("bump");
         drop(conn);
-        let err = SqliteJournal::open(&path, Access::Write).err().expect("refused");
+        let err = SqliteJournal::open(&path, Access::Write)
+            .err()
+            .expect("refused");
         assert_eq!(crate::error::exit_code_of(&err), crate::exit_code::JOURNAL);
         assert!(format!("{err:#}").contains("newer durun"), "{err:#}");
         assert!(SqliteJournal::open(&path, Access::Read).is_ok());

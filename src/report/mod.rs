@@ -104,23 +104,26 @@ pub fn short_duration(elapsed: Duration) -> String {
 
 /// The closing line of a run.
 pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Duration) -> String {
-    let mut line = format!(
-        "{}: {} replayed, {} executed",
-        match status {
-            TaskStatus::Completed => "completed".to_owned(),
-            other => format!("{} (exit {exit_code})", other.as_str()),
-        },
+    use std::fmt::Write as _;
+    let mut line = match status {
+        TaskStatus::Completed => "completed".to_owned(),
+        other => format!("{} (exit {exit_code})", other.as_str()),
+    };
+    let _ = write!(
+        line,
+        ": {} replayed, {} executed",
         plural(stats.replayed_steps, "step"),
-        stats.executed_steps,
+        stats.executed_steps
     );
     if stats.tokens_saved > 0 || stats.tokens_spent > 0 {
-        line.push_str(&format!(
+        let _ = write!(
+            line,
             ", {} tokens saved, {} spent",
             thousands(stats.tokens_saved),
             thousands(stats.tokens_spent)
-        ));
+        );
     }
-    line.push_str(&format!(", {}", short_duration(elapsed)));
+    let _ = write!(line, ", {}", short_duration(elapsed));
     line
 }
 
@@ -143,9 +146,19 @@ mod tests {
         assert_eq!(short_duration(Duration::from_millis(850)), "850ms");
         assert_eq!(short_duration(Duration::from_millis(2400)), "2.4s");
         assert_eq!(short_duration(Duration::from_secs(192)), "3m12s");
-        let stats = RunStats { replayed_steps: 3, executed_steps: 5, tokens_saved: 2436, tokens_spent: 900 };
+        let stats = RunStats {
+            replayed_steps: 3,
+            executed_steps: 5,
+            tokens_saved: 2436,
+            tokens_spent: 900,
+        };
         assert_eq!(
-            summary(TaskStatus::Completed, 0, &stats, Duration::from_millis(1200)),
+            summary(
+                TaskStatus::Completed,
+                0,
+                &stats,
+                Duration::from_millis(1200)
+            ),
             "completed: 3 steps replayed, 5 executed, 2,436 tokens saved, 900 spent, 1.2s"
         );
     }

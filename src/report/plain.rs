@@ -18,7 +18,10 @@ impl Plain {
             let _ = if first == last {
                 writeln!(out, "[durun] step {first} replayed from the journal")
             } else {
-                writeln!(out, "[durun] steps {first}-{last} replayed from the journal")
+                writeln!(
+                    out,
+                    "[durun] steps {first}-{last} replayed from the journal"
+                )
             };
         }
     }
@@ -39,27 +42,55 @@ impl Reporter for Plain {
         }
         self.flush_replayed(&mut out);
         let _ = match event {
-            Event::RunStarted { task, run, recorded_steps } => {
+            Event::RunStarted {
+                task,
+                run,
+                recorded_steps,
+            } => {
                 if *run == 1 {
                     writeln!(out, "[durun] task {task}: run 1")
                 } else {
-                    writeln!(out, "[durun] task {task}: run {run}, {recorded_steps} steps in the journal")
+                    writeln!(
+                        out,
+                        "[durun] task {task}: run {run}, {recorded_steps} steps in the journal"
+                    )
                 }
             }
             Event::StepStarted { .. } | Event::StepReplayed { .. } => Ok(()),
-            Event::StepFinished { step, name, status, elapsed, tokens, error } => {
-                let mut line = format!("[durun] step {step} {name}: {} in {}", status.as_str(), short_duration(*elapsed));
+            Event::StepFinished {
+                step,
+                name,
+                status,
+                elapsed,
+                tokens,
+                error,
+            } => {
+                let mut line = format!(
+                    "[durun] step {step} {name}: {} in {}",
+                    status.as_str(),
+                    short_duration(*elapsed)
+                );
                 if *tokens > 0 {
-                    line.push_str(&format!(", {} tokens", thousands(*tokens)));
+                    line = format!("{line}, {} tokens", thousands(*tokens));
                 }
                 if let (StepStatus::Failed, Some(error)) = (status, error) {
-                    line.push_str(&format!(": {}", error.lines().next().unwrap_or_default()));
+                    line = format!("{line}: {}", error.lines().next().unwrap_or_default());
                 }
                 writeln!(out, "{line}")
             }
             Event::Warning(message) => writeln!(out, "durun: warning: {message}"),
-            Event::RunFinished { task, status, exit_code, stats, elapsed } => {
-                writeln!(out, "[durun] task {task} {}", summary(*status, *exit_code, stats, *elapsed))
+            Event::RunFinished {
+                task,
+                status,
+                exit_code,
+                stats,
+                elapsed,
+            } => {
+                writeln!(
+                    out,
+                    "[durun] task {task} {}",
+                    summary(*status, *exit_code, stats, *elapsed)
+                )
             }
         };
     }

@@ -25,7 +25,8 @@ impl Progress {
     }
 
     fn message(&self, current: &str) {
-        self.bar.set_message(format!("{current} · {} replayed", self.replayed));
+        self.bar
+            .set_message(format!("{current} · {} replayed", self.replayed));
     }
 }
 
@@ -38,16 +39,32 @@ impl Default for Progress {
 impl Reporter for Progress {
     fn report(&mut self, event: &Event<'_>) {
         match event {
-            Event::RunStarted { task, run, .. } => self.message(&format!("task {task} run {run}: starting")),
+            Event::RunStarted { task, run, .. } => {
+                self.message(&format!("task {task} run {run}: starting"));
+            }
             Event::StepReplayed { step, name } => {
                 self.replayed += 1;
                 self.message(&format!("step {step} {name} (replayed)"));
             }
-            Event::StepStarted { step, name, attempt } => {
-                let retry = if *attempt > 1 { format!(" attempt {attempt}") } else { String::new() };
+            Event::StepStarted {
+                step,
+                name,
+                attempt,
+            } => {
+                let retry = if *attempt > 1 {
+                    format!(" attempt {attempt}")
+                } else {
+                    String::new()
+                };
                 self.message(&format!("step {step} {name}{retry}"));
             }
-            Event::StepFinished { step, name, status: StepStatus::Failed, error, .. } => {
+            Event::StepFinished {
+                step,
+                name,
+                status: StepStatus::Failed,
+                error,
+                ..
+            } => {
                 self.bar.println(format!(
                     "[durun] step {step} {name} failed: {}",
                     error.unwrap_or_default().lines().next().unwrap_or_default()
@@ -55,9 +72,18 @@ impl Reporter for Progress {
             }
             Event::StepFinished { .. } => {}
             Event::Warning(message) => self.bar.println(format!("durun: warning: {message}")),
-            Event::RunFinished { task, status, exit_code, stats, elapsed } => {
+            Event::RunFinished {
+                task,
+                status,
+                exit_code,
+                stats,
+                elapsed,
+            } => {
                 self.bar.finish_and_clear();
-                eprintln!("[durun] task {task} {}", summary(*status, *exit_code, stats, *elapsed));
+                eprintln!(
+                    "[durun] task {task} {}",
+                    summary(*status, *exit_code, stats, *elapsed)
+                );
             }
         }
     }

@@ -31,7 +31,9 @@ use crate::config::Tool;
 use crate::error::Failure;
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::exit_code;
-use crate::journal::{self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus};
+use crate::journal::{
+    self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus,
+};
 use crate::lease::HEARTBEAT_EVERY;
 use crate::os;
 use crate::protocol::{self, Effect, ErrorCode, Line, Request, Response};
@@ -98,7 +100,11 @@ enum Stop {
 }
 
 /// Runs the agent of `spec` to its end, serving its requests.
-pub fn supervise(spec: &RunSpec<'_>, journal: &mut dyn Journal, reporter: &mut dyn Reporter) -> anyhow::Result<Outcome> {
+pub fn supervise(
+    spec: &RunSpec<'_>,
+    journal: &mut dyn Journal,
+    reporter: &mut dyn Reporter,
+) -> anyhow::Result<Outcome> {
     let recorded = journal.steps(spec.task_id)?;
     let last_recorded = recorded.last().map_or(0, |step| step.step);
     let mut steps: Vec<Option<StepRecord>> = Vec::new();
@@ -140,7 +146,10 @@ pub fn supervise(spec: &RunSpec<'_>, journal: &mut dyn Journal, reporter: &mut d
                 exit_code::CANNOT_START,
                 format!("cannot start `{}`: {err}", spec.argv[0]),
             )
-            .hint(format!("check the command and that it exists in {}", spec.cwd.display()));
+            .hint(format!(
+                "check the command and that it exists in {}",
+                spec.cwd.display()
+            ));
             return Ok(Outcome {
                 status: TaskStatus::Failed,
                 exit_code: exit_code::CANNOT_START,
@@ -231,7 +240,10 @@ fn spawn_reader_thread(stdout: std::process::ChildStdout, tx: mpsc::Sender<Event
                         let mut out = std::io::stdout().lock();
                         // durun's own stdout may be closed; the agent's
                         // prints are then lost, as they would be without durun.
-                        let _ = out.write_all(&bytes).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush());
+                        let _ = out
+                            .write_all(&bytes)
+                            .and_then(|()| out.write_all(b"\n"))
+                            .and_then(|()| out.flush());
                         continue;
                     }
                     line => Event::Line(line),
@@ -323,7 +335,10 @@ impl Supervisor<'_> {
             Event::Oversized(id) => self.respond(&Response::error(
                 id,
                 ErrorCode::BadRequest,
-                format!("line longer than the {} MiB limit", protocol::MAX_LINE >> 20),
+                format!(
+                    "line longer than the {} MiB limit",
+                    protocol::MAX_LINE >> 20
+                ),
             )),
             Event::StdoutClosed => self.stdout_closed = true,
             Event::Exited(status) => {
@@ -352,13 +367,30 @@ impl Supervisor<'_> {
         }
         match request {
             Request::Call { id, tool, args } => self.on_call(id, &tool, args),
-            Request::Begin { id, name, args, effect } => self.on_begin(id, &name, args, effect.unwrap_or(Effect::Read)),
-            Request::Commit { id, step, output, usage } => self.on_close(id, step, Ok((output, usage))),
-            Request::Fail { id, step, error, output } => self.on_close(id, step, Err((error, output))),
-            Request::Result { id, output } => match self.journal.set_output(self.spec.task_id, &output) {
-                Ok(()) => self.respond(&Response::ok(id)),
-                Err(err) => self.journal_failed(&id, err),
-            },
+            Request::Begin {
+                id,
+                name,
+                args,
+                effect,
+            } => self.on_begin(id, &name, args, effect.unwrap_or(Effect::Read)),
+            Request::Commit {
+                id,
+                step,
+                output,
+                usage,
+            } => self.on_close(id, step, Ok((output, usage))),
+            Request::Fail {
+                id,
+                step,
+                error,
+                output,
+            } => self.on_close(id, step, Err((error, output))),
+            Request::Result { id, output } => {
+                match self.journal.set_output(self.spec.task_id, &output) {
+                    Ok(()) => self.respond(&Response::ok(id)),
+                    Err(err) => self.journal_failed(&id, err),
+                }
+            }
         }
     }
 
@@ -368,19 +400,26 @@ impl Supervisor<'_> {
             let message = if known.is_empty() {
                 format!("no tool `{name}`: the task's durun.toml declares no tools")
             } else {
-                format!("no tool `{name}` in the task's durun.toml (it has: {})", known.join(", "))
+                format!(
+                    "no tool `{name}` in the task's durun.toml (it has: {})",
+                    known.join(", ")
+                )
             };
             self.respond(&Response::error(id, ErrorCode::UnknownTool, message));
             return;
         };
         let canonical = match step_key::canonical_json(&args) {
             Ok(canonical) => canonical,
-            Err(err) => return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string())),
+            Err(err) => {
+                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
+            }
         };
         if let Err(message) = tool.argv(&args) {
             return self.respond(&Response::error(id, ErrorCode::BadRequest, message));
         }
-        let Some((record, fresh, _)) = self.open_step(&id, name, StepKind::Call, tool.effect, args, &canonical) else {
+        let Some((record, fresh, _)) =
+            self.open_step(&id, name, StepKind::Call, tool.effect, args, &canonical)
+        else {
             return;
         };
         let step = record.step;
@@ -405,8 +444,12 @@ impl Supervisor<'_> {
             });
         if let Err(err) = spawned {
             self.respond(
-                &Response::error(id, ErrorCode::ToolFailed, format!("cannot start a thread for the tool: {err}"))
-                    .step(step),
+                &Response::error(
+                    id,
+                    ErrorCode::ToolFailed,
+                    format!("cannot start a thread for the tool: {err}"),
+                )
+                .step(step),
             );
             return;
         }
@@ -425,9 +468,13 @@ impl Supervisor<'_> {
     fn on_begin(&mut self, id: Value, name: &str, args: Value, effect: Effect) {
         let canonical = match step_key::canonical_json(&args) {
             Ok(canonical) => canonical,
-            Err(err) => return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string())),
+            Err(err) => {
+                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
+            }
         };
-        let Some((record, fresh, in_doubt)) = self.open_step(&id, name, StepKind::Begin, effect, args, &canonical) else {
+        let Some((record, fresh, in_doubt)) =
+            self.open_step(&id, name, StepKind::Begin, effect, args, &canonical)
+        else {
             return;
         };
         let mut response = Response::ok(id).step(record.step);
@@ -524,7 +571,13 @@ impl Supervisor<'_> {
         record.effect = effect;
         if effect == Effect::Mutate {
             // Write-ahead: the intent is durable before the effect can start.
-            if let Err(err) = self.journal.put_step(self.spec.task_id, &record, fresh, self.spec.run, &self.stats) {
+            if let Err(err) = self.journal.put_step(
+                self.spec.task_id,
+                &record,
+                fresh,
+                self.spec.run,
+                &self.stats,
+            ) {
                 self.journal_failed(id, err);
                 return None;
             }
@@ -559,7 +612,9 @@ impl Supervisor<'_> {
             (StepStatus::Failed, error) => Response::error(
                 id,
                 ErrorCode::ToolFailed,
-                error.as_ref().map_or("failed", |error| error.message.as_str()),
+                error
+                    .as_ref()
+                    .map_or("failed", |error| error.message.as_str()),
             ),
             _ => Response::ok(id),
         };
@@ -572,7 +627,8 @@ impl Supervisor<'_> {
 
     fn diverge(&mut self, id: &Value, recorded: &StepRecord, name: &str, args: &Value) {
         let step = recorded.step;
-        let show = |value: &Value| step_key::canonical_json(value).unwrap_or_else(|_| value.to_string());
+        let show =
+            |value: &Value| step_key::canonical_json(value).unwrap_or_else(|_| value.to_string());
         self.respond(
             &Response::error(
                 id.clone(),
@@ -614,8 +670,11 @@ impl Supervisor<'_> {
             ErrorCode::Journal,
             format!("durun could not write the journal ({err:#}); the task stops"),
         ));
-        let failure = Failure::journal(format!("failed to write the journal of task {}", self.spec.task_id))
-            .hint("check the disk and the journal file, then resume the task");
+        let failure = Failure::journal(format!(
+            "failed to write the journal of task {}",
+            self.spec.task_id
+        ))
+        .hint("check the disk and the journal file, then resume the task");
         self.stop(Stop::Failure(err.context(failure)));
     }
 
@@ -680,7 +739,11 @@ impl Supervisor<'_> {
                 record.usage = usage;
                 record.output = Some(output);
             }
-            executor::Outcome::Failed { code, message, output } => {
+            executor::Outcome::Failed {
+                code,
+                message,
+                output,
+            } => {
                 record.status = StepStatus::Failed;
                 record.error = Some(StepError {
                     code: code.as_str().to_owned(),
@@ -692,7 +755,12 @@ impl Supervisor<'_> {
         self.finish_step(call.id, record, call.fresh, call.started);
     }
 
-    fn on_close(&mut self, id: Value, step: u64, result: Result<(Value, Option<Value>), (String, Option<Value>)>) {
+    fn on_close(
+        &mut self,
+        id: Value,
+        step: u64,
+        result: Result<(Value, Option<Value>), (String, Option<Value>)>,
+    ) {
         let Some(open) = self.open.remove(&step) else {
             let message = if self.calls.contains_key(&step) {
                 format!("step {step} is a `call`: durun closes it when the tool ends")
@@ -727,7 +795,10 @@ impl Supervisor<'_> {
         let mut stats = self.stats;
         stats.executed_steps += 1;
         stats.tokens_spent += record.tokens;
-        if let Err(err) = self.journal.put_step(self.spec.task_id, &record, fresh, self.spec.run, &stats) {
+        if let Err(err) =
+            self.journal
+                .put_step(self.spec.task_id, &record, fresh, self.spec.run, &stats)
+        {
             return self.journal_failed(&id, err);
         }
         self.stats = stats;
@@ -745,7 +816,7 @@ impl Supervisor<'_> {
             (StepKind::Call, StepStatus::Committed) => {
                 let mut response = Response::ok(id).step(step);
                 response.replayed = Some(false);
-                response.output = record.output.clone();
+                response.output.clone_from(&record.output);
                 response.idempotency_key = Some(record.idempotency_key.clone());
                 response
             }

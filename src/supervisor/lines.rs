@@ -25,7 +25,10 @@ pub struct LineReader<R> {
 
 impl<R: BufRead> LineReader<R> {
     pub fn new(inner: R) -> Self {
-        Self { inner, limit: MAX_LINE }
+        Self {
+            inner,
+            limit: MAX_LINE,
+        }
     }
 
     #[cfg(test)]
@@ -46,7 +49,9 @@ impl<R: BufRead> LineReader<R> {
             if buffer.is_empty() {
                 return Ok(match (line.is_empty(), oversized) {
                     (true, false) => None,
-                    (_, true) => Some(Chunk::Oversized { id: sniff_id(&line) }),
+                    (_, true) => Some(Chunk::Oversized {
+                        id: sniff_id(&line),
+                    }),
                     (false, false) => Some(Chunk::Line(line)),
                 });
             }
@@ -67,7 +72,9 @@ impl<R: BufRead> LineReader<R> {
             self.inner.consume(taken);
             if done {
                 return Ok(Some(if oversized {
-                    Chunk::Oversized { id: sniff_id(&line) }
+                    Chunk::Oversized {
+                        id: sniff_id(&line),
+                    }
                 } else {
                     Chunk::Line(line)
                 }));
@@ -91,7 +98,8 @@ fn sniff_id(head: &[u8]) -> Value {
     let Some(rest) = rest.strip_prefix(b":") else {
         return Value::Null;
     };
-    let mut values = serde_json::Deserializer::from_slice(rest.trim_ascii_start()).into_iter::<Value>();
+    let mut values =
+        serde_json::Deserializer::from_slice(rest.trim_ascii_start()).into_iter::<Value>();
     match values.next() {
         Some(Ok(id @ Value::String(_))) => id,
         Some(Ok(Value::Number(n))) if !n.to_string().contains(['.', 'e', 'E']) => Value::Number(n),
@@ -121,9 +129,17 @@ mod tests {
         let input = b"a\n{\"id\": 7, \"op\":\"call\",\"x\":\"0123456789\"}\n{\"id\":\"s\",\"pad\":\"0123456789012345\"}\nlast";
         assert_eq!(
             lines(input, 30),
-            vec![Ok(b"a".to_vec()), Err(json!(7)), Err(json!("s")), Ok(b"last".to_vec())]
+            vec![
+                Ok(b"a".to_vec()),
+                Err(json!(7)),
+                Err(json!("s")),
+                Ok(b"last".to_vec())
+            ]
         );
-        assert_eq!(lines(b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 30), vec![Err(Value::Null)]);
+        assert_eq!(
+            lines(b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 30),
+            vec![Err(Value::Null)]
+        );
         assert_eq!(lines(b"", 30), Vec::<Result<Vec<u8>, Value>>::new());
         assert_eq!(lines(b"\n\n", 30), vec![Ok(vec![]), Ok(vec![])]);
     }

@@ -1,0 +1,98 @@
+"""A scriptable agent for durun's tests, speaking the raw protocol.
+
+usage: scripted.py PLAN.json
+
+The plan is {"steps": [...], "pidfile": optional path}. Each step is either
+{"call": TOOL, "args": {...}} or {"begin": NAME, "args": {...}, "effect": E,
+"do": ACTION}, where ACTION is one of
+  {"llm": true}            POST args to $LLM_URL, commit its text and usage
+  {"api": true}            POST args to $API_URL with the step's key
+  {"value": V}             commit V
+  {"wait_for": PATH}       wait until PATH exists, then commit "waited"
+  {"exit_unless": PATH, "code": N}  exit N at once unless PATH exists
+At the end it sends `result` with every step's output and exits 0. A
+response that is not ok makes it exit 3.
+"""
+import json
+import os
+import sys
+import time
+import urllib.request
+
+_next_id = 0
+
+
+def request(message):
+    global _next_id
+    _next_id += 1
+    message["id"] = _next_id
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit("agent: durun closed the protocol")
+    response = json.loads(line)
+    assert response["id"] == _next_id, (response, _next_id)
+    return response
+
+
+def post(url, body, headers=None):
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req, timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+def perform(action, args, opened):
+    if "llm" in action:
+        answer = post(os.environ["LLM_URL"], args)
+        return answer["text"], answer["usage"]
+    if "api" in action:
+        return post(os.environ["API_URL"], args, {"Idempotency-Key": opened["idempotency_key"]}), None
+    if "value" in action:
+        return action["value"], None
+    if "wait_for" in action:
+        while not os.path.exists(action["wait_for"]):
+            time.sleep(0.02)
+        return "waited", None
+    if "exit_unless" in action:
+        if not os.path.exists(action["exit_unless"]):
+            sys.exit(action.get("code", 1))
+        return "passed", None
+    raise ValueError(action)
+
+
+def main():
+    plan = json.load(open(sys.argv[1]))
+    if plan.get("pidfile"):
+        with open(plan["pidfile"] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(plan["pidfile"] + ".tmp", plan["pidfile"])
+    print("agent: starting")  # not a request: durun passes it through
+    outputs = []
+    for step in plan["steps"]:
+        if "call" in step:
+            response = request({"op": "call", "tool": step["call"], "args": step.get("args", {})})
+            if not response["ok"]:
+                print(f"agent: {response['error']}", file=sys.stderr)
+                sys.exit(3)
+            outputs.append(response["output"])
+            continue
+        opened = request({"op": "begin", "name": step["begin"], "args": step.get("args", {}),
+                          "effect": step.get("effect", "read")})
+        if not opened["ok"]:
+            print(f"agent: {opened['error']}", file=sys.stderr)
+            sys.exit(3)
+        if opened["replayed"]:
+            outputs.append(opened["output"])
+            continue
+        output, usage = perform(step["do"], step.get("args", {}), opened)
+        closed = request({"op": "commit", "step": opened["step"], "output": output, "usage": usage})
+        assert closed["ok"], closed
+        outputs.append(output)
+    request({"op": "result", "output": {"outputs": outputs}})
+
+
+if __name__ == "__main__":
+    main()

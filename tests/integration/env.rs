@@ -1,0 +1,149 @@
+//! A test environment: its own directory and journal, a clean process
+//! environment, and helpers to run durun and read its journal.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub journal: PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = dir.path().join("state/journal.db");
+        Self {
+            dir,
+            journal,
+            vars: Vec::new(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, contents).expect("write test file");
+        path
+    }
+
+    /// Sets a variable for every durun this environment starts.
+    pub fn set(&mut self, name: &str, value: impl Into<String>) {
+        self.vars.push((name.to_owned(), value.into()));
+    }
+
+    /// durun with a clean environment, started in the test directory.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin("durun"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("DURUN_JOURNAL", &self.journal)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null());
+        for (name, value) in &self.vars {
+            command.env(name, value);
+        }
+        command
+    }
+
+    pub fn durun(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("run durun")
+    }
+
+    /// Starts durun in the background; its stdout and stderr go to files.
+    pub fn spawn(&self, args: &[&str], log: &str) -> Child {
+        let stdout = std::fs::File::create(self.path(&format!("{log}.out"))).expect("log file");
+        let stderr = std::fs::File::create(self.path(&format!("{log}.err"))).expect("log file");
+        self.command()
+            .args(args)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn durun")
+    }
+
+    pub fn log(&self, log: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{log}.err"))).unwrap_or_default()
+    }
+
+    pub fn inspect(&self, task: &str) -> Value {
+        let output = self.durun(&["inspect", task, "--json"]);
+        assert!(
+            output.status.success(),
+            "inspect failed: {}",
+            text(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("inspect prints JSON")
+    }
+
+    /// Writes a plan for `scripted.py` and returns the agent's argv.
+    pub fn scripted_agent(&self, name: &str, plan: &Value) -> Vec<String> {
+        let path = self.write(name, &plan.to_string());
+        vec![
+            "python3".to_owned(),
+            agents_dir()
+                .join("scripted.py")
+                .to_string_lossy()
+                .into_owned(),
+            path.to_string_lossy().into_owned(),
+        ]
+    }
+}
+
+pub fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Polls `ready` until it holds; panics with `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reads a pid that a process wrote to `path`.
+pub fn read_pid(path: &Path) -> i32 {
+    wait_for(
+        &format!("pid file {}", path.display()),
+        Duration::from_secs(30),
+        || path.exists(),
+    );
+    std::fs::read_to_string(path)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie has exited; only its parent's wait is missing.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+pub fn signal(pid: i32, signal: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}

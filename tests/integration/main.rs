@@ -1,0 +1,9 @@
+//! durun's integration tests: the real binary, real agent processes (python3),
+//! real signals, a real SQLite file, and fake LLM and API servers on loopback.
+
+mod crash;
+mod env;
+mod keys;
+mod lease;
+mod run;
+mod servers;

@@ -1,0 +1,277 @@
+//! `durun run` and `resume` on small agents: the protocol, tools, exit codes
+//! and the journal file.
+
+use serde_json::{json, Value};
+
+use crate::env::{agents_dir, text, TestEnv};
+
+/// Runs `probe.py` with `script` as task `task` and returns its answers.
+fn probe(env: &TestEnv, task: &str, script: &Value) -> (std::process::Output, Vec<Value>) {
+    let script_path = env.write(&format!("{task}.json"), &script.to_string());
+    let answers = env.path(&format!("{task}.answers"));
+    let probe = agents_dir().join("probe.py");
+    let output = env
+        .command()
+        .args(["run", "--task", task, "--", "python3"])
+        .arg(&probe)
+        .arg(&script_path)
+        .arg(&answers)
+        .output()
+        .expect("run durun");
+    let answers = std::fs::read_to_string(&answers)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an answer is JSON"))
+        .collect();
+    (output, answers)
+}
+
+fn send(line: &str) -> Value {
+    json!({"send": line})
+}
+
+fn print(line: &str) -> Value {
+    json!({"send": line, "answer": false})
+}
+
+#[test]
+fn other_lines_pass_through_to_stdout_untouched() {
+    let env = TestEnv::new();
+    let script = json!([
+        print("hello"),
+        print(r#"{"not": "a request"}"#),
+        print(r#"{"op": 7}"#),
+        send(r#"{"op":"begin","id":1,"name":"n","args":{}}"#),
+        send(r#"{"op":"commit","id":2,"step":1,"output":"x"}"#),
+        print("bye"),
+    ]);
+    let (output, answers) = probe(&env, "t", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "hello\n{\"not\": \"a request\"}\n{\"op\": 7}\nbye\n"
+    );
+    assert_eq!(answers.len(), 2);
+}
+
+#[test]
+fn bad_requests_are_answered_and_open_no_step() {
+    let mut env = TestEnv::new();
+    env.set("DURUN_CONFIG", "tools.toml");
+    env.write(
+        "tools.toml",
+        "[tools.cat]\neffect = \"read\"\ncommand = [\"cat\", \"{path}\"]\n",
+    );
+    let script = json!([
+        send(r#"{"op":"call","id":1,"tool":"nope"}"#),
+        send(r#"{"op":"call","id":2,"tool":"cat","args":{}}"#),
+        send(r#"{"op":"commit","id":3,"step":1,"output":"x"}"#),
+        send(r#"{"op":"frobnicate","id":"f"}"#),
+        send(r#"{"op":"begin","name":"n"}"#),
+        send(r#"{"op":"begin","id":4,"name":"n","args":{"big":1e400}}"#),
+        send(r#"{"op":"commit","id":5,"step":1,"output":"done"}"#),
+        send(r#"{"op":"commit","id":6,"step":1,"output":"again"}"#),
+    ]);
+    let (output, answers) = probe(&env, "t", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let codes: Vec<(Value, Value)> = answers
+        .iter()
+        .map(|a| (a["id"].clone(), a["error"]["code"].clone()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (json!(1), json!("unknown_tool")),
+            (json!(2), json!("bad_request")),
+            (json!(3), json!("bad_request")),
+            (json!("f"), json!("bad_request")),
+            (Value::Null, json!("bad_request")),
+            (json!(4), Value::Null),
+            (json!(5), Value::Null),
+            (json!(6), json!("bad_request")),
+        ]
+    );
+    assert_eq!(answers[5]["step"], 1, "rejected requests opened no step");
+    let view = env.inspect("t");
+    assert_eq!(view["steps"].as_array().expect("steps").len(), 1);
+    assert_eq!(view["steps"][0]["output"], "done");
+    // Args are recorded with their number literals, which no double holds.
+    let big: f64 = view["steps"][0]["args"]["big"]
+        .to_string()
+        .parse()
+        .expect("a number");
+    assert!(big.is_infinite());
+}
+
+#[test]
+fn tools_get_the_step_identity_and_their_failures_are_recorded() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        r#"
+[tools.whoami]
+effect = "read"
+command = ["sh", "-c", "printf '%s %s %s %s' \"$DURUN_TASK_ID\" \"$DURUN_STEP\" \"$DURUN_ATTEMPT\" \"$DURUN_IDEMPOTENCY_KEY\""]
+
+[tools.flaky]
+effect = "mutate"
+command = ["sh", "-c", "if [ -e flaked ]; then echo '{\"ok\": true, \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 2}}'; else touch flaked; echo boom >&2; exit 4; fi"]
+output = "json"
+retries = 1
+
+[tools.broken_json]
+effect = "read"
+command = ["echo", "not json"]
+output = "json"
+
+[tools.slow]
+effect = "read"
+command = ["sleep", "30"]
+timeout = "200ms"
+
+[tools.stdin]
+effect = "read"
+command = ["cat"]
+stdin = "args"
+output = "json"
+"#,
+    );
+    let script = json!([
+        send(r#"{"op":"call","id":1,"tool":"whoami","args":{"a":1}}"#),
+        send(r#"{"op":"call","id":2,"tool":"flaky","args":{}}"#),
+        send(r#"{"op":"call","id":3,"tool":"broken_json"}"#),
+        send(r#"{"op":"call","id":4,"tool":"slow"}"#),
+        send(r#"{"op":"call","id":5,"tool":"stdin","args":{"n":12345678901234567890123,"s":"é"}}"#),
+    ]);
+    let (output, answers) = probe(&env, "tools", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let key = answers[0]["idempotency_key"].as_str().expect("key");
+    assert_eq!(answers[0]["output"], format!("tools 1 1 {key}"));
+    assert_eq!(answers[1]["ok"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["output"]["ok"], true);
+    assert_eq!(answers[2]["error"]["code"], "tool_failed");
+    assert!(answers[2]["error"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("invalid JSON"));
+    assert_eq!(answers[3]["error"]["code"], "timeout");
+    assert_eq!(
+        answers[4]["output"],
+        json!({"n": 12_345_678_901_234_567_890_123_u128, "s": "é"})
+    );
+    let view = env.inspect("tools");
+    let steps = view["steps"].as_array().expect("steps");
+    assert_eq!(steps[1]["attempts"], 2, "one retry, same key");
+    assert_eq!(steps[1]["tokens"], 7);
+    assert_eq!(steps[1]["effect"], "mutate");
+    assert_eq!(steps[2]["status"], "failed");
+    assert_eq!(steps[3]["error"]["code"], "timeout");
+    assert_eq!(view["task"]["tokens_spent"], 7);
+}
+
+#[test]
+fn the_agents_exit_code_passes_through() {
+    let env = TestEnv::new();
+    let output = env.durun(&["run", "--", "python3", "-c", "import sys, os; print(os.environ['DURUN_RUN'], os.environ['DURUN_PROTOCOL'], len(os.environ['DURUN_TASK_ID'])); sys.exit(5)"]);
+    assert_eq!(output.status.code(), Some(5));
+    assert_eq!(text(&output.stdout), "1 1 22\n");
+    let output = env.durun(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(output.status.code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn a_command_that_cannot_start_exits_127() {
+    let env = TestEnv::new();
+    let output = env.durun(&["run", "--task", "x", "--", "no-such-agent-here"]);
+    assert_eq!(output.status.code(), Some(127));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("durun: cannot start `no-such-agent-here`"),
+        "{stderr}"
+    );
+    assert_eq!(env.inspect("x")["task"]["exit_code"], 127);
+}
+
+#[test]
+fn unknown_tasks_exit_64() {
+    let env = TestEnv::new();
+    for args in [&["resume", "nope"][..], &["inspect", "nope"][..]] {
+        let output = env.durun(args);
+        assert_eq!(output.status.code(), Some(64), "{args:?}");
+        assert!(
+            text(&output.stderr).starts_with("durun: no task nope"),
+            "{}",
+            text(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_changed_path_is_divergence_not_a_new_step() {
+    let env = TestEnv::new();
+    let plan = |title: &str| {
+        json!({"steps": [
+            {"begin": "plan", "args": {}, "do": {"value": "p"}},
+            {"begin": "open_pr", "effect": "mutate", "args": {"title": title}, "do": {"exit_unless": env.path("go"), "code": 2}},
+        ]})
+    };
+    let agent = env.scripted_agent("plan.json", &plan("Fix typo"));
+    let mut args = vec!["run", "--task", "d", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    assert_eq!(env.durun(&args).status.code(), Some(2));
+
+    // The agent now takes another path at step 2.
+    env.scripted_agent("plan.json", &plan("Rewrite everything"));
+    std::fs::write(env.path("go"), "").expect("go");
+    let output = env.durun(&["resume", "d"]);
+    assert_eq!(output.status.code(), Some(65), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("durun: step 2 of task d diverged from the journal"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
+        "{stderr}"
+    );
+    let view = env.inspect("d");
+    assert_eq!(view["task"]["status"], "failed");
+    assert_eq!(view["steps"][1]["args"]["title"], "Fix typo");
+    assert_eq!(view["steps"][1]["status"], "pending");
+    assert_eq!(view["steps"].as_array().expect("steps").len(), 2);
+}
+
+#[test]
+fn the_default_journal_is_private_under_xdg_state_home() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = TestEnv::new();
+    let state = env.path("xdg");
+    let output = env
+        .command()
+        .env_remove("DURUN_JOURNAL")
+        .env("XDG_STATE_HOME", &state)
+        .env("DURUN_SYNC", "normal")
+        .args(["run", "--task", "x", "--", "true"])
+        .output()
+        .expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let journal = state.join("durun/journal.db");
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&journal), 0o600);
+    assert_eq!(mode(journal.parent().expect("dir")), 0o700);
+    let view = env
+        .command()
+        .env("DURUN_JOURNAL", &journal)
+        .args(["inspect", "x", "--json"])
+        .output()
+        .expect("inspect");
+    let view: Value = serde_json::from_slice(&view.stdout).expect("JSON");
+    assert_eq!(view["task"]["sync"], "normal");
+    assert_eq!(view["task"]["status"], "completed");
+}

@@ -1,0 +1,181 @@
+//! Fake services on loopback: an LLM that answers random text with a token
+//! `usage`, and an API that creates resources and honours `Idempotency-Key`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+fn serve(
+    handler: impl Fn(&str, &HashMap<String, String>, Value) -> Value + Send + Sync + 'static,
+) -> String {
+    let server = tiny_http::Server::http("127.0.0.1:0").expect("bind loopback");
+    let url = format!(
+        "http://{}/",
+        server.server_addr().to_ip().expect("an IP address")
+    );
+    let handler = Arc::new(handler);
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let handler = Arc::clone(&handler);
+            std::thread::spawn(move || {
+                let mut body = String::new();
+                let _ = request.as_reader().read_to_string(&mut body);
+                let headers = request
+                    .headers()
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.field.as_str().as_str().to_ascii_lowercase(),
+                            h.value.as_str().to_owned(),
+                        )
+                    })
+                    .collect();
+                let body = serde_json::from_str(&body).unwrap_or(Value::Null);
+                let answer = handler(request.url(), &headers, body);
+                let header = tiny_http::Header::from_bytes("Content-Type", "application/json")
+                    .expect("header");
+                // The client may be dead (a killed tool): ignore write errors.
+                let _ = request.respond(
+                    tiny_http::Response::from_string(answer.to_string()).with_header(header),
+                );
+            });
+        }
+    });
+    url
+}
+
+#[derive(Default)]
+struct LlmState {
+    answers: Vec<String>,
+    seed: u64,
+}
+
+pub struct FakeLlm {
+    pub url: String,
+    state: Arc<Mutex<LlmState>>,
+}
+
+impl FakeLlm {
+    pub fn start() -> Self {
+        let state = Arc::new(Mutex::new(LlmState {
+            answers: Vec::new(),
+            seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+                | 1,
+        }));
+        let shared = Arc::clone(&state);
+        let url = serve(move |_, _, _| {
+            let mut state = shared.lock().expect("llm state");
+            let mut words = Vec::new();
+            for _ in 0..6 {
+                // xorshift: a different answer every call, as a real model gives.
+                state.seed ^= state.seed << 13;
+                state.seed ^= state.seed >> 7;
+                state.seed ^= state.seed << 17;
+                words.push(
+                    [
+                        "plan", "patch", "search", "token", "model", "branch", "review", "merge",
+                    ][(state.seed % 8) as usize],
+                );
+            }
+            let text = format!("{} #{}", words.join(" "), state.seed % 100_000);
+            state.answers.push(text.clone());
+            json!({"text": text, "usage": {"input_tokens": 800, "output_tokens": 200}})
+        });
+        Self { url, state }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.state.lock().expect("llm state").answers.len()
+    }
+
+    pub fn answers(&self) -> Vec<String> {
+        self.state.lock().expect("llm state").answers.clone()
+    }
+}
+
+#[derive(Default)]
+struct ApiState {
+    /// Every request's key, in arrival order.
+    keys: Vec<String>,
+    /// Resource id by key.
+    created: HashMap<String, String>,
+    resources: usize,
+    hold_next_create: bool,
+    held: bool,
+    released: bool,
+}
+
+pub struct FakeApi {
+    pub url: String,
+    state: Arc<(Mutex<ApiState>, Condvar)>,
+}
+
+impl FakeApi {
+    pub fn start() -> Self {
+        let state = Arc::new((Mutex::new(ApiState::default()), Condvar::new()));
+        let shared = Arc::clone(&state);
+        let url = serve(move |_, headers, body| {
+            let (lock, changed) = &*shared;
+            let mut state = lock.lock().expect("api state");
+            let key = headers.get("idempotency-key").cloned().unwrap_or_default();
+            state.keys.push(key.clone());
+            if let Some(id) = state.created.get(&key) {
+                return json!({"id": id, "created": false});
+            }
+            state.resources += 1;
+            let id = format!("res-{}", state.resources);
+            if !key.is_empty() {
+                state.created.insert(key, id.clone());
+            }
+            if state.hold_next_create {
+                // The resource exists now; the answer is held back until
+                // the test has killed whoever waits for it.
+                state.hold_next_create = false;
+                state.held = true;
+                changed.notify_all();
+                while !state.released {
+                    state = changed.wait(state).expect("api state");
+                }
+            }
+            json!({"id": id, "created": true, "title": body.get("title")})
+        });
+        Self { url, state }
+    }
+
+    /// Holds back the answer to the next request that creates a resource.
+    pub fn hold_next_create(&self) {
+        self.state.0.lock().expect("api state").hold_next_create = true;
+    }
+
+    /// Waits until a held request has arrived (and created its resource).
+    pub fn wait_held(&self) {
+        let (lock, changed) = &*self.state;
+        let state = lock.lock().expect("api state");
+        let (state, timeout) = changed
+            .wait_timeout_while(state, Duration::from_secs(60), |state| !state.held)
+            .expect("api state");
+        assert!(
+            !timeout.timed_out() && state.held,
+            "no request reached the API"
+        );
+    }
+
+    pub fn release(&self) {
+        let (lock, changed) = &*self.state;
+        lock.lock().expect("api state").released = true;
+        changed.notify_all();
+    }
+
+    pub fn resources(&self) -> usize {
+        self.state.0.lock().expect("api state").resources
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.state.0.lock().expect("api state").keys.clone()
+    }
+}
