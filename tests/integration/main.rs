@@ -1,8 +1,10 @@
 //! durun's integration tests: the real binary, real agent processes (python3),
 //! real signals, a real SQLite file, and fake LLM and API servers on loopback.
 
+mod cli;
 mod crash;
 mod env;
+mod examples;
 mod keys;
 mod lease;
 mod run;

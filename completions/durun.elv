@@ -1,0 +1,106 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[durun] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'durun'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'durun'= {
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand run 'Run an agent command as a durable task'
+            cand resume 'Relaunch an unfinished task, replaying the steps it finished'
+            cand inspect 'Show tasks, or one task''s runs and steps'
+            cand completions 'Print a shell completion script'
+            cand generate 'Write the man page and completion scripts into a directory'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'durun;run'= {
+            cand --task 'The task''s id [default: a new one]'
+            cand --config 'The tools file [default: ./durun.toml if it exists]'
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;resume'= {
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;inspect'= {
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --json 'Print JSON for scripts'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;completions'= {
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;generate'= {
+            cand --out 'The directory to write `man/` and `completions/` into'
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;help'= {
+            cand run 'Run an agent command as a durable task'
+            cand resume 'Relaunch an unfinished task, replaying the steps it finished'
+            cand inspect 'Show tasks, or one task''s runs and steps'
+            cand completions 'Print a shell completion script'
+            cand generate 'Write the man page and completion scripts into a directory'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'durun;help;run'= {
+        }
+        &'durun;help;resume'= {
+        }
+        &'durun;help;inspect'= {
+        }
+        &'durun;help;completions'= {
+        }
+        &'durun;help;generate'= {
+        }
+        &'durun;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

@@ -1,0 +1,66 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_durun_global_optspecs
+    string join \n journal= q/quiet h/help V/version
+end
+
+function __fish_durun_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_durun_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_durun_using_subcommand
+    set -l cmd (__fish_durun_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c durun -n "__fish_durun_needs_command" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_needs_command" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c durun -n "__fish_durun_needs_command" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_needs_command" -f -a "run" -d 'Run an agent command as a durable task'
+complete -c durun -n "__fish_durun_needs_command" -f -a "resume" -d 'Relaunch an unfinished task, replaying the steps it finished'
+complete -c durun -n "__fish_durun_needs_command" -f -a "inspect" -d 'Show tasks, or one task\'s runs and steps'
+complete -c durun -n "__fish_durun_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c durun -n "__fish_durun_needs_command" -f -a "generate" -d 'Write the man page and completion scripts into a directory'
+complete -c durun -n "__fish_durun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c durun -n "__fish_durun_using_subcommand run" -l task -d 'The task\'s id [default: a new one]' -r
+complete -c durun -n "__fish_durun_using_subcommand run" -l config -d 'The tools file [default: ./durun.toml if it exists]' -r -F
+complete -c durun -n "__fish_durun_using_subcommand run" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand run" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c durun -n "__fish_durun_using_subcommand run" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand resume" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand resume" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand resume" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand resume" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l json -d 'Print JSON for scripts'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand completions" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand completions" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand generate" -l out -d 'The directory to write `man/` and `completions/` into' -r -F
+complete -c durun -n "__fish_durun_using_subcommand generate" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand generate" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand generate" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand generate" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "run" -d 'Run an agent command as a durable task'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "resume" -d 'Relaunch an unfinished task, replaying the steps it finished'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "inspect" -d 'Show tasks, or one task\'s runs and steps'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "completions" -d 'Print a shell completion script'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "generate" -d 'Write the man page and completion scripts into a directory'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

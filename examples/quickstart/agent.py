@@ -1,0 +1,78 @@
+"""A small agent made durable by durun, speaking its JSON-lines protocol.
+
+    durun run -- python3 agent.py
+
+It plans with an "LLM" (simulated here: slow, and different every time, as
+a real model is), reads the files it finds through a durun tool, asks the
+"LLM" for a summary, and writes a report through a `mutate` tool. Set
+CRASH_IN=llm.summarize to make it die inside that step, then
+`durun resume TASK`: the steps before it come back from the journal, with
+no LLM call.
+"""
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+# Requests go to durun on stdout, answers come back on stdin. Send the
+# agent's own prints to stderr so they can never mix with a request.
+protocol_out = sys.stdout
+sys.stdout = sys.stderr
+_ids = iter(range(1, 1_000_000))
+
+
+def request(message):
+    message["id"] = next(_ids)
+    protocol_out.write(json.dumps(message) + "\n")
+    protocol_out.flush()
+    answer = json.loads(sys.stdin.readline())
+    if not answer["ok"]:
+        raise RuntimeError(f"durun: {answer['error']['code']}: {answer['error']['message']}")
+    return answer
+
+
+def step(name, args, run, effect="read"):
+    """Runs `run()` as journaled step `name`, unless the journal has it."""
+    opened = request({"op": "begin", "name": name, "args": args, "effect": effect})
+    if opened["replayed"]:
+        print(f"  step {opened['step']} {name}: from the journal")
+        return opened["output"]
+    if os.environ.get("CRASH_IN") == name and os.environ.get("DURUN_RUN") == "1":
+        print(f"  step {opened['step']} {name}: crashing on purpose (CRASH_IN)")
+        os.kill(os.getpid(), signal.SIGKILL)
+    output, usage = run()
+    request({"op": "commit", "step": opened["step"], "output": output, "usage": usage})
+    return output
+
+
+def call(tool, **args):
+    return request({"op": "call", "tool": tool, "args": args})["output"]
+
+
+def fake_llm(prompt):
+    """Stands in for a model call: slow, costly, never twice the same."""
+    time.sleep(0.3)
+    words = random.sample(["plan", "read", "files", "summary", "risk", "notes", "todo", "check"], 5)
+    text = f"{prompt}: " + " ".join(words)
+    return text, {"input_tokens": 500 + len(prompt), "output_tokens": 120}
+
+
+def main():
+    print(f"agent: task {os.environ.get('DURUN_TASK_ID')}, run {os.environ.get('DURUN_RUN')}")
+    plan = step("llm.plan", {"prompt": "plan a report on this folder"},
+                lambda: fake_llm("plan"))
+    listing = call("list_files", dir=".")
+    files = sorted(name for name in listing.split() if name.endswith((".py", ".toml", ".md")))
+    sizes = {name: call("word_count", path=name).split()[0] for name in files}
+    summary = step("llm.summarize", {"prompt": "summarize", "sizes": sizes},
+                   lambda: fake_llm("summary"))
+    report = f"# Report\n\nPlan: {plan}\n\nSummary: {summary}\n\nWords: {json.dumps(sizes)}\n"
+    written = call("write_report", path="report.md", text=report)
+    request({"op": "result", "output": {"report": written, "files": len(files)}})
+    print(f"agent: wrote {written['path']} ({written['bytes']} bytes)")
+
+
+if __name__ == "__main__":
+    main()
