@@ -26,7 +26,11 @@ fn committed_completions_and_man_pages_are_current() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 5 + 5, "five completion scripts and five man pages");
+    assert_eq!(
+        compared,
+        5 + 5,
+        "five completion scripts and five man pages"
+    );
 }
 
 #[test]
@@ -42,10 +46,18 @@ fn completions_print_for_every_shell() {
 #[test]
 fn usage_errors_exit_2_with_a_durun_line() {
     let env = TestEnv::new();
-    for args in [&["frobnicate"][..], &["run"][..], &["run", "--task", "a b", "--", "true"][..]] {
+    for args in [
+        &["frobnicate"][..],
+        &["run"][..],
+        &["run", "--task", "a b", "--", "true"][..],
+    ] {
         let output = env.durun(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(text(&output.stderr).starts_with("durun: "), "{args:?}: {}", text(&output.stderr));
+        assert!(
+            text(&output.stderr).starts_with("durun: "),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
         assert!(output.stdout.is_empty());
     }
     let help = env.durun(&["--help"]);

@@ -6,7 +6,9 @@ use crate::env::{text, TestEnv};
 
 /// Copies `examples/NAME` into the test directory (examples write files).
 fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
     let target = env.path(name);
     std::fs::create_dir_all(&target).expect("example dir");
     for entry in std::fs::read_dir(&source).expect("example exists") {
@@ -29,14 +31,22 @@ fn quickstart_runs_and_survives_a_crash() {
         .args(["run", "--task", "demo", "--", "python3", "agent.py"])
         .output()
         .expect("durun");
-    assert_eq!(first.status.code(), Some(128 + libc::SIGKILL), "{}", text(&first.stderr));
+    assert_eq!(
+        first.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
     assert!(!dir.join("report.md").exists());
 
     // Resumed from anywhere: the recorded directory and tools are used.
     let resumed = env.durun(&["resume", "demo"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     let stderr = text(&resumed.stderr);
-    assert!(stderr.contains("step 1 llm.plan: from the journal"), "{stderr}");
+    assert!(
+        stderr.contains("step 1 llm.plan: from the journal"),
+        "{stderr}"
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).expect("the report was written");
     assert!(report.starts_with("# Report"));
 
