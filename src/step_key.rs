@@ -148,12 +148,15 @@ fn write_python_float(out: &mut String, value: f64) {
         out.push_str("0.0");
         return;
     }
-    // `{:e}` prints the shortest digits that round-trip, as `d.ddde±x`.
-    let scientific = format!("{:e}", value.abs());
+    let scientific = shortest_round_trip(value.abs());
     let (mantissa, exponent) = scientific
         .split_once('e')
         .expect("`{:e}` always prints an exponent");
     let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let digits = match digits.trim_end_matches('0') {
+        "" => "0",
+        trimmed => trimmed,
+    };
     let exponent: i32 = exponent.parse().expect("`{:e}` prints an integer exponent");
     let point = exponent + 1; // digits before the decimal point
     let count = digits.len() as i32;
@@ -179,6 +182,27 @@ fn write_python_float(out: &mut String, value: f64) {
         }
         let sign = if exponent < 0 { '-' } else { '+' };
         let _ = write!(out, "e{sign}{:02}", exponent.abs());
+    }
+}
+
+/// The shortest digits that read back as `value`, as `d.ddde±x`, choosing
+/// among equally short candidates the nearest, ties to even, as Python does.
+///
+/// `{:e}` gives the shortest length, but on an exact tie (a double such as
+/// 1149636667324797.25, whose 17th digit sits halfway) it rounds up where
+/// Python rounds to even. Exact formatting to that many digits rounds half
+/// to even; it is kept only if it still reads back as `value` (at a power of
+/// two the rounding interval is lopsided).
+fn shortest_round_trip(value: f64) -> String {
+    let shortest = format!("{value:e}");
+    let digits = shortest.split('e').next().map_or(1, |mantissa| {
+        mantissa.chars().filter(char::is_ascii_digit).count()
+    });
+    let exact = format!("{value:.*e}", digits.saturating_sub(1));
+    if exact.parse::<f64>() == Ok(value) {
+        exact
+    } else {
+        shortest
     }
 }
 
@@ -249,6 +273,10 @@ mod tests {
             ),
             ("1.5e300", "1.5e+300"),
             ("12345678901234567890.0", "1.2345678901234567e+19"),
+            ("1149636667324797.25", "1149636667324797.2"),
+            ("-165793407361858.125", "-165793407361858.12"),
+            ("5e-324", "5e-324"),
+            ("1e23", "1e+23"),
         ];
         for (input, expected) in cases {
             assert_eq!(canon(input), expected, "for {input}");
@@ -280,5 +308,70 @@ mod tests {
             args_hash(&canonical),
             "f9d86028c6e0d64e225186f96acb69338b2c59764df79162107f5c4bb34d1310"
         );
+    }
+
+    /// Thousands of doubles, from random bit patterns and from decimal
+    /// literals near rounding ties, against Python itself.
+    #[test]
+    fn floats_match_python_repr() {
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut literals = Vec::new();
+        for _ in 0..20_000 {
+            let value = f64::from_bits(next());
+            if value.is_finite() {
+                literals.push(format!("{value:e}"));
+            }
+        }
+        for _ in 0..10_000 {
+            // Short decimals with a 5 at the end sit on or near ties.
+            let digits = next() % 10_000_000_000;
+            let exponent = (next() % 60) as i32 - 30;
+            literals.push(format!("{digits}5e{exponent}"));
+            literals.push(format!("0.{digits}5"));
+        }
+        for exponent in -1074..1024 {
+            let power = 2f64.powi(exponent);
+            for value in [
+                power,
+                f64::from_bits(power.to_bits() + 1),
+                f64::from_bits(power.to_bits().saturating_sub(1)),
+            ] {
+                if value.is_finite() && value > 0.0 {
+                    literals.push(format!("{value:e}"));
+                }
+            }
+        }
+        let input = format!("[{}]", literals.join(","));
+        let output = std::process::Command::new("python3")
+            .args(["-c", "import json,sys; sys.stdout.write(json.dumps(json.loads(sys.stdin.read()), sort_keys=True))"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write as _;
+                child.stdin.take().expect("piped").write_all(input.as_bytes())?;
+                child.wait_with_output()
+            })
+            .expect("python3 runs");
+        let expected = String::from_utf8(output.stdout).expect("utf-8");
+        let ours = canon(&input);
+        if ours != expected {
+            let ours: Vec<&str> = ours.trim_matches(['[', ']']).split(", ").collect();
+            let theirs: Vec<&str> = expected.trim_matches(['[', ']']).split(", ").collect();
+            let diffs: Vec<String> = literals
+                .iter()
+                .zip(ours.iter().zip(&theirs))
+                .filter(|(_, (a, b))| a != b)
+                .take(10)
+                .map(|(literal, (a, b))| format!("{literal}: durun {a}, python {b}"))
+                .collect();
+            panic!("{} floats differ, first: {diffs:#?}", diffs.len());
+        }
     }
 }

@@ -275,3 +275,71 @@ fn the_default_journal_is_private_under_xdg_state_home() {
     assert_eq!(view["task"]["sync"], "normal");
     assert_eq!(view["task"]["status"], "completed");
 }
+
+#[test]
+fn many_outstanding_requests_are_answered_by_id() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        r#"
+[tools.sleep]
+effect = "read"
+command = ["sh", "-c", "sleep $0; echo slept $0", "{s}"]
+"#,
+    );
+    // Three calls sent at once: the slowest first. Answers come as tools
+    // finish, each naming its request.
+    let agent = r#"
+import json, sys
+for i, s in [("slow", "0.6"), ("mid", "0.3"), ("fast", "0")]:
+    sys.stdout.write(json.dumps({"op": "call", "id": i, "tool": "sleep", "args": {"s": s}}) + "\n")
+sys.stdout.flush()
+answers = [json.loads(sys.stdin.readline()) for _ in range(3)]
+sys.stderr.write("ORDER " + " ".join(a["id"] for a in answers) + "\n")
+for a in answers:
+    assert a["ok"] and a["output"] == "slept %s\n" % {"slow": "0.6", "mid": "0.3", "fast": "0"}[a["id"]], a
+sys.stderr.write("STEPS " + " ".join("%s=%d" % (a["id"], a["step"]) for a in sorted(answers, key=lambda a: a["step"])) + "\n")
+"#;
+    env.write("agent.py", agent);
+    let output = env.durun(&["run", "--task", "p", "--", "python3", "agent.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("ORDER fast mid slow"), "{stderr}");
+    assert!(
+        stderr.contains("STEPS slow=1 mid=2 fast=3"),
+        "steps are numbered in the order requests arrive: {stderr}"
+    );
+}
+
+#[test]
+fn sigint_reaches_the_agent_and_leaves_the_task_resumable() {
+    let env = TestEnv::new();
+    let agent = r#"
+import json, os, sys, time
+sys.stdout.write(json.dumps({"op": "begin", "id": 1, "name": "work", "args": {}}) + "\n")
+sys.stdout.flush()
+answer = json.loads(sys.stdin.readline())
+if not answer["replayed"]:
+    open("started", "w").write(str(os.getpid()))
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        open("interrupted", "w").write("yes")
+        sys.exit(130)
+    sys.stdout.write(json.dumps({"op": "commit", "id": 2, "step": 1, "output": "done"}) + "\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
+"#;
+    env.write("agent.py", agent);
+    let mut durun = env.spawn(&["run", "--task", "i", "--", "python3", "agent.py"], "run");
+    crate::env::wait_for(
+        "the agent to start",
+        std::time::Duration::from_secs(30),
+        || env.path("started").exists(),
+    );
+    crate::env::signal(durun.id() as i32, libc::SIGINT);
+    let status = durun.wait().expect("durun");
+    assert_eq!(status.code(), Some(130), "{}", env.log("run"));
+    assert!(env.path("interrupted").exists(), "the agent got SIGINT");
+    assert_eq!(env.inspect("i")["task"]["status"], "interrupted");
+}
