@@ -164,13 +164,13 @@ fn write_python_float(out: &mut String, value: f64) {
         if point <= 0 {
             out.push_str("0.");
             out.extend(std::iter::repeat_n('0', (-point) as usize));
-            out.push_str(&digits);
+            out.push_str(digits);
         } else if point < count {
             out.push_str(&digits[..point as usize]);
             out.push('.');
             out.push_str(&digits[point as usize..]);
         } else {
-            out.push_str(&digits);
+            out.push_str(digits);
             out.extend(std::iter::repeat_n('0', (point - count) as usize));
             out.push_str(".0");
         }
