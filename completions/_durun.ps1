@@ -31,6 +31,9 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run an agent command as a durable task')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Relaunch an unfinished task, replaying the steps it finished')
             [CompletionResult]::new('inspect', 'inspect', [CompletionResultType]::ParameterValue, 'Show tasks, or one task''s runs and steps')
+            [CompletionResult]::new('resolve', 'resolve', [CompletionResultType]::ParameterValue, 'Settle a step in doubt by hand: run it again, or record what happened')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Stop a task for good: its runner ends the agent, and it never resumes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished tasks (completed, failed, cancelled) from the journal')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('generate', 'generate', [CompletionResultType]::ParameterValue, 'Write the man page and completion scripts into a directory')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -49,6 +52,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;resume' {
+            [CompletionResult]::new('--from-step', '--from-step', [CompletionResultType]::ParameterName, 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect')
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
@@ -61,6 +65,40 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         'durun;inspect' {
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON for scripts')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'durun;resolve' {
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'The step took effect: record this JSON as its output')
+            [CompletionResult]::new('--fail', '--fail', [CompletionResultType]::ParameterName, 'The step did not take effect: record it as failed with this message')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--retry', '--retry', [CompletionResultType]::ParameterName, 'Run the step again on the next resume')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'durun;cancel' {
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'durun;gc' {
+            [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Delete tasks finished longer ago than this, like `30d` or `12h`')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -94,6 +132,9 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run an agent command as a durable task')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Relaunch an unfinished task, replaying the steps it finished')
             [CompletionResult]::new('inspect', 'inspect', [CompletionResultType]::ParameterValue, 'Show tasks, or one task''s runs and steps')
+            [CompletionResult]::new('resolve', 'resolve', [CompletionResultType]::ParameterValue, 'Settle a step in doubt by hand: run it again, or record what happened')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Stop a task for good: its runner ends the agent, and it never resumes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished tasks (completed, failed, cancelled) from the journal')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('generate', 'generate', [CompletionResultType]::ParameterValue, 'Write the man page and completion scripts into a directory')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -106,6 +147,15 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;help;inspect' {
+            break
+        }
+        'durun;help;resolve' {
+            break
+        }
+        'durun;help;cancel' {
+            break
+        }
+        'durun;help;gc' {
             break
         }
         'durun;help;completions' {

@@ -16,8 +16,14 @@ _durun() {
             ",$1")
                 cmd="durun"
                 ;;
+            durun,cancel)
+                cmd="durun__subcmd__cancel"
+                ;;
             durun,completions)
                 cmd="durun__subcmd__completions"
+                ;;
+            durun,gc)
+                cmd="durun__subcmd__gc"
                 ;;
             durun,generate)
                 cmd="durun__subcmd__generate"
@@ -28,14 +34,23 @@ _durun() {
             durun,inspect)
                 cmd="durun__subcmd__inspect"
                 ;;
+            durun,resolve)
+                cmd="durun__subcmd__resolve"
+                ;;
             durun,resume)
                 cmd="durun__subcmd__resume"
                 ;;
             durun,run)
                 cmd="durun__subcmd__run"
                 ;;
+            durun__subcmd__help,cancel)
+                cmd="durun__subcmd__help__subcmd__cancel"
+                ;;
             durun__subcmd__help,completions)
                 cmd="durun__subcmd__help__subcmd__completions"
+                ;;
+            durun__subcmd__help,gc)
+                cmd="durun__subcmd__help__subcmd__gc"
                 ;;
             durun__subcmd__help,generate)
                 cmd="durun__subcmd__help__subcmd__generate"
@@ -45,6 +60,9 @@ _durun() {
                 ;;
             durun__subcmd__help,inspect)
                 cmd="durun__subcmd__help__subcmd__inspect"
+                ;;
+            durun__subcmd__help,resolve)
+                cmd="durun__subcmd__help__subcmd__resolve"
                 ;;
             durun__subcmd__help,resume)
                 cmd="durun__subcmd__help__subcmd__resume"
@@ -59,8 +77,26 @@ _durun() {
 
     case "${cmd}" in
         durun)
-            opts="-q -h -V --journal --quiet --help --version run resume inspect completions generate help"
+            opts="-q -h -V --journal --quiet --help --version run resume inspect resolve cancel gc completions generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__cancel)
+            opts="-q -h -V --journal --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -83,6 +119,28 @@ _durun() {
                 return 0
             fi
             case "${prev}" in
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__gc)
+            opts="-q -h -V --older-than --journal --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --older-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --journal)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -117,7 +175,7 @@ _durun() {
             return 0
             ;;
         durun__subcmd__help)
-            opts="run resume inspect completions generate help"
+            opts="run resume inspect resolve cancel gc completions generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -130,7 +188,35 @@ _durun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        durun__subcmd__help__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         durun__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__help__subcmd__gc)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -173,6 +259,20 @@ _durun() {
             return 0
             ;;
         durun__subcmd__help__subcmd__inspect)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__help__subcmd__resolve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -232,13 +332,43 @@ _durun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        durun__subcmd__resume)
-            opts="-q -h -V --journal --quiet --help --version"
+        durun__subcmd__resolve)
+            opts="-q -h -V --retry --output --fail --journal --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fail)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__resume)
+            opts="-q -h -V --from-step --journal --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --from-step)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --journal)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -28,6 +28,9 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand run 'Run an agent command as a durable task'
             cand resume 'Relaunch an unfinished task, replaying the steps it finished'
             cand inspect 'Show tasks, or one task''s runs and steps'
+            cand resolve 'Settle a step in doubt by hand: run it again, or record what happened'
+            cand cancel 'Stop a task for good: its runner ends the agent, and it never resumes'
+            cand gc 'Delete finished tasks (completed, failed, cancelled) from the journal'
             cand completions 'Print a shell completion script'
             cand generate 'Write the man page and completion scripts into a directory'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -44,6 +47,7 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand --version 'Print version'
         }
         &'durun;resume'= {
+            cand --from-step 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect'
             cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
@@ -55,6 +59,37 @@ set edit:completion:arg-completer[durun] = {|@words|
         &'durun;inspect'= {
             cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
             cand --json 'Print JSON for scripts'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;resolve'= {
+            cand --output 'The step took effect: record this JSON as its output'
+            cand --fail 'The step did not take effect: record it as failed with this message'
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --retry 'Run the step again on the next resume'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;cancel'= {
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;gc'= {
+            cand --older-than 'Delete tasks finished longer ago than this, like `30d` or `12h`'
+            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -85,6 +120,9 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand run 'Run an agent command as a durable task'
             cand resume 'Relaunch an unfinished task, replaying the steps it finished'
             cand inspect 'Show tasks, or one task''s runs and steps'
+            cand resolve 'Settle a step in doubt by hand: run it again, or record what happened'
+            cand cancel 'Stop a task for good: its runner ends the agent, and it never resumes'
+            cand gc 'Delete finished tasks (completed, failed, cancelled) from the journal'
             cand completions 'Print a shell completion script'
             cand generate 'Write the man page and completion scripts into a directory'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -94,6 +132,12 @@ set edit:completion:arg-completer[durun] = {|@words|
         &'durun;help;resume'= {
         }
         &'durun;help;inspect'= {
+        }
+        &'durun;help;resolve'= {
+        }
+        &'durun;help;cancel'= {
+        }
+        &'durun;help;gc'= {
         }
         &'durun;help;completions'= {
         }

@@ -31,6 +31,9 @@ complete -c durun -n "__fish_durun_needs_command" -s V -l version -d 'Print vers
 complete -c durun -n "__fish_durun_needs_command" -f -a "run" -d 'Run an agent command as a durable task'
 complete -c durun -n "__fish_durun_needs_command" -f -a "resume" -d 'Relaunch an unfinished task, replaying the steps it finished'
 complete -c durun -n "__fish_durun_needs_command" -f -a "inspect" -d 'Show tasks, or one task\'s runs and steps'
+complete -c durun -n "__fish_durun_needs_command" -f -a "resolve" -d 'Settle a step in doubt by hand: run it again, or record what happened'
+complete -c durun -n "__fish_durun_needs_command" -f -a "cancel" -d 'Stop a task for good: its runner ends the agent, and it never resumes'
+complete -c durun -n "__fish_durun_needs_command" -f -a "gc" -d 'Delete finished tasks (completed, failed, cancelled) from the journal'
 complete -c durun -n "__fish_durun_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c durun -n "__fish_durun_needs_command" -f -a "generate" -d 'Write the man page and completion scripts into a directory'
 complete -c durun -n "__fish_durun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -40,6 +43,7 @@ complete -c durun -n "__fish_durun_using_subcommand run" -l journal -d 'The jour
 complete -c durun -n "__fish_durun_using_subcommand run" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c durun -n "__fish_durun_using_subcommand run" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand resume" -l from-step -d 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect' -r
 complete -c durun -n "__fish_durun_using_subcommand resume" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
 complete -c durun -n "__fish_durun_using_subcommand resume" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand resume" -s h -l help -d 'Print help'
@@ -49,6 +53,22 @@ complete -c durun -n "__fish_durun_using_subcommand inspect" -l json -d 'Print J
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand resolve" -l output -d 'The step took effect: record this JSON as its output' -r
+complete -c durun -n "__fish_durun_using_subcommand resolve" -l fail -d 'The step did not take effect: record it as failed with this message' -r
+complete -c durun -n "__fish_durun_using_subcommand resolve" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand resolve" -l retry -d 'Run the step again on the next resume'
+complete -c durun -n "__fish_durun_using_subcommand resolve" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand resolve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c durun -n "__fish_durun_using_subcommand resolve" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand cancel" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand cancel" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand cancel" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand cancel" -s V -l version -d 'Print version'
+complete -c durun -n "__fish_durun_using_subcommand gc" -l older-than -d 'Delete tasks finished longer ago than this, like `30d` or `12h`' -r
+complete -c durun -n "__fish_durun_using_subcommand gc" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand gc" -s q -l quiet -d 'Print no progress on stderr'
+complete -c durun -n "__fish_durun_using_subcommand gc" -s h -l help -d 'Print help'
+complete -c durun -n "__fish_durun_using_subcommand gc" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand completions" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
 complete -c durun -n "__fish_durun_using_subcommand completions" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand completions" -s h -l help -d 'Print help'
@@ -58,9 +78,12 @@ complete -c durun -n "__fish_durun_using_subcommand generate" -l journal -d 'The
 complete -c durun -n "__fish_durun_using_subcommand generate" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand generate" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand generate" -s V -l version -d 'Print version'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "run" -d 'Run an agent command as a durable task'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "resume" -d 'Relaunch an unfinished task, replaying the steps it finished'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "inspect" -d 'Show tasks, or one task\'s runs and steps'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "completions" -d 'Print a shell completion script'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "generate" -d 'Write the man page and completion scripts into a directory'
-complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect completions generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "run" -d 'Run an agent command as a durable task'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "resume" -d 'Relaunch an unfinished task, replaying the steps it finished'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "inspect" -d 'Show tasks, or one task\'s runs and steps'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "resolve" -d 'Settle a step in doubt by hand: run it again, or record what happened'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "cancel" -d 'Stop a task for good: its runner ends the agent, and it never resumes'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "gc" -d 'Delete finished tasks (completed, failed, cancelled) from the journal'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "completions" -d 'Print a shell completion script'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "generate" -d 'Write the man page and completion scripts into a directory'
+complete -c durun -n "__fish_durun_using_subcommand help; and not __fish_seen_subcommand_from run resume inspect resolve cancel gc completions generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -53,6 +53,15 @@ pub enum Command {
     Resume(ResumeArgs),
     /// Show tasks, or one task's runs and steps
     Inspect(InspectArgs),
+    /// Settle a step in doubt by hand: run it again, or record what happened
+    ///
+    /// A step is in doubt when a run died while its side effect was under
+    /// way. Every resolution is kept in the journal.
+    Resolve(ResolveArgs),
+    /// Stop a task for good: its runner ends the agent, and it never resumes
+    Cancel(CancelArgs),
+    /// Delete finished tasks (completed, failed, cancelled) from the journal
+    Gc(GcArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// Write the man page and completion scripts into a directory
@@ -85,6 +94,50 @@ pub struct ResumeArgs {
     /// The task to resume
     #[arg(value_name = "TASK")]
     pub task: String,
+
+    /// Discard steps N and later from replay (kept in the journal as
+    /// `discarded`) and run them anew; lists the `mutate` steps among them
+    /// that already took effect
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub from_step: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("decision").required(true).args(["retry", "output", "fail"])))]
+pub struct ResolveArgs {
+    /// The task
+    #[arg(value_name = "TASK")]
+    pub task: String,
+
+    /// The step number
+    #[arg(value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
+    pub step: u64,
+
+    /// Run the step again on the next resume
+    #[arg(long)]
+    pub retry: bool,
+
+    /// The step took effect: record this JSON as its output
+    #[arg(long, value_name = "JSON")]
+    pub output: Option<String>,
+
+    /// The step did not take effect: record it as failed with this message
+    #[arg(long, value_name = "MESSAGE")]
+    pub fail: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CancelArgs {
+    /// The task to cancel
+    #[arg(value_name = "TASK")]
+    pub task: String,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Delete tasks finished longer ago than this, like `30d` or `12h`
+    #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+    pub older_than: std::time::Duration,
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +187,17 @@ mod tests {
             ("durun run", false),
             ("durun resume t1", true),
             ("durun resume", false),
+            ("durun resume t1 --from-step 3", true),
+            ("durun resume t1 --from-step 0", false),
+            ("durun resolve t1 4 --retry", true),
+            ("durun resolve t1 4 --output {}", true),
+            ("durun resolve t1 4 --fail gone", true),
+            ("durun resolve t1 4", false),
+            ("durun resolve t1 4 --retry --fail x", false),
+            ("durun cancel t1", true),
+            ("durun gc --older-than 30d", true),
+            ("durun gc --older-than soon", false),
+            ("durun gc", false),
             ("durun inspect", true),
             ("durun inspect t1 --json", true),
             ("durun completions zsh", true),

@@ -67,6 +67,17 @@ pub struct Tool {
     pub timeout: Option<Duration>,
     /// More attempts after a failure, with backoff.
     pub retries: u32,
+    /// Whether a step left in doubt by a dead run is retried on resume
+    /// (`retry`, for tools that honour the idempotency key) or waits for
+    /// `durun resolve` (`ask`, for tools that do not).
+    pub in_doubt: InDoubt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InDoubt {
+    Retry,
+    Ask,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -101,6 +112,7 @@ struct RawTool {
     output: Option<OutputMode>,
     timeout: Option<String>,
     retries: Option<u32>,
+    in_doubt: Option<InDoubt>,
 }
 
 impl Config {
@@ -183,6 +195,7 @@ impl Tool {
             output: raw.output.unwrap_or(OutputMode::Text),
             timeout,
             retries: raw.retries.unwrap_or(0),
+            in_doubt: raw.in_doubt.unwrap_or(InDoubt::Retry),
         })
     }
 

@@ -50,6 +50,9 @@ where
         Command::Run(args) => commands::run::exec(&args, &cli.global),
         Command::Resume(args) => commands::resume::exec(&args, &cli.global),
         Command::Inspect(args) => commands::inspect::exec(&args, &cli.global),
+        Command::Resolve(args) => commands::resolve::exec(&args, &cli.global),
+        Command::Cancel(args) => commands::cancel::exec(&args, &cli.global),
+        Command::Gc(args) => commands::gc::exec(&args, &cli.global),
         Command::Completions(args) => Ok(commands::generate::completions(&args)),
         Command::Generate(args) => commands::generate::generate(&args),
     };

@@ -14,14 +14,15 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
     let Some(task) = journal.task(&args.task)? else {
         return Err(unknown_task(&args.task, &location).into());
     };
-    if task.status == TaskStatus::Completed {
+    // With --from-step a completed task runs again from that step.
+    if task.status == TaskStatus::Completed && args.from_step.is_none() {
         eprintln!(
             "durun: task {} already completed; nothing to resume",
             task.id
         );
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, global)
+    session::drive(journal.as_mut(), &task, args.from_step, global)
 }
 
 pub fn unknown_task(id: &str, location: &Location) -> Failure {

@@ -62,7 +62,7 @@ pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
         eprintln!("durun: task {} already completed; nothing to run", task.id);
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, global)
+    session::drive(journal.as_mut(), &task, None, global)
 }
 
 /// `DURUN_SYNC` wins over `[journal] sync` in the config; FULL by default.

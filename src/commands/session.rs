@@ -10,13 +10,19 @@ use crate::cli::GlobalArgs;
 use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Journal, RunEnd, RunStart, TaskRecord, TaskStatus};
+use crate::journal::{self, Journal, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
 use crate::lease::Holder;
+use crate::protocol::Effect;
 use crate::report::{self, Event};
 use crate::supervisor::{self, RunSpec};
 
 /// Runs `task` once more, from wherever its journal stands.
-pub fn drive(journal: &mut dyn Journal, task: &TaskRecord, global: &GlobalArgs) -> Result<i32> {
+pub fn drive(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    from_step: Option<u64>,
+    global: &GlobalArgs,
+) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
         return Err(Failure::config(format!(
             "task {} was cancelled; it cannot run again",
@@ -34,18 +40,11 @@ pub fn drive(journal: &mut dyn Journal, task: &TaskRecord, global: &GlobalArgs) 
     journal.set_sync(task.sync)?;
     let run = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
         RunStart::Started { run } => run,
-        RunStart::Locked(lease) => {
-            return Err(Failure::new(
-                exit_code::LOCKED,
-                format!(
-                    "task {} is being run by another durun (pid {} on {}, run {})",
-                    task.id, lease.pid, lease.host, lease.run
-                ),
-            )
-            .hint("wait for that run to end; if its runner dies, the task is free again")
-            .into());
-        }
+        RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
     };
+    if let Some(from) = from_step {
+        discard(journal, &task.id, from)?;
+    }
     let started = Instant::now();
     let mut reporter = report::for_stderr(global.quiet);
     let spec = RunSpec {
@@ -87,4 +86,33 @@ pub fn drive(journal: &mut dyn Journal, task: &TaskRecord, global: &GlobalArgs) 
     }
     recorded.context("failed to record the end of the run")?;
     Ok(outcome.exit_code)
+}
+
+/// Takes steps `from` and later out of replay, after saying which of them
+/// changed the world already: durun does not undo them.
+fn discard(journal: &mut dyn Journal, task: &str, from: u64) -> Result<()> {
+    let discarded = journal.discard_from(task, from)?;
+    let Some(last) = discarded.last() else {
+        eprintln!("durun: task {task} has no step {from} or later; nothing to discard");
+        return Ok(());
+    };
+    eprintln!(
+        "durun: discarded steps {from}-{} of task {task} from replay (kept in the journal as `discarded`)",
+        last.step
+    );
+    for step in discarded
+        .iter()
+        .filter(|step| step.effect == Effect::Mutate)
+    {
+        let what = match step.status {
+            StepStatus::Committed => "took effect",
+            StepStatus::Pending => "may have taken effect",
+            _ => continue,
+        };
+        eprintln!(
+            "  step {} {} (mutate) {what}; durun does not undo it (key {})",
+            step.step, step.name, step.idempotency_key
+        );
+    }
+    Ok(())
 }

@@ -8,6 +8,7 @@
 //! write is durable (to the sync mode in force). The runner answers the agent
 //! or starts a side effect only after that.
 
+mod explain;
 mod records;
 pub mod sqlite;
 
@@ -16,9 +17,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::Value;
 
+pub use explain::explain;
 pub use records::{
-    NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind, StepRecord, StepStatus,
-    TaskRecord, TaskStatus,
+    NewTask, Resolution, ResolutionAction, RunEnd, RunRecord, RunStart, RunStats, StepError,
+    StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 
 use crate::config::SyncMode;
@@ -41,6 +43,8 @@ pub trait Journal {
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;
     /// Renews the lease of `run`.
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<()>;
+    /// Whether `durun cancel` asked the task's runner to stop.
+    fn cancel_requested(&mut self, task: &str) -> Result<bool>;
     /// Writes one step, new (`fresh`) or updated, and the run's counters, in
     /// one durable transaction.
     fn put_step(
@@ -55,6 +59,25 @@ pub trait Journal {
     fn set_output(&mut self, task: &str, output: &Value) -> Result<()>;
     /// Closes the run, releases the lease, and records the task's status.
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()>;
+    /// Takes steps `step` and later out of replay (kept as `discarded`) and
+    /// returns them as they were.
+    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
+    /// Settles a step by hand and keeps the resolution; refused while a live
+    /// runner holds the task.
+    fn resolve(
+        &mut self,
+        task: &str,
+        step: u64,
+        resolution: &Resolution,
+        me: &Holder,
+    ) -> Result<StepRecord>;
+    /// Cancels the task: asks its live runner to stop (true), or marks it
+    /// cancelled at once when none runs (false).
+    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool>;
+    /// Deletes finished tasks (completed, failed, cancelled) last updated
+    /// before `finished_before`, never one a live runner holds; returns
+    /// their ids.
+    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
 }
 
 /// Where the journal lives.
@@ -113,7 +136,12 @@ pub enum Access {
 /// Opens the journal at `location`.
 pub fn open(location: &Location, access: Access) -> Result<Box<dyn Journal>> {
     match location {
-        Location::Sqlite(path) => Ok(Box::new(sqlite::SqliteJournal::open(path, access)?)),
+        Location::Sqlite(path) => {
+            let place = format!("the journal at {}", path.display());
+            let journal =
+                sqlite::SqliteJournal::open(path, access).map_err(|err| explain(&place, err))?;
+            Ok(Box::new(explain::Explained::new(journal, place)))
+        }
         Location::Postgres(_) => Err(Failure::config(
             "this build of durun has no PostgreSQL journal; use a SQLite path for --journal",
         )
@@ -131,4 +159,16 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// The error for a task a live runner holds (exit 75).
+pub fn locked(task: &str, lease: &crate::lease::Lease) -> Failure {
+    Failure::new(
+        crate::exit_code::LOCKED,
+        format!(
+            "task {task} is being run by another durun (pid {} on {}, run {})",
+            lease.pid, lease.host, lease.run
+        ),
+    )
+    .hint("wait for that run to end; if its runner dies, the task is free again")
 }

@@ -154,4 +154,34 @@ pub struct StepRecord {
     /// When its latest attempt started.
     pub started_at: String,
     pub finished_at: Option<String>,
+    /// How an operator settled the step (`retry`, `output`, `fail`), if one did.
+    pub resolution: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolutionAction {
+    /// Run the step again on the next resume, even for an `in_doubt = "ask"` tool.
+    Retry,
+    /// The step took effect with this output.
+    Output(Value),
+    /// The step failed with this message; it replays as a failure.
+    Fail(String),
+}
+
+impl ResolutionAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Output(_) => "output",
+            Self::Fail(_) => "fail",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    pub action: ResolutionAction,
+    /// `user@host` of the operator.
+    pub by: String,
+    pub at: String,
 }

@@ -11,23 +11,32 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use rusqlite::{params, Connection, OpenFlags, Row, TransactionBehavior};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Row, TransactionBehavior};
 use serde_json::Value;
 
 use super::{
-    Access, Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind,
-    StepRecord, StepStatus, TaskRecord, TaskStatus,
+    Access, Journal, NewTask, Resolution, ResolutionAction, RunEnd, RunRecord, RunStart, RunStats,
+    StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::lease::{self, Holder, Lease};
 use crate::protocol::Effect;
 
-/// How long a write waits for another process's transaction.
+/// How long a write waits for another process's transaction, unless
+/// `DURUN_BUSY_TIMEOUT_MS` says otherwise.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+fn busy_timeout() -> Duration {
+    std::env::var("DURUN_BUSY_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(BUSY_TIMEOUT, Duration::from_millis)
+}
+
 /// Never edit a migration that has shipped: append a new one.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE tasks (
     id              TEXT PRIMARY KEY NOT NULL,
     status          TEXT NOT NULL,
@@ -88,7 +97,22 @@ CREATE TABLE steps (
 );
 -- Discarded steps stay for the audit trail; one live row per step number.
 CREATE UNIQUE INDEX steps_live ON steps (task_id, step_index) WHERE status <> 'discarded';
-"];
+",
+    r"
+ALTER TABLE tasks ADD COLUMN cancel_requested_at TEXT;
+ALTER TABLE steps ADD COLUMN resolution TEXT;
+-- Every hand-made decision about a step (`durun resolve`), for the audit trail.
+CREATE TABLE resolutions (
+    id          INTEGER PRIMARY KEY,
+    task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    step_index  INTEGER NOT NULL,
+    action      TEXT NOT NULL,
+    value       TEXT,
+    resolved_by TEXT NOT NULL,
+    resolved_at TEXT NOT NULL
+);
+",
+];
 
 pub struct SqliteJournal {
     conn: Connection,
@@ -133,7 +157,7 @@ impl SqliteJournal {
     }
 
     fn prepare(&mut self, access: Access) -> Result<()> {
-        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.busy_timeout(busy_timeout())?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: i64 = self
             .conn
@@ -298,8 +322,12 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         created_at: row.get(15)?,
         started_at: row.get(16)?,
         finished_at: row.get(17)?,
+        resolution: row.get(18)?,
     })
 }
+
+const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
+    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution";
 
 impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
@@ -375,12 +403,9 @@ impl Journal for SqliteJournal {
     }
 
     fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(
-            "SELECT step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
-                    attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                    finished_at
-             FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index",
-        )?;
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index"
+        ))?;
         let mut rows = statement.query([task])?;
         let mut steps = Vec::new();
         while let Some(row) = rows.next()? {
@@ -440,6 +465,14 @@ impl Journal for SqliteJournal {
         Ok(())
     }
 
+    fn cancel_requested(&mut self, task: &str) -> Result<bool> {
+        let requested: Option<String> = self
+            .conn
+            .prepare_cached("SELECT cancel_requested_at FROM tasks WHERE id = ?1")?
+            .query_row([task], |row| row.get(0))?;
+        Ok(requested.is_some())
+    }
+
     fn put_step(
         &mut self,
         task: &str,
@@ -461,8 +494,8 @@ impl Journal for SqliteJournal {
             tx.prepare_cached(
                 "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                      status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                     finished_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                     finished_at, resolution)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             )?
             .execute(params![
                 task,
@@ -484,12 +517,13 @@ impl Journal for SqliteJournal {
                 step.created_at,
                 step.started_at,
                 step.finished_at,
+                step.resolution,
             ])?;
         } else {
             let changed = tx
                 .prepare_cached(
                     "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
-                         usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12
+                         usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13
                      WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
                 )?
                 .execute(params![
@@ -505,6 +539,7 @@ impl Journal for SqliteJournal {
                     run,
                     step.started_at,
                     step.finished_at,
+                    step.resolution,
                 ])?;
             anyhow::ensure!(
                 changed == 1,
@@ -543,6 +578,197 @@ impl Journal for SqliteJournal {
         tx.commit()?;
         Ok(())
     }
+    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let discarded = {
+            let mut statement = tx.prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM steps
+                 WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded' ORDER BY step_index"
+            ))?;
+            let mut rows = statement.query(params![task, step as i64])?;
+            let mut discarded = Vec::new();
+            while let Some(row) = rows.next()? {
+                discarded.push(step_from_row(row)?);
+            }
+            discarded
+        };
+        tx.execute(
+            "UPDATE steps SET status = 'discarded' WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded'",
+            params![task, step as i64],
+        )?;
+        tx.commit()?;
+        Ok(discarded)
+    }
+
+    fn resolve(
+        &mut self,
+        task: &str,
+        step: u64,
+        resolution: &Resolution,
+        me: &Holder,
+    ) -> Result<StepRecord> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(lease) = lease_of(&tx, task)? {
+            if lease::is_live(&lease, me, super::now_ms()) {
+                return Err(super::locked(task, &lease).into());
+            }
+        }
+        let mut record = {
+            let mut statement = tx.prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'"
+            ))?;
+            let mut rows = statement.query(params![task, step as i64])?;
+            match rows.next()? {
+                Some(row) => step_from_row(row)?,
+                None => {
+                    return Err(Failure::config(format!("task {task} has no step {step}"))
+                        .hint(format!("`durun inspect {task}` lists its steps"))
+                        .into())
+                }
+            }
+        };
+        let value = match &resolution.action {
+            ResolutionAction::Retry => {
+                record.status = StepStatus::Pending;
+                None
+            }
+            ResolutionAction::Output(output) => {
+                record.status = StepStatus::Committed;
+                record.output = Some(output.clone());
+                record.error = None;
+                record.finished_at = Some(resolution.at.clone());
+                Some(json_text(output))
+            }
+            ResolutionAction::Fail(message) => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code: "tool_failed".to_owned(),
+                    message: message.clone(),
+                });
+                record.finished_at = Some(resolution.at.clone());
+                Some(message.clone())
+            }
+        };
+        record.resolution = Some(resolution.action.name().to_owned());
+        let (error_code, error) = match &record.error {
+            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+            None => (None, None),
+        };
+        tx.execute(
+            "UPDATE steps SET status = ?3, output = ?4, error_code = ?5, error = ?6, finished_at = ?7, resolution = ?8
+             WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+            params![
+                task,
+                step as i64,
+                record.status.as_str(),
+                record.output.as_ref().map(json_text),
+                error_code,
+                error,
+                record.finished_at,
+                record.resolution,
+            ],
+        )?;
+        tx.execute(
+            "INSERT INTO resolutions (task_id, step_index, action, value, resolved_by, resolved_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                task,
+                step as i64,
+                resolution.action.name(),
+                value,
+                resolution.by,
+                resolution.at
+            ],
+        )?;
+        tx.commit()?;
+        Ok(record)
+    }
+
+    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = super::now();
+        let live =
+            lease_of(&tx, task)?.is_some_and(|lease| lease::is_live(&lease, me, super::now_ms()));
+        if live {
+            tx.execute(
+                "UPDATE tasks SET cancel_requested_at = ?2 WHERE id = ?1",
+                params![task, now],
+            )?;
+        } else {
+            tx.execute(
+                "UPDATE tasks SET status = 'cancelled', cancel_requested_at = ?2, updated_at = ?2, lease_host = NULL,
+                     lease_pid = NULL, lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+                 WHERE id = ?1",
+                params![task, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(live)
+    }
+
+    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let candidates: Vec<(String, Option<Lease>)> = {
+            let mut statement = tx.prepare(
+                "SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks
+                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ?1",
+            )?;
+            let rows = statement.query_map([finished_before], |row| {
+                Ok((row.get(0)?, lease_from(row, 1)?))
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let now_ms = super::now_ms();
+        let mut removed = Vec::new();
+        for (id, lease) in candidates {
+            if lease.is_some_and(|lease| lease::is_live(&lease, me, now_ms)) {
+                continue;
+            }
+            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+            removed.push(id);
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+}
+
+/// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
+fn lease_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<Lease>> {
+    Ok(
+        match (
+            row.get::<_, Option<String>>(first)?,
+            row.get::<_, Option<u32>>(first + 1)?,
+        ) {
+            (Some(host), Some(pid)) => Some(Lease {
+                host,
+                pid,
+                pid_start: row.get(first + 2)?,
+                heartbeat_ms: row.get::<_, Option<i64>>(first + 3)?.unwrap_or(0),
+                run: row.get::<_, Option<u32>>(first + 4)?.unwrap_or(0),
+            }),
+            _ => None,
+        },
+    )
+}
+
+fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Option<Lease>> {
+    let lease = tx
+        .query_row(
+            "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
+            [task],
+            |row| lease_from(row, 0),
+        )
+        .optional()?
+        .flatten();
+    Ok(lease)
 }
 
 fn write_stats(
@@ -602,6 +828,7 @@ mod tests {
             created_at: super::super::now(),
             started_at: super::super::now(),
             finished_at: None,
+            resolution: None,
         }
     }
 

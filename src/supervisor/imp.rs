@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lines::{Chunk, LineReader};
-use crate::config::Tool;
+use crate::config::{InDoubt, Tool};
 use crate::error::Failure;
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::exit_code;
@@ -85,6 +85,17 @@ struct OpenStep {
     started: Instant,
 }
 
+/// A step as the agent asks for it.
+struct Asked<'a> {
+    name: &'a str,
+    kind: StepKind,
+    effect: Effect,
+    args: Value,
+    canonical: &'a str,
+    /// The tool wants an operator to decide before a step in doubt runs again.
+    ask_first: bool,
+}
+
 /// A `call` whose tool is running.
 struct CallInFlight {
     id: Value,
@@ -97,7 +108,12 @@ struct CallInFlight {
 enum Stop {
     Failure(anyhow::Error),
     Signal,
+    /// `durun cancel` asked for it.
+    Cancel,
 }
+
+/// How often the loop looks for a `durun cancel`.
+const CANCEL_POLL: Duration = Duration::from_secs(1);
 
 /// Runs the agent of `spec` to its end, serving its requests.
 pub fn supervise(
@@ -191,6 +207,7 @@ pub fn supervise(
         exited_at: None,
         stdout_closed: false,
         last_heartbeat: Instant::now(),
+        last_cancel_poll: Instant::now(),
     };
     supervisor.serve(&events);
     signals_handle.close();
@@ -285,6 +302,7 @@ struct Supervisor<'a> {
     exited_at: Option<Instant>,
     stdout_closed: bool,
     last_heartbeat: Instant,
+    last_cancel_poll: Instant,
 }
 
 impl Supervisor<'_> {
@@ -314,6 +332,12 @@ impl Supervisor<'_> {
             if Instant::now() >= kill_at && self.exited.is_none() {
                 os::signal_process(self.child_pid, libc::SIGKILL);
                 self.kill_at = None;
+            }
+        }
+        if self.stop.is_none() && self.last_cancel_poll.elapsed() >= CANCEL_POLL {
+            self.last_cancel_poll = Instant::now();
+            if let Ok(true) = self.journal.cancel_requested(self.spec.task_id) {
+                self.stop(Stop::Cancel);
             }
         }
         if self.last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
@@ -417,9 +441,15 @@ impl Supervisor<'_> {
         if let Err(message) = tool.argv(&args) {
             return self.respond(&Response::error(id, ErrorCode::BadRequest, message));
         }
-        let Some((record, fresh, _)) =
-            self.open_step(&id, name, StepKind::Call, tool.effect, args, &canonical)
-        else {
+        let asked = Asked {
+            name,
+            kind: StepKind::Call,
+            effect: tool.effect,
+            args,
+            canonical: &canonical,
+            ask_first: tool.in_doubt == InDoubt::Ask,
+        };
+        let Some((record, fresh, _)) = self.open_step(&id, asked) else {
             return;
         };
         let step = record.step;
@@ -472,9 +502,15 @@ impl Supervisor<'_> {
                 return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
             }
         };
-        let Some((record, fresh, in_doubt)) =
-            self.open_step(&id, name, StepKind::Begin, effect, args, &canonical)
-        else {
+        let asked = Asked {
+            name,
+            kind: StepKind::Begin,
+            effect,
+            args,
+            canonical: &canonical,
+            ask_first: false,
+        };
+        let Some((record, fresh, in_doubt)) = self.open_step(&id, asked) else {
             return;
         };
         let mut response = Response::ok(id).step(record.step);
@@ -496,15 +532,15 @@ impl Supervisor<'_> {
     /// Numbers the next step and decides, against the journal, whether it
     /// runs (returned, with whether its row is new and whether it is in
     /// doubt) or is answered here (replay, divergence, journal failure).
-    fn open_step(
-        &mut self,
-        id: &Value,
-        name: &str,
-        kind: StepKind,
-        effect: Effect,
-        args: Value,
-        canonical: &str,
-    ) -> Option<(StepRecord, bool, bool)> {
+    fn open_step(&mut self, id: &Value, asked: Asked<'_>) -> Option<(StepRecord, bool, bool)> {
+        let Asked {
+            name,
+            kind,
+            effect,
+            args,
+            canonical,
+            ask_first,
+        } = asked;
         let step = self.next_step;
         self.next_step += 1;
         let args_hash = step_key::args_hash(canonical);
@@ -530,6 +566,7 @@ impl Supervisor<'_> {
                     created_at: now.clone(),
                     started_at: now,
                     finished_at: None,
+                    resolution: None,
                 };
                 (record, true, false)
             }
@@ -538,9 +575,13 @@ impl Supervisor<'_> {
                 self.diverge(id, &recorded, name, &args);
                 return None;
             }
+            // A failure the agent already saw (later steps exist) or that an
+            // operator recorded replays as a failure.
             Some(recorded)
                 if recorded.status == StepStatus::Committed
-                    || (recorded.status == StepStatus::Failed && step < self.last_recorded) =>
+                    || (recorded.status == StepStatus::Failed
+                        && (step < self.last_recorded
+                            || recorded.resolution.as_deref() == Some("fail"))) =>
             {
                 let recorded = recorded.clone();
                 self.replay(id.clone(), &recorded);
@@ -551,6 +592,12 @@ impl Supervisor<'_> {
                 // (the agent died on it): run it again, same key.
                 let mut record = recorded.clone();
                 let in_doubt = record.status == StepStatus::Pending;
+                if in_doubt && ask_first && record.resolution.as_deref() != Some("retry") {
+                    self.ask_operator(id, &record);
+                    return None;
+                }
+                // An operator's `retry` allows one more attempt, not all.
+                record.resolution = None;
                 if record.effect == Effect::Mutate && older_than(&record.created_at, KEY_MEMORY) {
                     let message = format!(
                         "step {step} ({name}) is retried more than 24 hours after its first attempt; \
@@ -664,6 +711,39 @@ impl Supervisor<'_> {
         self.stop(Stop::Failure(failure.into()));
     }
 
+    /// A step of an `in_doubt = "ask"` tool may have taken effect and its API
+    /// takes no key: stop until an operator decides (exit 76).
+    fn ask_operator(&mut self, id: &Value, record: &StepRecord) {
+        let step = record.step;
+        let task = self.spec.task_id;
+        self.respond(
+            &Response::error(
+                id.clone(),
+                ErrorCode::Cancelled,
+                format!("step {step} is in doubt and waits for `durun resolve`; the run stops"),
+            )
+            .step(step),
+        );
+        let failure = Failure::new(
+            exit_code::IN_DOUBT,
+            format!(
+                "step {step} ({}) of task {task} may or may not have taken effect, and its tool is `in_doubt = \"ask\"`",
+                record.name
+            ),
+        )
+        .details(format!(
+            "args {}\nkey  {}\nattempts so far: {}, the last started {}",
+            step_key::canonical_json(&record.args).unwrap_or_default(),
+            record.idempotency_key,
+            record.attempts,
+            record.started_at
+        ))
+        .hint(format!(
+            "check whether it happened, then `durun resolve {task} {step} --retry | --output JSON | --fail MESSAGE` and `durun resume {task}`"
+        ));
+        self.stop(Stop::Failure(failure.into()));
+    }
+
     fn journal_failed(&mut self, id: &Value, err: anyhow::Error) {
         self.respond(&Response::error(
             id.clone(),
@@ -684,7 +764,7 @@ impl Supervisor<'_> {
         if self.stop.is_some() {
             return;
         }
-        if matches!(stop, Stop::Failure(_)) && self.exited.is_none() {
+        if !matches!(stop, Stop::Signal) && self.exited.is_none() {
             os::signal_process(self.child_pid, libc::SIGTERM);
             self.kill_at = Some(Instant::now() + STOP_GRACE);
         }
@@ -850,6 +930,10 @@ impl Supervisor<'_> {
                 status = TaskStatus::Failed;
                 exit_code = crate::error::exit_code_of(&err);
                 Some(err)
+            }
+            Some(Stop::Cancel) => {
+                status = TaskStatus::Cancelled;
+                None
             }
             Some(Stop::Signal) | None => None,
         };

@@ -28,8 +28,8 @@ fn committed_completions_and_man_pages_are_current() {
     }
     assert_eq!(
         compared,
-        5 + 5,
-        "five completion scripts and five man pages"
+        5 + 8,
+        "five completion scripts and eight man pages"
     );
 }
 

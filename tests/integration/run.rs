@@ -320,8 +320,8 @@ sys.stdout.write(json.dumps({"op": "begin", "id": 1, "name": "work", "args": {}}
 sys.stdout.flush()
 answer = json.loads(sys.stdin.readline())
 if not answer["replayed"]:
-    open("started", "w").write(str(os.getpid()))
     try:
+        open("started", "w").write(str(os.getpid()))
         time.sleep(60)
     except KeyboardInterrupt:
         open("interrupted", "w").write("yes")
