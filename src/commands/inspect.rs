@@ -48,7 +48,7 @@ pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
                 return Err(unknown_task(id, &location).into());
             };
             let runs = journal.runs(id)?;
-            let steps = journal.steps(id)?;
+            let steps = journal.steps(id, true)?;
             if args.json {
                 serde_json::to_writer(&mut out, &task_json(&task, &runs, &steps))?;
                 writeln!(out)?;
@@ -146,6 +146,7 @@ fn step_json(step: &StepRecord) -> Value {
         "error": step.error.as_ref().map(|error| json!({"code": error.code, "message": error.message})),
         "usage": step.usage,
         "tokens": step.tokens,
+        "resolution": step.resolution,
         "created_at": step.created_at,
         "started_at": step.started_at,
         "finished_at": step.finished_at,

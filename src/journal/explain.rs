@@ -103,8 +103,8 @@ impl<J: Journal> Journal for Explained<J> {
         let result = self.inner.runs(task);
         self.map(result)
     }
-    fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let result = self.inner.steps(task);
+    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
+        let result = self.inner.steps(task, discarded);
         self.map(result)
     }
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {

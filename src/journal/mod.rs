@@ -36,8 +36,10 @@ pub trait Journal {
     /// Every task, newest first.
     fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>>;
-    /// The task's steps that take part in replay, in step order.
-    fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>>;
+    /// The task's steps that take part in replay, in step order; with
+    /// `discarded`, also the steps `resume --from-step` took out, each
+    /// before its replacement.
+    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>>;
     /// Takes the task's lease for `me` and opens a new run, unless a live
     /// runner holds it. Atomic: of two racing runners one wins.
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;

@@ -101,6 +101,9 @@ CREATE UNIQUE INDEX steps_live ON steps (task_id, step_index) WHERE status <> 'd
     r"
 ALTER TABLE tasks ADD COLUMN cancel_requested_at TEXT;
 ALTER TABLE steps ADD COLUMN resolution TEXT;
+-- Finds a task's discarded steps; live rows are not in it, so it costs
+-- nothing on the per-step write path.
+CREATE INDEX steps_discarded ON steps (task_id) WHERE status = 'discarded';
 -- Every hand-made decision about a step (`durun resolve`), for the audit trail.
 CREATE TABLE resolutions (
     id          INTEGER PRIMARY KEY,
@@ -327,7 +330,7 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
 }
 
 const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
-    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution";
+    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id";
 
 impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
@@ -402,10 +405,21 @@ impl Journal for SqliteJournal {
         Ok(runs)
     }
 
-    fn steps(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index"
-        ))?;
+    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
+        // Two statements, so that replay's uses the partial index.
+        let sql = if discarded {
+            format!(
+                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded'
+                 UNION ALL
+                 SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status = 'discarded'
+                 ORDER BY step_index, id"
+            )
+        } else {
+            format!(
+                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index"
+            )
+        };
+        let mut statement = self.conn.prepare_cached(&sql)?;
         let mut rows = statement.query([task])?;
         let mut steps = Vec::new();
         while let Some(row) = rows.next()? {
@@ -860,7 +874,7 @@ mod tests {
         journal
             .put_step("t1", &record, false, run, &stats)
             .expect("commit");
-        let steps = journal.steps("t1").expect("steps");
+        let steps = journal.steps("t1", false).expect("steps");
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0].status, StepStatus::Committed);
         assert_eq!(steps[0].output, Some(json!({"url": "x"})));

@@ -121,7 +121,7 @@ pub fn supervise(
     journal: &mut dyn Journal,
     reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Outcome> {
-    let recorded = journal.steps(spec.task_id)?;
+    let recorded = journal.steps(spec.task_id, false)?;
     let last_recorded = recorded.last().map_or(0, |step| step.step);
     let mut steps: Vec<Option<StepRecord>> = Vec::new();
     for record in recorded {

@@ -99,6 +99,27 @@ impl TestEnv {
     }
 }
 
+impl TestEnv {
+    /// Runs SQL on the journal file directly (to age a step, say).
+    pub fn sql(&self, sql: &str) {
+        let conn = rusqlite::Connection::open(&self.journal).expect("open the journal");
+        conn.execute_batch(sql).expect("SQL on the journal");
+    }
+
+    /// Asserts that SQLite finds the journal intact.
+    pub fn assert_journal_intact(&self) {
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.journal,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the journal");
+        let verdict: String = conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .expect("integrity_check");
+        assert_eq!(verdict, "ok", "PRAGMA integrity_check");
+    }
+}
+
 pub fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }

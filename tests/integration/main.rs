@@ -7,5 +7,6 @@ mod env;
 mod examples;
 mod keys;
 mod lease;
+mod recovery;
 mod run;
 mod servers;
