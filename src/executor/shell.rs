@@ -1,5 +1,6 @@
 //! One attempt of a command tool, through duct.
 
+use std::io::Read;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -14,6 +15,11 @@ use crate::protocol::ErrorCode;
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How much of a failed tool's stderr goes into the error message.
 const STDERR_TAIL: usize = 2000;
+/// The most stdout a tool may print; more fails the step rather than
+/// filling durun's memory and the journal.
+const STDOUT_LIMIT: usize = 32 * 1024 * 1024;
+/// How much of a tool's stderr durun keeps (the end of it).
+const STDERR_KEEP: usize = 64 * 1024;
 
 pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outcome {
     let tool = &invocation.tool;
@@ -36,8 +42,6 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
         .env("DURUN_STEP", invocation.step.to_string())
         .env("DURUN_ATTEMPT", attempt.to_string())
         .env("DURUN_IDEMPOTENCY_KEY", &invocation.idempotency_key)
-        .stdout_capture()
-        .stderr_capture()
         .unchecked()
         .before_spawn(|command| {
             os::own_process_group(command);
@@ -49,7 +53,26 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
     } else {
         expression.stdin_null()
     };
-    let handle = match expression.start() {
+    // Output goes through pipes read with a cap, never into memory whole.
+    let pipes = std::io::pipe().and_then(|stdout| Ok((stdout, std::io::pipe()?)));
+    let ((stdout_reader, stdout_writer), (stderr_reader, stderr_writer)) = match pipes {
+        Ok(pipes) => pipes,
+        Err(err) => {
+            return failed(
+                ErrorCode::ToolFailed,
+                format!("cannot create pipes for the tool: {err}"),
+                None,
+            )
+        }
+    };
+    let started = expression
+        .stdout_file(stdout_writer)
+        .stderr_file(stderr_writer)
+        .start();
+    // The expression holds the pipes' write ends: drop it so that the
+    // readers see the end of output when the tool's processes are gone.
+    drop(expression);
+    let handle = match started {
         Ok(handle) => std::sync::Arc::new(handle),
         Err(err) => {
             return failed(
@@ -59,6 +82,8 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
             )
         }
     };
+    let stdout_thread = std::thread::spawn(move || read_capped(stdout_reader, STDOUT_LIMIT));
+    let stderr_thread = std::thread::spawn(move || read_tail(stderr_reader, STDERR_KEEP));
     let pgid = handle.pids().first().copied().unwrap_or(0);
     cancel.started(pgid);
     let mut timed_out = false;
@@ -84,7 +109,12 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
             }
         }
     };
+    // Whatever the tool left running in its group goes with it: no tool
+    // process outlives its step (and holds its output pipes open).
+    os::signal_group(pgid, libc::SIGKILL);
     cancel.ended();
+    let (stdout, overflow) = stdout_thread.join().unwrap_or_default();
+    let stderr = stderr_thread.join().unwrap_or_default();
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
@@ -98,8 +128,19 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
             )
         }
     };
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = tail(&output.stderr);
+    let stdout = String::from_utf8_lossy(&stdout).into_owned();
+    let stderr = tail(stderr.as_bytes());
+    if overflow {
+        return failed(
+            ErrorCode::ToolFailed,
+            format!(
+                "`{}` printed more than {} MiB on stdout",
+                tool.name,
+                STDOUT_LIMIT >> 20
+            ),
+            Some(json!({"stderr": stderr})),
+        );
+    }
     if timed_out {
         let limit =
             humantime::format_duration(tool.timeout.expect("timed out only with a timeout"));
@@ -164,4 +205,31 @@ fn failed(code: ErrorCode, message: String, output: Option<Value>) -> Outcome {
 fn tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(STDERR_TAIL);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Reads up to `limit` bytes, then drains the rest; true if there was more.
+fn read_capped(mut reader: impl Read, limit: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let _ = (&mut reader).take(limit as u64).read_to_end(&mut kept);
+    let overflow = std::io::copy(&mut reader, &mut std::io::sink()).is_ok_and(|more| more > 0);
+    (kept, overflow)
+}
+
+/// Reads everything, keeping the last `keep` bytes as text.
+fn read_tail(mut reader: impl Read, keep: usize) -> String {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        match reader.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buffer[..n]);
+                if kept.len() > 2 * keep {
+                    kept.drain(..kept.len() - keep);
+                }
+            }
+        }
+    }
+    let start = kept.len().saturating_sub(keep);
+    String::from_utf8_lossy(&kept[start..]).into_owned()
 }
