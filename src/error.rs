@@ -58,13 +58,18 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// The outermost `Failure` in the error, whether it is the error itself or
+/// context added on the way up. (`err.chain()` would not find context: it
+/// yields anyhow's wrappers.)
+pub fn failure_of(err: &anyhow::Error) -> Option<&Failure> {
+    err.downcast_ref::<Failure>()
+}
+
 /// The exit code for an error chain: the first `Failure` wins, storage
 /// errors mean the journal failed, anything else is an internal error.
 pub fn exit_code_of(err: &anyhow::Error) -> i32 {
-    for cause in err.chain() {
-        if let Some(failure) = cause.downcast_ref::<Failure>() {
-            return failure.code;
-        }
+    if let Some(failure) = failure_of(err) {
+        return failure.code;
     }
     for cause in err.chain() {
         if cause.downcast_ref::<rusqlite::Error>().is_some() {
@@ -92,9 +97,7 @@ pub fn print(err: &anyhow::Error) {
     for cause in err.chain().skip(1) {
         let _ = writeln!(out, "  caused by: {cause}");
     }
-    let failure = err
-        .chain()
-        .find_map(|cause| cause.downcast_ref::<Failure>());
+    let failure = failure_of(err);
     if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
         for line in details.lines() {
             let _ = writeln!(out, "  {line}");

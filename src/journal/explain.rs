@@ -30,10 +30,7 @@ impl<J> Explained<J> {
 
 /// Adds a `Failure` that says what the storage error means for the user.
 pub fn explain(place: &str, err: Error) -> Error {
-    if err
-        .chain()
-        .any(|cause| cause.downcast_ref::<Failure>().is_some())
-    {
+    if crate::error::failure_of(&err).is_some() {
         return err;
     }
     let code = err

@@ -126,6 +126,14 @@ impl SqliteJournal {
     pub fn open(path: &Path, access: Access) -> Result<Self> {
         let conn = match access {
             Access::Write => {
+                if on_read_only_mount(path) {
+                    return Err(Failure::journal(format!(
+                        "the journal at {} is on a read-only file system",
+                        path.display()
+                    ))
+                    .hint("remount it read-write, or choose another journal with --journal or DURUN_JOURNAL")
+                    .into());
+                }
                 create_private(path)?;
                 Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             }
@@ -135,7 +143,15 @@ impl SqliteJournal {
                         .hint("nothing has run with this journal yet; check --journal or DURUN_JOURNAL")
                         .into());
                 }
-                Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                // On read-only media SQLite cannot make the WAL index; a
+                // journal there cannot change under us, so read it as
+                // immutable.
+                let read_only_media = on_read_only_mount(path);
+                let uri = format!("file:{}?immutable={}", uri_path(path), u8::from(read_only_media));
+                Connection::open_with_flags(
+                    uri,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+                )
             }
         }
         .with_context(|| format!("failed to open journal at {}", path.display()))?;
@@ -208,6 +224,33 @@ impl SqliteJournal {
         tx.commit()?;
         Ok(())
     }
+}
+
+/// Whether the file system that holds (or would hold) `path` is mounted
+/// read-only.
+fn on_read_only_mount(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let existing = path
+        .ancestors()
+        .find(|ancestor| !ancestor.as_os_str().is_empty() && ancestor.exists())
+        .unwrap_or(Path::new("."));
+    let Ok(c_path) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a valid C string and `stat` is writable memory of
+    // the right size; statvfs initializes it when it returns 0.
+    let ok = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) } == 0;
+    // SAFETY: initialized by the successful call above.
+    ok && unsafe { stat.assume_init() }.f_flag & libc::ST_RDONLY != 0
+}
+
+/// `path` for an SQLite `file:` URI: `?` and `#` would start the query.
+fn uri_path(path: &Path) -> String {
+    path.to_string_lossy()
+        .replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23")
 }
 
 /// Creates the journal's directory (0700) and file (0600) if missing:

@@ -71,10 +71,15 @@ pub struct Outcome {
 
 enum Event {
     Line(Line),
+    /// A passed-through line that looks like a broken request.
+    Suspicious(String),
     Oversized(Value),
     StdoutClosed,
     Exited(ExitStatus),
-    ToolDone { step: u64, finished: Finished },
+    ToolDone {
+        step: u64,
+        finished: Finished,
+    },
     Signal(i32),
 }
 
@@ -261,6 +266,14 @@ fn spawn_reader_thread(stdout: std::process::ChildStdout, tx: mpsc::Sender<Event
                             .write_all(&bytes)
                             .and_then(|()| out.write_all(b"\n"))
                             .and_then(|()| out.flush());
+                        drop(out);
+                        if looks_like_a_request(&bytes) {
+                            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(120)])
+                                .into_owned();
+                            if tx.send(Event::Suspicious(head)).is_err() {
+                                return;
+                            }
+                        }
                         continue;
                     }
                     line => Event::Line(line),
@@ -356,6 +369,13 @@ impl Supervisor<'_> {
                 self.respond(&Response::error(id, ErrorCode::BadRequest, message));
             }
             Event::Line(Line::Passthrough) => {}
+            Event::Suspicious(head) => {
+                let message = format!(
+                    "the agent printed a line that looks like a request but is not valid JSON; \
+                     it was passed through to stdout, not answered: {head}"
+                );
+                self.reporter.report(&Report::Warning(&message));
+            }
             Event::Oversized(id) => self.respond(&Response::error(
                 id,
                 ErrorCode::BadRequest,
@@ -750,12 +770,21 @@ impl Supervisor<'_> {
             ErrorCode::Journal,
             format!("durun could not write the journal ({err:#}); the task stops"),
         ));
-        let failure = Failure::journal(format!(
-            "failed to write the journal of task {}",
-            self.spec.task_id
-        ))
-        .hint("check the disk and the journal file, then resume the task");
-        self.stop(Stop::Failure(err.context(failure)));
+        // A storage error that already says what happened (a full disk)
+        // leads; anything else gets a general line.
+        let explained = crate::error::failure_of(&err).is_some();
+        let err = if explained {
+            err
+        } else {
+            err.context(
+                Failure::journal(format!(
+                    "failed to write the journal of task {}",
+                    self.spec.task_id
+                ))
+                .hint("check the disk and the journal file, then resume the task"),
+            )
+        };
+        self.stop(Stop::Failure(err));
     }
 
     /// Ends the run early: the agent gets SIGTERM, then SIGKILL after a
@@ -971,4 +1000,10 @@ fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
         }
     }
     lines
+}
+
+/// An object line that names an `op` but did not parse: most likely a
+/// request the agent got wrong (truncated, or not UTF-8).
+fn looks_like_a_request(line: &[u8]) -> bool {
+    line.trim_ascii_start().starts_with(b"{") && line.windows(4).any(|window| window == b"\"op\"")
 }

@@ -5,6 +5,7 @@ mod cli;
 mod crash;
 mod env;
 mod examples;
+mod faults;
 mod keys;
 mod lease;
 mod recovery;
