@@ -29,7 +29,7 @@ enum Kill {
     Sigterm,
 }
 
-fn tools_toml() -> String {
+pub fn tools_toml() -> String {
     let agents = agents_dir();
     format!(
         r#"

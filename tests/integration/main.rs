@@ -11,3 +11,4 @@ mod lease;
 mod recovery;
 mod run;
 mod servers;
+mod torture;

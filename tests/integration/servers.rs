@@ -102,8 +102,9 @@ impl FakeLlm {
 struct ApiState {
     /// Every request's key, in arrival order.
     keys: Vec<String>,
-    /// Resource id by key.
-    created: HashMap<String, String>,
+    /// The first answer given for each key, replayed for the key's retries
+    /// as an idempotent API does.
+    created: HashMap<String, Value>,
     resources: usize,
     hold_next_create: bool,
     held: bool,
@@ -124,13 +125,16 @@ impl FakeApi {
             let mut state = lock.lock().expect("api state");
             let key = headers.get("idempotency-key").cloned().unwrap_or_default();
             state.keys.push(key.clone());
-            if let Some(id) = state.created.get(&key) {
-                return json!({"id": id, "created": false});
+            if let Some(first) = state.created.get(&key) {
+                let mut again = first.clone();
+                again["created"] = json!(false);
+                return again;
             }
             state.resources += 1;
             let id = format!("res-{}", state.resources);
+            let answer = json!({"id": id, "created": true, "title": body.get("title")});
             if !key.is_empty() {
-                state.created.insert(key, id.clone());
+                state.created.insert(key, answer.clone());
             }
             if state.hold_next_create {
                 // The resource exists now; the answer is held back until
@@ -142,7 +146,7 @@ impl FakeApi {
                     state = changed.wait(state).expect("api state");
                 }
             }
-            json!({"id": id, "created": true, "title": body.get("title")})
+            answer
         });
         Self { url, state }
     }

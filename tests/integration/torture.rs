@@ -1,0 +1,208 @@
+//! Crash torture: a 32-step agent mixing `read` and `mutate` steps, `begin`
+//! and `call`, is killed with SIGKILL (durun or the agent, at seeded random
+//! moments) and resumed until it finishes. It must end with the same final
+//! output as an uninterrupted run; every `mutate` step must reach the API
+//! with one key only, and no resource may be created twice.
+//!
+//! One seed by default; `DURUN_TORTURE_ROUNDS=50` runs fifty, and
+//! `DURUN_TORTURE_SEED` picks the first.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::crash::tools_toml;
+use crate::env::{process_gone, signal, text, wait_for, TestEnv};
+use crate::servers::FakeApi;
+
+const STEPS: usize = 32;
+
+fn plan() -> Value {
+    let steps: Vec<Value> = (0..STEPS)
+        .map(|i| match i % 8 {
+            0 | 4 => json!({"begin": format!("api.b{i}"), "effect": "mutate", "args": {"title": format!("b{i}")}, "do": {"api": true}}),
+            3 => json!({"call": "create_resource", "args": {"title": format!("c{i}")}}),
+            2 | 6 => json!({"call": "echo", "args": {"text": format!("e{i}")}}),
+            _ => json!({"begin": format!("think{i}"), "args": {"i": i}, "do": {"value": i * i}}),
+        })
+        .collect();
+    json!({"steps": steps})
+}
+
+/// The outputs without what differs between a first try and a retry (the
+/// API says whether it created the resource or found it by key).
+fn normalized(output: &Value) -> Value {
+    let mut output = output.clone();
+    if let Some(outputs) = output["outputs"].as_array_mut() {
+        for item in outputs {
+            if let Some(object) = item.as_object_mut() {
+                object.remove("created");
+            }
+        }
+    }
+    output
+}
+
+fn environment(api: &FakeApi) -> TestEnv {
+    let mut env = TestEnv::new();
+    env.set("API_URL", &api.url);
+    env.write("durun.toml", &tools_toml());
+    env
+}
+
+fn agent_args(env: &TestEnv) -> Vec<String> {
+    let mut plan = plan();
+    plan["pidfile"] = json!(env.path("agent.pid"));
+    env.scripted_agent("plan.json", &plan)
+}
+
+/// xorshift64*, seeded: the kill schedule of a failing round reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+fn reference_output() -> Value {
+    let api = FakeApi::start();
+    let env = environment(&api);
+    let mut args = vec![
+        "run".to_owned(),
+        "--task".to_owned(),
+        "ref".to_owned(),
+        "--".to_owned(),
+    ];
+    args.extend(agent_args(&env));
+    let output = env.command().args(&args).output().expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    normalized(&env.inspect("ref")["task"]["output"])
+}
+
+fn torture(seed: u64, expected: &Value) {
+    let api = FakeApi::start();
+    let env = environment(&api);
+    let mut rng = Rng(seed | 1);
+    let mut first = vec![
+        "run".to_owned(),
+        "--task".to_owned(),
+        "t".to_owned(),
+        "--".to_owned(),
+    ];
+    first.extend(agent_args(&env));
+    let mut kills = 0;
+    let mut runs = 0;
+    loop {
+        assert!(runs < 60, "seed {seed}: the task did not finish in 60 runs");
+        let _ = std::fs::remove_file(env.path("agent.pid"));
+        let args: Vec<&str> = if runs == 0 {
+            first.iter().map(String::as_str).collect()
+        } else {
+            vec!["resume", "t"]
+        };
+        let mut durun = env.spawn(&args, &format!("run{runs}"));
+        runs += 1;
+        let delay = Duration::from_millis(50 + rng.below(700));
+        let kill_agent = rng.below(2) == 0;
+        let deadline = Instant::now() + delay;
+        let mut finished = None;
+        while Instant::now() < deadline {
+            if let Some(status) = durun.try_wait().expect("try_wait") {
+                finished = Some(status);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(status) = finished {
+            assert!(
+                status.success(),
+                "seed {seed}, run {runs}: {}",
+                env.log(&format!("run{}", runs - 1))
+            );
+            break;
+        }
+        let agent_pid = std::fs::read_to_string(env.path("agent.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok());
+        match agent_pid {
+            Some(pid) if kill_agent => {
+                signal(pid, libc::SIGKILL);
+                durun.wait().expect("durun");
+            }
+            _ => {
+                durun.kill().expect("SIGKILL durun");
+                durun.wait().expect("durun");
+                if let Some(pid) = agent_pid {
+                    wait_for(
+                        "the agent to die with durun",
+                        Duration::from_secs(10),
+                        || process_gone(pid),
+                    );
+                }
+            }
+        }
+        kills += 1;
+    }
+
+    let view = env.inspect("t");
+    assert_eq!(view["task"]["status"], "completed", "seed {seed}");
+    assert_eq!(
+        &normalized(&view["task"]["output"]),
+        expected,
+        "seed {seed}: the final output differs"
+    );
+    let mutate_steps = (0..STEPS).filter(|i| matches!(i % 8, 0 | 3 | 4)).count();
+    assert_eq!(
+        api.resources(),
+        mutate_steps,
+        "seed {seed}: a resource was created twice"
+    );
+    // Each mutate step's key is distinct and was the only key its step sent.
+    let keys = api.keys();
+    let mut distinct = keys.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        mutate_steps,
+        "seed {seed}: one key per mutate step"
+    );
+    let recorded: Vec<&str> = view["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter(|step| step["effect"] == "mutate")
+        .map(|step| step["idempotency_key"].as_str().expect("key"))
+        .collect();
+    for key in &distinct {
+        assert!(
+            recorded.contains(&key.as_str()),
+            "seed {seed}: the API saw a key the journal does not hold"
+        );
+    }
+    env.assert_journal_intact();
+    eprintln!(
+        "torture seed {seed}: {kills} kills, {runs} runs, {} API requests",
+        keys.len()
+    );
+}
+
+#[test]
+fn the_task_survives_sigkill_at_random_points() {
+    let rounds: u64 = std::env::var("DURUN_TORTURE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let first: u64 = std::env::var("DURUN_TORTURE_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0xD0_5EED);
+    let expected = reference_output();
+    for seed in first..first + rounds {
+        torture(seed, &expected);
+    }
+}
