@@ -12,12 +12,32 @@ pub mod exit_code;
 mod journal;
 mod lease;
 mod os;
+#[cfg(test)]
+mod properties;
 mod protocol;
 mod report;
 mod step_key;
 mod supervisor;
 
 use std::ffi::OsString;
+
+/// Entry points for `fuzz/`; not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Everything durun does with one line from an agent before it touches
+    /// the journal: classify, decode, and canonicalize the args.
+    pub fn request_line(line: &[u8]) {
+        if let crate::protocol::Line::Request(
+            crate::protocol::Request::Call { args, .. }
+            | crate::protocol::Request::Begin { args, .. },
+        ) = crate::protocol::parse_line(line)
+        {
+            if let Ok(canonical) = crate::step_key::canonical_json(&args) {
+                let _ = crate::step_key::idempotency_key("fuzz", 1, &canonical);
+            }
+        }
+    }
+}
 
 use clap::Parser as _;
 

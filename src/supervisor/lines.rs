@@ -32,7 +32,7 @@ impl<R: BufRead> LineReader<R> {
     }
 
     #[cfg(test)]
-    fn with_limit(inner: R, limit: usize) -> Self {
+    pub(crate) fn with_limit(inner: R, limit: usize) -> Self {
         Self { inner, limit }
     }
 

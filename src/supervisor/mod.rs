@@ -1,6 +1,6 @@
 //! Runs the agent and serves its requests against the journal.
 
 mod imp;
-mod lines;
+pub(crate) mod lines;
 
 pub use imp::{supervise, RunSpec};

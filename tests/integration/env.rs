@@ -120,6 +120,16 @@ impl TestEnv {
     }
 }
 
+/// Every test's journal must pass `PRAGMA integrity_check` at the end,
+/// whatever the test did to it.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && self.journal.exists() {
+            self.assert_journal_intact();
+        }
+    }
+}
+
 pub fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }

@@ -1,0 +1,97 @@
+//! Property tests: the line parser, the line reader and the canonical JSON
+//! printer hold their promises for any input, not just the examples.
+
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+use crate::protocol::{parse_line, Line, Request};
+use crate::step_key::canonical_json;
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+            .prop_map(|f| serde_json::from_str(&format!("{f:e}")).expect("a finite float is JSON")),
+        "\\PC{0,12}".prop_map(Value::String),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((any::<String>(), inner), 0..6)
+                .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any bytes at all: the parser answers, it never panics.
+    #[test]
+    fn parse_line_takes_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = parse_line(&bytes);
+    }
+
+    /// A well-formed request reads back as itself, whatever its args.
+    #[test]
+    fn requests_round_trip(id in any::<i64>(), tool in "[a-z_.]{1,12}", args in json_value()) {
+        let line = serde_json::json!({"op": "call", "id": id, "tool": tool, "args": args}).to_string();
+        match parse_line(line.as_bytes()) {
+            Line::Request(Request::Call { id: got_id, tool: got_tool, args: got_args }) => {
+                prop_assert_eq!(got_id, Value::from(id));
+                prop_assert_eq!(got_tool, tool);
+                prop_assert_eq!(got_args, args);
+            }
+            other => prop_assert!(false, "{line} parsed as {other:?}"),
+        }
+    }
+
+    /// The canonical text is stable: printing what it reads back gives the
+    /// same text, and the order of object members does not matter.
+    #[test]
+    fn canonical_json_is_stable_and_order_free(value in json_value()) {
+        let canonical = canonical_json(&value).expect("generated values have short integers");
+        let reread: Value = serde_json::from_str(&canonical).expect("canonical text is JSON");
+        prop_assert_eq!(canonical_json(&reread).expect("canonical"), canonical.clone());
+        prop_assert!(canonical.is_ascii());
+        if let Value::Object(map) = &value {
+            let reversed: Map<String, Value> = map.iter().rev().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut text = String::from("{");
+            for (i, (k, v)) in reversed.iter().enumerate() {
+                if i > 0 { text.push(','); }
+                text.push_str(&serde_json::to_string(k).expect("key"));
+                text.push(':');
+                text.push_str(&v.to_string());
+            }
+            text.push('}');
+            let shuffled: Value = serde_json::from_str(&text).expect("JSON");
+            prop_assert_eq!(canonical_json(&shuffled).expect("canonical"), canonical);
+        }
+    }
+
+    /// Lines come out as they went in, however the input is chunked; an
+    /// oversized one comes out as one refusal.
+    #[test]
+    fn the_line_reader_splits_like_split(
+        lines in prop::collection::vec("[^\n]{0,40}", 0..12),
+        capacity in 1usize..64,
+    ) {
+        use std::io::BufReader;
+        use crate::supervisor::lines::{Chunk, LineReader};
+        let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30);
+        let mut got = Vec::new();
+        while let Some(chunk) = reader.next_line().expect("in memory") {
+            got.push(match chunk {
+                Chunk::Line(line) => Some(String::from_utf8(line).expect("utf-8 in, utf-8 out")),
+                Chunk::Oversized { .. } => None,
+            });
+        }
+        let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
+        prop_assert_eq!(got, expected);
+    }
+}
