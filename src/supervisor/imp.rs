@@ -714,6 +714,7 @@ impl Supervisor<'_> {
             show(args)
         );
         if recorded.name == name {
+            details.push_str("\ndifference:");
             for line in args_diff(&recorded.args, args) {
                 details.push('\n');
                 details.push_str(&line);
@@ -983,27 +984,72 @@ fn older_than(then: &str, age: Duration) -> bool {
         .is_some_and(|elapsed| elapsed > age)
 }
 
-/// A line per top-level member that differs between two args objects.
+/// A line per leaf that differs between the recorded and the asked args,
+/// with its path: `args.files[2].path: "a" -> "b"`.
 fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
-    let (Value::Object(recorded), Value::Object(asked)) = (recorded, asked) else {
-        return Vec::new();
-    };
     let mut lines = Vec::new();
-    let keys: std::collections::BTreeSet<&String> = recorded.keys().chain(asked.keys()).collect();
-    for key in keys {
-        match (recorded.get(key), asked.get(key)) {
-            (Some(a), Some(b)) if a == b => {}
-            (Some(a), Some(b)) => lines.push(format!("  args.{key}: {a} -> {b}")),
-            (Some(a), None) => lines.push(format!("- args.{key}: {a}")),
-            (None, Some(b)) => lines.push(format!("+ args.{key}: {b}")),
-            (None, None) => {}
-        }
-    }
+    diff_at("args", recorded, asked, &mut lines);
     lines
+}
+
+fn diff_at(path: &str, recorded: &Value, asked: &Value, lines: &mut Vec<String>) {
+    const MOST: usize = 20;
+    if recorded == asked || lines.len() >= MOST {
+        return;
+    }
+    match (recorded, asked) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let child = format!("{path}.{key}");
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => diff_at(&child, x, y, lines),
+                    (Some(x), None) => lines.push(format!("- {child}: {x}")),
+                    (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for i in 0..a.len().max(b.len()) {
+                let child = format!("{path}[{i}]");
+                match (a.get(i), b.get(i)) {
+                    (Some(x), Some(y)) => diff_at(&child, x, y, lines),
+                    (Some(x), None) => lines.push(format!("- {child}: {x}")),
+                    (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        _ => lines.push(format!("  {path}: {recorded} -> {asked}")),
+    }
 }
 
 /// An object line that names an `op` but did not parse: most likely a
 /// request the agent got wrong (truncated, or not UTF-8).
 fn looks_like_a_request(line: &[u8]) -> bool {
     line.trim_ascii_start().starts_with(b"{") && line.windows(4).any(|window| window == b"\"op\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::args_diff;
+    use serde_json::json;
+
+    #[test]
+    fn diffs_name_the_path_of_each_change() {
+        let recorded =
+            json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "b"}], "draft": true});
+        let asked = json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "c"}, {"path": "d"}], "labels": []});
+        assert_eq!(
+            args_diff(&recorded, &asked),
+            [
+                "- args.draft: true",
+                "  args.files[1].path: \"b\" -> \"c\"",
+                "+ args.files[2]: {\"path\":\"d\"}",
+                "+ args.labels: []",
+            ]
+        );
+        assert_eq!(args_diff(&json!(1), &json!("1")), ["  args: 1 -> \"1\""]);
+    }
 }
