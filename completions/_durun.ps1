@@ -21,7 +21,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'durun' {
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -42,7 +42,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         'durun;run' {
             [CompletionResult]::new('--task', '--task', [CompletionResultType]::ParameterName, 'The task''s id [default: a new one]')
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'The tools file [default: ./durun.toml if it exists]')
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -53,7 +53,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         }
         'durun;resume' {
             [CompletionResult]::new('--from-step', '--from-step', [CompletionResultType]::ParameterName, 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect')
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -63,8 +63,13 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;inspect' {
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
-            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON for scripts')
+            [CompletionResult]::new('--step', '--step', [CompletionResultType]::ParameterName, 'Show one step whole: args, output, error, key and timings')
+            [CompletionResult]::new('--status', '--status', [CompletionResultType]::ParameterName, 'List only tasks with this status')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'List at most this many tasks')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON for scripts (the shape is part of durun''s contract)')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Print the task''s steps as they happen, until it stops running')
+            [CompletionResult]::new('--all', '--all', [CompletionResultType]::ParameterName, 'Show every step of a long task, not only the last 500')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -76,7 +81,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         'durun;resolve' {
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'The step took effect: record this JSON as its output')
             [CompletionResult]::new('--fail', '--fail', [CompletionResultType]::ParameterName, 'The step did not take effect: record it as failed with this message')
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('--retry', '--retry', [CompletionResultType]::ParameterName, 'Run the step again on the next resume')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
@@ -87,7 +92,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;cancel' {
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -98,7 +103,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         }
         'durun;gc' {
             [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Delete tasks finished longer ago than this, like `30d` or `12h`')
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -108,7 +113,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;completions' {
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -119,7 +124,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         }
         'durun;generate' {
             [CompletionResult]::new('--out', '--out', [CompletionResultType]::ParameterName, 'The directory to write `man/` and `completions/` into')
-            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')

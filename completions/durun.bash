@@ -315,12 +315,24 @@ _durun() {
             return 0
             ;;
         durun__subcmd__inspect)
-            opts="-q -h -V --json --journal --quiet --help --version"
+            opts="-q -h -V --json --step --follow --all --status --limit --journal --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --step)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status)
+                    COMPREPLY=($(compgen -W "running completed failed interrupted cancelled" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --journal)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -18,7 +18,7 @@ set edit:completion:arg-completer[durun] = {|@words|
     }
     var completions = [
         &'durun'= {
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help (see more with ''--help'')'
@@ -38,7 +38,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         &'durun;run'= {
             cand --task 'The task''s id [default: a new one]'
             cand --config 'The tools file [default: ./durun.toml if it exists]'
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help (see more with ''--help'')'
@@ -48,7 +48,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         }
         &'durun;resume'= {
             cand --from-step 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect'
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -57,8 +57,13 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand --version 'Print version'
         }
         &'durun;inspect'= {
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
-            cand --json 'Print JSON for scripts'
+            cand --step 'Show one step whole: args, output, error, key and timings'
+            cand --status 'List only tasks with this status'
+            cand --limit 'List at most this many tasks'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
+            cand --json 'Print JSON for scripts (the shape is part of durun''s contract)'
+            cand --follow 'Print the task''s steps as they happen, until it stops running'
+            cand --all 'Show every step of a long task, not only the last 500'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -69,7 +74,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         &'durun;resolve'= {
             cand --output 'The step took effect: record this JSON as its output'
             cand --fail 'The step did not take effect: record it as failed with this message'
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand --retry 'Run the step again on the next resume'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
@@ -79,7 +84,7 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand --version 'Print version'
         }
         &'durun;cancel'= {
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -89,7 +94,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         }
         &'durun;gc'= {
             cand --older-than 'Delete tasks finished longer ago than this, like `30d` or `12h`'
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -98,7 +103,7 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand --version 'Print version'
         }
         &'durun;completions'= {
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'
@@ -108,7 +113,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         }
         &'durun;generate'= {
             cand --out 'The directory to write `man/` and `completions/` into'
-            cand --journal 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
             cand --quiet 'Print no progress on stderr'
             cand -h 'Print help'

@@ -24,7 +24,7 @@ function __fish_durun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c durun -n "__fish_durun_needs_command" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_needs_command" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_needs_command" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c durun -n "__fish_durun_needs_command" -s V -l version -d 'Print version'
@@ -39,42 +39,51 @@ complete -c durun -n "__fish_durun_needs_command" -f -a "generate" -d 'Write the
 complete -c durun -n "__fish_durun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c durun -n "__fish_durun_using_subcommand run" -l task -d 'The task\'s id [default: a new one]' -r
 complete -c durun -n "__fish_durun_using_subcommand run" -l config -d 'The tools file [default: ./durun.toml if it exists]' -r -F
-complete -c durun -n "__fish_durun_using_subcommand run" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand run" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand run" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c durun -n "__fish_durun_using_subcommand run" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand resume" -l from-step -d 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect' -r
-complete -c durun -n "__fish_durun_using_subcommand resume" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand resume" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand resume" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand resume" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand resume" -s V -l version -d 'Print version'
-complete -c durun -n "__fish_durun_using_subcommand inspect" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
-complete -c durun -n "__fish_durun_using_subcommand inspect" -l json -d 'Print JSON for scripts'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l step -d 'Show one step whole: args, output, error, key and timings' -r
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l status -d 'List only tasks with this status' -r -f -a "running\t''
+completed\t''
+failed\t''
+interrupted\t''
+cancelled\t''"
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l limit -d 'List at most this many tasks' -r
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l json -d 'Print JSON for scripts (the shape is part of durun\'s contract)'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l follow -d 'Print the task\'s steps as they happen, until it stops running'
+complete -c durun -n "__fish_durun_using_subcommand inspect" -l all -d 'Show every step of a long task, not only the last 500'
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand inspect" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand resolve" -l output -d 'The step took effect: record this JSON as its output' -r
 complete -c durun -n "__fish_durun_using_subcommand resolve" -l fail -d 'The step did not take effect: record it as failed with this message' -r
-complete -c durun -n "__fish_durun_using_subcommand resolve" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand resolve" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand resolve" -l retry -d 'Run the step again on the next resume'
 complete -c durun -n "__fish_durun_using_subcommand resolve" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand resolve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c durun -n "__fish_durun_using_subcommand resolve" -s V -l version -d 'Print version'
-complete -c durun -n "__fish_durun_using_subcommand cancel" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand cancel" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand cancel" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand cancel" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand cancel" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand gc" -l older-than -d 'Delete tasks finished longer ago than this, like `30d` or `12h`' -r
-complete -c durun -n "__fish_durun_using_subcommand gc" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand gc" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand gc" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand gc" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand gc" -s V -l version -d 'Print version'
-complete -c durun -n "__fish_durun_using_subcommand completions" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand completions" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand completions" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand generate" -l out -d 'The directory to write `man/` and `completions/` into' -r -F
-complete -c durun -n "__fish_durun_using_subcommand generate" -l journal -d 'The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]' -r
+complete -c durun -n "__fish_durun_using_subcommand generate" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand generate" -s q -l quiet -d 'Print no progress on stderr'
 complete -c durun -n "__fish_durun_using_subcommand generate" -s h -l help -d 'Print help'
 complete -c durun -n "__fish_durun_using_subcommand generate" -s V -l version -d 'Print version'

@@ -32,12 +32,18 @@ pub struct Cli {
 
 #[derive(Args, Debug, Clone)]
 pub struct GlobalArgs {
-    /// The journal: a `SQLite` file [default: `$XDG_STATE_HOME/durun/journal.db`]
-    #[arg(long, global = true, env = "DURUN_JOURNAL", value_name = "PATH")]
+    /// The journal file [default: $XDG_STATE_HOME/durun/journal.db]
+    #[arg(
+        long,
+        global = true,
+        env = "DURUN_JOURNAL",
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
     pub journal: Option<String>,
 
     /// Print no progress on stderr
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Global options")]
     pub quiet: bool,
 }
 
@@ -48,6 +54,10 @@ pub enum Command {
     /// Prints the task id on stderr first. With `--task ID` of a task that
     /// exists, resumes it if it did not finish and exits 0 if it completed, so
     /// a retried CI job picks up where the failed one stopped.
+    #[command(after_help = "Examples:
+  durun run -- python3 agent.py
+  durun run --task \"release-$CI_PIPELINE_ID\" -- ./agent.sh --target prod
+  DURUN_SYNC=normal durun run -- python3 agent.py   (faster steps, not power-cut safe)")]
     Run(RunArgs),
     /// Relaunch an unfinished task, replaying the steps it finished
     Resume(ResumeArgs),
@@ -57,6 +67,10 @@ pub enum Command {
     ///
     /// A step is in doubt when a run died while its side effect was under
     /// way. Every resolution is kept in the journal.
+    #[command(after_help = "Examples:
+  durun resolve t42 4 --retry                      the API never saw it: run it again
+  durun resolve t42 4 --output '{\"url\": \"...\"}'    it happened: this is what it returned
+  durun resolve t42 4 --fail 'declined by hand'    it must not happen: record a failure")]
     Resolve(ResolveArgs),
     /// Stop a task for good: its runner ends the agent, and it never resumes
     Cancel(CancelArgs),
@@ -142,13 +156,43 @@ pub struct GcArgs {
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// The task to show [default: list every task]
+    /// The task to show [default: list the tasks, newest first]
     #[arg(value_name = "TASK")]
     pub task: Option<String>,
 
-    /// Print JSON for scripts
-    #[arg(long)]
+    /// Print JSON for scripts (the shape is part of durun's contract)
+    #[arg(long, conflicts_with = "follow")]
     pub json: bool,
+
+    /// Show one step whole: args, output, error, key and timings
+    #[arg(long, value_name = "N", requires = "task", value_parser = clap::value_parser!(u64).range(1..))]
+    pub step: Option<u64>,
+
+    /// Print the task's steps as they happen, until it stops running
+    #[arg(long, requires = "task", conflicts_with = "step")]
+    pub follow: bool,
+
+    /// Show every step of a long task, not only the last 500
+    #[arg(long, requires = "task", conflicts_with_all = ["step", "follow", "json"])]
+    pub all: bool,
+
+    /// List only tasks with this status
+    #[arg(long, value_name = "STATUS", conflicts_with = "task")]
+    pub status: Option<StatusFilter>,
+
+    /// List at most this many tasks
+    #[arg(long, value_name = "N", conflicts_with = "task")]
+    pub limit: Option<usize>,
+}
+
+/// The statuses `inspect --status` filters on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusFilter {
+    Running,
+    Completed,
+    Failed,
+    Interrupted,
+    Cancelled,
 }
 
 #[derive(Args, Debug)]
@@ -200,6 +244,13 @@ mod tests {
             ("durun gc", false),
             ("durun inspect", true),
             ("durun inspect t1 --json", true),
+            ("durun inspect t1 --step 3", true),
+            ("durun inspect --step 3", false),
+            ("durun inspect t1 --follow", true),
+            ("durun inspect t1 --follow --json", false),
+            ("durun inspect --status failed --limit 5", true),
+            ("durun inspect t1 --status failed", false),
+            ("durun inspect --status bogus", false),
             ("durun completions zsh", true),
             ("durun completions tcsh", false),
             ("durun frobnicate", false),

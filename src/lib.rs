@@ -10,6 +10,7 @@ mod error;
 mod executor;
 pub mod exit_code;
 mod journal;
+mod json_text;
 mod lease;
 mod os;
 #[cfg(test)]

@@ -33,6 +33,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::json_text::JsonText;
+
 /// The protocol version in `DURUN_PROTOCOL`.
 pub const VERSION: u32 = 1;
 
@@ -309,7 +311,7 @@ pub struct Response {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_doubt: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
+    pub output: Option<JsonText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -100,8 +100,22 @@ impl<J: Journal> Journal for Explained<J> {
         let result = self.inner.runs(task);
         self.map(result)
     }
-    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
-        let result = self.inner.steps(task, discarded);
+    fn visit_steps(
+        &mut self,
+        task: &str,
+        discarded: bool,
+        last: Option<usize>,
+        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+    ) -> Result<()> {
+        let result = self.inner.visit_steps(task, discarded, last, visit);
+        self.map(result)
+    }
+    fn count_steps(&mut self, task: &str) -> Result<u64> {
+        let result = self.inner.count_steps(task);
+        self.map(result)
+    }
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+        let result = self.inner.step_versions(task, step);
         self.map(result)
     }
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {

@@ -39,7 +39,38 @@ pub trait Journal {
     /// The task's steps that take part in replay, in step order; with
     /// `discarded`, also the steps `resume --from-step` took out, each
     /// before its replacement.
-    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>>;
+    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
+        let mut steps = Vec::new();
+        self.visit_steps(task, discarded, None, &mut |step| {
+            steps.push(step);
+            Ok(())
+        })?;
+        Ok(steps)
+    }
+    /// Hands the task's steps to `visit` one by one as they are read, in
+    /// order (only the last `last` of them if given), so a long task is
+    /// never held whole.
+    fn visit_steps(
+        &mut self,
+        task: &str,
+        discarded: bool,
+        last: Option<usize>,
+        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+    ) -> Result<()>;
+    /// Every step of the task (discarded ones included), or only its last
+    /// `last`.
+    fn steps_tail(&mut self, task: &str, last: Option<usize>) -> Result<Vec<StepRecord>> {
+        let mut steps = Vec::new();
+        self.visit_steps(task, true, last, &mut |step| {
+            steps.push(step);
+            Ok(())
+        })?;
+        Ok(steps)
+    }
+    /// How many steps the task has, discarded ones included.
+    fn count_steps(&mut self, task: &str) -> Result<u64>;
+    /// Every row of step `step` (a discarded one before its replacement).
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
     /// Takes the task's lease for `me` and opens a new run, unless a live
     /// runner holds it. Atomic: of two racing runners one wins.
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;

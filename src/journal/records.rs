@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::json_text::JsonText;
+
 use crate::config::SyncMode;
 use crate::lease::Lease;
 use crate::protocol::Effect;
@@ -138,14 +140,14 @@ pub struct StepRecord {
     pub name: String,
     pub kind: StepKind,
     pub effect: Effect,
-    pub args: Value,
+    pub args: JsonText,
     pub args_hash: String,
     pub idempotency_key: String,
     pub status: StepStatus,
     pub attempts: u32,
-    pub output: Option<Value>,
+    pub output: Option<JsonText>,
     pub error: Option<StepError>,
-    pub usage: Option<Value>,
+    pub usage: Option<JsonText>,
     /// Input plus output tokens from `usage`.
     pub tokens: u64,
     /// The run that last wrote the step.

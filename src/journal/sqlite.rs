@@ -20,6 +20,7 @@ use super::{
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
+use crate::json_text::JsonText;
 use crate::lease::{self, Holder, Lease};
 use crate::protocol::Effect;
 
@@ -286,6 +287,12 @@ fn parse_json(text: Option<String>) -> Result<Option<Value>> {
         .transpose()
 }
 
+/// A nullable JSON column as text, checked but not parsed into a tree.
+fn json_column(text: Option<String>) -> Result<Option<JsonText>> {
+    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
+        .transpose()
+}
+
 fn bad_column(column: &str, value: &str) -> anyhow::Error {
     Failure::journal(format!("the journal holds an unknown {column} {value:?}")).into()
 }
@@ -293,7 +300,8 @@ fn bad_column(column: &str, value: &str) -> anyhow::Error {
 const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
     t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
     t.created_at,
-    max(t.updated_at, coalesce((SELECT max(coalesce(s.finished_at, s.started_at)) FROM steps s WHERE s.task_id = t.id), '')),
+    max(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
+        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT coalesce(sum(r.tokens_spent), 0) FROM runs r WHERE r.task_id = t.id),
     (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id)";
@@ -355,14 +363,14 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         name: row.get(1)?,
         kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
         effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
-        args: serde_json::from_str(&args).context("the journal holds malformed args")?,
+        args: JsonText::from_text(args).context("the journal holds malformed args")?,
         args_hash: row.get(5)?,
         idempotency_key: row.get(6)?,
         status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,
         attempts: row.get(8)?,
-        output: parse_json(row.get(9)?)?,
+        output: json_column(row.get(9)?)?,
         error,
-        usage: parse_json(row.get(12)?)?,
+        usage: json_column(row.get(12)?)?,
         tokens: row.get::<_, i64>(13)? as u64,
         run: row.get(14)?,
         created_at: row.get(15)?,
@@ -448,22 +456,57 @@ impl Journal for SqliteJournal {
         Ok(runs)
     }
 
-    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
-        // Two statements, so that replay's uses the partial index.
-        let sql = if discarded {
-            format!(
-                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded'
-                 UNION ALL
-                 SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status = 'discarded'
-                 ORDER BY step_index, id"
-            )
-        } else {
-            format!(
-                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded' ORDER BY step_index"
-            )
+    fn visit_steps(
+        &mut self,
+        task: &str,
+        discarded: bool,
+        last: Option<usize>,
+        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+    ) -> Result<()> {
+        // Separate statements, so that replay's uses the partial index.
+        let live = format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded'"
+        );
+        let all = format!(
+            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status = 'discarded'"
+        );
+        let body = if discarded { all } else { live };
+        let sql = match last {
+            // The last rows, still in order.
+            Some(_) => format!("SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT ?2) ORDER BY step_index, id"),
+            None if discarded => format!("{body} ORDER BY step_index, id"),
+            None => format!("{body} ORDER BY step_index"),
         };
         let mut statement = self.conn.prepare_cached(&sql)?;
-        let mut rows = statement.query([task])?;
+        let mut rows = match last {
+            Some(last) => statement.query(params![task, last as i64])?,
+            None => statement.query([task])?,
+        };
+        while let Some(row) = rows.next()? {
+            visit(step_from_row(row)?)?;
+        }
+        Ok(())
+    }
+
+    fn count_steps(&mut self, task: &str) -> Result<u64> {
+        let count: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT (SELECT count(*) FROM steps WHERE task_id = ?1 AND status <> 'discarded')
+                      + (SELECT count(*) FROM steps WHERE task_id = ?1 AND status = 'discarded')",
+            )?
+            .query_row([task], |row| row.get(0))?;
+        Ok(count as u64)
+    }
+
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'
+             UNION ALL
+             SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status = 'discarded'
+             ORDER BY id"
+        ))?;
+        let mut rows = statement.query(params![task, step as i64])?;
         let mut steps = Vec::new();
         while let Some(row) = rows.next()? {
             steps.push(step_from_row(row)?);
@@ -541,8 +584,8 @@ impl Journal for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let output = step.output.as_ref().map(json_text);
-        let usage = step.usage.as_ref().map(json_text);
+        let output = step.output.as_ref().map(JsonText::as_str);
+        let usage = step.usage.as_ref().map(JsonText::as_str);
         let (error_code, error) = match &step.error {
             Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
             None => (None, None),
@@ -560,7 +603,7 @@ impl Journal for SqliteJournal {
                 step.name,
                 step.kind.as_str(),
                 step.effect.as_str(),
-                json_text(&step.args),
+                step.args.as_str(),
                 step.args_hash,
                 step.idempotency_key,
                 step.status.as_str(),
@@ -695,7 +738,7 @@ impl Journal for SqliteJournal {
             }
             ResolutionAction::Output(output) => {
                 record.status = StepStatus::Committed;
-                record.output = Some(output.clone());
+                record.output = Some(JsonText::from_value(output));
                 record.error = None;
                 record.finished_at = Some(resolution.at.clone());
                 Some(json_text(output))
@@ -722,7 +765,7 @@ impl Journal for SqliteJournal {
                 task,
                 step as i64,
                 record.status.as_str(),
-                record.output.as_ref().map(json_text),
+                record.output.as_ref().map(JsonText::as_str),
                 error_code,
                 error,
                 record.finished_at,
@@ -872,7 +915,7 @@ mod tests {
             name: "llm".into(),
             kind: StepKind::Begin,
             effect: Effect::Mutate,
-            args: json!({"big": 123_456_789_012_345_678_u64, "f": 1.5}),
+            args: JsonText::from_value(&json!({"big": 123_456_789_012_345_678_u64, "f": 1.5})),
             args_hash: "h".into(),
             idempotency_key: "k".into(),
             status,
@@ -907,7 +950,7 @@ mod tests {
             .put_step("t1", &record, true, run, &stats)
             .expect("pending");
         record.status = StepStatus::Committed;
-        record.output = Some(json!({"url": "x"}));
+        record.output = Some(JsonText::from_value(&json!({"url": "x"})));
         record.tokens = 42;
         let stats = RunStats {
             executed_steps: 1,
@@ -920,7 +963,10 @@ mod tests {
         let steps = journal.steps("t1", false).expect("steps");
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0].status, StepStatus::Committed);
-        assert_eq!(steps[0].output, Some(json!({"url": "x"})));
+        assert_eq!(
+            steps[0].output,
+            Some(JsonText::from_value(&json!({"url": "x"})))
+        );
         assert_eq!(steps[0].args, record.args);
         let loaded = journal.task("t1").expect("task").expect("exists");
         assert_eq!((loaded.steps, loaded.tokens_spent), (1, 42));

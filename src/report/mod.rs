@@ -6,6 +6,7 @@
 
 mod plain;
 mod progress;
+pub mod table;
 
 use std::time::Duration;
 

@@ -34,6 +34,7 @@ use crate::exit_code;
 use crate::journal::{
     self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus,
 };
+use crate::json_text::JsonText;
 use crate::lease::HEARTBEAT_EVERY;
 use crate::os;
 use crate::protocol::{self, Effect, ErrorCode, Line, Request, Response};
@@ -91,11 +92,12 @@ struct OpenStep {
 }
 
 /// A step as the agent asks for it.
+#[derive(Clone, Copy)]
 struct Asked<'a> {
     name: &'a str,
     kind: StepKind,
     effect: Effect,
-    args: Value,
+    args: &'a Value,
     canonical: &'a str,
     /// The tool wants an operator to decide before a step in doubt runs again.
     ask_first: bool,
@@ -416,7 +418,7 @@ impl Supervisor<'_> {
                 name,
                 args,
                 effect,
-            } => self.on_begin(id, &name, args, effect.unwrap_or(Effect::Read)),
+            } => self.on_begin(id, &name, &args, effect.unwrap_or(Effect::Read)),
             Request::Commit {
                 id,
                 step,
@@ -465,7 +467,7 @@ impl Supervisor<'_> {
             name,
             kind: StepKind::Call,
             effect: tool.effect,
-            args,
+            args: &args,
             canonical: &canonical,
             ask_first: tool.in_doubt == InDoubt::Ask,
         };
@@ -475,7 +477,7 @@ impl Supervisor<'_> {
         let step = record.step;
         let invocation = Invocation {
             tool,
-            args: record.args.clone(),
+            args,
             task_id: self.spec.task_id.to_owned(),
             run: self.spec.run,
             step,
@@ -515,8 +517,8 @@ impl Supervisor<'_> {
         );
     }
 
-    fn on_begin(&mut self, id: Value, name: &str, args: Value, effect: Effect) {
-        let canonical = match step_key::canonical_json(&args) {
+    fn on_begin(&mut self, id: Value, name: &str, args: &Value, effect: Effect) {
+        let canonical = match step_key::canonical_json(args) {
             Ok(canonical) => canonical,
             Err(err) => {
                 return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
@@ -573,7 +575,7 @@ impl Supervisor<'_> {
                     name: name.to_owned(),
                     kind,
                     effect,
-                    args,
+                    args: JsonText::from_value(args),
                     args_hash,
                     idempotency_key: step_key::idempotency_key(self.spec.task_id, step, canonical),
                     status: StepStatus::Pending,
@@ -592,7 +594,7 @@ impl Supervisor<'_> {
             }
             Some(recorded) if recorded.name != name || recorded.args_hash != args_hash => {
                 let recorded = recorded.clone();
-                self.diverge(id, &recorded, name, &args);
+                self.diverge(id, &recorded, name, args);
                 return None;
             }
             // A failure the agent already saw (later steps exist) or that an
@@ -687,7 +689,7 @@ impl Supervisor<'_> {
         };
         response.step = Some(recorded.step);
         response.replayed = Some(true);
-        response.output = Some(recorded.output.clone().unwrap_or(Value::Null));
+        response.output = Some(recorded.output.clone().unwrap_or_else(JsonText::null));
         response.idempotency_key = Some(recorded.idempotency_key.clone());
         self.respond(&response);
     }
@@ -710,12 +712,12 @@ impl Supervisor<'_> {
         let mut details = format!(
             "journal: step {step} `{}` args {}\nagent:   step {step} `{name}` args {}",
             recorded.name,
-            show(&recorded.args),
+            show(&recorded.args.value()),
             show(args)
         );
         if recorded.name == name {
             details.push_str("\ndifference:");
-            for line in args_diff(&recorded.args, args) {
+            for line in args_diff(&recorded.args.value(), args) {
                 details.push('\n');
                 details.push_str(&line);
             }
@@ -754,7 +756,7 @@ impl Supervisor<'_> {
         )
         .details(format!(
             "args {}\nkey  {}\nattempts so far: {}, the last started {}",
-            step_key::canonical_json(&record.args).unwrap_or_default(),
+            step_key::canonical_json(&record.args.value()).unwrap_or_default(),
             record.idempotency_key,
             record.attempts,
             record.started_at
@@ -846,8 +848,8 @@ impl Supervisor<'_> {
             executor::Outcome::Done { output, usage } => {
                 record.status = StepStatus::Committed;
                 record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
-                record.usage = usage;
-                record.output = Some(output);
+                record.usage = usage.as_ref().map(JsonText::from_value);
+                record.output = Some(JsonText::from_value(&output));
             }
             executor::Outcome::Failed {
                 code,
@@ -859,7 +861,7 @@ impl Supervisor<'_> {
                     code: code.as_str().to_owned(),
                     message,
                 });
-                record.output = output;
+                record.output = output.as_ref().map(JsonText::from_value);
             }
         }
         self.finish_step(call.id, record, call.fresh, call.started);
@@ -884,8 +886,8 @@ impl Supervisor<'_> {
             Ok((output, usage)) => {
                 record.status = StepStatus::Committed;
                 record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
-                record.usage = usage;
-                record.output = Some(output);
+                record.usage = usage.as_ref().map(JsonText::from_value);
+                record.output = Some(JsonText::from_value(&output));
             }
             Err((message, output)) => {
                 record.status = StepStatus::Failed;
@@ -893,7 +895,7 @@ impl Supervisor<'_> {
                     code: ErrorCode::ToolFailed.as_str().to_owned(),
                     message,
                 });
-                record.output = output;
+                record.output = output.as_ref().map(JsonText::from_value);
             }
         }
         self.finish_step(id, record, open.fresh, open.started);

@@ -6,6 +6,7 @@ mod crash;
 mod env;
 mod examples;
 mod faults;
+mod inspect;
 mod keys;
 mod lease;
 mod recovery;

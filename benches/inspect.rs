@@ -1,0 +1,164 @@
+//! How long `durun inspect` takes on a task with 100,000 steps, alone and
+//! while another process writes to the same journal.
+//!
+//!     cargo bench --bench inspect
+//!
+//! The steps are written straight into a journal that durun created (so
+//! the schema is durun's own), in one transaction, with outputs of a few
+//! hundred bytes and token usage, like an agent's.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const STEPS: u64 = 100_000;
+const SAMPLES: usize = 7;
+
+fn durun() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_durun"))
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn time(journal: &std::path::Path, args: &[&str]) -> Duration {
+    let samples = (0..SAMPLES)
+        .map(|_| {
+            let start = Instant::now();
+            let status = durun()
+                .env("DURUN_JOURNAL", journal)
+                .args(args)
+                .stdout(Stdio::null())
+                .status()
+                .expect("run durun");
+            assert!(status.success(), "durun {args:?} failed");
+            start.elapsed()
+        })
+        .collect();
+    median(samples)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.db");
+    // DURUN_BENCH_KEEP=1 keeps the journal, to profile inspect on it.
+    let dir = if std::env::var_os("DURUN_BENCH_KEEP").is_some() {
+        let kept = dir.keep();
+        eprintln!("journal kept at {}", kept.join("journal.db").display());
+        None
+    } else {
+        Some(dir)
+    };
+    for task in ["big", "busy"] {
+        let status = durun()
+            .env("DURUN_JOURNAL", &journal)
+            .args(["-q", "run", "--task", task, "--", "true"])
+            .stderr(Stdio::null())
+            .status()
+            .expect("durun");
+        assert!(status.success());
+    }
+    let mut conn = rusqlite::Connection::open(&journal).expect("open journal");
+    let tx = conn.transaction().expect("transaction");
+    {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                     status, attempts, output, usage, tokens, run, created_at, started_at, finished_at)
+                 VALUES ('big', ?1, ?2, 'begin', 'read', ?3, ?4, ?5, 'committed', 1, ?6,
+                     '{\"input_tokens\":800,\"output_tokens\":200}', 1000, 1,
+                     '2026-11-29T10:00:00.000Z', '2026-11-29T10:00:00.000Z', '2026-11-29T10:00:01.000Z')",
+            )
+            .expect("prepare");
+        for step in 1..=STEPS {
+            let output = format!(
+                "\"step {step}: {}\"",
+                "lorem ipsum dolor sit amet ".repeat(10)
+            );
+            insert
+                .execute(rusqlite::params![
+                    step as i64,
+                    format!("llm.step{}", step % 7),
+                    format!("{{\"prompt\": \"step {step}\"}}"),
+                    format!("{step:064x}"),
+                    format!("{:064x}", step * 31),
+                    output,
+                ])
+                .expect("insert");
+        }
+    }
+    tx.commit().expect("commit");
+    drop(conn);
+    let size = std::fs::metadata(&journal).map_or(0, |m| m.len());
+
+    let rows = [
+        ("inspect (task list)", vec!["inspect"]),
+        ("inspect big (last 500 steps)", vec!["inspect", "big"]),
+        (
+            "inspect big --all (100k-step table)",
+            vec!["inspect", "big", "--all"],
+        ),
+        ("inspect big --json", vec!["inspect", "big", "--json"]),
+        (
+            "inspect big --step 50000",
+            vec!["inspect", "big", "--step", "50000"],
+        ),
+    ];
+    println!(
+        "journal: {STEPS} steps, {:.1} MiB; median of {SAMPLES} runs",
+        size as f64 / 1_048_576.0
+    );
+    println!(
+        "{:<34} {:>12} {:>22}",
+        "command", "alone", "with a writer running"
+    );
+    // A writer commits a step every millisecond or so into another task,
+    // as a live runner would, while inspect reads.
+    for (label, args) in rows {
+        let alone = time(&journal, &args);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let stop = Arc::clone(&stop);
+            let journal = journal.clone();
+            std::thread::spawn(move || {
+                let conn = rusqlite::Connection::open(&journal).expect("open");
+                conn.busy_timeout(Duration::from_secs(5))
+                    .expect("busy timeout");
+                conn.pragma_update(None, "synchronous", "FULL")
+                    .expect("sync");
+                let mut n: i64 = conn
+                    .query_row(
+                        "SELECT coalesce(max(step_index), 0) FROM steps WHERE task_id = 'busy'",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .expect("max step");
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    conn.execute(
+                        "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash,
+                             idempotency_key, status, attempts, run, created_at, started_at)
+                         VALUES ('busy', ?1, 'w', 'begin', 'read', '{}', 'h', 'k', 'committed', 1, 1, 'x', 'x')",
+                        [n],
+                    )
+                    .expect("writer insert");
+                }
+                n
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let busy = time(&journal, &args);
+        stop.store(true, Ordering::Relaxed);
+        let written = writer.join().expect("writer");
+        assert!(written > 0);
+        println!(
+            "{label:<34} {:>10.1}ms {:>20.1}ms",
+            alone.as_secs_f64() * 1e3,
+            busy.as_secs_f64() * 1e3
+        );
+    }
+    drop(dir);
+}
