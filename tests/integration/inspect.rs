@@ -354,3 +354,86 @@ fn the_json_shape() {
         "3ea38321cfa081ea9735ca24407d79b26775801d36ffbba343bf9c5e47b5872b"
     );
 }
+
+#[test]
+fn follow_prints_steps_as_a_running_task_makes_them() {
+    let env = TestEnv::new();
+    let plan = json!({
+        "pidfile": env.path("agent.pid"),
+        "steps": [
+            {"begin": "first", "args": {}, "do": {"value": 1}},
+            {"begin": "wait", "args": {}, "do": {"wait_for": env.path("go")}},
+            {"begin": "last", "effect": "mutate", "args": {}, "do": {"value": 3}},
+        ],
+    });
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "live", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut runner = env.spawn(&args, "run");
+    crate::env::read_pid(&env.path("agent.pid"));
+    let follower = env
+        .command()
+        .args(["inspect", "live", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("follow");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::fs::write(env.path("go"), "").expect("go");
+    assert!(runner.wait().expect("runner").success());
+    let output = follower
+        .wait_with_output()
+        .expect("follower ends when the task does");
+    let text = text(&output.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "following task live (running)");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("step 1 first committed")),
+        "{text}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("step 3 last pending"))
+            || lines.iter().any(|l| l.starts_with("step 3 last committed")),
+        "{text}"
+    );
+    assert_eq!(lines.last(), Some(&"task live completed (exit 0)"));
+}
+
+#[test]
+fn progress_is_one_plain_line_per_step_in_a_log_and_none_with_q() {
+    let env = TestEnv::new();
+    let plan = json!({"steps": [
+        {"begin": "a", "args": {}, "do": {"value": 1}},
+        {"begin": "b", "args": {}, "do": {"value": 2}},
+    ]});
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "p", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let output = env.durun(&args);
+    let stderr = text(&output.stderr);
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("[durun]"))
+        .collect();
+    assert_eq!(ours.len(), 4, "{stderr}");
+    assert!(ours[0].starts_with("[durun] task p: run 1"));
+    assert!(ours[1].starts_with("[durun] step 1 a: committed in "));
+    assert!(ours[2].starts_with("[durun] step 2 b: committed in "));
+    assert!(ours[3].starts_with("[durun] task p completed: 0 steps replayed, 2 executed"));
+
+    let mut quiet = vec!["-q"];
+    quiet.extend(args.iter().copied());
+    quiet[3] = "q";
+    let output = env.durun(&quiet);
+    assert_eq!(
+        text(&output.stderr),
+        "q\n",
+        "-q prints the task id and nothing else"
+    );
+    assert_eq!(
+        text(&output.stdout),
+        "agent: starting\n",
+        "stdout carries only the agent's own lines"
+    );
+}
