@@ -34,6 +34,8 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             [CompletionResult]::new('resolve', 'resolve', [CompletionResultType]::ParameterValue, 'Settle a step in doubt by hand: run it again, or record what happened')
             [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Stop a task for good: its runner ends the agent, and it never resumes')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished tasks (completed, failed, cancelled) from the journal')
+            [CompletionResult]::new('step', 'step', [CompletionResultType]::ParameterValue, 'Run a command as a journaled step of the running task (shell agents)')
+            [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Call a tool from the task''s durun.toml and print its output as JSON')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('generate', 'generate', [CompletionResultType]::ParameterValue, 'Write the man page and completion scripts into a directory')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -112,6 +114,29 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'durun;step' {
+            [CompletionResult]::new('--effect', '--effect', [CompletionResultType]::ParameterName, '`read` (safe to repeat) or `mutate` (changes the world)')
+            [CompletionResult]::new('--args', '--args', [CompletionResultType]::ParameterName, 'More of the step''s identity, as a JSON object merged into its args')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'durun;call' {
+            [CompletionResult]::new('--args', '--args', [CompletionResultType]::ParameterName, 'The tool''s args, as JSON [default: {}]')
+            [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'durun;completions' {
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')
@@ -140,6 +165,8 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             [CompletionResult]::new('resolve', 'resolve', [CompletionResultType]::ParameterValue, 'Settle a step in doubt by hand: run it again, or record what happened')
             [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Stop a task for good: its runner ends the agent, and it never resumes')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished tasks (completed, failed, cancelled) from the journal')
+            [CompletionResult]::new('step', 'step', [CompletionResultType]::ParameterValue, 'Run a command as a journaled step of the running task (shell agents)')
+            [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Call a tool from the task''s durun.toml and print its output as JSON')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('generate', 'generate', [CompletionResultType]::ParameterValue, 'Write the man page and completion scripts into a directory')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -161,6 +188,12 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
             break
         }
         'durun;help;gc' {
+            break
+        }
+        'durun;help;step' {
+            break
+        }
+        'durun;help;call' {
             break
         }
         'durun;help;completions' {

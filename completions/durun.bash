@@ -16,6 +16,9 @@ _durun() {
             ",$1")
                 cmd="durun"
                 ;;
+            durun,call)
+                cmd="durun__subcmd__call"
+                ;;
             durun,cancel)
                 cmd="durun__subcmd__cancel"
                 ;;
@@ -42,6 +45,12 @@ _durun() {
                 ;;
             durun,run)
                 cmd="durun__subcmd__run"
+                ;;
+            durun,step)
+                cmd="durun__subcmd__step"
+                ;;
+            durun__subcmd__help,call)
+                cmd="durun__subcmd__help__subcmd__call"
                 ;;
             durun__subcmd__help,cancel)
                 cmd="durun__subcmd__help__subcmd__cancel"
@@ -70,6 +79,9 @@ _durun() {
             durun__subcmd__help,run)
                 cmd="durun__subcmd__help__subcmd__run"
                 ;;
+            durun__subcmd__help,step)
+                cmd="durun__subcmd__help__subcmd__step"
+                ;;
             *)
                 ;;
         esac
@@ -77,12 +89,34 @@ _durun() {
 
     case "${cmd}" in
         durun)
-            opts="-q -h -V --journal --quiet --help --version run resume inspect resolve cancel gc completions generate help"
+            opts="-q -h -V --journal --quiet --help --version run resume inspect resolve cancel gc step call completions generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__call)
+            opts="-q -h -V --args --journal --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --args)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --journal)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -175,8 +209,22 @@ _durun() {
             return 0
             ;;
         durun__subcmd__help)
-            opts="run resume inspect resolve cancel gc completions generate help"
+            opts="run resume inspect resolve cancel gc step call completions generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__help__subcmd__call)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -314,6 +362,20 @@ _durun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        durun__subcmd__help__subcmd__step)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         durun__subcmd__inspect)
             opts="-q -h -V --json --step --follow --all --status --limit --journal --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -404,6 +466,32 @@ _durun() {
                     return 0
                     ;;
                 --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --journal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        durun__subcmd__step)
+            opts="-q -h -V --effect --args --journal --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --effect)
+                    COMPREPLY=($(compgen -W "read mutate" -- "${cur}"))
+                    return 0
+                    ;;
+                --args)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

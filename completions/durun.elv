@@ -31,6 +31,8 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand resolve 'Settle a step in doubt by hand: run it again, or record what happened'
             cand cancel 'Stop a task for good: its runner ends the agent, and it never resumes'
             cand gc 'Delete finished tasks (completed, failed, cancelled) from the journal'
+            cand step 'Run a command as a journaled step of the running task (shell agents)'
+            cand call 'Call a tool from the task''s durun.toml and print its output as JSON'
             cand completions 'Print a shell completion script'
             cand generate 'Write the man page and completion scripts into a directory'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -102,6 +104,27 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'durun;step'= {
+            cand --effect '`read` (safe to repeat) or `mutate` (changes the world)'
+            cand --args 'More of the step''s identity, as a JSON object merged into its args'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'durun;call'= {
+            cand --args 'The tool''s args, as JSON [default: {}]'
+            cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
+            cand -q 'Print no progress on stderr'
+            cand --quiet 'Print no progress on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'durun;completions'= {
             cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand -q 'Print no progress on stderr'
@@ -128,6 +151,8 @@ set edit:completion:arg-completer[durun] = {|@words|
             cand resolve 'Settle a step in doubt by hand: run it again, or record what happened'
             cand cancel 'Stop a task for good: its runner ends the agent, and it never resumes'
             cand gc 'Delete finished tasks (completed, failed, cancelled) from the journal'
+            cand step 'Run a command as a journaled step of the running task (shell agents)'
+            cand call 'Call a tool from the task''s durun.toml and print its output as JSON'
             cand completions 'Print a shell completion script'
             cand generate 'Write the man page and completion scripts into a directory'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -143,6 +168,10 @@ set edit:completion:arg-completer[durun] = {|@words|
         &'durun;help;cancel'= {
         }
         &'durun;help;gc'= {
+        }
+        &'durun;help;step'= {
+        }
+        &'durun;help;call'= {
         }
         &'durun;help;completions'= {
         }

@@ -76,6 +76,24 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Delete finished tasks (completed, failed, cancelled) from the journal
     Gc(GcArgs),
+    /// Run a command as a journaled step of the running task (shell agents)
+    ///
+    /// Inside `durun run`, a step the journal already holds is not run
+    /// again: its recorded stdout is printed and its exit code returned.
+    /// Otherwise CMD runs with DURUN_IDEMPOTENCY_KEY, DURUN_STEP and
+    /// DURUN_ATTEMPT set, its stdout is recorded as it passes through, and
+    /// `durun step` exits with its code. Outside a run CMD simply runs.
+    #[command(
+        after_help = "Example, in a script run by `durun run -- bash deploy.sh`:
+  plan=$(durun step plan -- ./ask-llm.sh \"plan the release\")
+  durun step tag --effect mutate --args '{\"version\": \"1.4.0\"}' -- git push origin v1.4.0"
+    )]
+    Step(StepArgs),
+    /// Call a tool from the task's durun.toml and print its output as JSON
+    ///
+    /// Works inside `durun run` only. Exits 0 with the output on stdout, or
+    /// 1 with the error on stderr.
+    Call(CallArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// Write the man page and completion scripts into a directory
@@ -196,6 +214,41 @@ pub enum StatusFilter {
 }
 
 #[derive(Args, Debug)]
+pub struct StepArgs {
+    /// The step's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// `read` (safe to repeat) or `mutate` (changes the world)
+    #[arg(long, value_name = "EFFECT", default_value = "read", value_parser = ["read", "mutate"])]
+    pub effect: String,
+
+    /// More of the step's identity, as a JSON object merged into its args
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
+
+    /// The command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CallArgs {
+    /// The tool, as named in durun.toml
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+
+    /// The tool's args, as JSON [default: {}]
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
+}
+
+#[derive(Args, Debug)]
 pub struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
@@ -252,6 +305,12 @@ mod tests {
             ("durun inspect t1 --status failed", false),
             ("durun inspect --status bogus", false),
             ("durun completions zsh", true),
+            ("durun step build -- make all", true),
+            ("durun step build --effect mutate --args {} -- make", true),
+            ("durun step build --effect write -- make", false),
+            ("durun step build", false),
+            ("durun call create_pr --args {}", true),
+            ("durun call", false),
             ("durun completions tcsh", false),
             ("durun frobnicate", false),
         ];

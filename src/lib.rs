@@ -74,6 +74,8 @@ where
         Command::Resolve(args) => commands::resolve::exec(&args, &cli.global),
         Command::Cancel(args) => commands::cancel::exec(&args, &cli.global),
         Command::Gc(args) => commands::gc::exec(&args, &cli.global),
+        Command::Step(args) => commands::step::exec(&args),
+        Command::Call(args) => commands::step::call(&args),
         Command::Completions(args) => Ok(commands::generate::completions(&args)),
         Command::Generate(args) => commands::generate::generate(&args),
     };

@@ -8,3 +8,4 @@ pub mod resolve;
 pub mod resume;
 pub mod run;
 mod session;
+pub mod step;

@@ -70,11 +70,18 @@ pub struct Outcome {
     pub failure: Option<anyhow::Error>,
 }
 
-enum Event {
-    Line(Line),
+/// A protocol connection: 0 is the agent's stdin/stdout, others are
+/// clients of `DURUN_SOCKET` (`durun step`, `durun call`).
+type Conn = usize;
+
+pub(super) enum Event {
+    Line(Conn, Line),
+    /// A client connected to the socket; its answers go to this sender.
+    Connected(Conn, mpsc::Sender<Vec<u8>>),
+    Disconnected(Conn),
     /// A passed-through line that looks like a broken request.
     Suspicious(String),
-    Oversized(Value),
+    Oversized(Conn, Value),
     StdoutClosed,
     Exited(ExitStatus),
     ToolDone {
@@ -105,6 +112,7 @@ struct Asked<'a> {
 
 /// A `call` whose tool is running.
 struct CallInFlight {
+    conn: Conn,
     id: Value,
     record: StepRecord,
     fresh: bool,
@@ -150,6 +158,8 @@ pub fn supervise(
     let signals_handle = signals.handle();
     spawn_signal_thread(signals, events_tx.clone());
 
+    let socket = super::socket::listen(events_tx.clone())
+        .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let mut command = Command::new(program_path(&spec.argv[0], spec.cwd));
     command
         .args(&spec.argv[1..])
@@ -157,6 +167,7 @@ pub fn supervise(
         .env("DURUN_TASK_ID", spec.task_id)
         .env("DURUN_RUN", spec.run.to_string())
         .env("DURUN_PROTOCOL", protocol::VERSION.to_string())
+        .env("DURUN_SOCKET", &socket.path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -203,7 +214,8 @@ pub fn supervise(
         open: HashMap::new(),
         calls: HashMap::new(),
         stats: RunStats::default(),
-        responses,
+        writers: HashMap::from([(0, responses)]),
+        conn: 0,
         events_tx,
         child_pid,
         interactive: os::stdin_is_terminal(),
@@ -218,6 +230,7 @@ pub fn supervise(
     };
     supervisor.serve(&events);
     signals_handle.close();
+    drop(socket);
     Ok(supervisor.outcome())
 }
 
@@ -278,9 +291,9 @@ fn spawn_reader_thread(stdout: std::process::ChildStdout, tx: mpsc::Sender<Event
                         }
                         continue;
                     }
-                    line => Event::Line(line),
+                    line => Event::Line(0, line),
                 },
-                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(id),
+                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(0, id),
                 Ok(None) | Err(_) => {
                     let _ = tx.send(Event::StdoutClosed);
                     return;
@@ -305,7 +318,10 @@ struct Supervisor<'a> {
     open: HashMap<u64, OpenStep>,
     calls: HashMap<u64, CallInFlight>,
     stats: RunStats,
-    responses: mpsc::Sender<Vec<u8>>,
+    /// Where answers go, by connection.
+    writers: HashMap<Conn, mpsc::Sender<Vec<u8>>>,
+    /// The connection of the request being answered.
+    conn: Conn,
     events_tx: mpsc::Sender<Event>,
     child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.
@@ -366,11 +382,30 @@ impl Supervisor<'_> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Line(Line::Request(request)) => self.on_request(request),
-            Event::Line(Line::Invalid { id, message }) => {
+            Event::Line(conn, Line::Request(request)) => {
+                self.conn = conn;
+                self.on_request(request);
+            }
+            Event::Line(conn, Line::Invalid { id, message }) => {
+                self.conn = conn;
                 self.respond(&Response::error(id, ErrorCode::BadRequest, message));
             }
-            Event::Line(Line::Passthrough) => {}
+            Event::Line(0, Line::Passthrough) => {}
+            Event::Line(conn, Line::Passthrough) => {
+                // On the socket every line must be a request.
+                self.conn = conn;
+                self.respond(&Response::error(
+                    Value::Null,
+                    ErrorCode::BadRequest,
+                    "not a request: a JSON object with an `op`",
+                ));
+            }
+            Event::Connected(conn, writer) => {
+                self.writers.insert(conn, writer);
+            }
+            Event::Disconnected(conn) => {
+                self.writers.remove(&conn);
+            }
             Event::Suspicious(head) => {
                 let message = format!(
                     "the agent printed a line that looks like a request but is not valid JSON; \
@@ -378,14 +413,17 @@ impl Supervisor<'_> {
                 );
                 self.reporter.report(&Report::Warning(&message));
             }
-            Event::Oversized(id) => self.respond(&Response::error(
-                id,
-                ErrorCode::BadRequest,
-                format!(
-                    "line longer than the {} MiB limit",
-                    protocol::MAX_LINE >> 20
-                ),
-            )),
+            Event::Oversized(conn, id) => {
+                self.conn = conn;
+                self.respond(&Response::error(
+                    id,
+                    ErrorCode::BadRequest,
+                    format!(
+                        "line longer than the {} MiB limit",
+                        protocol::MAX_LINE >> 20
+                    ),
+                ));
+            }
             Event::StdoutClosed => self.stdout_closed = true,
             Event::Exited(status) => {
                 self.exited = Some(status);
@@ -397,9 +435,12 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Answers on the connection of the request being handled.
     fn respond(&self, response: &Response) {
-        // The writer thread is gone only when the agent stopped reading.
-        let _ = self.responses.send(response.to_line());
+        // A writer is gone only when its reader stopped reading.
+        if let Some(writer) = self.writers.get(&self.conn) {
+            let _ = writer.send(response.to_line());
+        }
     }
 
     fn on_request(&mut self, request: Request) {
@@ -508,6 +549,7 @@ impl Supervisor<'_> {
         self.calls.insert(
             step,
             CallInFlight {
+                conn: self.conn,
                 id,
                 record,
                 fresh,
@@ -831,6 +873,7 @@ impl Supervisor<'_> {
         let Some(call) = self.calls.remove(&step) else {
             return;
         };
+        self.conn = call.conn;
         let mut record = call.record;
         record.attempts = finished.last_attempt;
         match finished.outcome {

@@ -2,5 +2,6 @@
 
 mod imp;
 pub(crate) mod lines;
+mod socket;
 
 pub use imp::{supervise, RunSpec};

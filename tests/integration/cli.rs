@@ -11,26 +11,37 @@ fn committed_completions_and_man_pages_are_current() {
     let output = env.durun(&["generate", "--out", out.to_str().expect("utf-8 path")]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut compared = 0;
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let hint = "run `cargo run -- generate --out .` and commit the result";
     for dir in ["completions", "man"] {
-        for entry in std::fs::read_dir(out.join(dir)).expect("generated dir") {
-            let entry = entry.expect("entry");
-            let committed = root.join(dir).join(entry.file_name());
-            let fresh = std::fs::read(entry.path()).expect("generated file");
-            let stale = std::fs::read(&committed).ok() != Some(fresh);
-            assert!(
-                !stale,
-                "{} is stale or missing: run `cargo run -- generate --out .` and commit the result",
-                committed.display()
-            );
-            compared += 1;
+        let generated = names(&out.join(dir));
+        assert_eq!(
+            names(&root.join(dir)),
+            generated,
+            "{dir}/ has other files than durun makes: {hint}"
+        );
+        for name in &generated {
+            let fresh = std::fs::read(out.join(dir).join(name)).expect("generated file");
+            let committed = std::fs::read(root.join(dir).join(name)).expect("committed file");
+            assert!(committed == fresh, "{dir}/{name} is stale: {hint}");
         }
     }
     assert_eq!(
-        compared,
-        5 + 8,
-        "five completion scripts and eight man pages"
+        names(&out.join("completions")).len(),
+        5,
+        "bash, zsh, fish, elvish, PowerShell"
     );
+    assert!(names(&out.join("man")).contains(&"durun-step.1".to_owned()));
 }
 
 #[test]

@@ -11,5 +11,6 @@ mod keys;
 mod lease;
 mod recovery;
 mod run;
+mod sdk;
 mod servers;
 mod torture;

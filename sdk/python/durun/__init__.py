@@ -1,0 +1,283 @@
+"""durun for Python: journaled steps that survive a crash.
+
+Run the script with ``durun run -- python3 agent.py``. Each step is
+recorded in durun's journal; after a crash ``durun resume`` answers the
+steps that finished from the journal (no LLM call, no repeated side
+effect) and runs the rest.
+
+* ``durun.step(name, args, fn, effect="read")`` runs ``fn()`` unless the
+  journal holds the step, and records its return value (JSON) and token
+  usage. As a decorator, ``@durun.step("name")`` uses the call's arguments
+  as the step's args.
+* ``durun.call(tool, **args)`` runs a tool declared in ``durun.toml``.
+* ``durun.current()`` inside a step: its idempotency key, attempt and
+  whether it is in doubt; ``durun.usage(...)`` records its tokens.
+* ``durun.result(value)`` stores the task's final output.
+
+The module takes the process's stdout for the protocol and sends the
+program's own prints (and its subprocesses' stdout) to stderr, so a print
+can never corrupt a protocol line. Without durun (no ``DURUN_PROTOCOL`` in
+the environment) steps simply run.
+"""
+
+import functools
+import inspect
+import itertools
+import json
+import os
+import sys
+import threading
+
+__all__ = [
+    "step", "call", "result", "current", "usage", "active",
+    "DurunError", "BadRequest", "UnknownTool", "ToolFailed", "Timeout",
+    "Divergence", "Cancelled", "JournalError", "NotUnderDurun", "StepContext",
+]
+
+
+class DurunError(Exception):
+    """An error answer from durun; ``code`` is the protocol's error code."""
+
+    code = "error"
+
+    def __init__(self, message, step=None, output=None):
+        super().__init__(message)
+        self.message = message
+        self.step = step
+        self.output = output
+
+
+class BadRequest(DurunError):
+    code = "bad_request"
+
+
+class UnknownTool(DurunError):
+    code = "unknown_tool"
+
+
+class ToolFailed(DurunError):
+    code = "tool_failed"
+
+
+class Timeout(DurunError):
+    code = "timeout"
+
+
+class Divergence(DurunError):
+    """The script asked for another step than the journal holds: its path
+    changed since the crash. durun stops the run."""
+
+    code = "divergence"
+
+
+class Cancelled(DurunError):
+    code = "cancelled"
+
+
+class JournalError(DurunError):
+    code = "journal"
+
+
+class NotUnderDurun(DurunError):
+    """``call`` needs durun: the script was started without it."""
+
+    code = "not_under_durun"
+
+
+_ERRORS = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError)}
+
+
+def _error(answer):
+    error = answer.get("error") or {}
+    cls = _ERRORS.get(error.get("code"), DurunError)
+    return cls(error.get("message", "durun answered an error"), answer.get("step"), answer.get("output"))
+
+
+class _Channel:
+    """Requests out on the protocol fd, answers in on stdin, matched by id;
+    safe to use from many threads at once."""
+
+    def __init__(self):
+        # Keep the real stdout for the protocol, then point fd 1 (and so
+        # print, and subprocesses) at stderr.
+        sys.stdout.flush()
+        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self._in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting = {}
+        self._answers = {}
+        self._reader = None
+
+    def request(self, message):
+        with self._lock:
+            request_id = next(self._ids)
+            message["id"] = request_id
+            ready = threading.Event()
+            self._waiting[request_id] = ready
+            self._out.write(json.dumps(message) + "\n")
+            self._out.flush()
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
+                self._reader.start()
+        ready.wait()
+        with self._lock:
+            return self._answers.pop(request_id)
+
+    def _read(self):
+        for line in self._in:
+            answer = json.loads(line)
+            with self._lock:
+                ready = self._waiting.pop(answer.get("id"), None)
+                self._answers[answer.get("id")] = answer
+            if ready is not None:
+                ready.set()
+        # durun is gone: wake everyone with an error.
+        with self._lock:
+            for request_id, ready in self._waiting.items():
+                self._answers[request_id] = {"id": request_id, "ok": False,
+                                             "error": {"code": "cancelled", "message": "durun closed the protocol"}}
+                ready.set()
+            self._waiting.clear()
+
+
+_channel = None
+_channel_lock = threading.Lock()
+
+
+def active():
+    """Whether the script runs under durun."""
+    return os.environ.get("DURUN_PROTOCOL") == "1"
+
+
+def _get_channel():
+    global _channel
+    with _channel_lock:
+        if _channel is None:
+            _channel = _Channel()
+        return _channel
+
+
+class StepContext:
+    """What a running step knows about itself."""
+
+    def __init__(self, step, idempotency_key, attempt, in_doubt):
+        self.step = step
+        self.idempotency_key = idempotency_key
+        self.attempt = attempt
+        self.in_doubt = in_doubt
+        self.usage = None
+
+
+_local = threading.local()
+
+
+def current():
+    """The step running in this thread, or None."""
+    return getattr(_local, "step", None)
+
+
+def usage(input_tokens=0, output_tokens=0):
+    """Records the token usage of the step running in this thread."""
+    context = current()
+    if context is not None:
+        context.usage = {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens)}
+
+
+def _usage_of(value):
+    """Token usage found in an LLM-shaped answer (OpenAI or Anthropic)."""
+    found = value.get("usage") if isinstance(value, dict) else None
+    if isinstance(found, dict) and any(k in found for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")):
+        return found
+    return None
+
+
+def _run_step(name, args, fn, effect):
+    if not active():
+        # Without durun the step simply runs.
+        return fn()
+    channel = _get_channel()
+    opened = channel.request({"op": "begin", "name": name, "args": args, "effect": effect})
+    if not opened["ok"]:
+        raise _error(opened)
+    if opened.get("replayed"):
+        return opened.get("output")
+    context = StepContext(opened["step"], opened.get("idempotency_key"), opened.get("attempt", 1), opened.get("in_doubt", False))
+    previous = current()
+    _local.step = context
+    try:
+        value = fn()
+    except BaseException as exc:
+        failed = channel.request({"op": "fail", "step": context.step, "error": f"{type(exc).__name__}: {exc}"})
+        if not failed["ok"]:
+            raise _error(failed) from exc
+        raise
+    finally:
+        _local.step = previous
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        channel.request({"op": "fail", "step": context.step, "error": f"the step returned a value JSON cannot hold: {exc}"})
+        raise TypeError(f"step {name!r} must return JSON (dict, list, str, number, bool or None): {exc}") from exc
+    committed = channel.request({"op": "commit", "step": context.step, "output": value,
+                                 "usage": context.usage or _usage_of(value)})
+    if not committed["ok"]:
+        raise _error(committed)
+    return value
+
+
+def step(name, args=None, fn=None, effect="read"):
+    """Runs ``fn()`` as journaled step ``name`` unless the journal holds it.
+
+    ``durun.step(name, args, fn)`` returns fn's value, or the recorded one.
+    ``@durun.step(name)`` on a function makes each call a step whose args
+    are the call's arguments.
+    """
+    if effect not in ("read", "mutate"):
+        raise ValueError("effect must be 'read' or 'mutate'")
+    if fn is not None:
+        return _run_step(name, {} if args is None else args, fn, effect)
+    if callable(args):
+        raise TypeError("use durun.step(name, args, fn) or @durun.step(name)")
+
+    def decorate(function):
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapper(*call_args, **call_kwargs):
+            bound = signature.bind(*call_args, **call_kwargs)
+            bound.apply_defaults()
+            step_args = dict(args or {})
+            step_args.update(bound.arguments)
+            return _run_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect)
+
+        return wrapper
+
+    return decorate
+
+
+def call(tool, **args):
+    """Runs ``tool`` from durun.toml with ``args`` and returns its output."""
+    if not active():
+        raise NotUnderDurun(f"durun.call({tool!r}) needs durun: run the script with `durun run -- python3 ...`")
+    answer = _get_channel().request({"op": "call", "tool": tool, "args": args})
+    if not answer["ok"]:
+        raise _error(answer)
+    return answer.get("output")
+
+
+def result(value):
+    """Stores the task's final output (shown by ``durun inspect``)."""
+    if not active():
+        return
+    answer = _get_channel().request({"op": "result", "output": value})
+    if not answer["ok"]:
+        raise _error(answer)
+
+
+# Under durun, take stdout for the protocol at once, before the program
+# prints anything that could share a line with a request.
+if active():
+    _get_channel()

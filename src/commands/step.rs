@@ -1,0 +1,257 @@
+//! `durun step` and `durun call`: the protocol for shell agents, over
+//! `DURUN_SOCKET` (SPEC 2.5).
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, Result};
+use serde_json::{json, Map, Value};
+
+use crate::cli::{CallArgs, StepArgs};
+use crate::error::Failure;
+use crate::exit_code;
+
+/// The most stdout a step records; more still passes through.
+const RECORD_LIMIT: usize = 32 * 1024 * 1024;
+
+/// One connection to the running durun.
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Client {
+    fn connect() -> Result<Option<Self>> {
+        let Some(path) = std::env::var_os("DURUN_SOCKET").filter(|path| !path.is_empty()) else {
+            return Ok(None);
+        };
+        let stream = UnixStream::connect(&path).map_err(|err| {
+            Failure::new(
+                exit_code::JOURNAL,
+                format!(
+                    "cannot reach the running durun at {}: {err}",
+                    std::path::Path::new(&path).display()
+                ),
+            )
+            .hint("durun step and durun call work inside the `durun run` that started this script")
+        })?;
+        Ok(Some(Self {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+            next_id: 0,
+        }))
+    }
+
+    fn request(&mut self, mut message: Value) -> Result<Value> {
+        self.next_id += 1;
+        message["id"] = json!(self.next_id);
+        let mut line = serde_json::to_vec(&message)?;
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .context("failed to send the request to durun")?;
+        let mut answer = String::new();
+        self.reader
+            .read_line(&mut answer)
+            .context("failed to read durun's answer")?;
+        if answer.is_empty() {
+            return Err(Failure::new(
+                exit_code::INTERNAL,
+                "durun closed the socket without answering",
+            )
+            .hint("the run may be stopping; see its output")
+            .into());
+        }
+        serde_json::from_str(&answer).context("durun's answer is not JSON")
+    }
+}
+
+/// The exit code for an error answer durun gave this client.
+fn error_exit(answer: &Value) -> i32 {
+    match answer["error"]["code"].as_str() {
+        Some("divergence") => exit_code::DIVERGENCE,
+        Some("journal") => exit_code::JOURNAL,
+        Some("bad_request" | "unknown_tool") => exit_code::USAGE,
+        Some("cancelled") => exit_code::from_signal(libc::SIGTERM),
+        _ => 1,
+    }
+}
+
+fn error_message(answer: &Value) -> String {
+    format!(
+        "{}: {}",
+        answer["error"]["code"].as_str().unwrap_or("error"),
+        answer["error"]["message"].as_str().unwrap_or("no message")
+    )
+}
+
+pub fn exec(args: &StepArgs) -> Result<i32> {
+    let mut step_args = Map::new();
+    step_args.insert("argv".to_owned(), json!(args.command));
+    if let Some(text) = &args.args {
+        match serde_json::from_str(text) {
+            Ok(Value::Object(extra)) => {
+                step_args.extend(extra.into_iter().filter(|(key, _)| key != "argv"));
+            }
+            _ => {
+                return Err(Failure::new(
+                    exit_code::USAGE,
+                    format!("--args is not a JSON object: {text}"),
+                )
+                .hint("for example --args '{\"version\": \"1.4.0\"}'")
+                .into())
+            }
+        }
+    }
+    let Some(mut client) = Client::connect()? else {
+        // Outside a run the script works as if durun were not there.
+        return Ok(run_plain(&args.command));
+    };
+    let answer = client.request(json!({
+        "op": "begin",
+        "name": args.name,
+        "args": step_args,
+        "effect": args.effect,
+    }))?;
+    if answer["replayed"] == true {
+        // Recorded: print what it printed, exit as it exited.
+        let output = &answer["output"];
+        if let Some(stdout) = output["stdout"].as_str() {
+            let mut out = std::io::stdout().lock();
+            out.write_all(stdout.as_bytes())?;
+            out.flush()?;
+        }
+        let code = output["exit_code"]
+            .as_i64()
+            .unwrap_or(i64::from(answer["ok"] != true));
+        return Ok(i32::try_from(code).unwrap_or(1));
+    }
+    if answer["ok"] != true {
+        eprintln!(
+            "durun: step {} refused: {}",
+            args.name,
+            error_message(&answer)
+        );
+        return Ok(error_exit(&answer));
+    }
+    let step = answer["step"].as_u64().unwrap_or(0);
+    let (code, stdout, truncated) = run_recorded(&args.command, &answer)?;
+    let mut output = json!({"stdout": stdout, "exit_code": code});
+    if truncated {
+        output["truncated"] = json!(true);
+    }
+    let closing = if code == 0 {
+        json!({"op": "commit", "step": step, "output": output})
+    } else {
+        json!({"op": "fail", "step": step, "error": format!("exit status {code}"), "output": output})
+    };
+    let closed = client.request(closing)?;
+    if closed["ok"] != true {
+        eprintln!(
+            "durun: step {} could not be recorded: {}",
+            args.name,
+            error_message(&closed)
+        );
+        return Ok(error_exit(&closed));
+    }
+    Ok(code)
+}
+
+/// Runs `argv` with the step's identity, passing its stdout through and
+/// recording it; returns its exit code (128+N for signal N).
+fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> {
+    let mut child = match Command::new(&argv[0])
+        .args(&argv[1..])
+        .env(
+            "DURUN_IDEMPOTENCY_KEY",
+            answer["idempotency_key"].as_str().unwrap_or_default(),
+        )
+        .env("DURUN_STEP", answer["step"].to_string())
+        .env("DURUN_ATTEMPT", answer["attempt"].to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => {
+            eprintln!("durun: cannot start `{}`: {err}", argv[0]);
+            return Ok((exit_code::CANNOT_START, String::new(), false));
+        }
+    };
+    let mut pipe = child.stdout.take().expect("stdout is piped");
+    let mut recorded = Vec::new();
+    let mut truncated = false;
+    let mut buffer = [0u8; 16 * 1024];
+    let mut out = std::io::stdout();
+    loop {
+        let n = match pipe.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err).context("failed to read the step's output"),
+        };
+        // The output passes through as it comes, even past what is recorded.
+        let _ = out.write_all(&buffer[..n]).and_then(|()| out.flush());
+        let room = RECORD_LIMIT.saturating_sub(recorded.len());
+        truncated |= n > room;
+        recorded.extend_from_slice(&buffer[..n.min(room)]);
+    }
+    let status = child
+        .wait()
+        .context("failed to wait for the step's command")?;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(exit_code::from_signal))
+        .unwrap_or(1);
+    Ok((
+        code,
+        String::from_utf8_lossy(&recorded).into_owned(),
+        truncated,
+    ))
+}
+
+/// The command alone, as if durun were not there.
+fn run_plain(argv: &[String]) -> i32 {
+    match Command::new(&argv[0]).args(&argv[1..]).status() {
+        Ok(status) => status
+            .code()
+            .or_else(|| status.signal().map(exit_code::from_signal))
+            .unwrap_or(1),
+        Err(err) => {
+            eprintln!("durun: cannot start `{}`: {err}", argv[0]);
+            exit_code::CANNOT_START
+        }
+    }
+}
+
+pub fn call(args: &CallArgs) -> Result<i32> {
+    let tool_args: Value = match &args.args {
+        None => json!({}),
+        Some(text) => serde_json::from_str(text).map_err(|err| {
+            Failure::new(exit_code::USAGE, format!("--args is not JSON: {err}"))
+                .hint("for example --args '{\"title\": \"Fix typo\"}'")
+        })?,
+    };
+    let Some(mut client) = Client::connect()? else {
+        return Err(
+            Failure::config(format!("durun call {} needs a running durun", args.tool))
+                .hint("run the script with `durun run -- …`; DURUN_SOCKET is not set")
+                .into(),
+        );
+    };
+    let answer = client.request(json!({"op": "call", "tool": args.tool, "args": tool_args}))?;
+    if answer["ok"] == true {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &answer["output"])?;
+        writeln!(out)?;
+        return Ok(0);
+    }
+    eprintln!(
+        "durun: call {} failed: {}",
+        args.tool,
+        error_message(&answer)
+    );
+    Ok(1)
+}

@@ -1,0 +1,103 @@
+//! `DURUN_SOCKET`: the protocol on a Unix socket, for `durun step` and
+//! `durun call` run by shell agents (SPEC 2.5).
+//!
+//! The socket lives in a private directory (0700) made for the run and
+//! removed after it. Each connection is one protocol stream: a thread reads
+//! its lines into the supervisor's events, another writes its answers.
+
+use std::io::{BufReader, Write as _};
+use std::os::unix::fs::DirBuilderExt as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use super::imp::Event;
+use super::lines::{Chunk, LineReader};
+use crate::protocol;
+
+/// The socket's directory, removed when the run ends.
+pub struct SocketDir {
+    dir: PathBuf,
+    pub path: PathBuf,
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Binds the socket and serves connections until durun exits.
+pub fn listen(events: mpsc::Sender<Event>) -> std::io::Result<SocketDir> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = private_dir(&base)?;
+    let path = dir.join("durun.sock");
+    let listener = UnixListener::bind(&path)?;
+    std::thread::spawn(move || {
+        for (conn, stream) in (1..).zip(listener.incoming()) {
+            let Ok(stream) = stream else { continue };
+            serve(conn, stream, &events);
+        }
+    });
+    Ok(SocketDir { dir, path })
+}
+
+fn private_dir(base: &Path) -> std::io::Result<PathBuf> {
+    let mut attempt = 0u32;
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+        let dir = base.join(format!("durun-{}-{nanos:08x}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+fn serve(conn: usize, stream: UnixStream, events: &mpsc::Sender<Event>) {
+    let Ok(mut write_half) = stream.try_clone() else {
+        return;
+    };
+    let (answers, to_write) = mpsc::channel::<Vec<u8>>();
+    // Announced before any of its lines, on the same channel: the loop
+    // knows where to answer before it reads a request.
+    if events.send(Event::Connected(conn, answers)).is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        for line in to_write {
+            if write_half
+                .write_all(&line)
+                .and_then(|()| write_half.flush())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let events = events.clone();
+    std::thread::spawn(move || {
+        let mut reader = LineReader::new(BufReader::new(stream));
+        loop {
+            let event = match reader.next_line() {
+                Ok(Some(Chunk::Line(bytes))) => Event::Line(conn, protocol::parse_line(&bytes)),
+                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(conn, id),
+                Ok(None) | Err(_) => {
+                    let _ = events.send(Event::Disconnected(conn));
+                    return;
+                }
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    });
+}

@@ -1,0 +1,218 @@
+//! Agents of every kind: the Python SDK and shell scripts with `durun step`
+//! and `durun call`, crash and resume included.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::env::{agents_dir, process_gone, read_pid, text, wait_for, TestEnv};
+use crate::servers::{FakeApi, FakeLlm};
+
+fn sdk_path() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sdk/python")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// PATH with the durun under test first, for scripts that call `durun`.
+fn path_with_durun() -> String {
+    let bin = assert_cmd::cargo::cargo_bin("durun");
+    format!(
+        "{}:{}",
+        bin.parent().expect("bin dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn agent_env(llm: &FakeLlm, api: &FakeApi) -> TestEnv {
+    let mut env = TestEnv::new();
+    env.set("LLM_URL", &llm.url);
+    env.set("API_URL", &api.url);
+    env.set("PYTHONPATH", sdk_path());
+    env.set("PATH", path_with_durun());
+    env.set("AGENT_PIDFILE", env.path("agent.pid").to_string_lossy());
+    env.write("note.txt", "remember the milk");
+    env
+}
+
+/// Kills durun with SIGKILL while step 4's request is held at the API,
+/// resumes, and checks the design's promises.
+fn kill_in_step_4_and_resume(env: &TestEnv, llm: &FakeLlm, api: &FakeApi, agent: &[&str]) -> Value {
+    api.hold_next_create();
+    let mut args = vec!["run", "--task", "t", "--"];
+    args.extend(agent);
+    let mut durun = env.spawn(&args, "run1");
+    api.wait_held();
+    let agent_pid = read_pid(&env.path("agent.pid"));
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap durun");
+    wait_for(
+        "the agent to die with durun",
+        Duration::from_secs(10),
+        || process_gone(agent_pid),
+    );
+    api.release();
+    assert_eq!(llm.calls(), 3);
+
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(
+        llm.calls(),
+        4,
+        "steps 1-3 replayed with no LLM call; step 7 ran"
+    );
+    assert_eq!(
+        api.resources(),
+        2,
+        "step 4 created one resource, step 8 one"
+    );
+    let view = env.inspect("t");
+    assert_eq!(view["task"]["status"], "completed");
+    let key4 = view["steps"][3]["idempotency_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    assert_eq!(
+        api.keys().iter().filter(|key| **key == key4).count(),
+        2,
+        "step 4 retried with its key"
+    );
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 3);
+    view
+}
+
+#[test]
+fn the_sdk_agent_survives_sigkill_in_step_4() {
+    let llm = FakeLlm::start();
+    let api = FakeApi::start();
+    let env = agent_env(&llm, &api);
+    let script = agents_dir().join("sdk_agent.py");
+    let view = kill_in_step_4_and_resume(
+        &env,
+        &llm,
+        &api,
+        &["python3", script.to_str().expect("utf-8")],
+    );
+    let outputs = view["task"]["output"]["outputs"]
+        .as_array()
+        .expect("outputs");
+    let answers = llm.answers();
+    for i in 0..3 {
+        assert_eq!(
+            outputs[i],
+            answers[i],
+            "step {} kept its recorded answer",
+            i + 1
+        );
+    }
+    assert_eq!(outputs[3]["id"], "res-1");
+    assert_eq!(outputs[4], "remember the milk");
+    assert_eq!(outputs[7]["id"], "res-2");
+    assert_eq!(view["task"]["runs"][1]["tokens_saved"], 3000);
+    assert_eq!(view["steps"][0]["usage"]["input_tokens"], 800);
+    assert!(env.log("run1").contains("agent: a print goes to stderr"));
+}
+
+#[test]
+fn the_shell_agent_survives_sigkill_in_step_4() {
+    let llm = FakeLlm::start();
+    let api = FakeApi::start();
+    let env = agent_env(&llm, &api);
+    let script = agents_dir().join("shell_agent.sh");
+    kill_in_step_4_and_resume(&env, &llm, &api, &["bash", script.to_str().expect("utf-8")]);
+    let outputs = std::fs::read_to_string(env.path("outputs.txt")).expect("outputs");
+    let lines: Vec<&str> = outputs.lines().collect();
+    let answers = llm.answers();
+    assert_eq!(&lines[..3], &answers[..3], "the recorded stdout came back");
+    assert!(lines[3].contains("\"res-1\""), "{outputs}");
+    assert_eq!(lines[4], "remember the milk");
+    assert_eq!(lines[5], "42");
+    assert!(lines[7].contains("\"res-2\""), "{outputs}");
+}
+
+#[test]
+fn the_sdk_and_durun_step_work_without_durun() {
+    let env = TestEnv::new();
+    let script = r#"
+import durun
+assert not durun.active()
+print(durun.step("add", {"a": 1}, lambda: 1 + 1))
+@durun.step("twice")
+def twice(x):
+    return 2 * x
+print(twice(21))
+try:
+    durun.call("anything")
+except durun.NotUnderDurun as err:
+    print("NotUnderDurun:", err)
+durun.result({"ignored": True})
+"#;
+    env.write("plain.py", script);
+    let plain = std::process::Command::new("python3")
+        .arg(env.path("plain.py"))
+        .env("PYTHONPATH", sdk_path())
+        .env_remove("DURUN_PROTOCOL")
+        .output()
+        .expect("python3");
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let stdout = text(&plain.stdout);
+    assert!(
+        stdout.starts_with("2\n42\nNotUnderDurun: durun.call('anything') needs durun"),
+        "{stdout}"
+    );
+
+    let step = std::process::Command::new(assert_cmd::cargo::cargo_bin("durun"))
+        .args(["step", "greet", "--", "sh", "-c", "echo hi; exit 3"])
+        .env_remove("DURUN_SOCKET")
+        .output()
+        .expect("durun step");
+    assert_eq!(step.status.code(), Some(3));
+    assert_eq!(text(&step.stdout), "hi\n");
+}
+
+#[test]
+fn sdk_errors_are_typed() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    env.write(
+        "durun.toml",
+        "[tools.broken]\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"echo nope >&2; exit 2\"]\n",
+    );
+    let script = r#"
+import durun
+try:
+    durun.call("broken")
+except durun.ToolFailed as err:
+    print("ToolFailed", err.step, err.message)
+try:
+    durun.call("missing")
+except durun.UnknownTool as err:
+    print("UnknownTool", err.message)
+def boom():
+    raise RuntimeError("model overloaded")
+try:
+    durun.step("flaky", {}, boom)
+except RuntimeError as err:
+    print("raised", err)
+print("key", len(durun.step("k", {}, lambda: durun.current().idempotency_key)))
+"#;
+    env.write("errors.py", script);
+    let output = env.durun(&["-q", "run", "--task", "e", "--", "python3", "errors.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("ToolFailed 1 exit status 2: nope"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("UnknownTool no tool `missing`"), "{stderr}");
+    assert!(stderr.contains("raised model overloaded"), "{stderr}");
+    assert!(stderr.contains("key 64"), "{stderr}");
+    let view = env.inspect("e");
+    assert_eq!(view["steps"][1]["status"], "failed");
+    assert_eq!(
+        view["steps"][1]["error"]["message"],
+        "RuntimeError: model overloaded"
+    );
+}
