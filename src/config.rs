@@ -71,6 +71,27 @@ pub struct Tool {
     /// (`retry`, for tools that honour the idempotency key) or waits for
     /// `durun resolve` (`ask`, for tools that do not).
     pub in_doubt: InDoubt,
+    /// Set for an HTTP tool; `command` is then empty.
+    pub http: Option<HttpSpec>,
+}
+
+/// An HTTP tool: the args are the JSON body, the step's key the
+/// `Idempotency-Key` header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSpec {
+    pub method: String,
+    /// May hold `{name}` placeholders, like a command's argv.
+    pub url: String,
+    /// Values may hold `${VAR}`, read from the environment at each call and
+    /// never journaled.
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    method: Option<String>,
+    url: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -107,7 +128,8 @@ struct RawJournal {
 struct RawTool {
     effect: Option<Effect>,
     command: Option<Vec<String>>,
-    http: Option<toml::Value>,
+    http: Option<RawHttp>,
+    headers: Option<BTreeMap<String, String>>,
     stdin: Option<String>,
     output: Option<OutputMode>,
     timeout: Option<String>,
@@ -162,15 +184,46 @@ impl Config {
 
 impl Tool {
     fn from_raw(name: &str, raw: RawTool) -> Result<Self, String> {
-        if raw.http.is_some() {
-            return Err(
-                "`http` tools are not supported by this version of durun; use `command`".to_owned(),
-            );
-        }
-        let command = raw
-            .command
-            .ok_or("needs `command = [\"program\", \"arg\", …]`")?;
-        if command.first().is_none_or(String::is_empty) {
+        let http = match (raw.http, &raw.command) {
+            (Some(_), Some(_)) => {
+                return Err("has both `command` and `http`; choose one".to_owned())
+            }
+            (Some(http), None) => {
+                let method = http
+                    .method
+                    .unwrap_or_else(|| "POST".to_owned())
+                    .to_ascii_uppercase();
+                if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method.as_str()) {
+                    return Err(format!(
+                        "`http.method = {method:?}` is not GET, POST, PUT, PATCH or DELETE"
+                    ));
+                }
+                if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                    return Err(format!(
+                        "`http.url = {:?}` must start with http:// or https://",
+                        http.url
+                    ));
+                }
+                Some(HttpSpec {
+                    method,
+                    url: http.url,
+                    headers: raw.headers.unwrap_or_default(),
+                })
+            }
+            (None, _) if raw.headers.is_some() => return Err("`headers` go with `http`".to_owned()),
+            (None, _) => None,
+        };
+        let command = match (&http, raw.command) {
+            (Some(_), _) => Vec::new(),
+            (None, Some(command)) => command,
+            (None, None) => {
+                return Err(
+                    "needs `command = [\"program\", \"arg\", …]` or `http = { url = \"…\" }`"
+                        .to_owned(),
+                )
+            }
+        };
+        if http.is_none() && command.first().is_none_or(String::is_empty) {
             return Err("`command` needs a program as its first element".to_owned());
         }
         let stdin_args = match raw.stdin.as_deref() {
@@ -192,35 +245,73 @@ impl Tool {
             effect: raw.effect.unwrap_or(Effect::Mutate),
             command,
             stdin_args,
-            output: raw.output.unwrap_or(OutputMode::Text),
+            // An HTTP API answers JSON as a rule; a command prints text.
+            output: raw.output.unwrap_or(if http.is_some() {
+                OutputMode::Json
+            } else {
+                OutputMode::Text
+            }),
             timeout,
             retries: raw.retries.unwrap_or(0),
             in_doubt: raw.in_doubt.unwrap_or(InDoubt::Retry),
+            http,
         })
+    }
+
+    /// Whether `args` fill every placeholder of the argv or URL.
+    pub fn check_args(&self, args: &Value) -> Result<(), String> {
+        match &self.http {
+            Some(http) => self.expand(&http.url, args).map(drop),
+            None => self.argv(args).map(drop),
+        }
+    }
+
+    /// One template filled from `args`.
+    pub fn expand(&self, template: &str, args: &Value) -> Result<String, String> {
+        let mut out = String::new();
+        for piece in parse_template(template) {
+            match piece {
+                Piece::Text(text) => out.push_str(&text),
+                Piece::Arg(name) => match args.get(&name) {
+                    Some(Value::String(text)) => out.push_str(text),
+                    Some(Value::Null) | None => {
+                        return Err(format!("tool `{}` needs `args.{name}`", self.name));
+                    }
+                    Some(other) => out.push_str(&other.to_string()),
+                },
+            }
+        }
+        Ok(out)
     }
 
     /// The argv for `args`, or why `args` do not fit the templates.
     pub fn argv(&self, args: &Value) -> Result<Vec<String>, String> {
         self.command
             .iter()
-            .map(|template| {
-                let mut out = String::new();
-                for piece in parse_template(template) {
-                    match piece {
-                        Piece::Text(text) => out.push_str(&text),
-                        Piece::Arg(name) => match args.get(&name) {
-                            Some(Value::String(text)) => out.push_str(text),
-                            Some(Value::Null) | None => {
-                                return Err(format!("tool `{}` needs `args.{name}`", self.name));
-                            }
-                            Some(other) => out.push_str(&other.to_string()),
-                        },
-                    }
-                }
-                Ok(out)
-            })
+            .map(|template| self.expand(template, args))
             .collect()
     }
+}
+
+/// `${VAR}` in `text` replaced from the environment.
+pub fn expand_env(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &rest[start + 2..start + end];
+        match std::env::var(name) {
+            Ok(value) => out.push_str(&value),
+            Err(_) => return Err(format!("the environment variable {name} is not set")),
+        }
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 enum Piece {

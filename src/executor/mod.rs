@@ -6,6 +6,7 @@
 //! and `DURUN_IDEMPOTENCY_KEY`. Every attempt of one step carries the same
 //! key.
 
+mod http;
 mod shell;
 
 use std::path::PathBuf;
@@ -14,8 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-
-pub use shell::run_once;
 
 use crate::config::Tool;
 use crate::os;
@@ -46,6 +45,11 @@ pub enum Outcome {
         code: ErrorCode,
         message: String,
         output: Option<Value>,
+        /// Worth another attempt (`retries`): a 4xx answer other than 429
+        /// is not.
+        retryable: bool,
+        /// How long the service asked to wait (`Retry-After`).
+        retry_after: Option<Duration>,
     },
     /// durun stopped it (a signal, a cancel): nothing to record.
     Cancelled,
@@ -101,22 +105,43 @@ pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
     loop {
         let outcome = if cancel.is_cancelled() {
             Outcome::Cancelled
+        } else if invocation.tool.http.is_some() {
+            http::run_once(invocation, attempt, cancel)
         } else {
-            run_once(invocation, attempt, cancel)
+            shell::run_once(invocation, attempt, cancel)
         };
         let retries_left = invocation.attempt + invocation.tool.retries > attempt;
-        if !matches!(outcome, Outcome::Failed { .. })
-            || !retries_left
-            || !sleep_unless_cancelled(delay, cancel)
-        {
+        let wait = match &outcome {
+            Outcome::Failed {
+                retryable: true,
+                retry_after,
+                ..
+            } if retries_left => retry_after.unwrap_or_else(|| jittered(delay)),
+            _ => {
+                return Finished {
+                    outcome,
+                    last_attempt: attempt,
+                }
+            }
+        };
+        if !sleep_unless_cancelled(wait, cancel) {
             return Finished {
-                outcome,
+                outcome: Outcome::Cancelled,
                 last_attempt: attempt,
             };
         }
         attempt += 1;
         delay = (delay * 2).min(Duration::from_secs(30));
     }
+}
+
+/// `delay` times a factor between 0.5 and 1.5, so that many clients that
+/// failed together do not retry together.
+fn jittered(delay: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.subsec_nanos());
+    delay.mul_f64(0.5 + f64::from(nanos % 1000) / 1000.0)
 }
 
 /// Sleeps `delay`; false if cancelled meanwhile.

@@ -198,6 +198,8 @@ fn failed(code: ErrorCode, message: String, output: Option<Value>) -> Outcome {
         code,
         message,
         output,
+        retryable: true,
+        retry_after: None,
     }
 }
 

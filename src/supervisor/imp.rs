@@ -113,6 +113,9 @@ struct Asked<'a> {
 /// A `call` whose tool is running.
 struct CallInFlight {
     conn: Conn,
+    /// An HTTP call has no process to kill: on a stop it is answered at
+    /// once and left to finish on its own (its step stays in doubt).
+    http: bool,
     id: Value,
     record: StepRecord,
     fresh: bool,
@@ -501,7 +504,7 @@ impl Supervisor<'_> {
                 return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
             }
         };
-        if let Err(message) = tool.argv(&args) {
+        if let Err(message) = tool.check_args(&args) {
             return self.respond(&Response::error(id, ErrorCode::BadRequest, message));
         }
         let asked = Asked {
@@ -516,6 +519,7 @@ impl Supervisor<'_> {
             return;
         };
         let step = record.step;
+        let invocation_is_http = tool.http.is_some();
         let invocation = Invocation {
             tool,
             args,
@@ -550,6 +554,7 @@ impl Supervisor<'_> {
             step,
             CallInFlight {
                 conn: self.conn,
+                http: invocation_is_http,
                 id,
                 record,
                 fresh,
@@ -845,6 +850,25 @@ impl Supervisor<'_> {
         for call in self.calls.values() {
             call.cancel.cancel();
         }
+        let http: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, call)| call.http)
+            .map(|(step, _)| *step)
+            .collect();
+        for step in http {
+            if let Some(call) = self.calls.remove(&step) {
+                self.conn = call.conn;
+                self.respond(
+                    &Response::error(
+                        call.id,
+                        ErrorCode::Cancelled,
+                        format!("step {step} was stopped with the run; it runs again on resume"),
+                    )
+                    .step(step),
+                );
+            }
+        }
         self.stop = Some(stop);
     }
 
@@ -898,6 +922,7 @@ impl Supervisor<'_> {
                 code,
                 message,
                 output,
+                ..
             } => {
                 record.status = StepStatus::Failed;
                 record.error = Some(StepError {

@@ -6,6 +6,7 @@ mod crash;
 mod env;
 mod examples;
 mod faults;
+mod http;
 mod inspect;
 mod keys;
 mod lease;

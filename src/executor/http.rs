@@ -1,0 +1,158 @@
+//! One attempt of an HTTP tool, through ureq (rustls).
+//!
+//! The args are the JSON body (none for GET and DELETE), the step's key
+//! the `Idempotency-Key` header. Headers take `${VAR}` from the environment
+//! at each call; their values are never journaled. A connection error,
+//! 429 or 5xx may be retried (honouring `Retry-After`); another 4xx not.
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Cancel, Invocation, Outcome};
+use crate::config::{expand_env, OutputMode};
+use crate::protocol::ErrorCode;
+
+/// The most body an answer may have; more fails the step.
+const BODY_LIMIT: u64 = 32 * 1024 * 1024;
+/// How long an attempt may take when the tool sets no `timeout`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outcome {
+    let tool = &invocation.tool;
+    let spec = tool.http.as_ref().expect("an HTTP tool has an http spec");
+    let url = match tool.expand(&spec.url, &invocation.args) {
+        Ok(url) => url,
+        Err(message) => return failed(ErrorCode::ToolFailed, message, None, false, None),
+    };
+    let timeout = tool.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+    let mut request = agent
+        .request(&spec.method, &url)
+        .set("User-Agent", concat!("durun/", env!("CARGO_PKG_VERSION")))
+        .set("Idempotency-Key", &invocation.idempotency_key)
+        .set("Durun-Task", &invocation.task_id)
+        .set("Durun-Step", &invocation.step.to_string())
+        .set("Durun-Attempt", &attempt.to_string());
+    for (name, value) in &spec.headers {
+        match expand_env(value) {
+            Ok(value) => request = request.set(name, &value),
+            Err(message) => {
+                let message = format!("header {name} of `{}`: {message}", tool.name);
+                return failed(ErrorCode::ToolFailed, message, None, false, None);
+            }
+        }
+    }
+    if cancel.is_cancelled() {
+        return Outcome::Cancelled;
+    }
+    let answer = if matches!(spec.method.as_str(), "GET" | "DELETE") {
+        request.call()
+    } else {
+        let body = serde_json::to_string(&invocation.args).expect("JSON serializes");
+        request
+            .set("Content-Type", "application/json")
+            .send_string(&body)
+    };
+    match answer {
+        Ok(response) => {
+            let status = response.status();
+            let (body, too_big) = read_body(response);
+            if too_big {
+                let message = format!(
+                    "`{}` answered more than {} MiB",
+                    tool.name,
+                    BODY_LIMIT >> 20
+                );
+                return failed(ErrorCode::ToolFailed, message, None, false, None);
+            }
+            match tool.output {
+                OutputMode::Text => Outcome::Done {
+                    output: Value::String(body),
+                    usage: None,
+                },
+                OutputMode::Json => match serde_json::from_str::<Value>(&body) {
+                    Ok(value) => Outcome::Done {
+                        usage: value
+                            .get("usage")
+                            .filter(|usage| usage.is_object())
+                            .cloned(),
+                        output: value,
+                    },
+                    Err(err) => failed(
+                        ErrorCode::ToolFailed,
+                        format!(
+                            "`{}` answered HTTP {status} with invalid JSON ({err})",
+                            tool.name
+                        ),
+                        Some(json!({"status": status, "body": body})),
+                        false,
+                        None,
+                    ),
+                },
+            }
+        }
+        Err(ureq::Error::Status(status, response)) => {
+            let retry_after = response
+                .header("Retry-After")
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let (body, _) = read_body(response);
+            let tail: String = body
+                .chars()
+                .rev()
+                .take(500)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            failed(
+                ErrorCode::ToolFailed,
+                format!("HTTP {status}: {}", tail.trim()),
+                Some(json!({"status": status, "body": body})),
+                status == 429 || status >= 500,
+                retry_after,
+            )
+        }
+        Err(ureq::Error::Transport(transport)) => {
+            let message = transport.to_string();
+            let code = if message.contains("timed out") || message.contains("Timeout") {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::ToolFailed
+            };
+            failed(
+                code,
+                format!("`{}` could not reach {url}: {message}", tool.name),
+                None,
+                true,
+                None,
+            )
+        }
+    }
+}
+
+fn read_body(response: ureq::Response) -> (String, bool) {
+    let mut bytes = Vec::new();
+    let mut reader = response.into_reader().take(BODY_LIMIT + 1);
+    let _ = reader.read_to_end(&mut bytes);
+    let too_big = bytes.len() as u64 > BODY_LIMIT;
+    (String::from_utf8_lossy(&bytes).into_owned(), too_big)
+}
+
+fn failed(
+    code: ErrorCode,
+    message: String,
+    output: Option<Value>,
+    retryable: bool,
+    retry_after: Option<Duration>,
+) -> Outcome {
+    Outcome::Failed {
+        code,
+        message,
+        output,
+        retryable,
+        retry_after,
+    }
+}
