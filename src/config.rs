@@ -80,7 +80,8 @@ pub struct Tool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpSpec {
     pub method: String,
-    /// May hold `{name}` placeholders, like a command's argv.
+    /// May hold `{name}` placeholders, like a command's argv, and
+    /// `${VAR}` / `${VAR:-default}` from the environment.
     pub url: String,
     /// Values may hold `${VAR}`, read from the environment at each call and
     /// never journaled.
@@ -198,7 +199,10 @@ impl Tool {
                         "`http.method = {method:?}` is not GET, POST, PUT, PATCH or DELETE"
                     ));
                 }
-                if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                if !(http.url.starts_with("http://")
+                    || http.url.starts_with("https://")
+                    || http.url.starts_with("${"))
+                {
                     return Err(format!(
                         "`http.url = {:?}` must start with http:// or https://",
                         http.url
@@ -303,10 +307,17 @@ pub fn expand_env(text: &str) -> Result<String, String> {
             out.push_str(&rest[start..]);
             return Ok(out);
         };
-        let name = &rest[start + 2..start + end];
-        match std::env::var(name) {
-            Ok(value) => out.push_str(&value),
-            Err(_) => return Err(format!("the environment variable {name} is not set")),
+        let inner = &rest[start + 2..start + end];
+        // `${NAME:-default}` falls back to the default when NAME is unset.
+        let (name, default) = match inner.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inner, None),
+        };
+        match (std::env::var(name), default) {
+            (Ok(value), _) if !value.is_empty() || default.is_none() => out.push_str(&value),
+            (_, Some(default)) => out.push_str(default),
+            (Err(_), None) => return Err(format!("the environment variable {name} is not set")),
+            (Ok(_), None) => {}
         }
         rest = &rest[start + end + 1..];
     }
@@ -412,6 +423,26 @@ mod tests {
         assert_eq!(
             pr.argv(&json!({})).unwrap_err(),
             "tool `create_pr` needs `args.title`"
+        );
+    }
+
+    #[test]
+    fn expands_the_environment() {
+        std::env::set_var("DURUN_TEST_EXPAND", "x1");
+        assert_eq!(
+            expand_env("a ${DURUN_TEST_EXPAND} b").as_deref(),
+            Ok("a x1 b")
+        );
+        assert_eq!(
+            expand_env("${DURUN_TEST_UNSET_VAR:-8765}/p").as_deref(),
+            Ok("8765/p")
+        );
+        assert!(expand_env("${DURUN_TEST_UNSET_VAR}")
+            .unwrap_err()
+            .contains("DURUN_TEST_UNSET_VAR is not set"));
+        assert_eq!(
+            expand_env("no vars, {braces}").as_deref(),
+            Ok("no vars, {braces}")
         );
     }
 

@@ -22,9 +22,20 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outcome {
     let tool = &invocation.tool;
     let spec = tool.http.as_ref().expect("an HTTP tool has an http spec");
-    let url = match tool.expand(&spec.url, &invocation.args) {
+    let url = match tool
+        .expand(&spec.url, &invocation.args)
+        .and_then(|url| expand_env(&url))
+    {
         Ok(url) => url,
-        Err(message) => return failed(ErrorCode::ToolFailed, message, None, false, None),
+        Err(message) => {
+            return failed(
+                ErrorCode::ToolFailed,
+                format!("url of `{}`: {message}", tool.name),
+                None,
+                false,
+                None,
+            )
+        }
     };
     let timeout = tool.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let agent = ureq::AgentBuilder::new().timeout(timeout).build();

@@ -61,3 +61,138 @@ fn quickstart_runs_and_survives_a_crash() {
     assert_eq!(run2["tokens_saved"], view["steps"][0]["tokens"]);
     assert_eq!(view["task"]["output"]["report"]["path"], "report.md");
 }
+
+/// `examples/fake_services.py` on a free port, stopped when dropped.
+struct FakeServices {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl FakeServices {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fake_services.py");
+        let child = std::process::Command::new("python3")
+            .arg(script)
+            .env("FAKE_PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start the fake services");
+        let services = Self { child, port };
+        crate::env::wait_for(
+            "the fake services",
+            std::time::Duration::from_secs(20),
+            || services.stats().is_some(),
+        );
+        services
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .write_all(b"GET /stats HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()
+    }
+}
+
+impl Drop for FakeServices {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sdk_path() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sdk/python")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
+    let services = FakeServices::start();
+    let mut env = TestEnv::new();
+    env.set("FAKE_PORT", services.port.to_string());
+    env.set("PYTHONPATH", sdk_path());
+    let dir = copy_example(&env, "python-agent");
+    let first = env
+        .command()
+        .current_dir(&dir)
+        .env("CRASH_IN", "research")
+        .args(["run", "--task", "py", "--", "python3", "agent.py"])
+        .output()
+        .expect("durun");
+    assert_eq!(
+        first.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
+    let resumed = env.durun(&["resume", "py"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let stats = services.stats().expect("stats");
+    assert_eq!(
+        stats["llm_calls"], 2,
+        "the plan was replayed, not asked again"
+    );
+    assert_eq!(stats["pulls"], 1);
+    assert_eq!(stats["notifications"], 1);
+    let view = env.inspect("py");
+    assert_eq!(
+        view["task"]["output"]["pull"],
+        "https://git.example/pulls/1"
+    );
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
+    assert!(
+        view["task"]["runs"][1]["tokens_saved"]
+            .as_u64()
+            .expect("tokens")
+            > 800
+    );
+}
+
+#[test]
+fn the_shell_agent_example_publishes_once_across_a_crash() {
+    let services = FakeServices::start();
+    let mut env = TestEnv::new();
+    env.set("FAKE_PORT", services.port.to_string());
+    let bin = assert_cmd::cargo::cargo_bin("durun");
+    env.set(
+        "PATH",
+        format!(
+            "{}:{}",
+            bin.parent().expect("dir").display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    );
+    let dir = copy_example(&env, "shell-agent");
+    let first = env
+        .command()
+        .current_dir(&dir)
+        .env("CRASH_IN", "draft")
+        .args(["run", "--task", "sh", "--", "bash", "agent.sh"])
+        .output()
+        .expect("durun");
+    assert_eq!(
+        first.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
+    let resumed = env.durun(&["resume", "sh"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let stats = services.stats().expect("stats");
+    assert_eq!(stats["llm_calls"], 2, "the plan came from the journal");
+    assert_eq!(stats["notifications"], 1);
+    let view = env.inspect("sh");
+    assert_eq!(view["steps"].as_array().expect("steps").len(), 3);
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
+}

@@ -1,0 +1,74 @@
+"""A fake LLM and a fake code-hosting API on loopback, for the examples.
+
+    python3 examples/fake_services.py &        # port 8765, or FAKE_PORT
+
+POST /llm      answers random text with a token `usage`, like a model
+POST /pulls    opens a pull request; a repeated Idempotency-Key gets the
+               first answer back instead of a second pull request
+POST /notify   takes a webhook, deduplicated by Idempotency-Key as well
+GET  /stats    what happened: LLM calls, pull requests, requests per key
+Needs `Authorization: Bearer demo-token` on /pulls.
+"""
+import json
+import os
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STATE = {"llm_calls": 0, "pulls": [], "notifications": [], "keys": {}, "answers": {}}
+LOCK = threading.Lock()
+WORDS = "plan patch test review branch merge typo docs search refactor".split()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/stats":
+            with LOCK:
+                return self.reply(200, {"llm_calls": STATE["llm_calls"], "pulls": len(STATE["pulls"]),
+                                        "notifications": len(STATE["notifications"]), "keys": STATE["keys"]})
+        self.reply(404, {"error": "not found"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        key = self.headers.get("Idempotency-Key", "")
+        with LOCK:
+            if self.path == "/llm":
+                STATE["llm_calls"] += 1
+                text = " ".join(random.sample(WORDS, 5))
+                return self.reply(200, {"text": f"{body.get('prompt', '')}: {text}",
+                                        "usage": {"input_tokens": 700 + len(str(body)), "output_tokens": 150}})
+            if self.path in ("/pulls", "/notify"):
+                if self.path == "/pulls" and self.headers.get("Authorization") != "Bearer demo-token":
+                    return self.reply(401, {"error": "missing token"})
+                STATE["keys"][key] = STATE["keys"].get(key, 0) + 1
+                if key and key in STATE["answers"]:
+                    return self.reply(200, STATE["answers"][key])
+                if self.path == "/pulls":
+                    STATE["pulls"].append(body)
+                    answer = {"number": len(STATE["pulls"]), "url": f"https://git.example/pulls/{len(STATE['pulls'])}"}
+                else:
+                    STATE["notifications"].append(body)
+                    answer = {"delivered": True}
+                if key:
+                    STATE["answers"][key] = answer
+                return self.reply(201, answer)
+        self.reply(404, {"error": "not found"})
+
+
+if __name__ == "__main__":
+    port = int(os.environ.get("FAKE_PORT", "8765"))
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    print(f"fake services on http://127.0.0.1:{port}", flush=True)
+    server.serve_forever()
