@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Cancel, Invocation, Outcome};
-use crate::config::{expand_env, OutputMode};
+use crate::config::expand_env;
 use crate::protocol::ErrorCode;
 
 /// The most body an answer may have; more fails the step.
@@ -78,30 +78,18 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
                 );
                 return failed(ErrorCode::ToolFailed, message, None, false, None);
             }
-            match tool.output {
-                OutputMode::Text => Outcome::Done {
-                    output: Value::String(body),
-                    usage: None,
-                },
-                OutputMode::Json => match serde_json::from_str::<Value>(&body) {
-                    Ok(value) => Outcome::Done {
-                        usage: value
-                            .get("usage")
-                            .filter(|usage| usage.is_object())
-                            .cloned(),
-                        output: value,
-                    },
-                    Err(err) => failed(
-                        ErrorCode::ToolFailed,
-                        format!(
-                            "`{}` answered HTTP {status} with invalid JSON ({err})",
-                            tool.name
-                        ),
-                        Some(json!({"status": status, "body": body})),
-                        false,
-                        None,
+            match super::read_output(tool.output, body) {
+                Ok((output, usage)) => Outcome::Done { output, usage },
+                Err((body, err)) => failed(
+                    ErrorCode::ToolFailed,
+                    format!(
+                        "`{}` answered HTTP {status} with invalid JSON ({err})",
+                        tool.name
                     ),
-                },
+                    Some(json!({"status": status, "body": body})),
+                    false,
+                    None,
+                ),
             }
         }
         Err(ureq::Error::Status(status, response)) => {

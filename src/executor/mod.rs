@@ -158,6 +158,27 @@ fn sleep_unless_cancelled(delay: Duration, cancel: &Cancel) -> bool {
     !cancel.is_cancelled()
 }
 
+/// A tool's answer as its `output` mode reads it: the text itself, or the
+/// JSON in it with its `usage` member, if any.
+fn read_output(
+    mode: crate::config::OutputMode,
+    text: String,
+) -> Result<(Value, Option<Value>), (String, serde_json::Error)> {
+    match mode {
+        crate::config::OutputMode::Text => Ok((Value::String(text), None)),
+        crate::config::OutputMode::Json => match serde_json::from_str::<Value>(&text) {
+            Ok(value) => {
+                let usage = value
+                    .get("usage")
+                    .filter(|usage| usage.is_object())
+                    .cloned();
+                Ok((value, usage))
+            }
+            Err(err) => Err((text, err)),
+        },
+    }
+}
+
 /// Token usage in the `OpenAI` or Anthropic shape: input plus output tokens.
 pub fn tokens_of(usage: &Value) -> u64 {
     let count = |names: &[&str]| {

@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Cancel, Invocation, Outcome};
-use crate::config::OutputMode;
 use crate::os;
 use crate::protocol::ErrorCode;
 
@@ -168,28 +167,16 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
             Some(json!({"exit_code": exit_code, "stdout": stdout, "stderr": stderr})),
         );
     }
-    match tool.output {
-        OutputMode::Text => Outcome::Done {
-            output: Value::String(stdout),
-            usage: None,
-        },
-        OutputMode::Json => match serde_json::from_str::<Value>(&stdout) {
-            Ok(value) => Outcome::Done {
-                usage: value
-                    .get("usage")
-                    .filter(|usage| usage.is_object())
-                    .cloned(),
-                output: value,
-            },
-            Err(err) => failed(
-                ErrorCode::ToolFailed,
-                format!(
-                    "`{}` printed invalid JSON ({err}) but its output is \"json\"",
-                    tool.name
-                ),
-                Some(json!({"stdout": stdout, "stderr": stderr})),
+    match super::read_output(tool.output, stdout) {
+        Ok((output, usage)) => Outcome::Done { output, usage },
+        Err((stdout, err)) => failed(
+            ErrorCode::ToolFailed,
+            format!(
+                "`{}` printed invalid JSON ({err}) but its output is \"json\"",
+                tool.name
             ),
-        },
+            Some(json!({"stdout": stdout, "stderr": stderr})),
+        ),
     }
 }
 

@@ -310,19 +310,7 @@ fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
     let status: String = row.get(1)?;
     let argv: String = row.get(2)?;
     let sync: String = row.get(6)?;
-    let lease = match (
-        row.get::<_, Option<String>>(10)?,
-        row.get::<_, Option<u32>>(11)?,
-    ) {
-        (Some(host), Some(pid)) => Some(Lease {
-            host,
-            pid,
-            pid_start: row.get(12)?,
-            heartbeat_ms: row.get::<_, Option<i64>>(13)?.unwrap_or(0),
-            run: row.get::<_, Option<u32>>(14)?.unwrap_or(0),
-        }),
-        _ => None,
-    };
+    let lease = lease_from(row, 10)?;
     Ok(TaskRecord {
         id: row.get(0)?,
         status: TaskStatus::parse(&status).ok_or_else(|| bad_column("task status", &status))?,
@@ -521,19 +509,7 @@ impl Journal for SqliteJournal {
         let (runs, current): (u32, Option<Lease>) = tx.query_row(
             "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
             [task],
-            |row| {
-                let lease = match (row.get::<_, Option<String>>(1)?, row.get::<_, Option<u32>>(2)?) {
-                    (Some(host), Some(pid)) => Some(Lease {
-                        host,
-                        pid,
-                        pid_start: row.get(3)?,
-                        heartbeat_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
-                        run: row.get::<_, Option<u32>>(5)?.unwrap_or(0),
-                    }),
-                    _ => None,
-                };
-                Ok((row.get(0)?, lease))
-            },
+            |row| Ok((row.get(0)?, lease_from(row, 1)?)),
         )?;
         let now_ms = super::now_ms();
         if let Some(lease) = current {
