@@ -72,7 +72,9 @@ pub fn exit_code_of(err: &anyhow::Error) -> i32 {
         return failure.code;
     }
     for cause in err.chain() {
-        if cause.downcast_ref::<rusqlite::Error>().is_some() {
+        if cause.downcast_ref::<rusqlite::Error>().is_some()
+            || cause.downcast_ref::<postgres::Error>().is_some()
+        {
             return exit_code::JOURNAL;
         }
     }

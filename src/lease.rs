@@ -8,9 +8,28 @@
 use std::time::Duration;
 
 /// How often a runner renews its heartbeat.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 /// How old a heartbeat from another host may be before its lease is taken.
-pub const STALE_AFTER: Duration = Duration::from_secs(60);
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+fn millis_from_env(name: &str) -> Option<Duration> {
+    std::env::var(name)
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}
+
+/// How often a runner renews its heartbeat (`DURUN_HEARTBEAT_MS` to change).
+pub fn heartbeat_every() -> Duration {
+    millis_from_env("DURUN_HEARTBEAT_MS").unwrap_or(HEARTBEAT_EVERY)
+}
+
+/// How old another host's heartbeat may be before its lease is taken over
+/// (`DURUN_LEASE_STALE_MS` to change; keep it several heartbeats long).
+pub fn stale_after() -> Duration {
+    millis_from_env("DURUN_LEASE_STALE_MS").unwrap_or(STALE_AFTER)
+}
 
 /// A lease as the journal holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +85,7 @@ pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64) -> bool {
             None => false,
         }
     } else {
-        now_ms.saturating_sub(lease.heartbeat_ms) < STALE_AFTER.as_millis() as i64
+        now_ms.saturating_sub(lease.heartbeat_ms) < stale_after().as_millis() as i64
     }
 }
 

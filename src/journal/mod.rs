@@ -9,6 +9,7 @@
 //! or starts a side effect only after that.
 
 mod explain;
+pub mod postgres;
 mod records;
 pub mod sqlite;
 
@@ -175,10 +176,12 @@ pub fn open(location: &Location, access: Access) -> Result<Box<dyn Journal>> {
                 sqlite::SqliteJournal::open(path, access).map_err(|err| explain(&place, err))?;
             Ok(Box::new(explain::Explained::new(journal, place)))
         }
-        Location::Postgres(_) => Err(Failure::config(
-            "this build of durun has no PostgreSQL journal; use a SQLite path for --journal",
-        )
-        .into()),
+        Location::Postgres(url) => {
+            let place = postgres::describe(url);
+            let journal = postgres::PostgresJournal::open(url, access == Access::Write)
+                .map_err(|err| explain(&place, err))?;
+            Ok(Box::new(explain::Explained::new(journal, place)))
+        }
     }
 }
 

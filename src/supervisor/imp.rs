@@ -35,7 +35,7 @@ use crate::journal::{
     self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus,
 };
 use crate::json_text::JsonText;
-use crate::lease::HEARTBEAT_EVERY;
+use crate::lease;
 use crate::os;
 use crate::protocol::{self, Effect, ErrorCode, Line, Request, Response};
 use crate::report::{Event as Report, Reporter};
@@ -229,6 +229,7 @@ pub fn supervise(
         exited_at: None,
         stdout_closed: false,
         last_heartbeat: Instant::now(),
+        heartbeat_every: lease::heartbeat_every(),
         last_cancel_poll: Instant::now(),
     };
     supervisor.serve(&events);
@@ -336,6 +337,7 @@ struct Supervisor<'a> {
     exited_at: Option<Instant>,
     stdout_closed: bool,
     last_heartbeat: Instant,
+    heartbeat_every: Duration,
     last_cancel_poll: Instant,
 }
 
@@ -348,7 +350,7 @@ impl Supervisor<'_> {
                     return;
                 }
             }
-            let mut wait = Duration::from_millis(500);
+            let mut wait = Duration::from_millis(500).min(self.heartbeat_every);
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
@@ -374,7 +376,7 @@ impl Supervisor<'_> {
                 self.stop(Stop::Cancel);
             }
         }
-        if self.last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
+        if self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.last_heartbeat = Instant::now();
             if let Err(err) = self.journal.heartbeat(self.spec.task_id, self.spec.run) {
                 let message = format!("failed to renew the task's lease: {err:#}");

@@ -10,7 +10,58 @@ use serde_json::Value;
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
     pub journal: PathBuf,
+    /// With `DURUN_TEST_POSTGRES` set, the journal is this URL: a schema of
+    /// its own on that server.
+    pub postgres: Option<Postgres>,
     vars: Vec<(String, String)>,
+}
+
+/// A schema for one test on the server in `DURUN_TEST_POSTGRES`.
+pub struct Postgres {
+    base: String,
+    schema: String,
+    pub url: String,
+}
+
+impl Postgres {
+    fn create() -> Option<Self> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let base = std::env::var("DURUN_TEST_POSTGRES")
+            .ok()
+            .filter(|url| !url.is_empty())?;
+        let schema = format!(
+            "durun_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut client = postgres::Client::connect(&base, postgres::NoTls)
+            .expect("connect to DURUN_TEST_POSTGRES");
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .expect("create a schema");
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+        Some(Self { base, schema, url })
+    }
+
+    fn client(&self) -> postgres::Client {
+        let mut client = postgres::Client::connect(&self.base, postgres::NoTls).expect("connect");
+        client
+            .batch_execute(&format!("SET search_path TO {}", self.schema))
+            .expect("search_path");
+        client
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
+    }
 }
 
 impl TestEnv {
@@ -20,6 +71,7 @@ impl TestEnv {
         Self {
             dir,
             journal,
+            postgres: Postgres::create(),
             vars: Vec::new(),
         }
     }
@@ -46,7 +98,12 @@ impl TestEnv {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.dir.path())
-            .env("DURUN_JOURNAL", &self.journal)
+            .env(
+                "DURUN_JOURNAL",
+                self.postgres
+                    .as_ref()
+                    .map_or(self.journal.as_os_str(), |pg| std::ffi::OsStr::new(&pg.url)),
+            )
             .current_dir(self.dir.path())
             .stdin(Stdio::null());
         for (name, value) in &self.vars {
@@ -102,12 +159,37 @@ impl TestEnv {
 impl TestEnv {
     /// Runs SQL on the journal file directly (to age a step, say).
     pub fn sql(&self, sql: &str) {
+        if let Some(pg) = &self.postgres {
+            pg.client().batch_execute(sql).expect("SQL on the journal");
+            return;
+        }
         let conn = rusqlite::Connection::open(&self.journal).expect("open the journal");
         conn.execute_batch(sql).expect("SQL on the journal");
     }
 
-    /// Asserts that SQLite finds the journal intact.
+    /// Asserts that the journal is intact: SQLite's integrity check, or on
+    /// PostgreSQL that no step number has two live rows.
     pub fn assert_journal_intact(&self) {
+        if let Some(pg) = &self.postgres {
+            let mut client = pg.client();
+            let created: bool = client
+                .query_one("SELECT to_regclass('steps') IS NOT NULL", &[])
+                .expect("look for the journal")
+                .get(0);
+            if !created {
+                return;
+            }
+            let duplicates: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM (SELECT task_id, step_index FROM steps WHERE status <> 'discarded'
+                     GROUP BY task_id, step_index HAVING count(*) > 1) AS d",
+                    &[],
+                )
+                .expect("check the journal")
+                .get(0);
+            assert_eq!(duplicates, 0, "live steps with the same number");
+            return;
+        }
         let conn = rusqlite::Connection::open_with_flags(
             &self.journal,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -124,7 +206,7 @@ impl TestEnv {
 /// whatever the test did to it.
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        if !std::thread::panicking() && self.journal.exists() {
+        if !std::thread::panicking() && (self.postgres.is_some() || self.journal.exists()) {
             self.assert_journal_intact();
         }
     }

@@ -14,4 +14,5 @@ mod recovery;
 mod run;
 mod sdk;
 mod servers;
+mod shared;
 mod torture;
