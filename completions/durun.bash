@@ -433,13 +433,17 @@ _durun() {
             return 0
             ;;
         durun__subcmd__resume)
-            opts="-q -h -V --from-step --journal --quiet --help --version"
+            opts="-q -h -V --from-step --all --jobs --journal --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --from-step)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

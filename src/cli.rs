@@ -124,14 +124,27 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 pub struct ResumeArgs {
     /// The task to resume
-    #[arg(value_name = "TASK")]
-    pub task: String,
+    #[arg(
+        value_name = "TASK",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub task: Option<String>,
 
     /// Discard steps N and later from replay (kept in the journal as
     /// `discarded`) and run them anew; lists the `mutate` steps among them
     /// that already took effect
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
     pub from_step: Option<u64>,
+
+    /// Resume every interrupted task (its runner is gone), the entry point
+    /// for a daemon restarted by systemd or a pool of workers
+    #[arg(long)]
+    pub all: bool,
+
+    /// With --all: how many tasks run at once
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "all", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
 }
 
 #[derive(Args, Debug)]
@@ -286,6 +299,10 @@ mod tests {
             ("durun resume", false),
             ("durun resume t1 --from-step 3", true),
             ("durun resume t1 --from-step 0", false),
+            ("durun resume --all", true),
+            ("durun resume --all --jobs 4", true),
+            ("durun resume t1 --all", false),
+            ("durun resume t1 --jobs 2", false),
             ("durun resolve t1 4 --retry", true),
             ("durun resolve t1 4 --output {}", true),
             ("durun resolve t1 4 --fail gone", true),

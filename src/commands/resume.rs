@@ -11,8 +11,11 @@ use crate::journal::{self, Access, Location, TaskStatus};
 pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
     let location = Location::resolve(global.journal.as_deref())?;
     let mut journal = journal::open(&location, Access::Write)?;
-    let Some(task) = journal.task(&args.task)? else {
-        return Err(unknown_task(&args.task, &location).into());
+    let Some(id) = &args.task else {
+        return resume_all(journal.as_mut(), args.jobs, global);
+    };
+    let Some(task) = journal.task(id)? else {
+        return Err(unknown_task(id, &location).into());
     };
     // With --from-step a completed task runs again from that step.
     if task.status == TaskStatus::Completed && args.from_step.is_none() {
@@ -32,4 +35,67 @@ pub fn unknown_task(id: &str, location: &Location) -> Failure {
     };
     Failure::config(format!("no task {id} in {place}"))
         .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")
+}
+
+/// Resumes every interrupted task, `jobs` at a time, each in a `durun
+/// resume TASK` of its own; a task another runner took first (exit 75) is
+/// fine. Exits 0 when every task completed or was taken, 1 otherwise.
+fn resume_all(
+    journal: &mut dyn crate::journal::Journal,
+    jobs: u32,
+    global: &GlobalArgs,
+) -> Result<i32> {
+    use std::process::{Child, Command};
+    let mut pending: std::collections::VecDeque<String> = journal
+        .tasks()?
+        .into_iter()
+        .filter(|task| super::inspect::shown_status(task) == TaskStatus::Interrupted)
+        .map(|task| task.id)
+        .rev()
+        .collect();
+    if pending.is_empty() {
+        eprintln!("durun: no interrupted task to resume");
+        return Ok(0);
+    }
+    let total = pending.len();
+    eprintln!(
+        "durun: resuming {total} interrupted task{}, {jobs} at a time",
+        if total == 1 { "" } else { "s" }
+    );
+    let me = std::env::current_exe()?;
+    let mut running: Vec<(String, Child)> = Vec::new();
+    let mut failed = 0;
+    while !pending.is_empty() || !running.is_empty() {
+        while running.len() < jobs as usize {
+            let Some(id) = pending.pop_front() else { break };
+            let mut command = Command::new(&me);
+            if let Some(journal) = &global.journal {
+                command.env("DURUN_JOURNAL", journal);
+            }
+            if global.quiet {
+                command.arg("-q");
+            }
+            let child = command.args(["resume", &id]).spawn()?;
+            running.push((id, child));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut index = 0;
+        while index < running.len() {
+            if let Some(status) = running[index].1.try_wait()? {
+                let (id, _) = running.remove(index);
+                let code = status.code().unwrap_or(1);
+                if code != 0 && code != crate::exit_code::LOCKED {
+                    failed += 1;
+                }
+                eprintln!("durun: task {id} finished with exit {code}");
+            } else {
+                index += 1;
+            }
+        }
+    }
+    eprintln!(
+        "durun: resumed {total} task{}; {failed} did not complete",
+        if total == 1 { "" } else { "s" }
+    );
+    Ok(i32::from(failed > 0))
 }

@@ -120,3 +120,64 @@ fn a_dead_runner_on_another_host_is_taken_over_once_its_heartbeat_is_stale() {
     );
     assert_eq!(api.keys().len(), 1);
 }
+
+#[test]
+fn resume_all_takes_every_interrupted_task_and_no_other() {
+    let env = TestEnv::new();
+    let make_interrupted = |task: &str| {
+        let pidfile = env.path(&format!("{task}.pid"));
+        let plan = json!({"pidfile": pidfile, "steps": [
+            {"begin": "one", "args": {}, "do": {"value": 1}},
+            {"begin": "wait", "args": {}, "do": {"wait_for": env.path("release")}},
+        ]});
+        let agent = env.scripted_agent(&format!("{task}.json"), &plan);
+        let mut args = vec!["run", "--task", task, "--"];
+        args.extend(agent.iter().map(String::as_str));
+        let mut runner = env.spawn(&args, task);
+        read_pid(&pidfile);
+        wait_for("step 1 to be committed", Duration::from_secs(30), || {
+            env.inspect(task)["steps"][0]["status"] == "committed"
+        });
+        runner.kill().expect("SIGKILL");
+        runner.wait().expect("reap");
+    };
+    make_interrupted("a");
+    make_interrupted("b");
+    assert!(env
+        .durun(&["run", "--task", "done", "--", "true"])
+        .status
+        .success());
+    assert_eq!(
+        env.durun(&["run", "--task", "broken", "--", "false"])
+            .status
+            .code(),
+        Some(1)
+    );
+    std::fs::write(env.path("release"), "").expect("release");
+
+    let output = env.durun(&["resume", "--all", "--jobs", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("durun: resuming 2 interrupted tasks, 2 at a time"));
+    for task in ["a", "b"] {
+        let view = env.inspect(task);
+        assert_eq!(view["task"]["status"], "completed", "{task}");
+        assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
+    }
+    assert_eq!(
+        env.inspect("done")["task"]["runs"]
+            .as_array()
+            .expect("runs")
+            .len(),
+        1
+    );
+    assert_eq!(
+        env.inspect("broken")["task"]["runs"]
+            .as_array()
+            .expect("runs")
+            .len(),
+        1,
+        "a failed task is left alone"
+    );
+    let again = env.durun(&["resume", "--all"]);
+    assert!(text(&again.stderr).contains("no interrupted task to resume"));
+}
