@@ -55,7 +55,7 @@ Register-ArgumentCompleter -Native -CommandName 'durun' -ScriptBlock {
         }
         'durun;resume' {
             [CompletionResult]::new('--from-step', '--from-step', [CompletionResultType]::ParameterName, 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect')
-            [CompletionResult]::new('--jobs', '--jobs', [CompletionResultType]::ParameterName, 'With --all: how many tasks run at once')
+            [CompletionResult]::new('--jobs', '--jobs', [CompletionResultType]::ParameterName, 'With --all: how many tasks run at once [default: 1]')
             [CompletionResult]::new('--journal', '--journal', [CompletionResultType]::ParameterName, 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]')
             [CompletionResult]::new('--all', '--all', [CompletionResultType]::ParameterName, 'Resume every interrupted task (its runner is gone), the entry point for a daemon restarted by systemd or a pool of workers')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print no progress on stderr')

@@ -50,7 +50,7 @@ set edit:completion:arg-completer[durun] = {|@words|
         }
         &'durun;resume'= {
             cand --from-step 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect'
-            cand --jobs 'With --all: how many tasks run at once'
+            cand --jobs 'With --all: how many tasks run at once [default: 1]'
             cand --journal 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]'
             cand --all 'Resume every interrupted task (its runner is gone), the entry point for a daemon restarted by systemd or a pool of workers'
             cand -q 'Print no progress on stderr'

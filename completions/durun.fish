@@ -46,7 +46,7 @@ complete -c durun -n "__fish_durun_using_subcommand run" -s q -l quiet -d 'Print
 complete -c durun -n "__fish_durun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c durun -n "__fish_durun_using_subcommand run" -s V -l version -d 'Print version'
 complete -c durun -n "__fish_durun_using_subcommand resume" -l from-step -d 'Discard steps N and later from replay (kept in the journal as `discarded`) and run them anew; lists the `mutate` steps among them that already took effect' -r
-complete -c durun -n "__fish_durun_using_subcommand resume" -l jobs -d 'With --all: how many tasks run at once' -r
+complete -c durun -n "__fish_durun_using_subcommand resume" -l jobs -d 'With --all: how many tasks run at once [default: 1]' -r
 complete -c durun -n "__fish_durun_using_subcommand resume" -l journal -d 'The journal file [default: $XDG_STATE_HOME/durun/journal.db]' -r
 complete -c durun -n "__fish_durun_using_subcommand resume" -l all -d 'Resume every interrupted task (its runner is gone), the entry point for a daemon restarted by systemd or a pool of workers'
 complete -c durun -n "__fish_durun_using_subcommand resume" -s q -l quiet -d 'Print no progress on stderr'

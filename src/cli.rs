@@ -142,9 +142,9 @@ pub struct ResumeArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// With --all: how many tasks run at once
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "all", value_parser = clap::value_parser!(u32).range(1..))]
-    pub jobs: u32,
+    /// With --all: how many tasks run at once [default: 1]
+    #[arg(long, value_name = "N", requires = "all", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
 }
 
 #[derive(Args, Debug)]

@@ -12,7 +12,7 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
     let location = Location::resolve(global.journal.as_deref())?;
     let mut journal = journal::open(&location, Access::Write)?;
     let Some(id) = &args.task else {
-        return resume_all(journal.as_mut(), args.jobs, global);
+        return resume_all(journal.as_mut(), args.jobs.unwrap_or(1), global);
     };
     let Some(task) = journal.task(id)? else {
         return Err(unknown_task(id, &location).into());
