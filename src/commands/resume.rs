@@ -9,6 +9,13 @@ use crate::error::Failure;
 use crate::journal::{self, Access, Location, TaskStatus};
 
 pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
+    if args.jobs.is_some() && !args.all {
+        return Err(
+            Failure::new(crate::exit_code::USAGE, "--jobs goes with --all")
+                .hint("durun resume --all --jobs 4")
+                .into(),
+        );
+    }
     let location = Location::resolve(global.journal.as_deref())?;
     let mut journal = journal::open(&location, Access::Write)?;
     let Some(id) = &args.task else {
