@@ -208,3 +208,32 @@ pub fn locked(task: &str, lease: &crate::lease::Lease) -> Failure {
     )
     .hint("wait for that run to end; if its runner dies, the task is free again")
 }
+
+/// What a resolution does to its step, the same on every backend; returns
+/// the value the resolutions table keeps (the output or the message).
+pub fn apply_resolution(record: &mut StepRecord, resolution: &Resolution) -> Option<String> {
+    let value = match &resolution.action {
+        ResolutionAction::Retry => {
+            record.status = StepStatus::Pending;
+            None
+        }
+        ResolutionAction::Output(output) => {
+            record.status = StepStatus::Committed;
+            record.output = Some(crate::json_text::JsonText::from_value(output));
+            record.error = None;
+            record.finished_at = Some(resolution.at.clone());
+            Some(serde_json::to_string(output).expect("JSON serializes"))
+        }
+        ResolutionAction::Fail(message) => {
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError {
+                code: "tool_failed".to_owned(),
+                message: message.clone(),
+            });
+            record.finished_at = Some(resolution.at.clone());
+            Some(message.clone())
+        }
+    };
+    record.resolution = Some(resolution.action.name().to_owned());
+    value
+}

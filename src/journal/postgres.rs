@@ -12,8 +12,8 @@ use postgres::{Client, NoTls, Row, Transaction};
 use serde_json::Value;
 
 use super::{
-    Journal, NewTask, Resolution, ResolutionAction, RunEnd, RunRecord, RunStart, RunStats,
-    StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
+    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind,
+    StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -599,29 +599,7 @@ impl Journal for PostgresJournal {
                 .into());
         };
         let mut record = step_from_row(&row)?;
-        let value = match &resolution.action {
-            ResolutionAction::Retry => {
-                record.status = StepStatus::Pending;
-                None
-            }
-            ResolutionAction::Output(output) => {
-                record.status = StepStatus::Committed;
-                record.output = Some(JsonText::from_value(output));
-                record.error = None;
-                record.finished_at = Some(resolution.at.clone());
-                Some(serde_json::to_string(output)?)
-            }
-            ResolutionAction::Fail(message) => {
-                record.status = StepStatus::Failed;
-                record.error = Some(StepError {
-                    code: "tool_failed".to_owned(),
-                    message: message.clone(),
-                });
-                record.finished_at = Some(resolution.at.clone());
-                Some(message.clone())
-            }
-        };
-        record.resolution = Some(resolution.action.name().to_owned());
+        let value = super::apply_resolution(&mut record, resolution);
         let (error_code, error) = match &record.error {
             Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
             None => (None, None),

@@ -15,8 +15,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Row, Trans
 use serde_json::Value;
 
 use super::{
-    Access, Journal, NewTask, Resolution, ResolutionAction, RunEnd, RunRecord, RunStart, RunStats,
-    StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
+    Access, Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError,
+    StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -707,29 +707,7 @@ impl Journal for SqliteJournal {
                 }
             }
         };
-        let value = match &resolution.action {
-            ResolutionAction::Retry => {
-                record.status = StepStatus::Pending;
-                None
-            }
-            ResolutionAction::Output(output) => {
-                record.status = StepStatus::Committed;
-                record.output = Some(JsonText::from_value(output));
-                record.error = None;
-                record.finished_at = Some(resolution.at.clone());
-                Some(json_text(output))
-            }
-            ResolutionAction::Fail(message) => {
-                record.status = StepStatus::Failed;
-                record.error = Some(StepError {
-                    code: "tool_failed".to_owned(),
-                    message: message.clone(),
-                });
-                record.finished_at = Some(resolution.at.clone());
-                Some(message.clone())
-            }
-        };
-        record.resolution = Some(resolution.action.name().to_owned());
+        let value = super::apply_resolution(&mut record, resolution);
         let (error_code, error) = match &record.error {
             Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
             None => (None, None),
