@@ -29,11 +29,15 @@ impl Drop for SocketDir {
 
 /// Binds the socket and serves connections until durun exits.
 pub fn listen(events: mpsc::Sender<Event>) -> std::io::Result<SocketDir> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+    // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|dir| dir.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = private_dir(&base)?;
+        .and_then(|base| private_dir(&base).ok());
+    let dir = match runtime {
+        Some(dir) => dir,
+        None => private_dir(&std::env::temp_dir())?,
+    };
     let path = dir.join("durun.sock");
     let listener = UnixListener::bind(&path)?;
     std::thread::spawn(move || {
