@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::env::{agents_dir, process_gone, read_pid, signal, text, wait_for, TestEnv};
+use crate::env::{
+    agents_dir, process_gone, read_json_lines, read_pid, signal, text, wait_for, TestEnv,
+};
 use crate::servers::{FakeApi, FakeLlm};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -338,11 +340,7 @@ sys.stdin.readline()
     env.write("go", "");
     let resumed = env.durun(&["resume", "t1"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    let answers: Vec<Value> = std::fs::read_to_string(env.path("answers.log"))
-        .expect("answers")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("an answer is JSON"))
-        .collect();
+    let answers = read_json_lines(&env.path("answers.log"));
     assert_eq!(answers.len(), 2);
     assert_eq!(answers[0]["attempt"], 1);
     assert!(answers[0].get("in_doubt").is_none());

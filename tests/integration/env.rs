@@ -142,6 +142,24 @@ impl TestEnv {
         serde_json::from_slice(&output.stdout).expect("inspect prints JSON")
     }
 
+    /// Runs `probe.py` as task `task` (a second call resumes it): it sends
+    /// each `{"send": LINE, "answer": bool}` of `script` and logs durun's
+    /// answers, which come back with durun's output.
+    pub fn probe(&self, task: &str, script: &Value) -> (Output, Vec<Value>) {
+        let script_path = self.write(&format!("{task}.json"), &script.to_string());
+        let answers = self.path(&format!("{task}.answers"));
+        let _ = std::fs::remove_file(&answers);
+        let output = self
+            .command()
+            .args(["run", "--task", task, "--", "python3"])
+            .arg(agents_dir().join("probe.py"))
+            .arg(&script_path)
+            .arg(&answers)
+            .output()
+            .expect("run durun");
+        (output, read_json_lines(&answers))
+    }
+
     /// Writes a plan for `scripted.py` and returns the agent's argv.
     pub fn scripted_agent(&self, name: &str, plan: &Value) -> Vec<String> {
         let path = self.write(name, &plan.to_string());
@@ -214,6 +232,15 @@ impl Drop for TestEnv {
 
 pub fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+/// A file of JSON lines, one value each; a missing file holds none.
+pub fn read_json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a line of JSON"))
+        .collect()
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::env::{agents_dir, process_gone, read_pid, text, wait_for, TestEnv};
+use crate::env::{process_gone, read_pid, text, wait_for, TestEnv};
 
 /// A tmpfs mounted for one test (these tests run as root, as CI does).
 struct Tmpfs {
@@ -175,21 +175,8 @@ fn a_full_disk_stops_the_task_and_keeps_every_committed_step() {
         script.push(json!({"send": json!({"op": "begin", "id": format!("b{i}"), "name": format!("s{i}"), "args": {}}).to_string()}));
         script.push(json!({"send": json!({"op": "commit", "id": format!("c{i}"), "step": i + 1, "output": format!("{i}:{}", "x".repeat(30_000))}).to_string()}));
     }
-    let script_path = env.write("script.json", &Value::from(script).to_string());
-    let answers_path = env.path("answers.jsonl");
-    let probe = agents_dir().join("probe.py");
-    let probe = probe.to_str().expect("utf-8");
-    let args = [
-        "run",
-        "--task",
-        "big",
-        "--",
-        "python3",
-        probe,
-        script_path.to_str().expect("utf-8"),
-        answers_path.to_str().expect("utf-8"),
-    ];
-    let output = env.durun(&args);
+    let script = Value::from(script);
+    let (output, answers) = env.probe("big", &script);
     assert_eq!(output.status.code(), Some(74), "{}", text(&output.stderr));
     let stderr = text(&output.stderr);
     assert!(
@@ -200,11 +187,6 @@ fn a_full_disk_stops_the_task_and_keeps_every_committed_step() {
         stderr.contains("hint: free some space, then resume the task"),
         "{stderr}"
     );
-    let answers: Vec<Value> = std::fs::read_to_string(&answers_path)
-        .expect("answers")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
     // The agent may be stopped before it logs the `journal` answer itself;
     // what matters is that every commit answered ok is kept.
     assert!(answers
@@ -226,15 +208,7 @@ fn a_full_disk_stops_the_task_and_keeps_every_committed_step() {
     }
 
     // With space again the task resumes: the acknowledged steps replay.
-    std::fs::remove_file(&answers_path).expect("rm answers");
-    let output = env.durun(
-        &args[..3]
-            .iter()
-            .chain(["--"].iter())
-            .copied()
-            .chain(args[4..].iter().copied())
-            .collect::<Vec<_>>(),
-    );
+    let (output, _) = env.probe("big", &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let view = env.inspect("big");
     assert_eq!(view["task"]["status"], "completed");
@@ -360,22 +334,8 @@ command = ["./no-such-tool"]
         {"send": r#"{"op":"call","id":2,"tool":"flood"}"#},
         {"send": r#"{"op":"call","id":3,"tool":"missing"}"#},
     ]);
-    let script_path = env.write("script.json", &script.to_string());
-    let answers = env.path("answers.jsonl");
-    let output = env
-        .command()
-        .args(["run", "--task", "tools", "--", "python3"])
-        .arg(agents_dir().join("probe.py"))
-        .arg(&script_path)
-        .arg(&answers)
-        .output()
-        .expect("durun");
+    let (output, answers) = env.probe("tools", &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let answers: Vec<Value> = std::fs::read_to_string(&answers)
-        .expect("answers")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
     assert_eq!(answers[0]["error"]["code"], "timeout");
     let grandchild = read_pid(&env.path("grandchild.pid"));
     wait_for(

@@ -68,24 +68,12 @@ fn scripted_server(script: Vec<Answer>) -> (String, Arc<Mutex<Vec<Seen>>>) {
     (url, seen)
 }
 
+/// Sends `lines` through `probe.py` as task `task`; the run must succeed.
 fn probe(env: &TestEnv, task: &str, lines: &[&str]) -> Vec<Value> {
     let script: Vec<Value> = lines.iter().map(|line| json!({"send": line})).collect();
-    let script_path = env.write(&format!("{task}.json"), &Value::from(script).to_string());
-    let answers = env.path(&format!("{task}.answers"));
-    let output = env
-        .command()
-        .args(["run", "--task", task, "--", "python3"])
-        .arg(crate::env::agents_dir().join("probe.py"))
-        .arg(&script_path)
-        .arg(&answers)
-        .output()
-        .expect("durun");
+    let (output, answers) = env.probe(task, &Value::from(script));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    std::fs::read_to_string(&answers)
-        .expect("answers")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect()
+    answers
 }
 
 #[test]

@@ -3,28 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::env::{agents_dir, text, TestEnv};
-
-/// Runs `probe.py` with `script` as task `task` and returns its answers.
-fn probe(env: &TestEnv, task: &str, script: &Value) -> (std::process::Output, Vec<Value>) {
-    let script_path = env.write(&format!("{task}.json"), &script.to_string());
-    let answers = env.path(&format!("{task}.answers"));
-    let probe = agents_dir().join("probe.py");
-    let output = env
-        .command()
-        .args(["run", "--task", task, "--", "python3"])
-        .arg(&probe)
-        .arg(&script_path)
-        .arg(&answers)
-        .output()
-        .expect("run durun");
-    let answers = std::fs::read_to_string(&answers)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("an answer is JSON"))
-        .collect();
-    (output, answers)
-}
+use crate::env::{text, TestEnv};
 
 fn send(line: &str) -> Value {
     json!({"send": line})
@@ -45,7 +24,7 @@ fn other_lines_pass_through_to_stdout_untouched() {
         send(r#"{"op":"commit","id":2,"step":1,"output":"x"}"#),
         print("bye"),
     ]);
-    let (output, answers) = probe(&env, "t", &script);
+    let (output, answers) = env.probe("t", &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(
         text(&output.stdout),
@@ -72,7 +51,7 @@ fn bad_requests_are_answered_and_open_no_step() {
         send(r#"{"op":"commit","id":5,"step":1,"output":"done"}"#),
         send(r#"{"op":"commit","id":6,"step":1,"output":"again"}"#),
     ]);
-    let (output, answers) = probe(&env, "t", &script);
+    let (output, answers) = env.probe("t", &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let codes: Vec<(Value, Value)> = answers
         .iter()
@@ -143,7 +122,7 @@ output = "json"
         send(r#"{"op":"call","id":4,"tool":"slow"}"#),
         send(r#"{"op":"call","id":5,"tool":"stdin","args":{"n":12345678901234567890123,"s":"é"}}"#),
     ]);
-    let (output, answers) = probe(&env, "tools", &script);
+    let (output, answers) = env.probe("tools", &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let key = answers[0]["idempotency_key"].as_str().expect("key");
     assert_eq!(answers[0]["output"], format!("tools 1 1 {key}"));
