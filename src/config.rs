@@ -60,9 +60,8 @@ pub struct Config {
 pub struct Tool {
     pub name: String,
     pub effect: Effect,
-    /// argv templates; `{name}` takes `args.name`.
-    pub command: Vec<String>,
-    pub stdin_args: bool,
+    /// What runs: a command or an HTTP request.
+    pub kind: ToolKind,
     pub output: OutputMode,
     pub timeout: Option<Duration>,
     /// More attempts after a failure, with backoff.
@@ -71,8 +70,17 @@ pub struct Tool {
     /// (`retry`, for tools that honour the idempotency key) or waits for
     /// `durun resolve` (`ask`, for tools that do not).
     pub in_doubt: InDoubt,
-    /// Set for an HTTP tool; `command` is then empty.
-    pub http: Option<HttpSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolKind {
+    Command {
+        /// argv templates; `{name}` takes `args.name`.
+        argv: Vec<String>,
+        /// The args as JSON on stdin.
+        stdin_args: bool,
+    },
+    Http(HttpSpec),
 }
 
 /// An HTTP tool: the args are the JSON body, the step's key the
@@ -185,11 +193,22 @@ impl Config {
 
 impl Tool {
     fn from_raw(name: &str, raw: RawTool) -> Result<Self, String> {
-        let http = match (raw.http, &raw.command) {
+        let stdin_args = match raw.stdin.as_deref() {
+            None | Some("null") => false,
+            Some("args") => true,
+            Some(other) => return Err(format!("`stdin` must be \"args\", not {other:?}")),
+        };
+        let kind = match (raw.http, raw.command) {
             (Some(_), Some(_)) => {
                 return Err("has both `command` and `http`; choose one".to_owned())
             }
             (Some(http), None) => {
+                if stdin_args {
+                    return Err(
+                        "`stdin` goes with `command`; an HTTP tool sends its args as the body"
+                            .to_owned(),
+                    );
+                }
                 let method = http
                     .method
                     .unwrap_or_else(|| "POST".to_owned())
@@ -208,32 +227,25 @@ impl Tool {
                         http.url
                     ));
                 }
-                Some(HttpSpec {
+                ToolKind::Http(HttpSpec {
                     method,
                     url: http.url,
                     headers: raw.headers.unwrap_or_default(),
                 })
             }
             (None, _) if raw.headers.is_some() => return Err("`headers` go with `http`".to_owned()),
-            (None, _) => None,
-        };
-        let command = match (&http, raw.command) {
-            (Some(_), _) => Vec::new(),
-            (None, Some(command)) => command,
+            (None, Some(argv)) => {
+                if argv.first().is_none_or(String::is_empty) {
+                    return Err("`command` needs a program as its first element".to_owned());
+                }
+                ToolKind::Command { argv, stdin_args }
+            }
             (None, None) => {
                 return Err(
                     "needs `command = [\"program\", \"arg\", …]` or `http = { url = \"…\" }`"
                         .to_owned(),
                 )
             }
-        };
-        if http.is_none() && command.first().is_none_or(String::is_empty) {
-            return Err("`command` needs a program as its first element".to_owned());
-        }
-        let stdin_args = match raw.stdin.as_deref() {
-            None | Some("null") => false,
-            Some("args") => true,
-            Some(other) => return Err(format!("`stdin` must be \"args\", not {other:?}")),
         };
         let timeout = raw
             .timeout
@@ -247,26 +259,23 @@ impl Tool {
             name: name.to_owned(),
             // A tool nobody classified may change the world: assume it does.
             effect: raw.effect.unwrap_or(Effect::Mutate),
-            command,
-            stdin_args,
             // An HTTP API answers JSON as a rule; a command prints text.
-            output: raw.output.unwrap_or(if http.is_some() {
-                OutputMode::Json
-            } else {
-                OutputMode::Text
+            output: raw.output.unwrap_or(match kind {
+                ToolKind::Http(_) => OutputMode::Json,
+                ToolKind::Command { .. } => OutputMode::Text,
             }),
+            kind,
             timeout,
             retries: raw.retries.unwrap_or(0),
             in_doubt: raw.in_doubt.unwrap_or(InDoubt::Retry),
-            http,
         })
     }
 
     /// Whether `args` fill every placeholder of the argv or URL.
     pub fn check_args(&self, args: &Value) -> Result<(), String> {
-        match &self.http {
-            Some(http) => self.expand(&http.url, args).map(drop),
-            None => self.argv(args).map(drop),
+        match &self.kind {
+            ToolKind::Http(http) => self.expand(&http.url, args).map(drop),
+            ToolKind::Command { argv, .. } => self.argv(argv, args).map(drop),
         }
     }
 
@@ -288,9 +297,9 @@ impl Tool {
         Ok(out)
     }
 
-    /// The argv for `args`, or why `args` do not fit the templates.
-    pub fn argv(&self, args: &Value) -> Result<Vec<String>, String> {
-        self.command
+    /// The argv `templates` filled from `args`, or why `args` do not fit.
+    pub fn argv(&self, templates: &[String], args: &Value) -> Result<Vec<String>, String> {
+        templates
             .iter()
             .map(|template| self.expand(template, args))
             .collect()
@@ -403,12 +412,19 @@ mod tests {
             (Effect::Read, Some(Duration::from_secs(30)))
         );
         let pr = &config.tools["create_pr"];
+        assert_eq!((pr.effect, pr.retries), (Effect::Mutate, 2));
+        let ToolKind::Command {
+            argv,
+            stdin_args: true,
+        } = &pr.kind
+        else {
+            panic!(
+                "create_pr is a command with its args on stdin: {:?}",
+                pr.kind
+            );
+        };
         assert_eq!(
-            (pr.effect, pr.stdin_args, pr.retries),
-            (Effect::Mutate, true, 2)
-        );
-        assert_eq!(
-            pr.argv(&json!({"title": "Fix typo", "n": 3}))
+            pr.argv(argv, &json!({"title": "Fix typo", "n": 3}))
                 .expect("fits"),
             [
                 "./create-pr.sh",
@@ -421,7 +437,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            pr.argv(&json!({})).unwrap_err(),
+            pr.argv(argv, &json!({})).unwrap_err(),
             "tool `create_pr` needs `args.title`"
         );
     }

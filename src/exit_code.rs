@@ -26,3 +26,13 @@ pub const CANNOT_START: i32 = 127;
 pub fn from_signal(signal: i32) -> i32 {
     128 + signal
 }
+
+/// The code a shell reports for a finished process: its own, or 128 + the
+/// signal that ended it.
+pub fn of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status
+        .code()
+        .or_else(|| status.signal().map(from_signal))
+        .unwrap_or(1)
+}

@@ -3,7 +3,6 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result};
@@ -201,10 +200,7 @@ fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> 
     let status = child
         .wait()
         .context("failed to wait for the step's command")?;
-    let code = status
-        .code()
-        .or_else(|| status.signal().map(exit_code::from_signal))
-        .unwrap_or(1);
+    let code = exit_code::of(status);
     Ok((
         code,
         String::from_utf8_lossy(&recorded).into_owned(),
@@ -215,10 +211,7 @@ fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> 
 /// The command alone, as if durun were not there.
 fn run_plain(argv: &[String]) -> i32 {
     match Command::new(&argv[0]).args(&argv[1..]).status() {
-        Ok(status) => status
-            .code()
-            .or_else(|| status.signal().map(exit_code::from_signal))
-            .unwrap_or(1),
+        Ok(status) => exit_code::of(status),
         Err(err) => {
             eprintln!("durun: cannot start `{}`: {err}", argv[0]);
             exit_code::CANNOT_START

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Cancel, Invocation, Outcome};
-use crate::config::expand_env;
+use crate::config::{expand_env, HttpSpec};
 use crate::protocol::ErrorCode;
 
 /// The most body an answer may have; more fails the step.
@@ -19,9 +19,13 @@ const BODY_LIMIT: u64 = 32 * 1024 * 1024;
 /// How long an attempt may take when the tool sets no `timeout`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outcome {
+pub fn run_once(
+    invocation: &Invocation,
+    spec: &HttpSpec,
+    attempt: u32,
+    cancel: &Cancel,
+) -> Outcome {
     let tool = &invocation.tool;
-    let spec = tool.http.as_ref().expect("an HTTP tool has an http spec");
     let url = match tool
         .expand(&spec.url, &invocation.args)
         .and_then(|url| expand_env(&url))

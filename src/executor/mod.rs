@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::Tool;
+use crate::config::{Tool, ToolKind};
 use crate::os;
 use crate::protocol::ErrorCode;
 
@@ -105,10 +105,13 @@ pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
     loop {
         let outcome = if cancel.is_cancelled() {
             Outcome::Cancelled
-        } else if invocation.tool.http.is_some() {
-            http::run_once(invocation, attempt, cancel)
         } else {
-            shell::run_once(invocation, attempt, cancel)
+            match &invocation.tool.kind {
+                ToolKind::Http(spec) => http::run_once(invocation, spec, attempt, cancel),
+                ToolKind::Command { argv, stdin_args } => {
+                    shell::run_once(invocation, argv, *stdin_args, attempt, cancel)
+                }
+            }
         };
         let retries_left = invocation.attempt + invocation.tool.retries > attempt;
         let wait = match &outcome {

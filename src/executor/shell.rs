@@ -20,9 +20,15 @@ const STDOUT_LIMIT: usize = 32 * 1024 * 1024;
 /// How much of a tool's stderr durun keeps (the end of it).
 const STDERR_KEEP: usize = 64 * 1024;
 
-pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outcome {
+pub fn run_once(
+    invocation: &Invocation,
+    templates: &[String],
+    stdin_args: bool,
+    attempt: u32,
+    cancel: &Cancel,
+) -> Outcome {
     let tool = &invocation.tool;
-    let argv = match tool.argv(&invocation.args) {
+    let argv = match tool.argv(templates, &invocation.args) {
         Ok(argv) => argv,
         Err(message) => return failed(ErrorCode::ToolFailed, message, None),
     };
@@ -47,7 +53,7 @@ pub fn run_once(invocation: &Invocation, attempt: u32, cancel: &Cancel) -> Outco
             os::die_with_parent(command);
             Ok(())
         });
-    expression = if tool.stdin_args {
+    expression = if stdin_args {
         expression.stdin_bytes(serde_json::to_vec(&invocation.args).expect("JSON serializes"))
     } else {
         expression.stdin_null()

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lines::{Chunk, LineReader};
-use crate::config::{InDoubt, Tool};
+use crate::config::{InDoubt, Tool, ToolKind};
 use crate::error::Failure;
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::exit_code;
@@ -521,7 +521,7 @@ impl Supervisor<'_> {
             return;
         };
         let step = record.step;
-        let invocation_is_http = tool.http.is_some();
+        let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
         let invocation = Invocation {
             tool,
             args,
