@@ -654,8 +654,15 @@ impl Supervisor<'_> {
                         && (step < self.last_recorded
                             || recorded.resolution.as_deref() == Some("fail"))) =>
             {
-                let recorded = recorded.clone();
-                self.replay(id.clone(), &recorded);
+                // Answered from memory: no journal round trip, no copy of
+                // the record; `recorded` borrows only `self.steps`.
+                self.stats.replayed_steps += 1;
+                self.stats.tokens_saved += recorded.tokens;
+                self.reporter.report(&Report::StepReplayed {
+                    step,
+                    name: &recorded.name,
+                });
+                self.respond(&replay_response(id.clone(), recorded));
                 return None;
             }
             Some(recorded) => {
@@ -699,7 +706,9 @@ impl Supervisor<'_> {
                 self.journal_failed(id, err);
                 return None;
             }
-            self.remember(record.clone());
+            // The row exists now: later steps see it as recorded. The
+            // record itself comes back to memory when the step finishes.
+            self.last_recorded = self.last_recorded.max(step);
             fresh = false;
         }
         self.reporter.report(&Report::StepStarted {
@@ -717,30 +726,6 @@ impl Supervisor<'_> {
         }
         self.last_recorded = self.last_recorded.max(record.step);
         self.steps[index] = Some(record);
-    }
-
-    fn replay(&mut self, id: Value, recorded: &StepRecord) {
-        self.stats.replayed_steps += 1;
-        self.stats.tokens_saved += recorded.tokens;
-        self.reporter.report(&Report::StepReplayed {
-            step: recorded.step,
-            name: &recorded.name,
-        });
-        let mut response = match (&recorded.status, &recorded.error) {
-            (StepStatus::Failed, error) => Response::error(
-                id,
-                ErrorCode::ToolFailed,
-                error
-                    .as_ref()
-                    .map_or("failed", |error| error.message.as_str()),
-            ),
-            _ => Response::ok(id),
-        };
-        response.step = Some(recorded.step);
-        response.replayed = Some(true);
-        response.output = Some(recorded.output.clone().unwrap_or_else(JsonText::null));
-        response.idempotency_key = Some(recorded.idempotency_key.clone());
-        self.respond(&response);
     }
 
     fn diverge(&mut self, id: &Value, recorded: &StepRecord, name: &str, args: &Value) {
@@ -1046,6 +1031,25 @@ impl Supervisor<'_> {
             failure,
         }
     }
+}
+
+/// The answer to a step the journal holds: its output, or its failure.
+fn replay_response(id: Value, recorded: &StepRecord) -> Response {
+    let mut response = match (&recorded.status, &recorded.error) {
+        (StepStatus::Failed, error) => Response::error(
+            id,
+            ErrorCode::ToolFailed,
+            error
+                .as_ref()
+                .map_or("failed", |error| error.message.as_str()),
+        ),
+        _ => Response::ok(id),
+    };
+    response.step = Some(recorded.step);
+    response.replayed = Some(true);
+    response.output = Some(recorded.output.clone().unwrap_or_else(JsonText::null));
+    response.idempotency_key = Some(recorded.idempotency_key.clone());
+    response
 }
 
 /// Whether the RFC 3339 time `then` is more than `age` ago.
