@@ -230,6 +230,24 @@ impl Drop for TestEnv {
     }
 }
 
+/// The Python SDK, for PYTHONPATH.
+pub fn sdk_path() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sdk/python")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// PATH with the durun under test first, for scripts that call `durun`.
+pub fn path_with_durun() -> String {
+    let bin = assert_cmd::cargo::cargo_bin("durun");
+    format!(
+        "{}:{}",
+        bin.parent().expect("bin dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 pub fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }

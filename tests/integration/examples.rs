@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::env::{text, TestEnv};
+use crate::env::{path_with_durun, sdk_path, text, TestEnv};
 
 /// Copies `examples/NAME` into the test directory (examples write files).
 fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
@@ -109,25 +109,16 @@ impl Drop for FakeServices {
     }
 }
 
-fn sdk_path() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("sdk/python")
-        .to_string_lossy()
-        .into_owned()
-}
-
-#[test]
-fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
-    let services = FakeServices::start();
-    let mut env = TestEnv::new();
-    env.set("FAKE_PORT", services.port.to_string());
-    env.set("PYTHONPATH", sdk_path());
-    let dir = copy_example(&env, "python-agent");
+/// Runs `examples/NAME` as task `task` with `CRASH_IN` set, so that it
+/// dies with SIGKILL inside that step, then resumes it.
+fn crash_and_resume(env: &TestEnv, name: &str, task: &str, crash_in: &str, agent: &[&str]) {
+    let dir = copy_example(env, name);
     let first = env
         .command()
         .current_dir(&dir)
-        .env("CRASH_IN", "research")
-        .args(["run", "--task", "py", "--", "python3", "agent.py"])
+        .env("CRASH_IN", crash_in)
+        .args(["run", "--task", task, "--"])
+        .args(agent)
         .output()
         .expect("durun");
     assert_eq!(
@@ -136,8 +127,23 @@ fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
         "{}",
         text(&first.stderr)
     );
-    let resumed = env.durun(&["resume", "py"]);
+    let resumed = env.durun(&["resume", task]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+}
+
+#[test]
+fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
+    let services = FakeServices::start();
+    let mut env = TestEnv::new();
+    env.set("FAKE_PORT", services.port.to_string());
+    env.set("PYTHONPATH", sdk_path());
+    crash_and_resume(
+        &env,
+        "python-agent",
+        "py",
+        "research",
+        &["python3", "agent.py"],
+    );
     let stats = services.stats().expect("stats");
     assert_eq!(
         stats["llm_calls"], 2,
@@ -164,31 +170,8 @@ fn the_shell_agent_example_publishes_once_across_a_crash() {
     let services = FakeServices::start();
     let mut env = TestEnv::new();
     env.set("FAKE_PORT", services.port.to_string());
-    let bin = assert_cmd::cargo::cargo_bin("durun");
-    env.set(
-        "PATH",
-        format!(
-            "{}:{}",
-            bin.parent().expect("dir").display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
-    );
-    let dir = copy_example(&env, "shell-agent");
-    let first = env
-        .command()
-        .current_dir(&dir)
-        .env("CRASH_IN", "draft")
-        .args(["run", "--task", "sh", "--", "bash", "agent.sh"])
-        .output()
-        .expect("durun");
-    assert_eq!(
-        first.status.code(),
-        Some(128 + libc::SIGKILL),
-        "{}",
-        text(&first.stderr)
-    );
-    let resumed = env.durun(&["resume", "sh"]);
-    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    env.set("PATH", path_with_durun());
+    crash_and_resume(&env, "shell-agent", "sh", "draft", &["bash", "agent.sh"]);
     let stats = services.stats().expect("stats");
     assert_eq!(stats["llm_calls"], 2, "the plan came from the journal");
     assert_eq!(stats["notifications"], 1);

@@ -1,30 +1,14 @@
 //! Agents of every kind: the Python SDK and shell scripts with `durun step`
 //! and `durun call`, crash and resume included.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::env::{agents_dir, process_gone, read_pid, text, wait_for, TestEnv};
+use crate::env::{
+    agents_dir, path_with_durun, process_gone, read_pid, sdk_path, text, wait_for, TestEnv,
+};
 use crate::servers::{FakeApi, FakeLlm};
-
-fn sdk_path() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("sdk/python")
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// PATH with the durun under test first, for scripts that call `durun`.
-fn path_with_durun() -> String {
-    let bin = assert_cmd::cargo::cargo_bin("durun");
-    format!(
-        "{}:{}",
-        bin.parent().expect("bin dir").display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
 
 fn agent_env(llm: &FakeLlm, api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
