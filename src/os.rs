@@ -1,7 +1,8 @@
 //! The few Unix calls durun needs: parent-death signals, process groups,
-//! and sending signals.
+//! sending signals, and waiting on pipes.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
@@ -62,4 +63,50 @@ pub fn signal_group(pgid: u32, signal: i32) {
 pub fn stdin_is_terminal() -> bool {
     use std::io::IsTerminal as _;
     io::stdin().is_terminal()
+}
+
+/// A pipe whose two ends are non-blocking and closed on exec: other threads
+/// write a byte to the second to wake a `poll` on the first.
+pub fn wake_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are open descriptors that we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Makes reads and writes on `fd` return `WouldBlock` instead of waiting.
+pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor the caller keeps open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Waits until one of `fds` is ready or `timeout` passes; an interrupted
+/// wait counts as a timeout.
+pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<()> {
+    let millis = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // A timeout under a millisecond still waits (0 would only peek).
+    let millis = if millis == 0 && !timeout.is_zero() {
+        1
+    } else {
+        millis
+    };
+    // SAFETY: the slice is valid for its length for the whole call.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
+    if ready < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    Ok(())
 }

@@ -352,9 +352,15 @@ impl Response {
 
     /// The line to write, `\n` included.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(self).expect("a response always serializes");
-        line.push(b'\n');
+        let mut line = Vec::new();
+        self.write_line(&mut line);
         line
+    }
+
+    /// Appends the response and its newline to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        serde_json::to_writer(&mut *out, self).expect("a response always serializes");
+        out.push(b'\n');
     }
 }
 

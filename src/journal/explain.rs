@@ -10,7 +10,8 @@ use rusqlite::ErrorCode;
 use serde_json::Value;
 
 use super::{
-    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepRecord, TaskRecord,
+    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepRecord, StepWrite,
+    TaskRecord,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -130,15 +131,22 @@ impl<J: Journal> Journal for Explained<J> {
         let result = self.inner.cancel_requested(task);
         self.map(result)
     }
-    fn put_step(
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        let result = self.inner.steps_page(task, after, limit);
+        self.map(result)
+    }
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
+        let result = self.inner.replay_bounds(task);
+        self.map(result)
+    }
+    fn put_steps(
         &mut self,
         task: &str,
-        step: &StepRecord,
-        fresh: bool,
+        steps: &[StepWrite<'_>],
         run: u32,
         stats: &RunStats,
     ) -> Result<()> {
-        let result = self.inner.put_step(task, step, fresh, run, stats);
+        let result = self.inner.put_steps(task, steps, run, stats);
         self.map(result)
     }
     fn set_output(&mut self, task: &str, output: &Value) -> Result<()> {

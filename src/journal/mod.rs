@@ -79,13 +79,18 @@ pub trait Journal {
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<()>;
     /// Whether `durun cancel` asked the task's runner to stop.
     fn cancel_requested(&mut self, task: &str) -> Result<bool>;
-    /// Writes one step, new (`fresh`) or updated, and the run's counters, in
-    /// one durable transaction.
-    fn put_step(
+    /// The task's live steps after step `after`, in order, at most `limit`:
+    /// replay reads a long task page by page, each row once.
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
+    /// How many live steps the task has, and the highest step number.
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)>;
+    /// Writes steps, each new (`fresh`) or updated, and the run's counters,
+    /// in one durable transaction: steps that finish together share one
+    /// commit (group commit).
+    fn put_steps(
         &mut self,
         task: &str,
-        step: &StepRecord,
-        fresh: bool,
+        steps: &[StepWrite<'_>],
         run: u32,
         stats: &RunStats,
     ) -> Result<()>;
@@ -112,6 +117,14 @@ pub trait Journal {
     /// before `finished_before`, never one a live runner holds; returns
     /// their ids.
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
+}
+
+/// One row of a [`Journal::put_steps`] write.
+#[derive(Clone, Copy)]
+pub struct StepWrite<'a> {
+    pub record: &'a StepRecord,
+    /// The row is new (an insert), not an update of the step's row.
+    pub fresh: bool,
 }
 
 /// Where the journal lives.

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{
     Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind,
-    StepRecord, StepStatus, TaskRecord, TaskStatus,
+    StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -271,6 +271,83 @@ fn step_from_row(row: &Row) -> Result<StepRecord> {
     })
 }
 
+/// Inserts (`fresh`) or updates one step's row.
+fn write_step(
+    tx: &mut Transaction<'_>,
+    task: &str,
+    step: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> Result<()> {
+    let output = step.output.as_ref().map(JsonText::as_str);
+    let usage = step.usage.as_ref().map(JsonText::as_str);
+    let (error_code, error) = match &step.error {
+        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+        None => (None, None),
+    };
+    let index = step.step as i64;
+    let attempts = step.attempts as i32;
+    let tokens = step.tokens as i64;
+    let run_number = run as i32;
+    if fresh {
+        tx.execute(
+            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                 finished_at, resolution)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+            &[
+                &task,
+                &index,
+                &step.name,
+                &step.kind.as_str(),
+                &step.effect.as_str(),
+                &step.args.as_str(),
+                &step.args_hash,
+                &step.idempotency_key,
+                &step.status.as_str(),
+                &attempts,
+                &output,
+                &error_code,
+                &error,
+                &usage,
+                &tokens,
+                &run_number,
+                &step.created_at,
+                &step.started_at,
+                &step.finished_at,
+                &step.resolution,
+            ],
+        )?;
+    } else {
+        let changed = tx.execute(
+            "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
+                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13
+             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+            &[
+                &task,
+                &index,
+                &step.status.as_str(),
+                &attempts,
+                &output,
+                &error_code,
+                &error,
+                &usage,
+                &tokens,
+                &run_number,
+                &step.started_at,
+                &step.finished_at,
+                &step.resolution,
+            ],
+        )?;
+        anyhow::ensure!(
+            changed == 1,
+            "step {} of task {task} is missing from the journal",
+            step.step
+        );
+    }
+    Ok(())
+}
+
 fn write_stats(tx: &mut Transaction<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
     tx.execute(
         "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
@@ -453,80 +530,41 @@ impl Journal for PostgresJournal {
         Ok(row.get::<_, Option<String>>(0).is_some())
     }
 
-    fn put_step(
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        let rows = self.client.query(
+            &format!(
+                "SELECT {STEP_COLUMNS} FROM steps
+                 WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
+                 ORDER BY step_index LIMIT $3"
+            ),
+            &[&task, &(after as i64), &(limit as i64)],
+        )?;
+        rows.iter().map(step_from_row).collect()
+    }
+
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
+        let row = self.client.query_one(
+            "SELECT count(*), max(step_index) FROM steps WHERE task_id = $1 AND status <> 'discarded'",
+            &[&task],
+        )?;
+        let last: Option<i64> = row.get(1);
+        Ok((row.get::<_, i64>(0) as u64, last.unwrap_or(0) as u64))
+    }
+
+    fn put_steps(
         &mut self,
         task: &str,
-        step: &StepRecord,
-        fresh: bool,
+        steps: &[StepWrite<'_>],
         run: u32,
         stats: &RunStats,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        let output = step.output.as_ref().map(JsonText::as_str);
-        let usage = step.usage.as_ref().map(JsonText::as_str);
-        let (error_code, error) = match &step.error {
-            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-            None => (None, None),
-        };
-        let index = step.step as i64;
-        let attempts = step.attempts as i32;
-        let tokens = step.tokens as i64;
-        let run_number = run as i32;
-        if fresh {
-            tx.execute(
-                "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
-                     status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                     finished_at, resolution)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-                &[
-                    &task,
-                    &index,
-                    &step.name,
-                    &step.kind.as_str(),
-                    &step.effect.as_str(),
-                    &step.args.as_str(),
-                    &step.args_hash,
-                    &step.idempotency_key,
-                    &step.status.as_str(),
-                    &attempts,
-                    &output,
-                    &error_code,
-                    &error,
-                    &usage,
-                    &tokens,
-                    &run_number,
-                    &step.created_at,
-                    &step.started_at,
-                    &step.finished_at,
-                    &step.resolution,
-                ],
-            )?;
-        } else {
-            let changed = tx.execute(
-                "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
-                     usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13
-                 WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
-                &[
-                    &task,
-                    &index,
-                    &step.status.as_str(),
-                    &attempts,
-                    &output,
-                    &error_code,
-                    &error,
-                    &usage,
-                    &tokens,
-                    &run_number,
-                    &step.started_at,
-                    &step.finished_at,
-                    &step.resolution,
-                ],
-            )?;
-            anyhow::ensure!(
-                changed == 1,
-                "step {} of task {task} is missing from the journal",
-                step.step
-            );
+        for &StepWrite {
+            record: step,
+            fresh,
+        } in steps
+        {
+            write_step(&mut tx, task, step, fresh, run)?;
         }
         write_stats(&mut tx, task, run, stats)?;
         tx.commit()?;

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{
     Access, Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError,
-    StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
+    StepKind, StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -549,79 +549,46 @@ impl Journal for SqliteJournal {
         Ok(requested.is_some())
     }
 
-    fn put_step(
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps
+             WHERE task_id = ?1 AND status <> 'discarded' AND step_index > ?2
+             ORDER BY step_index LIMIT ?3"
+        ))?;
+        let mut rows = statement.query(params![task, after as i64, limit as i64])?;
+        let mut steps = Vec::with_capacity(limit.min(4096));
+        while let Some(row) = rows.next()? {
+            steps.push(step_from_row(row)?);
+        }
+        Ok(steps)
+    }
+
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
+        let (count, last): (i64, Option<i64>) = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*), max(step_index) FROM steps WHERE task_id = ?1 AND status <> 'discarded'",
+            )?
+            .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok((count as u64, last.unwrap_or(0) as u64))
+    }
+
+    fn put_steps(
         &mut self,
         task: &str,
-        step: &StepRecord,
-        fresh: bool,
+        steps: &[StepWrite<'_>],
         run: u32,
         stats: &RunStats,
     ) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let output = step.output.as_ref().map(JsonText::as_str);
-        let usage = step.usage.as_ref().map(JsonText::as_str);
-        let (error_code, error) = match &step.error {
-            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-            None => (None, None),
-        };
-        if fresh {
-            tx.prepare_cached(
-                "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
-                     status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                     finished_at, resolution)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-            )?
-            .execute(params![
-                task,
-                step.step as i64,
-                step.name,
-                step.kind.as_str(),
-                step.effect.as_str(),
-                step.args.as_str(),
-                step.args_hash,
-                step.idempotency_key,
-                step.status.as_str(),
-                step.attempts,
-                output,
-                error_code,
-                error,
-                usage,
-                step.tokens as i64,
-                run,
-                step.created_at,
-                step.started_at,
-                step.finished_at,
-                step.resolution,
-            ])?;
-        } else {
-            let changed = tx
-                .prepare_cached(
-                    "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
-                         usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13
-                     WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
-                )?
-                .execute(params![
-                    task,
-                    step.step as i64,
-                    step.status.as_str(),
-                    step.attempts,
-                    output,
-                    error_code,
-                    error,
-                    usage,
-                    step.tokens as i64,
-                    run,
-                    step.started_at,
-                    step.finished_at,
-                    step.resolution,
-                ])?;
-            anyhow::ensure!(
-                changed == 1,
-                "step {} of task {task} is missing from the journal",
-                step.step
-            );
+        for &StepWrite {
+            record: step,
+            fresh,
+        } in steps
+        {
+            write_step(&tx, task, step, fresh, run)?;
         }
         write_stats(&tx, task, run, stats)?;
         tx.commit()?;
@@ -825,6 +792,80 @@ fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Option<Lease>>
     Ok(lease)
 }
 
+/// Inserts (`fresh`) or updates one step's row.
+fn write_step(
+    tx: &rusqlite::Transaction<'_>,
+    task: &str,
+    step: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> Result<()> {
+    let output = step.output.as_ref().map(JsonText::as_str);
+    let usage = step.usage.as_ref().map(JsonText::as_str);
+    let (error_code, error) = match &step.error {
+        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+        None => (None, None),
+    };
+    if fresh {
+        tx.prepare_cached(
+            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                 finished_at, resolution)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+        )?
+        .execute(params![
+            task,
+            step.step as i64,
+            step.name,
+            step.kind.as_str(),
+            step.effect.as_str(),
+            step.args.as_str(),
+            step.args_hash,
+            step.idempotency_key,
+            step.status.as_str(),
+            step.attempts,
+            output,
+            error_code,
+            error,
+            usage,
+            step.tokens as i64,
+            run,
+            step.created_at,
+            step.started_at,
+            step.finished_at,
+            step.resolution,
+        ])?;
+    } else {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
+                     usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13
+                 WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+            )?
+            .execute(params![
+                task,
+                step.step as i64,
+                step.status.as_str(),
+                step.attempts,
+                output,
+                error_code,
+                error,
+                usage,
+                step.tokens as i64,
+                run,
+                step.started_at,
+                step.finished_at,
+                step.resolution,
+            ])?;
+        anyhow::ensure!(
+            changed == 1,
+            "step {} of task {task} is missing from the journal",
+            step.step
+        );
+    }
+    Ok(())
+}
+
 fn write_stats(
     tx: &rusqlite::Transaction<'_>,
     task: &str,
@@ -887,6 +928,65 @@ mod tests {
     }
 
     #[test]
+    fn a_group_of_steps_is_one_commit_all_or_nothing() {
+        let mut journal = SqliteJournal::in_memory();
+        journal.create_task(&task("t1")).expect("create");
+        let RunStart::Started { run } = journal
+            .start_run("t1", &Holder::current(), "now")
+            .expect("start")
+        else {
+            panic!("a fresh task is not locked");
+        };
+        let records: Vec<StepRecord> = (1..=8).map(|n| step(n, StepStatus::Committed)).collect();
+        let writes: Vec<StepWrite<'_>> = records
+            .iter()
+            .map(|record| StepWrite {
+                record,
+                fresh: true,
+            })
+            .collect();
+        let stats = RunStats {
+            executed_steps: 8,
+            ..RunStats::default()
+        };
+        journal
+            .put_steps("t1", &writes, run, &stats)
+            .expect("a group");
+        assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
+        assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
+
+        // A group with one bad row (an update of a step never written)
+        // writes none of its rows.
+        let new = step(9, StepStatus::Committed);
+        let missing = step(12, StepStatus::Committed);
+        let bad = [
+            StepWrite {
+                record: &new,
+                fresh: true,
+            },
+            StepWrite {
+                record: &missing,
+                fresh: false,
+            },
+        ];
+        journal
+            .put_steps("t1", &bad, run, &RunStats::default())
+            .expect_err("step 12 is missing");
+        assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
+        assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
+
+        // Pages of the live steps after a step, in order.
+        let page: Vec<u64> = journal
+            .steps_page("t1", 2, 3)
+            .expect("page")
+            .iter()
+            .map(|record| record.step)
+            .collect();
+        assert_eq!(page, [3, 4, 5]);
+        assert!(journal.steps_page("t1", 8, 3).expect("page").is_empty());
+    }
+
+    #[test]
     fn a_step_goes_from_pending_to_committed() {
         let mut journal = SqliteJournal::in_memory();
         journal.create_task(&task("t1")).expect("create");
@@ -901,7 +1001,15 @@ mod tests {
             ..RunStats::default()
         };
         journal
-            .put_step("t1", &record, true, run, &stats)
+            .put_steps(
+                "t1",
+                &[StepWrite {
+                    record: &record,
+                    fresh: true,
+                }],
+                run,
+                &stats,
+            )
             .expect("pending");
         record.status = StepStatus::Committed;
         record.output = Some(JsonText::from_value(&json!({"url": "x"})));
@@ -912,7 +1020,15 @@ mod tests {
             ..RunStats::default()
         };
         journal
-            .put_step("t1", &record, false, run, &stats)
+            .put_steps(
+                "t1",
+                &[StepWrite {
+                    record: &record,
+                    fresh: false,
+                }],
+                run,
+                &stats,
+            )
             .expect("commit");
         let steps = journal.steps("t1", false).expect("steps");
         assert_eq!(steps.len(), 1);

@@ -9,30 +9,40 @@
 //!
 //! # Threads
 //!
-//! The loop owns the journal and all state; other threads only send it
-//! [`Event`]s: one reads the agent's stdout (and copies non-protocol lines
-//! to durun's stdout), one writes responses to the agent's stdin (so a child
-//! that stops reading cannot block the loop), one waits for the agent to
-//! exit, one turns signals into events, and one per tool call runs the tool.
+//! The loop owns the journal and all state, and reads the agent's stdout and
+//! writes its stdin itself, without blocking (`poll`): a step costs one
+//! wake-up of durun and one of the agent, no hand-off between threads.
+//! Other threads only send it [`Event`]s and wake it through a pipe: one
+//! waits for the agent to exit, one turns signals into events, one per tool
+//! call runs the tool, and the socket's serve `durun step` clients. One
+//! more copies the agent's non-protocol lines to durun's stdout.
+//!
+//! # Group commit
+//!
+//! The loop takes every request and event that is ready, then writes all
+//! their steps in one transaction, then answers: steps that arrive together
+//! (parallel `call`s) share one durable commit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write as _};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::lines::{Chunk, LineReader};
+use super::recorded::Recorded;
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::error::Failure;
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::exit_code;
 use crate::journal::{
-    self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, TaskStatus,
+    self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, StepWrite, TaskStatus,
 };
 use crate::json_text::JsonText;
 use crate::lease;
@@ -79,16 +89,68 @@ pub(super) enum Event {
     /// A client connected to the socket; its answers go to this sender.
     Connected(Conn, mpsc::Sender<Vec<u8>>),
     Disconnected(Conn),
-    /// A passed-through line that looks like a broken request.
-    Suspicious(String),
     Oversized(Conn, Value),
-    StdoutClosed,
     Exited(ExitStatus),
     ToolDone {
         step: u64,
         finished: Finished,
     },
     Signal(i32),
+}
+
+/// Sends [`Event`]s to the loop and wakes it.
+#[derive(Clone)]
+pub(super) struct Events {
+    tx: mpsc::Sender<Event>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Events {
+    pub fn send(&self, event: Event) -> Result<(), mpsc::SendError<Event>> {
+        self.tx.send(event)?;
+        // A full pipe already wakes the loop; nothing else can go wrong
+        // with a pipe whose read end the loop holds.
+        // SAFETY: a one-byte write from a live buffer to an open descriptor.
+        unsafe {
+            libc::write(self.wake.as_raw_fd(), b"!".as_ptr().cast(), 1);
+        }
+        Ok(())
+    }
+}
+
+/// The agent's end of the protocol: its stdout, read without blocking, and
+/// its stdin, written without blocking from a buffer.
+struct AgentIo {
+    reader: LineReader<BufReader<ChildStdout>>,
+    stdout_fd: i32,
+    stdin: Option<ChildStdin>,
+    /// Answers not yet taken by the agent's stdin pipe.
+    out: Vec<u8>,
+    wake: OwnedFd,
+    /// Copies the agent's other lines to durun's stdout, off the loop, so
+    /// a slow reader of durun's stdout holds up only the agent's prints.
+    passthrough: mpsc::SyncSender<Vec<u8>>,
+}
+
+/// A journal write that waits for the batch's commit, and what follows it.
+struct Deferred {
+    conn: Conn,
+    record: StepRecord,
+    fresh: bool,
+    then: Then,
+}
+
+enum Then {
+    /// The step finished: answer it.
+    Finished { id: Value, started: Instant },
+    /// A `mutate` begin's intent is written: answer the begin.
+    Opened { id: Value, in_doubt: bool },
+    /// A `mutate` call's intent is written: start its tool.
+    Call {
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+    },
 }
 
 /// A step the agent began and has not closed yet.
@@ -139,23 +201,19 @@ pub fn supervise(
     journal: &mut dyn Journal,
     reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Outcome> {
-    let recorded = journal.steps(spec.task_id, false)?;
-    let last_recorded = recorded.last().map_or(0, |step| step.step);
-    let mut steps: Vec<Option<StepRecord>> = Vec::new();
-    for record in recorded {
-        let index = record.step as usize;
-        if steps.len() <= index {
-            steps.resize_with(index + 1, || None);
-        }
-        steps[index] = Some(record);
-    }
+    let (recorded_steps, last_recorded) = journal.replay_bounds(spec.task_id)?;
     reporter.report(&Report::RunStarted {
         task: spec.task_id,
         run: spec.run,
-        recorded_steps: steps.iter().flatten().count(),
+        recorded_steps: recorded_steps as usize,
     });
 
-    let (events_tx, events) = mpsc::channel();
+    let (tx, events) = mpsc::channel();
+    let (wake_rx, wake_tx) = crate::os::wake_pipe()?;
+    let events_tx = Events {
+        tx,
+        wake: Arc::new(wake_tx),
+    };
     // Signals are caught before the agent starts, so none is lost between.
     let signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let signals_handle = signals.handle();
@@ -198,8 +256,16 @@ pub fn supervise(
     let child_pid = child.id();
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
-    let responses = spawn_writer_thread(stdin);
-    spawn_reader_thread(stdout, events_tx.clone());
+    os::set_nonblocking(&stdin)?;
+    os::set_nonblocking(&stdout)?;
+    let mut io = AgentIo {
+        stdout_fd: stdout.as_raw_fd(),
+        reader: LineReader::new(BufReader::with_capacity(64 * 1024, stdout)),
+        stdin: Some(stdin),
+        out: Vec::new(),
+        wake: wake_rx,
+        passthrough: spawn_passthrough_thread(),
+    };
     let exit_tx = events_tx.clone();
     std::thread::spawn(move || {
         if let Ok(status) = child.wait() {
@@ -211,13 +277,15 @@ pub fn supervise(
         spec,
         journal,
         reporter,
-        steps,
+        recorded: Recorded::new(last_recorded),
         last_recorded,
         next_step: 1,
         open: HashMap::new(),
         calls: HashMap::new(),
         stats: RunStats::default(),
-        writers: HashMap::from([(0, responses)]),
+        writers: HashMap::new(),
+        out: Vec::new(),
+        batch: Vec::new(),
         conn: 0,
         events_tx,
         child_pid,
@@ -232,7 +300,7 @@ pub fn supervise(
         heartbeat_every: lease::heartbeat_every(),
         last_cancel_poll: Instant::now(),
     };
-    supervisor.serve(&events);
+    supervisor.serve(&events, &mut io);
     signals_handle.close();
     drop(socket);
     Ok(supervisor.outcome())
@@ -247,7 +315,7 @@ fn program_path(program: &str, cwd: &Path) -> std::path::PathBuf {
     }
 }
 
-fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
+fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Events) {
     std::thread::spawn(move || {
         for signal in signals.forever() {
             if tx.send(Event::Signal(signal)).is_err() {
@@ -257,76 +325,118 @@ fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Se
     });
 }
 
-fn spawn_writer_thread(mut stdin: std::process::ChildStdin) -> mpsc::Sender<Vec<u8>> {
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+fn spawn_passthrough_thread() -> mpsc::SyncSender<Vec<u8>> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1024);
     std::thread::spawn(move || {
         for line in rx {
-            // A child that closed its stdin gets no more answers; the loop
-            // learns of its exit from the waiter.
-            if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
-                break;
-            }
+            let mut out = std::io::stdout().lock();
+            // durun's own stdout may be closed; the agent's prints are
+            // then lost, as they would be without durun.
+            let _ = out
+                .write_all(&line)
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush());
         }
     });
     tx
 }
 
-fn spawn_reader_thread(stdout: std::process::ChildStdout, tx: mpsc::Sender<Event>) {
-    std::thread::spawn(move || {
-        let mut reader = LineReader::new(BufReader::with_capacity(64 * 1024, stdout));
-        loop {
-            let event = match reader.next_line() {
-                Ok(Some(Chunk::Line(bytes))) => match protocol::parse_line(&bytes) {
-                    Line::Passthrough => {
-                        let mut out = std::io::stdout().lock();
-                        // durun's own stdout may be closed; the agent's
-                        // prints are then lost, as they would be without durun.
-                        let _ = out
-                            .write_all(&bytes)
-                            .and_then(|()| out.write_all(b"\n"))
-                            .and_then(|()| out.flush());
-                        drop(out);
-                        if looks_like_a_request(&bytes) {
-                            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(120)])
-                                .into_owned();
-                            if tx.send(Event::Suspicious(head)).is_err() {
-                                return;
-                            }
-                        }
-                        continue;
-                    }
-                    line => Event::Line(0, line),
+impl AgentIo {
+    /// Waits for the agent's stdout, room in its stdin (when answers wait),
+    /// or a wake-up from another thread, at most `wait`.
+    fn wait(&mut self, wait: Duration, stdout_open: bool) {
+        let wait = if self.reader.has_buffered() {
+            Duration::ZERO
+        } else {
+            wait
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative descriptor is skipped.
+                fd: if stdout_open { self.stdout_fd } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: match &self.stdin {
+                    Some(stdin) if !self.out.is_empty() => stdin.as_raw_fd(),
+                    _ => -1,
                 },
-                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(0, id),
-                Ok(None) | Err(_) => {
-                    let _ = tx.send(Event::StdoutClosed);
+                events: libc::POLLOUT,
+                revents: 0,
+            },
+        ];
+        if os::poll(&mut fds, wait).is_err() {
+            // Not expected for valid descriptors; a short sleep keeps a
+            // failing poll from spinning.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if fds[0].revents != 0 {
+            let mut drain = [0u8; 256];
+            // SAFETY: reads into a live buffer of the given size.
+            while unsafe {
+                libc::read(
+                    self.wake.as_raw_fd(),
+                    drain.as_mut_ptr().cast(),
+                    drain.len(),
+                )
+            } > 0
+            {}
+        }
+    }
+
+    /// Writes what the agent's stdin pipe takes now.
+    fn write_out(&mut self) {
+        let Some(stdin) = &mut self.stdin else {
+            self.out.clear();
+            return;
+        };
+        let mut written = 0;
+        while written < self.out.len() {
+            match stdin.write(&self.out[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // A child that closed its stdin gets no more answers;
+                    // the loop learns of its exit from the waiter.
+                    self.stdin = None;
+                    self.out.clear();
                     return;
                 }
-            };
-            if tx.send(event).is_err() {
-                return;
             }
         }
-    });
+        self.out.drain(..written);
+    }
 }
 
 struct Supervisor<'a> {
     spec: &'a RunSpec<'a>,
     journal: &'a mut dyn Journal,
     reporter: &'a mut dyn Reporter,
-    /// The task's steps, indexed by step number: loaded once, kept current.
-    steps: Vec<Option<StepRecord>>,
+    /// The steps the journal held when the run started, read as reached.
+    recorded: Recorded,
     /// The highest step number in the journal.
     last_recorded: u64,
     next_step: u64,
     open: HashMap<u64, OpenStep>,
     calls: HashMap<u64, CallInFlight>,
     stats: RunStats,
-    /// Where answers go, by connection.
+    /// Where answers go, by socket connection (the agent's go to `out`).
     writers: HashMap<Conn, mpsc::Sender<Vec<u8>>>,
+    /// Answers for the agent, written to its stdin after each batch.
+    out: Vec<u8>,
+    /// Steps to write in the next commit.
+    batch: Vec<Deferred>,
     /// The connection of the request being answered.
     conn: Conn,
-    events_tx: mpsc::Sender<Event>,
+    events_tx: Events,
     child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.
     interactive: bool,
@@ -342,7 +452,7 @@ struct Supervisor<'a> {
 }
 
 impl Supervisor<'_> {
-    fn serve(&mut self, events: &mpsc::Receiver<Event>) {
+    fn serve(&mut self, events: &mpsc::Receiver<Event>, io: &mut AgentIo) {
         loop {
             if let Some(exited_at) = self.exited_at {
                 let drained = self.stdout_closed || exited_at.elapsed() >= DRAIN_GRACE;
@@ -354,12 +464,53 @@ impl Supervisor<'_> {
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
-            match events.recv_timeout(wait) {
-                Ok(event) => self.handle(event),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+            io.wait(wait, !self.stdout_closed);
+            if !self.stdout_closed {
+                self.read_agent(io);
             }
+            loop {
+                match events.try_recv() {
+                    Ok(event) => self.handle(event),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            self.commit_batch();
+            if !self.out.is_empty() {
+                io.out.append(&mut self.out);
+            }
+            io.write_out();
             self.tick();
+        }
+    }
+
+    /// Handles the lines the agent's stdout holds now (a bounded number, so
+    /// a flood cannot starve the other events).
+    fn read_agent(&mut self, io: &mut AgentIo) {
+        for _ in 0..4096 {
+            match io.reader.next_line() {
+                Ok(Some(Chunk::Line(bytes))) => match protocol::parse_line(&bytes) {
+                    Line::Passthrough => {
+                        if looks_like_a_request(&bytes) {
+                            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
+                            let message = format!(
+                                "the agent printed a line that looks like a request but is not valid JSON; \
+                                 it was passed through to stdout, not answered: {head}"
+                            );
+                            self.reporter.report(&Report::Warning(&message));
+                        }
+                        let _ = io.passthrough.send(bytes);
+                    }
+                    line => self.handle(Event::Line(0, line)),
+                },
+                Ok(Some(Chunk::Oversized { id })) => self.handle(Event::Oversized(0, id)),
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Ok(None) | Err(_) => {
+                    self.stdout_closed = true;
+                    return;
+                }
+            }
         }
     }
 
@@ -411,13 +562,6 @@ impl Supervisor<'_> {
             Event::Disconnected(conn) => {
                 self.writers.remove(&conn);
             }
-            Event::Suspicious(head) => {
-                let message = format!(
-                    "the agent printed a line that looks like a request but is not valid JSON; \
-                     it was passed through to stdout, not answered: {head}"
-                );
-                self.reporter.report(&Report::Warning(&message));
-            }
             Event::Oversized(conn, id) => {
                 self.conn = conn;
                 self.respond(&Response::error(
@@ -429,7 +573,6 @@ impl Supervisor<'_> {
                     ),
                 ));
             }
-            Event::StdoutClosed => self.stdout_closed = true,
             Event::Exited(status) => {
                 self.exited = Some(status);
                 self.exited_at = Some(Instant::now());
@@ -441,9 +584,11 @@ impl Supervisor<'_> {
     }
 
     /// Answers on the connection of the request being handled.
-    fn respond(&self, response: &Response) {
-        // A writer is gone only when its reader stopped reading.
-        if let Some(writer) = self.writers.get(&self.conn) {
+    fn respond(&mut self, response: &Response) {
+        if self.conn == 0 {
+            response.write_line(&mut self.out);
+        } else if let Some(writer) = self.writers.get(&self.conn) {
+            // A writer is gone only when its reader stopped reading.
             let _ = writer.send(response.to_line());
         }
     }
@@ -478,6 +623,10 @@ impl Supervisor<'_> {
                 output,
             } => self.on_close(id, step, Err((error, output))),
             Request::Result { id, output } => {
+                // Steps that came before it are recorded first.
+                let conn = self.conn;
+                self.commit_batch();
+                self.conn = conn;
                 match self.journal.set_output(self.spec.task_id, &output) {
                     Ok(()) => self.respond(&Response::ok(id)),
                     Err(err) => self.journal_failed(&id, err),
@@ -520,6 +669,28 @@ impl Supervisor<'_> {
         let Some((record, fresh, _)) = self.open_step(&id, asked) else {
             return;
         };
+        if record.effect == Effect::Mutate {
+            // Write-ahead: the tool starts once the intent is durable.
+            self.batch.push(Deferred {
+                conn: self.conn,
+                record,
+                fresh,
+                then: Then::Call { id, tool, args },
+            });
+        } else {
+            self.start_call(id, tool, args, record, fresh);
+        }
+    }
+
+    /// Runs a `call`'s tool on a thread of its own.
+    fn start_call(
+        &mut self,
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+        record: StepRecord,
+        fresh: bool,
+    ) {
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
         let invocation = Invocation {
@@ -584,6 +755,22 @@ impl Supervisor<'_> {
         let Some((record, fresh, in_doubt)) = self.open_step(&id, asked) else {
             return;
         };
+        if record.effect == Effect::Mutate {
+            // Write-ahead: the agent hears of the step once its intent is
+            // durable.
+            self.batch.push(Deferred {
+                conn: self.conn,
+                record,
+                fresh,
+                then: Then::Opened { id, in_doubt },
+            });
+        } else {
+            self.opened(id, record, fresh, in_doubt);
+        }
+    }
+
+    /// Answers a `begin` and keeps its step open until its commit or fail.
+    fn opened(&mut self, id: Value, record: StepRecord, fresh: bool, in_doubt: bool) {
         let mut response = Response::ok(id).step(record.step);
         response.replayed = Some(false);
         response.attempt = Some(record.attempts);
@@ -616,8 +803,17 @@ impl Supervisor<'_> {
         self.next_step += 1;
         let args_hash = step_key::args_hash(canonical);
         let now = journal::now();
-        let recorded = self.steps.get(step as usize).and_then(Option::as_ref);
-        let (mut record, mut fresh, in_doubt) = match recorded {
+        let recorded = match self
+            .recorded
+            .take(&mut *self.journal, self.spec.task_id, step)
+        {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                self.journal_failed(id, err);
+                return None;
+            }
+        };
+        let (mut record, fresh, in_doubt) = match recorded {
             None => {
                 let record = StepRecord {
                     step,
@@ -642,7 +838,6 @@ impl Supervisor<'_> {
                 (record, true, false)
             }
             Some(recorded) if recorded.name != name || recorded.args_hash != args_hash => {
-                let recorded = recorded.clone();
                 self.diverge(id, &recorded, name, args);
                 return None;
             }
@@ -654,8 +849,8 @@ impl Supervisor<'_> {
                         && (step < self.last_recorded
                             || recorded.resolution.as_deref() == Some("fail"))) =>
             {
-                // Answered from memory: no journal round trip, no copy of
-                // the record; `recorded` borrows only `self.steps`.
+                // Answered from the window read ahead: no round trip of its
+                // own, and the output moves into the answer uncopied.
                 self.stats.replayed_steps += 1;
                 self.stats.tokens_saved += recorded.tokens;
                 self.reporter.report(&Report::StepReplayed {
@@ -665,10 +860,9 @@ impl Supervisor<'_> {
                 self.respond(&replay_response(id.clone(), recorded));
                 return None;
             }
-            Some(recorded) => {
+            Some(mut record) => {
                 // Pending (a run died inside it) or the last step and failed
                 // (the agent died on it): run it again, same key.
-                let mut record = recorded.clone();
                 let in_doubt = record.status == StepStatus::Pending;
                 if in_doubt && ask_first && record.resolution.as_deref() != Some("retry") {
                     self.ask_operator(id, &record);
@@ -694,38 +888,12 @@ impl Supervisor<'_> {
             }
         };
         record.effect = effect;
-        if effect == Effect::Mutate {
-            // Write-ahead: the intent is durable before the effect can start.
-            if let Err(err) = self.journal.put_step(
-                self.spec.task_id,
-                &record,
-                fresh,
-                self.spec.run,
-                &self.stats,
-            ) {
-                self.journal_failed(id, err);
-                return None;
-            }
-            // The row exists now: later steps see it as recorded. The
-            // record itself comes back to memory when the step finishes.
-            self.last_recorded = self.last_recorded.max(step);
-            fresh = false;
-        }
         self.reporter.report(&Report::StepStarted {
             step,
             name,
             attempt: record.attempts,
         });
         Some((record, fresh, in_doubt))
-    }
-
-    fn remember(&mut self, record: StepRecord) {
-        let index = record.step as usize;
-        if self.steps.len() <= index {
-            self.steps.resize_with(index + 1, || None);
-        }
-        self.last_recorded = self.last_recorded.max(record.step);
-        self.steps[index] = Some(record);
     }
 
     fn diverge(&mut self, id: &Value, recorded: &StepRecord, name: &str, args: &Value) {
@@ -956,19 +1124,96 @@ impl Supervisor<'_> {
         self.finish_step(id, record, open.fresh, open.started);
     }
 
-    /// Records a finished step durably, then answers the agent.
+    /// Records a finished step with the batch; it is answered after the
+    /// batch's commit.
     fn finish_step(&mut self, id: Value, mut record: StepRecord, fresh: bool, started: Instant) {
         record.finished_at = Some(journal::now());
+        self.batch.push(Deferred {
+            conn: self.conn,
+            record,
+            fresh,
+            then: Then::Finished { id, started },
+        });
+    }
+
+    /// Writes the batch's steps in one durable commit, then does what each
+    /// was waiting for: answer, or start a tool.
+    fn commit_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
         let mut stats = self.stats;
-        stats.executed_steps += 1;
-        stats.tokens_spent += record.tokens;
-        if let Err(err) =
-            self.journal
-                .put_step(self.spec.task_id, &record, fresh, self.spec.run, &stats)
-        {
+        for deferred in &batch {
+            if let Then::Finished { .. } = deferred.then {
+                stats.executed_steps += 1;
+                stats.tokens_spent += deferred.record.tokens;
+            }
+        }
+        let writes: Vec<StepWrite<'_>> = batch
+            .iter()
+            .map(|deferred| StepWrite {
+                record: &deferred.record,
+                fresh: deferred.fresh,
+            })
+            .collect();
+        let written = self
+            .journal
+            .put_steps(self.spec.task_id, &writes, self.spec.run, &stats);
+        drop(writes);
+        if let Err(err) = written {
+            let message = format!("durun could not write the journal ({err:#}); the task stops");
+            let mut batch = batch.into_iter();
+            let first = batch.next().expect("the batch is not empty");
+            for deferred in batch {
+                self.conn = deferred.conn;
+                let id = match deferred.then {
+                    Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => {
+                        id
+                    }
+                };
+                self.respond(&Response::error(id, ErrorCode::Journal, message.clone()));
+            }
+            self.conn = first.conn;
+            let (Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. }) =
+                first.then;
             return self.journal_failed(&id, err);
         }
         self.stats = stats;
+        for Deferred {
+            conn, record, then, ..
+        } in batch
+        {
+            self.conn = conn;
+            self.last_recorded = self.last_recorded.max(record.step);
+            match then {
+                Then::Finished { id, started } => self.answer_finished(id, &record, started),
+                Then::Opened { id, in_doubt } => self.opened(id, record, false, in_doubt),
+                Then::Call { id, tool, args } => {
+                    if self.stop.is_some() {
+                        // Its intent is recorded: the step is in doubt and
+                        // runs again, with its key, on resume.
+                        let step = record.step;
+                        self.respond(
+                            &Response::error(
+                                id,
+                                ErrorCode::Cancelled,
+                                format!(
+                                    "step {step} was stopped with the run; it runs again on resume"
+                                ),
+                            )
+                            .step(step),
+                        );
+                    } else {
+                        self.start_call(id, tool, args, record, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reports a step whose result is durable and answers it.
+    fn answer_finished(&mut self, id: Value, record: &StepRecord, started: Instant) {
         self.reporter.report(&Report::StepFinished {
             step: record.step,
             name: &record.name,
@@ -995,7 +1240,6 @@ impl Supervisor<'_> {
                 response
             }
         };
-        self.remember(record);
         self.respond(&response);
     }
 
@@ -1034,7 +1278,7 @@ impl Supervisor<'_> {
 }
 
 /// The answer to a step the journal holds: its output, or its failure.
-fn replay_response(id: Value, recorded: &StepRecord) -> Response {
+fn replay_response(id: Value, recorded: StepRecord) -> Response {
     let mut response = match (&recorded.status, &recorded.error) {
         (StepStatus::Failed, error) => Response::error(
             id,
@@ -1047,8 +1291,8 @@ fn replay_response(id: Value, recorded: &StepRecord) -> Response {
     };
     response.step = Some(recorded.step);
     response.replayed = Some(true);
-    response.output = Some(recorded.output.clone().unwrap_or_else(JsonText::null));
-    response.idempotency_key = Some(recorded.idempotency_key.clone());
+    response.output = Some(recorded.output.unwrap_or_else(JsonText::null));
+    response.idempotency_key = Some(recorded.idempotency_key);
     response
 }
 

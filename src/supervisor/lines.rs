@@ -4,7 +4,7 @@
 //! first bytes (to read its `id`), drops the rest up to the newline, and
 //! answers it `bad_request`.
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, BufReader, Read};
 
 use serde_json::Value;
 
@@ -21,32 +21,50 @@ pub enum Chunk {
 pub struct LineReader<R> {
     inner: R,
     limit: usize,
+    /// The line read so far: a non-blocking reader may stop mid-line.
+    line: Vec<u8>,
+    oversized: bool,
 }
 
-impl<R: BufRead> LineReader<R> {
-    pub fn new(inner: R) -> Self {
+impl<R: Read> LineReader<BufReader<R>> {
+    pub fn new(inner: BufReader<R>) -> Self {
         Self {
             inner,
             limit: MAX_LINE,
+            line: Vec::new(),
+            oversized: false,
         }
     }
 
     #[cfg(test)]
-    pub(crate) fn with_limit(inner: R, limit: usize) -> Self {
-        Self { inner, limit }
+    pub(crate) fn with_limit(inner: BufReader<R>, limit: usize) -> Self {
+        Self {
+            inner,
+            limit,
+            line: Vec::new(),
+            oversized: false,
+        }
     }
 
-    /// The next line without its `\n`, or `None` at the end of input.
+    /// Bytes already read from the source and not yet returned as lines.
+    pub fn has_buffered(&self) -> bool {
+        !self.inner.buffer().is_empty()
+    }
+
+    /// The next line without its `\n`, or `None` at the end of input. On a
+    /// non-blocking source, `WouldBlock` keeps the part of a line read so
+    /// far for the next call.
     pub fn next_line(&mut self) -> io::Result<Option<Chunk>> {
-        let mut line = Vec::new();
-        let mut oversized = false;
         loop {
+            let line = &mut self.line;
             let buffer = match self.inner.fill_buf() {
                 Ok(buffer) => buffer,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Err(err),
             };
             if buffer.is_empty() {
+                let line = std::mem::take(line);
+                let oversized = std::mem::take(&mut self.oversized);
                 return Ok(match (line.is_empty(), oversized) {
                     (true, false) => None,
                     (_, true) => Some(Chunk::Oversized {
@@ -60,9 +78,9 @@ impl<R: BufRead> LineReader<R> {
                 None => (buffer.len(), false),
             };
             let content = &buffer[..if done { taken - 1 } else { taken }];
-            if !oversized {
+            if !self.oversized {
                 if line.len() + content.len() > self.limit {
-                    oversized = true;
+                    self.oversized = true;
                     let room = HEAD.saturating_sub(line.len());
                     line.extend_from_slice(&content[..room.min(content.len())]);
                 } else {
@@ -71,7 +89,8 @@ impl<R: BufRead> LineReader<R> {
             }
             self.inner.consume(taken);
             if done {
-                return Ok(Some(if oversized {
+                let line = std::mem::take(line);
+                return Ok(Some(if std::mem::take(&mut self.oversized) {
                     Chunk::Oversized {
                         id: sniff_id(&line),
                     }

@@ -2,6 +2,7 @@
 
 mod imp;
 pub(crate) mod lines;
+mod recorded;
 mod socket;
 
 pub use imp::{supervise, RunSpec};

@@ -11,7 +11,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use super::imp::Event;
+use super::imp::{Event, Events};
 use super::lines::{Chunk, LineReader};
 use crate::protocol;
 
@@ -28,7 +28,7 @@ impl Drop for SocketDir {
 }
 
 /// Binds the socket and serves connections until durun exits.
-pub fn listen(events: mpsc::Sender<Event>) -> std::io::Result<SocketDir> {
+pub fn listen(events: Events) -> std::io::Result<SocketDir> {
     // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -66,7 +66,7 @@ fn private_dir(base: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-fn serve(conn: usize, stream: UnixStream, events: &mpsc::Sender<Event>) {
+fn serve(conn: usize, stream: UnixStream, events: &Events) {
     let Ok(mut write_half) = stream.try_clone() else {
         return;
     };

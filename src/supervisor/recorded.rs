@@ -1,0 +1,55 @@
+//! The task's recorded steps, read from the journal a page at a time as the
+//! agent reaches them: each row is read once, memory holds one page however
+//! long the task, and replaying a step needs no round trip of its own.
+
+use std::collections::VecDeque;
+
+use crate::journal::{Journal, StepRecord};
+
+/// Steps read per query.
+const PAGE: usize = 1024;
+
+pub(super) struct Recorded {
+    page: VecDeque<StepRecord>,
+    /// The highest step number in the journal when the run started: no
+    /// later step was recorded before this run.
+    last: u64,
+    /// Every step up to `last` has been read.
+    done: bool,
+}
+
+impl Recorded {
+    pub fn new(last: u64) -> Self {
+        Self {
+            page: VecDeque::new(),
+            last,
+            done: last == 0,
+        }
+    }
+
+    /// Takes the recorded step `step` out of the window, if the journal
+    /// holds one. Steps are asked for in increasing order, so the steps
+    /// before `step` are dropped.
+    pub fn take(
+        &mut self,
+        journal: &mut dyn Journal,
+        task: &str,
+        step: u64,
+    ) -> anyhow::Result<Option<StepRecord>> {
+        while self.page.front().is_some_and(|record| record.step < step) {
+            self.page.pop_front();
+        }
+        if self.page.is_empty() && !self.done {
+            if step > self.last {
+                self.done = true;
+            } else {
+                self.page = journal.steps_page(task, step - 1, PAGE)?.into();
+                self.done = self.page.len() < PAGE;
+            }
+        }
+        Ok(match self.page.front() {
+            Some(record) if record.step == step => self.page.pop_front(),
+            _ => None,
+        })
+    }
+}
