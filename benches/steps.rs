@@ -105,6 +105,9 @@ mod agent {
             .unwrap_or(0)
     }
 
+    /// How many replayed steps the agent asks for ahead of their answers.
+    const WINDOW: u64 = 256;
+
     pub fn main(mode: &str) {
         let steps: u64 = env_or("DURUN_BENCH_STEPS", 100);
         let replay: u64 = env_or("DURUN_BENCH_REPLAY_STEPS", 0);
@@ -123,17 +126,39 @@ mod agent {
         let mut first_new_at = None;
         match mode {
             "read" | "mutate" => {
-                // Replayed steps are asked for all at once: their answers
-                // come from the journal, so only durun's own speed shows.
-                for i in 1..=replay {
-                    wire.send(&format!(
-                        r#"{{"op":"begin","id":{i},"name":"step","args":{{"i":{i}}},"effect":"{mode}"}}"#
-                    ));
-                }
+                // Replayed steps are asked for ahead of their answers, from
+                // another thread, at most a window ahead (as a pipelining
+                // agent would): durun's own speed shows, not the round trip.
+                let mode_owned = mode.to_owned();
+                let (read_tx, read_rx) = std::sync::mpsc::channel::<()>();
+                let sender = std::thread::spawn(move || {
+                    let mut out = BufWriter::new(std::io::stdout().lock());
+                    for i in 1..=replay {
+                        if i > WINDOW {
+                            out.flush().expect("flush");
+                            read_rx.recv().expect("the reader");
+                        }
+                        writeln!(
+                            out,
+                            r#"{{"op":"begin","id":{i},"name":"step","args":{{"i":{i}}},"effect":"{mode_owned}"}}"#
+                        )
+                        .expect("write");
+                    }
+                    out.flush().expect("flush");
+                });
                 for _ in 1..=replay {
-                    let response = wire.receive();
-                    assert!(response["replayed"] == true, "not replayed: {response}");
+                    // A plain look at the line keeps the agent's own cost
+                    // below durun's.
+                    wire.line.clear();
+                    wire.input.read_line(&mut wire.line).expect("read");
+                    assert!(
+                        wire.line.contains(r#""replayed":true"#),
+                        "not replayed: {}",
+                        wire.line
+                    );
+                    let _ = read_tx.send(());
                 }
+                sender.join().expect("the sender thread");
                 for i in replay + 1..=steps {
                     let response = wire.ask(&format!(
                         r#"{{"op":"begin","id":{i},"name":"step","args":{{"i":{i}}},"effect":"{mode}"}}"#
@@ -260,7 +285,15 @@ impl Scratch {
         }
         let _ = std::fs::remove_file(self.dir.join("report.json"));
         let spawned_at = unix_ns();
-        let status = command.status().expect("start durun");
+        // durun's stderr (the task id, warnings) shows only on a failure.
+        let output = command
+            .stderr(Stdio::piped())
+            .output()
+            .expect("start durun");
+        let status = output.status;
+        if !matches!(status.code(), Some(0 | 3)) {
+            eprint!("{}", String::from_utf8_lossy(&output.stderr));
+        }
         let report = std::fs::read_to_string(self.dir.join("report.json"))
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
@@ -466,10 +499,8 @@ fn replay(root: &Path, steps: u64, samples: usize) -> ReplayRow {
     );
     assert_eq!(ok, Some(3), "recording {steps} steps failed");
     let peak_kib_first_run = report["durun_peak_kib"].as_u64().unwrap_or(0);
-    let bytes_per_step = std::fs::metadata(scratch.journal())
-        .map(|meta| meta.len())
-        .unwrap_or(0) as f64
-        / steps as f64;
+    let bytes_per_step =
+        std::fs::metadata(scratch.journal()).map_or(0, |meta| meta.len()) as f64 / steps as f64;
     let mut per_step = Vec::new();
     let mut first_new = Vec::new();
     let mut peak = 0;
@@ -771,8 +802,7 @@ fn print_table(
     let _ = writeln!(out, "|---|---|");
     let _ = writeln!(
         out,
-        "| durun (`durun resume`, from its start) | {:.3} s |",
-        crash_s
+        "| durun (`durun resume`, from its start) | {crash_s:.3} s |"
     );
     for (name, seconds) in peer_crash.into_iter().flatten() {
         let _ = writeln!(out, "| {name} (after interpreter start) | {seconds:.3} s |");

@@ -144,7 +144,7 @@ impl<J: Journal> Journal for Explained<J> {
         task: &str,
         steps: &[StepWrite<'_>],
         run: u32,
-        stats: &RunStats,
+        stats: Option<&RunStats>,
     ) -> Result<()> {
         let result = self.inner.put_steps(task, steps, run, stats);
         self.map(result)

@@ -84,15 +84,15 @@ pub trait Journal {
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
     /// How many live steps the task has, and the highest step number.
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)>;
-    /// Writes steps, each new (`fresh`) or updated, and the run's counters,
-    /// in one durable transaction: steps that finish together share one
-    /// commit (group commit).
+    /// Writes steps, each new (`fresh`) or updated, and the run's counters
+    /// if given, in one durable transaction: steps that finish together
+    /// share one commit (group commit).
     fn put_steps(
         &mut self,
         task: &str,
         steps: &[StepWrite<'_>],
         run: u32,
-        stats: &RunStats,
+        stats: Option<&RunStats>,
     ) -> Result<()>;
     /// Stores the task's final output.
     fn set_output(&mut self, task: &str, output: &Value) -> Result<()>;

@@ -556,7 +556,7 @@ impl Journal for PostgresJournal {
         task: &str,
         steps: &[StepWrite<'_>],
         run: u32,
-        stats: &RunStats,
+        stats: Option<&RunStats>,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
         for &StepWrite {
@@ -566,7 +566,9 @@ impl Journal for PostgresJournal {
         {
             write_step(&mut tx, task, step, fresh, run)?;
         }
-        write_stats(&mut tx, task, run, stats)?;
+        if let Some(stats) = stats {
+            write_stats(&mut tx, task, run, stats)?;
+        }
         tx.commit()?;
         Ok(())
     }

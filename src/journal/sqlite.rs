@@ -578,7 +578,7 @@ impl Journal for SqliteJournal {
         task: &str,
         steps: &[StepWrite<'_>],
         run: u32,
-        stats: &RunStats,
+        stats: Option<&RunStats>,
     ) -> Result<()> {
         let tx = self
             .conn
@@ -590,7 +590,9 @@ impl Journal for SqliteJournal {
         {
             write_step(&tx, task, step, fresh, run)?;
         }
-        write_stats(&tx, task, run, stats)?;
+        if let Some(stats) = stats {
+            write_stats(&tx, task, run, stats)?;
+        }
         tx.commit()?;
         Ok(())
     }
@@ -950,7 +952,7 @@ mod tests {
             ..RunStats::default()
         };
         journal
-            .put_steps("t1", &writes, run, &stats)
+            .put_steps("t1", &writes, run, Some(&stats))
             .expect("a group");
         assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
         assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
@@ -970,7 +972,7 @@ mod tests {
             },
         ];
         journal
-            .put_steps("t1", &bad, run, &RunStats::default())
+            .put_steps("t1", &bad, run, Some(&RunStats::default()))
             .expect_err("step 12 is missing");
         assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
         assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
@@ -1008,7 +1010,7 @@ mod tests {
                     fresh: true,
                 }],
                 run,
-                &stats,
+                Some(&stats),
             )
             .expect("pending");
         record.status = StepStatus::Committed;
@@ -1027,7 +1029,7 @@ mod tests {
                     fresh: false,
                 }],
                 run,
-                &stats,
+                Some(&stats),
             )
             .expect("commit");
         let steps = journal.steps("t1", false).expect("steps");

@@ -124,8 +124,9 @@ struct AgentIo {
     reader: LineReader<BufReader<ChildStdout>>,
     stdout_fd: i32,
     stdin: Option<ChildStdin>,
-    /// Answers not yet taken by the agent's stdin pipe.
+    /// Answers not yet taken by the agent's stdin pipe: `out[sent..]`.
     out: Vec<u8>,
+    sent: usize,
     wake: OwnedFd,
     /// Copies the agent's other lines to durun's stdout, off the loop, so
     /// a slow reader of durun's stdout holds up only the agent's prints.
@@ -263,6 +264,7 @@ pub fn supervise(
         reader: LineReader::new(BufReader::with_capacity(64 * 1024, stdout)),
         stdin: Some(stdin),
         out: Vec::new(),
+        sent: 0,
         wake: wake_rx,
         passthrough: spawn_passthrough_thread(),
     };
@@ -364,7 +366,7 @@ impl AgentIo {
             },
             libc::pollfd {
                 fd: match &self.stdin {
-                    Some(stdin) if !self.out.is_empty() => stdin.as_raw_fd(),
+                    Some(stdin) if self.sent < self.out.len() => stdin.as_raw_fd(),
                     _ => -1,
                 },
                 events: libc::POLLOUT,
@@ -390,17 +392,30 @@ impl AgentIo {
         }
     }
 
+    /// Queues answers for the agent.
+    fn queue(&mut self, answers: &mut Vec<u8>) {
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        } else if self.sent > self.out.len() / 2 {
+            // Moves the unsent half down, at most once per byte sent.
+            self.out.drain(..self.sent);
+            self.sent = 0;
+        }
+        self.out.append(answers);
+    }
+
     /// Writes what the agent's stdin pipe takes now.
     fn write_out(&mut self) {
         let Some(stdin) = &mut self.stdin else {
             self.out.clear();
+            self.sent = 0;
             return;
         };
-        let mut written = 0;
-        while written < self.out.len() {
-            match stdin.write(&self.out[written..]) {
+        while self.sent < self.out.len() {
+            match stdin.write(&self.out[self.sent..]) {
                 Ok(0) => break,
-                Ok(n) => written += n,
+                Ok(n) => self.sent += n,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -408,11 +423,11 @@ impl AgentIo {
                     // the loop learns of its exit from the waiter.
                     self.stdin = None;
                     self.out.clear();
+                    self.sent = 0;
                     return;
                 }
             }
         }
-        self.out.drain(..written);
     }
 }
 
@@ -477,7 +492,7 @@ impl Supervisor<'_> {
             }
             self.commit_batch();
             if !self.out.is_empty() {
-                io.out.append(&mut self.out);
+                io.queue(&mut self.out);
             }
             io.write_out();
             self.tick();
@@ -1144,8 +1159,10 @@ impl Supervisor<'_> {
         }
         let batch = std::mem::take(&mut self.batch);
         let mut stats = self.stats;
+        let mut finished = false;
         for deferred in &batch {
             if let Then::Finished { .. } = deferred.then {
+                finished = true;
                 stats.executed_steps += 1;
                 stats.tokens_spent += deferred.record.tokens;
             }
@@ -1159,7 +1176,13 @@ impl Supervisor<'_> {
             .collect();
         let written = self
             .journal
-            .put_steps(self.spec.task_id, &writes, self.spec.run, &stats);
+            // An intent changes no counter: one row less to write.
+            .put_steps(
+                self.spec.task_id,
+                &writes,
+                self.spec.run,
+                finished.then_some(&stats),
+            );
         drop(writes);
         if let Err(err) = written {
             let message = format!("durun could not write the journal ({err:#}); the task stops");
