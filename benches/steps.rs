@@ -28,10 +28,53 @@ use serde_json::{json, Value};
 
 fn main() {
     if let Ok(mode) = std::env::var("DURUN_BENCH_AGENT") {
-        agent::main(&mode);
+        if mode == "echo" {
+            echo();
+        } else {
+            agent::main(&mode);
+        }
         return;
     }
     orchestrate();
+}
+
+/// The other end of [`pipe_round_trip`]: answers each line with itself.
+fn echo() {
+    let mut input = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut input, &mut line).is_ok_and(|read| read > 0) {
+        out.write_all(line.as_bytes()).expect("write");
+        out.flush().expect("flush");
+        line.clear();
+    }
+}
+
+/// The machine's floor for any protocol over pipes: one line to another
+/// process and back, in µs. A `begin`/`commit` step makes two.
+fn pipe_round_trip(count: u32) -> f64 {
+    use std::io::BufRead as _;
+    let mut child = Command::new(std::env::current_exe().expect("the bench's own path"))
+        .env("DURUN_BENCH_AGENT", "echo")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the echo agent");
+    let mut to = child.stdin.take().expect("piped");
+    let mut from = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let request = "{\"op\":\"begin\",\"id\":1,\"name\":\"step\",\"args\":{\"i\":1}}\n";
+    let mut line = String::new();
+    let started = Instant::now();
+    for _ in 0..count {
+        to.write_all(request.as_bytes()).expect("write");
+        to.flush().expect("flush");
+        line.clear();
+        from.read_line(&mut line).expect("read");
+    }
+    let elapsed = started.elapsed();
+    drop(to);
+    let _ = child.wait();
+    elapsed.as_secs_f64() * 1e6 / f64::from(count)
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -391,6 +434,7 @@ fn orchestrate() {
     eprintln!("durun bench: {rounds} rounds of {steps} steps");
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
+        table.add("pipe round trip", pipe_round_trip(2000));
         for sync in ["full", "normal"] {
             table.add(
                 &format!("floor 1 commit {sync}"),
@@ -666,7 +710,7 @@ impl Peers {
             .ok()?;
         let line = String::from_utf8_lossy(&output.stdout);
         let result: Value = serde_json::from_str(line.lines().last()?).ok()?;
-        if !output.status.success() || result["ok"] != true {
+        if !output.status.success() {
             eprintln!("{script} {flags:?} failed: {line}");
             return None;
         }
@@ -677,6 +721,10 @@ impl Peers {
         let steps = steps.to_string();
         for (name, script, flags) in PEER_RUNS {
             if let Some(result) = self.script(root, script, flags, &["--steps", &steps]) {
+                if result["ok"] != true {
+                    eprintln!("{name}: not every step ran once: {result}");
+                    continue;
+                }
                 if let Some(us) = result["us_per_step"].as_f64() {
                     table.add(name, us);
                 }
@@ -686,27 +734,44 @@ impl Peers {
 
     /// Seconds from the recovering process's start to its first step, after
     /// a SIGKILL inside step 500 of 1,000.
-    fn crash(&self, root: &Path) -> Vec<(&'static str, f64)> {
+    fn crash(&self, root: &Path) -> Vec<PeerCrash> {
         let mut rows = Vec::new();
         for (name, script, flags) in [PEER_RUNS[0], PEER_RUNS[2]] {
             eprintln!("{name}: crash at step 500 of 1000, and recovery");
-            let samples: Vec<f64> = (0..3)
-                .filter_map(|_| {
-                    let result = self.script(
-                        root,
-                        script,
-                        flags,
-                        &["--steps", "1000", "--crash-at", "500"],
-                    )?;
-                    result["recover_first_step_s"].as_f64()
-                })
-                .collect();
+            let mut samples = Vec::new();
+            let mut rerun = 0;
+            for _ in 0..3 {
+                let Some(result) = self.script(
+                    root,
+                    script,
+                    flags,
+                    &["--steps", "1000", "--crash-at", "500"],
+                ) else {
+                    continue;
+                };
+                if let Some(seconds) = result["recover_first_step_s"].as_f64() {
+                    samples.push(seconds);
+                }
+                rerun = rerun.max(result["reexecuted_completed"].as_u64().unwrap_or(0));
+            }
             if !samples.is_empty() {
-                rows.push((name.split(' ').next().unwrap_or(name), median(samples)));
+                rows.push(PeerCrash {
+                    name: name.split(' ').next().unwrap_or(name),
+                    seconds: median(samples),
+                    rerun,
+                });
             }
         }
         rows
     }
+}
+
+/// A peer's recovery after a crash inside step 500 of 1,000.
+struct PeerCrash {
+    name: &'static str,
+    seconds: f64,
+    /// Steps that had finished before the crash and ran again (worst case).
+    rerun: u64,
 }
 
 fn print_table(
@@ -715,7 +780,7 @@ fn print_table(
     startup_ms: f64,
     replay: &[ReplayRow],
     crash_s: f64,
-    peer_crash: Option<&Vec<(&str, f64)>>,
+    peer_crash: Option<&Vec<PeerCrash>>,
 ) {
     let mut out = String::new();
     let ratio = |row: &str, floor: &str| match (table.get(row), table.get(floor)) {
@@ -729,6 +794,12 @@ fn print_table(
     let _ = writeln!(out, "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n");
     let _ = writeln!(out, "| what | sync | per step | × floor | over floor |");
     let _ = writeln!(out, "|---|---|---|---|---|");
+    if let Some(trip) = table.get("pipe round trip") {
+        let _ = writeln!(
+            out,
+            "| a line to another process and back (pipes; a `begin`/`commit` step needs two) | - | {trip:.0} µs | - | - |"
+        );
+    }
     for sync in ["full", "normal"] {
         let one = format!("floor 1 commit {sync}");
         let two = format!("floor 2 commits {sync}");
@@ -798,14 +869,22 @@ fn print_table(
     }
     let _ = writeln!(out, "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 20).\n");
     let _ = writeln!(out, "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n");
-    let _ = writeln!(out, "| who | to first step |");
-    let _ = writeln!(out, "|---|---|");
+    let _ = writeln!(out, "| who | to first step | finished steps run again |");
+    let _ = writeln!(out, "|---|---|---|");
     let _ = writeln!(
         out,
-        "| durun (`durun resume`, from its start) | {crash_s:.3} s |"
+        "| durun (`durun resume`, from its start) | {crash_s:.3} s | 0 |"
     );
-    for (name, seconds) in peer_crash.into_iter().flatten() {
-        let _ = writeln!(out, "| {name} (after interpreter start) | {seconds:.3} s |");
+    for PeerCrash {
+        name,
+        seconds,
+        rerun,
+    } in peer_crash.into_iter().flatten()
+    {
+        let _ = writeln!(
+            out,
+            "| {name} (from after the interpreter's start) | {seconds:.3} s | {rerun} |"
+        );
     }
     print!("{out}");
     let _ = std::io::stdout().flush();

@@ -58,6 +58,8 @@ const SIGNAL_GRACE: Duration = Duration::from_secs(10);
 /// How long to wait for the agent's stdout to close once it has exited (a
 /// grandchild may hold it open).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long the loop looks for the agent's next request before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
 /// When a retried `mutate` step deserves a warning.
 const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -127,6 +129,8 @@ struct AgentIo {
     /// Answers not yet taken by the agent's stdin pipe: `out[sent..]`.
     out: Vec<u8>,
     sent: usize,
+    /// When an answer last went out, for the short spin in `wait`.
+    answered_at: Option<Instant>,
     wake: OwnedFd,
     /// Copies the agent's other lines to durun's stdout, off the loop, so
     /// a slow reader of durun's stdout holds up only the agent's prints.
@@ -265,6 +269,7 @@ pub fn supervise(
         stdin: Some(stdin),
         out: Vec::new(),
         sent: 0,
+        answered_at: None,
         wake: wake_rx,
         passthrough: spawn_passthrough_thread(),
     };
@@ -373,7 +378,23 @@ impl AgentIo {
                 revents: 0,
             },
         ];
-        if os::poll(&mut fds, wait).is_err() {
+        // Right after an answer, the agent's next request usually comes
+        // within microseconds: look for it briefly before sleeping, since a
+        // wake-up from sleep costs tens of microseconds on many machines.
+        let spin_until = self.answered_at.take().map(|at| at + SPIN);
+        let mut ready = false;
+        if let Some(until) = spin_until {
+            while Instant::now() < until {
+                if os::poll(&mut fds, Duration::ZERO).is_ok()
+                    && fds.iter().any(|fd| fd.revents != 0)
+                {
+                    ready = true;
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        if !ready && os::poll(&mut fds, wait).is_err() {
             // Not expected for valid descriptors; a short sleep keeps a
             // failing poll from spinning.
             std::thread::sleep(Duration::from_millis(10));
@@ -415,7 +436,10 @@ impl AgentIo {
         while self.sent < self.out.len() {
             match stdin.write(&self.out[self.sent..]) {
                 Ok(0) => break,
-                Ok(n) => self.sent += n,
+                Ok(n) => {
+                    self.sent += n;
+                    self.answered_at = Some(Instant::now());
+                }
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {

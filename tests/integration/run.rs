@@ -322,3 +322,66 @@ if not answer["replayed"]:
     assert!(env.path("interrupted").exists(), "the agent got SIGINT");
     assert_eq!(env.inspect("i")["task"]["status"], "interrupted");
 }
+
+#[test]
+fn parallel_calls_run_at_once_each_after_its_intent_is_durable() {
+    let mut env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        r#"
+[tools.meet]
+effect = "mutate"
+command = ["python3", "meet.py"]
+"#,
+    );
+    // Each tool waits until all eight have started: it fails if the calls
+    // ran one at a time. On SQLite it also reads the journal: its step's
+    // intent must be there, pending, before it runs.
+    env.write(
+        "meet.py",
+        r#"
+import os, sqlite3, sys, time
+step = os.environ["DURUN_STEP"]
+journal = os.environ.get("MEET_JOURNAL")
+if journal:
+    row = sqlite3.connect(journal).execute(
+        "SELECT status, idempotency_key FROM steps WHERE task_id = 'par' AND step_index = ?",
+        (int(step),)).fetchone()
+    if row != ("pending", os.environ["DURUN_IDEMPOTENCY_KEY"]):
+        sys.exit("step %s started before its intent was durable: %r" % (step, row))
+open("arrived-" + step, "w").close()
+deadline = time.time() + 60
+while sum(name.startswith("arrived-") for name in os.listdir(".")) < 8:
+    if time.time() > deadline:
+        sys.exit("the other calls never started: calls ran one at a time")
+    time.sleep(0.01)
+print("met", step)
+"#,
+    );
+    if env.postgres.is_none() {
+        let journal = env.journal.to_string_lossy().into_owned();
+        env.set("MEET_JOURNAL", journal);
+    }
+    let agent = r#"
+import json, sys
+for i in range(8):
+    sys.stdout.write(json.dumps({"op": "call", "id": i, "tool": "meet", "args": {"i": i}}) + "\n")
+sys.stdout.flush()
+answers = [json.loads(sys.stdin.readline()) for _ in range(8)]
+for a in answers:
+    assert a["ok"] and a["output"] == "met %d\n" % a["step"], a
+assert len({a["idempotency_key"] for a in answers}) == 8, answers
+"#;
+    env.write("agent.py", agent);
+    let output = env.durun(&["run", "--task", "par", "--", "python3", "agent.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let view = env.inspect("par");
+    let steps = view["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 8);
+    assert!(
+        steps
+            .iter()
+            .all(|step| step["status"] == "committed" && step["attempts"] == 1),
+        "{steps:#?}"
+    );
+}
