@@ -38,6 +38,16 @@ fn main() {
     orchestrate();
 }
 
+/// The floor of a command tool: start `true` and wait for it, in µs.
+fn spawn_true(count: u64) -> f64 {
+    let started = Instant::now();
+    for _ in 0..count {
+        let status = Command::new("true").status().expect("run true");
+        assert!(status.success());
+    }
+    started.elapsed().as_secs_f64() * 1e6 / count as f64
+}
+
 /// The other end of [`pipe_round_trip`]: answers each line with itself.
 fn echo() {
     let mut input = std::io::stdin().lock();
@@ -326,6 +336,24 @@ impl Scratch {
         for (name, value) in env {
             command.env(name, value);
         }
+        if let Some(cpu) = env.iter().find(|(name, _)| *name == "DURUN_BENCH_PIN") {
+            let cpu: usize = cpu.1.parse().expect("a CPU number");
+            // durun and the agent (which inherits it) on one core: no
+            // wake-up crosses cores.
+            // SAFETY: sched_setaffinity between fork and exec, on a set
+            // built on the stack.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let _ = std::fs::remove_file(self.dir.join("report.json"));
         let spawned_at = unix_ns();
         // durun's stderr (the task id, warnings) shows only on a failure.
@@ -444,19 +472,29 @@ fn orchestrate() {
                 &format!("floor 2 commits {sync}"),
                 floor(root, 2, sync, steps),
             );
-            for mode in ["read", "mutate"] {
+            for (mode, pinned) in [
+                ("read", false),
+                ("mutate", false),
+                ("read", true),
+                ("mutate", true),
+            ] {
                 let scratch = Scratch::new(root, mode, sync);
-                let (report, _, ok) = scratch.agent(
-                    &["run", "--task", "bench"],
-                    mode,
-                    &[("DURUN_BENCH_STEPS", steps.to_string())],
-                );
+                let mut env = vec![("DURUN_BENCH_STEPS", steps.to_string())];
+                let pin = if pinned { " one core" } else { "" };
+                if pinned {
+                    env.push(("DURUN_BENCH_PIN", "0".into()));
+                }
+                let (report, _, ok) = scratch.agent(&["run", "--task", "bench"], mode, &env);
                 assert_eq!(ok, Some(0), "durun run failed");
-                table.add(&format!("durun {mode} {sync}"), us_per_step(&report, steps));
+                table.add(
+                    &format!("durun {mode} {sync}{pin}"),
+                    us_per_step(&report, steps),
+                );
             }
         }
         // Tool calls: each one starts a process, so fewer steps.
         let calls = (steps / 4).max(8);
+        table.add("spawn true", spawn_true(calls));
         for (mode, parallel) in [
             ("call", 1),
             ("call", 8),
@@ -816,6 +854,16 @@ fn print_table(
                 "durun `mutate` step (begin/commit)",
                 two.clone(),
             ),
+            (
+                format!("durun read {sync} one core"),
+                "durun `read` step, durun and agent on one core",
+                one.clone(),
+            ),
+            (
+                format!("durun mutate {sync} one core"),
+                "durun `mutate` step, durun and agent on one core",
+                two.clone(),
+            ),
             (format!("DBOS {sync}"), "DBOS step (WAL)", one.clone()),
             (
                 format!("LangGraph {sync}"),
@@ -827,6 +875,12 @@ fn print_table(
                 let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(&row, &floor));
             }
         }
+    }
+    if let Some(spawn) = table.get("spawn true") {
+        let _ = writeln!(
+            out,
+            "| start the command `true` and wait for it (no durun) | - | {spawn:.0} µs | - | - |"
+        );
     }
     for (row, name, floor) in [
         (

@@ -391,7 +391,8 @@ impl AgentIo {
                     ready = true;
                     break;
                 }
-                std::hint::spin_loop();
+                // On a shared core, the agent gets to run.
+                std::thread::yield_now();
             }
         }
         if !ready && os::poll(&mut fds, wait).is_err() {
