@@ -38,6 +38,41 @@ fn main() {
     orchestrate();
 }
 
+/// Syncs to disk per step, counted with strace (exact, unlike time): the
+/// difference between runs of 150 and 50 steps, so start-up cancels out.
+fn fsyncs_per_step(root: &Path, mode: &str, parallel: u64) -> Option<f64> {
+    let available = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !available {
+        return None;
+    }
+    let mut counts = Vec::new();
+    for steps in [50u64, 150] {
+        let mut scratch = Scratch::new(root, "fsync", "full");
+        let log = scratch.dir.join("strace.log");
+        scratch.strace = Some(log.clone());
+        let (_, _, ok) = scratch.agent(
+            &["run", "--task", "bench"],
+            mode,
+            &[
+                ("DURUN_BENCH_STEPS", steps.to_string()),
+                ("DURUN_BENCH_PARALLEL", parallel.to_string()),
+            ],
+        );
+        assert_eq!(ok, Some(0), "durun run under strace failed");
+        let text = std::fs::read_to_string(&log).ok()?;
+        let syncs = text
+            .lines()
+            .filter(|line| line.contains("fsync(") || line.contains("fdatasync("))
+            .count();
+        counts.push(syncs as f64);
+    }
+    Some((counts[1] - counts[0]) / 100.0)
+}
+
 /// The floor of a command tool: start `true` and wait for it, in µs.
 fn spawn_true(count: u64) -> f64 {
     let started = Instant::now();
@@ -283,6 +318,8 @@ mod agent {
 /// A scratch folder for one sample's journal and agent.
 struct Scratch {
     dir: PathBuf,
+    /// Runs durun under strace, counting its syncs into this file.
+    strace: Option<PathBuf>,
 }
 
 impl Scratch {
@@ -299,7 +336,7 @@ impl Scratch {
             ),
         )
         .expect("durun.toml");
-        Self { dir }
+        Self { dir, strace: None }
     }
 
     fn journal(&self) -> PathBuf {
@@ -307,7 +344,17 @@ impl Scratch {
     }
 
     fn durun(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_durun"));
+        let mut command = match &self.strace {
+            Some(log) => {
+                let mut command = Command::new("strace");
+                command
+                    .args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+                    .arg(log)
+                    .arg(env!("CARGO_BIN_EXE_durun"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_durun")),
+        };
         command
             .current_dir(&self.dir)
             .env("DURUN_JOURNAL", self.journal())
@@ -521,6 +568,17 @@ fn orchestrate() {
         }
     }
 
+    eprintln!("syncs per step (strace)");
+    let syncs: Vec<(&str, Option<f64>)> = [
+        ("`read` step (begin/commit)", "read", 1),
+        ("`mutate` step (begin/commit)", "mutate", 1),
+        ("`call`, `mutate` tool, one at a time", "call_mutate", 1),
+        ("`call`, `mutate` tool, 8 at once", "call_mutate", 8),
+    ]
+    .into_iter()
+    .map(|(name, mode, parallel)| (name, fsyncs_per_step(root, mode, parallel)))
+    .collect();
+
     eprintln!("start-up of `durun run -- true`");
     let scratch = Scratch::new(root, "startup", "full");
     let mut startup = Vec::new();
@@ -541,7 +599,8 @@ fn orchestrate() {
     let startup_ms = median(startup);
 
     let mut replay_rows = Vec::new();
-    for &size in std::iter::once(&1000).chain(&replay_sizes) {
+    // 1,000 steps always: the target for the time to the first new step.
+    for &size in std::iter::once(&1000).chain(replay_sizes.iter().filter(|&&size| size != 1000)) {
         eprintln!("replay of {size} steps");
         replay_rows.push(replay(root, size, rounds.min(3)));
     }
@@ -550,6 +609,7 @@ fn orchestrate() {
 
     print_table(
         &table,
+        &syncs,
         steps,
         startup_ms,
         &replay_rows,
@@ -814,6 +874,7 @@ struct PeerCrash {
 
 fn print_table(
     table: &Table,
+    syncs: &[(&str, Option<f64>)],
     steps: u64,
     startup_ms: f64,
     replay: &[ReplayRow],
@@ -905,6 +966,19 @@ fn print_table(
         ),
     ] {
         let _ = writeln!(out, "| {name} | full | {} |", ratio(row, floor));
+    }
+    if syncs.iter().any(|(_, count)| count.is_some()) {
+        let _ = writeln!(
+            out,
+            "\nSyncs to disk per step (`sync = \"full\"`), counted with strace; exact, not timed.\n"
+        );
+        let _ = writeln!(out, "| durun | fsyncs per step |");
+        let _ = writeln!(out, "|---|---|");
+        for (name, count) in syncs {
+            if let Some(count) = count {
+                let _ = writeln!(out, "| {name} | {count:.2} |");
+            }
+        }
     }
     let _ = writeln!(out, "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n");
     let _ = writeln!(out, "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |");

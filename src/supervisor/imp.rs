@@ -842,7 +842,6 @@ impl Supervisor<'_> {
         let step = self.next_step;
         self.next_step += 1;
         let args_hash = step_key::args_hash(canonical);
-        let now = journal::now();
         let recorded = match self
             .recorded
             .take(&mut *self.journal, self.spec.task_id, step)
@@ -855,6 +854,7 @@ impl Supervisor<'_> {
         };
         let (mut record, fresh, in_doubt) = match recorded {
             None => {
+                let now = journal::now();
                 let record = StepRecord {
                     step,
                     name: name.to_owned(),
@@ -919,7 +919,7 @@ impl Supervisor<'_> {
                 }
                 record.attempts += 1;
                 record.status = StepStatus::Pending;
-                record.started_at = now;
+                record.started_at = journal::now();
                 record.finished_at = None;
                 record.error = None;
                 record.output = None;
