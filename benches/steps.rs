@@ -95,16 +95,48 @@ fn echo() {
     }
 }
 
+/// Pins the calling thread (and what it starts later) to `cpu`, or to the
+/// CPUs in `mask`; returns the mask it had.
+fn pin(cpu: Option<usize>, mask: Option<libc::cpu_set_t>) -> libc::cpu_set_t {
+    // SAFETY: sched_{get,set}affinity on the calling thread with sets on
+    // the stack, of the size given.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of_val(&old), &raw mut old);
+        let mut set: libc::cpu_set_t = mask.unwrap_or_else(|| std::mem::zeroed());
+        if let Some(cpu) = cpu {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set);
+        old
+    }
+}
+
 /// The machine's floor for any protocol over pipes: one line to another
-/// process and back, in µs. A `begin`/`commit` step makes two.
-fn pipe_round_trip(count: u32) -> f64 {
+/// process and back, in µs, with the two processes on one core or on two
+/// (where each answer must wake a process on the other core). A
+/// `begin`/`commit` step makes two.
+fn pipe_round_trip(count: u32, cross_core: bool) -> f64 {
     use std::io::BufRead as _;
-    let mut child = Command::new(std::env::current_exe().expect("the bench's own path"))
+    let old = pin(Some(0), None);
+    let mut command = Command::new(std::env::current_exe().expect("the bench's own path"));
+    command
         .env("DURUN_BENCH_AGENT", "echo")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the echo agent");
+        .stdout(Stdio::piped());
+    if cross_core {
+        // SAFETY: sched_setaffinity between fork and exec, on a set built
+        // on the stack.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(1, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set);
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn().expect("start the echo agent");
     let mut to = child.stdin.take().expect("piped");
     let mut from = std::io::BufReader::new(child.stdout.take().expect("piped"));
     let request = "{\"op\":\"begin\",\"id\":1,\"name\":\"step\",\"args\":{\"i\":1}}\n";
@@ -119,6 +151,7 @@ fn pipe_round_trip(count: u32) -> f64 {
     let elapsed = started.elapsed();
     drop(to);
     let _ = child.wait();
+    pin(None, Some(old));
     elapsed.as_secs_f64() * 1e6 / f64::from(count)
 }
 
@@ -506,10 +539,14 @@ fn orchestrate() {
     let peers = Peers::find();
     let mut table = Table::default();
 
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eprintln!("durun bench: {rounds} rounds of {steps} steps");
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
-        table.add("pipe round trip", pipe_round_trip(2000));
+        if cores >= 2 {
+            table.add("pipe round trip one core", pipe_round_trip(2000, false));
+            table.add("pipe round trip two cores", pipe_round_trip(2000, true));
+        }
         for sync in ["full", "normal"] {
             table.add(
                 &format!("floor 1 commit {sync}"),
@@ -893,11 +930,16 @@ fn print_table(
     let _ = writeln!(out, "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n");
     let _ = writeln!(out, "| what | sync | per step | × floor | over floor |");
     let _ = writeln!(out, "|---|---|---|---|---|");
-    if let Some(trip) = table.get("pipe round trip") {
-        let _ = writeln!(
-            out,
-            "| a line to another process and back (pipes; a `begin`/`commit` step needs two) | - | {trip:.0} µs | - | - |"
-        );
+    for (row, cores) in [
+        ("pipe round trip one core", "both on one core"),
+        ("pipe round trip two cores", "each on its own core"),
+    ] {
+        if let Some(trip) = table.get(row) {
+            let _ = writeln!(
+                out,
+                "| a line to another process and back, {cores} (a `begin`/`commit` step makes two) | - | {trip:.0} µs | - | - |"
+            );
+        }
     }
     for sync in ["full", "normal"] {
         let one = format!("floor 1 commit {sync}");
