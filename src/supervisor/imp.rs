@@ -135,6 +135,9 @@ struct AgentIo {
     /// Copies the agent's other lines to durun's stdout, off the loop, so
     /// a slow reader of durun's stdout holds up only the agent's prints.
     passthrough: mpsc::SyncSender<Vec<u8>>,
+    /// A line the copier had no room for: until it goes, the agent's
+    /// stdout is not read (the agent waits, as it would without durun).
+    held: Option<Vec<u8>>,
 }
 
 /// A journal write that waits for the batch's commit, and what follows it.
@@ -272,6 +275,7 @@ pub fn supervise(
         answered_at: None,
         wake: wake_rx,
         passthrough: spawn_passthrough_thread(),
+        held: None,
     };
     let exit_tx = events_tx.clone();
     std::thread::spawn(move || {
@@ -351,8 +355,11 @@ fn spawn_passthrough_thread() -> mpsc::SyncSender<Vec<u8>> {
 impl AgentIo {
     /// Waits for the agent's stdout, room in its stdin (when answers wait),
     /// or a wake-up from another thread, at most `wait`.
-    fn wait(&mut self, wait: Duration, stdout_open: bool) {
-        let wait = if self.reader.has_buffered() {
+    fn wait(&mut self, wait: Duration, read: bool) {
+        let wait = if !read && self.held.is_some() {
+            // Try the held line again soon.
+            wait.min(Duration::from_millis(10))
+        } else if read && self.reader.has_buffered() {
             Duration::ZERO
         } else {
             wait
@@ -365,7 +372,7 @@ impl AgentIo {
             },
             libc::pollfd {
                 // A negative descriptor is skipped.
-                fd: if stdout_open { self.stdout_fd } else { -1 },
+                fd: if read { self.stdout_fd } else { -1 },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -412,6 +419,18 @@ impl AgentIo {
             } > 0
             {}
         }
+    }
+
+    /// Hands the held line to the copier if it has room; true when no line
+    /// is held.
+    fn release_held(&mut self) -> bool {
+        if let Some(line) = self.held.take() {
+            match self.passthrough.try_send(line) {
+                Ok(()) | Err(mpsc::TrySendError::Disconnected(_)) => {}
+                Err(mpsc::TrySendError::Full(line)) => self.held = Some(line),
+            }
+        }
+        self.held.is_none()
     }
 
     /// Queues answers for the agent.
@@ -504,8 +523,9 @@ impl Supervisor<'_> {
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
-            io.wait(wait, !self.stdout_closed);
-            if !self.stdout_closed {
+            let read = !self.stdout_closed && io.release_held();
+            io.wait(wait, read);
+            if read {
                 self.read_agent(io);
             }
             loop {
@@ -539,7 +559,11 @@ impl Supervisor<'_> {
                             );
                             self.reporter.report(&Report::Warning(&message));
                         }
-                        let _ = io.passthrough.send(bytes);
+                        if let Err(mpsc::TrySendError::Full(bytes)) = io.passthrough.try_send(bytes)
+                        {
+                            io.held = Some(bytes);
+                            return;
+                        }
                     }
                     line => self.handle(Event::Line(0, line)),
                 },

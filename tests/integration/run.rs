@@ -385,3 +385,48 @@ assert len({a["idempotency_key"] for a in answers}) == 8, answers
         "{steps:#?}"
     );
 }
+
+#[test]
+fn a_stuck_reader_of_durun_stdout_holds_up_the_agent_not_durun() {
+    let env = TestEnv::new();
+    // The agent prints without end; nobody reads durun's stdout, so its
+    // pipe fills, then durun's copy queue, then the agent's own pipe.
+    env.write(
+        "agent.py",
+        r#"
+import sys
+open("started", "w").close()
+line = "x" * 1000 + "\n"
+while True:
+    sys.stdout.write(line)
+"#,
+    );
+    let mut durun = env
+        .command()
+        .args(["run", "--task", "flood", "--", "python3", "agent.py"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn durun");
+    crate::env::wait_for(
+        "the agent to start",
+        std::time::Duration::from_secs(30),
+        || env.path("started").exists(),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // durun still serves signals: SIGTERM reaches the agent and the run ends.
+    crate::env::signal(durun.id() as i32, libc::SIGTERM);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = durun.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = durun.kill();
+            panic!("durun did not end the run after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(env.inspect("flood")["task"]["status"], "interrupted");
+}
