@@ -200,3 +200,71 @@ print("key", len(durun.step("k", {}, lambda: durun.current().idempotency_key)))
         "RuntimeError: model overloaded"
     );
 }
+
+#[test]
+fn call_all_runs_tools_at_once_and_replays_them_in_order() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    // Each tool run waits until all four have started, so the calls must
+    // run at once; each logs its run.
+    env.write(
+        "durun.toml",
+        r#"
+[tools.meet]
+effect = "read"
+command = ["python3", "meet.py", "{name}"]
+"#,
+    );
+    env.write(
+        "meet.py",
+        r#"
+import os, sys, time
+name = sys.argv[1]
+open("arrived-" + name, "w").close()
+with open("runs.log", "a") as log:
+    log.write(name + "\n")
+deadline = time.time() + 60
+while sum(n.startswith("arrived-") for n in os.listdir(".")) < 4:
+    if time.time() > deadline:
+        sys.exit("the calls ran one at a time")
+    time.sleep(0.01)
+print("hello " + name)
+"#,
+    );
+    let script = r#"
+import durun, os, sys
+outputs = durun.call_all([("meet", {"name": n}) for n in ["a", "b", "c", "d"]])
+print(outputs)
+if not os.path.exists("second-run"):
+    open("second-run", "w").close()
+    sys.exit(9)
+"#;
+    env.write("agent.py", script);
+    let first = env.durun(&["-q", "run", "--task", "all", "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(9), "{}", text(&first.stderr));
+    let expected = "['hello a\\n', 'hello b\\n', 'hello c\\n', 'hello d\\n']";
+    assert!(
+        text(&first.stderr).contains(expected),
+        "{}",
+        text(&first.stderr)
+    );
+    // The resume is answered from the journal, in the same order, and runs
+    // no tool again.
+    let second = env.durun(&["-q", "resume", "all"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert!(
+        text(&second.stderr).contains(expected),
+        "{}",
+        text(&second.stderr)
+    );
+    let runs = std::fs::read_to_string(env.path("runs.log")).expect("runs.log");
+    assert_eq!(runs.lines().count(), 4, "{runs}");
+    let view = env.inspect("all");
+    let names: Vec<&str> = view["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| step["args"]["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+}

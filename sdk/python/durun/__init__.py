@@ -9,7 +9,8 @@ effect) and runs the rest.
   journal holds the step, and records its return value (JSON) and token
   usage. As a decorator, ``@durun.step("name")`` uses the call's arguments
   as the step's args.
-* ``durun.call(tool, **args)`` runs a tool declared in ``durun.toml``.
+* ``durun.call(tool, **args)`` runs a tool declared in ``durun.toml``;
+  ``durun.call_all([(tool, args), ...])`` runs several at once.
 * ``durun.current()`` inside a step: its idempotency key, attempt and
   whether it is in doubt; ``durun.usage(...)`` records its tokens.
 * ``durun.result(value)`` stores the task's final output.
@@ -29,7 +30,7 @@ import sys
 import threading
 
 __all__ = [
-    "step", "call", "result", "current", "usage", "active",
+    "step", "call", "call_all", "result", "current", "usage", "active",
     "DurunError", "BadRequest", "UnknownTool", "ToolFailed", "Timeout",
     "Divergence", "Cancelled", "JournalError", "NotUnderDurun", "StepContext",
 ]
@@ -125,6 +126,26 @@ class _Channel:
         ready.wait()
         with self._lock:
             return self._answers.pop(request_id)
+
+    def request_all(self, messages):
+        """Sends every message before waiting for any answer, in order."""
+        with self._lock:
+            pending = []
+            for message in messages:
+                request_id = next(self._ids)
+                message["id"] = request_id
+                ready = threading.Event()
+                self._waiting[request_id] = ready
+                pending.append((request_id, ready))
+                self._out.write(json.dumps(message) + "\n")
+            self._out.flush()
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
+                self._reader.start()
+        for _, ready in pending:
+            ready.wait()
+        with self._lock:
+            return [self._answers.pop(request_id) for request_id, _ in pending]
 
     def _read(self):
         for line in self._in:
@@ -266,6 +287,24 @@ def call(tool, **args):
     if not answer["ok"]:
         raise _error(answer)
     return answer.get("output")
+
+
+def call_all(calls):
+    """Runs several tools at once and returns their outputs, in order.
+
+    ``calls`` is a list of ``(tool, args)`` pairs. durun runs the tools
+    concurrently and writes the steps that finish together in one commit.
+    The steps are numbered in list order, so a resumed run replays them the
+    same way. Raises the first failure once every call has answered.
+    """
+    calls = [(tool, dict(args)) for tool, args in calls]
+    if not active():
+        raise NotUnderDurun("durun.call_all() needs durun: run the script with `durun run -- python3 ...`")
+    answers = _get_channel().request_all([{"op": "call", "tool": tool, "args": args} for tool, args in calls])
+    for answer in answers:
+        if not answer["ok"]:
+            raise _error(answer)
+    return [answer.get("output") for answer in answers]
 
 
 def result(value):
