@@ -94,4 +94,52 @@ proptest! {
         let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
         prop_assert_eq!(got, expected);
     }
+
+    /// On a non-blocking source that runs dry anywhere (mid-line, inside an
+    /// oversized line), a `WouldBlock` loses nothing: reading on gives the
+    /// same lines as a blocking source.
+    #[test]
+    fn the_line_reader_resumes_after_would_block(
+        lines in prop::collection::vec("[^\n]{0,40}", 0..12),
+        capacity in 1usize..64,
+        pieces in prop::collection::vec(1usize..20, 1..8),
+    ) {
+        use std::io::{BufReader, ErrorKind, Read};
+        use crate::supervisor::lines::{Chunk, LineReader};
+        /// Gives a few bytes at a time and runs dry between them.
+        struct Stutter<'a> {
+            input: &'a [u8],
+            pieces: Vec<usize>,
+            turn: usize,
+        }
+        impl Read for Stutter<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.turn += 1;
+                if self.turn.is_multiple_of(2) && !self.input.is_empty() {
+                    return Err(ErrorKind::WouldBlock.into());
+                }
+                let n = self.pieces[self.turn % self.pieces.len()]
+                    .min(buf.len())
+                    .min(self.input.len());
+                buf[..n].copy_from_slice(&self.input[..n]);
+                self.input = &self.input[n..];
+                Ok(n)
+            }
+        }
+        let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+        let source = Stutter { input: input.as_bytes(), pieces, turn: 0 };
+        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, source), 30);
+        let mut got = Vec::new();
+        loop {
+            match reader.next_line() {
+                Ok(Some(Chunk::Line(line))) => got.push(Some(String::from_utf8(line).expect("utf-8 in, utf-8 out"))),
+                Ok(Some(Chunk::Oversized { .. })) => got.push(None),
+                Ok(None) => break,
+                Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+                Err(err) => panic!("{err}"),
+            }
+        }
+        let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
+        prop_assert_eq!(got, expected);
+    }
 }
