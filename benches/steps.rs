@@ -921,7 +921,7 @@ fn print_table(
     let mut out = String::new();
     let ratio = |row: &str, floor: &str| match (table.get(row), table.get(floor)) {
         (Some(value), Some(floor)) => format!(
-            "{value:.0} µs | {:.2}× | +{:.0} µs",
+            "{value:.0} µs | {:.2}× | {:+.0} µs",
             value / floor,
             value - floor
         ),
