@@ -124,7 +124,6 @@ impl Events {
 /// its stdin, written without blocking from a buffer.
 struct AgentIo {
     reader: LineReader<BufReader<ChildStdout>>,
-    stdout_fd: i32,
     stdin: Option<ChildStdin>,
     /// Answers not yet taken by the agent's stdin pipe: `out[sent..]`.
     out: Vec<u8>,
@@ -146,6 +145,15 @@ struct Deferred {
     record: StepRecord,
     fresh: bool,
     then: Then,
+}
+
+impl Then {
+    /// The request the step answers.
+    fn into_id(self) -> Value {
+        match self {
+            Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => id,
+        }
+    }
 }
 
 enum Then {
@@ -266,8 +274,7 @@ pub fn supervise(
     let stdout = child.stdout.take().expect("stdout is piped");
     os::set_nonblocking(&stdin)?;
     os::set_nonblocking(&stdout)?;
-    let mut io = AgentIo {
-        stdout_fd: stdout.as_raw_fd(),
+    let io = AgentIo {
         reader: LineReader::new(BufReader::with_capacity(64 * 1024, stdout)),
         stdin: Some(stdin),
         out: Vec::new(),
@@ -295,7 +302,7 @@ pub fn supervise(
         calls: HashMap::new(),
         stats: RunStats::default(),
         writers: HashMap::new(),
-        out: Vec::new(),
+        io,
         batch: Vec::new(),
         conn: 0,
         events_tx,
@@ -311,7 +318,7 @@ pub fn supervise(
         heartbeat_every: lease::heartbeat_every(),
         last_cancel_poll: Instant::now(),
     };
-    supervisor.serve(&events, &mut io);
+    supervisor.serve(&events);
     signals_handle.close();
     drop(socket);
     Ok(supervisor.outcome())
@@ -372,7 +379,11 @@ impl AgentIo {
             },
             libc::pollfd {
                 // A negative descriptor is skipped.
-                fd: if read { self.stdout_fd } else { -1 },
+                fd: if read {
+                    self.reader.get_ref().as_raw_fd()
+                } else {
+                    -1
+                },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -433,8 +444,11 @@ impl AgentIo {
         self.held.is_none()
     }
 
-    /// Queues answers for the agent.
-    fn queue(&mut self, answers: &mut Vec<u8>) {
+    /// Queues an answer for the agent, unless its stdin is closed.
+    fn push(&mut self, response: &Response) {
+        if self.stdin.is_none() {
+            return;
+        }
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;
@@ -443,7 +457,7 @@ impl AgentIo {
             self.out.drain(..self.sent);
             self.sent = 0;
         }
-        self.out.append(answers);
+        response.write_line(&mut self.out);
     }
 
     /// Writes what the agent's stdin pipe takes now.
@@ -487,10 +501,10 @@ struct Supervisor<'a> {
     open: HashMap<u64, OpenStep>,
     calls: HashMap<u64, CallInFlight>,
     stats: RunStats,
-    /// Where answers go, by socket connection (the agent's go to `out`).
+    /// Where answers go, by socket connection (the agent's go to `io`).
     writers: HashMap<Conn, mpsc::Sender<Vec<u8>>>,
-    /// Answers for the agent, written to its stdin after each batch.
-    out: Vec<u8>,
+    /// The agent's pipes; its answers are written after each batch.
+    io: AgentIo,
     /// Steps to write in the next commit.
     batch: Vec<Deferred>,
     /// The connection of the request being answered.
@@ -511,7 +525,7 @@ struct Supervisor<'a> {
 }
 
 impl Supervisor<'_> {
-    fn serve(&mut self, events: &mpsc::Receiver<Event>, io: &mut AgentIo) {
+    fn serve(&mut self, events: &mpsc::Receiver<Event>) {
         loop {
             if let Some(exited_at) = self.exited_at {
                 let drained = self.stdout_closed || exited_at.elapsed() >= DRAIN_GRACE;
@@ -523,10 +537,10 @@ impl Supervisor<'_> {
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
-            let read = !self.stdout_closed && io.release_held();
-            io.wait(wait, read);
+            let read = !self.stdout_closed && self.io.release_held();
+            self.io.wait(wait, read);
             if read {
-                self.read_agent(io);
+                self.read_agent();
             }
             loop {
                 match events.try_recv() {
@@ -536,19 +550,16 @@ impl Supervisor<'_> {
                 }
             }
             self.commit_batch();
-            if !self.out.is_empty() {
-                io.queue(&mut self.out);
-            }
-            io.write_out();
+            self.io.write_out();
             self.tick();
         }
     }
 
     /// Handles the lines the agent's stdout holds now (a bounded number, so
     /// a flood cannot starve the other events).
-    fn read_agent(&mut self, io: &mut AgentIo) {
+    fn read_agent(&mut self) {
         for _ in 0..4096 {
-            match io.reader.next_line() {
+            match self.io.reader.next_line() {
                 Ok(Some(Chunk::Line(bytes))) => match protocol::parse_line(&bytes) {
                     Line::Passthrough => {
                         if looks_like_a_request(&bytes) {
@@ -559,9 +570,10 @@ impl Supervisor<'_> {
                             );
                             self.reporter.report(&Report::Warning(&message));
                         }
-                        if let Err(mpsc::TrySendError::Full(bytes)) = io.passthrough.try_send(bytes)
+                        if let Err(mpsc::TrySendError::Full(bytes)) =
+                            self.io.passthrough.try_send(bytes)
                         {
-                            io.held = Some(bytes);
+                            self.io.held = Some(bytes);
                             return;
                         }
                     }
@@ -610,7 +622,6 @@ impl Supervisor<'_> {
                 self.conn = conn;
                 self.respond(&Response::error(id, ErrorCode::BadRequest, message));
             }
-            Event::Line(0, Line::Passthrough) => {}
             Event::Line(conn, Line::Passthrough) => {
                 // On the socket every line must be a request.
                 self.conn = conn;
@@ -650,7 +661,7 @@ impl Supervisor<'_> {
     /// Answers on the connection of the request being handled.
     fn respond(&mut self, response: &Response) {
         if self.conn == 0 {
-            response.write_line(&mut self.out);
+            self.io.push(response);
         } else if let Some(writer) = self.writers.get(&self.conn) {
             // A writer is gone only when its reader stopped reading.
             let _ = writer.send(response.to_line());
@@ -1239,17 +1250,11 @@ impl Supervisor<'_> {
             let first = batch.next().expect("the batch is not empty");
             for deferred in batch {
                 self.conn = deferred.conn;
-                let id = match deferred.then {
-                    Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => {
-                        id
-                    }
-                };
+                let id = deferred.then.into_id();
                 self.respond(&Response::error(id, ErrorCode::Journal, message.clone()));
             }
             self.conn = first.conn;
-            let (Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. }) =
-                first.then;
-            return self.journal_failed(&id, err);
+            return self.journal_failed(&first.then.into_id(), err);
         }
         self.stats = stats;
         for Deferred {

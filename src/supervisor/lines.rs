@@ -46,6 +46,11 @@ impl<R: Read> LineReader<BufReader<R>> {
         }
     }
 
+    /// The source the lines come from.
+    pub fn get_ref(&self) -> &R {
+        self.inner.get_ref()
+    }
+
     /// Bytes already read from the source and not yet returned as lines.
     pub fn has_buffered(&self) -> bool {
         !self.inner.buffer().is_empty()
