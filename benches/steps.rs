@@ -112,6 +112,22 @@ fn pin(cpu: Option<usize>, mask: Option<libc::cpu_set_t>) -> libc::cpu_set_t {
     }
 }
 
+/// Starts `command` (and whatever it starts) on CPU `cpu` only.
+fn pin_child(command: &mut Command, cpu: usize) {
+    // SAFETY: sched_setaffinity between fork and exec, on a set built on
+    // the stack.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The machine's floor for any protocol over pipes: one line to another
 /// process and back, in µs, with the two processes on one core or on two
 /// (where each answer must wake a process on the other core). A
@@ -125,16 +141,7 @@ fn pipe_round_trip(count: u32, cross_core: bool) -> f64 {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     if cross_core {
-        // SAFETY: sched_setaffinity between fork and exec, on a set built
-        // on the stack.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(1, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set);
-                Ok(())
-            });
-        }
+        pin_child(&mut command, 1);
     }
     let mut child = command.spawn().expect("start the echo agent");
     let mut to = child.stdin.take().expect("piped");
@@ -420,19 +427,7 @@ impl Scratch {
             let cpu: usize = cpu.1.parse().expect("a CPU number");
             // durun and the agent (which inherits it) on one core: no
             // wake-up crosses cores.
-            // SAFETY: sched_setaffinity between fork and exec, on a set
-            // built on the stack.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            pin_child(&mut command, cpu);
         }
         let _ = std::fs::remove_file(self.dir.join("report.json"));
         let spawned_at = unix_ns();

@@ -108,11 +108,7 @@ fn crash_and_resume(variant: Variant, kill: Kill) {
     plan["pidfile"] = json!(env.path("agent.pid"));
     let agent = env.scripted_agent("plan.json", &plan);
 
-    api.hold_next_create();
-    let mut args = vec!["run", "--task", "t1", "--"];
-    args.extend(agent.iter().map(String::as_str));
-    let mut durun = env.spawn(&args, "run1");
-    api.wait_held();
+    let mut durun = api.spawn_until_held(&env, "t1", &agent);
     let agent_pid = read_pid(&env.path("agent.pid"));
 
     // The step whose answer is lost: attempts it took, and how often its key

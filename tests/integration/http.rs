@@ -185,11 +185,7 @@ fn an_http_mutate_whose_answer_is_lost_creates_one_resource() {
         {"call": "create_pr", "args": {"title": "Fix typo"}},
     ]});
     let agent = env.scripted_agent("plan.json", &plan);
-    let mut args = vec!["run", "--task", "pr", "--"];
-    args.extend(agent.iter().map(String::as_str));
-    api.hold_next_create();
-    let mut durun = env.spawn(&args, "run1");
-    api.wait_held();
+    let mut durun = api.spawn_until_held(&env, "pr", &agent);
     durun.kill().expect("SIGKILL durun");
     durun.wait().expect("reap");
     api.release();

@@ -25,11 +25,7 @@ fn charge_in_doubt(api: &FakeApi) -> TestEnv {
         {"begin": "receipt", "args": {}, "do": {"value": "sent"}},
     ]});
     let agent = env.scripted_agent("plan.json", &plan);
-    let mut args = vec!["run", "--task", "pay", "--"];
-    args.extend(agent.iter().map(String::as_str));
-    api.hold_next_create();
-    let mut durun = env.spawn(&args, "run1");
-    api.wait_held();
+    let mut durun = api.spawn_until_held(&env, "pay", &agent);
     durun.kill().expect("SIGKILL durun");
     durun.wait().expect("reap");
     api.release();

@@ -24,11 +24,7 @@ fn agent_env(llm: &FakeLlm, api: &FakeApi) -> TestEnv {
 /// Kills durun with SIGKILL while step 4's request is held at the API,
 /// resumes, and checks the design's promises.
 fn kill_in_step_4_and_resume(env: &TestEnv, llm: &FakeLlm, api: &FakeApi, agent: &[&str]) -> Value {
-    api.hold_next_create();
-    let mut args = vec!["run", "--task", "t", "--"];
-    args.extend(agent);
-    let mut durun = env.spawn(&args, "run1");
-    api.wait_held();
+    let mut durun = api.spawn_until_held(env, "t", agent);
     let agent_pid = read_pid(&env.path("agent.pid"));
     durun.kill().expect("SIGKILL durun");
     durun.wait().expect("reap durun");

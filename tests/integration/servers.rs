@@ -151,6 +151,23 @@ impl FakeApi {
         Self { url, state }
     }
 
+    /// Starts `durun run --task TASK -- AGENT…` and returns once the
+    /// agent's next resource-creating request is held here: the step is in
+    /// flight, its effect done, its answer not yet given.
+    pub fn spawn_until_held(
+        &self,
+        env: &crate::env::TestEnv,
+        task: &str,
+        agent: &[impl AsRef<str>],
+    ) -> std::process::Child {
+        self.hold_next_create();
+        let mut args = vec!["run", "--task", task, "--"];
+        args.extend(agent.iter().map(AsRef::as_ref));
+        let durun = env.spawn(&args, "run1");
+        self.wait_held();
+        durun
+    }
+
     /// Holds back the answer to the next request that creates a resource.
     pub fn hold_next_create(&self) {
         self.state.0.lock().expect("api state").hold_next_create = true;
