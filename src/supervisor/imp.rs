@@ -225,7 +225,8 @@ pub fn supervise(
     });
 
     let (tx, events) = mpsc::channel();
-    let (wake_rx, wake_tx) = crate::os::wake_pipe()?;
+    let (wake_rx, wake_tx) = os::wake_pipe()
+        .map_err(|err| anyhow::anyhow!("failed to create a pipe for the run: {err}"))?;
     let events_tx = Events {
         tx,
         wake: Arc::new(wake_tx),
@@ -272,8 +273,11 @@ pub fn supervise(
     let child_pid = child.id();
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
-    os::set_nonblocking(&stdin)?;
-    os::set_nonblocking(&stdout)?;
+    // The agent started; it dies with durun (parent-death signal) if this
+    // fails.
+    os::set_nonblocking(&stdin)
+        .and_then(|()| os::set_nonblocking(&stdout))
+        .map_err(|err| anyhow::anyhow!("failed to set up the agent's pipes: {err}"))?;
     let io = AgentIo {
         reader: LineReader::new(BufReader::with_capacity(64 * 1024, stdout)),
         stdin: Some(stdin),
