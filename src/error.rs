@@ -71,6 +71,12 @@ pub fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(failure) = failure_of(err) {
         return failure.code;
     }
+    if let Some(crate::journal::Fenced(standing)) = err.downcast_ref() {
+        return match standing {
+            crate::journal::Standing::Cancelled => exit_code::CONFIG,
+            _ => exit_code::LOCKED,
+        };
+    }
     for cause in err.chain() {
         if cause.downcast_ref::<rusqlite::Error>().is_some()
             || cause.downcast_ref::<postgres::Error>().is_some()

@@ -110,3 +110,18 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Resul
     }
     Ok(())
 }
+
+/// Time since boot, counting time the machine was suspended: a lease must
+/// age across a laptop lid or a paused VM, which `Instant` does not see.
+pub fn boot_clock() -> std::time::Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the given pointer.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut now) } == 0;
+    if !ok {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}

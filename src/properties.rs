@@ -83,12 +83,16 @@ proptest! {
         use std::io::BufReader;
         use crate::supervisor::lines::{Chunk, LineReader};
         let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
-        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30);
+        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30, false);
         let mut got = Vec::new();
         while let Some(chunk) = reader.next_line().expect("in memory") {
             got.push(match chunk {
-                Chunk::Line(line) => Some(String::from_utf8(line).expect("utf-8 in, utf-8 out")),
+                Chunk::Line { bytes, ended } => {
+                    prop_assert!(ended);
+                    Some(String::from_utf8(bytes).expect("utf-8 in, utf-8 out"))
+                }
                 Chunk::Oversized { .. } => None,
+                Chunk::Text(_) => panic!("only the agent's stdout streams"),
             });
         }
         let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
@@ -128,12 +132,13 @@ proptest! {
         }
         let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
         let source = Stutter { input: input.as_bytes(), pieces, turn: 0 };
-        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, source), 30);
+        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, source), 30, false);
         let mut got = Vec::new();
         loop {
             match reader.next_line() {
-                Ok(Some(Chunk::Line(line))) => got.push(Some(String::from_utf8(line).expect("utf-8 in, utf-8 out"))),
+                Ok(Some(Chunk::Line { bytes, .. })) => got.push(Some(String::from_utf8(bytes).expect("utf-8 in, utf-8 out"))),
                 Ok(Some(Chunk::Oversized { .. })) => got.push(None),
+                Ok(Some(Chunk::Text(_))) => panic!("only the agent's stdout streams"),
                 Ok(None) => break,
                 Err(err) if err.kind() == ErrorKind::WouldBlock => {}
                 Err(err) => panic!("{err}"),
@@ -141,5 +146,39 @@ proptest! {
         }
         let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
         prop_assert_eq!(got, expected);
+    }
+
+    /// On the agent's stdout nothing is lost: whatever the lines and their
+    /// chunking, the pieces handed on plus the lines held whole give back
+    /// the input byte for byte (no line here names an `op`).
+    #[test]
+    fn the_streaming_reader_loses_no_byte(
+        lines in prop::collection::vec(prop_oneof!["[^\n]{0,60}", "[ \t]{0,3}\\{[^\n]{0,60}"], 0..12),
+        capacity in 1usize..64,
+        last_newline in any::<bool>(),
+    ) {
+        use std::io::BufReader;
+        use crate::supervisor::lines::{Chunk, LineReader};
+        let mut input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+        if !last_newline {
+            input.pop();
+        }
+        prop_assume!(!input.contains("\"op\""));
+        let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30, true);
+        let mut out = Vec::new();
+        while let Some(chunk) = reader.next_line().expect("in memory") {
+            match chunk {
+                Chunk::Text(bytes) => out.extend(bytes),
+                Chunk::Line { bytes, ended } => {
+                    prop_assert!(bytes.len() <= 30);
+                    out.extend(bytes);
+                    if ended {
+                        out.push(b'\n');
+                    }
+                }
+                Chunk::Oversized { .. } => prop_assert!(false, "no line names an op"),
+            }
+        }
+        prop_assert_eq!(String::from_utf8(out).expect("utf-8"), input);
     }
 }

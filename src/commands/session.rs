@@ -24,12 +24,7 @@ pub fn drive(
     global: &GlobalArgs,
 ) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
-        return Err(Failure::config(format!(
-            "task {} was cancelled; it cannot run again",
-            task.id
-        ))
-        .hint("start the agent as a new task")
-        .into());
+        return Err(cancelled(&task.id).into());
     }
     // The tools a task replays against are the tools it started with.
     let config = match &task.config {
@@ -38,12 +33,14 @@ pub fn drive(
         None => Config::default(),
     };
     journal.set_sync(task.sync)?;
+    let leased_at = crate::os::boot_clock();
     let run = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
         RunStart::Started { run } => run,
         RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
+        RunStart::Cancelled => return Err(cancelled(&task.id).into()),
     };
     if let Some(from) = from_step {
-        discard(journal, &task.id, from)?;
+        discard(journal, &task.id, run, from)?;
     }
     let started = Instant::now();
     let mut reporter = report::for_stderr(global.quiet);
@@ -53,6 +50,7 @@ pub fn drive(
         argv: &task.argv,
         cwd: Path::new(&task.cwd),
         tools: &config.tools,
+        leased_at,
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,
@@ -79,6 +77,9 @@ pub fn drive(
         stats: &outcome.stats,
         elapsed: started.elapsed(),
     });
+    if let Some(output) = outcome.output {
+        output.finish();
+    }
     // The reason durun ended the run matters more than a failure to record
     // its end (a full disk causes both).
     if let Some(failure) = outcome.failure {
@@ -88,10 +89,16 @@ pub fn drive(
     Ok(outcome.exit_code)
 }
 
+/// The error for a task `durun cancel` ended.
+fn cancelled(task: &str) -> Failure {
+    Failure::config(format!("task {task} was cancelled; it never runs again"))
+        .hint("start the agent as a new task")
+}
+
 /// Takes steps `from` and later out of replay, after saying which of them
 /// changed the world already: durun does not undo them.
-fn discard(journal: &mut dyn Journal, task: &str, from: u64) -> Result<()> {
-    let discarded = journal.discard_from(task, from)?;
+fn discard(journal: &mut dyn Journal, task: &str, run: u32, from: u64) -> Result<()> {
+    let discarded = journal.discard_from(task, run, from)?;
     let Some(last) = discarded.last() else {
         eprintln!("durun: task {task} has no step {from} or later; nothing to discard");
         return Ok(());

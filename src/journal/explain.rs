@@ -10,8 +10,8 @@ use rusqlite::ErrorCode;
 use serde_json::Value;
 
 use super::{
-    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepRecord, StepWrite,
-    TaskRecord,
+    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord,
+    StepWrite, TaskRecord,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -123,12 +123,12 @@ impl<J: Journal> Journal for Explained<J> {
         let result = self.inner.start_run(task, me, now);
         self.map(result)
     }
-    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()> {
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
         let result = self.inner.heartbeat(task, run);
         self.map(result)
     }
-    fn cancel_requested(&mut self, task: &str) -> Result<bool> {
-        let result = self.inner.cancel_requested(task);
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let result = self.inner.watch(task, run);
         self.map(result)
     }
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
@@ -149,16 +149,16 @@ impl<J: Journal> Journal for Explained<J> {
         let result = self.inner.put_steps(task, steps, run, stats);
         self.map(result)
     }
-    fn set_output(&mut self, task: &str, output: &Value) -> Result<()> {
-        let result = self.inner.set_output(task, output);
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
+        let result = self.inner.set_output(task, run, output);
         self.map(result)
     }
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
         let result = self.inner.finish_run(task, run, end, stats);
         self.map(result)
     }
-    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
-        let result = self.inner.discard_from(task, step);
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
+        let result = self.inner.discard_from(task, run, step);
         self.map(result)
     }
     fn resolve(

@@ -73,12 +73,16 @@ pub trait Journal {
     /// Every row of step `step` (a discarded one before its replacement).
     fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
     /// Takes the task's lease for `me` and opens a new run, unless a live
-    /// runner holds it. Atomic: of two racing runners one wins.
+    /// runner holds it or the task was cancelled. Atomic: of two racing
+    /// runners one wins.
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;
-    /// Renews the lease of `run`.
-    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()>;
-    /// Whether `durun cancel` asked the task's runner to stop.
-    fn cancel_requested(&mut self, task: &str) -> Result<bool>;
+    /// Renews the lease of `run`, if it still holds it, and says where it
+    /// stands.
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing>;
+    /// Where `run` stands, cheaply: answers [`Standing::Held`] without a
+    /// query when nothing was written to the task since the last look
+    /// (another runner's takeover, a cancel).
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing>;
     /// The task's live steps after step `after`, in order, at most `limit`:
     /// replay reads a long task page by page, each row once.
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
@@ -87,6 +91,10 @@ pub trait Journal {
     /// Writes steps, each new (`fresh`) or updated, and the run's counters
     /// if given, in one durable transaction: steps that finish together
     /// share one commit (group commit).
+    ///
+    /// Fenced: the same transaction checks that `run` still holds the
+    /// task's lease, and fails with [`Fenced`] without writing if it does
+    /// not, or if the task was cancelled and a step would be opened.
     fn put_steps(
         &mut self,
         task: &str,
@@ -94,13 +102,14 @@ pub trait Journal {
         run: u32,
         stats: Option<&RunStats>,
     ) -> Result<()>;
-    /// Stores the task's final output.
-    fn set_output(&mut self, task: &str, output: &Value) -> Result<()>;
-    /// Closes the run, releases the lease, and records the task's status.
+    /// Stores the task's final output; fenced like [`Journal::put_steps`].
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()>;
+    /// Closes the run and, if it still holds the lease, releases it and
+    /// records the task's status (`cancelled` if a cancel came meanwhile).
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()>;
     /// Takes steps `step` and later out of replay (kept as `discarded`) and
-    /// returns them as they were.
-    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
+    /// returns them as they were; fenced like [`Journal::put_steps`].
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>>;
     /// Settles a step by hand and keeps the resolution; refused while a live
     /// runner holds the task.
     fn resolve(
@@ -110,13 +119,65 @@ pub trait Journal {
         resolution: &Resolution,
         me: &Holder,
     ) -> Result<StepRecord>;
-    /// Cancels the task: asks its live runner to stop (true), or marks it
-    /// cancelled at once when none runs (false).
+    /// Cancels the task for good: from this commit on no run may start and
+    /// no running one may open a step. Returns whether a live runner holds
+    /// it (it is told, and stops its agent).
     fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool>;
     /// Deletes finished tasks (completed, failed, cancelled) last updated
     /// before `finished_before`, never one a live runner holds; returns
     /// their ids.
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
+}
+
+/// Where a run stands with its task's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The run holds the lease; it may go on.
+    Held,
+    /// Another run took the task over, or the lease was cleared: the run
+    /// must stop at once without writing.
+    Lost,
+    /// `durun cancel` came: the run may record steps that finished but
+    /// must open none.
+    Cancelled,
+}
+
+/// A fenced write refused because the run no longer may write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced(pub Standing);
+
+impl std::fmt::Display for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Standing::Cancelled => "the task was cancelled",
+            Standing::Held | Standing::Lost => "this run no longer holds the task's lease",
+        })
+    }
+}
+
+impl std::error::Error for Fenced {}
+
+/// The fence of every write a run makes: refuse when `lease_run` (the
+/// task's current holder) is not `run`, or when the task was cancelled and
+/// the write would open a step.
+pub fn fence(lease_run: Option<u32>, cancelled: bool, run: u32, opens: bool) -> Result<Standing> {
+    let standing = standing_of(lease_run, cancelled, run);
+    match standing {
+        Standing::Lost => Err(Fenced(Standing::Lost).into()),
+        Standing::Cancelled if opens => Err(Fenced(Standing::Cancelled).into()),
+        _ => Ok(standing),
+    }
+}
+
+/// Where `run` stands, from the task row's lease holder and cancel mark.
+pub fn standing_of(lease_run: Option<u32>, cancelled: bool, run: u32) -> Standing {
+    if lease_run != Some(run) {
+        Standing::Lost
+    } else if cancelled {
+        Standing::Cancelled
+    } else {
+        Standing::Held
+    }
 }
 
 /// One row of a [`Journal::put_steps`] write.

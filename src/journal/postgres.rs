@@ -12,8 +12,8 @@ use postgres::{Client, NoTls, Row, Transaction};
 use serde_json::Value;
 
 use super::{
-    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError, StepKind,
-    StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
+    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepError,
+    StepKind, StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -93,8 +93,22 @@ CREATE TABLE resolutions (
 );
 ";
 
+/// Never edit a migration that has shipped: append a new one. The
+/// journal's version is the number of migrations applied.
+const MIGRATIONS: &[&str] = &[
+    SCHEMA,
+    // For a failed step, the first step number the agent could open knowing
+    // of the failure: it replays only if the journal holds a step from there.
+    "ALTER TABLE steps ADD COLUMN seen_from BIGINT",
+];
+
 /// The schema version this durun writes.
-const VERSION: i32 = 1;
+const VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// The server's clock in milliseconds: every lease time is stamped and
+/// compared on the one clock all runners share, so hosts whose clocks
+/// disagree still agree on whether a heartbeat is stale.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";
 
 const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
     t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
@@ -106,10 +120,36 @@ const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_pa
     (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id)";
 
 const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
-    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id";
+    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
+    seen_from";
 
 pub struct PostgresJournal {
     client: Client,
+}
+
+/// The channel on which a task's runner hears of a takeover or a cancel
+/// (`LISTEN`/`NOTIFY`): an identifier, whatever the task id holds.
+fn channel(task: &str) -> String {
+    let hash = crate::step_key::args_hash(task);
+    format!("durun_task_{}", &hash[..24])
+}
+
+/// What the server said, for messages: `postgres::Error` prints only its
+/// kind ("db error"), the reason is in its source.
+pub fn reason(err: &postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => {
+            let mut text = err.to_string();
+            let mut cause = std::error::Error::source(err);
+            while let Some(inner) = cause {
+                text.push_str(": ");
+                text.push_str(&inner.to_string());
+                cause = inner.source();
+            }
+            text
+        }
+    }
 }
 
 /// How a PostgreSQL URL is named in messages: host, port and database,
@@ -140,7 +180,7 @@ impl PostgresJournal {
                 .hint("postgres://USER@HOST:PORT/DATABASE, e.g. postgres://postgres@127.0.0.1/test")
         })?;
         let client = config.connect(NoTls).map_err(|err| {
-            Failure::journal(format!("cannot reach {}: {err}", describe(url)))
+            Failure::journal(format!("cannot reach {}: {}", describe(url), reason(&err)))
                 .hint("check that the server runs and accepts this user, or choose another journal with --journal")
         })?;
         let mut journal = Self { client };
@@ -156,25 +196,26 @@ impl PostgresJournal {
         let version: Option<i32> = tx
             .query_opt("SELECT max(version) FROM durun_schema", &[])?
             .and_then(|row| row.get(0));
-        match version {
-            Some(version) if version > VERSION => {
-                if write {
-                    return Err(Failure::journal(format!(
-                        "the PostgreSQL journal was written by a newer durun (format {version}; this durun knows up to {VERSION})"
-                    ))
-                    .hint("upgrade durun to use this journal")
-                    .into());
-                }
+        let version = version.unwrap_or(0);
+        if version > VERSION {
+            if write {
+                return Err(Failure::journal(format!(
+                    "the PostgreSQL journal was written by a newer durun (format {version}; this durun knows up to {VERSION})"
+                ))
+                .hint("upgrade durun to use this journal")
+                .into());
             }
-            Some(_) => {}
-            None => {
-                tx.batch_execute(SCHEMA)
-                    .context("failed to create the journal's tables")?;
-                tx.execute(
-                    "INSERT INTO durun_schema (version) VALUES ($1)",
-                    &[&VERSION],
-                )?;
+        } else if version < VERSION {
+            for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                tx.batch_execute(sql).with_context(|| {
+                    format!("failed to migrate the journal to format {}", index + 1)
+                })?;
             }
+            tx.execute("DELETE FROM durun_schema", &[])?;
+            tx.execute(
+                "INSERT INTO durun_schema (version) VALUES ($1)",
+                &[&VERSION],
+            )?;
         }
         tx.commit()?;
         Ok(())
@@ -268,6 +309,7 @@ fn step_from_row(row: &Row) -> Result<StepRecord> {
         started_at: row.get(16),
         finished_at: row.get(17),
         resolution: row.get(18),
+        seen_from: row.get::<_, Option<i64>>(20).map(|step| step as u64),
     })
 }
 
@@ -289,12 +331,13 @@ fn write_step(
     let attempts = step.attempts as i32;
     let tokens = step.tokens as i64;
     let run_number = run as i32;
+    let seen_from = step.seen_from.map(|step| step as i64);
     if fresh {
         tx.execute(
             "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                 finished_at, resolution, seen_from)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
             &[
                 &task,
                 &index,
@@ -316,12 +359,14 @@ fn write_step(
                 &step.started_at,
                 &step.finished_at,
                 &step.resolution,
+                &seen_from,
             ],
         )?;
     } else {
         let changed = tx.execute(
             "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
-                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13
+                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
+                 seen_from = $14
              WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
             &[
                 &task,
@@ -337,6 +382,7 @@ fn write_step(
                 &step.started_at,
                 &step.finished_at,
                 &step.resolution,
+                &seen_from,
             ],
         )?;
         anyhow::ensure!(
@@ -364,12 +410,39 @@ fn write_stats(tx: &mut Transaction<'_>, task: &str, run: u32, stats: &RunStats)
     Ok(())
 }
 
-fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<Option<Lease>> {
+/// The task's lease, locked until the transaction ends, and the server's
+/// clock.
+fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
     let row = tx.query_opt(
-        "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = $1 FOR UPDATE",
+        &format!(
+            "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS}
+                  FROM tasks WHERE id = $1 FOR UPDATE"
+        ),
         &[&task],
     )?;
-    Ok(row.and_then(|row| lease_at(&row, 0)))
+    Ok(match row {
+        Some(row) => (lease_at(&row, 0), row.get(5)),
+        None => (None, 0),
+    })
+}
+
+/// The fence of a run's write: the task's holder and cancel mark, read
+/// `FOR SHARE` so that no takeover or cancel commits before this
+/// transaction does.
+fn fence(tx: &mut Transaction<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
+    let row = tx.query_opt(
+        "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
+        &[&task],
+    )?;
+    let (lease_run, cancelled) = match row {
+        Some(row) => (
+            row.get::<_, Option<i32>>(0).map(|run| run as u32),
+            row.get(1),
+        ),
+        None => (None, false),
+    };
+    super::fence(lease_run, cancelled, run, opens)?;
+    Ok(())
 }
 
 impl Journal for PostgresJournal {
@@ -488,46 +561,90 @@ impl Journal for PostgresJournal {
         let mut tx = self.client.transaction()?;
         // FOR UPDATE: a racing runner waits here, then sees our lease.
         let row = tx.query_one(
-            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = $1 FOR UPDATE",
+            &format!(
+                "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                        cancel_requested_at IS NOT NULL OR status = 'cancelled', {NOW_MS}
+                 FROM tasks WHERE id = $1 FOR UPDATE"
+            ),
             &[&task],
         )?;
+        if row.get::<_, bool>(6) {
+            return Ok(RunStart::Cancelled);
+        }
         let runs = row.get::<_, i32>(0);
-        if let Some(lease) = lease_at(&row, 1) {
-            if lease::is_live(&lease, me, super::now_ms()) {
-                return Ok(RunStart::Locked(lease));
+        let server_now: i64 = row.get(7);
+        let taken_over = lease_at(&row, 1);
+        if let Some(lease) = &taken_over {
+            if lease::is_live(lease, me, server_now) {
+                return Ok(RunStart::Locked(lease.clone()));
             }
         }
         let run = runs + 1;
         let pid = i64::from(me.pid);
         let pid_start = me.pid_start.map(|start| start as i64);
         tx.execute(
-            "UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3, lease_pid = $4,
-                 lease_pid_start = $5, lease_heartbeat = $6, lease_run = $2, updated_at = $7
-             WHERE id = $1",
-            &[&task, &run, &me.host, &pid, &pid_start, &super::now_ms(), &now],
+            &format!(
+                "UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3, lease_pid = $4,
+                     lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2, updated_at = $6
+                 WHERE id = $1"
+            ),
+            &[&task, &run, &me.host, &pid, &pid_start, &now],
         )?;
         tx.execute(
             "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $5)",
             &[&task, &run, &me.host, &pid, &now],
         )?;
+        if taken_over.is_some() {
+            // A holder that was only paused hears of it on its next look.
+            tx.execute("SELECT pg_notify($1, 'taken')", &[&channel(task)])?;
+        }
         tx.commit()?;
+        self.client
+            .batch_execute(&format!("LISTEN {}", channel(task)))?;
         Ok(RunStart::Started { run: run as u32 })
     }
 
-    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()> {
-        self.client.execute(
-            "UPDATE tasks SET lease_heartbeat = $3 WHERE id = $1 AND lease_run = $2",
-            &[&task, &(run as i32), &super::now_ms()],
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let row = self.client.query_opt(
+            &format!(
+                "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
+                 RETURNING cancel_requested_at IS NOT NULL"
+            ),
+            &[&task, &(run as i32)],
         )?;
-        Ok(())
+        Ok(match row {
+            None => Standing::Lost,
+            Some(row) => super::standing_of(Some(run), row.get(0), run),
+        })
     }
 
-    fn cancel_requested(&mut self, task: &str) -> Result<bool> {
-        let row = self.client.query_one(
-            "SELECT cancel_requested_at FROM tasks WHERE id = $1",
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        // Polls the connection without waiting: a takeover or a cancel
+        // arrives as a notification on the task's channel.
+        let mut heard = false;
+        {
+            let mut notifications = self.client.notifications();
+            let mut pending = notifications.iter();
+            while pending.next()?.is_some() {
+                heard = true;
+            }
+        }
+        if !heard {
+            return Ok(Standing::Held);
+        }
+        let row = self.client.query_opt(
+            "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1",
             &[&task],
         )?;
-        Ok(row.get::<_, Option<String>>(0).is_some())
+        Ok(match row {
+            Some(row) => super::standing_of(
+                row.get::<_, Option<i32>>(0).map(|run| run as u32),
+                row.get(1),
+                run,
+            ),
+            None => Standing::Lost,
+        })
     }
 
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
@@ -559,6 +676,10 @@ impl Journal for PostgresJournal {
         stats: Option<&RunStats>,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
+        let opens = steps
+            .iter()
+            .any(|write| write.record.status == StepStatus::Pending);
+        fence(&mut tx, task, run, opens)?;
         for &StepWrite {
             record: step,
             fresh,
@@ -573,11 +694,14 @@ impl Journal for PostgresJournal {
         Ok(())
     }
 
-    fn set_output(&mut self, task: &str, output: &Value) -> Result<()> {
-        self.client.execute(
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        fence(&mut tx, task, run, false)?;
+        tx.execute(
             "UPDATE tasks SET output = $2, updated_at = $3 WHERE id = $1",
             &[&task, &serde_json::to_string(output)?, &super::now()],
         )?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -589,7 +713,8 @@ impl Journal for PostgresJournal {
         )?;
         write_stats(&mut tx, task, run, stats)?;
         tx.execute(
-            "UPDATE tasks SET status = $3, exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
+            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
+                 exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
                  lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
              WHERE id = $1 AND lease_run = $2",
             &[&task, &(run as i32), &end.status.as_str(), &end.exit_code, &end.finished_at],
@@ -598,8 +723,9 @@ impl Journal for PostgresJournal {
         Ok(())
     }
 
-    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
         let mut tx = self.client.transaction()?;
+        fence(&mut tx, task, run, true)?;
         let rows = tx.query(
             &format!(
                 "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index >= $2 AND status <> 'discarded'
@@ -624,8 +750,8 @@ impl Journal for PostgresJournal {
         me: &Holder,
     ) -> Result<StepRecord> {
         let mut tx = self.client.transaction()?;
-        if let Some(lease) = lease_of(&mut tx, task)? {
-            if lease::is_live(&lease, me, super::now_ms()) {
+        if let (Some(lease), server_now) = lease_of(&mut tx, task)? {
+            if lease::is_live(&lease, me, server_now) {
                 return Err(super::locked(task, &lease).into());
             }
         }
@@ -677,13 +803,18 @@ impl Journal for PostgresJournal {
     fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
         let mut tx = self.client.transaction()?;
         let now = super::now();
-        let live = lease_of(&mut tx, task)?
-            .is_some_and(|lease| lease::is_live(&lease, me, super::now_ms()));
+        let (lease, server_now) = lease_of(&mut tx, task)?;
+        let live = lease.is_some_and(|lease| lease::is_live(&lease, me, server_now));
         if live {
+            // The runner keeps its lease to record what finishes, but may
+            // open no step: every write it makes checks this mark.
             tx.execute(
-                "UPDATE tasks SET cancel_requested_at = $2 WHERE id = $1",
+                "UPDATE tasks SET status = 'cancelled', updated_at = $2,
+                     cancel_requested_at = coalesce(cancel_requested_at, $2)
+                 WHERE id = $1",
                 &[&task, &now],
             )?;
+            tx.execute("SELECT pg_notify($1, 'cancel')", &[&channel(task)])?;
         } else {
             tx.execute(
                 "UPDATE tasks SET status = 'cancelled', cancel_requested_at = $2, updated_at = $2, lease_host = NULL,
@@ -699,11 +830,11 @@ impl Journal for PostgresJournal {
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
         let mut tx = self.client.transaction()?;
         let rows = tx.query(
-            "SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks
-             WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1 FOR UPDATE",
+            &format!("SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS} FROM tasks
+                      WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1 FOR UPDATE"),
             &[&finished_before],
         )?;
-        let now_ms = super::now_ms();
+        let now_ms = rows.first().map_or(0, |row| row.get::<_, i64>(6));
         let mut removed = Vec::new();
         for row in &rows {
             let id: String = row.get(0);

@@ -115,8 +115,12 @@ pub struct RunRecord {
 
 #[derive(Debug, Clone)]
 pub enum RunStart {
-    Started { run: u32 },
+    Started {
+        run: u32,
+    },
     Locked(Lease),
+    /// `durun cancel` ended the task: it never runs again.
+    Cancelled,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +162,11 @@ pub struct StepRecord {
     pub finished_at: Option<String>,
     /// How an operator settled the step (`retry`, `output`, `fail`), if one did.
     pub resolution: Option<String>,
+    /// For a failed step: the first step number the agent could open after
+    /// its failure reached it. A failure replays only if the journal holds
+    /// a step from there on (the agent went on knowing of it); otherwise
+    /// it runs again (SPEC 3.2).
+    pub seen_from: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -15,8 +15,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Row, Trans
 use serde_json::Value;
 
 use super::{
-    Access, Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, StepError,
-    StepKind, StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
+    Access, Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing,
+    StepError, StepKind, StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -116,15 +116,40 @@ CREATE TABLE resolutions (
     resolved_at TEXT NOT NULL
 );
 ",
+    r"
+-- For a failed step, the first step number the agent could open knowing
+-- of the failure: it replays only if the journal holds a step from there.
+ALTER TABLE steps ADD COLUMN seen_from INTEGER;
+",
 ];
+
+/// `PRAGMA application_id` of a durun journal ("durn"): a file with other
+/// tables and another id belongs to another program and is left alone.
+const APPLICATION_ID: i32 = 0x6475_726e;
 
 pub struct SqliteJournal {
     conn: Connection,
     path: PathBuf,
+    /// The journal file's device and inode when it was opened for writing:
+    /// a run stops rather than acknowledge steps into a file that was
+    /// deleted or replaced under it.
+    identity: Option<(u64, u64)>,
+    /// `PRAGMA data_version` at the last [`Journal::watch`]: it changes
+    /// only when another connection commits.
+    data_version: i64,
+}
+
+/// What a file is, before durun writes a byte to it.
+enum Owner {
+    /// An empty file, or none yet.
+    Nobody,
+    /// A durun journal.
+    Durun,
 }
 
 impl SqliteJournal {
     pub fn open(path: &Path, access: Access) -> Result<Self> {
+        let exists = regular_file(path)?;
         let conn = match access {
             Access::Write => {
                 if on_read_only_mount(path) {
@@ -139,7 +164,7 @@ impl SqliteJournal {
                 Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             }
             Access::Read => {
-                if !path.exists() {
+                if !exists {
                     return Err(Failure::config(format!("no journal at {}", path.display()))
                         .hint("nothing has run with this journal yet; check --journal or DURUN_JOURNAL")
                         .into());
@@ -159,11 +184,70 @@ impl SqliteJournal {
         let mut journal = Self {
             conn,
             path: path.to_owned(),
+            identity: None,
+            data_version: -1,
         };
         journal
             .prepare(access)
             .with_context(|| format!("failed to open journal at {}", path.display()))?;
+        if access == Access::Write {
+            journal.identity = Some(file_identity(path).map_err(|err| {
+                Failure::journal(format!(
+                    "cannot read the journal at {}: {err}",
+                    path.display()
+                ))
+            })?);
+        }
         Ok(journal)
+    }
+
+    /// Fails if the journal file is no longer the one this process opened
+    /// (deleted, or replaced by another file).
+    fn check_identity(&self) -> Result<()> {
+        let Some(opened) = self.identity else {
+            return Ok(());
+        };
+        if file_identity(&self.path).ok() == Some(opened) {
+            return Ok(());
+        }
+        Err(Failure::journal(format!(
+            "the journal file {} was deleted or replaced while this run was writing it",
+            self.path.display()
+        ))
+        .hint("this run stopped rather than record steps in a file nobody reads; restore the file, or start the agent again")
+        .into())
+    }
+
+    /// Whose database this is, read without writing: a file of another
+    /// program is refused before durun changes a byte of it.
+    fn owner(&self) -> Result<Owner> {
+        let id: i32 = self
+            .conn
+            .pragma_query_value(None, "application_id", |row| row.get(0))?;
+        if id == APPLICATION_ID {
+            return Ok(Owner::Durun);
+        }
+        let tables: Vec<String> = {
+            let mut statement = self
+                .conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+            let names = statement.query_map([], |row| row.get(0))?;
+            names.collect::<rusqlite::Result<_>>()?
+        };
+        let has = |name: &str| tables.iter().any(|table| table == name);
+        if id == 0 && tables.is_empty() {
+            return Ok(Owner::Nobody);
+        }
+        // A journal from before durun marked its files.
+        if id == 0 && has("tasks") && has("runs") && has("steps") {
+            return Ok(Owner::Durun);
+        }
+        Err(Failure::journal(format!(
+            "{} is another program's SQLite database, not a durun journal",
+            self.path.display()
+        ))
+        .hint("durun left it untouched; pass a durun journal or a new file with --journal or DURUN_JOURNAL")
+        .into())
     }
 
     #[cfg(test)]
@@ -171,6 +255,8 @@ impl SqliteJournal {
         let mut journal = Self {
             conn: Connection::open_in_memory().expect("in-memory SQLite"),
             path: PathBuf::from(":memory:"),
+            identity: None,
+            data_version: -1,
         };
         journal.prepare(Access::Write).expect("fresh schema");
         journal
@@ -179,6 +265,7 @@ impl SqliteJournal {
     fn prepare(&mut self, access: Access) -> Result<()> {
         self.conn.busy_timeout(busy_timeout())?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        self.owner()?;
         let version: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |row| row.get(0))?;
@@ -208,7 +295,11 @@ impl SqliteJournal {
     }
 
     fn migrate(&mut self, version: i64) -> Result<()> {
-        if version >= MIGRATIONS.len() as i64 {
+        let marked = self
+            .conn
+            .pragma_query_value(None, "application_id", |row| row.get::<_, i32>(0))?
+            == APPLICATION_ID;
+        if version >= MIGRATIONS.len() as i64 && marked {
             return Ok(());
         }
         let tx = self
@@ -222,6 +313,7 @@ impl SqliteJournal {
             })?;
         }
         tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
         tx.commit()?;
         Ok(())
     }
@@ -246,6 +338,50 @@ fn on_read_only_mount(path: &Path) -> bool {
     ok && unsafe { stat.assume_init() }.f_flag & libc::ST_RDONLY != 0
 }
 
+/// Refuses a journal path that is not a regular file (a directory, a FIFO
+/// that would block, a device) and says whether the file exists. A path
+/// that cannot be looked at (a directory without permission) is a journal
+/// error, whoever owns it.
+fn regular_file(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(true),
+        Ok(meta) => {
+            let kind = meta.file_type();
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else {
+                "not a regular file"
+            };
+            Err(Failure::journal(format!(
+                "the journal path {} is {what}, not a journal file",
+                path.display()
+            ))
+            .hint("pass the path of a journal file (or a new one) with --journal or DURUN_JOURNAL")
+            .into())
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(cannot_use(path, &err)),
+    }
+}
+
+/// The journal error for a path the file system refuses.
+fn cannot_use(path: &Path, err: &std::io::Error) -> anyhow::Error {
+    Failure::journal(format!("cannot use the journal at {}: {err}", path.display()))
+        .hint("check that you may read and write the file and its directory, or choose another journal with --journal or DURUN_JOURNAL")
+        .into()
+}
+
+/// The device and inode of the file at `path`.
+fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).map(|meta| (meta.dev(), meta.ino()))
+}
+
 /// `path` for an SQLite `file:` URI: `?` and `#` would start the query.
 fn uri_path(path: &Path) -> String {
     path.to_string_lossy()
@@ -258,23 +394,25 @@ fn uri_path(path: &Path) -> String {
 /// outputs can hold secrets.
 fn create_private(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        if !dir.exists() {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .with_context(|| format!("failed to create journal directory {}", dir.display()))?;
+        match std::fs::metadata(dir) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|err| cannot_use(path, &err))?;
+            }
+            Err(err) => return Err(cannot_use(path, &err)),
         }
     }
-    if !path.exists() {
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("failed to create journal {}", path.display()))?;
-    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|err| cannot_use(path, &err))?;
     Ok(())
 }
 
@@ -365,11 +503,13 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         started_at: row.get(16)?,
         finished_at: row.get(17)?,
         resolution: row.get(18)?,
+        seen_from: row.get::<_, Option<i64>>(20)?.map(|step| step as u64),
     })
 }
 
 const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
-    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id";
+    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
+    seen_from";
 
 impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
@@ -506,11 +646,16 @@ impl Journal for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (runs, current): (u32, Option<Lease>) = tx.query_row(
-            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
+        let (runs, current, cancelled): (u32, Option<Lease>, bool) = tx.query_row(
+            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                    cancel_requested_at IS NOT NULL OR status = 'cancelled'
+             FROM tasks WHERE id = ?1",
             [task],
-            |row| Ok((row.get(0)?, lease_from(row, 1)?)),
+            |row| Ok((row.get(0)?, lease_from(row, 1)?, row.get(6)?)),
         )?;
+        if cancelled {
+            return Ok(RunStart::Cancelled);
+        }
         let now_ms = super::now_ms();
         if let Some(lease) = current {
             if lease::is_live(&lease, me, now_ms) {
@@ -532,21 +677,33 @@ impl Journal for SqliteJournal {
         Ok(RunStart::Started { run })
     }
 
-    fn heartbeat(&mut self, task: &str, run: u32) -> Result<()> {
-        self.conn
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let cancelled: Option<bool> = self
+            .conn
             .prepare_cached(
-                "UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2",
+                "UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2
+                 RETURNING cancel_requested_at IS NOT NULL",
             )?
-            .execute(params![task, run, super::now_ms()])?;
-        Ok(())
+            .query_row(params![task, run, super::now_ms()], |row| row.get(0))
+            .optional()?;
+        self.check_identity()?;
+        Ok(match cancelled {
+            None => Standing::Lost,
+            Some(cancelled) => super::standing_of(Some(run), cancelled, run),
+        })
     }
 
-    fn cancel_requested(&mut self, task: &str) -> Result<bool> {
-        let requested: Option<String> = self
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let version: i64 = self
             .conn
-            .prepare_cached("SELECT cancel_requested_at FROM tasks WHERE id = ?1")?
-            .query_row([task], |row| row.get(0))?;
-        Ok(requested.is_some())
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |row| row.get(0))?;
+        if version == self.data_version {
+            return Ok(Standing::Held);
+        }
+        self.data_version = version;
+        let (lease_run, cancelled) = standing_columns(&self.conn, task)?;
+        Ok(super::standing_of(lease_run, cancelled, run))
     }
 
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
@@ -583,6 +740,13 @@ impl Journal for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // The write lock is ours until the commit: no takeover or cancel
+        // can come between this check and the writes.
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        let opens = steps
+            .iter()
+            .any(|write| write.record.status == StepStatus::Pending);
+        super::fence(lease_run, cancelled, run, opens)?;
         for &StepWrite {
             record: step,
             fresh,
@@ -594,14 +758,19 @@ impl Journal for SqliteJournal {
             write_stats(&tx, task, run, stats)?;
         }
         tx.commit()?;
-        Ok(())
+        self.check_identity()
     }
 
-    fn set_output(&mut self, task: &str, output: &Value) -> Result<()> {
-        self.conn
-            .prepare_cached("UPDATE tasks SET output = ?2, updated_at = ?3 WHERE id = ?1")?
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        super::fence(lease_run, cancelled, run, false)?;
+        tx.prepare_cached("UPDATE tasks SET output = ?2, updated_at = ?3 WHERE id = ?1")?
             .execute(params![task, json_text(output), super::now()])?;
-        Ok(())
+        tx.commit()?;
+        self.check_identity()
     }
 
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
@@ -613,9 +782,11 @@ impl Journal for SqliteJournal {
             params![task, run, end.finished_at, end.exit_code],
         )?;
         write_stats(&tx, task, run, stats)?;
-        // Release the lease only if this run still holds it.
+        // Release the lease only if this run still holds it; a cancel that
+        // came meanwhile decides the status.
         tx.execute(
-            "UPDATE tasks SET status = ?3, exit_code = ?4, updated_at = ?5, lease_host = NULL, lease_pid = NULL,
+            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE ?3 END,
+                 exit_code = ?4, updated_at = ?5, lease_host = NULL, lease_pid = NULL,
                  lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
              WHERE id = ?1 AND lease_run = ?2",
             params![task, run, end.status.as_str(), end.exit_code, end.finished_at],
@@ -623,10 +794,12 @@ impl Journal for SqliteJournal {
         tx.commit()?;
         Ok(())
     }
-    fn discard_from(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        super::fence(lease_run, cancelled, run, true)?;
         let discarded = {
             let mut statement = tx.prepare_cached(&format!(
                 "SELECT {STEP_COLUMNS} FROM steps
@@ -719,8 +892,12 @@ impl Journal for SqliteJournal {
         let live =
             lease_of(&tx, task)?.is_some_and(|lease| lease::is_live(&lease, me, super::now_ms()));
         if live {
+            // The runner keeps its lease to record what finishes, but may
+            // open no step: every write it makes checks this mark.
             tx.execute(
-                "UPDATE tasks SET cancel_requested_at = ?2 WHERE id = ?1",
+                "UPDATE tasks SET status = 'cancelled', updated_at = ?2,
+                     cancel_requested_at = coalesce(cancel_requested_at, ?2)
+                 WHERE id = ?1",
                 params![task, now],
             )?;
         } else {
@@ -794,6 +971,17 @@ fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Option<Lease>>
     Ok(lease)
 }
 
+/// The task's lease holder (its run) and whether it was cancelled.
+fn standing_columns(conn: &Connection, task: &str) -> Result<(Option<u32>, bool)> {
+    let columns = conn
+        .prepare_cached(
+            "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = ?1",
+        )?
+        .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(columns.unwrap_or((None, false)))
+}
+
 /// Inserts (`fresh`) or updates one step's row.
 fn write_step(
     tx: &rusqlite::Transaction<'_>,
@@ -812,8 +1000,8 @@ fn write_step(
         tx.prepare_cached(
             "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                 finished_at, resolution, seen_from)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         )?
         .execute(params![
             task,
@@ -836,12 +1024,14 @@ fn write_step(
             step.started_at,
             step.finished_at,
             step.resolution,
+            step.seen_from.map(|step| step as i64),
         ])?;
     } else {
         let changed = tx
             .prepare_cached(
                 "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
-                     usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13
+                     usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13,
+                     seen_from = ?14
                  WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
             )?
             .execute(params![
@@ -858,6 +1048,7 @@ fn write_step(
                 step.started_at,
                 step.finished_at,
                 step.resolution,
+                step.seen_from.map(|step| step as i64),
             ])?;
         anyhow::ensure!(
             changed == 1,
@@ -926,6 +1117,7 @@ mod tests {
             started_at: super::super::now(),
             finished_at: None,
             resolution: None,
+            seen_from: None,
         }
     }
 

@@ -15,7 +15,18 @@
 //! Other threads only send it [`Event`]s and wake it through a pipe: one
 //! waits for the agent to exit, one turns signals into events, one per tool
 //! call runs the tool, and the socket's serve `durun step` clients. One
-//! more copies the agent's non-protocol lines to durun's stdout.
+//! more copies the agent's prints to durun's stdout ([`Passthrough`]).
+//!
+//! # Fencing
+//!
+//! Every write the run makes checks, in its own transaction, that the run
+//! still holds the task's lease (SPEC 4). A run that finds the lease lost
+//! (another runner took the task over while this one was paused) stops at
+//! once: no tool starts, no answer reaches the agent, and the agent and its
+//! tools are killed. A run that could not renew its heartbeat for half the
+//! stale time stops the same way before anyone may take it over, and a
+//! `read` step (no write before it runs) starts only after a look at the
+//! lease and the cancel mark ([`Journal::watch`]).
 //!
 //! # Group commit
 //!
@@ -36,13 +47,15 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::lines::{Chunk, LineReader};
+use super::passthrough::Passthrough;
 use super::recorded::Recorded;
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::error::Failure;
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::exit_code;
 use crate::journal::{
-    self, Journal, RunStats, StepError, StepKind, StepRecord, StepStatus, StepWrite, TaskStatus,
+    self, Fenced, Journal, RunStats, Standing, StepError, StepKind, StepRecord, StepStatus,
+    StepWrite, TaskStatus,
 };
 use crate::json_text::JsonText;
 use crate::lease;
@@ -62,6 +75,13 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const SPIN: Duration = Duration::from_micros(50);
 /// When a retried `mutate` step deserves a warning.
 const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often the loop looks for a cancel or a takeover when no step asks.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+/// The most answers (bytes) waiting for the agent to read them: past it,
+/// durun stops reading the agent's requests until it reads its answers. An
+/// agent that writes every request before reading any answer works up to
+/// about 180,000 requests.
+const ANSWER_BOUND: usize = 16 * 1024 * 1024;
 
 /// What the supervisor needs to know about the run.
 pub struct RunSpec<'a> {
@@ -70,6 +90,9 @@ pub struct RunSpec<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
     pub tools: &'a BTreeMap<String, Arc<Tool>>,
+    /// [`os::boot_clock`] just before the lease was taken: the run's
+    /// first heartbeat.
+    pub leased_at: Duration,
 }
 
 /// How the run ended.
@@ -80,7 +103,30 @@ pub struct Outcome {
     /// Why durun ended the run itself (divergence, a journal failure, an
     /// agent that could not start): printed after the run is recorded.
     pub failure: Option<anyhow::Error>,
+    /// The agent's prints still on their way to durun's stdout: finished
+    /// after the run is recorded, so a slow reader never holds up the
+    /// journal.
+    pub output: Option<Output>,
 }
+
+/// The rest of the agent's prints.
+pub struct Output {
+    passthrough: Passthrough,
+    /// Give up on a stdout that takes nothing for this long (a run stopped
+    /// by a signal), or wait for every byte.
+    stall: Option<Duration>,
+}
+
+impl Output {
+    /// Writes what is left of the agent's prints to durun's stdout.
+    pub fn finish(self) {
+        self.passthrough.finish(self.stall);
+    }
+}
+
+/// How long a run stopped by a signal waits for a stdout that takes
+/// nothing before it exits anyway.
+const OUTPUT_STALL: Duration = Duration::from_secs(5);
 
 /// A protocol connection: 0 is the agent's stdin/stdout, others are
 /// clients of `DURUN_SOCKET` (`durun step`, `durun call`).
@@ -131,12 +177,14 @@ struct AgentIo {
     /// When an answer last went out, for the short spin in `wait`.
     answered_at: Option<Instant>,
     wake: OwnedFd,
-    /// Copies the agent's other lines to durun's stdout, off the loop, so
-    /// a slow reader of durun's stdout holds up only the agent's prints.
-    passthrough: mpsc::SyncSender<Vec<u8>>,
-    /// A line the copier had no room for: until it goes, the agent's
+    /// Copies the agent's prints to durun's stdout, off the loop, so a slow
+    /// reader of durun's stdout holds up only the agent's prints.
+    passthrough: Passthrough,
+    /// A print the copier had no room for: until it goes, the agent's
     /// stdout is not read (the agent waits, as it would without durun).
     held: Option<Vec<u8>>,
+    /// When the agent's stdout last gave bytes, for the drain after exit.
+    read_at: Instant,
 }
 
 /// A journal write that waits for the batch's commit, and what follows it.
@@ -208,9 +256,6 @@ enum Stop {
     Cancel,
 }
 
-/// How often the loop looks for a `durun cancel`.
-const CANCEL_POLL: Duration = Duration::from_secs(1);
-
 /// Runs the agent of `spec` to its end, serving its requests.
 pub fn supervise(
     spec: &RunSpec<'_>,
@@ -267,6 +312,7 @@ pub fn supervise(
                 exit_code: exit_code::CANNOT_START,
                 stats: RunStats::default(),
                 failure: Some(failure.into()),
+                output: None,
             });
         }
     };
@@ -278,15 +324,18 @@ pub fn supervise(
     os::set_nonblocking(&stdin)
         .and_then(|()| os::set_nonblocking(&stdout))
         .map_err(|err| anyhow::anyhow!("failed to set up the agent's pipes: {err}"))?;
+    let passthrough = Passthrough::start()
+        .map_err(|err| anyhow::anyhow!("failed to start a thread for the agent's output: {err}"))?;
     let io = AgentIo {
-        reader: LineReader::new(BufReader::with_capacity(64 * 1024, stdout)),
+        reader: LineReader::streaming(BufReader::with_capacity(64 * 1024, stdout)),
         stdin: Some(stdin),
         out: Vec::new(),
         sent: 0,
         answered_at: None,
         wake: wake_rx,
-        passthrough: spawn_passthrough_thread(),
+        passthrough,
         held: None,
+        read_at: Instant::now(),
     };
     let exit_tx = events_tx.clone();
     std::thread::spawn(move || {
@@ -319,8 +368,12 @@ pub fn supervise(
         exited_at: None,
         stdout_closed: false,
         last_heartbeat: Instant::now(),
-        heartbeat_every: lease::heartbeat_every(),
-        last_cancel_poll: Instant::now(),
+        // Several heartbeats fit in the time a run may go without one.
+        heartbeat_every: lease::heartbeat_every().min(lease::stale_after() / 4),
+        renewed_at: spec.leased_at,
+        fence_after: lease::stale_after() / 2,
+        fenced: false,
+        last_watch: Instant::now(),
     };
     supervisor.serve(&events);
     signals_handle.close();
@@ -345,22 +398,6 @@ fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Events) 
             }
         }
     });
-}
-
-fn spawn_passthrough_thread() -> mpsc::SyncSender<Vec<u8>> {
-    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1024);
-    std::thread::spawn(move || {
-        for line in rx {
-            let mut out = std::io::stdout().lock();
-            // durun's own stdout may be closed; the agent's prints are
-            // then lost, as they would be without durun.
-            let _ = out
-                .write_all(&line)
-                .and_then(|()| out.write_all(b"\n"))
-                .and_then(|()| out.flush());
-        }
-    });
-    tx
 }
 
 impl AgentIo {
@@ -436,16 +473,24 @@ impl AgentIo {
         }
     }
 
-    /// Hands the held line to the copier if it has room; true when no line
+    /// Hands the held print to the copier if it has room; true when none
     /// is held.
     fn release_held(&mut self) -> bool {
-        if let Some(line) = self.held.take() {
-            match self.passthrough.try_send(line) {
-                Ok(()) | Err(mpsc::TrySendError::Disconnected(_)) => {}
-                Err(mpsc::TrySendError::Full(line)) => self.held = Some(line),
-            }
+        if let Some(piece) = self.held.take() {
+            self.held = self.passthrough.offer(piece).err();
         }
         self.held.is_none()
+    }
+
+    /// Hands a print to the copier; false (and held) when it has no room.
+    fn pass_on(&mut self, piece: Vec<u8>) -> bool {
+        self.held = self.passthrough.offer(piece).err();
+        self.held.is_none()
+    }
+
+    /// Answers written but not yet taken by the agent.
+    fn unread(&self) -> usize {
+        self.out.len() - self.sent
     }
 
     /// Queues an answer for the agent, unless its stdin is closed.
@@ -525,15 +570,32 @@ struct Supervisor<'a> {
     stdout_closed: bool,
     last_heartbeat: Instant,
     heartbeat_every: Duration,
-    last_cancel_poll: Instant,
+    /// [`os::boot_clock`] when the lease was last renewed (the moment the
+    /// renewal was sent, to err on the safe side).
+    renewed_at: Duration,
+    /// Half the stale time: a run that has not renewed for this long stops
+    /// before another host may take the task over.
+    fence_after: Duration,
+    /// The run lost its lease: nothing more reaches the agent or the
+    /// journal.
+    fenced: bool,
+    last_watch: Instant,
 }
 
 impl Supervisor<'_> {
     fn serve(&mut self, events: &mpsc::Receiver<Event>) {
         loop {
             if let Some(exited_at) = self.exited_at {
-                let drained = self.stdout_closed || exited_at.elapsed() >= DRAIN_GRACE;
-                if drained && self.calls.is_empty() {
+                // Every print of the agent (and of what it left running
+                // with its stdout) goes out before durun exits; a
+                // leftover process that holds the pipe silently gets a
+                // grace period.
+                // A run stopped by a signal does not wait on a reader of
+                // durun's stdout that never reads.
+                let quiet = exited_at.elapsed() >= DRAIN_GRACE
+                    && (self.signal.is_some()
+                        || (self.io.read_at.elapsed() >= DRAIN_GRACE && self.io.held.is_none()));
+                if (self.stdout_closed || quiet || self.fenced) && self.calls.is_empty() {
                     return;
                 }
             }
@@ -541,8 +603,12 @@ impl Supervisor<'_> {
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
-            let read = !self.stdout_closed && self.io.release_held();
+            let read =
+                !self.stdout_closed && self.io.release_held() && self.io.unread() < ANSWER_BOUND;
             self.io.wait(wait, read);
+            // A pause (SIGSTOP, a suspended machine) may have outlasted
+            // the lease: look before acting on anything.
+            self.check_renewal();
             if read {
                 self.read_agent();
             }
@@ -554,17 +620,106 @@ impl Supervisor<'_> {
                 }
             }
             self.commit_batch();
-            self.io.write_out();
+            if self.check_renewal() {
+                self.io.write_out();
+            }
             self.tick();
         }
+    }
+
+    /// False, and the run fenced, when the lease has gone unrenewed for
+    /// half the stale time: another host may be about to take it over.
+    fn check_renewal(&mut self) -> bool {
+        if self.fenced {
+            return false;
+        }
+        let unrenewed = os::boot_clock().saturating_sub(self.renewed_at);
+        if unrenewed < self.fence_after {
+            return true;
+        }
+        self.fence(format!(
+            "the run could not renew the lease of task {} for {} (half the {} after which another runner may take it over); it stopped so that no two runners run its steps",
+            self.spec.task_id,
+            humantime::format_duration(Duration::from_millis(unrenewed.as_millis() as u64)),
+            humantime::format_duration(lease::stale_after()),
+        ));
+        false
+    }
+
+    /// Whether a new step may start now: the lease is fresh, and neither a
+    /// takeover nor a cancel came (a cheap look, see [`Journal::watch`]).
+    fn may_start(&mut self) -> bool {
+        if !self.check_renewal() || self.stop.is_some() {
+            return false;
+        }
+        self.last_watch = Instant::now();
+        match self.journal.watch(self.spec.task_id, self.spec.run) {
+            Ok(standing) => self.on_standing(standing),
+            // The step's own journal writes will tell.
+            Err(_) => true,
+        }
+    }
+
+    /// Acts on where the run stands; true while it may go on.
+    fn on_standing(&mut self, standing: Standing) -> bool {
+        match standing {
+            Standing::Held => true,
+            Standing::Cancelled => {
+                self.stop(Stop::Cancel);
+                false
+            }
+            Standing::Lost => {
+                self.fence(format!(
+                    "task {} was taken over by another runner while this run was paused or cut off; this run stopped without touching it",
+                    self.spec.task_id
+                ));
+                false
+            }
+        }
+    }
+
+    /// The run lost its lease: the agent and its tools are killed at once,
+    /// no answer reaches them, and nothing more is written (exit 75).
+    fn fence(&mut self, message: String) {
+        if self.fenced {
+            return;
+        }
+        self.fenced = true;
+        if self.exited.is_none() {
+            os::signal_process(self.child_pid, libc::SIGKILL);
+        }
+        for call in self.calls.values() {
+            call.cancel.cancel();
+        }
+        // An HTTP call cannot be stopped mid-request; its answer is dropped.
+        self.calls.clear();
+        self.open.clear();
+        self.batch.clear();
+        self.io.stdin = None;
+        self.io.out.clear();
+        self.io.sent = 0;
+        self.writers.clear();
+        self.kill_at = None;
+        let failure = Failure::new(exit_code::LOCKED, message).hint(format!(
+            "`durun inspect {}` shows who runs it now; this run's steps up to here are in the journal",
+            self.spec.task_id
+        ));
+        self.stop = Some(Stop::Failure(failure.into()));
     }
 
     /// Handles the lines the agent's stdout holds now (a bounded number, so
     /// a flood cannot starve the other events).
     fn read_agent(&mut self) {
         for _ in 0..4096 {
-            match self.io.reader.next_line() {
-                Ok(Some(Chunk::Line(bytes))) => match protocol::parse_line(&bytes) {
+            if self.fenced {
+                return;
+            }
+            let chunk = self.io.reader.next_line();
+            if matches!(chunk, Ok(Some(_))) {
+                self.io.read_at = Instant::now();
+            }
+            match chunk {
+                Ok(Some(Chunk::Line { mut bytes, ended })) => match protocol::parse_line(&bytes) {
                     Line::Passthrough => {
                         if looks_like_a_request(&bytes) {
                             let head = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
@@ -574,15 +729,20 @@ impl Supervisor<'_> {
                             );
                             self.reporter.report(&Report::Warning(&message));
                         }
-                        if let Err(mpsc::TrySendError::Full(bytes)) =
-                            self.io.passthrough.try_send(bytes)
-                        {
-                            self.io.held = Some(bytes);
+                        if ended {
+                            bytes.push(b'\n');
+                        }
+                        if !self.io.pass_on(bytes) {
                             return;
                         }
                     }
                     line => self.handle(Event::Line(0, line)),
                 },
+                Ok(Some(Chunk::Text(bytes))) => {
+                    if !self.io.pass_on(bytes) {
+                        return;
+                    }
+                }
                 Ok(Some(Chunk::Oversized { id })) => self.handle(Event::Oversized(0, id)),
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
@@ -601,23 +761,50 @@ impl Supervisor<'_> {
                 self.kill_at = None;
             }
         }
-        if self.stop.is_none() && self.last_cancel_poll.elapsed() >= CANCEL_POLL {
-            self.last_cancel_poll = Instant::now();
-            if let Ok(true) = self.journal.cancel_requested(self.spec.task_id) {
-                self.stop(Stop::Cancel);
+        if self.fenced {
+            return;
+        }
+        if self.stop.is_none() && self.last_watch.elapsed() >= WATCH_EVERY {
+            self.last_watch = Instant::now();
+            if let Ok(standing) = self.journal.watch(self.spec.task_id, self.spec.run) {
+                self.on_standing(standing);
             }
         }
         if self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.last_heartbeat = Instant::now();
-            if let Err(err) = self.journal.heartbeat(self.spec.task_id, self.spec.run) {
-                let message = format!("failed to renew the task's lease: {err:#}");
-                self.reporter.report(&Report::Warning(&message));
+            let sent_at = os::boot_clock();
+            match self.journal.heartbeat(self.spec.task_id, self.spec.run) {
+                Ok(standing) => {
+                    if standing != Standing::Lost {
+                        self.renewed_at = sent_at;
+                    }
+                    self.on_standing(standing);
+                }
+                Err(err) if crate::error::failure_of(&err).is_some() => {
+                    // The journal file is gone or broken: nothing more can
+                    // be recorded.
+                    self.journal_failed(&Value::Null, err);
+                }
+                Err(err) => {
+                    let message = format!("failed to renew the task's lease: {err:#}");
+                    self.reporter.report(&Report::Warning(&message));
+                }
             }
         }
     }
 
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Line(conn, Line::Request(request)) if self.exited.is_some() => {
+                // What the agent left running may not open steps for a
+                // task whose run is ending.
+                self.conn = conn;
+                self.respond(&Response::error(
+                    request.id().clone(),
+                    ErrorCode::BadRequest,
+                    "the agent has exited; a request from a process it left running is refused",
+                ));
+            }
             Event::Line(conn, Line::Request(request)) => {
                 self.conn = conn;
                 self.on_request(request);
@@ -664,6 +851,9 @@ impl Supervisor<'_> {
 
     /// Answers on the connection of the request being handled.
     fn respond(&mut self, response: &Response) {
+        if self.fenced {
+            return;
+        }
         if self.conn == 0 {
             self.io.push(response);
         } else if let Some(writer) = self.writers.get(&self.conn) {
@@ -706,9 +896,15 @@ impl Supervisor<'_> {
                 let conn = self.conn;
                 self.commit_batch();
                 self.conn = conn;
-                match self.journal.set_output(self.spec.task_id, &output) {
+                if self.fenced {
+                    return;
+                }
+                match self
+                    .journal
+                    .set_output(self.spec.task_id, self.spec.run, &output)
+                {
                     Ok(()) => self.respond(&Response::ok(id)),
-                    Err(err) => self.journal_failed(&id, err),
+                    Err(err) => self.write_failed(&id, err),
                 }
             }
         }
@@ -756,9 +952,23 @@ impl Supervisor<'_> {
                 fresh,
                 then: Then::Call { id, tool, args },
             });
-        } else {
+        } else if self.may_start() {
             self.start_call(id, tool, args, record, fresh);
+        } else {
+            self.refuse_start(id, record.step);
         }
+    }
+
+    /// Answers a step that may not start because the run is stopping.
+    fn refuse_start(&mut self, id: Value, step: u64) {
+        self.respond(
+            &Response::error(
+                id,
+                ErrorCode::Cancelled,
+                format!("step {step} was stopped with the run; it runs again on resume"),
+            )
+            .step(step),
+        );
     }
 
     /// Runs a `call`'s tool on a thread of its own.
@@ -843,8 +1053,10 @@ impl Supervisor<'_> {
                 fresh,
                 then: Then::Opened { id, in_doubt },
             });
-        } else {
+        } else if self.may_start() {
             self.opened(id, record, fresh, in_doubt);
+        } else {
+            self.refuse_start(id, record.step);
         }
     }
 
@@ -913,6 +1125,7 @@ impl Supervisor<'_> {
                     started_at: now,
                     finished_at: None,
                     resolution: None,
+                    seen_from: None,
                 };
                 (record, true, false)
             }
@@ -920,13 +1133,12 @@ impl Supervisor<'_> {
                 self.diverge(id, &recorded, name, args);
                 return None;
             }
-            // A failure the agent already saw (later steps exist) or that an
-            // operator recorded replays as a failure.
+            // A failure the agent went on from, or that an operator
+            // recorded, replays as a failure.
             Some(recorded)
                 if recorded.status == StepStatus::Committed
                     || (recorded.status == StepStatus::Failed
-                        && (step < self.last_recorded
-                            || recorded.resolution.as_deref() == Some("fail"))) =>
+                        && failure_replays(&recorded, self.last_recorded)) =>
             {
                 // Answered from the window read ahead: no round trip of its
                 // own, and the output moves into the answer uncopied.
@@ -962,6 +1174,7 @@ impl Supervisor<'_> {
                 record.finished_at = None;
                 record.error = None;
                 record.output = None;
+                record.seen_from = None;
                 record.run = self.spec.run;
                 (record, false, in_doubt)
             }
@@ -1046,6 +1259,25 @@ impl Supervisor<'_> {
             "check whether it happened, then `durun resolve {task} {step} --retry | --output JSON | --fail MESSAGE` and `durun resume {task}`"
         ));
         self.stop(Stop::Failure(failure.into()));
+    }
+
+    /// A fenced write failed: the lease is lost, the task cancelled, or the
+    /// journal broken.
+    fn write_failed(&mut self, id: &Value, err: anyhow::Error) {
+        match err.downcast_ref::<Fenced>() {
+            Some(Fenced(standing)) => {
+                let standing = *standing;
+                if standing == Standing::Cancelled {
+                    self.respond(&Response::error(
+                        id.clone(),
+                        ErrorCode::Cancelled,
+                        "the task was cancelled; the run stops",
+                    ));
+                }
+                self.on_standing(standing);
+            }
+            None => self.journal_failed(id, err),
+        }
     }
 
     fn journal_failed(&mut self, id: &Value, err: anyhow::Error) {
@@ -1161,7 +1393,9 @@ impl Supervisor<'_> {
                 record.status = StepStatus::Failed;
                 record.error = Some(StepError {
                     code: code.as_str().to_owned(),
-                    message,
+                    // A tool's stderr may hold NUL, which no text column
+                    // of PostgreSQL takes; its exact bytes are in `output`.
+                    message: message.replace('\0', "\u{fffd}"),
                 });
                 record.output = output.as_ref().map(JsonText::from_value);
             }
@@ -1198,6 +1432,8 @@ impl Supervisor<'_> {
                     message,
                 });
                 record.output = output.as_ref().map(JsonText::from_value);
+                // The agent reported the failure: it knows of it from here.
+                record.seen_from = Some(self.next_step);
             }
         }
         self.finish_step(id, record, open.fresh, open.started);
@@ -1221,14 +1457,24 @@ impl Supervisor<'_> {
         if self.batch.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.batch);
+        let mut batch = std::mem::take(&mut self.batch);
+        if self.fenced {
+            return;
+        }
         let mut stats = self.stats;
         let mut finished = false;
-        for deferred in &batch {
+        for deferred in &mut batch {
             if let Then::Finished { .. } = deferred.then {
                 finished = true;
                 stats.executed_steps += 1;
                 stats.tokens_spent += deferred.record.tokens;
+                if deferred.record.kind == StepKind::Call
+                    && deferred.record.status == StepStatus::Failed
+                {
+                    // Answered right after this commit: a step the agent
+                    // opens from here on, it opens knowing of the failure.
+                    deferred.record.seen_from = Some(self.next_step);
+                }
             }
         }
         let writes: Vec<StepWrite<'_>> = batch
@@ -1249,16 +1495,25 @@ impl Supervisor<'_> {
             );
         drop(writes);
         if let Err(err) = written {
-            let message = format!("durun could not write the journal ({err:#}); the task stops");
+            let (code, message) = match err.downcast_ref::<Fenced>() {
+                Some(Fenced(Standing::Cancelled)) => (
+                    ErrorCode::Cancelled,
+                    "the task was cancelled; the run stops".to_owned(),
+                ),
+                _ => (
+                    ErrorCode::Journal,
+                    format!("durun could not write the journal ({err:#}); the task stops"),
+                ),
+            };
             let mut batch = batch.into_iter();
             let first = batch.next().expect("the batch is not empty");
             for deferred in batch {
                 self.conn = deferred.conn;
                 let id = deferred.then.into_id();
-                self.respond(&Response::error(id, ErrorCode::Journal, message.clone()));
+                self.respond(&Response::error(id, code, message.clone()));
             }
             self.conn = first.conn;
-            return self.journal_failed(&first.then.into_id(), err);
+            return self.write_failed(&first.then.into_id(), err);
         }
         self.stats = stats;
         for Deferred {
@@ -1271,20 +1526,10 @@ impl Supervisor<'_> {
                 Then::Finished { id, started } => self.answer_finished(id, &record, started),
                 Then::Opened { id, in_doubt } => self.opened(id, record, false, in_doubt),
                 Then::Call { id, tool, args } => {
-                    if self.stop.is_some() {
+                    if self.stop.is_some() || !self.check_renewal() {
                         // Its intent is recorded: the step is in doubt and
                         // runs again, with its key, on resume.
-                        let step = record.step;
-                        self.respond(
-                            &Response::error(
-                                id,
-                                ErrorCode::Cancelled,
-                                format!(
-                                    "step {step} was stopped with the run; it runs again on resume"
-                                ),
-                            )
-                            .step(step),
-                        );
+                        self.refuse_start(id, record.step);
                     } else {
                         self.start_call(id, tool, args, record, false);
                     }
@@ -1354,6 +1599,10 @@ impl Supervisor<'_> {
             exit_code,
             stats: self.stats,
             failure,
+            output: Some(Output {
+                passthrough: self.io.passthrough,
+                stall: self.signal.map(|_| OUTPUT_STALL),
+            }),
         }
     }
 }
@@ -1375,6 +1624,21 @@ fn replay_response(id: Value, recorded: StepRecord) -> Response {
     response.output = Some(recorded.output.unwrap_or_else(JsonText::null));
     response.idempotency_key = Some(recorded.idempotency_key);
     response
+}
+
+/// Whether a recorded failure replays as a failure (SPEC 3.2): an operator
+/// recorded it, or the agent opened a later step after it was answered with
+/// it. A failure the agent never saw, or saw only after it had opened every
+/// later step (parallel calls), runs again with the same key.
+fn failure_replays(recorded: &StepRecord, last_recorded: u64) -> bool {
+    if recorded.resolution.as_deref() == Some("fail") {
+        return true;
+    }
+    match recorded.seen_from {
+        Some(seen_from) => last_recorded >= seen_from,
+        // Recorded before durun kept `seen_from`: the older rule.
+        None => recorded.step < last_recorded,
+    }
 }
 
 /// Whether the RFC 3339 time `then` is more than `age` ago.

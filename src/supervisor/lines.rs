@@ -1,8 +1,13 @@
-//! Reads the agent's stdout as bounded lines.
+//! Reads a protocol stream as bounded lines.
 //!
-//! A line longer than [`MAX_LINE`] is never held whole: durun keeps its
-//! first bytes (to read its `id`), drops the rest up to the newline, and
-//! answers it `bad_request`.
+//! A request is one JSON object on one line, so only a line whose first
+//! non-blank byte is `{` can be one. On the agent's stdout
+//! ([`LineReader::streaming`]) every other line is handed on piece by piece
+//! as it arrives, never held whole: the agent's prints reach durun's stdout
+//! byte for byte whatever their length. A `{` line is held up to
+//! [`MAX_LINE`]; past that, one that names an `op` is dropped and answered
+//! `bad_request` (its first bytes are kept to read its `id`), and one that
+//! does not is handed on like any print.
 
 use std::io::{self, BufRead, BufReader, Read};
 
@@ -13,36 +18,60 @@ use crate::protocol::MAX_LINE;
 /// How much of an oversized line is kept to look for its `id`.
 const HEAD: usize = 64 * 1024;
 
+#[derive(Debug, PartialEq)]
 pub enum Chunk {
-    Line(Vec<u8>),
+    /// A whole line without its newline; `ended` is false only for the last
+    /// bytes of the stream when no newline closed them.
+    Line { bytes: Vec<u8>, ended: bool },
+    /// Part of a line that is not a request, newline included where it
+    /// ends: copied through as it comes.
+    Text(Vec<u8>),
+    /// A line over the limit that looks like a request: dropped, answered.
     Oversized { id: Value },
+}
+
+/// Where the reader is within the current line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Only blanks so far (kept in `line`).
+    Start,
+    /// A `{` line, held whole up to the limit.
+    Json,
+    /// A line that is not a request, handed on as it comes.
+    Text,
+    /// An oversized request: skipped up to its newline.
+    Drop,
 }
 
 pub struct LineReader<R> {
     inner: R,
     limit: usize,
+    /// Whether lines that cannot be requests are handed on in pieces.
+    streaming: bool,
     /// The line read so far: a non-blocking reader may stop mid-line.
     line: Vec<u8>,
-    oversized: bool,
+    mode: Mode,
 }
 
 impl<R: Read> LineReader<BufReader<R>> {
+    /// Every line whole (up to the limit): the socket, where every line
+    /// must be a request.
     pub fn new(inner: BufReader<R>) -> Self {
-        Self {
-            inner,
-            limit: MAX_LINE,
-            line: Vec::new(),
-            oversized: false,
-        }
+        Self::with_limit(inner, MAX_LINE, false)
     }
 
-    #[cfg(test)]
-    pub(crate) fn with_limit(inner: BufReader<R>, limit: usize) -> Self {
+    /// The agent's stdout: lines that cannot be requests stream through.
+    pub fn streaming(inner: BufReader<R>) -> Self {
+        Self::with_limit(inner, MAX_LINE, true)
+    }
+
+    pub(crate) fn with_limit(inner: BufReader<R>, limit: usize, streaming: bool) -> Self {
         Self {
             inner,
             limit,
+            streaming,
             line: Vec::new(),
-            oversized: false,
+            mode: Mode::Start,
         }
     }
 
@@ -51,69 +80,138 @@ impl<R: Read> LineReader<BufReader<R>> {
         self.inner.get_ref()
     }
 
-    /// Bytes already read from the source and not yet returned as lines.
+    /// Bytes already read from the source and not yet returned.
     pub fn has_buffered(&self) -> bool {
         !self.inner.buffer().is_empty()
     }
 
-    /// The next line without its `\n`, or `None` at the end of input. On a
-    /// non-blocking source, `WouldBlock` keeps the part of a line read so
-    /// far for the next call.
+    /// The next chunk, or `None` at the end of input. On a non-blocking
+    /// source, `WouldBlock` keeps the part of a line read so far for the
+    /// next call.
     pub fn next_line(&mut self) -> io::Result<Option<Chunk>> {
         loop {
-            let line = &mut self.line;
             let buffer = match self.inner.fill_buf() {
                 Ok(buffer) => buffer,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Err(err),
             };
             if buffer.is_empty() {
-                let line = std::mem::take(line);
-                let oversized = std::mem::take(&mut self.oversized);
-                return Ok(match (line.is_empty(), oversized) {
-                    (true, false) => None,
-                    (_, true) => Some(Chunk::Oversized {
-                        id: sniff_id(&line),
-                    }),
-                    (false, false) => Some(Chunk::Line(line)),
-                });
+                return Ok(self.end_of_input());
             }
-            let (taken, done) = match memchr(buffer) {
+            let newline = buffer.iter().position(|&b| b == b'\n');
+            let (taken, done) = match newline {
                 Some(at) => (at + 1, true),
                 None => (buffer.len(), false),
             };
-            let content = &buffer[..if done { taken - 1 } else { taken }];
-            if !self.oversized {
-                if line.len() + content.len() > self.limit {
-                    self.oversized = true;
-                    let room = HEAD.saturating_sub(line.len());
-                    line.extend_from_slice(&content[..room.min(content.len())]);
-                } else {
-                    line.extend_from_slice(content);
+            match self.mode {
+                Mode::Start => {
+                    // Decide the line's kind at its first non-blank byte.
+                    let blanks = buffer[..taken]
+                        .iter()
+                        .position(|&b| !matches!(b, b' ' | b'\t' | b'\r'))
+                        .unwrap_or(taken);
+                    if blanks == taken && !done {
+                        self.line.extend_from_slice(&buffer[..taken]);
+                        self.inner.consume(taken);
+                        if self.line.len() > self.limit {
+                            // Blanks only, and too many to hold.
+                            self.mode = if self.streaming {
+                                Mode::Text
+                            } else {
+                                Mode::Json
+                            };
+                        }
+                        continue;
+                    }
+                    self.line.extend_from_slice(&buffer[..blanks]);
+                    self.inner.consume(blanks);
+                    let first = self.inner.buffer().first().copied();
+                    self.mode = if first == Some(b'{') || !self.streaming {
+                        Mode::Json
+                    } else {
+                        Mode::Text
+                    };
+                }
+                Mode::Text => {
+                    let mut piece = std::mem::take(&mut self.line);
+                    piece.extend_from_slice(&buffer[..taken]);
+                    self.inner.consume(taken);
+                    if done {
+                        self.mode = Mode::Start;
+                    }
+                    return Ok(Some(Chunk::Text(piece)));
+                }
+                Mode::Json => {
+                    let content = &buffer[..if done { taken - 1 } else { taken }];
+                    if self.line.len() + content.len() <= self.limit {
+                        self.line.extend_from_slice(content);
+                        self.inner.consume(taken);
+                        if done {
+                            self.mode = Mode::Start;
+                            return Ok(Some(Chunk::Line {
+                                bytes: std::mem::take(&mut self.line),
+                                ended: true,
+                            }));
+                        }
+                        continue;
+                    }
+                    // Past the limit: a request is refused, anything else
+                    // is a print and goes on.
+                    let room = self
+                        .limit
+                        .saturating_sub(self.line.len())
+                        .min(content.len());
+                    if self.streaming && !names_an_op(&self.line[..self.line.len().min(HEAD)]) {
+                        let mut piece = std::mem::take(&mut self.line);
+                        piece.extend_from_slice(&buffer[..room]);
+                        self.inner.consume(room);
+                        self.mode = Mode::Text;
+                        return Ok(Some(Chunk::Text(piece)));
+                    }
+                    self.line.truncate(HEAD);
+                    let keep = HEAD.saturating_sub(self.line.len()).min(content.len());
+                    self.line.extend_from_slice(&content[..keep]);
+                    self.mode = Mode::Drop;
+                }
+                Mode::Drop => {
+                    self.inner.consume(taken);
+                    if done {
+                        self.mode = Mode::Start;
+                        return Ok(Some(Chunk::Oversized {
+                            id: sniff_id(&std::mem::take(&mut self.line)),
+                        }));
+                    }
                 }
             }
-            self.inner.consume(taken);
-            if done {
-                let line = std::mem::take(line);
-                return Ok(Some(if std::mem::take(&mut self.oversized) {
-                    Chunk::Oversized {
-                        id: sniff_id(&line),
-                    }
-                } else {
-                    Chunk::Line(line)
-                }));
-            }
+        }
+    }
+
+    /// What is left when the input ends.
+    fn end_of_input(&mut self) -> Option<Chunk> {
+        let line = std::mem::take(&mut self.line);
+        let mode = std::mem::replace(&mut self.mode, Mode::Start);
+        match mode {
+            Mode::Drop => Some(Chunk::Oversized {
+                id: sniff_id(&line),
+            }),
+            _ if line.is_empty() => None,
+            Mode::Text => Some(Chunk::Text(line)),
+            Mode::Start | Mode::Json => Some(Chunk::Line {
+                bytes: line,
+                ended: false,
+            }),
         }
     }
 }
 
-fn memchr(buffer: &[u8]) -> Option<usize> {
-    buffer.iter().position(|&b| b == b'\n')
+/// Whether the first bytes of a line name an `op`, as a request would.
+pub fn names_an_op(head: &[u8]) -> bool {
+    head.windows(4).any(|window| window == b"\"op\"")
 }
 
 /// The `id` of a request from the first bytes of its line, where it can be
 /// read: a string or an integer after `"id":`.
-fn sniff_id(head: &[u8]) -> Value {
+pub fn sniff_id(head: &[u8]) -> Value {
     let Some(at) = head.windows(4).position(|w| w == b"\"id\"") else {
         return Value::Null;
     };
@@ -136,35 +234,71 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn lines(input: &[u8], limit: usize) -> Vec<Result<Vec<u8>, Value>> {
-        let mut reader = LineReader::with_limit(io::BufReader::with_capacity(4, input), limit);
+    fn chunks(input: &[u8], limit: usize, streaming: bool) -> Vec<Chunk> {
+        let mut reader =
+            LineReader::with_limit(io::BufReader::with_capacity(4, input), limit, streaming);
         let mut out = Vec::new();
         while let Some(chunk) = reader.next_line().expect("in-memory read") {
-            out.push(match chunk {
-                Chunk::Line(line) => Ok(line),
-                Chunk::Oversized { id } => Err(id),
-            });
+            out.push(chunk);
         }
         out
     }
 
+    fn line(text: &str) -> Chunk {
+        Chunk::Line {
+            bytes: text.as_bytes().to_vec(),
+            ended: true,
+        }
+    }
+
     #[test]
-    fn splits_lines_and_drops_oversized_ones() {
-        let input = b"a\n{\"id\": 7, \"op\":\"call\",\"x\":\"0123456789\"}\n{\"id\":\"s\",\"pad\":\"0123456789012345\"}\nlast";
+    fn holds_requests_and_drops_oversized_ones() {
+        let input = b"{\"id\": 7, \"op\":\"call\",\"x\":\"0123456789\"}\n{\"id\":\"s\",\"op\":\"a\",\"pad\":\"0123456789012345\"}\n{\"a\":1}\nlast";
         assert_eq!(
-            lines(input, 30),
+            chunks(input, 30, false),
             vec![
-                Ok(b"a".to_vec()),
-                Err(json!(7)),
-                Err(json!("s")),
-                Ok(b"last".to_vec())
+                Chunk::Oversized { id: json!(7) },
+                Chunk::Oversized { id: json!("s") },
+                line("{\"a\":1}"),
+                Chunk::Line {
+                    bytes: b"last".to_vec(),
+                    ended: false
+                },
             ]
         );
         assert_eq!(
-            lines(b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 30),
-            vec![Err(Value::Null)]
+            chunks(b"{\"op\":xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 30, false),
+            vec![Chunk::Oversized { id: Value::Null }]
         );
-        assert_eq!(lines(b"", 30), Vec::<Result<Vec<u8>, Value>>::new());
-        assert_eq!(lines(b"\n\n", 30), vec![Ok(vec![]), Ok(vec![])]);
+        assert_eq!(chunks(b"", 30, false), vec![]);
+        assert_eq!(chunks(b"\n\n", 30, false), vec![line(""), line("")]);
+    }
+
+    #[test]
+    fn streams_what_cannot_be_a_request() {
+        let text = |chunks: Vec<Chunk>| -> Vec<u8> {
+            chunks
+                .into_iter()
+                .flat_map(|chunk| match chunk {
+                    Chunk::Text(bytes) => bytes,
+                    Chunk::Line { mut bytes, ended } => {
+                        if ended {
+                            bytes.push(b'\n');
+                        }
+                        bytes
+                    }
+                    Chunk::Oversized { .. } => b"<dropped>".to_vec(),
+                })
+                .collect()
+        };
+        let input = b"hello world, a long print\n  {\"a\": \"a JSON print longer than the limit\"}\n{\"op\":\"call\",\"id\":3,\"pad\":\"xxxxxxxxxxxxxxxxxxxx\"}\n  \n{\"x\":1}\nno newline";
+        let out = chunks(input, 30, true);
+        assert!(out.iter().any(|chunk| matches!(chunk, Chunk::Text(_))));
+        assert!(out.contains(&Chunk::Oversized { id: json!(3) }));
+        assert!(out.contains(&line("{\"x\":1}")));
+        assert_eq!(
+            String::from_utf8(text(out)).expect("utf-8"),
+            "hello world, a long print\n  {\"a\": \"a JSON print longer than the limit\"}\n<dropped>  \n{\"x\":1}\nno newline"
+        );
     }
 }

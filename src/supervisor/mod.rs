@@ -2,6 +2,7 @@
 
 mod imp;
 pub(crate) mod lines;
+mod passthrough;
 mod recorded;
 mod socket;
 

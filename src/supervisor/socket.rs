@@ -92,7 +92,9 @@ fn serve(conn: usize, stream: UnixStream, events: &Events) {
         let mut reader = LineReader::new(BufReader::new(stream));
         loop {
             let event = match reader.next_line() {
-                Ok(Some(Chunk::Line(bytes))) => Event::Line(conn, protocol::parse_line(&bytes)),
+                Ok(Some(Chunk::Line { bytes, .. } | Chunk::Text(bytes))) => {
+                    Event::Line(conn, protocol::parse_line(&bytes))
+                }
                 Ok(Some(Chunk::Oversized { id })) => Event::Oversized(conn, id),
                 Ok(None) | Err(_) => {
                     let _ = events.send(Event::Disconnected(conn));
