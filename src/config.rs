@@ -250,9 +250,14 @@ impl Tool {
         let timeout = raw
             .timeout
             .map(|text| {
-                humantime::parse_duration(&text).map_err(|err| {
+                let timeout = humantime::parse_duration(&text).map_err(|err| {
                     format!("`timeout = {text:?}` is not a duration like \"30s\": {err}")
-                })
+                })?;
+                if timeout.is_zero() {
+                    // Every call would time out before it started.
+                    return Err(format!("`timeout = {text:?}` must be longer than zero"));
+                }
+                Ok(timeout)
             })
             .transpose()?;
         Ok(Self {
@@ -307,7 +312,59 @@ impl Tool {
 }
 
 /// `${VAR}` in `text` replaced from the environment.
-pub fn expand_env(text: &str) -> Result<String, String> {
+#[cfg(test)]
+fn expand_env(text: &str) -> Result<String, String> {
+    expand_env_noting(text, &mut Secrets::default())
+}
+
+/// The values `${VAR}` expanded to: they never appear in a message, an
+/// answer or the journal (SPEC 5).
+#[derive(Debug, Default)]
+pub struct Secrets(Vec<(String, String)>);
+
+impl Secrets {
+    /// `message` with every expanded value written back as `${VAR}`.
+    pub fn redact(&self, message: &str) -> String {
+        let mut out = message.to_owned();
+        // Longest first, so that a value inside another goes with it.
+        let mut values: Vec<&(String, String)> = self
+            .0
+            .iter()
+            .filter(|(_, value)| !value.is_empty())
+            .collect();
+        values.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+        for (name, value) in values {
+            out = out.replace(value.as_str(), &format!("${{{name}}}"));
+        }
+        out
+    }
+
+    /// Adds what `other` noted.
+    pub fn extend(&mut self, other: Self) {
+        self.0.extend(other.0);
+    }
+
+    /// `value` with every string in it redacted.
+    pub fn redact_value(&self, value: &mut Value) {
+        match value {
+            Value::String(text) => *text = self.redact(text),
+            Value::Array(items) => items.iter_mut().for_each(|item| self.redact_value(item)),
+            Value::Object(members) => members
+                .values_mut()
+                .for_each(|member| self.redact_value(member)),
+            _ => {}
+        }
+    }
+
+    /// The names of the variables expanded so far.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.iter().map(|(name, _)| name.as_str()).collect()
+    }
+}
+
+/// `${VAR}` in `text` replaced from the environment, each value noted in
+/// `secrets`.
+pub fn expand_env_noting(text: &str, secrets: &mut Secrets) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -323,7 +380,10 @@ pub fn expand_env(text: &str) -> Result<String, String> {
             None => (inner, None),
         };
         match (std::env::var(name), default) {
-            (Ok(value), _) if !value.is_empty() || default.is_none() => out.push_str(&value),
+            (Ok(value), _) if !value.is_empty() || default.is_none() => {
+                out.push_str(&value);
+                secrets.0.push((name.to_owned(), value));
+            }
             (_, Some(default)) => out.push_str(default),
             (Err(_), None) => return Err(format!("the environment variable {name} is not set")),
             (Ok(_), None) => {}
@@ -463,6 +523,20 @@ mod tests {
     }
 
     #[test]
+    fn secrets_are_written_back_as_their_variables() {
+        std::env::set_var("DURUN_TEST_SECRET", "sk-live-123");
+        let mut secrets = Secrets::default();
+        let url = expand_env_noting("http://h/${DURUN_TEST_SECRET}/x", &mut secrets).expect("set");
+        assert_eq!(
+            secrets.redact(&format!("could not reach {url}")),
+            "could not reach http://h/${DURUN_TEST_SECRET}/x"
+        );
+        let mut body = json!({"echo": ["Bearer sk-live-123"]});
+        secrets.redact_value(&mut body);
+        assert_eq!(body, json!({"echo": ["Bearer ${DURUN_TEST_SECRET}"]}));
+    }
+
+    #[test]
     fn rejects_what_it_cannot_run() {
         for (text, fragment) in [
             ("[tools.a]\neffect = \"read\"", "needs `command"),
@@ -470,6 +544,10 @@ mod tests {
             (
                 "[tools.a]\ncommand = [\"x\"]\ntimeout = \"soon\"",
                 "not a duration",
+            ),
+            (
+                "[tools.a]\ncommand = [\"x\"]\ntimeout = \"0s\"",
+                "longer than zero",
             ),
             ("[tools.a]\ncommand = [\"x\"]\ncolour = 1", "unknown field"),
             (

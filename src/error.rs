@@ -99,19 +99,21 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 
 /// Prints `durun: <what happened>`, the causes, and the hint to stderr.
 pub fn print(err: &anyhow::Error) {
+    use crate::report::escape;
     use std::io::Write as _;
     let mut out = std::io::stderr().lock();
-    let _ = writeln!(out, "durun: {err}");
+    // Messages quote task ids, step names and tool output: escaped.
+    let _ = writeln!(out, "durun: {}", escape(&err.to_string()));
     for cause in err.chain().skip(1) {
-        let _ = writeln!(out, "  caused by: {cause}");
+        let _ = writeln!(out, "  caused by: {}", escape(&cause.to_string()));
     }
     let failure = failure_of(err);
     if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
         for line in details.lines() {
-            let _ = writeln!(out, "  {line}");
+            let _ = writeln!(out, "  {}", escape(line));
         }
     }
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
-        let _ = writeln!(out, "  hint: {hint}");
+        let _ = writeln!(out, "  hint: {}", escape(hint));
     }
 }

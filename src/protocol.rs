@@ -30,7 +30,7 @@
 //! under `arbitrary_precision` (which the step key needs), and a hand decoder
 //! names the exact member that is wrong.
 
-use serde::Serialize;
+use serde::{Deserialize as _, Serialize};
 use serde_json::{Map, Value};
 
 use crate::json_text::JsonText;
@@ -124,11 +124,25 @@ pub enum Line {
     },
 }
 
+/// The deepest nesting a request may have. Python's `json` reads a little
+/// less than 1,000 levels, so no Python agent sends deeper.
+pub const MAX_DEPTH: usize = 1000;
+
 /// Classifies one line (without its `\n`).
+///
+/// Whatever Python's `json.loads` reads as an object with a string `op` is
+/// a request and gets an answer: `NaN`, `Infinity` and lone surrogates,
+/// which cannot be journaled as JSON, get `bad_request` naming them.
 pub fn parse_line(bytes: &[u8]) -> Line {
-    let Ok(Value::Object(object)) = serde_json::from_slice::<Value>(bytes) else {
-        return Line::Passthrough;
+    let object = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(object)) => object,
+        Ok(_) => return Line::Passthrough,
+        Err(err) => return parse_unusual(bytes, &err),
     };
+    classify(object)
+}
+
+fn classify(object: Map<String, Value>) -> Line {
     let Some(Value::String(op)) = object.get("op") else {
         return Line::Passthrough;
     };
@@ -137,6 +151,193 @@ pub fn parse_line(bytes: &[u8]) -> Line {
         Ok(request) => Line::Request(request),
         Err((id, message)) => Line::Invalid { id, message },
     }
+}
+
+/// A line serde's first reading refused: deeper than its default limit, or
+/// holding what Python reads and JSON does not have.
+fn parse_unusual(bytes: &[u8], err: &serde_json::Error) -> Line {
+    if err.to_string().starts_with("recursion limit exceeded") {
+        if depth(bytes) > MAX_DEPTH {
+            let head = &bytes[..bytes.len().min(64 * 1024)];
+            if bytes.trim_ascii_start().starts_with(b"{") && names_an_op(head) {
+                return Line::Invalid {
+                    id: sniff_id(head),
+                    message: format!("the request is nested deeper than {MAX_DEPTH} levels"),
+                };
+            }
+            return Line::Passthrough;
+        }
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        deserializer.disable_recursion_limit();
+        return match Value::deserialize(&mut deserializer).and_then(|value| {
+            deserializer.end()?;
+            Ok(value)
+        }) {
+            Ok(Value::Object(object)) => classify(object),
+            Ok(_) => Line::Passthrough,
+            Err(err) => parse_unusual_values(bytes, &err),
+        };
+    }
+    parse_unusual_values(bytes, err)
+}
+
+/// `NaN`, `Infinity`, `-Infinity` and lone surrogate escapes: Python's
+/// `json` writes and reads them, JSON has none of them.
+fn parse_unusual_values(bytes: &[u8], _err: &serde_json::Error) -> Line {
+    let Some((json, problem)) = without_python_extras(bytes) else {
+        return Line::Passthrough;
+    };
+    if depth(&json) > MAX_DEPTH {
+        return Line::Passthrough;
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(&json);
+    deserializer.disable_recursion_limit();
+    let Ok(Value::Object(object)) = Value::deserialize(&mut deserializer) else {
+        return Line::Passthrough;
+    };
+    match classify(object) {
+        Line::Passthrough => Line::Passthrough,
+        Line::Request(request) => Line::Invalid {
+            id: request.id().clone(),
+            message: problem,
+        },
+        Line::Invalid { id, .. } => Line::Invalid {
+            id,
+            message: problem,
+        },
+    }
+}
+
+/// Whether the first bytes of a line name an `op`, as a request would.
+pub fn names_an_op(head: &[u8]) -> bool {
+    head.windows(4).any(|window| window == b"\"op\"")
+}
+
+/// The `id` of a request from the first bytes of its line, where it can be
+/// read: a string or an integer after `"id":`.
+pub fn sniff_id(head: &[u8]) -> Value {
+    let Some(at) = head.windows(4).position(|w| w == b"\"id\"") else {
+        return Value::Null;
+    };
+    let rest = &head[at + 4..];
+    let rest = rest.trim_ascii_start();
+    let Some(rest) = rest.strip_prefix(b":") else {
+        return Value::Null;
+    };
+    let mut values =
+        serde_json::Deserializer::from_slice(rest.trim_ascii_start()).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(id @ Value::String(_))) => id,
+        Some(Ok(Value::Number(n))) if !n.to_string().contains(['.', 'e', 'E']) => Value::Number(n),
+        _ => Value::Null,
+    }
+}
+
+/// How deep the line's brackets nest, strings skipped.
+fn depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &byte in bytes {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The line with Python's extras replaced (`null` for the numbers, U+FFFD
+/// for a lone surrogate), and what was found, as the answer's message; or
+/// `None` when it holds none.
+fn without_python_extras(bytes: &[u8]) -> Option<(Vec<u8>, String)> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut found: Option<String> = None;
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        if in_string {
+            match rest[0] {
+                b'"' => {
+                    in_string = false;
+                    out.push(b'"');
+                    i += 1;
+                }
+                b'\\' if rest.get(1) == Some(&b'u') => {
+                    let unit = hex_unit(&rest[2..]);
+                    let next = rest
+                        .get(6..8)
+                        .filter(|e| *e == b"\\u")
+                        .and_then(|_| hex_unit(&rest[8..]));
+                    match unit {
+                        Some(0xD800..=0xDBFF)
+                            if next.is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) =>
+                        {
+                            out.extend_from_slice(&rest[..12]);
+                            i += 12;
+                        }
+                        Some(lone @ 0xD800..=0xDFFF) => {
+                            found.get_or_insert_with(|| format!(
+                                "a string holds a lone surrogate (\\u{lone:04x}), which is not text and cannot be journaled; send the bytes encoded (base64) or drop them"
+                            ));
+                            out.extend_from_slice(b"\\ufffd");
+                            i += 6;
+                        }
+                        _ => {
+                            out.extend_from_slice(&rest[..2.min(rest.len())]);
+                            i += 2;
+                        }
+                    }
+                }
+                b'\\' => {
+                    out.extend_from_slice(&rest[..2.min(rest.len())]);
+                    i += 2;
+                }
+                byte => {
+                    out.push(byte);
+                    i += 1;
+                }
+            }
+            continue;
+        }
+        let word = [&b"-Infinity"[..], b"Infinity", b"NaN"]
+            .into_iter()
+            .find(|word| rest.starts_with(word));
+        if let Some(word) = word {
+            let name = String::from_utf8_lossy(word);
+            found.get_or_insert_with(|| format!(
+                "the request holds {name}, which is not JSON and cannot be journaled; send null, a number or a string instead"
+            ));
+            out.extend_from_slice(b"null");
+            i += word.len();
+            continue;
+        }
+        if rest[0] == b'"' {
+            in_string = true;
+        }
+        out.push(rest[0]);
+        i += 1;
+    }
+    found.map(|problem| (out, problem))
+}
+
+/// The code unit of four hex digits at the start of `bytes`.
+fn hex_unit(bytes: &[u8]) -> Option<u32> {
+    let digits = std::str::from_utf8(bytes.get(..4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
 }
 
 type DecodeError = (Value, String);
@@ -191,6 +392,12 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         "fail" => Request::Fail {
             step: required_step(&mut object, op).map_err(fail)?,
             error: match optional(&mut object, "error") {
+                Some(Value::String(text)) if text.contains('\0') => {
+                    return Err(fail(
+                        "`error` of a `fail` request must not hold a NUL character (\\u0000); put exact bytes in `output`"
+                            .to_owned(),
+                    ))
+                }
                 Some(Value::String(text)) => text,
                 None => "failed".to_owned(),
                 Some(_) => return Err(fail("`error` must be a string".to_owned())),
@@ -221,6 +428,11 @@ fn required_string(
     op: &str,
 ) -> Result<String, String> {
     match optional(object, name) {
+        // PostgreSQL takes no NUL in text: refused before anything is
+        // written, on every journal alike.
+        Some(Value::String(text)) if text.contains('\0') => Err(format!(
+            "`{name}` of a `{op}` request must not hold a NUL character (\\u0000)"
+        )),
         Some(Value::String(text)) if !text.is_empty() => Ok(text),
         Some(Value::String(_)) => Err(format!("`{name}` of a `{op}` request must not be empty")),
         Some(_) => Err(format!("`{name}` of a `{op}` request must be a string")),
@@ -469,6 +681,67 @@ mod tests {
                 .1
                 .contains("effect")
         );
+    }
+
+    #[test]
+    fn what_python_writes_gets_an_answer() {
+        for (line, says) in [
+            (r#"{"op":"call","id":4,"tool":"t","args":{"x":NaN}}"#, "NaN"),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":[Infinity]}"#,
+                "Infinity",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":[-Infinity]}"#,
+                "-Infinity",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":"\udcff"}"#,
+                "lone surrogate (\\udcff)",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":"a\ud800b"}"#,
+                "lone surrogate (\\ud800)",
+            ),
+            (r#"{"op":"begin","id":4,"name":"a\u0000b"}"#, "NUL"),
+            (r#"{"op":"fail","id":4,"step":1,"error":"a\u0000b"}"#, "NUL"),
+        ] {
+            let (id, message) = invalid(line);
+            assert_eq!(id, json!(4), "{line}");
+            assert!(message.contains(says), "{line}: {message}");
+        }
+        // A surrogate pair and "NaN" inside a string are fine.
+        assert!(matches!(
+            parse_line(
+                r#"{"op":"call","id":1,"tool":"t","args":["\ud83d\ude00","NaN"]}"#.as_bytes()
+            ),
+            Line::Request(_)
+        ));
+        // Not requests: still passed through.
+        assert!(matches!(parse_line(b"[NaN]"), Line::Passthrough));
+        assert!(matches!(parse_line(br#"{"x": NaN}"#), Line::Passthrough));
+    }
+
+    #[test]
+    fn deep_requests_are_read_to_a_thousand_levels() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"op":"call","id":9,"tool":"t","args":{}1{}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        assert!(matches!(
+            parse_line(nested(998).as_bytes()),
+            Line::Request(_)
+        ));
+        let (id, message) = invalid(&nested(5000));
+        assert_eq!(id, json!(9));
+        assert!(message.contains("deeper than 1000"), "{message}");
+        assert!(matches!(
+            parse_line(format!("{}{}", "[".repeat(5000), "]".repeat(5000)).as_bytes()),
+            Line::Passthrough
+        ));
     }
 
     #[test]

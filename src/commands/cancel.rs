@@ -1,18 +1,19 @@
 //! `durun cancel TASK`: stop a task for good.
 //!
-//! With a live runner, durun asks it through the journal (so a runner on
-//! another host sees it too) and waits for it to end the agent; without
-//! one, the task is marked cancelled at once.
+//! The task is marked cancelled in the journal at once: no run may start
+//! it again, on any host, even if its runner dies before it hears of the
+//! cancel. A live runner hears of it through the journal (so a runner on
+//! another host does too), opens no other step, and ends the agent;
+//! `cancel` waits for that.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::inspect::shown_status;
 use super::resume::unknown_task;
 use crate::cli::{CancelArgs, GlobalArgs};
 use crate::journal::{self, Access, Location, TaskStatus};
-use crate::lease::Holder;
+use crate::lease::{self, Holder};
 
 /// How long `cancel` waits for a live runner to stop.
 const WAIT: Duration = Duration::from_secs(30);
@@ -39,22 +40,29 @@ pub fn exec(args: &CancelArgs, global: &GlobalArgs) -> Result<i32> {
         return Ok(0);
     }
     eprintln!(
-        "durun: asked the runner of task {} to stop its agent; waiting",
+        "durun: task {} cancelled; waiting for its runner to stop the agent",
         task.id
     );
+    // From the cancel's commit on, the runner may open no step: every write
+    // it makes checks the mark, and it looks before any `read` step starts.
+    let me = Holder::current();
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
         let Some(task) = journal.task(&args.task)? else {
             break;
         };
-        if shown_status(&task) != TaskStatus::Running {
-            eprintln!("durun: task {} cancelled", task.id);
+        let running = task
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease::is_live(lease, &me, journal::now_ms()));
+        if !running {
+            eprintln!("durun: the runner of task {} stopped", task.id);
             return Ok(0);
         }
     }
     eprintln!(
-        "durun: the runner of task {} has not stopped yet; it will, and the task will not resume",
+        "durun: the runner of task {} has not stopped yet; it starts no other step and stops when it looks",
         args.task
     );
     Ok(0)

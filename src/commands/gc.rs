@@ -5,19 +5,31 @@ use std::time::SystemTime;
 use anyhow::Result;
 
 use crate::cli::{GcArgs, GlobalArgs};
+use crate::error::Failure;
+use crate::exit_code;
 use crate::journal::{self, Access, Location};
 use crate::lease::Holder;
 
 pub fn exec(args: &GcArgs, global: &GlobalArgs) -> Result<i32> {
+    let cutoff = SystemTime::now()
+        .checked_sub(args.older_than)
+        .filter(|cutoff| *cutoff >= SystemTime::UNIX_EPOCH)
+        .ok_or_else(|| {
+            Failure::new(
+                exit_code::USAGE,
+                format!(
+                    "--older-than {} reaches back before 1970, older than any task",
+                    humantime::format_duration(args.older_than)
+                ),
+            )
+            .hint("use an age like 30d or 1y")
+        })?;
+    let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
     let location = Location::resolve(global.journal.as_deref())?;
     if matches!(&location, Location::Sqlite(path) if !path.exists()) {
         eprintln!("durun: no journal yet; nothing to remove");
         return Ok(0);
     }
-    let cutoff = SystemTime::now()
-        .checked_sub(args.older_than)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
     let mut journal = journal::open(&location, Access::Write)?;
     let removed = journal.gc(&cutoff, &Holder::current())?;
     // The ids go to stdout, for scripts; the summary to stderr.

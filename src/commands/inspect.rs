@@ -21,7 +21,7 @@ use crate::journal::{
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
 use crate::report::table::{self, Column, Style, Tone};
-use crate::report::{short_duration, thousands};
+use crate::report::{escape, short_duration, thousands};
 
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;
@@ -412,8 +412,8 @@ fn task_view(
         "status   {}{exit}",
         style.paint(task_tone(status), status.as_str())
     );
-    let _ = writeln!(out, "command  {}", shell_words(&task.argv));
-    let _ = writeln!(out, "cwd      {}", task.cwd);
+    let _ = writeln!(out, "command  {}", escape(&shell_words(&task.argv)));
+    let _ = writeln!(out, "cwd      {}", escape(&task.cwd));
     let _ = writeln!(
         out,
         "tokens   {} spent, {} saved",
@@ -541,12 +541,12 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
         out,
         "step        {} of task {}",
         style.paint(Tone::Bold, &step.step.to_string()),
-        task.id
+        escape(&task.id)
     );
     let _ = writeln!(
         out,
         "name        {} ({}, {})",
-        step.name,
+        escape(&step.name),
         step.kind.as_str(),
         step.effect.as_str()
     );
@@ -561,7 +561,7 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
         style.paint(step_tone(step.status), step.status.as_str())
     );
     if let Some(resolution) = &step.resolution {
-        let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
+        let _ = writeln!(out, "resolution  {} (durun resolve)", escape(resolution));
     }
     let _ = writeln!(out, "key         {}", step.idempotency_key);
     let _ = writeln!(out, "args hash   {}", step.args_hash);
@@ -592,19 +592,28 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
             out,
             "tokens      {} ({})",
             thousands(step.tokens),
-            usage.as_str()
+            escape(usage.as_str())
         );
     }
-    let _ = write!(out, "args\n{}", indented(&pretty(&step.args.value())));
+    let _ = write!(
+        out,
+        "args\n{}",
+        indented(&escape(&pretty(&step.args.value())))
+    );
     if let Some(output) = &step.output {
         let text = pretty(&output.value());
-        let _ = write!(out, "output ({})\n{}", size(text.len()), indented(&text));
+        let _ = write!(
+            out,
+            "output ({})\n{}",
+            size(text.len()),
+            indented(&escape(&text))
+        );
     }
     if let Some(error) = &step.error {
         let _ = write!(
             out,
             "error\n{}",
-            indented(&format!("{}: {}", error.code, error.message))
+            indented(&escape(&format!("{}: {}", error.code, error.message)))
         );
     }
     out
@@ -618,7 +627,7 @@ fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<
     writeln!(
         out,
         "following task {} ({})",
-        task.id,
+        escape(&task.id),
         shown_status(&task).as_str()
     )?;
     out.flush()?;
@@ -634,7 +643,7 @@ fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<
             let mut line = format!(
                 "step {} {} {}",
                 step.step,
-                step.name,
+                escape(&step.name),
                 style.paint(step_tone(step.status), step.status.as_str())
             );
             if let Some(took) = took(&step.started_at, step.finished_at.as_deref()) {
@@ -657,7 +666,7 @@ fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<
             writeln!(
                 out,
                 "task {} {}{exit}",
-                task.id,
+                escape(&task.id),
                 style.paint(task_tone(status), status.as_str())
             )?;
             return Ok(0);

@@ -118,11 +118,10 @@ pub fn exec(args: &StepArgs) -> Result<i32> {
     if answer["replayed"] == true {
         // Recorded: print what it printed, exit as it exited.
         let output = &answer["output"];
-        if let Some(stdout) = output["stdout"].as_str() {
-            let mut out = std::io::stdout().lock();
-            out.write_all(stdout.as_bytes())?;
-            out.flush()?;
-        }
+        let recorded = recorded_stdout(output)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&recorded)?;
+        out.flush()?;
         let code = output["exit_code"]
             .as_i64()
             .unwrap_or(i64::from(answer["ok"] != true));
@@ -138,7 +137,8 @@ pub fn exec(args: &StepArgs) -> Result<i32> {
     }
     let step = answer["step"].as_u64().unwrap_or(0);
     let (code, stdout, truncated) = run_recorded(&args.command, &answer)?;
-    let mut output = json!({"stdout": stdout, "exit_code": code});
+    let mut output = stdout_json(&stdout);
+    output["exit_code"] = json!(code);
     if truncated {
         output["truncated"] = json!(true);
     }
@@ -159,9 +159,43 @@ pub fn exec(args: &StepArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// A step's stdout as its output records it, byte for byte: `stdout` as
+/// text when it is UTF-8 that JSON carries without growing past base64,
+/// else `stdout_base64`.
+fn stdout_json(bytes: &[u8]) -> Value {
+    use base64::Engine as _;
+    let escaped: usize = bytes
+        .iter()
+        .map(|&b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum();
+    let base64_len = bytes.len().div_ceil(3) * 4;
+    match std::str::from_utf8(bytes) {
+        Ok(text) if escaped <= base64_len => json!({ "stdout": text }),
+        _ => json!({ "stdout_base64": base64::engine::general_purpose::STANDARD.encode(bytes) }),
+    }
+}
+
+/// The bytes a recorded step printed.
+fn recorded_stdout(output: &Value) -> Result<Vec<u8>> {
+    use base64::Engine as _;
+    if let Some(encoded) = output["stdout_base64"].as_str() {
+        return base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .context("the recorded stdout_base64 is not base64");
+    }
+    Ok(output["stdout"]
+        .as_str()
+        .map(|text| text.as_bytes().to_vec())
+        .unwrap_or_default())
+}
+
 /// Runs `argv` with the step's identity, passing its stdout through and
 /// recording it; returns its exit code (128+N for signal N).
-fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> {
+fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, Vec<u8>, bool)> {
     let mut child = match Command::new(&argv[0])
         .args(&argv[1..])
         .env(
@@ -176,7 +210,7 @@ fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> 
         Ok(child) => child,
         Err(err) => {
             eprintln!("durun: cannot start `{}`: {err}", argv[0]);
-            return Ok((exit_code::CANNOT_START, String::new(), false));
+            return Ok((exit_code::CANNOT_START, Vec::new(), false));
         }
     };
     let mut pipe = child.stdout.take().expect("stdout is piped");
@@ -201,11 +235,7 @@ fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, String, bool)> 
         .wait()
         .context("failed to wait for the step's command")?;
     let code = exit_code::of(status);
-    Ok((
-        code,
-        String::from_utf8_lossy(&recorded).into_owned(),
-        truncated,
-    ))
+    Ok((code, recorded, truncated))
 }
 
 /// The command alone, as if durun were not there.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Cancel, Invocation, Outcome};
-use crate::config::{expand_env, HttpSpec};
+use crate::config::{expand_env_noting, HttpSpec, Secrets};
 use crate::protocol::ErrorCode;
 
 /// The most body an answer may have; more fails the step.
@@ -25,10 +25,45 @@ pub fn run_once(
     attempt: u32,
     cancel: &Cancel,
 ) -> Outcome {
+    let mut secrets = Secrets::default();
+    let mut outcome = call(invocation, spec, attempt, cancel, &mut secrets);
+    // Whatever came back (an error that quotes the URL or a header, a
+    // body that echoes a token) goes on with the values as `${VAR}`.
+    match &mut outcome {
+        Outcome::Done { output, usage } => {
+            secrets.redact_value(output);
+            if let Some(usage) = usage {
+                secrets.redact_value(usage);
+            }
+        }
+        Outcome::Failed {
+            message, output, ..
+        } => {
+            *message = secrets.redact(message);
+            if let Some(output) = output {
+                secrets.redact_value(output);
+            }
+        }
+        Outcome::Cancelled => {}
+    }
+    outcome
+}
+
+fn call(
+    invocation: &Invocation,
+    spec: &HttpSpec,
+    attempt: u32,
+    cancel: &Cancel,
+    secrets: &mut Secrets,
+) -> Outcome {
     let tool = &invocation.tool;
+    // Messages name the URL with its `${VAR}`s unexpanded.
+    let shown_url = tool
+        .expand(&spec.url, &invocation.args)
+        .unwrap_or_else(|_| spec.url.clone());
     let url = match tool
         .expand(&spec.url, &invocation.args)
-        .and_then(|url| expand_env(&url))
+        .and_then(|url| expand_env_noting(&url, secrets))
     {
         Ok(url) => url,
         Err(message) => {
@@ -51,8 +86,21 @@ pub fn run_once(
         .set("Durun-Step", &invocation.step.to_string())
         .set("Durun-Attempt", &attempt.to_string());
     for (name, value) in &spec.headers {
-        match expand_env(value) {
-            Ok(value) => request = request.set(name, &value),
+        let mut used = Secrets::default();
+        match expand_env_noting(value, &mut used) {
+            Ok(value) if value.contains(['\r', '\n']) => {
+                // Named by its variables, never by its value.
+                let message = format!(
+                    "header {name} of `{}` would hold a line break (from {}); fix the variable's value",
+                    tool.name,
+                    used.names().iter().map(|var| format!("${{{var}}}")).collect::<Vec<_>>().join(", ")
+                );
+                return failed(ErrorCode::ToolFailed, message, None, false, None);
+            }
+            Ok(expanded) => {
+                request = request.set(name, &expanded);
+                secrets.extend(used);
+            }
             Err(message) => {
                 let message = format!("header {name} of `{}`: {message}", tool.name);
                 return failed(ErrorCode::ToolFailed, message, None, false, None);
@@ -127,7 +175,7 @@ pub fn run_once(
             };
             failed(
                 code,
-                format!("`{}` could not reach {url}: {message}", tool.name),
+                format!("`{}` could not reach {shown_url}: {message}", tool.name),
                 None,
                 true,
                 None,

@@ -77,6 +77,30 @@ pub fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
     }
 }
 
+/// `text` safe to show on a terminal: every control character (C0 but
+/// newline and tab, DEL, C1) that came from the journal, the agent or a
+/// tool is written as an escape (`\x1b`, `\u{9b}`) instead of being
+/// obeyed by the terminal (SPEC 5). Every human-facing output goes through
+/// it.
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -139,6 +163,15 @@ fn plural(n: u64, noun: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(escape("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            escape("a\x1b[2Jb\x1b]0;title\x07c\u{9b}d\x7f"),
+            "a\\x1b[2Jb\\x1b]0;title\\x07c\\u{9b}d\\x7f"
+        );
+    }
 
     #[test]
     fn formats_numbers_and_durations() {

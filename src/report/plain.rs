@@ -76,9 +76,9 @@ impl Reporter for Plain {
                 if let (StepStatus::Failed, Some(error)) = (status, error) {
                     line = format!("{line}: {}", error.lines().next().unwrap_or_default());
                 }
-                writeln!(out, "{line}")
+                writeln!(out, "{}", super::escape(&line))
             }
-            Event::Warning(message) => writeln!(out, "durun: warning: {message}"),
+            Event::Warning(message) => writeln!(out, "durun: warning: {}", super::escape(message)),
             Event::RunFinished {
                 task,
                 status,

@@ -25,6 +25,7 @@ impl Progress {
     }
 
     fn message(&self, current: &str) {
+        let current = super::escape(current).replace('\n', " ");
         self.bar
             .set_message(format!("{current} · {} replayed", self.replayed));
     }
@@ -65,13 +66,15 @@ impl Reporter for Progress {
                 error,
                 ..
             } => {
-                self.bar.println(format!(
+                self.bar.println(super::escape(&format!(
                     "[durun] step {step} {name} failed: {}",
                     error.unwrap_or_default().lines().next().unwrap_or_default()
-                ));
+                )));
             }
             Event::StepFinished { .. } => {}
-            Event::Warning(message) => self.bar.println(format!("durun: warning: {message}")),
+            Event::Warning(message) => self
+                .bar
+                .println(super::escape(&format!("durun: warning: {message}"))),
             Event::RunFinished {
                 task,
                 status,

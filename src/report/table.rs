@@ -84,11 +84,13 @@ impl Style {
         }
     }
 
+    /// `text` in `tone`, its own control characters escaped.
     pub fn paint(&self, tone: Tone, text: &str) -> String {
+        let text = super::escape(text);
         if self.color && tone != Tone::Plain {
             format!("{}{text}\x1b[0m", tone.code())
         } else {
-            text.to_owned()
+            text.into_owned()
         }
     }
 }
@@ -111,13 +113,21 @@ fn terminal_width() -> Option<usize> {
     (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
-/// `text` cut to `width` characters, ending with `…` if cut; control
-/// characters become spaces so a cell stays on its line.
+/// `text` cut to `width` characters, ending with `…` if cut; line breaks
+/// and tabs become spaces so a cell stays on its line, other control
+/// characters are escaped.
 pub fn fit(text: &str, width: usize) -> String {
     let flat: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
+    let flat = super::escape(&flat).into_owned();
     if flat.chars().count() <= width {
         return flat;
     }

@@ -135,7 +135,7 @@ type Conn = usize;
 pub(super) enum Event {
     Line(Conn, Line),
     /// A client connected to the socket; its answers go to this sender.
-    Connected(Conn, mpsc::Sender<Vec<u8>>),
+    Connected(Conn, super::socket::Answers),
     Disconnected(Conn),
     Oversized(Conn, Value),
     Exited(ExitStatus),
@@ -551,7 +551,7 @@ struct Supervisor<'a> {
     calls: HashMap<u64, CallInFlight>,
     stats: RunStats,
     /// Where answers go, by socket connection (the agent's go to `io`).
-    writers: HashMap<Conn, mpsc::Sender<Vec<u8>>>,
+    writers: HashMap<Conn, super::socket::Answers>,
     /// The agent's pipes; its answers are written after each batch.
     io: AgentIo,
     /// Steps to write in the next commit.
@@ -857,8 +857,7 @@ impl Supervisor<'_> {
         if self.conn == 0 {
             self.io.push(response);
         } else if let Some(writer) = self.writers.get(&self.conn) {
-            // A writer is gone only when its reader stopped reading.
-            let _ = writer.send(response.to_line());
+            writer.send(response.to_line());
         }
     }
 

@@ -13,7 +13,7 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use serde_json::Value;
 
-use crate::protocol::MAX_LINE;
+use crate::protocol::{names_an_op, sniff_id, MAX_LINE};
 
 /// How much of an oversized line is kept to look for its `id`.
 const HEAD: usize = 64 * 1024;
@@ -201,31 +201,6 @@ impl<R: Read> LineReader<BufReader<R>> {
                 ended: false,
             }),
         }
-    }
-}
-
-/// Whether the first bytes of a line name an `op`, as a request would.
-pub fn names_an_op(head: &[u8]) -> bool {
-    head.windows(4).any(|window| window == b"\"op\"")
-}
-
-/// The `id` of a request from the first bytes of its line, where it can be
-/// read: a string or an integer after `"id":`.
-pub fn sniff_id(head: &[u8]) -> Value {
-    let Some(at) = head.windows(4).position(|w| w == b"\"id\"") else {
-        return Value::Null;
-    };
-    let rest = &head[at + 4..];
-    let rest = rest.trim_ascii_start();
-    let Some(rest) = rest.strip_prefix(b":") else {
-        return Value::Null;
-    };
-    let mut values =
-        serde_json::Deserializer::from_slice(rest.trim_ascii_start()).into_iter::<Value>();
-    match values.next() {
-        Some(Ok(id @ Value::String(_))) => id,
-        Some(Ok(Value::Number(n))) if !n.to_string().contains(['.', 'e', 'E']) => Value::Number(n),
-        _ => Value::Null,
     }
 }
 

@@ -9,11 +9,32 @@ use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use super::imp::{Event, Events};
 use super::lines::{Chunk, LineReader};
 use crate::protocol;
+
+/// The most answer bytes a client may leave unread before durun stops
+/// reading its requests.
+const ANSWER_BOUND: usize = 4 * 1024 * 1024;
+
+/// Where the loop puts one connection's answers.
+pub struct Answers {
+    tx: mpsc::Sender<Vec<u8>>,
+    /// Bytes sent to the writer and not yet written to the client.
+    unwritten: Arc<AtomicUsize>,
+}
+
+impl Answers {
+    pub fn send(&self, line: Vec<u8>) {
+        self.unwritten.fetch_add(line.len(), Ordering::SeqCst);
+        // A writer is gone only when its client stopped reading.
+        let _ = self.tx.send(line);
+    }
+}
 
 /// The socket's directory, removed when the run ends.
 pub struct SocketDir {
@@ -70,12 +91,20 @@ fn serve(conn: usize, stream: UnixStream, events: &Events) {
     let Ok(mut write_half) = stream.try_clone() else {
         return;
     };
-    let (answers, to_write) = mpsc::channel::<Vec<u8>>();
+    let (tx, to_write) = mpsc::channel::<Vec<u8>>();
+    let unwritten = Arc::new(AtomicUsize::new(0));
+    let answers = Answers {
+        tx,
+        unwritten: Arc::clone(&unwritten),
+    };
     // Announced before any of its lines, on the same channel: the loop
     // knows where to answer before it reads a request.
     if events.send(Event::Connected(conn, answers)).is_err() {
         return;
     }
+    let written = Arc::clone(&unwritten);
+    let client_gone = Arc::new(AtomicBool::new(false));
+    let gone = Arc::clone(&client_gone);
     std::thread::spawn(move || {
         for line in to_write {
             if write_half
@@ -83,27 +112,39 @@ fn serve(conn: usize, stream: UnixStream, events: &Events) {
                 .and_then(|()| write_half.flush())
                 .is_err()
             {
+                // The client is gone: its reader must not wait on it.
+                gone.store(true, Ordering::SeqCst);
                 break;
             }
+            written.fetch_sub(line.len(), Ordering::SeqCst);
         }
     });
     let events = events.clone();
-    std::thread::spawn(move || {
-        let mut reader = LineReader::new(BufReader::new(stream));
-        loop {
-            let event = match reader.next_line() {
-                Ok(Some(Chunk::Line { bytes, .. } | Chunk::Text(bytes))) => {
-                    Event::Line(conn, protocol::parse_line(&bytes))
+    // Deep requests (up to a thousand levels) are parsed here.
+    let _ = std::thread::Builder::new()
+        .stack_size(8 * 1024 * 1024)
+        .spawn(move || {
+            let mut reader = LineReader::new(BufReader::new(stream));
+            loop {
+                // A client that does not read its answers is not read either.
+                while unwritten.load(Ordering::SeqCst) > ANSWER_BOUND
+                    && !client_gone.load(Ordering::SeqCst)
+                {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
-                Ok(Some(Chunk::Oversized { id })) => Event::Oversized(conn, id),
-                Ok(None) | Err(_) => {
-                    let _ = events.send(Event::Disconnected(conn));
+                let event = match reader.next_line() {
+                    Ok(Some(Chunk::Line { bytes, .. } | Chunk::Text(bytes))) => {
+                        Event::Line(conn, protocol::parse_line(&bytes))
+                    }
+                    Ok(Some(Chunk::Oversized { id })) => Event::Oversized(conn, id),
+                    Ok(None) | Err(_) => {
+                        let _ = events.send(Event::Disconnected(conn));
+                        return;
+                    }
+                };
+                if events.send(event).is_err() {
                     return;
                 }
-            };
-            if events.send(event).is_err() {
-                return;
             }
-        }
-    });
+        });
 }

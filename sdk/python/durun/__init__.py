@@ -94,6 +94,22 @@ def _error(answer):
     return cls(error.get("message", "durun answered an error"), answer.get("step"), answer.get("output"))
 
 
+def _line(message):
+    """The request as one protocol line, or ValueError before anything is
+    sent: NaN, Infinity and lone surrogates cannot be journaled as JSON."""
+    try:
+        text = json.dumps(message, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+    except ValueError as exc:
+        what = message.get("name") or message.get("tool") or message.get("op")
+        if isinstance(exc, UnicodeEncodeError):
+            problem = "a string with a lone surrogate (bytes that are not text; encode them, e.g. base64)"
+        else:
+            problem = "NaN or Infinity (not JSON; send None, a number or a string)"
+        raise ValueError(f"durun: the {message.get('op')} of {what!r} holds {problem}") from exc
+    return text + "\n"
+
+
 class _Channel:
     """Requests out on the protocol fd, answers in on stdin, matched by id;
     safe to use from many threads at once."""
@@ -116,9 +132,10 @@ class _Channel:
         with self._lock:
             request_id = next(self._ids)
             message["id"] = request_id
+            line = _line(message)
             ready = threading.Event()
             self._waiting[request_id] = ready
-            self._out.write(json.dumps(message) + "\n")
+            self._out.write(line)
             self._out.flush()
             if self._reader is None:
                 self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
@@ -131,13 +148,15 @@ class _Channel:
         """Sends every message before waiting for any answer, in order."""
         with self._lock:
             pending = []
+            lines = []
             for message in messages:
-                request_id = next(self._ids)
-                message["id"] = request_id
+                message["id"] = next(self._ids)
+                lines.append(_line(message))
+            for message, line in zip(messages, lines):
                 ready = threading.Event()
-                self._waiting[request_id] = ready
-                pending.append((request_id, ready))
-                self._out.write(json.dumps(message) + "\n")
+                self._waiting[message["id"]] = ready
+                pending.append((message["id"], ready))
+                self._out.write(line)
             self._out.flush()
             if self._reader is None:
                 self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
@@ -238,7 +257,7 @@ def _run_step(name, args, fn, effect):
     finally:
         _local.step = previous
     try:
-        json.dumps(value)
+        _line({"op": "commit", "output": value})
     except (TypeError, ValueError) as exc:
         channel.request({"op": "fail", "step": context.step, "error": f"the step returned a value JSON cannot hold: {exc}"})
         raise TypeError(f"step {name!r} must return JSON (dict, list, str, number, bool or None): {exc}") from exc
