@@ -57,7 +57,7 @@ pub fn exec(args: &CancelArgs, global: &GlobalArgs) -> Result<i32> {
             .as_ref()
             .is_some_and(|lease| lease::is_live(lease, &me, journal::now_ms()));
         if !running {
-            eprintln!("durun: the runner of task {} stopped", task.id);
+            eprintln!("durun: no runner holds task {} any more", task.id);
             return Ok(0);
         }
     }

@@ -1582,6 +1582,13 @@ impl Supervisor<'_> {
             None => (TaskStatus::Interrupted, exit_code::INTERNAL),
         };
         let failure = match self.stop {
+            // A fenced run leaves the task to whoever holds it, or, if
+            // nobody took it, resumable.
+            Some(Stop::Failure(err)) if self.fenced => {
+                status = TaskStatus::Interrupted;
+                exit_code = crate::error::exit_code_of(&err);
+                Some(err)
+            }
             Some(Stop::Failure(err)) => {
                 status = TaskStatus::Failed;
                 exit_code = crate::error::exit_code_of(&err);

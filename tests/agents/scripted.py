@@ -3,10 +3,12 @@
 usage: scripted.py PLAN.json
 
 The plan is {"steps": [...], "pidfile": optional path}. Each step is either
-{"call": TOOL, "args": {...}} or {"begin": NAME, "args": {...}, "effect": E,
+{"call": TOOL, "args": {...}}, {"parallel": [CALL, ...]} (every call sent
+before any answer is read), or {"begin": NAME, "args": {...}, "effect": E,
 "do": ACTION}, where ACTION is one of
   {"llm": true}            POST args to $LLM_URL, commit its text and usage
   {"api": true}            POST args to $API_URL with the step's key
+  {"read": true}           POST args to $API_URL as a read (creates nothing)
   {"value": V}             commit V
   {"wait_for": PATH}       wait until PATH exists, then commit "waited"
   {"exit_unless": PATH, "code": N}  exit N at once unless PATH exists
@@ -23,17 +25,27 @@ _next_id = 0
 
 
 def request(message):
+    return request_all([message])[0]
+
+
+def request_all(messages):
     global _next_id
-    _next_id += 1
-    message["id"] = _next_id
-    sys.stdout.write(json.dumps(message) + "\n")
+    ids = []
+    for message in messages:
+        _next_id += 1
+        message["id"] = _next_id
+        ids.append(_next_id)
+        sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit("agent: durun closed the protocol")
-    response = json.loads(line)
-    assert response["id"] == _next_id, (response, _next_id)
-    return response
+    answers = {}
+    while len(answers) < len(ids):
+        line = sys.stdin.readline()
+        if not line:
+            sys.exit("agent: durun closed the protocol")
+        response = json.loads(line)
+        assert response["id"] in ids, (response, ids)
+        answers[response["id"]] = response
+    return [answers[i] for i in ids]
 
 
 def post(url, body, headers=None):
@@ -44,12 +56,19 @@ def post(url, body, headers=None):
         return json.loads(reply.read())
 
 
+def run_header():
+    return {"Durun-Run": os.environ.get("DURUN_RUN", "")}
+
+
 def perform(action, args, opened):
+    if "read" in action:
+        return post(os.environ["API_URL"], args, {"Durun-Read": "1", **run_header()})["read"], None
     if "llm" in action:
         answer = post(os.environ["LLM_URL"], args)
         return answer["text"], answer["usage"]
     if "api" in action:
-        return post(os.environ["API_URL"], args, {"Idempotency-Key": opened["idempotency_key"]}), None
+        return post(os.environ["API_URL"], args,
+                    {"Idempotency-Key": opened["idempotency_key"], **run_header()}), None
     if "value" in action:
         return action["value"], None
     if "wait_for" in action:
@@ -72,6 +91,15 @@ def main():
     print("agent: starting")  # not a request: durun passes it through
     outputs = []
     for step in plan["steps"]:
+        if "parallel" in step:
+            responses = request_all([{"op": "call", "tool": call["call"], "args": call.get("args", {})}
+                                     for call in step["parallel"]])
+            for response in responses:
+                if not response["ok"]:
+                    print(f"agent: {response['error']}", file=sys.stderr)
+                    sys.exit(3)
+                outputs.append(response["output"])
+            continue
         if "call" in step:
             response = request({"op": "call", "tool": step["call"], "args": step.get("args", {})})
             if not response["ok"]:

@@ -128,6 +128,20 @@ impl TestEnv {
             .expect("spawn durun")
     }
 
+    /// Like [`TestEnv::spawn`], as a runner on host `host`
+    /// (`DURUN_HOST_ID`).
+    pub fn spawn_on(&self, host: &str, args: &[&str], log: &str) -> Child {
+        let stdout = std::fs::File::create(self.path(&format!("{log}.out"))).expect("log file");
+        let stderr = std::fs::File::create(self.path(&format!("{log}.err"))).expect("log file");
+        self.command()
+            .env("DURUN_HOST_ID", host)
+            .args(args)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn durun")
+    }
+
     pub fn log(&self, log: &str) -> String {
         std::fs::read_to_string(self.path(&format!("{log}.err"))).unwrap_or_default()
     }
@@ -270,6 +284,21 @@ pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) 
     let deadline = Instant::now() + timeout;
     while !ready() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for `child` to exit; panics after `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a durun did not exit in {timeout:?}");
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -6,6 +6,7 @@ mod crash;
 mod env;
 mod examples;
 mod faults;
+mod fencing;
 mod http;
 mod inspect;
 mod keys;

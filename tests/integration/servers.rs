@@ -98,10 +98,22 @@ impl FakeLlm {
     }
 }
 
+/// One request as the API saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub key: String,
+    /// `Durun-Run`: the run of the agent or tool that sent it.
+    pub run: Option<u32>,
+    /// A read (`Durun-Read`): answered, creates nothing.
+    pub read: bool,
+    pub at: std::time::SystemTime,
+}
+
 #[derive(Default)]
 struct ApiState {
     /// Every request's key, in arrival order.
     keys: Vec<String>,
+    seen: Vec<Seen>,
     /// The first answer given for each key, replayed for the key's retries
     /// as an idempotent API does.
     created: HashMap<String, Value>,
@@ -124,6 +136,16 @@ impl FakeApi {
             let (lock, changed) = &*shared;
             let mut state = lock.lock().expect("api state");
             let key = headers.get("idempotency-key").cloned().unwrap_or_default();
+            let read = headers.contains_key("durun-read");
+            state.seen.push(Seen {
+                key: key.clone(),
+                run: headers.get("durun-run").and_then(|run| run.parse().ok()),
+                read,
+                at: std::time::SystemTime::now(),
+            });
+            if read {
+                return json!({"read": body});
+            }
             state.keys.push(key.clone());
             if let Some(first) = state.created.get(&key) {
                 let mut again = first.clone();
@@ -198,5 +220,10 @@ impl FakeApi {
 
     pub fn keys(&self) -> Vec<String> {
         self.state.0.lock().expect("api state").keys.clone()
+    }
+
+    /// Every request, reads included, in arrival order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.0.lock().expect("api state").seen.clone()
     }
 }
