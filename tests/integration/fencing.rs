@@ -52,9 +52,11 @@ fn gated_plan(env: &TestEnv) -> Value {
 fn start_at_gate(env: &TestEnv, api: &FakeApi, agent: &[String]) -> std::process::Child {
     let first = env.spawn_on("host-a", &run_args("t", agent), "a");
     read_pid(&env.path("agent.pid"));
-    wait_for("the agent to reach the gate", Duration::from_secs(30), || {
-        api.seen().len() == 2
-    });
+    wait_for(
+        "the agent to reach the gate",
+        Duration::from_secs(30),
+        || api.seen().len() == 2,
+    );
     // The gate step's `begin` is answered within moments of the create.
     std::thread::sleep(Duration::from_millis(200));
     first
@@ -117,7 +119,10 @@ fn a_paused_runner_taken_over_by_another_host_runs_and_writes_nothing_more() {
         assert_eq!(step["attempts"], 1, "{step}");
     }
     let runs = view["task"]["runs"].as_array().expect("runs");
-    assert_eq!((runs[0]["exit_code"].clone(), runs[1]["exit_code"].clone()), (json!(75), json!(0)));
+    assert_eq!(
+        (runs[0]["exit_code"].clone(), runs[1]["exit_code"].clone()),
+        (json!(75), json!(0))
+    );
     // Each create reached the API once, from the run that held the lease.
     assert_eq!(api.resources(), 2);
     let mut keys = api.keys();
@@ -168,7 +173,13 @@ fn of_many_runners_racing_for_a_stale_task_one_wins() {
     std::thread::sleep(STALE + Duration::from_millis(300));
 
     let mut racers: Vec<_> = (0..6)
-        .map(|i| env.spawn_on(&format!("racer-{i}"), &["resume", "t"], &format!("racer{i}")))
+        .map(|i| {
+            env.spawn_on(
+                &format!("racer-{i}"),
+                &["resume", "t"],
+                &format!("racer{i}"),
+            )
+        })
         .collect();
     // The winner waits at the gate; every other racer is refused.
     let mut refused = 0;
@@ -185,12 +196,23 @@ fn of_many_runners_racing_for_a_stale_task_one_wins() {
         .iter_mut()
         .map(|racer| wait_exit(racer, Duration::from_secs(60)).code())
         .collect();
-    assert_eq!(codes.iter().filter(|code| **code == Some(0)).count(), 1, "{codes:?}");
-    assert_eq!(codes.iter().filter(|code| **code == Some(75)).count(), 5, "{codes:?}");
+    assert_eq!(
+        codes.iter().filter(|code| **code == Some(0)).count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|code| **code == Some(75)).count(),
+        5,
+        "{codes:?}"
+    );
 
     let continued = SystemTime::now();
     signal(first.id() as i32, libc::SIGCONT);
-    assert_eq!(wait_exit(&mut first, Duration::from_secs(30)).code(), Some(75));
+    assert_eq!(
+        wait_exit(&mut first, Duration::from_secs(30)).code(),
+        Some(75)
+    );
     assert_silent_since(&api, 1, continued);
     let view = env.inspect("t");
     assert_eq!(view["task"]["status"], "completed");
@@ -219,14 +241,22 @@ fn once_cancel_returns_no_runner_starts_a_step_even_one_that_died_unaware() {
 
     let resume = env.durun(&["resume", "t"]);
     assert_eq!(resume.status.code(), Some(64), "{}", text(&resume.stderr));
-    assert!(text(&resume.stderr).contains("was cancelled"), "{}", text(&resume.stderr));
+    assert!(
+        text(&resume.stderr).contains("was cancelled"),
+        "{}",
+        text(&resume.stderr)
+    );
     let mut args = vec!["run", "--task", "t", "--"];
     args.extend(agent.iter().map(String::as_str));
     let rerun = env.durun(&args);
     assert_eq!(rerun.status.code(), Some(64), "{}", text(&rerun.stderr));
     let all = env.durun(&["resume", "--all"]);
     assert!(all.status.success(), "{}", text(&all.stderr));
-    assert!(text(&all.stderr).contains("no interrupted task"), "{}", text(&all.stderr));
+    assert!(
+        text(&all.stderr).contains("no interrupted task"),
+        "{}",
+        text(&all.stderr)
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         api.seen().iter().all(|seen| seen.at < cancelled),
@@ -263,4 +293,68 @@ fn a_live_runner_hears_a_cancel_before_its_next_read_step() {
         steps.iter().all(|step| step["name"] != "look.again"),
         "{steps:#?}"
     );
+}
+
+/// Split-brain torture: runner A of the 32-step torture agent is paused
+/// (SIGSTOP) at a seeded random moment, host B takes the task over once the
+/// lease is stale, and A is continued at another random moment, while B
+/// still runs or after it finished. A must exit 75 having reached the API
+/// no more; B must finish with the output of an uninterrupted run and every
+/// resource created once.
+///
+/// One round by default; `DURUN_SPLIT_ROUNDS=100` runs a hundred, and
+/// `DURUN_SPLIT_SEED` picks the first seed.
+#[test]
+fn split_brain_torture() {
+    use crate::torture::{normalized, plan, reference_output, Rng, MUTATE_STEPS};
+    let rounds: u64 = std::env::var("DURUN_SPLIT_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let first_seed: u64 = std::env::var("DURUN_SPLIT_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0x5_B1A1);
+    let expected = reference_output();
+    let mut paused = 0;
+    for seed in first_seed..first_seed + rounds {
+        let mut rng = Rng(seed | 1);
+        let api = FakeApi::start();
+        let env = environment(&api);
+        let mut plan = plan();
+        plan["pidfile"] = json!(env.path("agent.pid"));
+        let agent = env.scripted_agent("plan.json", &plan);
+        let mut first = env.spawn_on("host-a", &run_args("t", &agent), "a");
+        std::thread::sleep(Duration::from_millis(50 + rng.below(900)));
+        if first.try_wait().expect("try_wait").is_some() {
+            // It finished before the pause: nothing to take over.
+            continue;
+        }
+        paused += 1;
+        signal(first.id() as i32, libc::SIGSTOP);
+        std::thread::sleep(STALE + Duration::from_millis(300));
+        let mut second = env.spawn_on("host-b", &["resume", "t"], "b");
+        std::thread::sleep(Duration::from_millis(rng.below(1500)));
+        let continued = SystemTime::now();
+        signal(first.id() as i32, libc::SIGCONT);
+        let status = wait_exit(&mut first, Duration::from_secs(60));
+        assert_eq!(status.code(), Some(75), "seed {seed}: {}", env.log("a"));
+        let status = wait_exit(&mut second, Duration::from_secs(120));
+        assert!(status.success(), "seed {seed}: {}", env.log("b"));
+        std::thread::sleep(Duration::from_millis(200));
+        assert_silent_since(&api, 1, continued);
+        let view = env.inspect("t");
+        assert_eq!(view["task"]["status"], "completed", "seed {seed}");
+        assert_eq!(normalized(&view["task"]["output"]), expected, "seed {seed}");
+        assert_eq!(
+            api.resources(),
+            MUTATE_STEPS,
+            "seed {seed}: a resource was created twice"
+        );
+        eprintln!(
+            "split-brain seed {seed}: A paused, B took over, {} API requests",
+            api.seen().len()
+        );
+    }
+    eprintln!("split-brain torture: {paused} of {rounds} rounds paused a runner");
 }

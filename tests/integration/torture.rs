@@ -1,8 +1,10 @@
 //! Crash torture: a 32-step agent mixing `read` and `mutate` steps, `begin`
-//! and `call`, is killed with SIGKILL (durun or the agent, at seeded random
-//! moments) and resumed until it finishes. It must end with the same final
-//! output as an uninterrupted run; every `mutate` step must reach the API
-//! with one key only, and no resource may be created twice.
+//! and `call`, and groups of parallel calls, is killed with SIGKILL (durun,
+//! the agent, or a running tool, at seeded random moments) and resumed
+//! until it finishes. It must end with the same final output as an
+//! uninterrupted run; every `mutate` step must reach the API with one key
+//! only, and no resource may be created twice. A killed tool fails its
+//! step; the failure runs again on resume unless the agent went on from it.
 //!
 //! One seed by default; `DURUN_TORTURE_ROUNDS=50` runs fifty, and
 //! `DURUN_TORTURE_SEED` picks the first.
@@ -17,12 +19,18 @@ use crate::servers::FakeApi;
 
 const STEPS: usize = 32;
 
-fn plan() -> Value {
+pub fn plan() -> Value {
     let steps: Vec<Value> = (0..STEPS)
         .map(|i| match i % 8 {
             0 | 4 => json!({"begin": format!("api.b{i}"), "effect": "mutate", "args": {"title": format!("b{i}")}, "do": {"api": true}}),
             3 => json!({"call": "create_resource", "args": {"title": format!("c{i}")}}),
             2 | 6 => json!({"call": "echo", "args": {"text": format!("e{i}")}}),
+            5 => json!({"parallel": [
+                {"call": "create_resource", "args": {"title": format!("p{i}a")}},
+                {"call": "echo", "args": {"text": format!("p{i}")}},
+                {"call": "create_resource", "args": {"title": format!("p{i}b")}},
+            ]}),
+            1 => json!({"begin": format!("look{i}"), "args": {"i": i}, "do": {"read": true}}),
             _ => json!({"begin": format!("think{i}"), "args": {"i": i}, "do": {"value": i * i}}),
         })
         .collect();
@@ -30,24 +38,42 @@ fn plan() -> Value {
 }
 
 /// The outputs without what differs between a first try and a retry (the
-/// API says whether it created the resource or found it by key).
-fn normalized(output: &Value) -> Value {
+/// API says whether it created the resource or found it by key) or between
+/// runs (parallel creates take resource ids in either order).
+pub fn normalized(output: &Value) -> Value {
     let mut output = output.clone();
     if let Some(outputs) = output["outputs"].as_array_mut() {
         for item in outputs {
             if let Some(object) = item.as_object_mut() {
                 object.remove("created");
+                object.remove("id");
             }
         }
     }
     output
 }
 
+/// Resources the plan creates: two `api` begins, one create call and two
+/// parallel creates in every eight steps.
+pub const MUTATE_STEPS: usize = STEPS / 8 * 5;
+
 fn environment(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
     env.set("API_URL", &api.url);
+    std::fs::create_dir(env.path("tools")).expect("tool pid dir");
+    let tools = env.path("tools").to_string_lossy().into_owned();
+    env.set("TOOL_PIDS", tools);
     env.write("durun.toml", &tools_toml());
     env
+}
+
+/// A running create tool's pid, if one runs.
+fn running_tool(env: &TestEnv, rng: &mut Rng) -> Option<i32> {
+    let pids: Vec<i32> = std::fs::read_dir(env.path("tools"))
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (!pids.is_empty()).then(|| pids[rng.below(pids.len() as u64) as usize])
 }
 
 fn agent_args(env: &TestEnv) -> Vec<String> {
@@ -57,10 +83,10 @@ fn agent_args(env: &TestEnv) -> Vec<String> {
 }
 
 /// xorshift64*, seeded: the kill schedule of a failing round reproduces.
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -68,7 +94,7 @@ impl Rng {
     }
 }
 
-fn reference_output() -> Value {
+pub fn reference_output() -> Value {
     let api = FakeApi::start();
     let env = environment(&api);
     let mut args = vec![
@@ -107,7 +133,7 @@ fn torture(seed: u64, expected: &Value) {
         let mut durun = env.spawn(&args, &format!("run{runs}"));
         runs += 1;
         let delay = Duration::from_millis(50 + rng.below(700));
-        let kill_agent = rng.below(2) == 0;
+        let victim = rng.below(3);
         let deadline = Instant::now() + delay;
         let mut finished = None;
         while Instant::now() < deadline {
@@ -118,18 +144,35 @@ fn torture(seed: u64, expected: &Value) {
             std::thread::sleep(Duration::from_millis(5));
         }
         if let Some(status) = finished {
-            assert!(
-                status.success(),
+            if status.success() {
+                break;
+            }
+            // The agent stops on a failed step (a tool killed earlier);
+            // the next resume runs the step again.
+            assert_eq!(
+                status.code(),
+                Some(3),
                 "seed {seed}, run {runs}: {}",
                 env.log(&format!("run{}", runs - 1))
             );
-            break;
+            continue;
         }
         let agent_pid = std::fs::read_to_string(env.path("agent.pid"))
             .ok()
             .and_then(|pid| pid.trim().parse::<i32>().ok());
-        match agent_pid {
-            Some(pid) if kill_agent => {
+        let tool_pid = running_tool(&env, &mut rng);
+        match (agent_pid, tool_pid) {
+            (_, Some(tool)) if victim == 2 => {
+                // The step fails; the run goes on or ends as the agent
+                // decides.
+                signal(tool, libc::SIGKILL);
+                kills += 1;
+                if ended_after_tool_kill(&mut durun, &env, seed, runs) {
+                    break;
+                }
+                continue;
+            }
+            (Some(pid), _) if victim == 1 => {
                 signal(pid, libc::SIGKILL);
                 durun.wait().expect("durun");
             }
@@ -155,7 +198,7 @@ fn torture(seed: u64, expected: &Value) {
         expected,
         "seed {seed}: the final output differs"
     );
-    let mutate_steps = (0..STEPS).filter(|i| matches!(i % 8, 0 | 3 | 4)).count();
+    let mutate_steps = MUTATE_STEPS;
     assert_eq!(
         api.resources(),
         mutate_steps,
@@ -189,6 +232,23 @@ fn torture(seed: u64, expected: &Value) {
         "torture seed {seed}: {kills} kills, {runs} runs, {} API requests",
         keys.len()
     );
+}
+
+/// After a tool was killed: the run ends on its own, the agent stopping on
+/// the failure (3) or going on to the end (0, true).
+fn ended_after_tool_kill(
+    durun: &mut std::process::Child,
+    env: &TestEnv,
+    seed: u64,
+    runs: usize,
+) -> bool {
+    let status = crate::env::wait_exit(durun, Duration::from_secs(120));
+    assert!(
+        status.success() || status.code() == Some(3),
+        "seed {seed}, run {runs}: {status:?} {}",
+        env.log(&format!("run{}", runs - 1))
+    );
+    status.success()
 }
 
 #[test]
