@@ -26,7 +26,7 @@ pub fn exec(args: &GcArgs, global: &GlobalArgs) -> Result<i32> {
         })?;
     let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
     let location = Location::resolve(global.journal.as_deref())?;
-    if matches!(&location, Location::Sqlite(path) if !path.exists()) {
+    if !location.exists()? {
         eprintln!("durun: no journal yet; nothing to remove");
         return Ok(0);
     }

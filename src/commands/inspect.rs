@@ -39,7 +39,7 @@ fn now() -> SystemTime {
 
 pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
     let location = Location::resolve(global.journal.as_deref())?;
-    let missing = matches!(&location, Location::Sqlite(path) if !path.exists());
+    let missing = !location.exists()?;
     let style = Style::stdout();
     let mut out = std::io::stdout().lock();
     let Some(id) = &args.task else {

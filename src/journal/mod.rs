@@ -232,6 +232,18 @@ impl Location {
     }
 }
 
+impl Location {
+    /// Whether a journal is there to read: false only when nothing is at
+    /// the path; a path that cannot be looked at, or is not a file, is a
+    /// journal error (74).
+    pub fn exists(&self) -> Result<bool> {
+        match self {
+            Self::Sqlite(path) => sqlite::regular_file(path),
+            Self::Postgres(_) => Ok(true),
+        }
+    }
+}
+
 /// How a command means to use the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {

@@ -187,9 +187,15 @@ impl SqliteJournal {
             identity: None,
             data_version: -1,
         };
-        journal
-            .prepare(access)
-            .with_context(|| format!("failed to open journal at {}", path.display()))?;
+        journal.prepare(access).map_err(|err| {
+            // A refusal that says what is wrong leads; SQLite's own errors
+            // get the place.
+            if crate::error::failure_of(&err).is_some() {
+                err
+            } else {
+                err.context(format!("failed to open journal at {}", path.display()))
+            }
+        })?;
         if access == Access::Write {
             journal.identity = Some(file_identity(path).map_err(|err| {
                 Failure::journal(format!(
@@ -342,7 +348,7 @@ fn on_read_only_mount(path: &Path) -> bool {
 /// that would block, a device) and says whether the file exists. A path
 /// that cannot be looked at (a directory without permission) is a journal
 /// error, whoever owns it.
-fn regular_file(path: &Path) -> Result<bool> {
+pub(crate) fn regular_file(path: &Path) -> Result<bool> {
     use std::os::unix::fs::FileTypeExt as _;
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => Ok(true),

@@ -9,6 +9,7 @@ mod faults;
 mod fencing;
 mod http;
 mod inspect;
+mod journal_file;
 mod keys;
 mod lease;
 mod recovery;

@@ -1,0 +1,279 @@
+//! The journal is the journal: a file deleted under a live run, another
+//! program's SQLite database, a FIFO, a device or a directory in its place,
+//! and paths an unprivileged user may not use. Each is refused with 74 and
+//! a clear line, without a byte written to what is not durun's.
+//!
+//! The unprivileged cases run durun as a user the test creates (CI runs as
+//! root, and root may read anything).
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::env::{read_pid, text, wait_exit, TestEnv};
+
+fn sha(path: &Path) -> Vec<u8> {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(std::fs::read(path).expect("read")).to_vec()
+}
+
+#[test]
+fn a_journal_deleted_under_a_live_run_stops_it_with_74() {
+    let env = TestEnv::new();
+    if env.postgres.is_some() {
+        return;
+    }
+    let gate = env.path("gate");
+    let plan = json!({
+        "pidfile": env.path("agent.pid"),
+        "steps": [
+            {"begin": "one", "args": {}, "do": {"value": 1}},
+            {"begin": "gate", "args": {}, "do": {"wait_for": gate}},
+            {"begin": "three", "args": {}, "do": {"value": 3}},
+        ],
+    });
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "t", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut durun = env.spawn(&args, "run");
+    read_pid(&env.path("agent.pid"));
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_file(&env.journal).expect("delete the journal");
+    std::fs::write(&gate, "").expect("open the gate");
+    let status = wait_exit(&mut durun, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(74), "{}", env.log("run"));
+    assert!(
+        env.log("run")
+            .contains("was deleted or replaced while this run was writing it"),
+        "{}",
+        env.log("run")
+    );
+    // Nothing acknowledged the gate step: the agent never got to step 3.
+    assert!(!env.log("run").contains("three"), "{}", env.log("run"));
+}
+
+#[test]
+fn another_programs_database_is_refused_without_a_byte_written() {
+    let env = TestEnv::new();
+    for (name, schema) in [
+        (
+            "app.db",
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)",
+        ),
+        // Even with a table named like one of durun's.
+        (
+            "shop.db",
+            "CREATE TABLE tasks (id INTEGER PRIMARY KEY, todo TEXT)",
+        ),
+    ] {
+        let path = env.path(name);
+        let conn = rusqlite::Connection::open(&path).expect("create");
+        conn.execute_batch(schema).expect("schema");
+        drop(conn);
+        let before = sha(&path);
+        let journal = path.to_string_lossy().into_owned();
+        for args in [
+            vec!["--journal", &journal, "run", "--", "true"],
+            vec!["--journal", &journal, "inspect"],
+            vec!["--journal", &journal, "resume", "--all"],
+        ] {
+            let output = env.durun(&args);
+            assert_eq!(
+                output.status.code(),
+                Some(74),
+                "{args:?}: {}",
+                text(&output.stderr)
+            );
+            assert!(
+                text(&output.stderr).starts_with(&format!(
+                    "durun: {journal} is another program's SQLite database, not a durun journal"
+                )),
+                "{}",
+                text(&output.stderr)
+            );
+        }
+        assert_eq!(sha(&path), before, "{name} was changed");
+        assert!(
+            !env.path(&format!("{name}-wal")).exists(),
+            "{name} was switched to WAL"
+        );
+    }
+    // durun's own journal carries its mark.
+    let ours = env.durun(&["run", "--", "true"]);
+    assert!(ours.status.success(), "{}", text(&ours.stderr));
+    let conn = rusqlite::Connection::open(&env.journal).expect("open");
+    let id: i32 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .expect("application_id");
+    assert_eq!(id, 0x6475_726e);
+}
+
+#[test]
+fn a_fifo_a_device_or_a_directory_is_not_a_journal() {
+    let env = TestEnv::new();
+    let fifo = env.path("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    std::fs::create_dir(env.path("dir")).expect("dir");
+    for (path, what) in [
+        (fifo.to_string_lossy().into_owned(), "a FIFO"),
+        ("/dev/null".to_owned(), "a device"),
+        (
+            env.path("dir").to_string_lossy().into_owned(),
+            "a directory",
+        ),
+    ] {
+        for args in [
+            vec!["inspect"],
+            vec!["run", "--", "true"],
+            vec!["inspect", "t"],
+        ] {
+            let mut command = env.command();
+            command.arg("--journal").arg(&path).args(&args);
+            let mut child = command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let status = wait_exit(&mut child, Duration::from_secs(20));
+            let output = child.wait_with_output().expect("output");
+            assert_eq!(
+                status.code(),
+                Some(74),
+                "{path} {args:?}: {}",
+                text(&output.stderr)
+            );
+            assert!(
+                text(&output.stderr)
+                    .starts_with(&format!("durun: the journal path {path} is {what}")),
+                "{}",
+                text(&output.stderr)
+            );
+        }
+    }
+}
+
+/// A user without privileges, made once for the tests that need one.
+fn unprivileged_user() -> Option<&'static str> {
+    const USER: &str = "durun-unprivileged";
+    static MADE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let made = *MADE.get_or_init(|| {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return false;
+        }
+        let exists = Command::new("id")
+            .arg(USER)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        exists
+            || Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    USER,
+                ])
+                .status()
+                .is_ok_and(|status| status.success())
+    });
+    made.then_some(USER)
+}
+
+/// durun as the unprivileged user, with only `vars` in its environment.
+fn durun_as(user: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut command = Command::new("/usr/sbin/runuser");
+    command
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(["-u", user, "--"])
+        .arg(assert_cmd::cargo::cargo_bin("durun"))
+        .args(args)
+        .current_dir("/")
+        .stdin(Stdio::null());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.output().expect("runuser")
+}
+
+#[test]
+fn paths_an_unprivileged_user_may_not_use_are_journal_errors() {
+    let Some(user) = unprivileged_user() else {
+        eprintln!("skipped: making a user needs root (CI runs as root)");
+        return;
+    };
+    let env = TestEnv::new();
+    if env.postgres.is_some() {
+        return;
+    }
+    // The test directory is the user's to look into, not to write.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let locked = env.path("locked");
+    std::fs::create_dir(&locked).expect("dir");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let unwritable = env.path("unwritable");
+    std::fs::create_dir(&unwritable).expect("dir");
+    std::fs::set_permissions(&unwritable, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Root's journal, 0600, and a link to it.
+    let ok = env.durun(&["run", "--task", "secret", "--", "true"]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let link = env.path("link.db");
+    std::os::unix::fs::symlink(&env.journal, &link).expect("symlink");
+    let state = unwritable.to_string_lossy().into_owned();
+    let in_locked = locked.join("j.db").to_string_lossy().into_owned();
+    let in_unwritable = unwritable.join("j.db").to_string_lossy().into_owned();
+    let link = link.to_string_lossy().into_owned();
+    let roots = env.journal.to_string_lossy().into_owned();
+    let cases: Vec<(Vec<(&str, &str)>, Vec<&str>)> = vec![
+        (vec![("XDG_STATE_HOME", &state)], vec!["run", "--", "true"]),
+        (vec![("HOME", &state)], vec!["run", "--", "true"]),
+        (vec![("HOME", "/")], vec!["run", "--", "true"]),
+        (
+            vec![("DURUN_JOURNAL", &in_unwritable)],
+            vec!["run", "--", "true"],
+        ),
+        (
+            vec![("DURUN_JOURNAL", &in_locked)],
+            vec!["run", "--", "true"],
+        ),
+        (vec![("DURUN_JOURNAL", &in_locked)], vec!["inspect"]),
+        (vec![("DURUN_JOURNAL", &link)], vec!["run", "--", "true"]),
+        (vec![("DURUN_JOURNAL", &link)], vec!["inspect"]),
+        (vec![("DURUN_JOURNAL", &roots)], vec!["inspect"]),
+        (vec![("DURUN_JOURNAL", &roots)], vec!["inspect", "secret"]),
+        (vec![("DURUN_JOURNAL", &roots)], vec!["resume", "secret"]),
+    ];
+    for (vars, args) in cases {
+        let output = durun_as(user, &vars, &args);
+        assert_eq!(
+            output.status.code(),
+            Some(74),
+            "{vars:?} {args:?}: {}{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        let stderr = text(&output.stderr);
+        assert!(stderr.starts_with("durun: "), "{stderr}");
+        assert!(
+            text(&output.stdout).is_empty(),
+            "{vars:?} {args:?}: {}",
+            text(&output.stdout)
+        );
+        assert_eq!(
+            stderr
+                .lines()
+                .filter(|line| line.starts_with("durun: "))
+                .count(),
+            1,
+            "{stderr}"
+        );
+    }
+}
