@@ -5,7 +5,7 @@
 //! again: [`JsonText`] is checked once when it is read and then embedded
 //! as it is. A tree is built only where a value is looked into.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize as _, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -20,7 +20,13 @@ impl JsonText {
     /// Text that must be JSON (from the journal): checked, not parsed into
     /// a tree.
     pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
-        RawValue::from_string(text).map(Self)
+        // Without serde's default nesting limit: requests nest up to
+        // `protocol::MAX_DEPTH`.
+        let mut deserializer = serde_json::Deserializer::from_str(&text);
+        deserializer.disable_recursion_limit();
+        let raw = Box::<RawValue>::deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(Self(raw))
     }
 
     pub fn null() -> Self {
@@ -33,7 +39,9 @@ impl JsonText {
 
     /// The value as a tree, for the few places that look inside.
     pub fn value(&self) -> Value {
-        serde_json::from_str(self.0.get()).expect("JsonText holds valid JSON")
+        let mut deserializer = serde_json::Deserializer::from_str(self.0.get());
+        deserializer.disable_recursion_limit();
+        Value::deserialize(&mut deserializer).expect("JsonText holds valid JSON")
     }
 
     /// A one-line preview of at most `width` characters: a string's text
