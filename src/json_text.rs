@@ -19,10 +19,10 @@ impl JsonText {
 
     /// Text that must be JSON (from the journal): checked, not parsed into
     /// a tree.
-    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+    pub fn from_text(text: &str) -> Result<Self, serde_json::Error> {
         // Without serde's default nesting limit: requests nest up to
         // `protocol::MAX_DEPTH`.
-        let mut deserializer = serde_json::Deserializer::from_str(&text);
+        let mut deserializer = serde_json::Deserializer::from_str(text);
         deserializer.disable_recursion_limit();
         let raw = Box::<RawValue>::deserialize(&mut deserializer)?;
         deserializer.end()?;
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn embeds_raw_and_previews_cheaply() {
-        let text = JsonText::from_text(r#"{"a": 1.50, "b": "x"}"#.to_owned()).expect("JSON");
+        let text = JsonText::from_text(r#"{"a": 1.50, "b": "x"}"#).expect("JSON");
         assert_eq!(
             serde_json::to_string(&json!({"k": 1})).expect("json"),
             r#"{"k":1}"#
@@ -106,7 +106,7 @@ mod tests {
             serde_json::to_string(&vec![&text]).expect("json"),
             r#"[{"a": 1.50, "b": "x"}]"#
         );
-        assert!(JsonText::from_text("{oops".to_owned()).is_err());
+        assert!(JsonText::from_text("{oops").is_err());
         let long = JsonText::from_value(&json!("line one\nline \"two\" \u{e9}"));
         assert_eq!(long.preview(100), "line one line \"two\" é");
         assert_eq!(long.preview(4), "line ");

@@ -223,7 +223,7 @@ impl PostgresJournal {
 }
 
 fn json_column(text: Option<String>) -> Result<Option<JsonText>> {
-    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
+    text.map(|text| JsonText::from_text(&text).context("the journal holds malformed JSON"))
         .transpose()
 }
 
@@ -295,7 +295,8 @@ fn step_from_row(row: &Row) -> Result<StepRecord> {
         name: row.get(1),
         kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
         effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
-        args: JsonText::from_text(row.get(4)).context("the journal holds malformed args")?,
+        args: JsonText::from_text(row.get::<_, &str>(4))
+            .context("the journal holds malformed args")?,
         args_hash: row.get(5),
         idempotency_key: row.get(6),
         status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,

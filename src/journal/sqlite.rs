@@ -433,7 +433,7 @@ fn parse_json(text: Option<String>) -> Result<Option<Value>> {
 
 /// A nullable JSON column as text, checked but not parsed into a tree.
 fn json_column(text: Option<String>) -> Result<Option<JsonText>> {
-    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
+    text.map(|text| JsonText::from_text(&text).context("the journal holds malformed JSON"))
         .transpose()
 }
 
@@ -495,7 +495,7 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         name: row.get(1)?,
         kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
         effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
-        args: JsonText::from_text(args).context("the journal holds malformed args")?,
+        args: JsonText::from_text(&args).context("the journal holds malformed args")?,
         args_hash: row.get(5)?,
         idempotency_key: row.get(6)?,
         status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,

@@ -81,7 +81,11 @@ json.dump(answers, open("answers.json", "w"))
     deserializer.disable_recursion_limit();
     let view = <Value as serde::Deserialize>::deserialize(&mut deserializer).expect("JSON");
     let steps = view["steps"].clone();
-    assert_eq!(steps.as_array().expect("steps").len(), 1, "refused requests open no step");
+    assert_eq!(
+        steps.as_array().expect("steps").len(),
+        1,
+        "refused requests open no step"
+    );
     let python = std::process::Command::new("python3")
         .args([
             "-c",
@@ -128,7 +132,10 @@ print("ok", durun.step("t", {}, lambda: 2), flush=True)
         stderr.contains("refused: durun: the begin of 's' holds NaN or Infinity"),
         "{stderr}"
     );
-    assert!(stderr.contains("holds a string with a lone surrogate"), "{stderr}");
+    assert!(
+        stderr.contains("holds a string with a lone surrogate"),
+        "{stderr}"
+    );
     let steps = env.inspect("sdk")["steps"].clone();
     assert_eq!(steps.as_array().expect("steps").len(), 1);
     assert_eq!(steps[0]["name"], "t");
@@ -148,7 +155,10 @@ fn a_nul_in_a_name_or_a_failure_is_refused_before_anything_is_written() {
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(answers[0]["error"]["code"], "bad_request");
-    assert!(answers[0]["error"]["message"].as_str().expect("message").contains("NUL"));
+    assert!(answers[0]["error"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("NUL"));
     assert_eq!(answers[1]["ok"], true);
     assert_eq!(answers[2]["error"]["code"], "bad_request");
     assert_eq!(answers[3]["ok"], true, "{}", answers[3]);
@@ -228,7 +238,7 @@ sys.stdout.flush()
                 break;
             }
             total += n;
-            lines += buffer[..n].iter().filter(|&&b| b == b'\n').count();
+            lines += buffer[..n].split(|&b| b == b'\n').count() - 1;
             std::thread::sleep(Duration::from_millis(2));
         }
         (total, lines)
@@ -314,7 +324,11 @@ if os.fork() == 0:
     assert!(output.status.success(), "{}", text(&output.stderr));
     let view = env.inspect("orphan");
     assert_eq!(view["task"]["status"], "completed");
-    assert_eq!(view["steps"], json!([]), "a request after the exit opened a step");
+    assert_eq!(
+        view["steps"],
+        json!([]),
+        "a request after the exit opened a step"
+    );
 }
 
 #[test]
@@ -323,28 +337,41 @@ fn durun_step_records_and_replays_stdout_byte_for_byte() {
     env.set("PATH", path_with_durun());
     env.write(
         "agent.sh",
-        r#"
+        r"
 set -e
 durun step bytes -- python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)) * 3)' > bytes.out
 durun step zeros -- sh -c 'echo ran >> zeros.ran; head -c 12000000 /dev/zero' > zeros.out
 test -e crashed || { touch crashed; kill -9 $PPID; }
-"#,
+",
     );
     let first = env.durun(&["run", "--task", "bin", "--", "bash", "agent.sh"]);
-    use std::os::unix::process::ExitStatusExt as _;
-    assert_eq!(first.status.signal(), Some(libc::SIGKILL), "{}", text(&first.stderr));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&first.status),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
     let expected: Vec<u8> = (0..=255u8).cycle().take(768).collect();
-    assert_eq!(std::fs::read(env.path("bytes.out")).expect("bytes"), expected);
+    assert_eq!(
+        std::fs::read(env.path("bytes.out")).expect("bytes"),
+        expected
+    );
     std::fs::remove_file(env.path("bytes.out")).expect("rm");
     std::fs::remove_file(env.path("zeros.out")).expect("rm");
     let second = env.durun(&["resume", "bin"]);
     assert!(second.status.success(), "{}", text(&second.stderr));
     // Replayed, not run: the same bytes, and the command ran once.
-    assert_eq!(std::fs::read(env.path("bytes.out")).expect("bytes"), expected);
+    assert_eq!(
+        std::fs::read(env.path("bytes.out")).expect("bytes"),
+        expected
+    );
     let zeros = std::fs::read(env.path("zeros.out")).expect("zeros");
     assert_eq!(zeros.len(), 12_000_000);
     assert!(zeros.iter().all(|&b| b == 0));
-    assert_eq!(std::fs::read_to_string(env.path("zeros.ran")).expect("ran"), "ran\n");
+    assert_eq!(
+        std::fs::read_to_string(env.path("zeros.ran")).expect("ran"),
+        "ran\n"
+    );
     let view = env.inspect("bin");
     assert_eq!(view["task"]["runs"][1]["replayed_steps"], 2);
 }

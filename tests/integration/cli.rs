@@ -75,3 +75,58 @@ fn usage_errors_exit_2_with_a_durun_line() {
     assert!(help.status.success());
     assert!(text(&help.stdout).contains("Relaunch an unfinished task"));
 }
+
+#[test]
+fn absurd_values_are_refused_with_a_clear_line() {
+    let env = TestEnv::new();
+    let ok = env.durun(&["run", "--", "true"]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let gc = env.durun(&["gc", "--older-than", "100y"]);
+    assert_eq!(gc.status.code(), Some(2), "{}", text(&gc.stderr));
+    assert!(
+        text(&gc.stderr).starts_with("durun: --older-than 100years reaches back before 1970"),
+        "{}",
+        text(&gc.stderr)
+    );
+    env.write(
+        "durun.toml",
+        "[tools.t]\neffect = \"read\"\ncommand = [\"true\"]\ntimeout = \"0s\"\n",
+    );
+    let run = env.durun(&["run", "--", "true"]);
+    assert_eq!(run.status.code(), Some(64), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("`timeout = \"0s\"` must be longer than zero"),
+        "{}",
+        text(&run.stderr)
+    );
+}
+
+#[test]
+fn a_postgresql_server_that_refuses_says_why() {
+    let Ok(base) = std::env::var("DURUN_TEST_POSTGRES") else {
+        eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
+        return;
+    };
+    let env = TestEnv::new();
+    let host = base
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("postgres://USER@HOST:PORT/DB");
+    for (url, reason) in [
+        (
+            format!("postgres://no_such_role:pw-s3cret@{host}/test"),
+            "role \"no_such_role\" does not exist",
+        ),
+        (
+            format!("postgres://postgres@{host}/no_such_database"),
+            "database \"no_such_database\" does not exist",
+        ),
+    ] {
+        let output = env.durun(&["--journal", &url, "inspect"]);
+        assert_eq!(output.status.code(), Some(74), "{}", text(&output.stderr));
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains(reason), "{stderr}");
+        assert!(!stderr.contains("pw-s3cret"), "{stderr}");
+    }
+}

@@ -14,7 +14,7 @@ use crate::servers::FakeApi;
 
 /// Heartbeats every 50 ms; another host may take a lease unrenewed for 1 s,
 /// and a runner stops itself after 0.5 s without renewal.
-const STALE: Duration = Duration::from_millis(1000);
+const STALE: Duration = Duration::from_secs(1);
 
 fn environment(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();

@@ -199,3 +199,72 @@ fn an_http_mutate_whose_answer_is_lost_creates_one_resource() {
     assert_eq!(view["steps"][1]["output"]["id"], "res-1");
     assert_eq!(view["steps"][1]["attempts"], 2);
 }
+
+/// Everything durun said or kept about task `task`: its answers, its
+/// stderr, `inspect` in every form, and the journal's bytes.
+fn everything_said(env: &TestEnv, task: &str, answers: &[Value], stderr: &str) -> Vec<u8> {
+    let mut said = stderr.as_bytes().to_vec();
+    said.extend(serde_json::to_vec(answers).expect("JSON"));
+    for args in [
+        vec!["inspect", task, "--json"],
+        vec!["inspect", task],
+        vec!["inspect", task, "--step", "1"],
+        vec!["inspect"],
+    ] {
+        let output = env.durun(&args);
+        said.extend(output.stdout);
+        said.extend(output.stderr);
+    }
+    if env.postgres.is_none() {
+        for file in ["state/journal.db", "state/journal.db-wal"] {
+            said.extend(std::fs::read(env.path(file)).unwrap_or_default());
+        }
+    }
+    said
+}
+
+#[test]
+fn an_expanded_secret_appears_nowhere_even_when_it_breaks_the_request() {
+    let (url, seen) = scripted_server(vec![]);
+    let mut env = TestEnv::new();
+    // A token pasted with its line break, and a secret in a URL that
+    // cannot be reached.
+    env.set("BROKEN_TOKEN", "sk-live-BROKEN42\r\n");
+    env.set("PATH_TOKEN", "sk-live-PATH42");
+    env.write(
+        "durun.toml",
+        &format!(
+            "[tools.hook]\neffect = \"read\"\nhttp = {{ url = \"{url}\" }}\nheaders = {{ Authorization = \"Bearer ${{BROKEN_TOKEN}}\" }}\n\n\
+             [tools.away]\neffect = \"read\"\nhttp = {{ url = \"http://127.0.0.1:9/${{PATH_TOKEN}}/x\" }}\n"
+        ),
+    );
+    let script = json!([
+        {"send": r#"{"op":"call","id":1,"tool":"hook","args":{}}"#},
+        {"send": r#"{"op":"call","id":2,"tool":"away","args":{}}"#},
+    ]);
+    let (output, answers) = env.probe("s", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        seen.lock().expect("seen").is_empty(),
+        "the broken header was sent"
+    );
+    assert_eq!(answers[0]["error"]["code"], "tool_failed");
+    let message = answers[0]["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("line break (from ${BROKEN_TOKEN})"),
+        "{message}"
+    );
+    let message = answers[1]["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("could not reach http://127.0.0.1:9/${PATH_TOKEN}/x"),
+        "{message}"
+    );
+    let said = everything_said(&env, "s", &answers, &text(&output.stderr));
+    for secret in [&b"sk-live-BROKEN42"[..], b"sk-live-PATH42"] {
+        assert!(
+            !said.windows(secret.len()).any(|w| w == secret),
+            "{} leaked",
+            String::from_utf8_lossy(secret)
+        );
+    }
+}

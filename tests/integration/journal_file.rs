@@ -102,6 +102,9 @@ fn another_programs_database_is_refused_without_a_byte_written() {
         );
     }
     // durun's own journal carries its mark.
+    if env.postgres.is_some() {
+        return;
+    }
     let ours = env.durun(&["run", "--", "true"]);
     assert!(ours.status.success(), "{}", text(&ours.stderr));
     let conn = rusqlite::Connection::open(&env.journal).expect("open");
@@ -186,6 +189,9 @@ fn unprivileged_user() -> Option<&'static str> {
     made.then_some(USER)
 }
 
+/// Variables and arguments of one unprivileged run.
+type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>);
+
 /// durun as the unprivileged user, with only `vars` in its environment.
 fn durun_as(user: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
     let mut command = Command::new("/usr/sbin/runuser");
@@ -232,7 +238,7 @@ fn paths_an_unprivileged_user_may_not_use_are_journal_errors() {
     let in_unwritable = unwritable.join("j.db").to_string_lossy().into_owned();
     let link = link.to_string_lossy().into_owned();
     let roots = env.journal.to_string_lossy().into_owned();
-    let cases: Vec<(Vec<(&str, &str)>, Vec<&str>)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (vec![("XDG_STATE_HOME", &state)], vec!["run", "--", "true"]),
         (vec![("HOME", &state)], vec!["run", "--", "true"]),
         (vec![("HOME", "/")], vec!["run", "--", "true"]),

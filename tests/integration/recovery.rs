@@ -159,6 +159,76 @@ fn cancel_stops_a_live_runner_and_the_task_never_resumes() {
     assert!(text(&again.stderr).contains("already cancelled"));
 }
 
+/// Two calls at once: `flaky` fails (quickly) until the file `fixed`
+/// exists, `slow` takes a moment. The agent sends both, reads both answers,
+/// and exits 3 on a failure; with `then_more`, it first opens one more step
+/// (it went on knowing of the failure).
+fn parallel_failure_env(then_more: bool) -> TestEnv {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        "[tools.flaky]\neffect = \"mutate\"\ncommand = [\"sh\", \"-c\", \"test -e fixed && echo fine\"]\n\n\
+         [tools.slow]\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"sleep 0.5; echo slow\"]\n",
+    );
+    env.write(
+        "agent.py",
+        &format!(
+            r#"
+import json, sys
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+send({{"op": "call", "id": 1, "tool": "flaky"}})
+send({{"op": "call", "id": 2, "tool": "slow"}})
+answers = [json.loads(sys.stdin.readline()) for _ in range(2)]
+if not all(a["ok"] for a in answers):
+    if {then_more}:
+        send({{"op": "begin", "id": 3, "name": "cleanup"}})
+        step = json.loads(sys.stdin.readline())["step"]
+        send({{"op": "commit", "id": 4, "step": step, "output": "cleaned"}})
+        sys.stdin.readline()
+    sys.exit(3)
+"#,
+            then_more = if then_more { "True" } else { "False" }
+        ),
+    );
+    env
+}
+
+#[test]
+fn a_failure_answered_after_every_later_step_opened_runs_again() {
+    let env = parallel_failure_env(false);
+    let first = env.durun(&["run", "--task", "p", "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let view = env.inspect("p");
+    assert_eq!(view["steps"][0]["status"], "failed");
+    assert_eq!(view["steps"][1]["status"], "committed");
+    // Step 2 was opened before step 1's failure was answered: the agent
+    // never went on from it, so a resume retries it with its key.
+    std::fs::write(env.path("fixed"), "").expect("fix");
+    let second = env.durun(&["resume", "p"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let view = env.inspect("p");
+    assert_eq!(view["steps"][0]["status"], "committed");
+    assert_eq!(view["steps"][0]["attempts"], 2);
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
+}
+
+#[test]
+fn a_failure_the_agent_went_on_from_replays_as_a_failure() {
+    let env = parallel_failure_env(true);
+    let first = env.durun(&["run", "--task", "p", "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    std::fs::write(env.path("fixed"), "").expect("fix");
+    // It opened step 3 after it saw the failure: the failure is history.
+    let second = env.durun(&["resume", "p"]);
+    assert_eq!(second.status.code(), Some(3), "{}", text(&second.stderr));
+    let view = env.inspect("p");
+    assert_eq!(view["steps"][0]["status"], "failed");
+    assert_eq!(view["steps"][0]["attempts"], 1);
+    assert_eq!(view["steps"][2]["output"], "cleaned");
+}
+
 #[test]
 fn cancel_without_a_runner_is_immediate() {
     let env = TestEnv::new();

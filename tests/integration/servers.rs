@@ -101,11 +101,8 @@ impl FakeLlm {
 /// One request as the API saw it.
 #[derive(Clone, Debug)]
 pub struct Seen {
-    pub key: String,
     /// `Durun-Run`: the run of the agent or tool that sent it.
     pub run: Option<u32>,
-    /// A read (`Durun-Read`): answered, creates nothing.
-    pub read: bool,
     pub at: std::time::SystemTime,
 }
 
@@ -137,10 +134,9 @@ impl FakeApi {
             let mut state = lock.lock().expect("api state");
             let key = headers.get("idempotency-key").cloned().unwrap_or_default();
             let read = headers.contains_key("durun-read");
+            // A read (`Durun-Read`) is answered and creates nothing.
             state.seen.push(Seen {
-                key: key.clone(),
                 run: headers.get("durun-run").and_then(|run| run.parse().ok()),
-                read,
                 at: std::time::SystemTime::now(),
             });
             if read {
