@@ -12,6 +12,7 @@ mod http;
 mod inspect;
 mod journal_file;
 mod keys;
+mod languages;
 mod lease;
 mod recovery;
 mod run;
