@@ -8,8 +8,8 @@
 //! hundred bytes and token usage, like an agent's.
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const STEPS: u64 = 100_000;

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn main() {
     if let Ok(mode) = std::env::var("DURUN_BENCH_AGENT") {
@@ -187,7 +187,7 @@ mod agent {
     //! The agent side: speaks the protocol on stdin/stdout and writes what
     //! it measured to `DURUN_BENCH_OUT` as one JSON object.
 
-    use super::{env_or, json, step_body, unix_ns, OpenOptions, Value, Write};
+    use super::{OpenOptions, Value, Write, env_or, json, step_body, unix_ns};
     use std::io::{BufRead, BufWriter};
     use std::time::Instant;
 
@@ -922,7 +922,10 @@ fn print_table(
         ),
         _ => "- | - | -".into(),
     };
-    let _ = writeln!(out, "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n");
+    let _ = writeln!(
+        out,
+        "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n"
+    );
     let _ = writeln!(out, "| what | sync | per step | × floor | over floor |");
     let _ = writeln!(out, "|---|---|---|---|---|");
     for (row, cores) in [
@@ -1017,8 +1020,14 @@ fn print_table(
             }
         }
     }
-    let _ = writeln!(out, "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n");
-    let _ = writeln!(out, "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |");
+    let _ = writeln!(
+        out,
+        "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |"
+    );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     for row in replay {
         let _ = writeln!(
@@ -1032,8 +1041,14 @@ fn print_table(
             row.bytes_per_step,
         );
     }
-    let _ = writeln!(out, "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 20).\n");
-    let _ = writeln!(out, "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n");
+    let _ = writeln!(
+        out,
+        "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 20).\n"
+    );
+    let _ = writeln!(
+        out,
+        "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n"
+    );
     let _ = writeln!(out, "| who | to first step | finished steps run again |");
     let _ = writeln!(out, "|---|---|---|");
     let _ = writeln!(

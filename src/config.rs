@@ -200,7 +200,7 @@ impl Tool {
         };
         let kind = match (raw.http, raw.command) {
             (Some(_), Some(_)) => {
-                return Err("has both `command` and `http`; choose one".to_owned())
+                return Err("has both `command` and `http`; choose one".to_owned());
             }
             (Some(http), None) => {
                 if stdin_args {
@@ -244,7 +244,7 @@ impl Tool {
                 return Err(
                     "needs `command = [\"program\", \"arg\", …]` or `http = { url = \"…\" }`"
                         .to_owned(),
-                )
+                );
             }
         };
         let timeout = raw
@@ -311,10 +311,18 @@ impl Tool {
     }
 }
 
-/// `${VAR}` in `text` replaced from the environment.
+/// `${VAR}` in `text` replaced from a test's environment.
 #[cfg(test)]
 fn expand_env(text: &str) -> Result<String, String> {
-    expand_env_noting(text, &mut Secrets::default())
+    expand_with(text, &mut Secrets::default(), |name| {
+        [
+            ("DURUN_TEST_EXPAND", "x1"),
+            ("DURUN_TEST_SECRET", "sk-live-123"),
+        ]
+        .into_iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, value)| value.to_owned())
+    })
 }
 
 /// The values `${VAR}` expanded to: they never appear in a message, an
@@ -365,6 +373,15 @@ impl Secrets {
 /// `${VAR}` in `text` replaced from the environment, each value noted in
 /// `secrets`.
 pub fn expand_env_noting(text: &str, secrets: &mut Secrets) -> Result<String, String> {
+    expand_with(text, secrets, |name| std::env::var(name).ok())
+}
+
+/// `${VAR}` in `text` replaced with what `lookup` finds.
+fn expand_with(
+    text: &str,
+    secrets: &mut Secrets,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -379,14 +396,14 @@ pub fn expand_env_noting(text: &str, secrets: &mut Secrets) -> Result<String, St
             Some((name, default)) => (name, Some(default)),
             None => (inner, None),
         };
-        match (std::env::var(name), default) {
-            (Ok(value), _) if !value.is_empty() || default.is_none() => {
+        match (lookup(name), default) {
+            (Some(value), _) if !value.is_empty() || default.is_none() => {
                 out.push_str(&value);
                 secrets.0.push((name.to_owned(), value));
             }
             (_, Some(default)) => out.push_str(default),
-            (Err(_), None) => return Err(format!("the environment variable {name} is not set")),
-            (Ok(_), None) => {}
+            (None, None) => return Err(format!("the environment variable {name} is not set")),
+            (Some(_), None) => {}
         }
         rest = &rest[start + end + 1..];
     }
@@ -418,13 +435,14 @@ fn parse_template(template: &str) -> Vec<Piece> {
             rest = &rest[name.len() + 4..];
             continue;
         }
-        if c == '{' && !text.ends_with('$') {
-            if let Some(name) = braced_name(&rest[1..], "}") {
-                pieces.push(Piece::Text(std::mem::take(&mut text)));
-                pieces.push(Piece::Arg(name.to_owned()));
-                rest = &rest[name.len() + 2..];
-                continue;
-            }
+        if c == '{'
+            && !text.ends_with('$')
+            && let Some(name) = braced_name(&rest[1..], "}")
+        {
+            pieces.push(Piece::Text(std::mem::take(&mut text)));
+            pieces.push(Piece::Arg(name.to_owned()));
+            rest = &rest[name.len() + 2..];
+            continue;
         }
         text.push(c);
         rest = &rest[c.len_utf8()..];
@@ -504,7 +522,6 @@ mod tests {
 
     #[test]
     fn expands_the_environment() {
-        std::env::set_var("DURUN_TEST_EXPAND", "x1");
         assert_eq!(
             expand_env("a ${DURUN_TEST_EXPAND} b").as_deref(),
             Ok("a x1 b")
@@ -513,9 +530,11 @@ mod tests {
             expand_env("${DURUN_TEST_UNSET_VAR:-8765}/p").as_deref(),
             Ok("8765/p")
         );
-        assert!(expand_env("${DURUN_TEST_UNSET_VAR}")
-            .unwrap_err()
-            .contains("DURUN_TEST_UNSET_VAR is not set"));
+        assert!(
+            expand_env("${DURUN_TEST_UNSET_VAR}")
+                .unwrap_err()
+                .contains("DURUN_TEST_UNSET_VAR is not set")
+        );
         assert_eq!(
             expand_env("no vars, {braces}").as_deref(),
             Ok("no vars, {braces}")
@@ -524,9 +543,11 @@ mod tests {
 
     #[test]
     fn secrets_are_written_back_as_their_variables() {
-        std::env::set_var("DURUN_TEST_SECRET", "sk-live-123");
         let mut secrets = Secrets::default();
-        let url = expand_env_noting("http://h/${DURUN_TEST_SECRET}/x", &mut secrets).expect("set");
+        let url = expand_with("http://h/${DURUN_TEST_SECRET}/x", &mut secrets, |_| {
+            Some("sk-live-123".to_owned())
+        })
+        .expect("set");
         assert_eq!(
             secrets.redact(&format!("could not reach {url}")),
             "could not reach http://h/${DURUN_TEST_SECRET}/x"

@@ -6,8 +6,8 @@
 //! as it is. A tree is built only where a value is looked into.
 
 use serde::{Deserialize as _, Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 #[derive(Clone, Debug)]
 pub struct JsonText(Box<RawValue>);

@@ -62,10 +62,10 @@ impl Holder {
 
 /// The host name, or `DURUN_HOST_ID` where set (tests pose as other hosts).
 pub fn host_id() -> String {
-    if let Ok(id) = std::env::var("DURUN_HOST_ID") {
-        if !id.is_empty() {
-            return id;
-        }
+    if let Ok(id) = std::env::var("DURUN_HOST_ID")
+        && !id.is_empty()
+    {
+        return id;
     }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())

@@ -32,10 +32,9 @@ pub mod fuzzing {
             crate::protocol::Request::Call { args, .. }
             | crate::protocol::Request::Begin { args, .. },
         ) = crate::protocol::parse_line(line)
+            && let Ok(canonical) = crate::step_key::canonical_json(&args)
         {
-            if let Ok(canonical) = crate::step_key::canonical_json(&args) {
-                let _ = crate::step_key::idempotency_key("fuzz", 1, &canonical);
-            }
+            let _ = crate::step_key::idempotency_key("fuzz", 1, &canonical);
         }
     }
 }

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
-use crate::protocol::{parse_line, Line, Request};
+use crate::protocol::{Line, Request, parse_line};
 use crate::step_key::canonical_json;
 
 fn json_value() -> impl Strategy<Value = Value> {

@@ -673,9 +673,11 @@ mod tests {
             (json!(7), "`call` request has no `tool`")
         );
         assert_eq!(invalid(r#"{"op":"nope","id":"x"}"#).0, json!("x"));
-        assert!(invalid(r#"{"op":"commit","id":1,"step":0}"#)
-            .1
-            .contains("positive"));
+        assert!(
+            invalid(r#"{"op":"commit","id":1,"step":0}"#)
+                .1
+                .contains("positive")
+        );
         assert!(
             invalid(r#"{"op":"begin","id":1,"name":"n","effect":"write"}"#)
                 .1

@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::resume::unknown_task;
 use super::run::shell_words;

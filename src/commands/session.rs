@@ -33,9 +33,8 @@ pub fn drive(
         None => Config::default(),
     };
     journal.set_sync(task.sync)?;
-    let leased_at = crate::os::boot_clock();
-    let run = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
-        RunStart::Started { run } => run,
+    let (run, leased_at) = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
+        RunStart::Started { run, leased_at } => (run, leased_at),
         RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
         RunStart::Cancelled => return Err(cancelled(&task.id).into()),
     };

@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::cli::{CallArgs, StepArgs};
 use crate::error::Failure;
@@ -101,7 +101,7 @@ pub fn exec(args: &StepArgs) -> Result<i32> {
                     format!("--args is not a JSON object: {text}"),
                 )
                 .hint("for example --args '{\"version\": \"1.4.0\"}'")
-                .into())
+                .into());
             }
         }
     }

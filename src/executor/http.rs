@@ -8,10 +8,10 @@
 use std::io::Read as _;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::{Cancel, Invocation, Outcome};
-use crate::config::{expand_env_noting, HttpSpec, Secrets};
+use crate::config::{HttpSpec, Secrets, expand_env_noting};
 use crate::protocol::ErrorCode;
 
 /// The most body an answer may have; more fails the step.
@@ -73,18 +73,25 @@ fn call(
                 None,
                 false,
                 None,
-            )
+            );
         }
     };
     let timeout = tool.timeout.unwrap_or(DEFAULT_TIMEOUT);
-    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
-    let mut request = agent
-        .request(&spec.method, &url)
-        .set("User-Agent", concat!("durun/", env!("CARGO_PKG_VERSION")))
-        .set("Idempotency-Key", &invocation.idempotency_key)
-        .set("Durun-Task", &invocation.task_id)
-        .set("Durun-Step", &invocation.step.to_string())
-        .set("Durun-Attempt", &attempt.to_string());
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        // Every status is an answer to read (a 429's Retry-After, a 4xx's
+        // body), not an error.
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = ureq::http::Request::builder()
+        .method(spec.method.as_str())
+        .uri(&url)
+        .header("User-Agent", concat!("durun/", env!("CARGO_PKG_VERSION")))
+        .header("Idempotency-Key", &invocation.idempotency_key)
+        .header("Durun-Task", &invocation.task_id)
+        .header("Durun-Step", invocation.step.to_string())
+        .header("Durun-Attempt", attempt.to_string());
     for (name, value) in &spec.headers {
         let mut used = Secrets::default();
         match expand_env_noting(value, &mut used) {
@@ -93,12 +100,16 @@ fn call(
                 let message = format!(
                     "header {name} of `{}` would hold a line break (from {}); fix the variable's value",
                     tool.name,
-                    used.names().iter().map(|var| format!("${{{var}}}")).collect::<Vec<_>>().join(", ")
+                    used.names()
+                        .iter()
+                        .map(|var| format!("${{{var}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
                 return failed(ErrorCode::ToolFailed, message, None, false, None);
             }
             Ok(expanded) => {
-                request = request.set(name, &expanded);
+                request = request.header(name.as_str(), expanded);
                 secrets.extend(used);
             }
             Err(message) => {
@@ -110,17 +121,23 @@ fn call(
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
-    let answer = if matches!(spec.method.as_str(), "GET" | "DELETE") {
-        request.call()
+    let body = if matches!(spec.method.as_str(), "GET" | "DELETE") {
+        Vec::new()
     } else {
-        let body = serde_json::to_string(&invocation.args).expect("JSON serializes");
-        request
-            .set("Content-Type", "application/json")
-            .send_string(&body)
+        request = request.header("Content-Type", "application/json");
+        serde_json::to_vec(&invocation.args).expect("JSON serializes")
     };
-    match answer {
-        Ok(response) => {
-            let status = response.status();
+    let request = match request.body(body) {
+        Ok(request) => request,
+        Err(err) => {
+            // The message may quote a header's value: redacted by the caller.
+            let message = format!("`{}` cannot send its request: {err}", tool.name);
+            return failed(ErrorCode::ToolFailed, message, None, false, None);
+        }
+    };
+    match agent.run(request) {
+        Ok(response) if response.status().as_u16() < 400 => {
+            let status = response.status().as_u16();
             let (body, too_big) = read_body(response);
             if too_big {
                 let message = format!(
@@ -144,9 +161,12 @@ fn call(
                 ),
             }
         }
-        Err(ureq::Error::Status(status, response)) => {
+        Ok(response) => {
+            let status = response.status().as_u16();
             let retry_after = response
-                .header("Retry-After")
+                .headers()
+                .get("Retry-After")
+                .and_then(|value| value.to_str().ok())
                 .and_then(|value| value.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let (body, _) = read_body(response);
@@ -166,16 +186,15 @@ fn call(
                 retry_after,
             )
         }
-        Err(ureq::Error::Transport(transport)) => {
-            let message = transport.to_string();
-            let code = if message.contains("timed out") || message.contains("Timeout") {
+        Err(err) => {
+            let code = if matches!(err, ureq::Error::Timeout(_)) {
                 ErrorCode::Timeout
             } else {
                 ErrorCode::ToolFailed
             };
             failed(
                 code,
-                format!("`{}` could not reach {shown_url}: {message}", tool.name),
+                format!("`{}` could not reach {shown_url}: {err}", tool.name),
                 None,
                 true,
                 None,
@@ -184,9 +203,9 @@ fn call(
     }
 }
 
-fn read_body(response: ureq::Response) -> (String, bool) {
+fn read_body(response: ureq::http::Response<ureq::Body>) -> (String, bool) {
     let mut bytes = Vec::new();
-    let mut reader = response.into_reader().take(BODY_LIMIT + 1);
+    let mut reader = response.into_body().into_reader().take(BODY_LIMIT + 1);
     let _ = reader.read_to_end(&mut bytes);
     let too_big = bytes.len() as u64 > BODY_LIMIT;
     (String::from_utf8_lossy(&bytes).into_owned(), too_big)

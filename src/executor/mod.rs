@@ -10,8 +10,8 @@ mod http;
 mod shell;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -124,7 +124,7 @@ pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
                 return Finished {
                     outcome,
                     last_attempt: attempt,
-                }
+                };
             }
         };
         if !sleep_unless_cancelled(wait, cancel) {

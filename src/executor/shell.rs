@@ -4,7 +4,7 @@ use std::io::Read;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::{Cancel, Invocation, Outcome};
 use crate::os;
@@ -67,7 +67,7 @@ pub fn run_once(
                 ErrorCode::ToolFailed,
                 format!("cannot create pipes for the tool: {err}"),
                 None,
-            )
+            );
         }
     };
     let started = expression
@@ -84,7 +84,7 @@ pub fn run_once(
                 ErrorCode::ToolFailed,
                 format!("cannot start `{}`: {err}", program.to_string_lossy()),
                 None,
-            )
+            );
         }
     };
     let stdout_thread = std::thread::spawn(move || read_capped(stdout_reader, STDOUT_LIMIT));
@@ -130,7 +130,7 @@ pub fn run_once(
                 ErrorCode::ToolFailed,
                 format!("failed to wait for the tool: {err}"),
                 None,
-            )
+            );
         }
     };
     let stdout = String::from_utf8_lossy(&stdout).into_owned();

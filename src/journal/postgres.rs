@@ -528,7 +528,9 @@ impl Journal for PostgresJournal {
         let live = format!(
             "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status <> 'discarded'"
         );
-        let all = format!("{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status = 'discarded'");
+        let all = format!(
+            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status = 'discarded'"
+        );
         let body = if discarded { all } else { live };
         let rows = match last {
             Some(last) => self.client.query(
@@ -575,12 +577,13 @@ impl Journal for PostgresJournal {
         let runs = row.get::<_, i32>(0);
         let server_now: i64 = row.get(7);
         let taken_over = lease_at(&row, 1);
-        if let Some(lease) = &taken_over {
-            if lease::is_live(lease, me, server_now) {
-                return Ok(RunStart::Locked(lease.clone()));
-            }
+        if let Some(lease) = &taken_over
+            && lease::is_live(lease, me, server_now)
+        {
+            return Ok(RunStart::Locked(lease.clone()));
         }
         let run = runs + 1;
+        let leased_at = crate::os::boot_clock();
         let pid = i64::from(me.pid);
         let pid_start = me.pid_start.map(|start| start as i64);
         tx.execute(
@@ -602,7 +605,10 @@ impl Journal for PostgresJournal {
         tx.commit()?;
         self.client
             .batch_execute(&format!("LISTEN {}", channel(task)))?;
-        Ok(RunStart::Started { run: run as u32 })
+        Ok(RunStart::Started {
+            run: run as u32,
+            leased_at,
+        })
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
@@ -751,10 +757,10 @@ impl Journal for PostgresJournal {
         me: &Holder,
     ) -> Result<StepRecord> {
         let mut tx = self.client.transaction()?;
-        if let (Some(lease), server_now) = lease_of(&mut tx, task)? {
-            if lease::is_live(&lease, me, server_now) {
-                return Err(super::locked(task, &lease).into());
-            }
+        if let (Some(lease), server_now) = lease_of(&mut tx, task)?
+            && lease::is_live(&lease, me, server_now)
+        {
+            return Err(super::locked(task, &lease).into());
         }
         let row = tx.query_opt(
             &format!("SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'"),

@@ -115,8 +115,11 @@ pub struct RunRecord {
 
 #[derive(Debug, Clone)]
 pub enum RunStart {
+    /// `leased_at` is [`crate::os::boot_clock`] just before the lease was
+    /// stamped, after any wait for a lock: the run's first heartbeat.
     Started {
         run: u32,
+        leased_at: std::time::Duration,
     },
     Locked(Lease),
     /// `durun cancel` ended the task: it never runs again.

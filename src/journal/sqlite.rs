@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Row, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, TransactionBehavior, params};
 use serde_json::Value;
 
 use super::{
@@ -607,7 +607,9 @@ impl Journal for SqliteJournal {
         let body = if discarded { all } else { live };
         let sql = match last {
             // The last rows, still in order.
-            Some(_) => format!("SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT ?2) ORDER BY step_index, id"),
+            Some(_) => format!(
+                "SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT ?2) ORDER BY step_index, id"
+            ),
             None if discarded => format!("{body} ORDER BY step_index, id"),
             None => format!("{body} ORDER BY step_index"),
         };
@@ -663,24 +665,25 @@ impl Journal for SqliteJournal {
             return Ok(RunStart::Cancelled);
         }
         let now_ms = super::now_ms();
-        if let Some(lease) = current {
-            if lease::is_live(&lease, me, now_ms) {
-                return Ok(RunStart::Locked(lease));
-            }
+        if let Some(lease) = current
+            && lease::is_live(&lease, me, now_ms)
+        {
+            return Ok(RunStart::Locked(lease));
         }
         let run = runs + 1;
+        let leased_at = crate::os::boot_clock();
         tx.execute(
             "UPDATE tasks SET status = 'running', runs = ?2, exit_code = NULL, lease_host = ?3, lease_pid = ?4,
                  lease_pid_start = ?5, lease_heartbeat = ?6, lease_run = ?2, updated_at = ?7
              WHERE id = ?1",
-            params![task, run, me.host, me.pid, me.pid_start, now_ms, now],
+            params![task, run, me.host, me.pid, me.pid_start.map(|start| start as i64), now_ms, now],
         )?;
         tx.execute(
             "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![task, run, me.host, me.pid, now],
         )?;
         tx.commit()?;
-        Ok(RunStart::Started { run })
+        Ok(RunStart::Started { run, leased_at })
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
@@ -836,10 +839,10 @@ impl Journal for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(lease) = lease_of(&tx, task)? {
-            if lease::is_live(&lease, me, super::now_ms()) {
-                return Err(super::locked(task, &lease).into());
-            }
+        if let Some(lease) = lease_of(&tx, task)?
+            && lease::is_live(&lease, me, super::now_ms())
+        {
+            return Err(super::locked(task, &lease).into());
         }
         let mut record = {
             let mut statement = tx.prepare_cached(&format!(
@@ -851,7 +854,7 @@ impl Journal for SqliteJournal {
                 None => {
                     return Err(Failure::config(format!("task {task} has no step {step}"))
                         .hint(format!("`durun inspect {task}` lists its steps"))
-                        .into())
+                        .into());
                 }
             }
         };
@@ -956,7 +959,9 @@ fn lease_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<Lease>> {
             (Some(host), Some(pid)) => Some(Lease {
                 host,
                 pid,
-                pid_start: row.get(first + 2)?,
+                pid_start: row
+                    .get::<_, Option<i64>>(first + 2)?
+                    .map(|start| start as u64),
                 heartbeat_ms: row.get::<_, Option<i64>>(first + 3)?.unwrap_or(0),
                 run: row.get::<_, Option<u32>>(first + 4)?.unwrap_or(0),
             }),
@@ -1131,7 +1136,7 @@ mod tests {
     fn a_group_of_steps_is_one_commit_all_or_nothing() {
         let mut journal = SqliteJournal::in_memory();
         journal.create_task(&task("t1")).expect("create");
-        let RunStart::Started { run } = journal
+        let RunStart::Started { run, .. } = journal
             .start_run("t1", &Holder::current(), "now")
             .expect("start")
         else {
@@ -1191,7 +1196,8 @@ mod tests {
         let mut journal = SqliteJournal::in_memory();
         journal.create_task(&task("t1")).expect("create");
         let me = Holder::current();
-        let RunStart::Started { run } = journal.start_run("t1", &me, "now").expect("start") else {
+        let RunStart::Started { run, .. } = journal.start_run("t1", &me, "now").expect("start")
+        else {
             panic!("a fresh task is not locked");
         };
         assert_eq!(run, 1);
@@ -1249,7 +1255,7 @@ mod tests {
         let me = Holder::current();
         assert!(matches!(
             journal.start_run("t1", &me, "a").expect("first"),
-            RunStart::Started { run: 1 }
+            RunStart::Started { run: 1, .. }
         ));
         let other = Holder {
             pid: me.pid,
@@ -1270,7 +1276,7 @@ mod tests {
             .expect("finish");
         assert!(matches!(
             journal.start_run("t1", &other, "d").expect("third"),
-            RunStart::Started { run: 2 }
+            RunStart::Started { run: 2, .. }
         ));
         let runs = journal.runs("t1").expect("runs");
         assert_eq!(

@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 
-use super::{short_duration, summary, thousands, Event, Reporter};
+use super::{Event, Reporter, short_duration, summary, thousands};
 use crate::journal::StepStatus;
 
 /// Consecutive replayed steps are folded into one line, so a resume of a

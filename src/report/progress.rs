@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{summary, Event, Reporter};
+use super::{Event, Reporter, summary};
 use crate::journal::StepStatus;
 
 pub struct Progress {

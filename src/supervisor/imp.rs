@@ -40,8 +40,8 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
+use std::sync::mpsc::{self, TryRecvError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -755,11 +755,12 @@ impl Supervisor<'_> {
     }
 
     fn tick(&mut self) {
-        if let Some(kill_at) = self.kill_at {
-            if Instant::now() >= kill_at && self.exited.is_none() {
-                os::signal_process(self.child_pid, libc::SIGKILL);
-                self.kill_at = None;
-            }
+        if let Some(kill_at) = self.kill_at
+            && Instant::now() >= kill_at
+            && self.exited.is_none()
+        {
+            os::signal_process(self.child_pid, libc::SIGKILL);
+            self.kill_at = None;
         }
         if self.fenced {
             return;
@@ -926,7 +927,7 @@ impl Supervisor<'_> {
         let canonical = match step_key::canonical_json(&args) {
             Ok(canonical) => canonical,
             Err(err) => {
-                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
+                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()));
             }
         };
         if let Err(message) = tool.check_args(&args) {
@@ -1029,7 +1030,7 @@ impl Supervisor<'_> {
         let canonical = match step_key::canonical_json(args) {
             Ok(canonical) => canonical,
             Err(err) => {
-                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()))
+                return self.respond(&Response::error(id, ErrorCode::BadRequest, err.to_string()));
             }
         };
         let asked = Asked {

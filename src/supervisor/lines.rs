@@ -13,7 +13,7 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use serde_json::Value;
 
-use crate::protocol::{names_an_op, sniff_id, MAX_LINE};
+use crate::protocol::{MAX_LINE, names_an_op, sniff_id};
 
 /// How much of an oversized line is kept to look for its `id`.
 const HEAD: usize = 64 * 1024;

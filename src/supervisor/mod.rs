@@ -6,4 +6,4 @@ mod passthrough;
 mod recorded;
 mod socket;
 
-pub use imp::{supervise, RunSpec};
+pub use imp::{RunSpec, supervise};

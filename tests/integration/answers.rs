@@ -5,23 +5,22 @@ use std::io::Read as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::env::{path_with_durun, sdk_path, text, wait_exit, TestEnv};
+use crate::env::{TestEnv, path_with_durun, sdk_path, text, wait_exit};
 
 /// The most memory durun held (VmHWM), sampled until it exits.
 fn peak_rss_kib(pid: u32, child: &mut std::process::Child, timeout: Duration) -> u64 {
     let deadline = Instant::now() + timeout;
     let mut peak = 0;
     while Instant::now() < deadline {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            if let Some(kib) = status
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && let Some(kib) = status
                 .lines()
                 .find_map(|line| line.strip_prefix("VmHWM:"))
                 .and_then(|rest| rest.trim().trim_end_matches(" kB").trim().parse().ok())
-            {
-                peak = peak.max(kib);
-            }
+        {
+            peak = peak.max(kib);
         }
         if child.try_wait().expect("try_wait").is_some() {
             break;
@@ -155,10 +154,12 @@ fn a_nul_in_a_name_or_a_failure_is_refused_before_anything_is_written() {
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(answers[0]["error"]["code"], "bad_request");
-    assert!(answers[0]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .contains("NUL"));
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("NUL")
+    );
     assert_eq!(answers[1]["ok"], true);
     assert_eq!(answers[2]["error"]["code"], "bad_request");
     assert_eq!(answers[3]["ok"], true, "{}", answers[3]);

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::env::{text, TestEnv};
+use crate::env::{TestEnv, text};
 
 #[test]
 fn committed_completions_and_man_pages_are_current() {

@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::env::{
-    agents_dir, process_gone, read_json_lines, read_pid, signal, text, wait_for, TestEnv,
+    TestEnv, agents_dir, process_gone, read_json_lines, read_pid, signal, text, wait_for,
 };
 use crate::servers::{FakeApi, FakeLlm};
 

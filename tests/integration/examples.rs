@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::env::{path_with_durun, sdk_path, text, TestEnv};
+use crate::env::{TestEnv, path_with_durun, sdk_path, text};
 
 /// Copies `examples/NAME` into the test directory (examples write files).
 fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {

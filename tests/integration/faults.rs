@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::env::{process_gone, read_pid, text, wait_for, TestEnv};
+use crate::env::{TestEnv, process_gone, read_pid, text, wait_for};
 
 /// A tmpfs mounted for one test (these tests run as root, as CI does).
 struct Tmpfs {
@@ -66,10 +66,11 @@ fn committed_outputs(env: &TestEnv, task: &str) -> Vec<Value> {
 fn a_locked_journal_exits_74_and_loses_nothing() {
     let mut env = TestEnv::new();
     env.set("DURUN_BUSY_TIMEOUT_MS", "200");
-    assert!(env
-        .durun(&["run", "--task", "before", "--", "true"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "before", "--", "true"])
+            .status
+            .success()
+    );
     let holder = rusqlite::Connection::open(&env.journal).expect("open");
     holder
         .execute_batch("BEGIN IMMEDIATE; UPDATE tasks SET cwd = cwd;")
@@ -81,10 +82,11 @@ fn a_locked_journal_exits_74_and_loses_nothing() {
     assert!(stderr.contains("is locked by another process"), "{stderr}");
     holder.execute_batch("ROLLBACK").expect("unlock");
     drop(holder);
-    assert!(env
-        .durun(&["run", "--task", "blocked", "--", "true"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "blocked", "--", "true"])
+            .status
+            .success()
+    );
     assert_eq!(env.inspect("before")["task"]["status"], "completed");
     env.assert_journal_intact();
 }
@@ -115,10 +117,11 @@ fn a_file_that_is_not_a_journal_is_left_alone() {
 #[test]
 fn a_journal_from_a_newer_durun_is_read_but_not_written() {
     let env = TestEnv::new();
-    assert!(env
-        .durun(&["run", "--task", "t", "--", "true"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "t", "--", "true"])
+            .status
+            .success()
+    );
     env.sql("PRAGMA user_version = 99");
     let output = env.durun(&["run", "--task", "u", "--", "true"]);
     assert_eq!(output.status.code(), Some(74));
@@ -189,9 +192,11 @@ fn a_full_disk_stops_the_task_and_keeps_every_committed_step() {
     );
     // The agent may be stopped before it logs the `journal` answer itself;
     // what matters is that every commit answered ok is kept.
-    assert!(answers
-        .iter()
-        .all(|a| a["ok"] == true || a["error"]["code"] == "journal"));
+    assert!(
+        answers
+            .iter()
+            .all(|a| a["ok"] == true || a["error"]["code"] == "journal")
+    );
     let acknowledged = answers
         .iter()
         .filter(|a| a["ok"] == true && a["id"].as_str().is_some_and(|id| id.starts_with('c')))
@@ -260,10 +265,12 @@ while not os.path.exists("done"):
             .expect("JSON");
     assert_eq!(answers[0]["id"], 77);
     assert_eq!(answers[0]["error"]["code"], "bad_request");
-    assert!(answers[0]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .contains("64 MiB"));
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("64 MiB")
+    );
     assert_eq!(answers[1]["step"], 1, "the refused line opened no step");
     // A line up to the limit is read whole; past it durun drops the rest, so
     // a 200 MiB line costs about the limit, not the line.
@@ -344,15 +351,19 @@ command = ["./no-such-tool"]
         || process_gone(grandchild),
     );
     assert_eq!(answers[1]["error"]["code"], "tool_failed");
-    assert!(answers[1]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .contains("more than 32 MiB"));
+    assert!(
+        answers[1]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("more than 32 MiB")
+    );
     assert_eq!(answers[2]["error"]["code"], "tool_failed");
-    assert!(answers[2]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .contains("cannot start"));
+    assert!(
+        answers[2]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("cannot start")
+    );
     let view = env.inspect("tools");
     let statuses: Vec<&str> = view["steps"]
         .as_array()

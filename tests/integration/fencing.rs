@@ -6,10 +6,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::crash::tools_toml;
-use crate::env::{process_gone, read_pid, signal, text, wait_exit, wait_for, TestEnv};
+use crate::env::{TestEnv, process_gone, read_pid, signal, text, wait_exit, wait_for};
 use crate::servers::FakeApi;
 
 /// Heartbeats every 50 ms; another host may take a lease unrenewed for 1 s,
@@ -306,7 +306,7 @@ fn a_live_runner_hears_a_cancel_before_its_next_read_step() {
 /// `DURUN_SPLIT_SEED` picks the first seed.
 #[test]
 fn split_brain_torture() {
-    use crate::torture::{normalized, plan, reference_output, Rng, MUTATE_STEPS};
+    use crate::torture::{MUTATE_STEPS, Rng, normalized, plan, reference_output};
     let rounds: u64 = std::env::var("DURUN_SPLIT_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())

@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::env::{text, TestEnv};
+use crate::env::{TestEnv, text};
 use crate::servers::FakeApi;
 
 #[derive(Clone, Debug)]
@@ -155,10 +155,12 @@ fn other_4xx_are_not_retried_and_timeouts_are_timeouts() {
         ],
     );
     assert_eq!(answers[0]["error"]["code"], "tool_failed");
-    assert!(answers[0]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .starts_with("HTTP 404"));
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .starts_with("HTTP 404")
+    );
     assert_eq!(answers[0]["output"]["status"], 404);
     assert_eq!(answers[1]["error"]["code"], "timeout", "{}", answers[1]);
     assert_eq!(

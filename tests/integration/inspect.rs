@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::env::{agents_dir, text, TestEnv};
+use crate::env::{TestEnv, agents_dir, text};
 
 /// A task whose journal holds committed, failed, pending and discarded
 /// steps, with every timestamp pinned, and a second, completed task.
@@ -52,10 +52,11 @@ fn journal_with_every_kind_of_step() -> TestEnv {
     env.write("script.json", &second.to_string());
     let resumed = env.durun(&["resume", "fix-typo", "--from-step", "3"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    assert!(env
-        .durun(&["run", "--task", "hello", "--", "echo", "hi"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "hello", "--", "echo", "hi"])
+            .status
+            .success()
+    );
     // Pin every time: steps take 1.5 s, runs 4 s, all on one morning.
     env.sql(
         "UPDATE steps SET created_at = '2026-11-29T10:00:00.000Z', started_at = '2026-11-29T10:00:00.000Z',

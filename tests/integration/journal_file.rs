@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::env::{read_pid, text, wait_exit, TestEnv};
+use crate::env::{TestEnv, read_pid, text, wait_exit};
 
 fn sha(path: &Path) -> Vec<u8> {
     use sha2::Digest as _;

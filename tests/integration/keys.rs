@@ -2,7 +2,7 @@
 //! generated args: non-ASCII text, control characters, huge integers,
 //! floats in every notation, nested objects with unsorted keys.
 
-use crate::env::{agents_dir, text, TestEnv};
+use crate::env::{TestEnv, agents_dir, text};
 
 /// A small deterministic generator (xorshift64*), so failures reproduce.
 struct Gen(u64);

@@ -4,7 +4,7 @@
 //! against the doc's formula itself.
 
 use crate::crash::tools_toml;
-use crate::env::{agents_dir, text, TestEnv};
+use crate::env::{TestEnv, agents_dir, text};
 use crate::servers::FakeApi;
 
 #[test]

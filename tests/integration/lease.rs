@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::env::{read_pid, text, TestEnv};
+use crate::env::{TestEnv, read_pid, text};
 
 #[test]
 fn a_second_runner_of_a_live_task_exits_75() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::env::{agents_dir, read_pid, text, TestEnv};
+use crate::env::{TestEnv, agents_dir, read_pid, text};
 use crate::servers::FakeApi;
 
 /// A task whose step 1 is a charge through an `in_doubt = "ask"` tool, left
@@ -78,10 +78,11 @@ fn resolve_output_records_what_the_operator_saw() {
 fn resolve_retry_runs_the_step_again_with_its_key() {
     let api = FakeApi::start();
     let env = charge_in_doubt(&api);
-    assert!(env
-        .durun(&["resolve", "pay", "1", "--retry"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["resolve", "pay", "1", "--retry"])
+            .status
+            .success()
+    );
     let resumed = env.durun(&["resume", "pay"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     let keys = api.keys();
@@ -98,10 +99,11 @@ fn resolve_retry_runs_the_step_again_with_its_key() {
 fn resolve_fail_replays_as_a_failure() {
     let api = FakeApi::start();
     let env = charge_in_doubt(&api);
-    assert!(env
-        .durun(&["resolve", "pay", "1", "--fail", "card declined"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["resolve", "pay", "1", "--fail", "card declined"])
+            .status
+            .success()
+    );
     let resumed = env.durun(&["resume", "pay"]);
     assert_eq!(
         resumed.status.code(),
@@ -246,10 +248,11 @@ fn cancel_without_a_runner_is_immediate() {
 #[test]
 fn gc_removes_finished_tasks_and_never_a_live_one() {
     let env = TestEnv::new();
-    assert!(env
-        .durun(&["run", "--task", "done", "--", "true"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "done", "--", "true"])
+            .status
+            .success()
+    );
     assert_eq!(
         env.durun(&["run", "--task", "broke", "--", "false"])
             .status

@@ -1,9 +1,9 @@
 //! `durun run` and `resume` on small agents: the protocol, tools, exit codes
 //! and the journal file.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::env::{text, TestEnv};
+use crate::env::{TestEnv, text};
 
 fn send(line: &str) -> Value {
     json!({"send": line})
@@ -129,10 +129,12 @@ output = "json"
     assert_eq!(answers[1]["ok"], true, "{}", answers[1]);
     assert_eq!(answers[1]["output"]["ok"], true);
     assert_eq!(answers[2]["error"]["code"], "tool_failed");
-    assert!(answers[2]["error"]["message"]
-        .as_str()
-        .expect("message")
-        .contains("invalid JSON"));
+    assert!(
+        answers[2]["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("invalid JSON")
+    );
     assert_eq!(answers[3]["error"]["code"], "timeout");
     assert_eq!(
         answers[4]["output"],

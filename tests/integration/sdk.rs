@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::env::{
-    agents_dir, path_with_durun, process_gone, read_pid, sdk_path, text, wait_for, TestEnv,
+    TestEnv, agents_dir, path_with_durun, process_gone, read_pid, sdk_path, text, wait_for,
 };
 use crate::servers::{FakeApi, FakeLlm};
 

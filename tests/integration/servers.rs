@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn serve(
     handler: impl Fn(&str, &HashMap<String, String>, Value) -> Value + Send + Sync + 'static,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::env::{read_pid, text, wait_for, TestEnv};
+use crate::env::{TestEnv, read_pid, text, wait_for};
 use crate::servers::FakeApi;
 
 #[test]
@@ -143,10 +143,11 @@ fn resume_all_takes_every_interrupted_task_and_no_other() {
     };
     make_interrupted("a");
     make_interrupted("b");
-    assert!(env
-        .durun(&["run", "--task", "done", "--", "true"])
-        .status
-        .success());
+    assert!(
+        env.durun(&["run", "--task", "done", "--", "true"])
+            .status
+            .success()
+    );
     assert_eq!(
         env.durun(&["run", "--task", "broken", "--", "false"])
             .status

@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::crash::tools_toml;
-use crate::env::{process_gone, signal, text, wait_for, TestEnv};
+use crate::env::{TestEnv, process_gone, signal, text, wait_for};
 use crate::servers::FakeApi;
 
 const STEPS: usize = 32;
