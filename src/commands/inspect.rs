@@ -315,6 +315,16 @@ fn step_tone(status: StepStatus) -> Tone {
     }
 }
 
+/// A step's state for people: a `pending` step of a task no runner drives
+/// is the step its last run died in, `interrupted`.
+fn step_state(step: &StepRecord, task: TaskStatus) -> &'static str {
+    if step.status == StepStatus::Pending && task != TaskStatus::Running {
+        "interrupted"
+    } else {
+        step.status.as_str()
+    }
+}
+
 fn parse_time(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(text).ok()
 }
@@ -507,7 +517,7 @@ fn task_view(
                 plain(&step.name),
                 plain(step.kind.as_str()),
                 plain(step.effect.as_str()),
-                (step.status.as_str().to_owned(), step_tone(step.status)),
+                (step_state(step, status).to_owned(), step_tone(step.status)),
                 plain(step.attempts.to_string()),
                 plain(took),
                 plain(if step.tokens > 0 {
@@ -558,7 +568,7 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
     let _ = writeln!(
         out,
         "status      {} after {attempts}",
-        style.paint(step_tone(step.status), step.status.as_str())
+        style.paint(step_tone(step.status), step_state(step, shown_status(task)))
     );
     if let Some(resolution) = &step.resolution {
         let _ = writeln!(out, "resolution  {} (durun resolve)", escape(resolution));

@@ -69,6 +69,10 @@ pub fn drive(
         finished_at: journal::now(),
     };
     let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    let mut output = outcome.output;
+    if let Some(output) = &mut output {
+        output.finish_stderr();
+    }
     reporter.report(&Event::RunFinished {
         task: &task.id,
         status: outcome.status,
@@ -76,7 +80,7 @@ pub fn drive(
         stats: &outcome.stats,
         elapsed: started.elapsed(),
     });
-    if let Some(output) = outcome.output {
+    if let Some(output) = output {
         output.finish();
     }
     // The reason durun ended the run matters more than a failure to record
@@ -102,9 +106,13 @@ fn discard(journal: &mut dyn Journal, task: &str, run: u32, from: u64) -> Result
         eprintln!("durun: task {task} has no step {from} or later; nothing to discard");
         return Ok(());
     };
+    let steps = if last.step == from {
+        format!("step {from}")
+    } else {
+        format!("steps {from}-{}", last.step)
+    };
     eprintln!(
-        "durun: discarded steps {from}-{} of task {task} from replay (kept in the journal as `discarded`)",
-        last.step
+        "durun: discarded {steps} of task {task} from replay (kept in the journal as `discarded`)"
     );
     for step in discarded
         .iter()

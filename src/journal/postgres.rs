@@ -612,13 +612,18 @@ impl Journal for PostgresJournal {
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let row = self.client.query_opt(
+        let mut tx = self.client.transaction()?;
+        // A heartbeat need not survive a crash of the server: it does not
+        // wait for the server's disk.
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+        let row = tx.query_opt(
             &format!(
                 "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
                  RETURNING cancel_requested_at IS NOT NULL"
             ),
             &[&task, &(run as i32)],
         )?;
+        tx.commit()?;
         Ok(match row {
             None => Standing::Lost,
             Some(row) => super::standing_of(Some(run), row.get(0), run),

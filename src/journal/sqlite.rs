@@ -137,6 +137,8 @@ pub struct SqliteJournal {
     /// `PRAGMA data_version` at the last [`Journal::watch`]: it changes
     /// only when another connection commits.
     data_version: i64,
+    /// The sync mode steps are committed with.
+    sync: SyncMode,
 }
 
 /// What a file is, before durun writes a byte to it.
@@ -186,6 +188,7 @@ impl SqliteJournal {
             path: path.to_owned(),
             identity: None,
             data_version: -1,
+            sync: SyncMode::Full,
         };
         journal.prepare(access).map_err(|err| {
             // A refusal that says what is wrong leads; SQLite's own errors
@@ -263,6 +266,7 @@ impl SqliteJournal {
             path: PathBuf::from(":memory:"),
             identity: None,
             data_version: -1,
+            sync: SyncMode::Full,
         };
         journal.prepare(Access::Write).expect("fresh schema");
         journal
@@ -521,6 +525,7 @@ impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
         self.conn
             .pragma_update(None, "synchronous", sync.as_str().to_ascii_uppercase())?;
+        self.sync = sync;
         Ok(())
     }
 
@@ -687,14 +692,24 @@ impl Journal for SqliteJournal {
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let cancelled: Option<bool> = self
+        // A heartbeat need not survive a power cut, and an fsync on a busy
+        // disk must not hold up the lease: it commits without one (the
+        // next step's fsync takes it along).
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let cancelled: rusqlite::Result<Option<bool>> = self
             .conn
             .prepare_cached(
                 "UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2
                  RETURNING cancel_requested_at IS NOT NULL",
-            )?
-            .query_row(params![task, run, super::now_ms()], |row| row.get(0))
-            .optional()?;
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_row(params![task, run, super::now_ms()], |row| row.get(0))
+                    .optional()
+            });
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.as_str().to_ascii_uppercase())?;
+        let cancelled = cancelled?;
         self.check_identity()?;
         Ok(match cancelled {
             None => Standing::Lost,

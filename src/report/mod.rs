@@ -51,6 +51,14 @@ pub enum Event<'a> {
 
 pub trait Reporter {
     fn report(&mut self, event: &Event<'_>);
+
+    /// Where the agent's stderr goes when it cannot pass straight through:
+    /// a live progress line must be taken down around each write, or it
+    /// leaves a frozen copy above every line the agent prints. `None`
+    /// (the default) leaves the agent's stderr untouched.
+    fn stderr_copier(&self) -> Option<Box<dyn FnMut(&[u8]) + Send>> {
+        None
+    }
 }
 
 /// Reports nothing (`-q`), except warnings.
@@ -127,6 +135,16 @@ pub fn short_duration(elapsed: Duration) -> String {
     }
 }
 
+/// What to type to carry on after a run that did not complete.
+pub fn next_move(task: &str, status: TaskStatus) -> Option<String> {
+    match status {
+        TaskStatus::Interrupted | TaskStatus::Failed => {
+            Some(format!("continue with `durun resume {task}`"))
+        }
+        _ => None,
+    }
+}
+
 /// The closing line of a run.
 pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Duration) -> String {
     use std::fmt::Write as _;
@@ -152,7 +170,7 @@ pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Du
     line
 }
 
-fn plural(n: u64, noun: &str) -> String {
+pub fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {

@@ -52,7 +52,8 @@ impl Reporter for Plain {
                 } else {
                     writeln!(
                         out,
-                        "[durun] task {task}: run {run}, {recorded_steps} steps in the journal"
+                        "[durun] task {task}: run {run}, {} in the journal",
+                        super::plural(*recorded_steps as u64, "step")
                     )
                 }
             }
@@ -85,13 +86,15 @@ impl Reporter for Plain {
                 exit_code,
                 stats,
                 elapsed,
-            } => {
-                writeln!(
-                    out,
-                    "[durun] task {task} {}",
-                    summary(*status, *exit_code, stats, *elapsed)
-                )
-            }
+            } => writeln!(
+                out,
+                "[durun] task {task} {}",
+                summary(*status, *exit_code, stats, *elapsed)
+            )
+            .and_then(|()| match super::next_move(task, *status) {
+                Some(next) => writeln!(out, "[durun] {next}"),
+                None => Ok(()),
+            }),
         };
     }
 }

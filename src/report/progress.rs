@@ -38,6 +38,19 @@ impl Default for Progress {
 }
 
 impl Reporter for Progress {
+    fn stderr_copier(&self) -> Option<Box<dyn FnMut(&[u8]) + Send>> {
+        let bar = self.bar.clone();
+        Some(Box::new(move |bytes: &[u8]| {
+            use std::io::Write as _;
+            // The line comes down, the agent's bytes go out as they are,
+            // the line is drawn again below them.
+            bar.suspend(|| {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(bytes).and_then(|()| err.flush());
+            });
+        }))
+    }
+
     fn report(&mut self, event: &Event<'_>) {
         match event {
             Event::RunStarted { task, run, .. } => {
@@ -87,6 +100,9 @@ impl Reporter for Progress {
                     "[durun] task {task} {}",
                     summary(*status, *exit_code, stats, *elapsed)
                 );
+                if let Some(next) = super::next_move(task, *status) {
+                    eprintln!("[durun] {next}");
+                }
             }
         }
     }

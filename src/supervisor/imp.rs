@@ -75,6 +75,10 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const SPIN: Duration = Duration::from_micros(50);
 /// When a retried `mutate` step deserves a warning.
 const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a `read` step runs before its row is written as in flight, so
+/// that `inspect` shows it if the run dies (a quick step costs no write
+/// before its commit).
+const MARK_AFTER: Duration = Duration::from_secs(1);
 /// How often the loop looks for a cancel or a takeover when no step asks.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// The most answers (bytes) waiting for the agent to read them: past it,
@@ -115,11 +119,24 @@ pub struct Output {
     /// Give up on a stdout that takes nothing for this long (a run stopped
     /// by a signal), or wait for every byte.
     stall: Option<Duration>,
+    /// Hears when the agent's stderr, copied through the progress line,
+    /// has closed and gone out.
+    stderr_done: Option<mpsc::Receiver<()>>,
 }
 
 impl Output {
+    /// Waits until the agent's stderr went out, so that durun's closing
+    /// lines come after it.
+    pub fn finish_stderr(&mut self) {
+        if let Some(done) = self.stderr_done.take() {
+            // A process the agent left running may hold its stderr open.
+            let _ = done.recv_timeout(DRAIN_GRACE);
+        }
+    }
+
     /// Writes what is left of the agent's prints to durun's stdout.
-    pub fn finish(self) {
+    pub fn finish(mut self) {
+        self.finish_stderr();
         self.passthrough.finish(self.stall);
     }
 }
@@ -200,11 +217,14 @@ impl Then {
     fn into_id(self) -> Value {
         match self {
             Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => id,
+            Then::Marked => Value::Null,
         }
     }
 }
 
 enum Then {
+    /// A long `read` step is written as in flight: nothing to do.
+    Marked,
     /// The step finished: answer it.
     Finished { id: Value, started: Instant },
     /// A `mutate` begin's intent is written: answer the begin.
@@ -292,8 +312,15 @@ pub fn supervise(
         .env("DURUN_PROTOCOL", protocol::VERSION.to_string())
         .env("DURUN_SOCKET", &socket.path)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stdout(Stdio::piped());
+    // On a terminal the agent's stderr goes through the progress line;
+    // elsewhere it is the agent's own, untouched.
+    let copier = reporter.stderr_copier();
+    command.stderr(if copier.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::inherit()
+    });
     os::die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -317,6 +344,10 @@ pub fn supervise(
         }
     };
     let child_pid = child.id();
+    let stderr_done = match (copier, child.stderr.take()) {
+        (Some(copy), Some(stderr)) => Some(spawn_stderr_copier(stderr, copy)),
+        _ => None,
+    };
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     // The agent started; it dies with durun (parent-death signal) if this
@@ -378,7 +409,68 @@ pub fn supervise(
     supervisor.serve(&events);
     signals_handle.close();
     drop(socket);
-    Ok(supervisor.outcome())
+    let mut outcome = supervisor.outcome();
+    if let Some(output) = &mut outcome.output {
+        output.stderr_done = stderr_done;
+    }
+    Ok(outcome)
+}
+
+/// Copies the agent's stderr through `copy` a line at a time (a part line
+/// once nothing more came for a moment), bytes unchanged. The receiver
+/// hears when the agent's stderr has closed and every byte went out.
+fn spawn_stderr_copier(
+    stderr: std::process::ChildStderr,
+    mut copy: Box<dyn FnMut(&[u8]) + Send>,
+) -> mpsc::Receiver<()> {
+    let (chunks_tx, chunks) = mpsc::channel::<Vec<u8>>();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut stderr = stderr;
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match stderr.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if chunks_tx.send(buffer[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            match chunks.recv_timeout(Duration::from_millis(100)) {
+                Ok(chunk) => {
+                    pending.extend_from_slice(&chunk);
+                    if let Some(last) = pending.iter().rposition(|&b| b == b'\n') {
+                        copy(&pending[..=last]);
+                        pending.drain(..=last);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // A prompt without a newline still shows.
+                    if !pending.is_empty() {
+                        copy(&pending);
+                        pending.clear();
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    if !pending.is_empty() {
+                        copy(&pending);
+                    }
+                    let _ = done_tx.send(());
+                    return;
+                }
+            }
+        }
+    });
+    done
 }
 
 /// A relative program path with a `/` means the task's directory.
@@ -627,6 +719,38 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Writes the rows of `read` steps that have run for [`MARK_AFTER`]
+    /// without one, as `pending`: if the run dies now, `inspect` shows the
+    /// step it died in, and a resume runs it again as its next attempt.
+    fn mark_long_steps(&mut self) {
+        if self.stop.is_some() || self.fenced {
+            return;
+        }
+        let mut marks = Vec::new();
+        for open in self.open.values_mut() {
+            if open.fresh && open.started.elapsed() >= MARK_AFTER {
+                open.fresh = false;
+                marks.push(open.record.clone());
+            }
+        }
+        for call in self.calls.values_mut() {
+            if call.fresh && call.started.elapsed() >= MARK_AFTER {
+                call.fresh = false;
+                marks.push(call.record.clone());
+            }
+        }
+        if marks.is_empty() {
+            return;
+        }
+        self.batch.extend(marks.into_iter().map(|record| Deferred {
+            conn: 0,
+            record,
+            fresh: true,
+            then: Then::Marked,
+        }));
+        self.commit_batch();
+    }
+
     /// False, and the run fenced, when the lease has gone unrenewed for
     /// half the stale time: another host may be about to take it over.
     fn check_renewal(&mut self) -> bool {
@@ -765,6 +889,7 @@ impl Supervisor<'_> {
         if self.fenced {
             return;
         }
+        self.mark_long_steps();
         if self.stop.is_none() && self.last_watch.elapsed() >= WATCH_EVERY {
             self.last_watch = Instant::now();
             if let Ok(standing) = self.journal.watch(self.spec.task_id, self.spec.run) {
@@ -1224,7 +1349,10 @@ impl Supervisor<'_> {
             ),
         )
         .details(details)
-        .hint("durun never runs a new step over a recorded one; start the agent as a new task to take the new path");
+        .hint(format!(
+            "durun never runs a new step over a recorded one: `durun resume {task} --from-step {step}` runs the new path from step {step} (it lists what already took effect), or start the agent as a new task",
+            task = self.spec.task_id
+        ));
         self.stop(Stop::Failure(failure.into()));
     }
 
@@ -1267,7 +1395,7 @@ impl Supervisor<'_> {
         match err.downcast_ref::<Fenced>() {
             Some(Fenced(standing)) => {
                 let standing = *standing;
-                if standing == Standing::Cancelled {
+                if standing == Standing::Cancelled && !id.is_null() {
                     self.respond(&Response::error(
                         id.clone(),
                         ErrorCode::Cancelled,
@@ -1281,11 +1409,14 @@ impl Supervisor<'_> {
     }
 
     fn journal_failed(&mut self, id: &Value, err: anyhow::Error) {
-        self.respond(&Response::error(
-            id.clone(),
-            ErrorCode::Journal,
-            format!("durun could not write the journal ({err:#}); the task stops"),
-        ));
+        // A write no request waits for (a heartbeat, a mark) answers none.
+        if !id.is_null() {
+            self.respond(&Response::error(
+                id.clone(),
+                ErrorCode::Journal,
+                format!("durun could not write the journal ({err:#}); the task stops"),
+            ));
+        }
         // A storage error that already says what happened (a full disk)
         // leads; anything else gets a general line.
         let explained = crate::error::failure_of(&err).is_some();
@@ -1510,7 +1641,9 @@ impl Supervisor<'_> {
             for deferred in batch {
                 self.conn = deferred.conn;
                 let id = deferred.then.into_id();
-                self.respond(&Response::error(id, code, message.clone()));
+                if !id.is_null() {
+                    self.respond(&Response::error(id, code, message.clone()));
+                }
             }
             self.conn = first.conn;
             return self.write_failed(&first.then.into_id(), err);
@@ -1523,6 +1656,7 @@ impl Supervisor<'_> {
             self.conn = conn;
             self.last_recorded = self.last_recorded.max(record.step);
             match then {
+                Then::Marked => {}
                 Then::Finished { id, started } => self.answer_finished(id, &record, started),
                 Then::Opened { id, in_doubt } => self.opened(id, record, false, in_doubt),
                 Then::Call { id, tool, args } => {
@@ -1609,6 +1743,7 @@ impl Supervisor<'_> {
             output: Some(Output {
                 passthrough: self.io.passthrough,
                 stall: self.signal.map(|_| OUTPUT_STALL),
+                stderr_done: None,
             }),
         }
     }

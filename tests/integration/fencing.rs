@@ -12,9 +12,10 @@ use crate::crash::tools_toml;
 use crate::env::{TestEnv, process_gone, read_pid, signal, text, wait_exit, wait_for};
 use crate::servers::FakeApi;
 
-/// Heartbeats every 50 ms; another host may take a lease unrenewed for 1 s,
-/// and a runner stops itself after 0.5 s without renewal.
-const STALE: Duration = Duration::from_secs(1);
+/// Heartbeats every 50 ms; another host may take a lease unrenewed for 3 s,
+/// and a runner stops itself after 1.5 s without renewal (a loaded CI
+/// machine can stall a process for a good part of a second).
+const STALE: Duration = Duration::from_secs(3);
 
 fn environment(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();

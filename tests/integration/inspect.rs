@@ -98,15 +98,15 @@ fn the_task_view() {
       1     0         0         3  1,052      0  2h ago   4.0s
       2     0         2         3      0  1,052  2h ago   4.0s
 
-    STEP  NAME          KIND   EFFECT  STATUS     TRIES  TOOK  TOKENS  KEY       OUTPUT
-       1  llm.plan      begin  read    committed      1  1.5s   1,052  3ea38321  1. find the typo 2. fix it
-       2  echo          call   read    committed      1  1.5s          9f4d1ec4  README.md
-       3  lint          begin  read    discarded      1  1.5s          52ee881b  tool_failed: 3 warnings
-       3  lint          begin  read    committed      1  1.5s          9feaefe2  clean
-       4  open_pr       begin  mutate  discarded      1     -          c3c4bcb0
-       4  open_pr       begin  mutate  committed      1  1.5s          c3c4bcb0  {"url":"https://git.example/pr/7"}
-       5  notify        begin  mutate  failed         1  1.5s          57623d5b  tool_failed: webhook answered 503
-       6  retry_notify  begin  mutate  pending        1     -          9725c1a0
+    STEP  NAME          KIND   EFFECT  STATUS       TRIES  TOOK  TOKENS  KEY       OUTPUT
+       1  llm.plan      begin  read    committed        1  1.5s   1,052  3ea38321  1. find the typo 2. fix it
+       2  echo          call   read    committed        1  1.5s          9f4d1ec4  README.md
+       3  lint          begin  read    discarded        1  1.5s          52ee881b  tool_failed: 3 warnings
+       3  lint          begin  read    committed        1  1.5s          9feaefe2  clean
+       4  open_pr       begin  mutate  discarded        1     -          c3c4bcb0
+       4  open_pr       begin  mutate  committed        1  1.5s          c3c4bcb0  {"url":"https://git.example/pr/7"}
+       5  notify        begin  mutate  failed           1  1.5s          57623d5b  tool_failed: webhook answered 503
+       6  retry_notify  begin  mutate  interrupted      1     -          9725c1a0
     "#);
 }
 

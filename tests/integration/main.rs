@@ -19,4 +19,5 @@ mod run;
 mod sdk;
 mod servers;
 mod shared;
+mod terminal;
 mod torture;

@@ -215,6 +215,10 @@ fn a_changed_path_is_divergence_not_a_new_step() {
         stderr.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("`durun resume d --from-step 2` runs the new path from step 2"),
+        "{stderr}"
+    );
     let view = env.inspect("d");
     assert_eq!(view["task"]["status"], "failed");
     assert_eq!(view["steps"][1]["args"]["title"], "Fix typo");

@@ -26,6 +26,7 @@ import inspect
 import itertools
 import json
 import os
+import signal
 import sys
 import threading
 
@@ -127,6 +128,8 @@ class _Channel:
         self._waiting = {}
         self._answers = {}
         self._reader = None
+        # durun answered `cancelled`: the run is stopping.
+        self.stopping = False
 
     def request(self, message):
         with self._lock:
@@ -169,6 +172,8 @@ class _Channel:
     def _read(self):
         for line in self._in:
             answer = json.loads(line)
+            if (answer.get("error") or {}).get("code") == "cancelled":
+                self.stopping = True
             with self._lock:
                 ready = self._waiting.pop(answer.get("id"), None)
                 self._answers[answer.get("id")] = answer
@@ -192,11 +197,36 @@ def active():
     return os.environ.get("DURUN_PROTOCOL") == "1"
 
 
+def _stop_hook(hook):
+    """An excepthook that shows a stop as one line. Python still exits as
+    SIGINT says (130) after a KeyboardInterrupt."""
+
+    def show(kind, value, traceback):
+        if issubclass(kind, KeyboardInterrupt) or (issubclass(kind, Cancelled) and _stopping()):
+            task = os.environ.get("DURUN_TASK_ID", "")
+            sys.stderr.write(f"durun: the agent was stopped; `durun resume {task}` continues the task\n")
+            try:
+                # A second SIGINT (durun passes one on) must not break the
+                # shutdown; Python still ends by SIGINT (exit 130).
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            except ValueError:
+                pass
+            return
+        hook(kind, value, traceback)
+
+    return show
+
+
+def _stopping():
+    return _channel is not None and _channel.stopping
+
+
 def _get_channel():
     global _channel
     with _channel_lock:
         if _channel is None:
             _channel = _Channel()
+            sys.excepthook = _stop_hook(sys.excepthook)
         return _channel
 
 
@@ -249,6 +279,10 @@ def _run_step(name, args, fn, effect):
     _local.step = context
     try:
         value = fn()
+    except (KeyboardInterrupt, SystemExit):
+        # A stop is not the step's failure: the step stays open, and a
+        # resume runs it again.
+        raise
     except BaseException as exc:
         failed = channel.request({"op": "fail", "step": context.step, "error": f"{type(exc).__name__}: {exc}"})
         if not failed["ok"]:

@@ -1,0 +1,129 @@
+//! What a person sees: the line that says how to continue, the step a run
+//! died in, a stop that reads as a stop, and the progress line below the
+//! agent's own stderr on a terminal.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::env::{TestEnv, read_pid, sdk_path, signal, text, wait_exit, wait_for};
+
+#[test]
+fn an_interrupted_run_says_how_to_continue() {
+    let env = TestEnv::new();
+    let plan = json!({
+        "pidfile": env.path("agent.pid"),
+        "steps": [{"begin": "wait", "args": {}, "do": {"wait_for": env.path("never")}}],
+    });
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "cut", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut durun = env.spawn(&args, "run");
+    let pid = read_pid(&env.path("agent.pid"));
+    signal(pid, libc::SIGKILL);
+    assert_eq!(
+        wait_exit(&mut durun, Duration::from_secs(30)).code(),
+        Some(137)
+    );
+    let log = env.log("run");
+    let last: Vec<&str> = log.lines().rev().take(2).collect();
+    assert_eq!(last[0], "[durun] continue with `durun resume cut`", "{log}");
+    assert!(
+        last[1].starts_with("[durun] task cut interrupted (exit 137)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_step_a_run_died_in_shows_in_inspect() {
+    let env = TestEnv::new();
+    // A read step that runs for seconds (an LLM call): its row is written
+    // as in flight once it has run a moment.
+    let plan = json!({
+        "pidfile": env.path("agent.pid"),
+        "steps": [
+            {"begin": "quick", "args": {}, "do": {"value": 1}},
+            {"begin": "llm.long", "args": {"prompt": "p"}, "do": {"wait_for": env.path("done")}},
+        ],
+    });
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "long", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut durun = env.spawn(&args, "run");
+    read_pid(&env.path("agent.pid"));
+    wait_for("the long step's row", Duration::from_secs(30), || {
+        env.inspect("long")["steps"]
+            .as_array()
+            .is_some_and(|steps| steps.len() == 2)
+    });
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    let view = env.inspect("long");
+    assert_eq!(view["task"]["status"], "interrupted");
+    let step = &view["steps"][1];
+    assert_eq!(
+        (step["name"].as_str(), step["status"].as_str()),
+        (Some("llm.long"), Some("pending"))
+    );
+    assert_eq!(step["attempts"], 1);
+    let shown = text(&env.durun(&["inspect", "long"]).stdout);
+    let row = shown
+        .lines()
+        .find(|line| line.contains("llm.long"))
+        .expect("the step's row");
+    assert!(row.contains("interrupted"), "{shown}");
+    // A resume runs it as its second attempt.
+    std::fs::write(env.path("done"), "").expect("done");
+    let resumed = env.durun(&["resume", "long"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let step = env.inspect("long")["steps"][1].clone();
+    assert_eq!(
+        (step["status"].as_str(), step["attempts"].as_u64()),
+        (Some("committed"), Some(2))
+    );
+}
+
+#[test]
+fn ctrl_c_on_an_sdk_agent_reads_as_a_stop() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    env.write(
+        "agent.py",
+        r#"
+import os, time, durun
+def think():
+    open("started", "w").close()
+    time.sleep(60)
+durun.step("think", {}, think)
+"#,
+    );
+    let mut command = env.command();
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let log = std::fs::File::create(env.path("run.err")).expect("log");
+    let mut durun = command
+        .args(["run", "--task", "stop", "--", "python3", "agent.py"])
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    wait_for("the step to start", Duration::from_secs(30), || {
+        env.path("started").exists()
+    });
+    // Ctrl-C at a terminal: SIGINT to the whole foreground group.
+    // SAFETY: killpg has no memory-safety preconditions.
+    unsafe {
+        libc::killpg(durun.id() as i32, libc::SIGINT);
+    }
+    let status = wait_exit(&mut durun, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{}", env.log("run"));
+    let stderr = env.log("run");
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|line| line.starts_with("durun: "))
+            .collect::<Vec<_>>(),
+        ["durun: the agent was stopped; `durun resume stop` continues the task"],
+        "{stderr}"
+    );
+    assert_eq!(env.inspect("stop")["task"]["status"], "interrupted");
+}
