@@ -49,6 +49,9 @@ pub enum Event<'a> {
     },
 }
 
+/// Writes bytes of the agent's stderr where a person sees them.
+pub type StderrCopier = Box<dyn FnMut(&[u8]) + Send>;
+
 pub trait Reporter {
     fn report(&mut self, event: &Event<'_>);
 
@@ -56,7 +59,7 @@ pub trait Reporter {
     /// a live progress line must be taken down around each write, or it
     /// leaves a frozen copy above every line the agent prints. `None`
     /// (the default) leaves the agent's stderr untouched.
-    fn stderr_copier(&self) -> Option<Box<dyn FnMut(&[u8]) + Send>> {
+    fn stderr_copier(&self) -> Option<StderrCopier> {
         None
     }
 }

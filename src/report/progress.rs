@@ -38,7 +38,7 @@ impl Default for Progress {
 }
 
 impl Reporter for Progress {
-    fn stderr_copier(&self) -> Option<Box<dyn FnMut(&[u8]) + Send>> {
+    fn stderr_copier(&self) -> Option<super::StderrCopier> {
         let bar = self.bar.clone();
         Some(Box::new(move |bytes: &[u8]| {
             use std::io::Write as _;

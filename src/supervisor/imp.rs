@@ -421,7 +421,7 @@ pub fn supervise(
 /// hears when the agent's stderr has closed and every byte went out.
 fn spawn_stderr_copier(
     stderr: std::process::ChildStderr,
-    mut copy: Box<dyn FnMut(&[u8]) + Send>,
+    mut copy: crate::report::StderrCopier,
 ) -> mpsc::Receiver<()> {
     let (chunks_tx, chunks) = mpsc::channel::<Vec<u8>>();
     let (done_tx, done) = mpsc::channel();
