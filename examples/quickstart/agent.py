@@ -4,7 +4,9 @@
 
 It plans with an "LLM" (simulated here: slow, and different every time, as
 a real model is), reads the files it finds through a durun tool, asks the
-"LLM" for a summary, and writes a report through a `mutate` tool. Set
+"LLM" for a summary, and writes a report through a `mutate` tool, into
+$REPORT_DIR (the system's temp directory unless set), never into this
+folder. Set
 CRASH_IN=llm.summarize to make it die inside that step, then
 `durun resume TASK`: the steps before it come back from the journal, with
 no LLM call.
@@ -14,6 +16,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import time
 
 # Requests go to durun on stdout, answers come back on stdin. Send the
@@ -69,7 +72,10 @@ def main():
     summary = step("llm.summarize", {"prompt": "summarize", "sizes": sizes},
                    lambda: fake_llm("summary"))
     report = f"# Report\n\nPlan: {plan}\n\nSummary: {summary}\n\nWords: {json.dumps(sizes)}\n"
-    written = call("write_report", path="report.md", text=report)
+    # Outside the folder it reads: a second run lists the same files.
+    folder = os.environ.get("REPORT_DIR", tempfile.gettempdir())
+    path = os.path.join(folder, f"durun-report-{os.environ.get('DURUN_TASK_ID')}.md")
+    written = call("write_report", path=path, text=report)
     request({"op": "result", "output": {"report": written, "files": len(files)}})
     print(f"agent: wrote {written['path']} ({written['bytes']} bytes)")
 

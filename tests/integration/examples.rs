@@ -4,16 +4,30 @@ use std::path::Path;
 
 use crate::env::{TestEnv, path_with_durun, sdk_path, text};
 
-/// Copies `examples/NAME` into the test directory (examples write files).
+/// Copies `examples/NAME` into the test directory, only the files the
+/// repository holds: nothing a run of the example left behind.
 fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(name);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = root.join("examples").join(name);
+    let tracked = std::process::Command::new("git")
+        .args(["ls-files", "--", "."])
+        .current_dir(&source)
+        .output()
+        .ok()
+        .filter(|output| output.status.success() && !output.stdout.is_empty())
+        .map(|output| {
+            text(&output.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<String>>()
+        });
     let target = env.path(name);
     std::fs::create_dir_all(&target).expect("example dir");
     for entry in std::fs::read_dir(&source).expect("example exists") {
         let entry = entry.expect("dir entry");
-        if entry.file_type().expect("file type").is_file() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let in_repo = tracked.as_ref().is_none_or(|files| files.contains(&file_name));
+        if entry.file_type().expect("file type").is_file() && in_repo {
             std::fs::copy(entry.path(), target.join(entry.file_name())).expect("copy");
         }
     }
@@ -24,6 +38,11 @@ fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
 fn quickstart_runs_and_survives_a_crash() {
     let env = TestEnv::new();
     let dir = copy_example(&env, "quickstart");
+    let reports = env.path("reports");
+    std::fs::create_dir(&reports).expect("reports dir");
+    let report_path = reports.join("durun-report-demo.md");
+    let mut env = env;
+    env.set("REPORT_DIR", reports.to_string_lossy());
     let first = env
         .command()
         .current_dir(&dir)
@@ -37,7 +56,7 @@ fn quickstart_runs_and_survives_a_crash() {
         "{}",
         text(&first.stderr)
     );
-    assert!(!dir.join("report.md").exists());
+    assert!(!report_path.exists());
 
     // Resumed from anywhere: the recorded directory and tools are used.
     let resumed = env.durun(&["resume", "demo"]);
@@ -47,7 +66,7 @@ fn quickstart_runs_and_survives_a_crash() {
         stderr.contains("step 1 llm.plan: from the journal"),
         "{stderr}"
     );
-    let report = std::fs::read_to_string(dir.join("report.md")).expect("the report was written");
+    let report = std::fs::read_to_string(&report_path).expect("the report was written");
     assert!(report.starts_with("# Report"));
 
     let view = env.inspect("demo");
@@ -59,7 +78,17 @@ fn quickstart_runs_and_survives_a_crash() {
     assert_eq!(run2["replayed_steps"], steps - 2);
     assert_eq!(run2["executed_steps"], 2);
     assert_eq!(run2["tokens_saved"], view["steps"][0]["tokens"]);
-    assert_eq!(view["task"]["output"]["report"]["path"], "report.md");
+    assert_eq!(
+        view["task"]["output"]["report"]["path"],
+        report_path.to_string_lossy().as_ref()
+    );
+    // The example wrote nothing into its own folder.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["agent.py", "durun.toml", "write_report.py"]);
 }
 
 /// `examples/fake_services.py` on a free port, stopped when dropped.
