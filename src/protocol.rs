@@ -1,4 +1,8 @@
-//! The JSON-lines wire protocol, version 1 (SPEC 2).
+//! The JSON-lines wire protocol, version 1.
+//!
+//! `docs/protocol.md` is the reference for agent authors (every message
+//! with examples, the replay rules, the key formula, the limits); this
+//! module is its implementation, and keep the two in step.
 //!
 //! # Transport
 //!
