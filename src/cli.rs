@@ -19,9 +19,7 @@ use clap::{Args, Parser, Subcommand};
     max_term_width = 100
 )]
 #[command(
-    after_help = "Exit codes: the agent's own; 128+N when signal N ends it; 2 usage; \
-64 bad config or unknown task; 65 divergence; 70 internal error; 74 journal error; \
-75 task locked by a live runner; 76 a step in doubt; 127 the agent cannot start."
+    after_help = crate::exit_code::help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -126,6 +124,7 @@ pub struct ResumeArgs {
     /// The task to resume
     #[arg(
         value_name = "TASK",
+        add = task_ids(),
         required_unless_present = "all",
         conflicts_with = "all"
     )]
@@ -151,7 +150,7 @@ pub struct ResumeArgs {
 #[command(group(clap::ArgGroup::new("decision").required(true).args(["retry", "output", "fail"])))]
 pub struct ResolveArgs {
     /// The task
-    #[arg(value_name = "TASK")]
+    #[arg(value_name = "TASK", add = task_ids())]
     pub task: String,
 
     /// The step number
@@ -174,7 +173,7 @@ pub struct ResolveArgs {
 #[derive(Args, Debug)]
 pub struct CancelArgs {
     /// The task to cancel
-    #[arg(value_name = "TASK")]
+    #[arg(value_name = "TASK", add = task_ids())]
     pub task: String,
 }
 
@@ -188,7 +187,7 @@ pub struct GcArgs {
 #[derive(Args, Debug)]
 pub struct InspectArgs {
     /// The task to show [default: list the tasks, newest first]
-    #[arg(value_name = "TASK")]
+    #[arg(value_name = "TASK", add = task_ids())]
     pub task: Option<String>,
 
     /// Print JSON for scripts (the shape is part of durun's contract)
@@ -273,6 +272,11 @@ pub struct GenerateArgs {
     /// The directory to write `man/` and `completions/` into
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub out: PathBuf,
+}
+
+/// Completes a task argument to the ids in the journal.
+fn task_ids() -> clap_complete::ArgValueCompleter {
+    clap_complete::ArgValueCompleter::new(crate::commands::generate::task_ids)
 }
 
 #[cfg(test)]

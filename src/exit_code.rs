@@ -22,6 +22,43 @@ pub const IN_DOUBT: i32 = 76;
 /// The agent command could not be started.
 pub const CANNOT_START: i32 = 127;
 
+/// Every code above, with what it means: the one table behind `--help`
+/// and the man page's EXIT STATUS.
+pub const TABLE: &[(i32, &str)] = &[
+    (USAGE, "a command-line usage error"),
+    (
+        CONFIG,
+        "bad configuration, an unknown task, or `run --task` with another command",
+    ),
+    (
+        DIVERGENCE,
+        "the agent took another path than the journal holds (divergence)",
+    ),
+    (INTERNAL, "an internal error (a bug in durun)"),
+    (
+        JOURNAL,
+        "the journal could not be created, opened, read or written",
+    ),
+    (
+        LOCKED,
+        "another live runner holds the task, or this run lost its lease",
+    ),
+    (IN_DOUBT, "a step in doubt waits for `durun resolve`"),
+    (CANNOT_START, "the agent command could not be started"),
+];
+
+/// The exit codes as one paragraph, for `--help`.
+pub fn help() -> String {
+    let mut text =
+        String::from("Exit codes: the agent's own when it exits; 128+N when signal N ends it");
+    for (code, meaning) in TABLE {
+        use std::fmt::Write as _;
+        let _ = write!(text, "; {code} {meaning}");
+    }
+    text.push('.');
+    text
+}
+
 /// The exit code of a process ended by `signal`, as shells report it.
 pub fn from_signal(signal: i32) -> i32 {
     128 + signal

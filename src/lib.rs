@@ -19,6 +19,7 @@ mod protocol;
 mod report;
 mod step_key;
 mod supervisor;
+mod task;
 
 use std::ffi::OsString;
 
@@ -42,6 +43,12 @@ pub mod fuzzing {
 use clap::Parser as _;
 
 use cli::{Cli, Command};
+
+/// Answers a shell's completion request (`COMPLETE=SHELL durun …`) and
+/// exits; returns at once otherwise.
+pub fn complete_if_asked() {
+    commands::generate::complete_if_asked();
+}
 
 /// Runs durun with `args` (the program name first) and returns the exit code.
 pub fn run<I, T>(args: I) -> i32
@@ -75,7 +82,7 @@ where
         Command::Gc(args) => commands::gc::exec(&args, &cli.global),
         Command::Step(args) => commands::step::exec(&args),
         Command::Call(args) => commands::step::call(&args),
-        Command::Completions(args) => Ok(commands::generate::completions(&args)),
+        Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };
     match result {

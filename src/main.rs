@@ -1,4 +1,6 @@
 fn main() -> std::process::ExitCode {
+    // `COMPLETE=bash durun …` from a completion script: answer and exit.
+    durun::complete_if_asked();
     let code = durun::run(std::env::args_os());
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
 }

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::resume::unknown_task;
 use crate::cli::{CancelArgs, GlobalArgs};
 use crate::journal::{self, Access, Location, TaskStatus};
 use crate::lease::{self, Holder};
+use crate::task::unknown_task;
 
 /// How long `cancel` waits for a live runner to stop.
 const WAIT: Duration = Duration::from_secs(30);

@@ -12,16 +12,14 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::resume::unknown_task;
-use super::run::shell_words;
 use crate::cli::{GlobalArgs, InspectArgs, StatusFilter};
 use crate::journal::{
     self, Access, Journal, Location, RunRecord, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::json_text::JsonText;
-use crate::lease::{self, Holder};
 use crate::report::table::{self, Column, Style, Tone};
 use crate::report::{escape, short_duration, thousands};
+use crate::task::{shell_words, shown_status, unknown_task};
 
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;
@@ -145,23 +143,6 @@ fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
             | (StatusFilter::Interrupted, TaskStatus::Interrupted)
             | (StatusFilter::Cancelled, TaskStatus::Cancelled)
     )
-}
-
-/// The status a person should see: a `running` task whose runner is gone
-/// is `interrupted`.
-pub fn shown_status(task: &TaskRecord) -> TaskStatus {
-    if task.status != TaskStatus::Running {
-        return task.status;
-    }
-    let live = task
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease::is_live(lease, &Holder::current(), journal::now_ms()));
-    if live {
-        TaskStatus::Running
-    } else {
-        TaskStatus::Interrupted
-    }
 }
 
 fn task_summary_json(task: &TaskRecord) -> Value {

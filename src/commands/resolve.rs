@@ -2,12 +2,12 @@
 
 use anyhow::Result;
 
-use super::resume::unknown_task;
 use crate::cli::{GlobalArgs, ResolveArgs};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{self, Access, Location, Resolution, ResolutionAction};
 use crate::lease::{self, Holder};
+use crate::task::unknown_task;
 
 pub fn exec(args: &ResolveArgs, global: &GlobalArgs) -> Result<i32> {
     let action = if args.retry {

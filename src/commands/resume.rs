@@ -7,6 +7,7 @@ use super::session;
 use crate::cli::{GlobalArgs, ResumeArgs};
 use crate::error::Failure;
 use crate::journal::{self, Access, Location, TaskStatus};
+use crate::task::unknown_task;
 
 pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
     if args.jobs.is_some() && !args.all {
@@ -35,15 +36,6 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
     session::drive(journal.as_mut(), &task, args.from_step, global)
 }
 
-pub fn unknown_task(id: &str, location: &Location) -> Failure {
-    let place = match location {
-        Location::Sqlite(path) => format!("the journal at {}", path.display()),
-        Location::Postgres(_) => "the PostgreSQL journal".to_owned(),
-    };
-    Failure::config(format!("no task {id} in {place}"))
-        .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")
-}
-
 /// Resumes every interrupted task, `jobs` at a time, each in a `durun
 /// resume TASK` of its own; a task another runner took first (exit 75) is
 /// fine. Exits 0 when every task completed or was taken, 1 otherwise.
@@ -56,7 +48,7 @@ fn resume_all(
     let mut pending: std::collections::VecDeque<String> = journal
         .tasks()?
         .into_iter()
-        .filter(|task| super::inspect::shown_status(task) == TaskStatus::Interrupted)
+        .filter(|task| crate::task::shown_status(task) == TaskStatus::Interrupted)
         .map(|task| task.id)
         .rev()
         .collect();

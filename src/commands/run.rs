@@ -8,6 +8,7 @@ use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{self, Access, Location, NewTask, TaskStatus};
+use crate::task::shell_words;
 
 pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
     if let Some(id) = &args.task {
@@ -121,24 +122,6 @@ fn new_task_id() -> String {
     )
 }
 
-/// An argv as a person would type it.
-pub fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|word| {
-            if !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
-            {
-                word.clone()
-            } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,9 +134,5 @@ mod tests {
         assert!(check_task_id("ci-1234:build.2").is_ok());
         assert!(check_task_id("a b").is_err());
         assert!(check_task_id("").is_err());
-        assert_eq!(
-            shell_words(&["python3".into(), "my agent.py".into(), "it's".into()]),
-            r"python3 'my agent.py' 'it'\''s'"
-        );
     }
 }

@@ -50,8 +50,46 @@ fn completions_print_for_every_shell() {
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let output = env.durun(&["completions", shell]);
         assert!(output.status.success());
-        assert!(text(&output.stdout).contains("resume"), "{shell}");
+        // A script that asks durun itself for the candidates.
+        assert!(text(&output.stdout).contains("COMPLETE"), "{shell}");
     }
+}
+
+#[test]
+fn task_arguments_complete_to_the_tasks_in_the_journal() {
+    let env = TestEnv::new();
+    for task in ["build-1", "build-2", "deploy-1"] {
+        let output = env.durun(&["run", "--task", task, "--", "true"]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    let complete = |words: &[&str]| {
+        let output = env
+            .command()
+            .env("COMPLETE", "fish")
+            .arg("--")
+            .args(words)
+            .output()
+            .expect("complete");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    for command in ["resume", "inspect", "cancel", "resolve"] {
+        let candidates = complete(&["durun", command, "bu"]);
+        let ids: Vec<&str> = candidates
+            .lines()
+            .map(|line| line.split('\t').next().unwrap_or_default())
+            .filter(|word| !word.starts_with('-'))
+            .collect();
+        assert_eq!(ids, ["build-2", "build-1"], "{command}: {candidates}");
+        assert!(
+            candidates.contains("build-2\tcompleted: true"),
+            "{candidates}"
+        );
+    }
+    // The internal command is not offered.
+    let commands = complete(&["durun", ""]);
+    assert!(commands.contains("resume\t"), "{commands}");
+    assert!(!commands.contains("generate"), "{commands}");
 }
 
 #[test]

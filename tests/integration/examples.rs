@@ -26,7 +26,9 @@ fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
     for entry in std::fs::read_dir(&source).expect("example exists") {
         let entry = entry.expect("dir entry");
         let file_name = entry.file_name().to_string_lossy().into_owned();
-        let in_repo = tracked.as_ref().is_none_or(|files| files.contains(&file_name));
+        let in_repo = tracked
+            .as_ref()
+            .is_none_or(|files| files.contains(&file_name));
         if entry.file_type().expect("file type").is_file() && in_repo {
             std::fs::copy(entry.path(), target.join(entry.file_name())).expect("copy");
         }
@@ -85,7 +87,13 @@ fn quickstart_runs_and_survives_a_crash() {
     // The example wrote nothing into its own folder.
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .expect("dir")
-        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     files.sort();
     assert_eq!(files, ["agent.py", "durun.toml", "write_report.py"]);
