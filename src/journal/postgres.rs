@@ -222,8 +222,8 @@ impl PostgresJournal {
     }
 }
 
-fn json_column(text: Option<String>) -> Result<Option<JsonText>> {
-    text.map(|text| JsonText::from_text(&text).context("the journal holds malformed JSON"))
+fn json_column(text: Option<&str>) -> Result<Option<JsonText>> {
+    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
         .transpose()
 }
 

@@ -436,8 +436,11 @@ fn parse_json(text: Option<String>) -> Result<Option<Value>> {
 }
 
 /// A nullable JSON column as text, checked but not parsed into a tree.
-fn json_column(text: Option<String>) -> Result<Option<JsonText>> {
-    text.map(|text| JsonText::from_text(&text).context("the journal holds malformed JSON"))
+/// A nullable JSON column, read in place (no `String` in between).
+fn json_column(row: &Row<'_>, index: usize) -> Result<Option<JsonText>> {
+    row.get_ref(index)?
+        .as_str_or_null()?
+        .map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
         .transpose()
 }
 
@@ -483,7 +486,6 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
     let kind: String = row.get(2)?;
     let effect: String = row.get(3)?;
     let status: String = row.get(7)?;
-    let args: String = row.get(4)?;
     let error = match (
         row.get::<_, Option<String>>(10)?,
         row.get::<_, Option<String>>(11)?,
@@ -499,14 +501,15 @@ fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         name: row.get(1)?,
         kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
         effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
-        args: JsonText::from_text(&args).context("the journal holds malformed args")?,
+        args: JsonText::from_text(row.get_ref(4)?.as_str()?)
+            .context("the journal holds malformed args")?,
         args_hash: row.get(5)?,
         idempotency_key: row.get(6)?,
         status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,
         attempts: row.get(8)?,
-        output: json_column(row.get(9)?)?,
+        output: json_column(row, 9)?,
         error,
-        usage: json_column(row.get(12)?)?,
+        usage: json_column(row, 12)?,
         tokens: row.get::<_, i64>(13)? as u64,
         run: row.get(14)?,
         created_at: row.get(15)?,
