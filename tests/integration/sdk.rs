@@ -264,3 +264,45 @@ if not os.path.exists("second-run"):
         .collect();
     assert_eq!(names, ["a", "b", "c", "d"]);
 }
+
+#[test]
+fn an_answer_the_sdk_cannot_read_wakes_every_waiting_request() {
+    // Stand-in for durun: the SDK's stdin gets a line that is not JSON
+    // while three threads wait for answers. None may hang.
+    let script = r#"
+import os, sys, threading
+read_end, write_end = os.pipe()
+os.dup2(read_end, 0)
+sink = os.open(os.devnull, os.O_WRONLY)
+os.dup2(sink, 1)
+os.environ["DURUN_PROTOCOL"] = "1"
+import durun
+errors = []
+def ask():
+    try:
+        durun.call("tool")
+    except durun.DurunError as exc:
+        errors.append(str(exc))
+threads = [threading.Thread(target=ask) for _ in range(3)]
+for thread in threads:
+    thread.start()
+os.write(write_end, b"not json\n")
+for thread in threads:
+    thread.join(10)
+assert not any(thread.is_alive() for thread in threads), "a request hangs"
+try:
+    durun.call("later")
+except durun.DurunError as exc:
+    errors.append(str(exc))
+assert len(errors) == 4, errors
+assert all("could not read durun's answer" in e for e in errors), errors
+sys.stderr.write("ok\n")
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", sdk_path())
+        .output()
+        .expect("python3");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stderr), "ok\n");
+}

@@ -29,6 +29,11 @@ import os
 import signal
 import sys
 import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+#: An answer from durun: a JSON object.
+Answer = Dict[str, Any]
+T = TypeVar("T")
 
 __all__ = [
     "step", "call", "call_all", "result", "current", "usage", "active",
@@ -42,7 +47,7 @@ class DurunError(Exception):
 
     code = "error"
 
-    def __init__(self, message, step=None, output=None):
+    def __init__(self, message: str, step: Optional[int] = None, output: Any = None) -> None:
         super().__init__(message)
         self.message = message
         self.step = step
@@ -86,16 +91,16 @@ class NotUnderDurun(DurunError):
     code = "not_under_durun"
 
 
-_ERRORS = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError)}
+_ERRORS: Dict[str, "type[DurunError]"] = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError)}
 
 
-def _error(answer):
+def _error(answer: Answer) -> DurunError:
     error = answer.get("error") or {}
-    cls = _ERRORS.get(error.get("code"), DurunError)
+    cls = _ERRORS.get(str(error.get("code")), DurunError)
     return cls(error.get("message", "durun answered an error"), answer.get("step"), answer.get("output"))
 
 
-def _line(message):
+def _line(message: Dict[str, Any]) -> str:
     """The request as one protocol line, or ValueError before anything is
     sent: NaN, Infinity and lone surrogates cannot be journaled as JSON."""
     try:
@@ -115,7 +120,7 @@ class _Channel:
     """Requests out on the protocol fd, answers in on stdin, matched by id;
     safe to use from many threads at once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # Keep the real stdout for the protocol, then point fd 1 (and so
         # print, and subprocesses) at stderr.
         sys.stdout.flush()
@@ -125,40 +130,33 @@ class _Channel:
         self._in = os.fdopen(os.dup(0), "r", encoding="utf-8")
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._waiting = {}
-        self._answers = {}
-        self._reader = None
+        self._waiting: Dict[int, threading.Event] = {}
+        self._answers: Dict[int, Answer] = {}
+        self._reader: Optional[threading.Thread] = None
+        # Why the reader stopped, once it has: every later request gets it.
+        self._gone: Optional[str] = None
         # durun answered `cancelled`: the run is stopping.
         self.stopping = False
 
-    def request(self, message):
-        with self._lock:
-            request_id = next(self._ids)
-            message["id"] = request_id
-            line = _line(message)
-            ready = threading.Event()
-            self._waiting[request_id] = ready
-            self._out.write(line)
-            self._out.flush()
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
-                self._reader.start()
-        ready.wait()
-        with self._lock:
-            return self._answers.pop(request_id)
+    def request(self, message: Dict[str, Any]) -> Answer:
+        return self.request_all([message])[0]
 
-    def request_all(self, messages):
+    def request_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
         """Sends every message before waiting for any answer, in order."""
         with self._lock:
-            pending = []
             lines = []
             for message in messages:
                 message["id"] = next(self._ids)
                 lines.append(_line(message))
+            pending = []
             for message, line in zip(messages, lines):
                 ready = threading.Event()
-                self._waiting[message["id"]] = ready
                 pending.append((message["id"], ready))
+                if self._gone is not None:
+                    self._answers[message["id"]] = self._failure(message["id"])
+                    ready.set()
+                    continue
+                self._waiting[message["id"]] = ready
                 self._out.write(line)
             self._out.flush()
             if self._reader is None:
@@ -169,21 +167,28 @@ class _Channel:
         with self._lock:
             return [self._answers.pop(request_id) for request_id, _ in pending]
 
-    def _read(self):
-        for line in self._in:
-            answer = json.loads(line)
-            if (answer.get("error") or {}).get("code") == "cancelled":
-                self.stopping = True
-            with self._lock:
-                ready = self._waiting.pop(answer.get("id"), None)
-                self._answers[answer.get("id")] = answer
-            if ready is not None:
-                ready.set()
-        # durun is gone: wake everyone with an error.
+    def _failure(self, request_id: int) -> Answer:
+        return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
+
+    def _read(self) -> None:
+        why = "durun closed the protocol"
+        try:
+            for line in self._in:
+                answer = json.loads(line)
+                if (answer.get("error") or {}).get("code") == "cancelled":
+                    self.stopping = True
+                with self._lock:
+                    ready = self._waiting.pop(answer.get("id"), None)
+                    self._answers[answer.get("id")] = answer
+                if ready is not None:
+                    ready.set()
+        except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
+            why = f"the SDK could not read durun's answer: {exc}"
+        # The reader is gone: wake everyone with an error, now and later.
         with self._lock:
+            self._gone = why
             for request_id, ready in self._waiting.items():
-                self._answers[request_id] = {"id": request_id, "ok": False,
-                                             "error": {"code": "cancelled", "message": "durun closed the protocol"}}
+                self._answers[request_id] = self._failure(request_id)
                 ready.set()
             self._waiting.clear()
 
@@ -192,16 +197,16 @@ _channel = None
 _channel_lock = threading.Lock()
 
 
-def active():
+def active() -> bool:
     """Whether the script runs under durun."""
     return os.environ.get("DURUN_PROTOCOL") == "1"
 
 
-def _stop_hook(hook):
+def _stop_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
     """An excepthook that shows a stop as one line. Python still exits as
     SIGINT says (130) after a KeyboardInterrupt."""
 
-    def show(kind, value, traceback):
+    def show(kind: Any, value: BaseException, traceback: Any) -> None:
         if issubclass(kind, KeyboardInterrupt) or (issubclass(kind, Cancelled) and _stopping()):
             task = os.environ.get("DURUN_TASK_ID", "")
             sys.stderr.write(f"durun: the agent was stopped; `durun resume {task}` continues the task\n")
@@ -217,11 +222,11 @@ def _stop_hook(hook):
     return show
 
 
-def _stopping():
+def _stopping() -> bool:
     return _channel is not None and _channel.stopping
 
 
-def _get_channel():
+def _get_channel() -> _Channel:
     global _channel
     with _channel_lock:
         if _channel is None:
@@ -233,30 +238,30 @@ def _get_channel():
 class StepContext:
     """What a running step knows about itself."""
 
-    def __init__(self, step, idempotency_key, attempt, in_doubt):
+    def __init__(self, step: int, idempotency_key: str, attempt: int, in_doubt: bool) -> None:
         self.step = step
         self.idempotency_key = idempotency_key
         self.attempt = attempt
         self.in_doubt = in_doubt
-        self.usage = None
+        self.usage: Optional[Dict[str, int]] = None
 
 
 _local = threading.local()
 
 
-def current():
+def current() -> Optional[StepContext]:
     """The step running in this thread, or None."""
     return getattr(_local, "step", None)
 
 
-def usage(input_tokens=0, output_tokens=0):
+def usage(input_tokens: int = 0, output_tokens: int = 0) -> None:
     """Records the token usage of the step running in this thread."""
     context = current()
     if context is not None:
         context.usage = {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens)}
 
 
-def _usage_of(value):
+def _usage_of(value: Any) -> Optional[Dict[str, Any]]:
     """Token usage found in an LLM-shaped answer (OpenAI or Anthropic)."""
     found = value.get("usage") if isinstance(value, dict) else None
     if isinstance(found, dict) and any(k in found for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")):
@@ -264,7 +269,7 @@ def _usage_of(value):
     return None
 
 
-def _run_step(name, args, fn, effect):
+def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str) -> T:
     if not active():
         # Without durun the step simply runs.
         return fn()
@@ -273,8 +278,10 @@ def _run_step(name, args, fn, effect):
     if not opened["ok"]:
         raise _error(opened)
     if opened.get("replayed"):
-        return opened.get("output")
-    context = StepContext(opened["step"], opened.get("idempotency_key"), opened.get("attempt", 1), opened.get("in_doubt", False))
+        # The recorded value of the step: what fn returned when it ran.
+        return opened["output"]  # type: ignore[no-any-return]
+    context = StepContext(opened["step"], opened.get("idempotency_key", ""), opened.get("attempt", 1),
+                          opened.get("in_doubt", False))
     previous = current()
     _local.step = context
     try:
@@ -302,7 +309,7 @@ def _run_step(name, args, fn, effect):
     return value
 
 
-def step(name, args=None, fn=None, effect="read"):
+def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, effect: str = "read") -> Any:
     """Runs ``fn()`` as journaled step ``name`` unless the journal holds it.
 
     ``durun.step(name, args, fn)`` returns fn's value, or the recorded one.
@@ -316,11 +323,11 @@ def step(name, args=None, fn=None, effect="read"):
     if callable(args):
         raise TypeError("use durun.step(name, args, fn) or @durun.step(name)")
 
-    def decorate(function):
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(function)
 
         @functools.wraps(function)
-        def wrapper(*call_args, **call_kwargs):
+        def wrapper(*call_args: Any, **call_kwargs: Any) -> Any:
             bound = signature.bind(*call_args, **call_kwargs)
             bound.apply_defaults()
             step_args = dict(args or {})
@@ -332,7 +339,7 @@ def step(name, args=None, fn=None, effect="read"):
     return decorate
 
 
-def call(tool, **args):
+def call(tool: str, **args: Any) -> Any:
     """Runs ``tool`` from durun.toml with ``args`` and returns its output."""
     if not active():
         raise NotUnderDurun(f"durun.call({tool!r}) needs durun: run the script with `durun run -- python3 ...`")
@@ -342,7 +349,7 @@ def call(tool, **args):
     return answer.get("output")
 
 
-def call_all(calls):
+def call_all(calls: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
     """Runs several tools at once and returns their outputs, in order.
 
     ``calls`` is a list of ``(tool, args)`` pairs. durun runs the tools
@@ -360,7 +367,7 @@ def call_all(calls):
     return [answer.get("output") for answer in answers]
 
 
-def result(value):
+def result(value: Any) -> None:
     """Stores the task's final output (shown by ``durun inspect``)."""
     if not active():
         return
