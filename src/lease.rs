@@ -7,30 +7,6 @@
 
 use std::time::Duration;
 
-/// How often a runner renews its heartbeat.
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
-/// How old a heartbeat from another host may be before its lease is taken.
-const STALE_AFTER: Duration = Duration::from_secs(60);
-
-fn millis_from_env(name: &str) -> Option<Duration> {
-    std::env::var(name)
-        .ok()?
-        .parse()
-        .ok()
-        .map(Duration::from_millis)
-}
-
-/// How often a runner renews its heartbeat (`DURUN_HEARTBEAT_MS` to change).
-pub fn heartbeat_every() -> Duration {
-    millis_from_env("DURUN_HEARTBEAT_MS").unwrap_or(HEARTBEAT_EVERY)
-}
-
-/// How old another host's heartbeat may be before its lease is taken over
-/// (`DURUN_LEASE_STALE_MS` to change; keep it several heartbeats long).
-pub fn stale_after() -> Duration {
-    millis_from_env("DURUN_LEASE_STALE_MS").unwrap_or(STALE_AFTER)
-}
-
 /// A lease as the journal holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -50,23 +26,20 @@ pub struct Holder {
 }
 
 impl Holder {
-    pub fn current() -> Self {
+    /// This process, on host `host` (`DURUN_HOST_ID`; tests pose as other
+    /// hosts), or the host name.
+    pub fn current(host: Option<String>) -> Self {
         let pid = std::process::id();
         Self {
-            host: host_id(),
+            host: host.unwrap_or_else(host_name),
             pid,
             pid_start: proc_stat(pid).map(|stat| stat.start),
         }
     }
 }
 
-/// The host name, or `DURUN_HOST_ID` where set (tests pose as other hosts).
-pub fn host_id() -> String {
-    if let Ok(id) = std::env::var("DURUN_HOST_ID")
-        && !id.is_empty()
-    {
-        return id;
-    }
+/// The machine's host name.
+fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .ok()
@@ -74,8 +47,10 @@ pub fn host_id() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Whether `lease` still belongs to a live runner, seen from `me`.
-pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64) -> bool {
+/// Whether `lease` still belongs to a live runner, seen from `me`: on this
+/// host while its process lives, from another host while its heartbeat is
+/// younger than `stale`.
+pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64, stale: Duration) -> bool {
     if lease.host == me.host {
         if lease.pid == me.pid && lease.pid_start == me.pid_start {
             return true;
@@ -85,7 +60,7 @@ pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64) -> bool {
             None => false,
         }
     } else {
-        now_ms.saturating_sub(lease.heartbeat_ms) < stale_after().as_millis() as i64
+        now_ms.saturating_sub(lease.heartbeat_ms) < stale.as_millis() as i64
     }
 }
 
@@ -111,9 +86,11 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
 mod tests {
     use super::*;
 
+    const STALE: Duration = Duration::from_secs(60);
+
     #[test]
     fn this_process_is_live_and_a_dead_one_is_not() {
-        let me = Holder::current();
+        let me = Holder::current(None);
         let mine = Lease {
             host: me.host.clone(),
             pid: me.pid,
@@ -121,7 +98,7 @@ mod tests {
             heartbeat_ms: 0,
             run: 1,
         };
-        assert!(is_live(&mine, &me, 0));
+        assert!(is_live(&mine, &me, 0, STALE));
         let mut child = std::process::Command::new("true")
             .spawn()
             .expect("spawn true");
@@ -133,7 +110,8 @@ mod tests {
                 ..mine.clone()
             },
             &me,
-            0
+            0,
+            STALE
         ));
         let recycled = Lease {
             pid_start: me.pid_start.map(|start| start + 1),
@@ -145,14 +123,15 @@ mod tests {
                 pid: 1,
                 ..me.clone()
             },
-            0
+            0,
+            STALE
         ));
         let remote = Lease {
             host: "elsewhere".into(),
             heartbeat_ms: 1_000,
             ..mine
         };
-        assert!(is_live(&remote, &me, 1_000 + 59_000));
-        assert!(!is_live(&remote, &me, 1_000 + 61_000));
+        assert!(is_live(&remote, &me, 1_000 + 59_000, STALE));
+        assert!(!is_live(&remote, &me, 1_000 + 61_000, STALE));
     }
 }

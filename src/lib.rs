@@ -17,6 +17,7 @@ mod os;
 mod properties;
 mod protocol;
 mod report;
+mod settings;
 mod step_key;
 mod supervisor;
 mod task;
@@ -73,13 +74,14 @@ where
             return exit_code::USAGE;
         }
     };
+    let settings = settings::Settings::resolve(&cli.global);
     let result = match cli.command {
-        Command::Run(args) => commands::run::exec(&args, &cli.global),
-        Command::Resume(args) => commands::resume::exec(&args, &cli.global),
-        Command::Inspect(args) => commands::inspect::exec(&args, &cli.global),
-        Command::Resolve(args) => commands::resolve::exec(&args, &cli.global),
-        Command::Cancel(args) => commands::cancel::exec(&args, &cli.global),
-        Command::Gc(args) => commands::gc::exec(&args, &cli.global),
+        Command::Run(args) => commands::run::exec(&args, &settings),
+        Command::Resume(args) => commands::resume::exec(&args, &settings),
+        Command::Inspect(args) => commands::inspect::exec(&args, &settings),
+        Command::Resolve(args) => commands::resolve::exec(&args, &settings),
+        Command::Cancel(args) => commands::cancel::exec(&args, &settings),
+        Command::Gc(args) => commands::gc::exec(&args, &settings),
         Command::Step(args) => commands::step::exec(&args),
         Command::Call(args) => commands::step::call(&args),
         Command::Completions(args) => commands::generate::completions(&args),
@@ -89,6 +91,9 @@ where
         Ok(code) => code,
         Err(err) if error::is_broken_pipe(&err) => 0,
         Err(err) => {
+            // Storage errors are explained once, here (a locked or full
+            // journal says so, with what to do).
+            let err = journal::explain(err);
             error::print(&err);
             error::exit_code_of(&err)
         }

@@ -125,3 +125,38 @@ pub fn boot_clock() -> std::time::Duration {
     }
     std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
+
+/// Whether the file system that holds (or would hold) `path` is mounted
+/// read-only.
+pub fn read_only_mount(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let existing = path
+        .ancestors()
+        .find(|ancestor| !ancestor.as_os_str().is_empty() && ancestor.exists())
+        .unwrap_or(std::path::Path::new("."));
+    let Ok(c_path) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a valid C string and `stat` is writable memory of
+    // the right size; statvfs initializes it when it returns 0.
+    let ok = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) } == 0;
+    // SAFETY: initialized by the successful call above.
+    ok && unsafe { stat.assume_init() }.f_flag & libc::ST_RDONLY != 0
+}
+
+/// Writes one byte to a wake pipe. A full pipe already wakes its reader,
+/// and a pipe whose read end lives cannot fail otherwise.
+pub fn wake(fd: &impl AsRawFd) {
+    // SAFETY: a one-byte write from a live buffer to an open descriptor.
+    unsafe {
+        libc::write(fd.as_raw_fd(), b"!".as_ptr().cast(), 1);
+    }
+}
+
+/// Reads a non-blocking wake pipe empty.
+pub fn drain(fd: &impl AsRawFd) {
+    let mut buffer = [0u8; 256];
+    // SAFETY: reads into a live buffer of the given size.
+    while unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) } > 0 {}
+}

@@ -3,18 +3,23 @@
 
 use crate::error::Failure;
 use crate::journal::{self, Location, TaskRecord, TaskStatus};
-use crate::lease::{self, Holder};
+use crate::lease;
+use crate::settings::Settings;
 
 /// The status a person should see: a `running` task whose runner is gone
 /// is `interrupted`.
-pub fn shown_status(task: &TaskRecord) -> TaskStatus {
+pub fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus {
     if task.status != TaskStatus::Running {
         return task.status;
     }
-    let live = task
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease::is_live(lease, &Holder::current(), journal::now_ms()));
+    let live = task.lease.as_ref().is_some_and(|lease| {
+        lease::is_live(
+            lease,
+            &settings.holder,
+            journal::now_ms(),
+            settings.lease.stale,
+        )
+    });
     if live {
         TaskStatus::Running
     } else {
@@ -41,10 +46,7 @@ pub fn shell_words(argv: &[String]) -> String {
 }
 
 pub fn unknown_task(id: &str, location: &Location) -> Failure {
-    let place = match location {
-        Location::Sqlite(path) => format!("the journal at {}", path.display()),
-        Location::Postgres(_) => "the PostgreSQL journal".to_owned(),
-    };
+    let place = location.describe();
     Failure::config(format!("no task {id} in {place}"))
         .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")
 }

@@ -10,17 +10,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::cli::{CancelArgs, GlobalArgs};
-use crate::journal::{self, Access, Location, TaskStatus};
-use crate::lease::{self, Holder};
+use crate::cli::CancelArgs;
+use crate::journal::{self, Access, TaskStatus};
+use crate::lease;
+use crate::settings::Settings;
 use crate::task::unknown_task;
 
 /// How long `cancel` waits for a live runner to stop.
 const WAIT: Duration = Duration::from_secs(30);
 
-pub fn exec(args: &CancelArgs, global: &GlobalArgs) -> Result<i32> {
-    let location = Location::resolve(global.journal.as_deref())?;
-    let mut journal = journal::open(&location, Access::Write)?;
+pub fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
+    let location = settings.location()?;
+    let mut journal = location.open(Access::Write, settings)?;
     let Some(task) = journal.task(&args.task)? else {
         return Err(unknown_task(&args.task, &location).into());
     };
@@ -35,7 +36,7 @@ pub fn exec(args: &CancelArgs, global: &GlobalArgs) -> Result<i32> {
         }
         _ => {}
     }
-    if !journal.request_cancel(&task.id, &Holder::current())? {
+    if !journal.request_cancel(&task.id, &settings.holder)? {
         eprintln!("durun: task {} cancelled", task.id);
         return Ok(0);
     }
@@ -45,17 +46,20 @@ pub fn exec(args: &CancelArgs, global: &GlobalArgs) -> Result<i32> {
     );
     // From the cancel's commit on, the runner may open no step: every write
     // it makes checks the mark, and it looks before any `read` step starts.
-    let me = Holder::current();
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         let Some(task) = journal.task(&args.task)? else {
             break;
         };
-        let running = task
-            .lease
-            .as_ref()
-            .is_some_and(|lease| lease::is_live(lease, &me, journal::now_ms()));
+        let running = task.lease.as_ref().is_some_and(|lease| {
+            lease::is_live(
+                lease,
+                &settings.holder,
+                journal::now_ms(),
+                settings.lease.stale,
+            )
+        });
         if !running {
             eprintln!("durun: no runner holds task {} any more", task.id);
             return Ok(0);

@@ -4,13 +4,13 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
-use crate::cli::{GcArgs, GlobalArgs};
+use crate::cli::GcArgs;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Location};
-use crate::lease::Holder;
+use crate::journal::Access;
+use crate::settings::Settings;
 
-pub fn exec(args: &GcArgs, global: &GlobalArgs) -> Result<i32> {
+pub fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
     let cutoff = SystemTime::now()
         .checked_sub(args.older_than)
         .filter(|cutoff| *cutoff >= SystemTime::UNIX_EPOCH)
@@ -25,13 +25,13 @@ pub fn exec(args: &GcArgs, global: &GlobalArgs) -> Result<i32> {
             .hint("use an age like 30d or 1y")
         })?;
     let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
-    let location = Location::resolve(global.journal.as_deref())?;
+    let location = settings.location()?;
     if !location.exists()? {
         eprintln!("durun: no journal yet; nothing to remove");
         return Ok(0);
     }
-    let mut journal = journal::open(&location, Access::Write)?;
-    let removed = journal.gc(&cutoff, &Holder::current())?;
+    let mut journal = location.open(Access::Write, settings)?;
+    let removed = journal.gc(&cutoff, &settings.holder)?;
     // The ids go to stdout, for scripts; the summary to stderr.
     for id in &removed {
         println!("{id}");

@@ -65,14 +65,15 @@ pub fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
     let Some(prefix) = current.to_str() else {
         return Vec::new();
     };
-    let journal = std::env::var("DURUN_JOURNAL").ok();
-    let Ok(location) = crate::journal::Location::resolve(journal.as_deref()) else {
+    let settings = crate::settings::Settings::from_env(std::env::var("DURUN_JOURNAL").ok());
+    let Ok(location) = settings.location() else {
         return Vec::new();
     };
     if !location.exists().unwrap_or(false) {
         return Vec::new();
     }
-    let Ok(tasks) = crate::journal::open(&location, crate::journal::Access::Read)
+    let Ok(tasks) = location
+        .open(crate::journal::Access::Read, &settings)
         .and_then(|mut journal| journal.tasks())
     else {
         return Vec::new();
@@ -83,7 +84,7 @@ pub fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
         .map(|task| {
             let help = format!(
                 "{}: {}",
-                crate::task::shown_status(&task).as_str(),
+                crate::task::shown_status(&task, &settings).as_str(),
                 crate::task::shell_words(&task.argv)
             );
             CompletionCandidate::new(task.id).help(Some(help.into()))

@@ -12,13 +12,14 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use crate::cli::{GlobalArgs, InspectArgs, StatusFilter};
+use crate::cli::{InspectArgs, StatusFilter};
 use crate::journal::{
-    self, Access, Journal, Location, RunRecord, StepRecord, StepStatus, TaskRecord, TaskStatus,
+    Access, Journal, ResolutionKind, RunRecord, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::json_text::JsonText;
 use crate::report::table::{self, Column, Style, Tone};
 use crate::report::{escape, short_duration, thousands};
+use crate::settings::Settings;
 use crate::task::{shell_words, shown_status, unknown_task};
 
 /// How many steps the task view shows unless `--all` says every one.
@@ -27,16 +28,9 @@ const VIEW_LIMIT: usize = 500;
 /// How often `--follow` looks at the journal.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
-/// Now, or `DURUN_TEST_NOW` (RFC 3339) so that tests see fixed ages.
-fn now() -> SystemTime {
-    std::env::var("DURUN_TEST_NOW")
-        .ok()
-        .and_then(|text| humantime::parse_rfc3339(&text).ok())
-        .unwrap_or_else(SystemTime::now)
-}
-
-pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
-    let location = Location::resolve(global.journal.as_deref())?;
+pub fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
+    let location = settings.location()?;
+    let now = settings.now();
     let missing = !location.exists()?;
     let style = Style::stdout();
     let mut out = std::io::stdout().lock();
@@ -45,21 +39,24 @@ pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
             // No journal yet: no tasks.
             Vec::new()
         } else {
-            journal::open(&location, Access::Read)?.tasks()?
+            location.open(Access::Read, settings)?.tasks()?
         };
         let tasks: Vec<TaskRecord> = tasks
             .into_iter()
             .filter(|task| {
                 args.status
-                    .is_none_or(|wanted| status_matches(wanted, shown_status(task)))
+                    .is_none_or(|wanted| status_matches(wanted, shown_status(task, settings)))
             })
             .take(args.limit.unwrap_or(usize::MAX))
             .collect();
         if args.json {
-            let tasks: Vec<Value> = tasks.iter().map(task_summary_json).collect();
+            let tasks: Vec<Value> = tasks
+                .iter()
+                .map(|task| task_summary_json(task, settings))
+                .collect();
             writeln!(out, "{}", json!({ "tasks": tasks }))?;
         } else {
-            out.write_all(task_list(&style, &tasks, now()).as_bytes())?;
+            out.write_all(task_list(&style, settings, &tasks, now).as_bytes())?;
         }
         out.flush()?;
         return Ok(0);
@@ -67,20 +64,20 @@ pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
     if missing {
         return Err(unknown_task(id, &location).into());
     }
-    let mut journal = journal::open(&location, Access::Read)?;
+    let mut journal = location.open(Access::Read, settings)?;
     let Some(task) = journal.task(id)? else {
         return Err(unknown_task(id, &location).into());
     };
     if args.follow {
         drop(out);
-        return follow(journal.as_mut(), task, &style);
+        return follow(journal.as_mut(), task, &style, settings);
     }
     let runs = journal.runs(id)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
     if args.json && args.step.is_none() {
         // Streamed: each step is written as it is read.
         out.write_all(b"{\"task\":")?;
-        serde_json::to_writer(&mut out, &task_out(&task, &runs))?;
+        serde_json::to_writer(&mut out, &task_out(&task, &runs, settings))?;
         out.write_all(b",\"steps\":[")?;
         let mut first = true;
         journal.visit_steps(id, true, None, &mut |step| {
@@ -97,7 +94,7 @@ pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
             let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
             serde_json::to_writer(
                 &mut out,
-                &json!({"task": task_out(&task, &runs), "steps": steps}),
+                &json!({"task": task_out(&task, &runs, settings), "steps": steps}),
             )?;
             writeln!(out)?;
             out.flush()?;
@@ -115,13 +112,13 @@ pub fn exec(args: &InspectArgs, global: &GlobalArgs) -> Result<i32> {
             if i > 0 {
                 writeln!(out)?;
             }
-            out.write_all(step_view(&style, &task, step, now()).as_bytes())?;
+            out.write_all(step_view(&style, settings, &task, step, now).as_bytes())?;
         }
     } else {
         let total = journal.count_steps(id)?;
         let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
         let steps = journal.steps_tail(id, last)?;
-        out.write_all(task_view(&style, &task, &runs, &steps, now()).as_bytes())?;
+        out.write_all(task_view(&style, settings, &task, &runs, &steps, now).as_bytes())?;
         if last.is_some() {
             writeln!(
                 out,
@@ -145,10 +142,10 @@ fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
     )
 }
 
-fn task_summary_json(task: &TaskRecord) -> Value {
+fn task_summary_json(task: &TaskRecord, settings: &Settings) -> Value {
     json!({
         "id": task.id,
-        "status": shown_status(task).as_str(),
+        "status": shown_status(task, settings).as_str(),
         "command": task.argv,
         "steps": task.steps,
         "tokens_spent": task.tokens_spent,
@@ -208,7 +205,7 @@ struct StepOut<'a> {
     error: Option<ErrorOut<'a>>,
     usage: &'a Option<JsonText>,
     tokens: u64,
-    resolution: &'a Option<String>,
+    resolution: Option<&'static str>,
     created_at: &'a str,
     started_at: &'a str,
     finished_at: &'a Option<String>,
@@ -220,10 +217,10 @@ struct ErrorOut<'a> {
     message: &'a str,
 }
 
-fn task_out<'a>(task: &'a TaskRecord, runs: &'a [RunRecord]) -> TaskOut<'a> {
+fn task_out<'a>(task: &'a TaskRecord, runs: &'a [RunRecord], settings: &Settings) -> TaskOut<'a> {
     TaskOut {
         id: &task.id,
-        status: shown_status(task).as_str(),
+        status: shown_status(task, settings).as_str(),
         command: &task.argv,
         cwd: &task.cwd,
         exit_code: task.exit_code,
@@ -266,12 +263,12 @@ fn step_json(step: &StepRecord) -> StepOut<'_> {
         attempts: step.attempts,
         output: &step.output,
         error: step.error.as_ref().map(|error| ErrorOut {
-            code: &error.code,
+            code: error.code.as_str(),
             message: &error.message,
         }),
         usage: &step.usage,
         tokens: step.tokens,
-        resolution: &step.resolution,
+        resolution: step.resolution.map(ResolutionKind::as_str),
         created_at: &step.created_at,
         started_at: &step.started_at,
         finished_at: &step.finished_at,
@@ -354,7 +351,7 @@ fn plain(text: impl Into<String>) -> (String, Tone) {
     (text.into(), Tone::Plain)
 }
 
-fn task_list(style: &Style, tasks: &[TaskRecord], now: SystemTime) -> String {
+fn task_list(style: &Style, settings: &Settings, tasks: &[TaskRecord], now: SystemTime) -> String {
     if tasks.is_empty() {
         return "no tasks\n".to_owned();
     }
@@ -370,7 +367,7 @@ fn task_list(style: &Style, tasks: &[TaskRecord], now: SystemTime) -> String {
     let rows: Vec<Vec<(String, Tone)>> = tasks
         .iter()
         .map(|task| {
-            let status = shown_status(task);
+            let status = shown_status(task, settings);
             vec![
                 plain(&task.id),
                 (status.as_str().to_owned(), task_tone(status)),
@@ -387,12 +384,13 @@ fn task_list(style: &Style, tasks: &[TaskRecord], now: SystemTime) -> String {
 
 fn task_view(
     style: &Style,
+    settings: &Settings,
     task: &TaskRecord,
     runs: &[RunRecord],
     steps: &[StepRecord],
     now: SystemTime,
 ) -> String {
-    let status = shown_status(task);
+    let status = shown_status(task, settings);
     let mut out = String::new();
     let exit = task
         .exit_code
@@ -526,7 +524,13 @@ fn indented(text: &str) -> String {
     text.lines().flat_map(|line| ["  ", line, "\n"]).collect()
 }
 
-fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTime) -> String {
+fn step_view(
+    style: &Style,
+    settings: &Settings,
+    task: &TaskRecord,
+    step: &StepRecord,
+    now: SystemTime,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -549,10 +553,13 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
     let _ = writeln!(
         out,
         "status      {} after {attempts}",
-        style.paint(step_tone(step.status), step_state(step, shown_status(task)))
+        style.paint(
+            step_tone(step.status),
+            step_state(step, shown_status(task, settings))
+        )
     );
     if let Some(resolution) = &step.resolution {
-        let _ = writeln!(out, "resolution  {} (durun resolve)", escape(resolution));
+        let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
     }
     let _ = writeln!(out, "key         {}", step.idempotency_key);
     let _ = writeln!(out, "args hash   {}", step.args_hash);
@@ -611,7 +618,12 @@ fn step_view(style: &Style, task: &TaskRecord, step: &StepRecord, now: SystemTim
 }
 
 /// Prints the task's steps as they start and finish, until it stops.
-fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<i32> {
+fn follow(
+    journal: &mut dyn Journal,
+    task: TaskRecord,
+    style: &Style,
+    settings: &Settings,
+) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     let mut seen: std::collections::HashMap<(u64, String), (StepStatus, u32)> =
         std::collections::HashMap::new();
@@ -619,7 +631,7 @@ fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<
         out,
         "following task {} ({})",
         escape(&task.id),
-        shown_status(&task).as_str()
+        shown_status(&task, settings).as_str()
     )?;
     out.flush()?;
     let mut task = task;
@@ -649,7 +661,7 @@ fn follow(journal: &mut dyn Journal, task: TaskRecord, style: &Style) -> Result<
             writeln!(out, "{line}")?;
         }
         out.flush()?;
-        let status = shown_status(&task);
+        let status = shown_status(&task, settings);
         if status != TaskStatus::Running {
             let exit = task
                 .exit_code

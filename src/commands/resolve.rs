@@ -2,14 +2,14 @@
 
 use anyhow::Result;
 
-use crate::cli::{GlobalArgs, ResolveArgs};
+use crate::cli::ResolveArgs;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Location, Resolution, ResolutionAction};
-use crate::lease::{self, Holder};
+use crate::journal::{self, Access, Resolution, ResolutionAction};
+use crate::settings::Settings;
 use crate::task::unknown_task;
 
-pub fn exec(args: &ResolveArgs, global: &GlobalArgs) -> Result<i32> {
+pub fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
     let action = if args.retry {
         ResolutionAction::Retry
     } else if let Some(text) = &args.output {
@@ -21,23 +21,17 @@ pub fn exec(args: &ResolveArgs, global: &GlobalArgs) -> Result<i32> {
     } else {
         ResolutionAction::Fail(args.fail.clone().unwrap_or_default())
     };
-    let location = Location::resolve(global.journal.as_deref())?;
-    let mut journal = journal::open(&location, Access::Write)?;
+    let location = settings.location()?;
+    let mut journal = location.open(Access::Write, settings)?;
     if journal.task(&args.task)?.is_none() {
         return Err(unknown_task(&args.task, &location).into());
     }
     let resolution = Resolution {
         action,
-        by: format!(
-            "{}@{}",
-            std::env::var("USER")
-                .or_else(|_| std::env::var("LOGNAME"))
-                .unwrap_or_else(|_| "unknown".to_owned()),
-            lease::host_id()
-        ),
+        by: settings.operator(),
         at: journal::now(),
     };
-    let step = journal.resolve(&args.task, args.step, &resolution, &Holder::current())?;
+    let step = journal.resolve(&args.task, args.step, &resolution, &settings.holder)?;
     let what = match &resolution.action {
         ResolutionAction::Retry => "it runs again on the next resume".to_owned(),
         ResolutionAction::Output(_) => "recorded as done with the given output".to_owned(),

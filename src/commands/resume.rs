@@ -4,12 +4,13 @@
 use anyhow::Result;
 
 use super::session;
-use crate::cli::{GlobalArgs, ResumeArgs};
+use crate::cli::ResumeArgs;
 use crate::error::Failure;
-use crate::journal::{self, Access, Location, TaskStatus};
+use crate::journal::{Access, TaskStatus};
+use crate::settings::Settings;
 use crate::task::unknown_task;
 
-pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
+pub fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
     if args.jobs.is_some() && !args.all {
         return Err(
             Failure::new(crate::exit_code::USAGE, "--jobs goes with --all")
@@ -17,10 +18,10 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
                 .into(),
         );
     }
-    let location = Location::resolve(global.journal.as_deref())?;
-    let mut journal = journal::open(&location, Access::Write)?;
+    let location = settings.location()?;
+    let mut journal = location.open(Access::Write, settings)?;
     let Some(id) = &args.task else {
-        return resume_all(journal.as_mut(), args.jobs.unwrap_or(1), global);
+        return resume_all(journal.as_mut(), args.jobs.unwrap_or(1), settings);
     };
     let Some(task) = journal.task(id)? else {
         return Err(unknown_task(id, &location).into());
@@ -33,7 +34,7 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
         );
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, args.from_step, global)
+    session::drive(journal.as_mut(), &task, args.from_step, settings)
 }
 
 /// Resumes every interrupted task, `jobs` at a time, each in a `durun
@@ -42,13 +43,13 @@ pub fn exec(args: &ResumeArgs, global: &GlobalArgs) -> Result<i32> {
 fn resume_all(
     journal: &mut dyn crate::journal::Journal,
     jobs: u32,
-    global: &GlobalArgs,
+    settings: &Settings,
 ) -> Result<i32> {
     use std::process::{Child, Command};
     let mut pending: std::collections::VecDeque<String> = journal
         .tasks()?
         .into_iter()
-        .filter(|task| crate::task::shown_status(task) == TaskStatus::Interrupted)
+        .filter(|task| crate::task::shown_status(task, settings) == TaskStatus::Interrupted)
         .map(|task| task.id)
         .rev()
         .collect();
@@ -68,10 +69,10 @@ fn resume_all(
         while running.len() < jobs as usize {
             let Some(id) = pending.pop_front() else { break };
             let mut command = Command::new(&me);
-            if let Some(journal) = &global.journal {
+            if let Some(journal) = settings.journal_arg() {
                 command.env("DURUN_JOURNAL", journal);
             }
-            if global.quiet {
+            if settings.quiet {
                 command.arg("-q");
             }
             let child = command.args(["resume", &id]).spawn()?;

@@ -3,20 +3,21 @@
 use anyhow::{Context as _, Result};
 
 use super::session;
-use crate::cli::{GlobalArgs, RunArgs};
+use crate::cli::RunArgs;
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Location, NewTask, TaskStatus};
+use crate::journal::{self, Access, NewTask, TaskStatus};
+use crate::settings::Settings;
 use crate::task::shell_words;
 
-pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
+pub fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     if let Some(id) = &args.task {
         check_task_id(id)?;
     }
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
-    let location = Location::resolve(global.journal.as_deref())?;
-    let mut journal = journal::open(&location, Access::Write)?;
+    let location = settings.location()?;
+    let mut journal = location.open(Access::Write, settings)?;
 
     let existing = match &args.task {
         Some(id) => journal.task(id)?,
@@ -32,7 +33,7 @@ pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
             cwd: cwd.to_string_lossy().into_owned(),
             config: config_path.is_some().then(|| config.source.clone()),
             config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
-            sync: sync_mode(config.sync)?,
+            sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
             created_at: journal::now(),
         };
         if let Err(err) = journal.create_task(&task) {
@@ -63,19 +64,7 @@ pub fn exec(args: &RunArgs, global: &GlobalArgs) -> Result<i32> {
         eprintln!("durun: task {} already completed; nothing to run", task.id);
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, None, global)
-}
-
-/// `DURUN_SYNC` wins over `[journal] sync` in the config; FULL by default.
-fn sync_mode(from_config: Option<SyncMode>) -> Result<SyncMode> {
-    match std::env::var("DURUN_SYNC") {
-        Ok(text) if !text.is_empty() => SyncMode::parse(&text).ok_or_else(|| {
-            Failure::config(format!("DURUN_SYNC={text:?} is not a sync mode"))
-                .hint("use DURUN_SYNC=full or DURUN_SYNC=normal")
-                .into()
-        }),
-        _ => Ok(from_config.unwrap_or(SyncMode::Full)),
-    }
+    session::drive(journal.as_mut(), &task, None, settings)
 }
 
 fn check_task_id(id: &str) -> Result<()> {

@@ -6,14 +6,13 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
-use crate::cli::GlobalArgs;
 use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{self, Journal, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
-use crate::lease::Holder;
 use crate::protocol::Effect;
 use crate::report::{self, Event};
+use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
 /// Runs `task` once more, from wherever its journal stands.
@@ -21,7 +20,7 @@ pub fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
     from_step: Option<u64>,
-    global: &GlobalArgs,
+    settings: &Settings,
 ) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
         return Err(cancelled(&task.id).into());
@@ -33,7 +32,7 @@ pub fn drive(
         None => Config::default(),
     };
     journal.set_sync(task.sync)?;
-    let (run, leased_at) = match journal.start_run(&task.id, &Holder::current(), &journal::now())? {
+    let (run, leased_at) = match journal.start_run(&task.id, &settings.holder, &journal::now())? {
         RunStart::Started { run, leased_at } => (run, leased_at),
         RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
         RunStart::Cancelled => return Err(cancelled(&task.id).into()),
@@ -42,7 +41,7 @@ pub fn drive(
         discard(journal, &task.id, run, from)?;
     }
     let started = Instant::now();
-    let mut reporter = report::for_stderr(global.quiet);
+    let mut reporter = report::for_stderr(settings.quiet);
     let spec = RunSpec {
         task_id: &task.id,
         run,
@@ -50,6 +49,7 @@ pub fn drive(
         cwd: Path::new(&task.cwd),
         tools: &config.tools,
         leased_at,
+        lease: settings.lease,
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

@@ -1,36 +1,32 @@
 //! Turns storage errors into what a person can act on.
 //!
-//! [`Explained`] wraps any backend and puts a `durun: …` line with a hint
-//! in front of each storage error (the journal is locked, read-only,
-//! corrupt, on a full disk), keeping SQLite's own words as the cause. Every
-//! such error exits 74.
+//! A storage error (the journal is locked, read-only, corrupt, on a full
+//! disk) is classified once, where it is reported ([`explain`]): a
+//! `durun: …` line with a hint goes in front of it, naming the journal the
+//! process opened, and SQLite's own words stay as the cause. Every such
+//! error exits 74.
 
-use anyhow::{Error, Result};
+use anyhow::Error;
 use rusqlite::ErrorCode;
-use serde_json::Value;
 
-use super::{
-    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord,
-    StepWrite, TaskRecord,
-};
-use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::lease::Holder;
 
-pub struct Explained<J> {
-    inner: J,
-    /// "the journal at /path", for messages.
-    place: String,
+/// The journal this process opened, as messages name it.
+static PLACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Notes which journal the process works on, for [`explain`].
+pub(super) fn remember(place: String) {
+    let _ = PLACE.set(place);
 }
 
-impl<J> Explained<J> {
-    pub fn new(inner: J, place: String) -> Self {
-        Self { inner, place }
-    }
+/// Adds a `Failure` that says what a storage error in the chain means for
+/// the user; any other error comes back as it was.
+pub fn explain(err: Error) -> Error {
+    let place = PLACE.get().map_or("the journal", String::as_str);
+    explain_at(place, err)
 }
 
-/// Adds a `Failure` that says what the storage error means for the user.
-pub fn explain(place: &str, err: Error) -> Error {
+fn explain_at(place: &str, err: Error) -> Error {
     if crate::error::failure_of(&err).is_some() {
         return err;
     }
@@ -72,111 +68,4 @@ pub fn explain(place: &str, err: Error) -> Error {
         _ => return err,
     };
     err.context(Failure::journal(message).hint(hint))
-}
-
-impl<J: Journal> Explained<J> {
-    fn map<T>(&self, result: Result<T>) -> Result<T> {
-        result.map_err(|err| explain(&self.place, err))
-    }
-}
-
-impl<J: Journal> Journal for Explained<J> {
-    fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
-        let result = self.inner.set_sync(sync);
-        self.map(result)
-    }
-    fn create_task(&mut self, task: &NewTask) -> Result<()> {
-        let result = self.inner.create_task(task);
-        self.map(result)
-    }
-    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
-        let result = self.inner.task(id);
-        self.map(result)
-    }
-    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
-        let result = self.inner.tasks();
-        self.map(result)
-    }
-    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let result = self.inner.runs(task);
-        self.map(result)
-    }
-    fn visit_steps(
-        &mut self,
-        task: &str,
-        discarded: bool,
-        last: Option<usize>,
-        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
-    ) -> Result<()> {
-        let result = self.inner.visit_steps(task, discarded, last, visit);
-        self.map(result)
-    }
-    fn count_steps(&mut self, task: &str) -> Result<u64> {
-        let result = self.inner.count_steps(task);
-        self.map(result)
-    }
-    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
-        let result = self.inner.step_versions(task, step);
-        self.map(result)
-    }
-    fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
-        let result = self.inner.start_run(task, me, now);
-        self.map(result)
-    }
-    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let result = self.inner.heartbeat(task, run);
-        self.map(result)
-    }
-    fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let result = self.inner.watch(task, run);
-        self.map(result)
-    }
-    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        let result = self.inner.steps_page(task, after, limit);
-        self.map(result)
-    }
-    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
-        let result = self.inner.replay_bounds(task);
-        self.map(result)
-    }
-    fn put_steps(
-        &mut self,
-        task: &str,
-        steps: &[StepWrite<'_>],
-        run: u32,
-        stats: Option<&RunStats>,
-    ) -> Result<()> {
-        let result = self.inner.put_steps(task, steps, run, stats);
-        self.map(result)
-    }
-    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
-        let result = self.inner.set_output(task, run, output);
-        self.map(result)
-    }
-    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        let result = self.inner.finish_run(task, run, end, stats);
-        self.map(result)
-    }
-    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
-        let result = self.inner.discard_from(task, run, step);
-        self.map(result)
-    }
-    fn resolve(
-        &mut self,
-        task: &str,
-        step: u64,
-        resolution: &Resolution,
-        me: &Holder,
-    ) -> Result<StepRecord> {
-        let result = self.inner.resolve(task, step, resolution, me);
-        self.map(result)
-    }
-    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
-        let result = self.inner.request_cancel(task, me);
-        self.map(result)
-    }
-    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
-        let result = self.inner.gc(finished_before, me);
-        self.map(result)
-    }
 }

@@ -6,7 +6,7 @@ use crate::json_text::JsonText;
 
 use crate::config::SyncMode;
 use crate::lease::Lease;
-use crate::protocol::Effect;
+use crate::protocol::{Effect, ErrorCode};
 
 macro_rules! text_enum {
     ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -16,6 +16,12 @@ macro_rules! text_enum {
             }
             pub fn parse(text: &str) -> Option<Self> {
                 match text { $($text => Some(Self::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
             }
         }
     };
@@ -135,8 +141,8 @@ pub struct RunEnd {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError {
-    /// A protocol error code: `tool_failed`, `timeout`, …
-    pub code: String,
+    /// The protocol error code the step failed with.
+    pub code: ErrorCode,
     pub message: String,
 }
 
@@ -163,8 +169,8 @@ pub struct StepRecord {
     /// When its latest attempt started.
     pub started_at: String,
     pub finished_at: Option<String>,
-    /// How an operator settled the step (`retry`, `output`, `fail`), if one did.
-    pub resolution: Option<String>,
+    /// How an operator settled the step, if one did.
+    pub resolution: Option<ResolutionKind>,
     /// For a failed step: the first step number the agent could open after
     /// its failure reached it. A failure replays only if the journal holds
     /// a step from there on (the agent went on knowing of it); otherwise
@@ -183,14 +189,30 @@ pub enum ResolutionAction {
 }
 
 impl ResolutionAction {
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> ResolutionKind {
         match self {
-            Self::Retry => "retry",
-            Self::Output(_) => "output",
-            Self::Fail(_) => "fail",
+            Self::Retry => ResolutionKind::Retry,
+            Self::Output(_) => ResolutionKind::Output,
+            Self::Fail(_) => ResolutionKind::Fail,
         }
     }
 }
+
+/// How an operator settled a step, as the journal keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolutionKind {
+    /// Run it again (once) on the next resume.
+    Retry,
+    /// It took effect with the given output.
+    Output,
+    /// It failed; it replays as a failure.
+    Fail,
+}
+text_enum!(ResolutionKind {
+    Retry => "retry",
+    Output => "output",
+    Fail => "fail",
+});
 
 #[derive(Debug, Clone)]
 pub struct Resolution {
@@ -198,4 +220,33 @@ pub struct Resolution {
     /// `user@host` of the operator.
     pub by: String,
     pub at: String,
+}
+
+/// What a resolution does to its step, the same on every backend; returns
+/// the value the resolutions table keeps (the output or the message).
+pub fn apply_resolution(record: &mut StepRecord, resolution: &Resolution) -> Option<String> {
+    let value = match &resolution.action {
+        ResolutionAction::Retry => {
+            record.status = StepStatus::Pending;
+            None
+        }
+        ResolutionAction::Output(output) => {
+            record.status = StepStatus::Committed;
+            record.output = Some(crate::json_text::JsonText::from_value(output));
+            record.error = None;
+            record.finished_at = Some(resolution.at.clone());
+            Some(serde_json::to_string(output).expect("JSON serializes"))
+        }
+        ResolutionAction::Fail(message) => {
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError {
+                code: ErrorCode::ToolFailed,
+                message: message.clone(),
+            });
+            record.finished_at = Some(resolution.at.clone());
+            Some(message.clone())
+        }
+    };
+    record.resolution = Some(resolution.action.kind());
+    value
 }

@@ -1,9 +1,18 @@
 //! Runs the agent and serves its requests against the journal.
 
+mod agent_io;
+mod child;
+mod commit;
+mod decide;
+mod diff;
+mod fencing;
 mod imp;
+mod inbox;
 pub(crate) mod lines;
 mod passthrough;
 mod recorded;
+mod requests;
 mod socket;
+mod stopping;
 
 pub use imp::{RunSpec, supervise};

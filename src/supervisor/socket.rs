@@ -9,32 +9,17 @@ use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use super::imp::{Event, Events};
+use super::inbox::{Answers, Conn, Event, Events};
 use super::lines::{Chunk, LineReader};
 use crate::protocol;
 
 /// The most answer bytes a client may leave unread before durun stops
 /// reading its requests.
 const ANSWER_BOUND: usize = 4 * 1024 * 1024;
-
-/// Where the loop puts one connection's answers.
-pub struct Answers {
-    tx: mpsc::Sender<Vec<u8>>,
-    /// Bytes sent to the writer and not yet written to the client.
-    unwritten: Arc<AtomicUsize>,
-}
-
-impl Answers {
-    pub fn send(&self, line: Vec<u8>) {
-        self.unwritten.fetch_add(line.len(), Ordering::SeqCst);
-        // A writer is gone only when its client stopped reading.
-        let _ = self.tx.send(line);
-    }
-}
 
 /// The socket's directory, removed when the run ends.
 pub struct SocketDir {
@@ -49,7 +34,7 @@ impl Drop for SocketDir {
 }
 
 /// Binds the socket and serves connections until durun exits.
-pub fn listen(events: Events) -> std::io::Result<SocketDir> {
+pub(super) fn listen(events: Events) -> std::io::Result<SocketDir> {
     // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -87,23 +72,20 @@ fn private_dir(base: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-fn serve(conn: usize, stream: UnixStream, events: &Events) {
+fn serve(conn: Conn, stream: UnixStream, events: &Events) {
     let Ok(mut write_half) = stream.try_clone() else {
         return;
     };
     let (tx, to_write) = mpsc::channel::<Vec<u8>>();
-    let unwritten = Arc::new(AtomicUsize::new(0));
-    let answers = Answers {
-        tx,
-        unwritten: Arc::clone(&unwritten),
-    };
+    let answers = Answers::new(tx);
+    let unwritten = Arc::clone(&answers.unwritten);
+    let client_gone = Arc::clone(&answers.gone);
     // Announced before any of its lines, on the same channel: the loop
     // knows where to answer before it reads a request.
     if events.send(Event::Connected(conn, answers)).is_err() {
         return;
     }
     let written = Arc::clone(&unwritten);
-    let client_gone = Arc::new(AtomicBool::new(false));
     let gone = Arc::clone(&client_gone);
     std::thread::spawn(move || {
         for line in to_write {

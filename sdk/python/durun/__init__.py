@@ -208,14 +208,14 @@ def _stop_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
 
     def show(kind: Any, value: BaseException, traceback: Any) -> None:
         if issubclass(kind, KeyboardInterrupt) or (issubclass(kind, Cancelled) and _stopping()):
-            task = os.environ.get("DURUN_TASK_ID", "")
-            sys.stderr.write(f"durun: the agent was stopped; `durun resume {task}` continues the task\n")
             try:
-                # A second SIGINT (durun passes one on) must not break the
-                # shutdown; Python still ends by SIGINT (exit 130).
+                # A second SIGINT (durun passes one on) must not break this
+                # line or the shutdown; Python still ends by SIGINT (130).
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
             except ValueError:
                 pass
+            task = os.environ.get("DURUN_TASK_ID", "")
+            sys.stderr.write(f"durun: the agent was stopped; `durun resume {task}` continues the task\n")
             return
         hook(kind, value, traceback)
 

@@ -7,124 +7,35 @@
 //! locks the task's row (`FOR UPDATE`), so of two runners racing for one
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
+mod rows;
+mod schema;
+
+use std::time::Duration;
+
 use anyhow::{Context as _, Result};
-use postgres::{Client, NoTls, Row, Transaction};
+use postgres::{Client, NoTls};
 use serde_json::Value;
 
+use rows::{
+    TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row, write_stats, write_step,
+};
+use schema::{MIGRATIONS, NOW_MS, VERSION};
+
+use super::rows::STEP_COLUMNS;
 use super::{
-    Journal, NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepError,
-    StepKind, StepRecord, StepStatus, StepWrite, TaskRecord, TaskStatus,
+    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
+    StepRecord, StepStatus, StepWrite, TaskRecord,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::json_text::JsonText;
-use crate::lease::{self, Holder, Lease};
-use crate::protocol::Effect;
-
-const SCHEMA: &str = r"
-CREATE TABLE tasks (
-    id                  TEXT PRIMARY KEY NOT NULL,
-    status              TEXT NOT NULL,
-    argv                TEXT NOT NULL,
-    cwd                 TEXT NOT NULL,
-    config              TEXT,
-    config_path         TEXT,
-    sync_mode           TEXT NOT NULL,
-    exit_code           INTEGER,
-    output              TEXT,
-    runs                INTEGER NOT NULL DEFAULT 0,
-    lease_host          TEXT,
-    lease_pid           BIGINT,
-    lease_pid_start     BIGINT,
-    lease_heartbeat     BIGINT,
-    lease_run           INTEGER,
-    created_at          TEXT NOT NULL,
-    updated_at          TEXT NOT NULL,
-    cancel_requested_at TEXT
-);
-CREATE INDEX tasks_by_created_at ON tasks (created_at);
-CREATE TABLE runs (
-    task_id        TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    run            INTEGER NOT NULL,
-    host           TEXT NOT NULL,
-    pid            BIGINT NOT NULL,
-    started_at     TEXT NOT NULL,
-    finished_at    TEXT,
-    exit_code      INTEGER,
-    replayed_steps BIGINT NOT NULL DEFAULT 0,
-    executed_steps BIGINT NOT NULL DEFAULT 0,
-    tokens_spent   BIGINT NOT NULL DEFAULT 0,
-    tokens_saved   BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (task_id, run)
-);
-CREATE TABLE steps (
-    id              BIGSERIAL PRIMARY KEY,
-    task_id         TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    step_index      BIGINT NOT NULL,
-    tool_name       TEXT NOT NULL,
-    kind            TEXT NOT NULL,
-    effect          TEXT NOT NULL,
-    args            TEXT NOT NULL,
-    args_hash       TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL,
-    status          TEXT NOT NULL,
-    attempts        INTEGER NOT NULL,
-    output          TEXT,
-    error_code      TEXT,
-    error           TEXT,
-    usage           TEXT,
-    tokens          BIGINT NOT NULL DEFAULT 0,
-    run             INTEGER NOT NULL,
-    created_at      TEXT NOT NULL,
-    started_at      TEXT NOT NULL,
-    finished_at     TEXT,
-    resolution      TEXT
-);
-CREATE UNIQUE INDEX steps_live ON steps (task_id, step_index) WHERE status <> 'discarded';
-CREATE INDEX steps_discarded ON steps (task_id) WHERE status = 'discarded';
-CREATE TABLE resolutions (
-    id          BIGSERIAL PRIMARY KEY,
-    task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    step_index  BIGINT NOT NULL,
-    action      TEXT NOT NULL,
-    value       TEXT,
-    resolved_by TEXT NOT NULL,
-    resolved_at TEXT NOT NULL
-);
-";
-
-/// Never edit a migration that has shipped: append a new one. The
-/// journal's version is the number of migrations applied.
-const MIGRATIONS: &[&str] = &[
-    SCHEMA,
-    // For a failed step, the first step number the agent could open knowing
-    // of the failure: it replays only if the journal holds a step from there.
-    "ALTER TABLE steps ADD COLUMN seen_from BIGINT",
-];
-
-/// The schema version this durun writes.
-const VERSION: i32 = MIGRATIONS.len() as i32;
-
-/// The server's clock in milliseconds: every lease time is stamped and
-/// compared on the one clock all runners share, so hosts whose clocks
-/// disagree still agree on whether a heartbeat is stale.
-const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";
-
-const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
-    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
-    t.created_at,
-    greatest(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
-        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
-    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
-    (SELECT coalesce(sum(r.tokens_spent), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
-    (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id)";
-
-const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
-    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
-    seen_from";
+use crate::lease::{self, Holder};
+use crate::settings::Settings;
 
 pub struct PostgresJournal {
     client: Client,
+    /// How old another host's heartbeat may be before its lease is taken.
+    stale: Duration,
 }
 
 /// The channel on which a task's runner hears of a takeover or a cancel
@@ -174,7 +85,7 @@ pub fn describe(url: &str) -> String {
 }
 
 impl PostgresJournal {
-    pub fn open(url: &str, write: bool) -> Result<Self> {
+    pub fn open(url: &str, write: bool, settings: &Settings) -> Result<Self> {
         let config: postgres::Config = url.parse().map_err(|err| {
             Failure::config(format!("the journal URL is not a PostgreSQL URL: {err}"))
                 .hint("postgres://USER@HOST:PORT/DATABASE, e.g. postgres://postgres@127.0.0.1/test")
@@ -183,7 +94,10 @@ impl PostgresJournal {
             Failure::journal(format!("cannot reach {}: {}", describe(url), reason(&err)))
                 .hint("check that the server runs and accepts this user, or choose another journal with --journal")
         })?;
-        let mut journal = Self { client };
+        let mut journal = Self {
+            client,
+            stale: settings.lease.stale,
+        };
         journal.migrate(write)?;
         Ok(journal)
     }
@@ -220,230 +134,6 @@ impl PostgresJournal {
         tx.commit()?;
         Ok(())
     }
-}
-
-fn json_column(text: Option<&str>) -> Result<Option<JsonText>> {
-    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
-        .transpose()
-}
-
-fn bad_column(column: &str, value: &str) -> anyhow::Error {
-    Failure::journal(format!("the journal holds an unknown {column} {value:?}")).into()
-}
-
-fn lease_at(row: &Row, first: usize) -> Option<Lease> {
-    match (
-        row.get::<_, Option<String>>(first),
-        row.get::<_, Option<i64>>(first + 1),
-    ) {
-        (Some(host), Some(pid)) => Some(Lease {
-            host,
-            pid: pid as u32,
-            pid_start: row
-                .get::<_, Option<i64>>(first + 2)
-                .map(|start| start as u64),
-            heartbeat_ms: row.get::<_, Option<i64>>(first + 3).unwrap_or(0),
-            run: row.get::<_, Option<i32>>(first + 4).unwrap_or(0) as u32,
-        }),
-        _ => None,
-    }
-}
-
-fn task_from_row(row: &Row) -> Result<TaskRecord> {
-    let status: String = row.get(1);
-    let argv: String = row.get(2);
-    let sync: String = row.get(6);
-    let output: Option<String> = row.get(8);
-    Ok(TaskRecord {
-        id: row.get(0),
-        status: TaskStatus::parse(&status).ok_or_else(|| bad_column("task status", &status))?,
-        argv: serde_json::from_str(&argv).context("the journal holds a malformed argv")?,
-        cwd: row.get(3),
-        config: row.get(4),
-        config_path: row.get(5),
-        sync: SyncMode::parse(&sync).ok_or_else(|| bad_column("sync mode", &sync))?,
-        exit_code: row.get(7),
-        output: output
-            .map(|text| serde_json::from_str(&text).context("the journal holds malformed JSON"))
-            .transpose()?,
-        runs: row.get::<_, i32>(9) as u32,
-        lease: lease_at(row, 10),
-        created_at: row.get(15),
-        updated_at: row.get(16),
-        steps: row.get::<_, i64>(17) as u64,
-        tokens_spent: row.get::<_, i64>(18) as u64,
-        tokens_saved: row.get::<_, i64>(19) as u64,
-    })
-}
-
-fn step_from_row(row: &Row) -> Result<StepRecord> {
-    let kind: String = row.get(2);
-    let effect: String = row.get(3);
-    let status: String = row.get(7);
-    let error = match (
-        row.get::<_, Option<String>>(10),
-        row.get::<_, Option<String>>(11),
-    ) {
-        (code, Some(message)) => Some(StepError {
-            code: code.unwrap_or_else(|| "tool_failed".to_owned()),
-            message,
-        }),
-        _ => None,
-    };
-    Ok(StepRecord {
-        step: row.get::<_, i64>(0) as u64,
-        name: row.get(1),
-        kind: StepKind::parse(&kind).ok_or_else(|| bad_column("step kind", &kind))?,
-        effect: Effect::parse(&effect).ok_or_else(|| bad_column("effect", &effect))?,
-        args: JsonText::from_text(row.get::<_, &str>(4))
-            .context("the journal holds malformed args")?,
-        args_hash: row.get(5),
-        idempotency_key: row.get(6),
-        status: StepStatus::parse(&status).ok_or_else(|| bad_column("step status", &status))?,
-        attempts: row.get::<_, i32>(8) as u32,
-        output: json_column(row.get(9))?,
-        error,
-        usage: json_column(row.get(12))?,
-        tokens: row.get::<_, i64>(13) as u64,
-        run: row.get::<_, i32>(14) as u32,
-        created_at: row.get(15),
-        started_at: row.get(16),
-        finished_at: row.get(17),
-        resolution: row.get(18),
-        seen_from: row.get::<_, Option<i64>>(20).map(|step| step as u64),
-    })
-}
-
-/// Inserts (`fresh`) or updates one step's row.
-fn write_step(
-    tx: &mut Transaction<'_>,
-    task: &str,
-    step: &StepRecord,
-    fresh: bool,
-    run: u32,
-) -> Result<()> {
-    let output = step.output.as_ref().map(JsonText::as_str);
-    let usage = step.usage.as_ref().map(JsonText::as_str);
-    let (error_code, error) = match &step.error {
-        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-        None => (None, None),
-    };
-    let index = step.step as i64;
-    let attempts = step.attempts as i32;
-    let tokens = step.tokens as i64;
-    let run_number = run as i32;
-    let seen_from = step.seen_from.map(|step| step as i64);
-    if fresh {
-        tx.execute(
-            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
-                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
-            &[
-                &task,
-                &index,
-                &step.name,
-                &step.kind.as_str(),
-                &step.effect.as_str(),
-                &step.args.as_str(),
-                &step.args_hash,
-                &step.idempotency_key,
-                &step.status.as_str(),
-                &attempts,
-                &output,
-                &error_code,
-                &error,
-                &usage,
-                &tokens,
-                &run_number,
-                &step.created_at,
-                &step.started_at,
-                &step.finished_at,
-                &step.resolution,
-                &seen_from,
-            ],
-        )?;
-    } else {
-        let changed = tx.execute(
-            "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
-                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
-                 seen_from = $14
-             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
-            &[
-                &task,
-                &index,
-                &step.status.as_str(),
-                &attempts,
-                &output,
-                &error_code,
-                &error,
-                &usage,
-                &tokens,
-                &run_number,
-                &step.started_at,
-                &step.finished_at,
-                &step.resolution,
-                &seen_from,
-            ],
-        )?;
-        anyhow::ensure!(
-            changed == 1,
-            "step {} of task {task} is missing from the journal",
-            step.step
-        );
-    }
-    Ok(())
-}
-
-fn write_stats(tx: &mut Transaction<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
-    tx.execute(
-        "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
-         WHERE task_id = $1 AND run = $2",
-        &[
-            &task,
-            &(run as i32),
-            &(stats.replayed_steps as i64),
-            &(stats.executed_steps as i64),
-            &(stats.tokens_spent as i64),
-            &(stats.tokens_saved as i64),
-        ],
-    )?;
-    Ok(())
-}
-
-/// The task's lease, locked until the transaction ends, and the server's
-/// clock.
-fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
-    let row = tx.query_opt(
-        &format!(
-            "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS}
-                  FROM tasks WHERE id = $1 FOR UPDATE"
-        ),
-        &[&task],
-    )?;
-    Ok(match row {
-        Some(row) => (lease_at(&row, 0), row.get(5)),
-        None => (None, 0),
-    })
-}
-
-/// The fence of a run's write: the task's holder and cancel mark, read
-/// `FOR SHARE` so that no takeover or cancel commits before this
-/// transaction does.
-fn fence(tx: &mut Transaction<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
-    let row = tx.query_opt(
-        "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
-        &[&task],
-    )?;
-    let (lease_run, cancelled) = match row {
-        Some(row) => (
-            row.get::<_, Option<i32>>(0).map(|run| run as u32),
-            row.get(1),
-        ),
-        None => (None, false),
-    };
-    super::fence(lease_run, cancelled, run, opens)?;
-    Ok(())
 }
 
 impl Journal for PostgresJournal {
@@ -578,7 +268,7 @@ impl Journal for PostgresJournal {
         let server_now: i64 = row.get(7);
         let taken_over = lease_at(&row, 1);
         if let Some(lease) = &taken_over
-            && lease::is_live(lease, me, server_now)
+            && lease::is_live(lease, me, server_now, self.stale)
         {
             return Ok(RunStart::Locked(lease.clone()));
         }
@@ -763,7 +453,7 @@ impl Journal for PostgresJournal {
     ) -> Result<StepRecord> {
         let mut tx = self.client.transaction()?;
         if let (Some(lease), server_now) = lease_of(&mut tx, task)?
-            && lease::is_live(&lease, me, server_now)
+            && lease::is_live(&lease, me, server_now, self.stale)
         {
             return Err(super::locked(task, &lease).into());
         }
@@ -793,7 +483,7 @@ impl Journal for PostgresJournal {
                 &error_code,
                 &error,
                 &record.finished_at,
-                &record.resolution,
+                &record.resolution.map(ResolutionKind::as_str),
             ],
         )?;
         tx.execute(
@@ -802,7 +492,7 @@ impl Journal for PostgresJournal {
             &[
                 &task,
                 &(step as i64),
-                &resolution.action.name(),
+                &resolution.action.kind().as_str(),
                 &value,
                 &resolution.by,
                 &resolution.at,
@@ -816,7 +506,7 @@ impl Journal for PostgresJournal {
         let mut tx = self.client.transaction()?;
         let now = super::now();
         let (lease, server_now) = lease_of(&mut tx, task)?;
-        let live = lease.is_some_and(|lease| lease::is_live(&lease, me, server_now));
+        let live = lease.is_some_and(|lease| lease::is_live(&lease, me, server_now, self.stale));
         if live {
             // The runner keeps its lease to record what finishes, but may
             // open no step: every write it makes checks this mark.
@@ -850,7 +540,8 @@ impl Journal for PostgresJournal {
         let mut removed = Vec::new();
         for row in &rows {
             let id: String = row.get(0);
-            if lease_at(row, 1).is_some_and(|lease| lease::is_live(&lease, me, now_ms)) {
+            if lease_at(row, 1).is_some_and(|lease| lease::is_live(&lease, me, now_ms, self.stale))
+            {
                 continue;
             }
             tx.execute("DELETE FROM tasks WHERE id = $1", &[&id])?;

@@ -1,0 +1,69 @@
+//! Where the journal lives, and opening it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::{Journal, postgres, sqlite};
+use crate::settings::Settings;
+
+/// Where the journal lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            // A URL may carry a password: never print it.
+            Self::Postgres(_) => f.write_str("Postgres(<redacted>)"),
+        }
+    }
+}
+
+/// How a command means to use the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Creates the journal if missing and may write it.
+    Write,
+    /// Reads an existing journal; never creates or migrates one.
+    Read,
+}
+
+impl Location {
+    /// Whether a journal is there to read: false only when nothing is at
+    /// the path; a path that cannot be looked at, or is not a file, is a
+    /// journal error (74).
+    pub fn exists(&self) -> Result<bool> {
+        match self {
+            Self::Sqlite(path) => sqlite::regular_file(path),
+            Self::Postgres(_) => Ok(true),
+        }
+    }
+
+    /// How the journal is named in messages, never with a password.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("the journal at {}", path.display()),
+            Self::Postgres(url) => postgres::describe(url),
+        }
+    }
+
+    /// Opens the journal. Its storage errors are explained (a locked file,
+    /// a full disk) in terms of this place when they are reported.
+    pub fn open(&self, access: Access, settings: &Settings) -> Result<Box<dyn Journal>> {
+        super::explain::remember(self.describe());
+        let journal: Box<dyn Journal> = match self {
+            Self::Sqlite(path) => Box::new(sqlite::SqliteJournal::open(path, access, settings)?),
+            Self::Postgres(url) => Box::new(postgres::PostgresJournal::open(
+                url,
+                access == Access::Write,
+                settings,
+            )?),
+        };
+        Ok(journal)
+    }
+}

@@ -1,0 +1,219 @@
+//! PostgreSQL rows in and out: the columns [`crate::journal::rows`]
+//! decodes, the statements that write a step and a run's counters, and the
+//! fence every run's write goes through.
+
+use anyhow::Result;
+use postgres::{Row, Transaction};
+
+use super::schema::NOW_MS;
+use crate::journal::rows::{self, StepColumns, TaskColumns};
+use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
+use crate::json_text::JsonText;
+use crate::lease::Lease;
+
+/// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
+pub(super) fn lease_at(row: &Row, first: usize) -> Option<Lease> {
+    rows::lease(
+        row.get(first),
+        row.get(first + 1),
+        row.get(first + 2),
+        row.get(first + 3),
+        row.get::<_, Option<i32>>(first + 4).map(i64::from),
+    )
+}
+
+/// The task columns, in the order [`TaskColumns`] reads them.
+pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
+    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
+    t.created_at,
+    greatest(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
+        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
+    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
+    (SELECT coalesce(sum(r.tokens_spent), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
+    (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id)";
+
+pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
+    TaskColumns {
+        id: row.get(0),
+        status: row.get(1),
+        argv: row.get(2),
+        cwd: row.get(3),
+        config: row.get(4),
+        config_path: row.get(5),
+        sync: row.get(6),
+        exit_code: row.get(7),
+        output: row.get(8),
+        runs: i64::from(row.get::<_, i32>(9)),
+        lease: lease_at(row, 10),
+        created_at: row.get(15),
+        updated_at: row.get(16),
+        steps: row.get(17),
+        tokens_spent: row.get(18),
+        tokens_saved: row.get(19),
+    }
+    .record()
+}
+
+/// A step row selected with [`crate::journal::rows::STEP_COLUMNS`].
+pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
+    StepColumns {
+        step: row.get(0),
+        name: row.get(1),
+        kind: row.get(2),
+        effect: row.get(3),
+        args: row.get(4),
+        args_hash: row.get(5),
+        idempotency_key: row.get(6),
+        status: row.get(7),
+        attempts: i64::from(row.get::<_, i32>(8)),
+        output: row.get(9),
+        error_code: row.get(10),
+        error: row.get(11),
+        usage: row.get(12),
+        tokens: row.get(13),
+        run: i64::from(row.get::<_, i32>(14)),
+        created_at: row.get(15),
+        started_at: row.get(16),
+        finished_at: row.get(17),
+        resolution: row.get(18),
+        seen_from: row.get(20),
+    }
+    .record()
+}
+
+/// Inserts (`fresh`) or updates one step's row.
+pub(super) fn write_step(
+    tx: &mut Transaction<'_>,
+    task: &str,
+    step: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> Result<()> {
+    let output = step.output.as_ref().map(JsonText::as_str);
+    let usage = step.usage.as_ref().map(JsonText::as_str);
+    let (error_code, error) = match &step.error {
+        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+        None => (None, None),
+    };
+    let index = step.step as i64;
+    let attempts = step.attempts as i32;
+    let tokens = step.tokens as i64;
+    let run_number = run as i32;
+    let seen_from = step.seen_from.map(|step| step as i64);
+    if fresh {
+        tx.execute(
+            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                 finished_at, resolution, seen_from)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+            &[
+                &task,
+                &index,
+                &step.name,
+                &step.kind.as_str(),
+                &step.effect.as_str(),
+                &step.args.as_str(),
+                &step.args_hash,
+                &step.idempotency_key,
+                &step.status.as_str(),
+                &attempts,
+                &output,
+                &error_code,
+                &error,
+                &usage,
+                &tokens,
+                &run_number,
+                &step.created_at,
+                &step.started_at,
+                &step.finished_at,
+                &step.resolution.map(ResolutionKind::as_str),
+                &seen_from,
+            ],
+        )?;
+    } else {
+        let changed = tx.execute(
+            "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
+                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
+                 seen_from = $14
+             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+            &[
+                &task,
+                &index,
+                &step.status.as_str(),
+                &attempts,
+                &output,
+                &error_code,
+                &error,
+                &usage,
+                &tokens,
+                &run_number,
+                &step.started_at,
+                &step.finished_at,
+                &step.resolution.map(ResolutionKind::as_str),
+                &seen_from,
+            ],
+        )?;
+        anyhow::ensure!(
+            changed == 1,
+            "step {} of task {task} is missing from the journal",
+            step.step
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn write_stats(
+    tx: &mut Transaction<'_>,
+    task: &str,
+    run: u32,
+    stats: &RunStats,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
+         WHERE task_id = $1 AND run = $2",
+        &[
+            &task,
+            &(run as i32),
+            &(stats.replayed_steps as i64),
+            &(stats.executed_steps as i64),
+            &(stats.tokens_spent as i64),
+            &(stats.tokens_saved as i64),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The task's lease, locked until the transaction ends, and the server's
+/// clock.
+pub(super) fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
+    let row = tx.query_opt(
+        &format!(
+            "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS}
+                  FROM tasks WHERE id = $1 FOR UPDATE"
+        ),
+        &[&task],
+    )?;
+    Ok(match row {
+        Some(row) => (lease_at(&row, 0), row.get(5)),
+        None => (None, 0),
+    })
+}
+
+/// The fence of a run's write: the task's holder and cancel mark, read
+/// `FOR SHARE` so that no takeover or cancel commits before this
+/// transaction does.
+pub(super) fn fence(tx: &mut Transaction<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
+    let row = tx.query_opt(
+        "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
+        &[&task],
+    )?;
+    let (lease_run, cancelled) = match row {
+        Some(row) => (
+            row.get::<_, Option<i32>>(0).map(|run| run as u32),
+            row.get(1),
+        ),
+        None => (None, false),
+    };
+    crate::journal::fence(lease_run, cancelled, run, opens)?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! The PostgreSQL journal's schema: the same tables and columns as the
+//! SQLite journal, versioned in `durun_schema`, and the server's clock.
+
+const SCHEMA: &str = r"
+CREATE TABLE tasks (
+    id                  TEXT PRIMARY KEY NOT NULL,
+    status              TEXT NOT NULL,
+    argv                TEXT NOT NULL,
+    cwd                 TEXT NOT NULL,
+    config              TEXT,
+    config_path         TEXT,
+    sync_mode           TEXT NOT NULL,
+    exit_code           INTEGER,
+    output              TEXT,
+    runs                INTEGER NOT NULL DEFAULT 0,
+    lease_host          TEXT,
+    lease_pid           BIGINT,
+    lease_pid_start     BIGINT,
+    lease_heartbeat     BIGINT,
+    lease_run           INTEGER,
+    created_at          TEXT NOT NULL,
+    updated_at          TEXT NOT NULL,
+    cancel_requested_at TEXT
+);
+CREATE INDEX tasks_by_created_at ON tasks (created_at);
+CREATE TABLE runs (
+    task_id        TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run            INTEGER NOT NULL,
+    host           TEXT NOT NULL,
+    pid            BIGINT NOT NULL,
+    started_at     TEXT NOT NULL,
+    finished_at    TEXT,
+    exit_code      INTEGER,
+    replayed_steps BIGINT NOT NULL DEFAULT 0,
+    executed_steps BIGINT NOT NULL DEFAULT 0,
+    tokens_spent   BIGINT NOT NULL DEFAULT 0,
+    tokens_saved   BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id, run)
+);
+CREATE TABLE steps (
+    id              BIGSERIAL PRIMARY KEY,
+    task_id         TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    step_index      BIGINT NOT NULL,
+    tool_name       TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    effect          TEXT NOT NULL,
+    args            TEXT NOT NULL,
+    args_hash       TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL,
+    output          TEXT,
+    error_code      TEXT,
+    error           TEXT,
+    usage           TEXT,
+    tokens          BIGINT NOT NULL DEFAULT 0,
+    run             INTEGER NOT NULL,
+    created_at      TEXT NOT NULL,
+    started_at      TEXT NOT NULL,
+    finished_at     TEXT,
+    resolution      TEXT
+);
+CREATE UNIQUE INDEX steps_live ON steps (task_id, step_index) WHERE status <> 'discarded';
+CREATE INDEX steps_discarded ON steps (task_id) WHERE status = 'discarded';
+CREATE TABLE resolutions (
+    id          BIGSERIAL PRIMARY KEY,
+    task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    step_index  BIGINT NOT NULL,
+    action      TEXT NOT NULL,
+    value       TEXT,
+    resolved_by TEXT NOT NULL,
+    resolved_at TEXT NOT NULL
+);
+";
+
+/// Never edit a migration that has shipped: append a new one. The
+/// journal's version is the number of migrations applied.
+pub(super) const MIGRATIONS: &[&str] = &[
+    SCHEMA,
+    // For a failed step, the first step number the agent could open knowing
+    // of the failure: it replays only if the journal holds a step from there.
+    "ALTER TABLE steps ADD COLUMN seen_from BIGINT",
+];
+
+/// The schema version this durun writes.
+pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// The server's clock in milliseconds: every lease time is stamped and
+/// compared on the one clock all runners share, so hosts whose clocks
+/// disagree still agree on whether a heartbeat is stale.
+pub(super) const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";

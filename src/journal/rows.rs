@@ -1,0 +1,168 @@
+//! Rows into records, the same for every backend.
+//!
+//! A backend reads its row's columns (in the order of [`STEP_COLUMNS`] and
+//! [`TASK_COLUMNS`]) into [`StepColumns`] or [`TaskColumns`]; everything
+//! the columns mean (enum texts, JSON, defaults) is decided once, here.
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+
+use super::{ResolutionKind, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus};
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::json_text::JsonText;
+use crate::lease::Lease;
+use crate::protocol::{Effect, ErrorCode};
+
+/// The step columns every backend selects, in this order.
+pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
+    attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
+    seen_from";
+
+/// A step row as read, before its texts are checked.
+pub(crate) struct StepColumns<'a> {
+    pub(crate) step: i64,
+    pub(crate) name: String,
+    pub(crate) kind: &'a str,
+    pub(crate) effect: &'a str,
+    pub(crate) args: &'a str,
+    pub(crate) args_hash: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) status: &'a str,
+    pub(crate) attempts: i64,
+    pub(crate) output: Option<&'a str>,
+    pub(crate) error_code: Option<&'a str>,
+    pub(crate) error: Option<String>,
+    pub(crate) usage: Option<&'a str>,
+    pub(crate) tokens: i64,
+    pub(crate) run: i64,
+    pub(crate) created_at: String,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: Option<String>,
+    pub(crate) resolution: Option<&'a str>,
+    pub(crate) seen_from: Option<i64>,
+}
+
+impl StepColumns<'_> {
+    pub(crate) fn record(self) -> Result<StepRecord> {
+        let error = match (self.error_code, self.error) {
+            (code, Some(message)) => Some(StepError {
+                code: match code {
+                    Some(code) => {
+                        ErrorCode::parse(code).ok_or_else(|| bad_column("error code", code))?
+                    }
+                    None => ErrorCode::ToolFailed,
+                },
+                message,
+            }),
+            _ => None,
+        };
+        Ok(StepRecord {
+            step: self.step as u64,
+            name: self.name,
+            kind: StepKind::parse(self.kind).ok_or_else(|| bad_column("step kind", self.kind))?,
+            effect: Effect::parse(self.effect).ok_or_else(|| bad_column("effect", self.effect))?,
+            args: JsonText::from_text(self.args).context("the journal holds malformed args")?,
+            args_hash: self.args_hash,
+            idempotency_key: self.idempotency_key,
+            status: StepStatus::parse(self.status)
+                .ok_or_else(|| bad_column("step status", self.status))?,
+            attempts: self.attempts as u32,
+            output: json(self.output)?,
+            error,
+            usage: json(self.usage)?,
+            tokens: self.tokens as u64,
+            run: self.run as u32,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            resolution: self
+                .resolution
+                .map(|text| {
+                    ResolutionKind::parse(text).ok_or_else(|| bad_column("resolution", text))
+                })
+                .transpose()?,
+            seen_from: self.seen_from.map(|step| step as u64),
+        })
+    }
+}
+
+/// A task row as read, before its texts are checked; `lease` and the
+/// counts come ready from the backend.
+pub(crate) struct TaskColumns<'a> {
+    pub(crate) id: String,
+    pub(crate) status: &'a str,
+    pub(crate) argv: &'a str,
+    pub(crate) cwd: String,
+    pub(crate) config: Option<String>,
+    pub(crate) config_path: Option<String>,
+    pub(crate) sync: &'a str,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) output: Option<&'a str>,
+    pub(crate) runs: i64,
+    pub(crate) lease: Option<Lease>,
+    pub(crate) created_at: String,
+    pub(crate) updated_at: String,
+    pub(crate) steps: i64,
+    pub(crate) tokens_spent: i64,
+    pub(crate) tokens_saved: i64,
+}
+
+impl TaskColumns<'_> {
+    pub(crate) fn record(self) -> Result<TaskRecord> {
+        Ok(TaskRecord {
+            id: self.id,
+            status: TaskStatus::parse(self.status)
+                .ok_or_else(|| bad_column("task status", self.status))?,
+            argv: serde_json::from_str(self.argv).context("the journal holds a malformed argv")?,
+            cwd: self.cwd,
+            config: self.config,
+            config_path: self.config_path,
+            sync: SyncMode::parse(self.sync).ok_or_else(|| bad_column("sync mode", self.sync))?,
+            exit_code: self.exit_code,
+            output: self
+                .output
+                .map(|text| {
+                    serde_json::from_str::<Value>(text).context("the journal holds malformed JSON")
+                })
+                .transpose()?,
+            runs: self.runs as u32,
+            lease: self.lease,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            steps: self.steps as u64,
+            tokens_spent: self.tokens_spent as u64,
+            tokens_saved: self.tokens_saved as u64,
+        })
+    }
+}
+
+/// The columns of a lease, as both backends store them.
+pub(crate) fn lease(
+    host: Option<String>,
+    pid: Option<i64>,
+    pid_start: Option<i64>,
+    heartbeat_ms: Option<i64>,
+    run: Option<i64>,
+) -> Option<Lease> {
+    match (host, pid) {
+        (Some(host), Some(pid)) => Some(Lease {
+            host,
+            pid: pid as u32,
+            pid_start: pid_start.map(|start| start as u64),
+            heartbeat_ms: heartbeat_ms.unwrap_or(0),
+            run: run.unwrap_or(0) as u32,
+        }),
+        _ => None,
+    }
+}
+
+/// A nullable JSON column: checked, kept as text.
+fn json(text: Option<&str>) -> Result<Option<JsonText>> {
+    text.map(|text| JsonText::from_text(text).context("the journal holds malformed JSON"))
+        .transpose()
+}
+
+fn bad_column(column: &str, value: &str) -> anyhow::Error {
+    Failure::journal(format!("the journal holds an unknown {column} {value:?}")).into()
+}

@@ -1,0 +1,473 @@
+//! The embedded journal: one `SQLite` file in WAL mode.
+//!
+//! `synchronous=FULL` by default: a commit is fsync'd before durun acts on
+//! it, so a step that took effect is never forgotten, even on power loss.
+//! Migrations are an append-only list tracked by `PRAGMA user_version`; a
+//! journal from a newer durun is refused rather than written.
+
+mod migrations;
+mod open;
+mod rows;
+
+use anyhow::{Context as _, Result};
+use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use serde_json::Value;
+
+pub(crate) use open::{SqliteJournal, regular_file};
+use rows::{
+    TASK_COLUMNS, json_text, lease_from, lease_of, standing_columns, step_from_row, task_from_row,
+    write_stats, write_step,
+};
+
+use super::rows::STEP_COLUMNS;
+use super::{
+    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
+    StepRecord, StepStatus, StepWrite, TaskRecord,
+};
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::json_text::JsonText;
+use crate::lease::{self, Holder, Lease};
+
+impl Journal for SqliteJournal {
+    fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
+        self.conn
+            .pragma_update(None, "synchronous", sync.as_str().to_ascii_uppercase())?;
+        self.sync = sync;
+        Ok(())
+    }
+
+    fn create_task(&mut self, task: &NewTask) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at)
+                 VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            )?
+            .execute(params![
+                task.id,
+                serde_json::to_string(&task.argv)?,
+                task.cwd,
+                task.config,
+                task.config_path,
+                task.sync.as_str(),
+                task.created_at,
+            ])
+            .with_context(|| format!("failed to create task {}", task.id))?;
+        Ok(())
+    }
+
+    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = ?1"
+        ))?;
+        let mut rows = statement.query([id])?;
+        rows.next()?.map(task_from_row).transpose()
+    }
+
+    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
+        ))?;
+        let mut rows = statement.query([])?;
+        let mut tasks = Vec::new();
+        while let Some(row) = rows.next()? {
+            tasks.push(task_from_row(row)?);
+        }
+        Ok(tasks)
+    }
+
+    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT run, host, pid, started_at, finished_at, exit_code,
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved
+             FROM runs WHERE task_id = ?1 ORDER BY run",
+        )?;
+        let runs = statement
+            .query_map([task], |row| {
+                Ok(RunRecord {
+                    run: row.get(0)?,
+                    host: row.get(1)?,
+                    pid: row.get(2)?,
+                    started_at: row.get(3)?,
+                    finished_at: row.get(4)?,
+                    exit_code: row.get(5)?,
+                    stats: RunStats {
+                        replayed_steps: row.get::<_, i64>(6)? as u64,
+                        executed_steps: row.get::<_, i64>(7)? as u64,
+                        tokens_spent: row.get::<_, i64>(8)? as u64,
+                        tokens_saved: row.get::<_, i64>(9)? as u64,
+                    },
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(runs)
+    }
+
+    fn visit_steps(
+        &mut self,
+        task: &str,
+        discarded: bool,
+        last: Option<usize>,
+        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+    ) -> Result<()> {
+        // Separate statements, so that replay's uses the partial index.
+        let live = format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded'"
+        );
+        let all = format!(
+            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status = 'discarded'"
+        );
+        let body = if discarded { all } else { live };
+        let sql = match last {
+            // The last rows, still in order.
+            Some(_) => format!(
+                "SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT ?2) ORDER BY step_index, id"
+            ),
+            None if discarded => format!("{body} ORDER BY step_index, id"),
+            None => format!("{body} ORDER BY step_index"),
+        };
+        let mut statement = self.conn.prepare_cached(&sql)?;
+        let mut rows = match last {
+            Some(last) => statement.query(params![task, last as i64])?,
+            None => statement.query([task])?,
+        };
+        while let Some(row) = rows.next()? {
+            visit(step_from_row(row)?)?;
+        }
+        Ok(())
+    }
+
+    fn count_steps(&mut self, task: &str) -> Result<u64> {
+        let count: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT (SELECT count(*) FROM steps WHERE task_id = ?1 AND status <> 'discarded')
+                      + (SELECT count(*) FROM steps WHERE task_id = ?1 AND status = 'discarded')",
+            )?
+            .query_row([task], |row| row.get(0))?;
+        Ok(count as u64)
+    }
+
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'
+             UNION ALL
+             SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status = 'discarded'
+             ORDER BY id"
+        ))?;
+        let mut rows = statement.query(params![task, step as i64])?;
+        let mut steps = Vec::new();
+        while let Some(row) = rows.next()? {
+            steps.push(step_from_row(row)?);
+        }
+        Ok(steps)
+    }
+
+    fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (runs, current, cancelled): (u32, Option<Lease>, bool) = tx.query_row(
+            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                    cancel_requested_at IS NOT NULL OR status = 'cancelled'
+             FROM tasks WHERE id = ?1",
+            [task],
+            |row| Ok((row.get(0)?, lease_from(row, 1)?, row.get(6)?)),
+        )?;
+        if cancelled {
+            return Ok(RunStart::Cancelled);
+        }
+        let now_ms = super::now_ms();
+        if let Some(lease) = current
+            && lease::is_live(&lease, me, now_ms, self.stale)
+        {
+            return Ok(RunStart::Locked(lease));
+        }
+        let run = runs + 1;
+        let leased_at = crate::os::boot_clock();
+        tx.execute(
+            "UPDATE tasks SET status = 'running', runs = ?2, exit_code = NULL, lease_host = ?3, lease_pid = ?4,
+                 lease_pid_start = ?5, lease_heartbeat = ?6, lease_run = ?2, updated_at = ?7
+             WHERE id = ?1",
+            params![task, run, me.host, me.pid, me.pid_start.map(|start| start as i64), now_ms, now],
+        )?;
+        tx.execute(
+            "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![task, run, me.host, me.pid, now],
+        )?;
+        tx.commit()?;
+        Ok(RunStart::Started { run, leased_at })
+    }
+
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
+        // A heartbeat need not survive a power cut, and an fsync on a busy
+        // disk must not hold up the lease: it commits without one (the
+        // next step's fsync takes it along).
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let cancelled: rusqlite::Result<Option<bool>> = self
+            .conn
+            .prepare_cached(
+                "UPDATE tasks SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_run = ?2
+                 RETURNING cancel_requested_at IS NOT NULL",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_row(params![task, run, super::now_ms()], |row| row.get(0))
+                    .optional()
+            });
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.as_str().to_ascii_uppercase())?;
+        let cancelled = cancelled?;
+        self.check_identity()?;
+        Ok(match cancelled {
+            None => Standing::Lost,
+            Some(cancelled) => super::standing_of(Some(run), cancelled, run),
+        })
+    }
+
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |row| row.get(0))?;
+        if version == self.data_version {
+            return Ok(Standing::Held);
+        }
+        self.data_version = version;
+        let (lease_run, cancelled) = standing_columns(&self.conn, task)?;
+        Ok(super::standing_of(lease_run, cancelled, run))
+    }
+
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps
+             WHERE task_id = ?1 AND status <> 'discarded' AND step_index > ?2
+             ORDER BY step_index LIMIT ?3"
+        ))?;
+        let mut rows = statement.query(params![task, after as i64, limit as i64])?;
+        let mut steps = Vec::with_capacity(limit.min(4096));
+        while let Some(row) = rows.next()? {
+            steps.push(step_from_row(row)?);
+        }
+        Ok(steps)
+    }
+
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
+        let (count, last): (i64, Option<i64>) = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*), max(step_index) FROM steps WHERE task_id = ?1 AND status <> 'discarded'",
+            )?
+            .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok((count as u64, last.unwrap_or(0) as u64))
+    }
+
+    fn put_steps(
+        &mut self,
+        task: &str,
+        steps: &[StepWrite<'_>],
+        run: u32,
+        stats: Option<&RunStats>,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // The write lock is ours until the commit: no takeover or cancel
+        // can come between this check and the writes.
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        let opens = steps
+            .iter()
+            .any(|write| write.record.status == StepStatus::Pending);
+        super::fence(lease_run, cancelled, run, opens)?;
+        for &StepWrite {
+            record: step,
+            fresh,
+        } in steps
+        {
+            write_step(&tx, task, step, fresh, run)?;
+        }
+        if let Some(stats) = stats {
+            write_stats(&tx, task, run, stats)?;
+        }
+        tx.commit()?;
+        self.check_identity()
+    }
+
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        super::fence(lease_run, cancelled, run, false)?;
+        tx.prepare_cached("UPDATE tasks SET output = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![task, json_text(output), super::now()])?;
+        tx.commit()?;
+        self.check_identity()
+    }
+
+    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE runs SET finished_at = ?3, exit_code = ?4 WHERE task_id = ?1 AND run = ?2",
+            params![task, run, end.finished_at, end.exit_code],
+        )?;
+        write_stats(&tx, task, run, stats)?;
+        // Release the lease only if this run still holds it; a cancel that
+        // came meanwhile decides the status.
+        tx.execute(
+            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE ?3 END,
+                 exit_code = ?4, updated_at = ?5, lease_host = NULL, lease_pid = NULL,
+                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+             WHERE id = ?1 AND lease_run = ?2",
+            params![task, run, end.status.as_str(), end.exit_code, end.finished_at],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        super::fence(lease_run, cancelled, run, true)?;
+        let discarded = {
+            let mut statement = tx.prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM steps
+                 WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded' ORDER BY step_index"
+            ))?;
+            let mut rows = statement.query(params![task, step as i64])?;
+            let mut discarded = Vec::new();
+            while let Some(row) = rows.next()? {
+                discarded.push(step_from_row(row)?);
+            }
+            discarded
+        };
+        tx.execute(
+            "UPDATE steps SET status = 'discarded' WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded'",
+            params![task, step as i64],
+        )?;
+        tx.commit()?;
+        Ok(discarded)
+    }
+
+    fn resolve(
+        &mut self,
+        task: &str,
+        step: u64,
+        resolution: &Resolution,
+        me: &Holder,
+    ) -> Result<StepRecord> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(lease) = lease_of(&tx, task)?
+            && lease::is_live(&lease, me, super::now_ms(), self.stale)
+        {
+            return Err(super::locked(task, &lease).into());
+        }
+        let mut record = {
+            let mut statement = tx.prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'"
+            ))?;
+            let mut rows = statement.query(params![task, step as i64])?;
+            match rows.next()? {
+                Some(row) => step_from_row(row)?,
+                None => {
+                    return Err(Failure::config(format!("task {task} has no step {step}"))
+                        .hint(format!("`durun inspect {task}` lists its steps"))
+                        .into());
+                }
+            }
+        };
+        let value = super::apply_resolution(&mut record, resolution);
+        let (error_code, error) = match &record.error {
+            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+            None => (None, None),
+        };
+        tx.execute(
+            "UPDATE steps SET status = ?3, output = ?4, error_code = ?5, error = ?6, finished_at = ?7, resolution = ?8
+             WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+            params![
+                task,
+                step as i64,
+                record.status.as_str(),
+                record.output.as_ref().map(JsonText::as_str),
+                error_code,
+                error,
+                record.finished_at,
+                record.resolution.map(ResolutionKind::as_str),
+            ],
+        )?;
+        tx.execute(
+            "INSERT INTO resolutions (task_id, step_index, action, value, resolved_by, resolved_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                task,
+                step as i64,
+                resolution.action.kind().as_str(),
+                value,
+                resolution.by,
+                resolution.at
+            ],
+        )?;
+        tx.commit()?;
+        Ok(record)
+    }
+
+    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = super::now();
+        let live = lease_of(&tx, task)?
+            .is_some_and(|lease| lease::is_live(&lease, me, super::now_ms(), self.stale));
+        if live {
+            // The runner keeps its lease to record what finishes, but may
+            // open no step: every write it makes checks this mark.
+            tx.execute(
+                "UPDATE tasks SET status = 'cancelled', updated_at = ?2,
+                     cancel_requested_at = coalesce(cancel_requested_at, ?2)
+                 WHERE id = ?1",
+                params![task, now],
+            )?;
+        } else {
+            tx.execute(
+                "UPDATE tasks SET status = 'cancelled', cancel_requested_at = ?2, updated_at = ?2, lease_host = NULL,
+                     lease_pid = NULL, lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+                 WHERE id = ?1",
+                params![task, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(live)
+    }
+
+    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let candidates: Vec<(String, Option<Lease>)> = {
+            let mut statement = tx.prepare(
+                "SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks
+                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ?1",
+            )?;
+            let rows = statement.query_map([finished_before], |row| {
+                Ok((row.get(0)?, lease_from(row, 1)?))
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let now_ms = super::now_ms();
+        let mut removed = Vec::new();
+        for (id, lease) in candidates {
+            if lease.is_some_and(|lease| lease::is_live(&lease, me, now_ms, self.stale)) {
+                continue;
+            }
+            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+            removed.push(id);
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+}

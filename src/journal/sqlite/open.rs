@@ -1,0 +1,307 @@
+//! Opening the SQLite journal: the file and its directory created private,
+//! another program's database or a FIFO refused before a byte is written,
+//! the schema migrated, and the file's identity kept to notice a deleted
+//! journal.
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use super::migrations::{APPLICATION_ID, MIGRATIONS};
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::journal::Access;
+use crate::os;
+use crate::settings::Settings;
+
+pub struct SqliteJournal {
+    pub(super) conn: Connection,
+    path: PathBuf,
+    /// The journal file's device and inode when it was opened for writing:
+    /// a run stops rather than acknowledge steps into a file that was
+    /// deleted or replaced under it.
+    identity: Option<(u64, u64)>,
+    /// `PRAGMA data_version` at the last [`Journal::watch`]: it changes
+    /// only when another connection commits.
+    pub(super) data_version: i64,
+    /// The sync mode steps are committed with.
+    pub(super) sync: SyncMode,
+    /// How old another host's heartbeat may be before its lease is taken.
+    pub(super) stale: Duration,
+}
+
+/// What a file is, before durun writes a byte to it.
+enum Owner {
+    /// An empty file, or none yet.
+    Nobody,
+    /// A durun journal.
+    Durun,
+}
+
+impl SqliteJournal {
+    pub fn open(path: &Path, access: Access, settings: &Settings) -> Result<Self> {
+        let exists = regular_file(path)?;
+        let conn = match access {
+            Access::Write => {
+                if os::read_only_mount(path) {
+                    return Err(Failure::journal(format!(
+                        "the journal at {} is on a read-only file system",
+                        path.display()
+                    ))
+                    .hint("remount it read-write, or choose another journal with --journal or DURUN_JOURNAL")
+                    .into());
+                }
+                create_private(path)?;
+                Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            }
+            Access::Read => {
+                if !exists {
+                    return Err(Failure::config(format!("no journal at {}", path.display()))
+                        .hint("nothing has run with this journal yet; check --journal or DURUN_JOURNAL")
+                        .into());
+                }
+                // On read-only media SQLite cannot make the WAL index; a
+                // journal there cannot change under us, so read it as
+                // immutable.
+                let read_only_media = os::read_only_mount(path);
+                let uri = format!("file:{}?immutable={}", uri_path(path), u8::from(read_only_media));
+                Connection::open_with_flags(
+                    uri,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+                )
+            }
+        }
+        .with_context(|| format!("failed to open journal at {}", path.display()))?;
+        let mut journal = Self {
+            conn,
+            path: path.to_owned(),
+            identity: None,
+            data_version: -1,
+            sync: SyncMode::Full,
+            stale: settings.lease.stale,
+        };
+        journal
+            .prepare(access, settings.busy_timeout)
+            .map_err(|err| {
+                // A refusal that says what is wrong leads; SQLite's own errors
+                // get the place.
+                if crate::error::failure_of(&err).is_some() {
+                    err
+                } else {
+                    err.context(format!("failed to open journal at {}", path.display()))
+                }
+            })?;
+        if access == Access::Write {
+            journal.identity = Some(file_identity(path).map_err(|err| {
+                Failure::journal(format!(
+                    "cannot read the journal at {}: {err}",
+                    path.display()
+                ))
+            })?);
+        }
+        Ok(journal)
+    }
+
+    /// Fails if the journal file is no longer the one this process opened
+    /// (deleted, or replaced by another file).
+    pub(super) fn check_identity(&self) -> Result<()> {
+        let Some(opened) = self.identity else {
+            return Ok(());
+        };
+        if file_identity(&self.path).ok() == Some(opened) {
+            return Ok(());
+        }
+        Err(Failure::journal(format!(
+            "the journal file {} was deleted or replaced while this run was writing it",
+            self.path.display()
+        ))
+        .hint("this run stopped rather than record steps in a file nobody reads; restore the file, or start the agent again")
+        .into())
+    }
+
+    /// Whose database this is, read without writing: a file of another
+    /// program is refused before durun changes a byte of it.
+    fn owner(&self) -> Result<Owner> {
+        let id: i32 = self
+            .conn
+            .pragma_query_value(None, "application_id", |row| row.get(0))?;
+        if id == APPLICATION_ID {
+            return Ok(Owner::Durun);
+        }
+        let tables: Vec<String> = {
+            let mut statement = self
+                .conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+            let names = statement.query_map([], |row| row.get(0))?;
+            names.collect::<rusqlite::Result<_>>()?
+        };
+        let has = |name: &str| tables.iter().any(|table| table == name);
+        if id == 0 && tables.is_empty() {
+            return Ok(Owner::Nobody);
+        }
+        // A journal from before durun marked its files.
+        if id == 0 && has("tasks") && has("runs") && has("steps") {
+            return Ok(Owner::Durun);
+        }
+        Err(Failure::journal(format!(
+            "{} is another program's SQLite database, not a durun journal",
+            self.path.display()
+        ))
+        .hint("durun left it untouched; pass a durun journal or a new file with --journal or DURUN_JOURNAL")
+        .into())
+    }
+
+    #[cfg(test)]
+    pub fn in_memory() -> Self {
+        let mut journal = Self {
+            conn: Connection::open_in_memory().expect("in-memory SQLite"),
+            path: PathBuf::from(":memory:"),
+            identity: None,
+            data_version: -1,
+            sync: SyncMode::Full,
+            stale: crate::settings::LeaseTimes::default().stale,
+        };
+        journal
+            .prepare(Access::Write, Duration::from_secs(5))
+            .expect("fresh schema");
+        journal
+    }
+
+    fn prepare(&mut self, access: Access, busy_timeout: Duration) -> Result<()> {
+        self.conn.busy_timeout(busy_timeout)?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        self.owner()?;
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            let message = format!(
+                "journal {} was written by a newer durun (format {version}; this durun knows up to {known})",
+                self.path.display()
+            );
+            if access == Access::Write {
+                return Err(Failure::journal(message)
+                    .hint("upgrade durun to use this journal")
+                    .into());
+            }
+        }
+        if access == Access::Write {
+            let mode: String =
+                self.conn
+                    .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") && self.path != Path::new(":memory:") {
+                anyhow::bail!("SQLite refused WAL mode (journal_mode is {mode})");
+            }
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+            self.migrate(version)?;
+        }
+        Ok(())
+    }
+
+    fn migrate(&mut self, version: i64) -> Result<()> {
+        let marked = self
+            .conn
+            .pragma_query_value(None, "application_id", |row| row.get::<_, i32>(0))?
+            == APPLICATION_ID;
+        if version >= MIGRATIONS.len() as i64 && marked {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        // Another process may have migrated between our check and the lock.
+        let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).with_context(|| {
+                format!("failed to migrate the journal to format {}", index + 1)
+            })?;
+        }
+        tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// Refuses a journal path that is not a regular file (a directory, a FIFO
+/// that would block, a device) and says whether the file exists. A path
+/// that cannot be looked at (a directory without permission) is a journal
+/// error, whoever owns it.
+pub(crate) fn regular_file(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(true),
+        Ok(meta) => {
+            let kind = meta.file_type();
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else {
+                "not a regular file"
+            };
+            Err(Failure::journal(format!(
+                "the journal path {} is {what}, not a journal file",
+                path.display()
+            ))
+            .hint("pass the path of a journal file (or a new one) with --journal or DURUN_JOURNAL")
+            .into())
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(cannot_use(path, &err)),
+    }
+}
+
+/// The journal error for a path the file system refuses.
+fn cannot_use(path: &Path, err: &std::io::Error) -> anyhow::Error {
+    Failure::journal(format!("cannot use the journal at {}: {err}", path.display()))
+        .hint("check that you may read and write the file and its directory, or choose another journal with --journal or DURUN_JOURNAL")
+        .into()
+}
+
+/// The device and inode of the file at `path`.
+fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// `path` for an SQLite `file:` URI: `?` and `#` would start the query.
+fn uri_path(path: &Path) -> String {
+    path.to_string_lossy()
+        .replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23")
+}
+
+/// Creates the journal's directory (0700) and file (0600) if missing:
+/// outputs can hold secrets.
+fn create_private(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        match std::fs::metadata(dir) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|err| cannot_use(path, &err))?;
+            }
+            Err(err) => return Err(cannot_use(path, &err)),
+        }
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|err| cannot_use(path, &err))?;
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! SQLite rows in and out: the columns [`crate::journal::rows`] decodes,
+//! and the statements that write a step, a run's counters, and read a
+//! task's lease.
+
+use anyhow::Result;
+use rusqlite::{Connection, OptionalExtension as _, Row, params};
+use serde_json::Value;
+
+use crate::journal::rows::{self, StepColumns, TaskColumns};
+use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
+use crate::json_text::JsonText;
+use crate::lease::Lease;
+
+pub(super) fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serializes")
+}
+
+/// The task columns, in the order [`TaskColumns`] reads them.
+pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
+    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
+    t.created_at,
+    max(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
+        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
+    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
+    (SELECT coalesce(sum(r.tokens_spent), 0) FROM runs r WHERE r.task_id = t.id),
+    (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id)";
+
+pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
+    TaskColumns {
+        id: row.get(0)?,
+        status: row.get_ref(1)?.as_str()?,
+        argv: row.get_ref(2)?.as_str()?,
+        cwd: row.get(3)?,
+        config: row.get(4)?,
+        config_path: row.get(5)?,
+        sync: row.get_ref(6)?.as_str()?,
+        exit_code: row.get(7)?,
+        output: row.get_ref(8)?.as_str_or_null()?,
+        runs: row.get(9)?,
+        lease: lease_from(row, 10)?,
+        created_at: row.get(15)?,
+        updated_at: row.get(16)?,
+        steps: row.get(17)?,
+        tokens_spent: row.get(18)?,
+        tokens_saved: row.get(19)?,
+    }
+    .record()
+}
+
+/// A step row selected with [`STEP_COLUMNS`].
+pub(super) fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
+    StepColumns {
+        step: row.get(0)?,
+        name: row.get(1)?,
+        kind: row.get_ref(2)?.as_str()?,
+        effect: row.get_ref(3)?.as_str()?,
+        args: row.get_ref(4)?.as_str()?,
+        args_hash: row.get(5)?,
+        idempotency_key: row.get(6)?,
+        status: row.get_ref(7)?.as_str()?,
+        attempts: row.get(8)?,
+        output: row.get_ref(9)?.as_str_or_null()?,
+        error_code: row.get_ref(10)?.as_str_or_null()?,
+        error: row.get(11)?,
+        usage: row.get_ref(12)?.as_str_or_null()?,
+        tokens: row.get(13)?,
+        run: row.get(14)?,
+        created_at: row.get(15)?,
+        started_at: row.get(16)?,
+        finished_at: row.get(17)?,
+        resolution: row.get_ref(18)?.as_str_or_null()?,
+        seen_from: row.get(20)?,
+    }
+    .record()
+}
+
+/// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
+pub(super) fn lease_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<Lease>> {
+    Ok(rows::lease(
+        row.get(first)?,
+        row.get(first + 1)?,
+        row.get(first + 2)?,
+        row.get(first + 3)?,
+        row.get(first + 4)?,
+    ))
+}
+
+pub(super) fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Option<Lease>> {
+    let lease = tx
+        .query_row(
+            "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",
+            [task],
+            |row| lease_from(row, 0),
+        )
+        .optional()?
+        .flatten();
+    Ok(lease)
+}
+
+/// The task's lease holder (its run) and whether it was cancelled.
+pub(super) fn standing_columns(conn: &Connection, task: &str) -> Result<(Option<u32>, bool)> {
+    let columns = conn
+        .prepare_cached(
+            "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = ?1",
+        )?
+        .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(columns.unwrap_or((None, false)))
+}
+
+/// Inserts (`fresh`) or updates one step's row.
+pub(super) fn write_step(
+    tx: &rusqlite::Transaction<'_>,
+    task: &str,
+    step: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> Result<()> {
+    let output = step.output.as_ref().map(JsonText::as_str);
+    let usage = step.usage.as_ref().map(JsonText::as_str);
+    let (error_code, error) = match &step.error {
+        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+        None => (None, None),
+    };
+    if fresh {
+        tx.prepare_cached(
+            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                 finished_at, resolution, seen_from)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+        )?
+        .execute(params![
+            task,
+            step.step as i64,
+            step.name,
+            step.kind.as_str(),
+            step.effect.as_str(),
+            step.args.as_str(),
+            step.args_hash,
+            step.idempotency_key,
+            step.status.as_str(),
+            step.attempts,
+            output,
+            error_code,
+            error,
+            usage,
+            step.tokens as i64,
+            run,
+            step.created_at,
+            step.started_at,
+            step.finished_at,
+            step.resolution.map(ResolutionKind::as_str),
+            step.seen_from.map(|step| step as i64),
+        ])?;
+    } else {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
+                     usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13,
+                     seen_from = ?14
+                 WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+            )?
+            .execute(params![
+                task,
+                step.step as i64,
+                step.status.as_str(),
+                step.attempts,
+                output,
+                error_code,
+                error,
+                usage,
+                step.tokens as i64,
+                run,
+                step.started_at,
+                step.finished_at,
+                step.resolution.map(ResolutionKind::as_str),
+                step.seen_from.map(|step| step as i64),
+            ])?;
+        anyhow::ensure!(
+            changed == 1,
+            "step {} of task {task} is missing from the journal",
+            step.step
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn write_stats(
+    tx: &rusqlite::Transaction<'_>,
+    task: &str,
+    run: u32,
+    stats: &RunStats,
+) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE runs SET replayed_steps = ?3, executed_steps = ?4, tokens_spent = ?5, tokens_saved = ?6
+         WHERE task_id = ?1 AND run = ?2",
+    )?
+    .execute(params![
+        task,
+        run,
+        stats.replayed_steps as i64,
+        stats.executed_steps as i64,
+        stats.tokens_spent as i64,
+        stats.tokens_saved as i64,
+    ])?;
+    Ok(())
+}

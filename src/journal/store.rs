@@ -1,0 +1,124 @@
+//! The [`Journal`] trait: storage for tasks, runs and steps, the same on
+//! every backend.
+//!
+//! Invariant for every backend: when a method that writes returns `Ok`, the
+//! write is durable (to the sync mode in force). The runner answers the agent
+//! or starts a side effect only after that.
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::{
+    NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord, TaskRecord,
+};
+use crate::config::SyncMode;
+use crate::lease::Holder;
+
+/// Storage for tasks, runs and steps.
+pub trait Journal {
+    /// Sets how hard commits are pushed to disk from now on.
+    fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
+    fn create_task(&mut self, task: &NewTask) -> Result<()>;
+    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>>;
+    /// Every task, newest first.
+    fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
+    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>>;
+    /// The task's steps that take part in replay, in step order; with
+    /// `discarded`, also the steps `resume --from-step` took out, each
+    /// before its replacement.
+    fn steps(&mut self, task: &str, discarded: bool) -> Result<Vec<StepRecord>> {
+        let mut steps = Vec::new();
+        self.visit_steps(task, discarded, None, &mut |step| {
+            steps.push(step);
+            Ok(())
+        })?;
+        Ok(steps)
+    }
+    /// Hands the task's steps to `visit` one by one as they are read, in
+    /// order (only the last `last` of them if given), so a long task is
+    /// never held whole.
+    fn visit_steps(
+        &mut self,
+        task: &str,
+        discarded: bool,
+        last: Option<usize>,
+        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+    ) -> Result<()>;
+    /// Every step of the task (discarded ones included), or only its last
+    /// `last`.
+    fn steps_tail(&mut self, task: &str, last: Option<usize>) -> Result<Vec<StepRecord>> {
+        let mut steps = Vec::new();
+        self.visit_steps(task, true, last, &mut |step| {
+            steps.push(step);
+            Ok(())
+        })?;
+        Ok(steps)
+    }
+    /// How many steps the task has, discarded ones included.
+    fn count_steps(&mut self, task: &str) -> Result<u64>;
+    /// Every row of step `step` (a discarded one before its replacement).
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
+    /// Takes the task's lease for `me` and opens a new run, unless a live
+    /// runner holds it or the task was cancelled. Atomic: of two racing
+    /// runners one wins.
+    fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;
+    /// Renews the lease of `run`, if it still holds it, and says where it
+    /// stands.
+    fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing>;
+    /// Where `run` stands, cheaply: answers [`Standing::Held`] without a
+    /// query when nothing was written to the task since the last look
+    /// (another runner's takeover, a cancel).
+    fn watch(&mut self, task: &str, run: u32) -> Result<Standing>;
+    /// The task's live steps after step `after`, in order, at most `limit`:
+    /// replay reads a long task page by page, each row once.
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
+    /// How many live steps the task has, and the highest step number.
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)>;
+    /// Writes steps, each new (`fresh`) or updated, and the run's counters
+    /// if given, in one durable transaction: steps that finish together
+    /// share one commit (group commit).
+    ///
+    /// Fenced: the same transaction checks that `run` still holds the
+    /// task's lease, and fails with [`Fenced`] without writing if it does
+    /// not, or if the task was cancelled and a step would be opened.
+    fn put_steps(
+        &mut self,
+        task: &str,
+        steps: &[StepWrite<'_>],
+        run: u32,
+        stats: Option<&RunStats>,
+    ) -> Result<()>;
+    /// Stores the task's final output; fenced like [`Journal::put_steps`].
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()>;
+    /// Closes the run and, if it still holds the lease, releases it and
+    /// records the task's status (`cancelled` if a cancel came meanwhile).
+    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()>;
+    /// Takes steps `step` and later out of replay (kept as `discarded`) and
+    /// returns them as they were; fenced like [`Journal::put_steps`].
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>>;
+    /// Settles a step by hand and keeps the resolution; refused while a live
+    /// runner holds the task.
+    fn resolve(
+        &mut self,
+        task: &str,
+        step: u64,
+        resolution: &Resolution,
+        me: &Holder,
+    ) -> Result<StepRecord>;
+    /// Cancels the task for good: from this commit on no run may start and
+    /// no running one may open a step. Returns whether a live runner holds
+    /// it (it is told, and stops its agent).
+    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool>;
+    /// Deletes finished tasks (completed, failed, cancelled) last updated
+    /// before `finished_before`, never one a live runner holds; returns
+    /// their ids.
+    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
+}
+
+/// One row of a [`Journal::put_steps`] write.
+#[derive(Clone, Copy)]
+pub struct StepWrite<'a> {
+    pub record: &'a StepRecord,
+    /// The row is new (an insert), not an update of the step's row.
+    pub fresh: bool,
+}

@@ -1,0 +1,361 @@
+//! One behaviour story, generic over [`Journal`], told to every backend:
+//! `SQLite` in memory always, PostgreSQL too when `DURUN_TEST_POSTGRES`
+//! names a server (a schema of its own per story).
+
+use serde_json::json;
+
+use super::sqlite::SqliteJournal;
+use super::*;
+use crate::config::SyncMode;
+use crate::json_text::JsonText;
+use crate::lease::Holder;
+use crate::protocol::Effect;
+use crate::settings::Settings;
+
+fn task(id: &str) -> NewTask {
+    NewTask {
+        id: id.to_owned(),
+        argv: vec!["agent".into(), "--flag".into()],
+        cwd: "/tmp".into(),
+        config: None,
+        config_path: None,
+        sync: SyncMode::Full,
+        created_at: now(),
+    }
+}
+
+fn step(n: u64, status: StepStatus) -> StepRecord {
+    StepRecord {
+        step: n,
+        name: "llm".into(),
+        kind: StepKind::Begin,
+        effect: Effect::Mutate,
+        args: JsonText::from_value(&json!({"big": 123_456_789_012_345_678_u64, "f": 1.5})),
+        args_hash: "h".into(),
+        idempotency_key: "k".into(),
+        status,
+        attempts: 1,
+        output: None,
+        error: None,
+        usage: None,
+        tokens: 0,
+        run: 1,
+        created_at: now(),
+        started_at: now(),
+        finished_at: None,
+        resolution: None,
+        seen_from: None,
+    }
+}
+
+fn me() -> Holder {
+    Holder::current(None)
+}
+
+/// A runner on another host.
+fn elsewhere() -> Holder {
+    Holder {
+        host: "elsewhere".into(),
+        pid: 1,
+        pid_start: None,
+    }
+}
+
+fn started(journal: &mut dyn Journal, task: &str, holder: &Holder) -> u32 {
+    match journal.start_run(task, holder, &now()).expect("start") {
+        RunStart::Started { run, .. } => run,
+        other => panic!("{task} did not start: {other:?}"),
+    }
+}
+
+fn put(
+    journal: &mut dyn Journal,
+    task: &str,
+    record: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> anyhow::Result<()> {
+    journal.put_steps(task, &[StepWrite { record, fresh }], run, None)
+}
+
+/// Steps that finish together share one commit, all or nothing; replay
+/// reads them a page at a time.
+fn group_commit(journal: &mut dyn Journal) {
+    journal.create_task(&task("t1")).expect("create");
+    let run = started(journal, "t1", &me());
+    let records: Vec<StepRecord> = (1..=8).map(|n| step(n, StepStatus::Committed)).collect();
+    let writes: Vec<StepWrite<'_>> = records
+        .iter()
+        .map(|record| StepWrite {
+            record,
+            fresh: true,
+        })
+        .collect();
+    let stats = RunStats {
+        executed_steps: 8,
+        ..RunStats::default()
+    };
+    journal
+        .put_steps("t1", &writes, run, Some(&stats))
+        .expect("a group");
+    assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
+    assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
+    // A group with one bad row (an update of a step never written) writes
+    // none of its rows.
+    let new = step(9, StepStatus::Committed);
+    let missing = step(12, StepStatus::Committed);
+    let bad = [
+        StepWrite {
+            record: &new,
+            fresh: true,
+        },
+        StepWrite {
+            record: &missing,
+            fresh: false,
+        },
+    ];
+    journal
+        .put_steps("t1", &bad, run, Some(&RunStats::default()))
+        .expect_err("step 12 is missing");
+    assert_eq!(journal.replay_bounds("t1").expect("bounds"), (8, 8));
+    assert_eq!(journal.runs("t1").expect("runs")[0].stats, stats);
+    let page: Vec<u64> = journal
+        .steps_page("t1", 2, 3)
+        .expect("page")
+        .iter()
+        .map(|record| record.step)
+        .collect();
+    assert_eq!(page, [3, 4, 5]);
+    assert!(journal.steps_page("t1", 8, 3).expect("page").is_empty());
+}
+
+/// A step goes from its intent to its result; what is read back is what
+/// was written.
+fn pending_to_committed(journal: &mut dyn Journal) {
+    journal.create_task(&task("t2")).expect("create");
+    let run = started(journal, "t2", &me());
+    let mut record = step(1, StepStatus::Pending);
+    put(journal, "t2", &record, true, run).expect("pending");
+    record.status = StepStatus::Failed;
+    record.error = Some(StepError {
+        code: crate::protocol::ErrorCode::Timeout,
+        message: "slow".into(),
+    });
+    record.seen_from = Some(3);
+    put(journal, "t2", &record, false, run).expect("failed");
+    record.status = StepStatus::Committed;
+    record.error = None;
+    record.output = Some(JsonText::from_value(&json!({"url": "x"})));
+    record.tokens = 42;
+    let stats = RunStats {
+        executed_steps: 1,
+        tokens_spent: 42,
+        ..RunStats::default()
+    };
+    journal
+        .put_steps(
+            "t2",
+            &[StepWrite {
+                record: &record,
+                fresh: false,
+            }],
+            run,
+            Some(&stats),
+        )
+        .expect("commit");
+    let steps = journal.steps("t2", false).expect("steps");
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].status, StepStatus::Committed);
+    assert_eq!(steps[0].output, record.output);
+    assert_eq!(steps[0].args, record.args);
+    assert_eq!(steps[0].seen_from, Some(3));
+    let loaded = journal.task("t2").expect("task").expect("exists");
+    assert_eq!((loaded.steps, loaded.tokens_spent), (1, 42));
+}
+
+/// One live runner at a time; a finished run frees the task.
+fn leases(journal: &mut dyn Journal) {
+    journal.create_task(&task("t3")).expect("create");
+    assert_eq!(started(journal, "t3", &me()), 1);
+    assert!(matches!(
+        journal.start_run("t3", &elsewhere(), "b").expect("second"),
+        RunStart::Locked(_)
+    ));
+    let end = RunEnd {
+        status: TaskStatus::Failed,
+        exit_code: Some(1),
+        finished_at: now(),
+    };
+    journal
+        .finish_run("t3", 1, &end, &RunStats::default())
+        .expect("finish");
+    assert_eq!(started(journal, "t3", &elsewhere()), 2);
+    let runs: Vec<(u32, Option<i32>)> = journal
+        .runs("t3")
+        .expect("runs")
+        .iter()
+        .map(|run| (run.run, run.exit_code))
+        .collect();
+    assert_eq!(runs, [(1, Some(1)), (2, None)]);
+}
+
+/// A run that lost its lease writes nothing: not a step, not an output,
+/// not a heartbeat; the new holder's rows stay as they are.
+fn fenced_writes(journal: &mut dyn Journal) {
+    journal.create_task(&task("t4")).expect("create");
+    let old = started(journal, "t4", &me());
+    put(journal, "t4", &step(1, StepStatus::Committed), true, old).expect("held");
+    // The old run's end is recorded without its lease; another takes over.
+    let end = RunEnd {
+        status: TaskStatus::Interrupted,
+        exit_code: None,
+        finished_at: now(),
+    };
+    journal
+        .finish_run("t4", old, &end, &RunStats::default())
+        .expect("finish");
+    let new = started(journal, "t4", &elsewhere());
+    let mut theirs = step(2, StepStatus::Committed);
+    theirs.attempts = 7;
+    put(journal, "t4", &theirs, true, new).expect("the new holder writes");
+    let mut stale = step(2, StepStatus::Committed);
+    stale.attempts = 1;
+    let refused = put(journal, "t4", &stale, false, old).expect_err("fenced");
+    assert_eq!(
+        refused.downcast_ref::<Fenced>(),
+        Some(&Fenced(Standing::Lost))
+    );
+    let refused = put(journal, "t4", &step(3, StepStatus::Pending), true, old).expect_err("fenced");
+    assert_eq!(
+        refused.downcast_ref::<Fenced>(),
+        Some(&Fenced(Standing::Lost))
+    );
+    journal
+        .set_output("t4", old, &json!("late"))
+        .expect_err("fenced output");
+    assert_eq!(
+        journal.heartbeat("t4", old).expect("heartbeat"),
+        Standing::Lost
+    );
+    assert_eq!(
+        journal.heartbeat("t4", new).expect("heartbeat"),
+        Standing::Held
+    );
+    let steps = journal.steps("t4", false).expect("steps");
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[1].attempts, 7, "the new holder's row is untouched");
+    assert!(
+        journal
+            .task("t4")
+            .expect("task")
+            .expect("exists")
+            .output
+            .is_none()
+    );
+}
+
+/// A cancel is final: the live run records what finishes but opens no
+/// step, and no run starts again.
+fn cancel_is_final(journal: &mut dyn Journal) {
+    journal.create_task(&task("t5")).expect("create");
+    let run = started(journal, "t5", &me());
+    put(journal, "t5", &step(1, StepStatus::Pending), true, run).expect("intent");
+    assert!(
+        journal.request_cancel("t5", &me()).expect("cancel"),
+        "a live runner holds it"
+    );
+    assert_eq!(
+        journal.watch("t5", run).expect("watch"),
+        Standing::Cancelled
+    );
+    let refused = put(journal, "t5", &step(2, StepStatus::Pending), true, run).expect_err("fenced");
+    assert_eq!(
+        refused.downcast_ref::<Fenced>(),
+        Some(&Fenced(Standing::Cancelled))
+    );
+    put(journal, "t5", &step(1, StepStatus::Committed), false, run)
+        .expect("a finished step is kept");
+    let end = RunEnd {
+        status: TaskStatus::Completed,
+        exit_code: Some(0),
+        finished_at: now(),
+    };
+    journal
+        .finish_run("t5", run, &end, &RunStats::default())
+        .expect("finish");
+    let task = journal.task("t5").expect("task").expect("exists");
+    assert_eq!(task.status, TaskStatus::Cancelled);
+    assert!(matches!(
+        journal
+            .start_run("t5", &elsewhere(), "later")
+            .expect("start"),
+        RunStart::Cancelled
+    ));
+}
+
+/// The whole story on one journal.
+fn story(journal: &mut dyn Journal) {
+    group_commit(journal);
+    pending_to_committed(journal);
+    leases(journal);
+    fenced_writes(journal);
+    cancel_is_final(journal);
+}
+
+#[test]
+fn sqlite_tells_the_story() {
+    story(&mut SqliteJournal::in_memory());
+}
+
+#[test]
+fn postgresql_tells_the_story() {
+    let Ok(base) = std::env::var("DURUN_TEST_POSTGRES") else {
+        eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
+        return;
+    };
+    let schema = format!("durun_story_{}", std::process::id());
+    let mut admin = ::postgres::Client::connect(&base, ::postgres::NoTls).expect("connect");
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .expect("schema");
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    let settings = Settings::from_env(None);
+    let mut journal = postgres::PostgresJournal::open(&url, true, &settings).expect("open");
+    story(&mut journal);
+    drop(journal);
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .expect("drop");
+}
+
+#[test]
+fn refuses_a_journal_from_a_newer_durun() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("j.db");
+    let settings = Settings::from_env(None);
+    drop(SqliteJournal::open(&path, Access::Write, &settings).expect("create"));
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.pragma_update(None, "user_version", 99).expect("bump");
+    drop(conn);
+    let err = SqliteJournal::open(&path, Access::Write, &settings)
+        .err()
+        .expect("refused");
+    assert_eq!(crate::error::exit_code_of(&err), crate::exit_code::JOURNAL);
+    assert!(format!("{err:#}").contains("newer durun"), "{err:#}");
+    assert!(SqliteJournal::open(&path, Access::Read, &settings).is_ok());
+}
+
+#[test]
+fn creates_the_journal_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state/durun/journal.db");
+    drop(SqliteJournal::open(&path, Access::Write, &Settings::from_env(None)).expect("create"));
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().expect("dir")), 0o700);
+}

@@ -1,0 +1,153 @@
+//! Everything durun reads from its environment, read once.
+//!
+//! `lib::run` builds [`Settings`] from the global arguments and the
+//! environment before any command runs and hands it down: nothing deeper
+//! reads a variable (ripgrep's low/high arguments are the model). A value
+//! only some commands use is checked when it is used, so `DURUN_SYNC=bogus`
+//! fails `run`, not `inspect`.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+
+use crate::cli::GlobalArgs;
+use crate::config::SyncMode;
+use crate::error::Failure;
+use crate::journal::Location;
+use crate::lease::Holder;
+
+/// How often a runner renews its heartbeat, unless `DURUN_HEARTBEAT_MS`.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+/// How old another host's heartbeat may be before its lease is taken,
+/// unless `DURUN_LEASE_STALE_MS`.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+/// How long a write waits for another process's lock on an SQLite journal,
+/// unless `DURUN_BUSY_TIMEOUT_MS`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A lease's timing (SPEC 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseTimes {
+    /// How often a runner renews its heartbeat: at most a quarter of
+    /// `stale`, so that several fit in the time a run may go without one.
+    pub(crate) heartbeat: Duration,
+    /// How old another host's heartbeat may be before its task is taken
+    /// over; a runner that could not renew for half of it stops itself.
+    pub(crate) stale: Duration,
+}
+
+impl Default for LeaseTimes {
+    fn default() -> Self {
+        Self {
+            heartbeat: HEARTBEAT_EVERY,
+            stale: STALE_AFTER,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// `--journal` or `DURUN_JOURNAL`.
+    journal: Option<String>,
+    state_home: Option<PathBuf>,
+    home: Option<PathBuf>,
+    pub(crate) quiet: bool,
+    /// `DURUN_SYNC`, checked when a task is created.
+    sync: Option<String>,
+    pub(crate) lease: LeaseTimes,
+    /// This runner as it would hold a lease (`DURUN_HOST_ID` or the host
+    /// name, this process).
+    pub(crate) holder: Holder,
+    pub(crate) busy_timeout: Duration,
+    /// `DURUN_TEST_NOW`: the time `inspect` measures ages from, for tests.
+    fixed_now: Option<SystemTime>,
+    /// `USER` (or `LOGNAME`): who the operator is, for the record.
+    user: Option<String>,
+}
+
+impl Settings {
+    pub(crate) fn resolve(global: &GlobalArgs) -> Self {
+        let mut settings = Self::from_env(global.journal.clone());
+        settings.quiet = global.quiet;
+        settings
+    }
+
+    /// The settings a process without a command line sees (a completion
+    /// request): the environment alone.
+    pub(crate) fn from_env(journal: Option<String>) -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let millis = |name: &str| var(name)?.parse().ok().map(Duration::from_millis);
+        let stale = millis("DURUN_LEASE_STALE_MS").unwrap_or(STALE_AFTER);
+        let heartbeat = millis("DURUN_HEARTBEAT_MS")
+            .unwrap_or(HEARTBEAT_EVERY)
+            .min(stale / 4);
+        Self {
+            journal: journal.filter(|journal| !journal.is_empty()),
+            state_home: var("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .filter(|dir| dir.is_absolute()),
+            home: var("HOME").map(PathBuf::from),
+            quiet: false,
+            sync: var("DURUN_SYNC"),
+            lease: LeaseTimes { heartbeat, stale },
+            holder: Holder::current(var("DURUN_HOST_ID")),
+            busy_timeout: millis("DURUN_BUSY_TIMEOUT_MS").unwrap_or(BUSY_TIMEOUT),
+            fixed_now: var("DURUN_TEST_NOW").and_then(|text| humantime::parse_rfc3339(&text).ok()),
+            user: var("USER").or_else(|| var("LOGNAME")),
+        }
+    }
+
+    /// Where the journal lives: `--journal`/`DURUN_JOURNAL` if given, else
+    /// the per-user default.
+    pub(crate) fn location(&self) -> Result<Location> {
+        if let Some(text) = &self.journal {
+            if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+                return Ok(Location::Postgres(text.clone()));
+            }
+            return Ok(Location::Sqlite(PathBuf::from(text)));
+        }
+        let state = self
+            .state_home
+            .clone()
+            .or_else(|| self.home.as_ref().map(|home| home.join(".local/state")))
+            .ok_or_else(|| {
+                Failure::config(
+                    "cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set",
+                )
+                .hint("pass --journal PATH or set DURUN_JOURNAL")
+            })?;
+        Ok(Location::Sqlite(state.join("durun").join("journal.db")))
+    }
+
+    /// `DURUN_SYNC`, which wins over `[journal] sync` in the config.
+    pub(crate) fn sync(&self) -> Result<Option<SyncMode>> {
+        match &self.sync {
+            None => Ok(None),
+            Some(text) => SyncMode::parse(text).map(Some).ok_or_else(|| {
+                Failure::config(format!("DURUN_SYNC={text:?} is not a sync mode"))
+                    .hint("use DURUN_SYNC=full or DURUN_SYNC=normal")
+                    .into()
+            }),
+        }
+    }
+
+    /// `--journal` or `DURUN_JOURNAL` as given, for a child durun.
+    pub(crate) fn journal_arg(&self) -> Option<&str> {
+        self.journal.as_deref()
+    }
+
+    /// The operator as the journal records who did something: `user@host`.
+    pub(crate) fn operator(&self) -> String {
+        format!(
+            "{}@{}",
+            self.user.as_deref().unwrap_or("unknown"),
+            self.holder.host
+        )
+    }
+
+    /// Now, as `inspect` measures ages.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.fixed_now.unwrap_or_else(SystemTime::now)
+    }
+}

@@ -1,0 +1,200 @@
+//! The agent's end of the protocol: its stdout read and its stdin written
+//! without blocking, from the loop's own thread (`poll`).
+//!
+//! # Invariant
+//!
+//! Answers go out in the order they were pushed, whole lines only; a line
+//! the agent printed that is not a request is handed to the passthrough or
+//! held, and while one is held the agent's stdout is not read, so no print
+//! is dropped and none overtakes another.
+
+use std::io::{BufReader, Write as _};
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::process::{ChildStdin, ChildStdout};
+use std::time::{Duration, Instant};
+
+use super::lines::LineReader;
+use super::passthrough::Passthrough;
+use crate::os;
+use crate::protocol::Response;
+
+/// How long the loop looks for the agent's next request before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The agent's end of the protocol: its stdout, read without blocking, and
+/// its stdin, written without blocking from a buffer.
+pub(super) struct AgentIo {
+    pub(super) reader: LineReader<BufReader<ChildStdout>>,
+    pub(super) stdin: Option<ChildStdin>,
+    /// Answers not yet taken by the agent's stdin pipe: `out[sent..]`.
+    pub(super) out: Vec<u8>,
+    pub(super) sent: usize,
+    /// When an answer last went out, for the short spin in `wait`.
+    pub(super) answered_at: Option<Instant>,
+    pub(super) wake: OwnedFd,
+    /// Copies the agent's prints to durun's stdout, off the loop, so a slow
+    /// reader of durun's stdout holds up only the agent's prints.
+    pub(super) passthrough: Passthrough,
+    /// A print the copier had no room for: until it goes, the agent's
+    /// stdout is not read (the agent waits, as it would without durun).
+    pub(super) held: Option<Vec<u8>>,
+    /// When the agent's stdout last gave bytes, for the drain after exit.
+    pub(super) read_at: Instant,
+}
+
+impl AgentIo {
+    /// Waits for the agent's stdout, room in its stdin (when answers wait),
+    /// or a wake-up from another thread, at most `wait`.
+    pub(super) fn wait(&mut self, wait: Duration, read: bool) {
+        let wait = if !read && self.held.is_some() {
+            // Try the held line again soon.
+            wait.min(Duration::from_millis(10))
+        } else if read && self.reader.has_buffered() {
+            Duration::ZERO
+        } else {
+            wait
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative descriptor is skipped.
+                fd: if read {
+                    self.reader.get_ref().as_raw_fd()
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: match &self.stdin {
+                    Some(stdin) if self.sent < self.out.len() => stdin.as_raw_fd(),
+                    _ => -1,
+                },
+                events: libc::POLLOUT,
+                revents: 0,
+            },
+        ];
+        // Right after an answer, the agent's next request usually comes
+        // within microseconds: look for it briefly before sleeping, since a
+        // wake-up from sleep costs tens of microseconds on many machines.
+        let spin_until = self.answered_at.take().map(|at| at + SPIN);
+        let mut ready = false;
+        if let Some(until) = spin_until {
+            while Instant::now() < until {
+                if os::poll(&mut fds, Duration::ZERO).is_ok()
+                    && fds.iter().any(|fd| fd.revents != 0)
+                {
+                    ready = true;
+                    break;
+                }
+                // On a shared core, the agent gets to run.
+                std::thread::yield_now();
+            }
+        }
+        if !ready && os::poll(&mut fds, wait).is_err() {
+            // Not expected for valid descriptors; a short sleep keeps a
+            // failing poll from spinning.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if fds[0].revents != 0 {
+            os::drain(&self.wake);
+        }
+    }
+
+    /// Hands the held print to the copier if it has room; true when none
+    /// is held.
+    pub(super) fn release_held(&mut self) -> bool {
+        if let Some(piece) = self.held.take() {
+            self.held = self.passthrough.offer(piece).err();
+        }
+        self.held.is_none()
+    }
+
+    /// Hands a print to the copier; false (and held) when it has no room.
+    pub(super) fn pass_on(&mut self, piece: Vec<u8>) -> bool {
+        self.held = self.passthrough.offer(piece).err();
+        self.held.is_none()
+    }
+
+    /// Answers written but not yet taken by the agent.
+    pub(super) fn unread(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Queues an answer for the agent, unless its stdin is closed.
+    pub(super) fn push(&mut self, response: &Response) {
+        if self.stdin.is_none() {
+            return;
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        } else if self.sent > self.out.len() / 2 {
+            // Moves the unsent half down, at most once per byte sent.
+            self.out.drain(..self.sent);
+            self.sent = 0;
+        }
+        response.write_line(&mut self.out);
+    }
+
+    /// Writes what the agent's stdin pipe takes now.
+    pub(super) fn write_out(&mut self) {
+        let Some(stdin) = &mut self.stdin else {
+            self.out.clear();
+            self.sent = 0;
+            return;
+        };
+        while self.sent < self.out.len() {
+            match stdin.write(&self.out[self.sent..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.sent += n;
+                    self.answered_at = Some(Instant::now());
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // A child that closed its stdin gets no more answers;
+                    // the loop learns of its exit from the waiter.
+                    self.stdin = None;
+                    self.out.clear();
+                    self.sent = 0;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl AgentIo {
+    pub(super) fn new(
+        stdin: ChildStdin,
+        stdout: ChildStdout,
+        wake: OwnedFd,
+    ) -> anyhow::Result<Self> {
+        // The agent started; it dies with durun (parent-death signal) if
+        // this fails.
+        os::set_nonblocking(&stdin)
+            .and_then(|()| os::set_nonblocking(&stdout))
+            .map_err(|err| anyhow::anyhow!("failed to set up the agent's pipes: {err}"))?;
+        let passthrough = Passthrough::start().map_err(|err| {
+            anyhow::anyhow!("failed to start a thread for the agent's output: {err}")
+        })?;
+        Ok(Self {
+            reader: LineReader::streaming(BufReader::with_capacity(64 * 1024, stdout)),
+            stdin: Some(stdin),
+            out: Vec::new(),
+            sent: 0,
+            answered_at: None,
+            wake,
+            passthrough,
+            held: None,
+            read_at: Instant::now(),
+        })
+    }
+}

@@ -1,0 +1,132 @@
+//! The agent as a process: how it is started (environment, pipes,
+//! parent-death signal), the threads that wait for it, copy its stderr
+//! through the progress line, and turn durun's signals into events.
+//!
+//! # Invariant
+//!
+//! The agent never outlives durun: it gets SIGKILL when durun dies, and
+//! durun's signals are caught before it starts, so none is lost between.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::imp::RunSpec;
+use super::inbox::{Event, Events};
+use crate::os;
+use crate::protocol;
+use crate::report::StderrCopier;
+
+/// Starts the agent of `spec`, its stdin and stdout piped to durun, its
+/// stderr piped only when `copier` takes it.
+pub(super) fn spawn_agent(
+    spec: &RunSpec<'_>,
+    socket: &Path,
+    copier: bool,
+) -> std::io::Result<Child> {
+    let mut command = Command::new(program_path(&spec.argv[0], spec.cwd));
+    command
+        .args(&spec.argv[1..])
+        .current_dir(spec.cwd)
+        .env("DURUN_TASK_ID", spec.task_id)
+        .env("DURUN_RUN", spec.run.to_string())
+        .env("DURUN_PROTOCOL", protocol::VERSION.to_string())
+        .env("DURUN_SOCKET", socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        // On a terminal the agent's stderr goes through the progress line;
+        // elsewhere it is the agent's own, untouched.
+        .stderr(if copier {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
+    os::die_with_parent(&mut command);
+    command.spawn()
+}
+
+/// Waits for the agent on a thread of its own and tells the loop its exit.
+pub(super) fn spawn_exit_waiter(mut child: Child, events: Events) {
+    std::thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = events.send(Event::Exited(status));
+        }
+    });
+}
+
+/// Copies the agent's stderr through `copy` a line at a time (a part line
+/// once nothing more came for a moment), bytes unchanged. The receiver
+/// hears when the agent's stderr has closed and every byte went out.
+pub(super) fn spawn_stderr_copier(
+    stderr: std::process::ChildStderr,
+    mut copy: StderrCopier,
+) -> mpsc::Receiver<()> {
+    let (chunks_tx, chunks) = mpsc::channel::<Vec<u8>>();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut stderr = stderr;
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match stderr.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if chunks_tx.send(buffer[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            match chunks.recv_timeout(Duration::from_millis(100)) {
+                Ok(chunk) => {
+                    pending.extend_from_slice(&chunk);
+                    if let Some(last) = pending.iter().rposition(|&b| b == b'\n') {
+                        copy(&pending[..=last]);
+                        pending.drain(..=last);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // A prompt without a newline still shows.
+                    if !pending.is_empty() {
+                        copy(&pending);
+                        pending.clear();
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    if !pending.is_empty() {
+                        copy(&pending);
+                    }
+                    let _ = done_tx.send(());
+                    return;
+                }
+            }
+        }
+    });
+    done
+}
+
+/// A relative program path with a `/` means the task's directory.
+fn program_path(program: &str, cwd: &Path) -> PathBuf {
+    if program.contains('/') {
+        cwd.join(program)
+    } else {
+        program.into()
+    }
+}
+
+pub(super) fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Events) {
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if tx.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    });
+}

@@ -1,0 +1,203 @@
+//! What a request meets in the journal (SPEC 3.2), as a pure function.
+//!
+//! # Invariant
+//!
+//! Nothing new ever runs over a recorded step: a step whose name or args
+//! differ from the record is a divergence; a recorded one with the same
+//! identity is replayed, or run again with its own key, never with another.
+//! No I/O here: the loop does what the [`Decision`] says.
+
+use crate::journal::{ResolutionKind, StepRecord, StepStatus};
+
+/// A step as the agent asks for it, as far as the decision needs it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asked<'a> {
+    pub(super) name: &'a str,
+    pub(super) args_hash: &'a str,
+    /// The tool wants an operator to decide before a step in doubt runs
+    /// again (`in_doubt = "ask"`).
+    pub(super) ask_first: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// The journal has no such step: run it as attempt 1.
+    Run,
+    /// Answer the recorded output (or failure); nothing runs.
+    Replay,
+    /// Run it again as the next attempt, with the same key; `in_doubt` when
+    /// a run died inside it (it may have taken effect).
+    Retry { in_doubt: bool },
+    /// The agent asked for another step than the journal holds.
+    Diverge,
+    /// In doubt, and its tool takes no key: wait for `durun resolve`.
+    AskOperator,
+}
+
+/// Decides step `recorded.step` (or a new one) for `asked`, given the
+/// highest step number the journal holds.
+pub(super) fn decide(
+    recorded: Option<&StepRecord>,
+    asked: &Asked<'_>,
+    last_recorded: u64,
+) -> Decision {
+    let Some(recorded) = recorded else {
+        return Decision::Run;
+    };
+    if recorded.name != asked.name || recorded.args_hash != asked.args_hash {
+        return Decision::Diverge;
+    }
+    match recorded.status {
+        StepStatus::Committed => Decision::Replay,
+        StepStatus::Failed if failure_replays(recorded, last_recorded) => Decision::Replay,
+        StepStatus::Failed => Decision::Retry { in_doubt: false },
+        StepStatus::Pending
+            if asked.ask_first && recorded.resolution != Some(ResolutionKind::Retry) =>
+        {
+            Decision::AskOperator
+        }
+        // A discarded row is never handed to the decision; treat it as the
+        // pending row it was.
+        StepStatus::Pending | StepStatus::Discarded => Decision::Retry { in_doubt: true },
+    }
+}
+
+/// Whether a recorded failure replays as a failure: an operator recorded
+/// it, or the agent opened a later step after it was answered with it. A
+/// failure the agent never saw, or saw only after it had opened every
+/// later step (parallel calls), runs again with the same key.
+fn failure_replays(recorded: &StepRecord, last_recorded: u64) -> bool {
+    if recorded.resolution == Some(ResolutionKind::Fail) {
+        return true;
+    }
+    match recorded.seen_from {
+        Some(seen_from) => last_recorded >= seen_from,
+        // Recorded before durun kept `seen_from`: the older rule, a later
+        // step exists.
+        None => recorded.step < last_recorded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{StepKind, StepRecord};
+    use crate::json_text::JsonText;
+    use crate::protocol::Effect;
+
+    fn record(status: StepStatus) -> StepRecord {
+        StepRecord {
+            step: 4,
+            name: "create_pr".into(),
+            kind: StepKind::Call,
+            effect: Effect::Mutate,
+            args: JsonText::null(),
+            args_hash: "h".into(),
+            idempotency_key: "k".into(),
+            status,
+            attempts: 1,
+            output: None,
+            error: None,
+            usage: None,
+            tokens: 0,
+            run: 1,
+            created_at: String::new(),
+            started_at: String::new(),
+            finished_at: None,
+            resolution: None,
+            seen_from: None,
+        }
+    }
+
+    const ASKED: Asked<'static> = Asked {
+        name: "create_pr",
+        args_hash: "h",
+        ask_first: false,
+    };
+
+    /// One row per line of the table in SPEC 3.2.
+    #[test]
+    fn every_row_of_the_replay_table() {
+        // nothing: run it.
+        assert_eq!(decide(None, &ASKED, 3), Decision::Run);
+        // committed, same identity: replay.
+        assert_eq!(
+            decide(Some(&record(StepStatus::Committed)), &ASKED, 4),
+            Decision::Replay
+        );
+        // pending (a run died inside it): run again in doubt, same key...
+        assert_eq!(
+            decide(Some(&record(StepStatus::Pending)), &ASKED, 4),
+            Decision::Retry { in_doubt: true }
+        );
+        // ...unless its tool is `in_doubt = "ask"`: wait for an operator,
+        let ask = Asked {
+            ask_first: true,
+            ..ASKED
+        };
+        assert_eq!(
+            decide(Some(&record(StepStatus::Pending)), &ask, 4),
+            Decision::AskOperator
+        );
+        // who may allow one more attempt.
+        let mut allowed = record(StepStatus::Pending);
+        allowed.resolution = Some(ResolutionKind::Retry);
+        assert_eq!(
+            decide(Some(&allowed), &ask, 4),
+            Decision::Retry { in_doubt: true }
+        );
+        // failed, and the last step: the agent died on it; run it again.
+        assert_eq!(
+            decide(Some(&record(StepStatus::Failed)), &ASKED, 4),
+            Decision::Retry { in_doubt: false }
+        );
+        // anything, other name or args: divergence.
+        for status in [
+            StepStatus::Committed,
+            StepStatus::Pending,
+            StepStatus::Failed,
+        ] {
+            let other_args = Asked {
+                args_hash: "other",
+                ..ASKED
+            };
+            let other_name = Asked {
+                name: "merge_pr",
+                ..ASKED
+            };
+            assert_eq!(
+                decide(Some(&record(status)), &other_args, 4),
+                Decision::Diverge
+            );
+            assert_eq!(
+                decide(Some(&record(status)), &other_name, 4),
+                Decision::Diverge
+            );
+        }
+    }
+
+    /// The failed-step rows: replay only a failure the agent went on from.
+    #[test]
+    fn a_failure_replays_only_if_the_agent_went_on_from_it() {
+        let mut failed = record(StepStatus::Failed);
+        // Answered when step 6 was the next to open; steps 5 and 6 exist.
+        failed.seen_from = Some(6);
+        assert_eq!(decide(Some(&failed), &ASKED, 6), Decision::Replay);
+        // Step 5 was opened before the answer (parallel calls), nothing
+        // after it: run it again.
+        assert_eq!(
+            decide(Some(&failed), &ASKED, 5),
+            Decision::Retry { in_doubt: false }
+        );
+        // An operator's `--fail` always replays.
+        failed.resolution = Some(ResolutionKind::Fail);
+        assert_eq!(decide(Some(&failed), &ASKED, 4), Decision::Replay);
+        // A failure recorded before `seen_from`: later steps mean it replays.
+        let old = record(StepStatus::Failed);
+        assert_eq!(decide(Some(&old), &ASKED, 7), Decision::Replay);
+        assert_eq!(
+            decide(Some(&old), &ASKED, 4),
+            Decision::Retry { in_doubt: false }
+        );
+    }
+}

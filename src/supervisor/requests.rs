@@ -1,0 +1,612 @@
+//! Requests become steps: a `call` runs its tool, a `begin` hands the
+//! step to the agent, a `commit` or `fail` closes it, a `result` stores the
+//! task's output.
+//!
+//! # Invariant
+//!
+//! Steps are numbered in the order their requests arrive, and each number
+//! meets the journal once ([`decide`]): replayed from the record, run
+//! again with the record's key, or run new. A step whose effect is
+//! `mutate` waits for its intent's commit before its tool starts or the
+//! agent hears of it; a `read` step starts only after a look at the lease
+//! and the cancel mark.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::commit::{Deferred, Then};
+use super::decide::{Asked, Decision, decide};
+use super::imp::Supervisor;
+use super::inbox::{Conn, Event};
+use super::stopping::Stop;
+use crate::config::{InDoubt, Tool, ToolKind};
+use crate::error::Failure;
+use crate::executor::{self, Cancel, Finished, Invocation};
+use crate::exit_code;
+use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
+use crate::json_text::JsonText;
+use crate::protocol::{Effect, ErrorCode, Request, Response};
+use crate::report::Event as Report;
+use crate::step_key;
+
+/// When a retried `mutate` step deserves a warning.
+const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A step the agent began and has not closed yet.
+pub(super) struct OpenStep {
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` step).
+    pub(super) fresh: bool,
+    pub(super) started: Instant,
+}
+
+/// A step as the agent asks for it.
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    name: &'a str,
+    kind: StepKind,
+    effect: Effect,
+    args: &'a Value,
+    canonical: &'a str,
+    /// The tool wants an operator to decide before a step in doubt runs again.
+    ask_first: bool,
+}
+
+/// A `call` whose tool is running.
+pub(super) struct CallInFlight {
+    pub(super) conn: Conn,
+    /// An HTTP call has no process to kill: on a stop it is answered at
+    /// once and left to finish on its own (its step stays in doubt).
+    pub(super) http: bool,
+    pub(super) id: Value,
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` tool).
+    pub(super) fresh: bool,
+    pub(super) cancel: Arc<Cancel>,
+    pub(super) started: Instant,
+}
+
+impl Supervisor<'_> {
+    pub(super) fn on_request(&mut self, conn: Conn, request: Request) {
+        if self.stop.is_some() {
+            self.respond(
+                conn,
+                &Response::error(
+                    request.id().clone(),
+                    ErrorCode::Cancelled,
+                    "the run is stopping; the task can be resumed",
+                ),
+            );
+            return;
+        }
+        match request {
+            Request::Call { id, tool, args } => self.on_call(conn, id, &tool, args),
+            Request::Begin {
+                id,
+                name,
+                args,
+                effect,
+            } => self.on_begin(conn, id, &name, &args, effect.unwrap_or(Effect::Read)),
+            Request::Commit {
+                id,
+                step,
+                output,
+                usage,
+            } => self.on_close(conn, id, step, Ok((output, usage))),
+            Request::Fail {
+                id,
+                step,
+                error,
+                output,
+            } => self.on_close(conn, id, step, Err((error, output))),
+            Request::Result { id, output } => {
+                // Steps that came before it are recorded first.
+                self.flush();
+                if self.fenced {
+                    return;
+                }
+                match self
+                    .journal
+                    .set_output(self.spec.task_id, self.spec.run, &output)
+                {
+                    Ok(()) => self.respond(conn, &Response::ok(id)),
+                    Err(err) => self.write_failed(conn, &id, err),
+                }
+            }
+        }
+    }
+
+    fn on_call(&mut self, conn: Conn, id: Value, name: &str, args: Value) {
+        let Some(tool) = self.spec.tools.get(name).cloned() else {
+            let known: Vec<&str> = self.spec.tools.keys().map(String::as_str).collect();
+            let message = if known.is_empty() {
+                format!("no tool `{name}`: the task's durun.toml declares no tools")
+            } else {
+                format!(
+                    "no tool `{name}` in the task's durun.toml (it has: {})",
+                    known.join(", ")
+                )
+            };
+            self.respond(conn, &Response::error(id, ErrorCode::UnknownTool, message));
+            return;
+        };
+        let canonical = match step_key::canonical_json(&args) {
+            Ok(canonical) => canonical,
+            Err(err) => {
+                return self.respond(
+                    conn,
+                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
+                );
+            }
+        };
+        if let Err(message) = tool.check_args(&args) {
+            return self.respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
+        }
+        let asked = Wanted {
+            name,
+            kind: StepKind::Call,
+            effect: tool.effect,
+            args: &args,
+            canonical: &canonical,
+            ask_first: tool.in_doubt == InDoubt::Ask,
+        };
+        let Some((record, fresh, _)) = self.open_step(conn, &id, asked) else {
+            return;
+        };
+        if record.effect == Effect::Mutate {
+            // Write-ahead: the tool starts once the intent is durable.
+            self.batch.push(Deferred {
+                conn,
+                record,
+                fresh,
+                then: Then::Call { id, tool, args },
+            });
+        } else if self.may_start() {
+            self.start_call(conn, id, tool, args, record, fresh);
+        } else {
+            self.refuse_start(conn, id, record.step);
+        }
+    }
+
+    /// Answers a step that may not start because the run is stopping.
+    pub(super) fn refuse_start(&mut self, conn: Conn, id: Value, step: u64) {
+        self.respond(
+            conn,
+            &Response::error(
+                id,
+                ErrorCode::Cancelled,
+                format!("step {step} was stopped with the run; it runs again on resume"),
+            )
+            .step(step),
+        );
+    }
+
+    /// Runs a `call`'s tool on a thread of its own.
+    pub(super) fn start_call(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+        record: StepRecord,
+        fresh: bool,
+    ) {
+        let step = record.step;
+        let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
+        let invocation = Invocation {
+            tool,
+            args,
+            task_id: self.spec.task_id.to_owned(),
+            run: self.spec.run,
+            step,
+            attempt: record.attempts,
+            idempotency_key: record.idempotency_key.clone(),
+            cwd: self.spec.cwd.to_owned(),
+        };
+        let cancel = Arc::new(Cancel::default());
+        let worker_cancel = Arc::clone(&cancel);
+        let tx = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tool-{step}"))
+            .spawn(move || {
+                let finished = executor::run(&invocation, &worker_cancel);
+                let _ = tx.send(Event::ToolDone { step, finished });
+            });
+        if let Err(err) = spawned {
+            self.respond(
+                conn,
+                &Response::error(
+                    id,
+                    ErrorCode::ToolFailed,
+                    format!("cannot start a thread for the tool: {err}"),
+                )
+                .step(step),
+            );
+            return;
+        }
+        self.calls.insert(
+            step,
+            CallInFlight {
+                conn,
+                http: invocation_is_http,
+                id,
+                record,
+                fresh,
+                cancel,
+                started: Instant::now(),
+            },
+        );
+    }
+
+    fn on_begin(&mut self, conn: Conn, id: Value, name: &str, args: &Value, effect: Effect) {
+        let canonical = match step_key::canonical_json(args) {
+            Ok(canonical) => canonical,
+            Err(err) => {
+                return self.respond(
+                    conn,
+                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
+                );
+            }
+        };
+        let asked = Wanted {
+            name,
+            kind: StepKind::Begin,
+            effect,
+            args,
+            canonical: &canonical,
+            ask_first: false,
+        };
+        let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
+            return;
+        };
+        if record.effect == Effect::Mutate {
+            // Write-ahead: the agent hears of the step once its intent is
+            // durable.
+            self.batch.push(Deferred {
+                conn,
+                record,
+                fresh,
+                then: Then::Opened { id, in_doubt },
+            });
+        } else if self.may_start() {
+            self.opened(conn, id, record, fresh, in_doubt);
+        } else {
+            self.refuse_start(conn, id, record.step);
+        }
+    }
+
+    /// Answers a `begin` and keeps its step open until its commit or fail.
+    pub(super) fn opened(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        record: StepRecord,
+        fresh: bool,
+        in_doubt: bool,
+    ) {
+        let mut response = Response::ok(id).step(record.step);
+        response.replayed = Some(false);
+        response.attempt = Some(record.attempts);
+        response.idempotency_key = Some(record.idempotency_key.clone());
+        response.in_doubt = in_doubt.then_some(true);
+        self.open.insert(
+            record.step,
+            OpenStep {
+                record,
+                fresh,
+                started: Instant::now(),
+            },
+        );
+        self.respond(conn, &response);
+    }
+
+    /// Numbers the next step and decides, against the journal, whether it
+    /// runs (returned, with whether its row is new and whether it is in
+    /// doubt) or is answered here (replay, divergence, journal failure).
+    fn open_step(
+        &mut self,
+        conn: Conn,
+        id: &Value,
+        wanted: Wanted<'_>,
+    ) -> Option<(StepRecord, bool, bool)> {
+        let step = self.next_step;
+        self.next_step += 1;
+        let args_hash = step_key::args_hash(wanted.canonical);
+        let recorded = match self
+            .recorded
+            .take(&mut *self.journal, self.spec.task_id, step)
+        {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                self.journal_failed(conn, id, err);
+                return None;
+            }
+        };
+        let asked = Asked {
+            name: wanted.name,
+            args_hash: &args_hash,
+            ask_first: wanted.ask_first,
+        };
+        let (mut record, fresh, in_doubt) = match (
+            decide(recorded.as_ref(), &asked, self.last_recorded),
+            recorded,
+        ) {
+            (Decision::Run, _) | (_, None) => {
+                (self.new_record(step, &wanted, args_hash), true, false)
+            }
+            (Decision::Diverge, Some(recorded)) => {
+                self.diverge(conn, id, &recorded, wanted.name, wanted.args);
+                return None;
+            }
+            (Decision::AskOperator, Some(recorded)) => {
+                self.ask_operator(conn, id, &recorded);
+                return None;
+            }
+            (Decision::Replay, Some(recorded)) => {
+                // Answered from the window read ahead: no round trip
+                // of its own, and the output moves into the answer
+                // uncopied.
+                self.stats.replayed_steps += 1;
+                self.stats.tokens_saved += recorded.tokens;
+                self.reporter.report(&Report::StepReplayed {
+                    step,
+                    name: &recorded.name,
+                });
+                self.respond(conn, &replay_response(id.clone(), recorded));
+                return None;
+            }
+            (Decision::Retry { in_doubt }, Some(recorded)) => {
+                (self.next_attempt(recorded), false, in_doubt)
+            }
+        };
+        record.effect = wanted.effect;
+        self.reporter.report(&Report::StepStarted {
+            step,
+            name: wanted.name,
+            attempt: record.attempts,
+        });
+        Some((record, fresh, in_doubt))
+    }
+
+    /// The row of a step the journal does not hold yet: attempt 1.
+    fn new_record(&self, step: u64, wanted: &Wanted<'_>, args_hash: String) -> StepRecord {
+        let now = journal::now();
+        StepRecord {
+            step,
+            name: wanted.name.to_owned(),
+            kind: wanted.kind,
+            effect: wanted.effect,
+            args: JsonText::from_value(wanted.args),
+            args_hash,
+            idempotency_key: step_key::idempotency_key(self.spec.task_id, step, wanted.canonical),
+            status: StepStatus::Pending,
+            attempts: 1,
+            output: None,
+            error: None,
+            usage: None,
+            tokens: 0,
+            run: self.spec.run,
+            created_at: now.clone(),
+            started_at: now,
+            finished_at: None,
+            resolution: None,
+            seen_from: None,
+        }
+    }
+
+    /// A recorded step run again (a run died inside it, or the agent died
+    /// on its failure): the next attempt, the same key.
+    fn next_attempt(&mut self, mut record: StepRecord) -> StepRecord {
+        if record.effect == Effect::Mutate && older_than(&record.created_at, KEY_MEMORY) {
+            let message = format!(
+                "step {} ({}) is retried more than 24 hours after its first attempt; \
+                 many APIs forget idempotency keys by then, so check it did not take effect twice",
+                record.step, record.name
+            );
+            self.reporter.report(&Report::Warning(&message));
+        }
+        // An operator's `retry` allows one more attempt, not all.
+        record.resolution = None;
+        record.attempts += 1;
+        record.status = StepStatus::Pending;
+        record.started_at = journal::now();
+        record.finished_at = None;
+        record.error = None;
+        record.output = None;
+        record.seen_from = None;
+        record.run = self.spec.run;
+        record
+    }
+
+    fn diverge(&mut self, conn: Conn, id: &Value, recorded: &StepRecord, name: &str, args: &Value) {
+        let step = recorded.step;
+        let show =
+            |value: &Value| step_key::canonical_json(value).unwrap_or_else(|_| value.to_string());
+        self.respond(
+            conn,
+            &Response::error(
+                id.clone(),
+                ErrorCode::Divergence,
+                format!(
+                    "step {step} diverged: the journal holds `{}`, the agent asked for `{name}` with other args",
+                    recorded.name
+                ),
+            )
+            .step(step),
+        );
+        let mut details = format!(
+            "journal: step {step} `{}` args {}\nagent:   step {step} `{name}` args {}",
+            recorded.name,
+            show(&recorded.args.value()),
+            show(args)
+        );
+        if recorded.name == name {
+            details.push_str("\ndifference:");
+            for line in super::diff::args_diff(&recorded.args.value(), args) {
+                details.push('\n');
+                details.push_str(&line);
+            }
+        }
+        let failure = Failure::new(
+            exit_code::DIVERGENCE,
+            format!(
+                "step {step} of task {} diverged from the journal: the agent took another path since it was recorded",
+                self.spec.task_id
+            ),
+        )
+        .details(details)
+        .hint(format!(
+            "durun never runs a new step over a recorded one: `durun resume {task} --from-step {step}` runs the new path from step {step} (it lists what already took effect), or start the agent as a new task",
+            task = self.spec.task_id
+        ));
+        self.stop(Stop::Failure(failure.into()));
+    }
+
+    /// A step of an `in_doubt = "ask"` tool may have taken effect and its API
+    /// takes no key: stop until an operator decides (exit 76).
+    fn ask_operator(&mut self, conn: Conn, id: &Value, record: &StepRecord) {
+        let step = record.step;
+        let task = self.spec.task_id;
+        self.respond(
+            conn,
+            &Response::error(
+                id.clone(),
+                ErrorCode::Cancelled,
+                format!("step {step} is in doubt and waits for `durun resolve`; the run stops"),
+            )
+            .step(step),
+        );
+        let failure = Failure::new(
+            exit_code::IN_DOUBT,
+            format!(
+                "step {step} ({}) of task {task} may or may not have taken effect, and its tool is `in_doubt = \"ask\"`",
+                record.name
+            ),
+        )
+        .details(format!(
+            "args {}\nkey  {}\nattempts so far: {}, the last started {}",
+            step_key::canonical_json(&record.args.value()).unwrap_or_default(),
+            record.idempotency_key,
+            record.attempts,
+            record.started_at
+        ))
+        .hint(format!(
+            "check whether it happened, then `durun resolve {task} {step} --retry | --output JSON | --fail MESSAGE` and `durun resume {task}`"
+        ));
+        self.stop(Stop::Failure(failure.into()));
+    }
+
+    pub(super) fn on_tool_done(&mut self, step: u64, finished: Finished) {
+        let Some(call) = self.calls.remove(&step) else {
+            return;
+        };
+        let conn = call.conn;
+        let mut record = call.record;
+        record.attempts = finished.last_attempt;
+        match finished.outcome {
+            executor::Outcome::Cancelled => {
+                self.respond(
+                    conn,
+                    &Response::error(
+                        call.id,
+                        ErrorCode::Cancelled,
+                        format!("step {step} was stopped with the run; it runs again on resume"),
+                    )
+                    .step(step),
+                );
+                return;
+            }
+            executor::Outcome::Done { output, usage } => {
+                record.status = StepStatus::Committed;
+                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.usage = usage.as_ref().map(JsonText::from_value);
+                record.output = Some(JsonText::from_value(&output));
+            }
+            executor::Outcome::Failed {
+                code,
+                message,
+                output,
+                ..
+            } => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code,
+                    // A tool's stderr may hold NUL, which no text column
+                    // of PostgreSQL takes; its exact bytes are in `output`.
+                    message: message.replace('\0', "\u{fffd}"),
+                });
+                record.output = output.as_ref().map(JsonText::from_value);
+            }
+        }
+        self.finish_step(conn, call.id, record, call.fresh, call.started);
+    }
+
+    fn on_close(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        step: u64,
+        result: Result<(Value, Option<Value>), (String, Option<Value>)>,
+    ) {
+        let Some(open) = self.open.remove(&step) else {
+            let message = if self.calls.contains_key(&step) {
+                format!("step {step} is a `call`: durun closes it when the tool ends")
+            } else {
+                format!("step {step} is not open: commit or fail a step once, after its `begin`")
+            };
+            return self.respond(
+                conn,
+                &Response::error(id, ErrorCode::BadRequest, message).step(step),
+            );
+        };
+        let mut record = open.record;
+        match result {
+            Ok((output, usage)) => {
+                record.status = StepStatus::Committed;
+                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.usage = usage.as_ref().map(JsonText::from_value);
+                record.output = Some(JsonText::from_value(&output));
+            }
+            Err((message, output)) => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code: ErrorCode::ToolFailed,
+                    message,
+                });
+                record.output = output.as_ref().map(JsonText::from_value);
+                // The agent reported the failure: it knows of it from here.
+                record.seen_from = Some(self.next_step);
+            }
+        }
+        self.finish_step(conn, id, record, open.fresh, open.started);
+    }
+}
+
+/// The answer to a step the journal holds: its output, or its failure.
+fn replay_response(id: Value, recorded: StepRecord) -> Response {
+    let mut response = match (&recorded.status, &recorded.error) {
+        (StepStatus::Failed, error) => Response::error(
+            id,
+            ErrorCode::ToolFailed,
+            error
+                .as_ref()
+                .map_or("failed", |error| error.message.as_str()),
+        ),
+        _ => Response::ok(id),
+    };
+    response.step = Some(recorded.step);
+    response.replayed = Some(true);
+    response.output = Some(recorded.output.unwrap_or_else(JsonText::null));
+    response.idempotency_key = Some(recorded.idempotency_key);
+    response
+}
+
+/// Whether the RFC 3339 time `then` is more than `age` ago.
+fn older_than(then: &str, age: Duration) -> bool {
+    humantime::parse_rfc3339(then)
+        .ok()
+        .and_then(|then| then.elapsed().ok())
+        .is_some_and(|elapsed| elapsed > age)
+}

@@ -1,0 +1,178 @@
+//! Ending a run early, and how a run ended.
+//!
+//! # Invariant
+//!
+//! A stop is final for the run: once `stop` is set no new step starts, the
+//! agent gets SIGTERM (or the signal that came) and then SIGKILL after a
+//! grace period, and every running tool is killed. The task stays
+//! resumable unless a cancel or a failure says otherwise.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::imp::Supervisor;
+use crate::error::Failure;
+use crate::exit_code;
+use crate::journal::{Fenced, Standing, TaskStatus};
+use crate::os;
+use crate::protocol::{ErrorCode, Response};
+
+/// How long the agent gets to exit after durun ends a run itself.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the agent gets to exit after a forwarded SIGTERM or SIGINT.
+const SIGNAL_GRACE: Duration = Duration::from_secs(10);
+
+pub(super) enum Stop {
+    Failure(anyhow::Error),
+    Signal,
+    /// `durun cancel` asked for it.
+    Cancel,
+}
+
+impl Supervisor<'_> {
+    /// A fenced write failed: the lease is lost, the task cancelled, or
+    /// the journal broken. `id` is the request it answers (`null`: none).
+    pub(super) fn write_failed(
+        &mut self,
+        conn: super::inbox::Conn,
+        id: &Value,
+        err: anyhow::Error,
+    ) {
+        match err.downcast_ref::<Fenced>() {
+            Some(Fenced(standing)) => {
+                let standing = *standing;
+                if standing == Standing::Cancelled && !id.is_null() {
+                    self.respond(
+                        conn,
+                        &Response::error(
+                            id.clone(),
+                            ErrorCode::Cancelled,
+                            "the task was cancelled; the run stops",
+                        ),
+                    );
+                }
+                self.on_standing(standing);
+            }
+            None => self.journal_failed(conn, id, err),
+        }
+    }
+
+    /// The journal could not be written: answer `journal`, stop the run.
+    pub(super) fn journal_failed(
+        &mut self,
+        conn: super::inbox::Conn,
+        id: &Value,
+        err: anyhow::Error,
+    ) {
+        // A storage error says what happened (a full disk, a lock) and
+        // what to do.
+        let err = crate::journal::explain(err);
+        // A write no request waits for (a heartbeat, a mark) answers none.
+        if !id.is_null() {
+            self.respond(
+                conn,
+                &Response::error(
+                    id.clone(),
+                    ErrorCode::Journal,
+                    format!("durun could not write the journal ({err:#}); the task stops"),
+                ),
+            );
+        }
+        let err = if crate::error::failure_of(&err).is_some() {
+            err
+        } else {
+            err.context(
+                Failure::journal(format!(
+                    "failed to write the journal of task {}",
+                    self.spec.task_id
+                ))
+                .hint("check the disk and the journal file, then resume the task"),
+            )
+        };
+        self.stop(Stop::Failure(err));
+    }
+
+    /// Ends the run early: the agent gets SIGTERM, then SIGKILL after a
+    /// grace period; running tools are killed.
+    pub(super) fn stop(&mut self, stop: Stop) {
+        if self.stop.is_some() {
+            return;
+        }
+        if !matches!(stop, Stop::Signal) && self.exited.is_none() {
+            os::signal_process(self.child_pid, libc::SIGTERM);
+            self.kill_at = Some(Instant::now() + STOP_GRACE);
+        }
+        for call in self.calls.values() {
+            call.cancel.cancel();
+        }
+        // An HTTP call cannot be stopped mid-request: it is answered now and
+        // left to finish on its own (its step stays in doubt).
+        let http: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, call)| call.http)
+            .map(|(step, _)| *step)
+            .collect();
+        for step in http {
+            if let Some(call) = self.calls.remove(&step) {
+                self.refuse_start(call.conn, call.id, step);
+            }
+        }
+        self.stop = Some(stop);
+    }
+
+    pub(super) fn on_signal(&mut self, signal: i32) {
+        if self.signal.is_some() {
+            // A second signal: stop waiting.
+            if self.exited.is_none() {
+                os::signal_process(self.child_pid, libc::SIGKILL);
+            }
+            return;
+        }
+        self.signal = Some(signal);
+        // A Ctrl-C at a terminal reaches the agent directly (it shares
+        // durun's process group); anything else is passed on.
+        let from_terminal = signal == libc::SIGINT && self.interactive;
+        if !from_terminal && self.exited.is_none() {
+            os::signal_process(self.child_pid, signal);
+        }
+        if self.exited.is_none() {
+            self.kill_at = Some(Instant::now() + SIGNAL_GRACE);
+        }
+        self.stop(Stop::Signal);
+    }
+
+    /// The task's status, durun's exit code, and why durun ended the run
+    /// itself, if it did.
+    pub(super) fn ending(&mut self) -> (TaskStatus, i32, Option<anyhow::Error>) {
+        let (status, exit_code) = match self.exited {
+            Some(status) => match (status.code(), status.signal()) {
+                (Some(0), _) => (TaskStatus::Completed, 0),
+                (Some(code), _) if self.signal.is_some() => (TaskStatus::Interrupted, code),
+                (Some(code), _) => (TaskStatus::Failed, code),
+                (None, Some(signal)) => (TaskStatus::Interrupted, exit_code::from_signal(signal)),
+                (None, None) => (TaskStatus::Failed, exit_code::INTERNAL),
+            },
+            // The agent never reported its exit (it hung past every grace).
+            None => (TaskStatus::Interrupted, exit_code::INTERNAL),
+        };
+        match self.stop.take() {
+            // A fenced run leaves the task to whoever holds it, or, if
+            // nobody took it, resumable.
+            Some(Stop::Failure(err)) if self.fenced => (
+                TaskStatus::Interrupted,
+                crate::error::exit_code_of(&err),
+                Some(err),
+            ),
+            Some(Stop::Failure(err)) => (
+                TaskStatus::Failed,
+                crate::error::exit_code_of(&err),
+                Some(err),
+            ),
+            Some(Stop::Cancel) => (TaskStatus::Cancelled, exit_code, None),
+            Some(Stop::Signal) | None => (status, exit_code, None),
+        }
+    }
+}
