@@ -34,12 +34,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::agent_io::AgentIo;
+use super::calls::CallInFlight;
 use super::commit::Deferred;
 use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
 use super::passthrough::Passthrough;
 use super::recorded::Recorded;
-use super::requests::{CallInFlight, OpenStep};
+use super::requests::OpenStep;
 use super::stopping::Stop;
 use crate::config::Tool;
 use crate::error::Failure;

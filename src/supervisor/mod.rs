@@ -1,6 +1,7 @@
 //! Runs the agent and serves its requests against the journal.
 
 mod agent_io;
+mod calls;
 mod child;
 mod commit;
 mod decide;

@@ -1,0 +1,147 @@
+//! `inspect --json` (SPEC 6): the task list, and one task with its runs and
+//! steps. Step JSON is embedded as the journal holds it, never parsed and
+//! printed again, and streamed: 100,000 steps stay fast.
+
+use serde_json::{Value, json};
+
+use crate::journal::{ResolutionKind, RunRecord, StepRecord, TaskRecord};
+use crate::json_text::JsonText;
+use crate::settings::Settings;
+use crate::task::shown_status;
+
+pub(super) fn task_summary_json(task: &TaskRecord, settings: &Settings) -> Value {
+    json!({
+        "id": task.id,
+        "status": shown_status(task, settings).as_str(),
+        "command": task.argv,
+        "steps": task.steps,
+        "tokens_spent": task.tokens_spent,
+        "tokens_saved": task.tokens_saved,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    })
+}
+
+/// `inspect TASK --json` (SPEC 6) is `{"task": TaskOut, "steps": [StepOut]}`.
+/// Step JSON is embedded as the journal holds it, never parsed and printed
+/// again, and streamed: 100,000 steps stay fast.
+#[derive(serde::Serialize)]
+pub(super) struct TaskOut<'a> {
+    id: &'a str,
+    status: &'static str,
+    command: &'a [String],
+    cwd: &'a str,
+    exit_code: Option<i32>,
+    output: &'a Option<Value>,
+    sync: &'static str,
+    config_path: &'a Option<String>,
+    steps: u64,
+    tokens_spent: u64,
+    tokens_saved: u64,
+    created_at: &'a str,
+    updated_at: &'a str,
+    runs: Vec<RunOut<'a>>,
+}
+
+#[derive(serde::Serialize)]
+pub(super) struct RunOut<'a> {
+    run: u32,
+    exit_code: Option<i32>,
+    replayed_steps: u64,
+    executed_steps: u64,
+    tokens_spent: u64,
+    tokens_saved: u64,
+    host: &'a str,
+    pid: u32,
+    started_at: &'a str,
+    finished_at: &'a Option<String>,
+}
+
+#[derive(serde::Serialize)]
+pub(super) struct StepOut<'a> {
+    step: u64,
+    name: &'a str,
+    kind: &'static str,
+    effect: &'static str,
+    status: &'static str,
+    args: &'a JsonText,
+    args_hash: &'a str,
+    idempotency_key: &'a str,
+    attempts: u32,
+    output: &'a Option<JsonText>,
+    error: Option<ErrorOut<'a>>,
+    usage: &'a Option<JsonText>,
+    tokens: u64,
+    resolution: Option<&'static str>,
+    created_at: &'a str,
+    started_at: &'a str,
+    finished_at: &'a Option<String>,
+}
+
+#[derive(serde::Serialize)]
+pub(super) struct ErrorOut<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+pub(super) fn task_out<'a>(
+    task: &'a TaskRecord,
+    runs: &'a [RunRecord],
+    settings: &Settings,
+) -> TaskOut<'a> {
+    TaskOut {
+        id: &task.id,
+        status: shown_status(task, settings).as_str(),
+        command: &task.argv,
+        cwd: &task.cwd,
+        exit_code: task.exit_code,
+        output: &task.output,
+        sync: task.sync.as_str(),
+        config_path: &task.config_path,
+        steps: task.steps,
+        tokens_spent: task.tokens_spent,
+        tokens_saved: task.tokens_saved,
+        created_at: &task.created_at,
+        updated_at: &task.updated_at,
+        runs: runs
+            .iter()
+            .map(|run| RunOut {
+                run: run.run,
+                exit_code: run.exit_code,
+                replayed_steps: run.stats.replayed_steps,
+                executed_steps: run.stats.executed_steps,
+                tokens_spent: run.stats.tokens_spent,
+                tokens_saved: run.stats.tokens_saved,
+                host: &run.host,
+                pid: run.pid,
+                started_at: &run.started_at,
+                finished_at: &run.finished_at,
+            })
+            .collect(),
+    }
+}
+
+pub(super) fn step_json(step: &StepRecord) -> StepOut<'_> {
+    StepOut {
+        step: step.step,
+        name: &step.name,
+        kind: step.kind.as_str(),
+        effect: step.effect.as_str(),
+        status: step.status.as_str(),
+        args: &step.args,
+        args_hash: &step.args_hash,
+        idempotency_key: &step.idempotency_key,
+        attempts: step.attempts,
+        output: &step.output,
+        error: step.error.as_ref().map(|error| ErrorOut {
+            code: error.code.as_str(),
+            message: &error.message,
+        }),
+        usage: &step.usage,
+        tokens: step.tokens,
+        resolution: step.resolution.map(ResolutionKind::as_str),
+        created_at: &step.created_at,
+        started_at: &step.started_at,
+        finished_at: &step.finished_at,
+    }
+}

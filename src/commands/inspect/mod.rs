@@ -1,0 +1,140 @@
+//! `durun inspect`: the task list, one task's runs and steps, one step
+//! whole, or a running task followed live.
+//!
+//! `--json` prints the shape of SPEC 6 for scripts; without it, tables for
+//! people that fit the terminal. Reading never writes the journal and
+//! never waits for a runner (WAL readers do not block writers).
+
+mod follow;
+mod json;
+mod views;
+
+use std::io::Write as _;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::cli::{InspectArgs, StatusFilter};
+use crate::journal::{Access, StepRecord, TaskRecord, TaskStatus};
+use crate::report::table::Style;
+use crate::report::thousands;
+use crate::settings::Settings;
+use crate::task::{shown_status, unknown_task};
+use json::{StepOut, step_json, task_out, task_summary_json};
+
+/// How many steps the task view shows unless `--all` says every one.
+const VIEW_LIMIT: usize = 500;
+
+pub fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
+    let location = settings.location()?;
+    let now = settings.now();
+    let missing = !location.exists()?;
+    let style = Style::stdout();
+    let mut out = std::io::stdout().lock();
+    let Some(id) = &args.task else {
+        let tasks = if missing {
+            // No journal yet: no tasks.
+            Vec::new()
+        } else {
+            location.open(Access::Read, settings)?.tasks()?
+        };
+        let tasks: Vec<TaskRecord> = tasks
+            .into_iter()
+            .filter(|task| {
+                args.status
+                    .is_none_or(|wanted| status_matches(wanted, shown_status(task, settings)))
+            })
+            .take(args.limit.unwrap_or(usize::MAX))
+            .collect();
+        if args.json {
+            let tasks: Vec<Value> = tasks
+                .iter()
+                .map(|task| task_summary_json(task, settings))
+                .collect();
+            writeln!(out, "{}", json!({ "tasks": tasks }))?;
+        } else {
+            out.write_all(views::task_list(&style, settings, &tasks, now).as_bytes())?;
+        }
+        out.flush()?;
+        return Ok(0);
+    };
+    if missing {
+        return Err(unknown_task(id, &location).into());
+    }
+    let mut journal = location.open(Access::Read, settings)?;
+    let Some(task) = journal.task(id)? else {
+        return Err(unknown_task(id, &location).into());
+    };
+    if args.follow {
+        drop(out);
+        return follow::follow(journal.as_mut(), task, &style, settings);
+    }
+    let runs = journal.runs(id)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    if args.json && args.step.is_none() {
+        // Streamed: each step is written as it is read.
+        out.write_all(b"{\"task\":")?;
+        serde_json::to_writer(&mut out, &task_out(&task, &runs, settings))?;
+        out.write_all(b",\"steps\":[")?;
+        let mut first = true;
+        journal.visit_steps(id, true, None, &mut |step| {
+            if !std::mem::take(&mut first) {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, &step_json(&step))?;
+            Ok(())
+        })?;
+        out.write_all(b"]}\n")?;
+    } else if let Some(n) = args.step {
+        let steps = journal.step_versions(id, n)?;
+        if args.json {
+            let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
+            serde_json::to_writer(
+                &mut out,
+                &json!({"task": task_out(&task, &runs, settings), "steps": steps}),
+            )?;
+            writeln!(out)?;
+            out.flush()?;
+            return Ok(0);
+        }
+        let matching: Vec<&StepRecord> = steps.iter().collect();
+        if matching.is_empty() {
+            return Err(
+                crate::error::Failure::config(format!("task {id} has no step {n}"))
+                    .hint(format!("`durun inspect {id}` lists its steps"))
+                    .into(),
+            );
+        }
+        for (i, step) in matching.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            out.write_all(views::step_view(&style, settings, &task, step, now).as_bytes())?;
+        }
+    } else {
+        let total = journal.count_steps(id)?;
+        let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
+        let steps = journal.steps_tail(id, last)?;
+        out.write_all(views::task_view(&style, settings, &task, &runs, &steps, now).as_bytes())?;
+        if last.is_some() {
+            writeln!(
+                out,
+                "… the last {VIEW_LIMIT} of {} steps; `--all` shows every one, `--json` prints them for scripts",
+                thousands(total)
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
+    matches!(
+        (wanted, status),
+        (StatusFilter::Running, TaskStatus::Running)
+            | (StatusFilter::Completed, TaskStatus::Completed)
+            | (StatusFilter::Failed, TaskStatus::Failed)
+            | (StatusFilter::Interrupted, TaskStatus::Interrupted)
+            | (StatusFilter::Cancelled, TaskStatus::Cancelled)
+    )
+}

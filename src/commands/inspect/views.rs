@@ -1,0 +1,382 @@
+//! `inspect` for people: the task list, one task's runs and steps, one
+//! step whole. Tables fit the terminal; everything that came from the
+//! journal is escaped before it is shown.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::journal::{RunRecord, StepRecord, StepStatus, TaskRecord, TaskStatus};
+use crate::report::table::{self, Column, Style, Tone};
+use crate::report::{escape, short_duration, thousands};
+use crate::settings::Settings;
+use crate::task::{shell_words, shown_status};
+
+pub(super) fn task_tone(status: TaskStatus) -> Tone {
+    match status {
+        TaskStatus::Completed => Tone::Good,
+        TaskStatus::Failed => Tone::Bad,
+        TaskStatus::Interrupted | TaskStatus::Running => Tone::Warn,
+        TaskStatus::Cancelled => Tone::Dim,
+    }
+}
+
+pub(super) fn step_tone(status: StepStatus) -> Tone {
+    match status {
+        StepStatus::Committed => Tone::Good,
+        StepStatus::Failed => Tone::Bad,
+        StepStatus::Pending => Tone::Warn,
+        StepStatus::Discarded => Tone::Dim,
+    }
+}
+
+/// A step's state for people: a `pending` step of a task no runner drives
+/// is the step its last run died in, `interrupted`.
+fn step_state(step: &StepRecord, task: TaskStatus) -> &'static str {
+    if step.status == StepStatus::Pending && task != TaskStatus::Running {
+        "interrupted"
+    } else {
+        step.status.as_str()
+    }
+}
+
+fn parse_time(text: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(text).ok()
+}
+
+/// `3m ago`, `2h ago`, `4d ago`.
+fn age(then: &str, now: SystemTime) -> String {
+    let Some(elapsed) = parse_time(then).and_then(|then| now.duration_since(then).ok()) else {
+        return "just now".to_owned();
+    };
+    let secs = elapsed.as_secs();
+    match secs {
+        0..=59 => format!("{secs}s ago"),
+        60..=3599 => format!("{}m ago", secs / 60),
+        3600..=86_399 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+pub(super) fn took(started: &str, finished: Option<&str>) -> Option<Duration> {
+    let started = parse_time(started)?;
+    let finished = parse_time(finished?)?;
+    finished.duration_since(started).ok()
+}
+
+/// `812 B`, `12.3 KiB`, `4.0 MiB`.
+fn size(bytes: usize) -> String {
+    const KIB: f64 = 1024.0;
+    let bytes_f = bytes as f64;
+    if bytes_f < KIB {
+        format!("{bytes} B")
+    } else if bytes_f < KIB * KIB {
+        format!("{:.1} KiB", bytes_f / KIB)
+    } else {
+        format!("{:.1} MiB", bytes_f / KIB / KIB)
+    }
+}
+
+fn preview(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn plain(text: impl Into<String>) -> (String, Tone) {
+    (text.into(), Tone::Plain)
+}
+
+pub(super) fn task_list(
+    style: &Style,
+    settings: &Settings,
+    tasks: &[TaskRecord],
+    now: SystemTime,
+) -> String {
+    if tasks.is_empty() {
+        return "no tasks\n".to_owned();
+    }
+    let columns = [
+        Column::fixed("TASK"),
+        Column::fixed("STATUS"),
+        Column::number("STEPS"),
+        Column::number("SPENT"),
+        Column::number("SAVED"),
+        Column::fixed("AGE"),
+        Column::flexible("COMMAND"),
+    ];
+    let rows: Vec<Vec<(String, Tone)>> = tasks
+        .iter()
+        .map(|task| {
+            let status = shown_status(task, settings);
+            vec![
+                plain(&task.id),
+                (status.as_str().to_owned(), task_tone(status)),
+                plain(task.steps.to_string()),
+                plain(thousands(task.tokens_spent)),
+                plain(thousands(task.tokens_saved)),
+                plain(age(&task.created_at, now)),
+                plain(shell_words(&task.argv)),
+            ]
+        })
+        .collect();
+    table::render(style, &columns, &rows)
+}
+
+pub(super) fn task_view(
+    style: &Style,
+    settings: &Settings,
+    task: &TaskRecord,
+    runs: &[RunRecord],
+    steps: &[StepRecord],
+    now: SystemTime,
+) -> String {
+    let status = shown_status(task, settings);
+    let mut out = String::new();
+    let exit = task
+        .exit_code
+        .map_or_else(String::new, |code| format!(", exit {code}"));
+    let _ = writeln!(out, "task     {}", style.paint(Tone::Bold, &task.id));
+    let _ = writeln!(
+        out,
+        "status   {}{exit}",
+        style.paint(task_tone(status), status.as_str())
+    );
+    let _ = writeln!(out, "command  {}", escape(&shell_words(&task.argv)));
+    let _ = writeln!(out, "cwd      {}", escape(&task.cwd));
+    let _ = writeln!(
+        out,
+        "tokens   {} spent, {} saved",
+        thousands(task.tokens_spent),
+        thousands(task.tokens_saved)
+    );
+    let runs_count = if task.runs == 1 {
+        "1 run".to_owned()
+    } else {
+        format!("{} runs", task.runs)
+    };
+    let _ = writeln!(
+        out,
+        "journal  sync {}, {runs_count}, created {}",
+        task.sync.as_str(),
+        age(&task.created_at, now)
+    );
+    if let Some(output) = &task.output {
+        let width = style.width.saturating_sub(9);
+        let _ = writeln!(out, "output   {}", table::fit(&preview(output), width));
+    }
+    if !runs.is_empty() {
+        out.push('\n');
+        let columns = [
+            Column::number("RUN"),
+            Column::number("EXIT"),
+            Column::number("REPLAYED"),
+            Column::number("EXECUTED"),
+            Column::number("SPENT"),
+            Column::number("SAVED"),
+            Column::fixed("STARTED"),
+            Column::number("TOOK"),
+        ];
+        let rows: Vec<Vec<(String, Tone)>> = runs
+            .iter()
+            .map(|run| {
+                let exit = run
+                    .exit_code
+                    .map_or_else(|| "-".to_owned(), |code| code.to_string());
+                let tone = match run.exit_code {
+                    Some(0) => Tone::Good,
+                    Some(_) => Tone::Bad,
+                    None => Tone::Warn,
+                };
+                vec![
+                    plain(run.run.to_string()),
+                    (exit, tone),
+                    plain(run.stats.replayed_steps.to_string()),
+                    plain(run.stats.executed_steps.to_string()),
+                    plain(thousands(run.stats.tokens_spent)),
+                    plain(thousands(run.stats.tokens_saved)),
+                    plain(age(&run.started_at, now)),
+                    plain(
+                        took(&run.started_at, run.finished_at.as_deref())
+                            .map_or_else(|| "-".to_owned(), short_duration),
+                    ),
+                ]
+            })
+            .collect();
+        out.push_str(&table::render(style, &columns, &rows));
+    }
+    out.push('\n');
+    if steps.is_empty() {
+        out.push_str("no steps yet\n");
+        return out;
+    }
+    let columns = [
+        Column::number("STEP"),
+        Column::flexible("NAME"),
+        Column::fixed("KIND"),
+        Column::fixed("EFFECT"),
+        Column::fixed("STATUS"),
+        Column::number("TRIES"),
+        Column::number("TOOK"),
+        Column::number("TOKENS"),
+        Column::fixed("KEY"),
+        Column::flexible("OUTPUT"),
+    ];
+    let rows: Vec<Vec<(String, Tone)>> = steps
+        .iter()
+        .map(|step| {
+            let result = match (&step.error, &step.output) {
+                (Some(error), _) => (format!("{}: {}", error.code, error.message), Tone::Bad),
+                (None, Some(output)) => plain(output.preview(200)),
+                (None, None) => plain(""),
+            };
+            let took = took(&step.started_at, step.finished_at.as_deref())
+                .map_or_else(|| "-".to_owned(), short_duration);
+            vec![
+                plain(step.step.to_string()),
+                plain(&step.name),
+                plain(step.kind.as_str()),
+                plain(step.effect.as_str()),
+                (step_state(step, status).to_owned(), step_tone(step.status)),
+                plain(step.attempts.to_string()),
+                plain(took),
+                plain(if step.tokens > 0 {
+                    thousands(step.tokens)
+                } else {
+                    String::new()
+                }),
+                (step.idempotency_key.chars().take(8).collect(), Tone::Dim),
+                result,
+            ]
+        })
+        .collect();
+    out.push_str(&table::render(style, &columns, &rows));
+    out
+}
+
+fn pretty(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => serde_json::to_string_pretty(other).expect("JSON serializes"),
+    }
+}
+
+fn indented(text: &str) -> String {
+    text.lines().flat_map(|line| ["  ", line, "\n"]).collect()
+}
+
+pub(super) fn step_view(
+    style: &Style,
+    settings: &Settings,
+    task: &TaskRecord,
+    step: &StepRecord,
+    now: SystemTime,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "step        {} of task {}",
+        style.paint(Tone::Bold, &step.step.to_string()),
+        escape(&task.id)
+    );
+    let _ = writeln!(
+        out,
+        "name        {} ({}, {})",
+        escape(&step.name),
+        step.kind.as_str(),
+        step.effect.as_str()
+    );
+    let attempts = if step.attempts == 1 {
+        "1 attempt".to_owned()
+    } else {
+        format!("{} attempts", step.attempts)
+    };
+    let _ = writeln!(
+        out,
+        "status      {} after {attempts}",
+        style.paint(
+            step_tone(step.status),
+            step_state(step, shown_status(task, settings))
+        )
+    );
+    if let Some(resolution) = &step.resolution {
+        let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
+    }
+    let _ = writeln!(out, "key         {}", step.idempotency_key);
+    let _ = writeln!(out, "args hash   {}", step.args_hash);
+    let _ = writeln!(
+        out,
+        "created     {} ({})",
+        step.created_at,
+        age(&step.created_at, now)
+    );
+    let _ = writeln!(out, "started     {} (run {})", step.started_at, step.run);
+    match (
+        &step.finished_at,
+        took(&step.started_at, step.finished_at.as_deref()),
+    ) {
+        (Some(finished), Some(took)) => {
+            let _ = writeln!(
+                out,
+                "finished    {finished} (took {})",
+                short_duration(took)
+            );
+        }
+        _ => {
+            let _ = writeln!(out, "finished    -");
+        }
+    }
+    if let Some(usage) = &step.usage {
+        let _ = writeln!(
+            out,
+            "tokens      {} ({})",
+            thousands(step.tokens),
+            escape(usage.as_str())
+        );
+    }
+    let _ = write!(
+        out,
+        "args\n{}",
+        indented(&escape(&pretty(&step.args.value())))
+    );
+    if let Some(output) = &step.output {
+        let text = pretty(&output.value());
+        let _ = write!(
+            out,
+            "output ({})\n{}",
+            size(text.len()),
+            indented(&escape(&text))
+        );
+    }
+    if let Some(error) = &step.error {
+        let _ = write!(
+            out,
+            "error\n{}",
+            indented(&escape(&format!("{}: {}", error.code, error.message)))
+        );
+    }
+    out
+}
+
+/// Prints the task's steps as they start and finish, until it stops.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_sizes_read_well() {
+        let now = humantime::parse_rfc3339("2026-11-29T12:00:00Z").expect("time");
+        assert_eq!(age("2026-11-29T11:59:50.000Z", now), "10s ago");
+        assert_eq!(age("2026-11-29T11:57:00.000Z", now), "3m ago");
+        assert_eq!(age("2026-11-29T09:00:00.000Z", now), "3h ago");
+        assert_eq!(age("2026-11-25T12:00:00.000Z", now), "4d ago");
+        assert_eq!(size(812), "812 B");
+        assert_eq!(size(12_600), "12.3 KiB");
+        assert_eq!(
+            took("2026-11-29T12:00:00.000Z", Some("2026-11-29T12:00:01.200Z")),
+            Some(Duration::from_millis(1200))
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! Requests: a line from the agent classified (a print, a request, or a
+//! request that cannot be served) and decoded by hand from a parsed
+//! `serde_json::Value`.
+
+use serde_json::{Map, Value};
+
+use super::Effect;
+use super::lenient::parse_unusual;
+
+/// One request from the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Call {
+        id: Value,
+        tool: String,
+        args: Value,
+    },
+    Begin {
+        id: Value,
+        name: String,
+        args: Value,
+        effect: Option<Effect>,
+    },
+    Commit {
+        id: Value,
+        step: u64,
+        output: Value,
+        usage: Option<Value>,
+    },
+    Fail {
+        id: Value,
+        step: u64,
+        error: String,
+        output: Option<Value>,
+    },
+    Result {
+        id: Value,
+        output: Value,
+    },
+}
+
+impl Request {
+    pub fn id(&self) -> &Value {
+        match self {
+            Self::Call { id, .. }
+            | Self::Begin { id, .. }
+            | Self::Commit { id, .. }
+            | Self::Fail { id, .. }
+            | Self::Result { id, .. } => id,
+        }
+    }
+}
+
+/// What one line from the agent is.
+#[derive(Debug)]
+pub enum Line {
+    /// Not a request: copied to durun's stdout unchanged.
+    Passthrough,
+    Request(Request),
+    /// A request that cannot be served; answered `bad_request`.
+    Invalid {
+        id: Value,
+        message: String,
+    },
+}
+
+/// The deepest nesting a request may have. Python's `json` reads a little
+/// less than 1,000 levels, so no Python agent sends deeper.
+pub const MAX_DEPTH: usize = 1000;
+
+/// Classifies one line (without its `\n`).
+///
+/// Whatever Python's `json.loads` reads as an object with a string `op` is
+/// a request and gets an answer: `NaN`, `Infinity` and lone surrogates,
+/// which cannot be journaled as JSON, get `bad_request` naming them.
+pub fn parse_line(bytes: &[u8]) -> Line {
+    let object = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(object)) => object,
+        Ok(_) => return Line::Passthrough,
+        Err(err) => return parse_unusual(bytes, &err),
+    };
+    classify(object)
+}
+
+pub(super) fn classify(object: Map<String, Value>) -> Line {
+    let Some(Value::String(op)) = object.get("op") else {
+        return Line::Passthrough;
+    };
+    let op = op.clone();
+    match decode(&op, object) {
+        Ok(request) => Line::Request(request),
+        Err((id, message)) => Line::Invalid { id, message },
+    }
+}
+
+type DecodeError = (Value, String);
+
+fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeError> {
+    let id = match object.remove("id") {
+        Some(id @ Value::String(_)) => id,
+        Some(Value::Number(number)) if is_integer_literal(&number.to_string()) => {
+            Value::Number(number)
+        }
+        Some(Value::Null) | None => {
+            return Err((Value::Null, format!("`{op}` request has no `id`")));
+        }
+        Some(_) => {
+            return Err((
+                Value::Null,
+                "`id` must be a string or an integer".to_owned(),
+            ));
+        }
+    };
+    let fail = |message: String| (id.clone(), message);
+    let request = match op {
+        "call" => Request::Call {
+            tool: required_string(&mut object, "tool", op).map_err(fail)?,
+            args: object.remove("args").unwrap_or_else(empty_object),
+            id: id.clone(),
+        },
+        "begin" => Request::Begin {
+            name: required_string(&mut object, "name", op).map_err(fail)?,
+            args: object.remove("args").unwrap_or_else(empty_object),
+            effect: match optional(&mut object, "effect") {
+                None => None,
+                Some(Value::String(text)) => Some(Effect::parse(&text).ok_or_else(|| {
+                    fail(format!(
+                        "`effect` must be \"read\" or \"mutate\", not {text:?}"
+                    ))
+                })?),
+                Some(_) => return Err(fail("`effect` must be a string".to_owned())),
+            },
+            id: id.clone(),
+        },
+        "commit" => Request::Commit {
+            step: required_step(&mut object, op).map_err(fail)?,
+            output: object.remove("output").unwrap_or(Value::Null),
+            usage: match optional(&mut object, "usage") {
+                None => None,
+                Some(usage @ Value::Object(_)) => Some(usage),
+                Some(_) => return Err(fail("`usage` must be an object".to_owned())),
+            },
+            id: id.clone(),
+        },
+        "fail" => Request::Fail {
+            step: required_step(&mut object, op).map_err(fail)?,
+            error: match optional(&mut object, "error") {
+                Some(Value::String(text)) if text.contains('\0') => {
+                    return Err(fail(
+                        "`error` of a `fail` request must not hold a NUL character (\\u0000); put exact bytes in `output`"
+                            .to_owned(),
+                    ))
+                }
+                Some(Value::String(text)) => text,
+                None => "failed".to_owned(),
+                Some(_) => return Err(fail("`error` must be a string".to_owned())),
+            },
+            output: optional(&mut object, "output"),
+            id: id.clone(),
+        },
+        "result" => Request::Result {
+            output: object.remove("output").unwrap_or(Value::Null),
+            id: id.clone(),
+        },
+        other => return Err(fail(format!("unknown op {other:?}"))),
+    };
+    Ok(request)
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+fn optional(object: &mut Map<String, Value>, name: &str) -> Option<Value> {
+    object.remove(name).filter(|value| !value.is_null())
+}
+
+fn required_string(
+    object: &mut Map<String, Value>,
+    name: &str,
+    op: &str,
+) -> Result<String, String> {
+    match optional(object, name) {
+        // PostgreSQL takes no NUL in text: refused before anything is
+        // written, on every journal alike.
+        Some(Value::String(text)) if text.contains('\0') => Err(format!(
+            "`{name}` of a `{op}` request must not hold a NUL character (\\u0000)"
+        )),
+        Some(Value::String(text)) if !text.is_empty() => Ok(text),
+        Some(Value::String(_)) => Err(format!("`{name}` of a `{op}` request must not be empty")),
+        Some(_) => Err(format!("`{name}` of a `{op}` request must be a string")),
+        None => Err(format!("`{op}` request has no `{name}`")),
+    }
+}
+
+fn required_step(object: &mut Map<String, Value>, op: &str) -> Result<u64, String> {
+    match optional(object, "step") {
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .filter(|step| *step > 0)
+            .ok_or_else(|| format!("`step` of a `{op}` request must be a positive integer")),
+        Some(_) => Err(format!(
+            "`step` of a `{op}` request must be a positive integer"
+        )),
+        None => Err(format!("`{op}` request has no `step`")),
+    }
+}
+
+fn is_integer_literal(literal: &str) -> bool {
+    !literal.contains(['.', 'e', 'E'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(text: &str) -> Request {
+        match parse_line(text.as_bytes()) {
+            Line::Request(request) => request,
+            other => panic!("{text} parsed as {other:?}"),
+        }
+    }
+
+    fn invalid(text: &str) -> (Value, String) {
+        match parse_line(text.as_bytes()) {
+            Line::Invalid { id, message } => (id, message),
+            other => panic!("{text} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lines_that_are_not_requests_pass_through() {
+        for line in [
+            "hello",
+            "",
+            "[1,2]",
+            r#"{"op":1}"#,
+            r#"{"x":"call"}"#,
+            "\u{fffd}",
+            "{\"op\":\"call\"",
+        ] {
+            assert!(
+                matches!(parse_line(line.as_bytes()), Line::Passthrough),
+                "{line}"
+            );
+        }
+        assert!(matches!(parse_line(b"\xff\xfe"), Line::Passthrough));
+    }
+
+    #[test]
+    fn decodes_every_op() {
+        assert_eq!(
+            request(r#"{"op":"call","id":1,"tool":"t"}"#),
+            Request::Call {
+                id: json!(1),
+                tool: "t".into(),
+                args: json!({})
+            }
+        );
+        assert_eq!(
+            request(r#"{"op":"begin","id":"a","name":"n","args":null,"effect":"mutate"}"#),
+            Request::Begin {
+                id: json!("a"),
+                name: "n".into(),
+                args: Value::Null,
+                effect: Some(Effect::Mutate)
+            }
+        );
+        assert_eq!(
+            request(r#"{"op":"commit","id":2,"step":5,"output":"x","usage":null}"#),
+            Request::Commit {
+                id: json!(2),
+                step: 5,
+                output: json!("x"),
+                usage: None
+            }
+        );
+        assert_eq!(
+            request(r#"{"op":"fail","id":3,"step":5,"error":"boom"}"#),
+            Request::Fail {
+                id: json!(3),
+                step: 5,
+                error: "boom".into(),
+                output: None
+            }
+        );
+        assert_eq!(
+            request(r#"{"op":"result","id":9,"output":{"a":1}}"#),
+            Request::Result {
+                id: json!(9),
+                output: json!({"a": 1})
+            }
+        );
+    }
+
+    #[test]
+    fn bad_requests_name_their_id_where_it_can_be_read() {
+        assert_eq!(invalid(r#"{"op":"call"}"#).0, Value::Null);
+        assert_eq!(
+            invalid(r#"{"op":"call","id":1.5,"tool":"t"}"#).0,
+            Value::Null
+        );
+        let (id, message) = invalid(r#"{"op":"call","id":7}"#);
+        assert_eq!(
+            (id, message.as_str()),
+            (json!(7), "`call` request has no `tool`")
+        );
+        assert_eq!(invalid(r#"{"op":"nope","id":"x"}"#).0, json!("x"));
+        assert!(
+            invalid(r#"{"op":"commit","id":1,"step":0}"#)
+                .1
+                .contains("positive")
+        );
+        assert!(
+            invalid(r#"{"op":"begin","id":1,"name":"n","effect":"write"}"#)
+                .1
+                .contains("effect")
+        );
+    }
+
+    #[test]
+    fn what_python_writes_gets_an_answer() {
+        for (line, says) in [
+            (r#"{"op":"call","id":4,"tool":"t","args":{"x":NaN}}"#, "NaN"),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":[Infinity]}"#,
+                "Infinity",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":[-Infinity]}"#,
+                "-Infinity",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":"\udcff"}"#,
+                "lone surrogate (\\udcff)",
+            ),
+            (
+                r#"{"op":"call","id":4,"tool":"t","args":"a\ud800b"}"#,
+                "lone surrogate (\\ud800)",
+            ),
+            (r#"{"op":"begin","id":4,"name":"a\u0000b"}"#, "NUL"),
+            (r#"{"op":"fail","id":4,"step":1,"error":"a\u0000b"}"#, "NUL"),
+        ] {
+            let (id, message) = invalid(line);
+            assert_eq!(id, json!(4), "{line}");
+            assert!(message.contains(says), "{line}: {message}");
+        }
+        // A surrogate pair and "NaN" inside a string are fine.
+        assert!(matches!(
+            parse_line(
+                r#"{"op":"call","id":1,"tool":"t","args":["\ud83d\ude00","NaN"]}"#.as_bytes()
+            ),
+            Line::Request(_)
+        ));
+        // Not requests: still passed through.
+        assert!(matches!(parse_line(b"[NaN]"), Line::Passthrough));
+        assert!(matches!(parse_line(br#"{"x": NaN}"#), Line::Passthrough));
+    }
+
+    #[test]
+    fn deep_requests_are_read_to_a_thousand_levels() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"op":"call","id":9,"tool":"t","args":{}1{}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        assert!(matches!(
+            parse_line(nested(998).as_bytes()),
+            Line::Request(_)
+        ));
+        let (id, message) = invalid(&nested(5000));
+        assert_eq!(id, json!(9));
+        assert!(message.contains("deeper than 1000"), "{message}");
+        assert!(matches!(
+            parse_line(format!("{}{}", "[".repeat(5000), "]".repeat(5000)).as_bytes()),
+            Line::Passthrough
+        ));
+    }
+}

@@ -1,0 +1,180 @@
+//! Answers, one JSON line each, matched to requests by `id`.
+//!
+//! # Format
+//!
+//! Every answer has `id` (the request's, echoed exactly) and `ok`. The
+//! other members appear only where they mean something:
+//!
+//! ## `call`
+//!
+//! `{"id":1,"ok":true,"step":4,"replayed":false,"output":…,"idempotency_key":"…"}`;
+//! a failure `{"id":1,"ok":false,"step":4,"error":{…},"output":…}`; a
+//! recorded one with `"replayed":true`.
+//!
+//! ## `begin`
+//!
+//! A step to run: `{"id":2,"ok":true,"step":5,"replayed":false,"attempt":1,"idempotency_key":"…"}`
+//! (`"in_doubt":true` when a run died inside it); a recorded one:
+//! `{"id":2,"ok":true,"step":5,"replayed":true,"output":…}`.
+//!
+//! ## `commit`, `fail`
+//!
+//! `{"id":3,"ok":true,"step":5}` once the record is durable.
+//!
+//! ## `result`
+//!
+//! `{"id":9,"ok":true}`.
+//!
+//! ## Errors
+//!
+//! `{"id":…,"ok":false,"error":{"code":…,"message":…}}` with a code from
+//! [`ErrorCode`]; `"id": null` when the request's id could not be read.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::json_text::JsonText;
+
+/// The error codes of SPEC 2.4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    BadRequest,
+    UnknownTool,
+    ToolFailed,
+    Timeout,
+    Divergence,
+    Cancelled,
+    Journal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::UnknownTool => "unknown_tool",
+            Self::ToolFailed => "tool_failed",
+            Self::Timeout => "timeout",
+            Self::Divergence => "divergence",
+            Self::Cancelled => "cancelled",
+            Self::Journal => "journal",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::BadRequest,
+            Self::UnknownTool,
+            Self::ToolFailed,
+            Self::Timeout,
+            Self::Divergence,
+            Self::Cancelled,
+            Self::Journal,
+        ]
+        .into_iter()
+        .find(|code| code.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// One response line to the agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Response {
+    pub id: Value,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_doubt: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<JsonText>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+impl Response {
+    pub fn ok(id: Value) -> Self {
+        Self {
+            id,
+            ok: true,
+            step: None,
+            replayed: None,
+            attempt: None,
+            in_doubt: None,
+            output: None,
+            idempotency_key: None,
+            error: None,
+        }
+    }
+
+    pub fn error(id: Value, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            error: Some(ErrorBody {
+                code,
+                message: message.into(),
+            }),
+            ..Self::ok(id)
+        }
+    }
+
+    #[must_use]
+    pub fn step(mut self, step: u64) -> Self {
+        self.step = Some(step);
+        self
+    }
+
+    /// The line to write, `\n` included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = Vec::new();
+        self.write_line(&mut line);
+        line
+    }
+
+    /// Appends the response and its newline to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        serde_json::to_writer(&mut *out, self).expect("a response always serializes");
+        out.push(b'\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Line, parse_line};
+
+    #[test]
+    fn responses_echo_ids_exactly() {
+        let id = match parse_line(br#"{"op":"result","id":123456789012345678901234567890}"#) {
+            Line::Request(request) => request.id().clone(),
+            other => panic!("{other:?}"),
+        };
+        let line = Response::ok(id).to_line();
+        assert_eq!(
+            line,
+            b"{\"id\":123456789012345678901234567890,\"ok\":true}\n"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! `call`: durun runs a configured tool, on a thread of its own, and
+//! records what it returned.
+//!
+//! # Invariant
+//!
+//! A `mutate` tool starts only after its intent's commit; a `read` tool
+//! only after a look at the lease and the cancel mark. A tool's result is
+//! durable before the agent hears of it; a tool stopped with the run
+//! (a signal, a cancel) records nothing and runs again on resume.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::commit::{Deferred, Then};
+use super::imp::Supervisor;
+use super::inbox::{Conn, Event};
+use super::requests::Wanted;
+use crate::config::{InDoubt, Tool, ToolKind};
+use crate::executor::{self, Cancel, Finished, Invocation};
+use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
+use crate::json_text::JsonText;
+use crate::protocol::{Effect, ErrorCode, Response};
+use crate::step_key;
+
+/// A `call` whose tool is running.
+pub(super) struct CallInFlight {
+    pub(super) conn: Conn,
+    /// An HTTP call has no process to kill: on a stop it is answered at
+    /// once and left to finish on its own (its step stays in doubt).
+    pub(super) http: bool,
+    pub(super) id: Value,
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` tool).
+    pub(super) fresh: bool,
+    pub(super) cancel: Arc<Cancel>,
+    pub(super) started: Instant,
+}
+
+impl Supervisor<'_> {
+    pub(super) fn on_call(&mut self, conn: Conn, id: Value, name: &str, args: Value) {
+        let Some(tool) = self.spec.tools.get(name).cloned() else {
+            let known: Vec<&str> = self.spec.tools.keys().map(String::as_str).collect();
+            let message = if known.is_empty() {
+                format!("no tool `{name}`: the task's durun.toml declares no tools")
+            } else {
+                format!(
+                    "no tool `{name}` in the task's durun.toml (it has: {})",
+                    known.join(", ")
+                )
+            };
+            self.respond(conn, &Response::error(id, ErrorCode::UnknownTool, message));
+            return;
+        };
+        let canonical = match step_key::canonical_json(&args) {
+            Ok(canonical) => canonical,
+            Err(err) => {
+                return self.respond(
+                    conn,
+                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
+                );
+            }
+        };
+        if let Err(message) = tool.check_args(&args) {
+            return self.respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
+        }
+        let asked = Wanted {
+            name,
+            kind: StepKind::Call,
+            effect: tool.effect,
+            args: &args,
+            canonical: &canonical,
+            ask_first: tool.in_doubt == InDoubt::Ask,
+        };
+        let Some((record, fresh, _)) = self.open_step(conn, &id, asked) else {
+            return;
+        };
+        if record.effect == Effect::Mutate {
+            // Write-ahead: the tool starts once the intent is durable.
+            self.batch.push(Deferred {
+                conn,
+                record,
+                fresh,
+                then: Then::Call { id, tool, args },
+            });
+        } else if self.may_start() {
+            self.start_call(conn, id, tool, args, record, fresh);
+        } else {
+            self.refuse_start(conn, id, record.step);
+        }
+    }
+
+    /// Runs a `call`'s tool on a thread of its own.
+    pub(super) fn start_call(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+        record: StepRecord,
+        fresh: bool,
+    ) {
+        let step = record.step;
+        let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
+        let invocation = Invocation {
+            tool,
+            args,
+            task_id: self.spec.task_id.to_owned(),
+            run: self.spec.run,
+            step,
+            attempt: record.attempts,
+            idempotency_key: record.idempotency_key.clone(),
+            cwd: self.spec.cwd.to_owned(),
+        };
+        let cancel = Arc::new(Cancel::default());
+        let worker_cancel = Arc::clone(&cancel);
+        let tx = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tool-{step}"))
+            .spawn(move || {
+                let finished = executor::run(&invocation, &worker_cancel);
+                let _ = tx.send(Event::ToolDone { step, finished });
+            });
+        if let Err(err) = spawned {
+            self.respond(
+                conn,
+                &Response::error(
+                    id,
+                    ErrorCode::ToolFailed,
+                    format!("cannot start a thread for the tool: {err}"),
+                )
+                .step(step),
+            );
+            return;
+        }
+        self.calls.insert(
+            step,
+            CallInFlight {
+                conn,
+                http: invocation_is_http,
+                id,
+                record,
+                fresh,
+                cancel,
+                started: Instant::now(),
+            },
+        );
+    }
+
+    pub(super) fn on_tool_done(&mut self, step: u64, finished: Finished) {
+        let Some(call) = self.calls.remove(&step) else {
+            return;
+        };
+        let conn = call.conn;
+        let mut record = call.record;
+        record.attempts = finished.last_attempt;
+        match finished.outcome {
+            executor::Outcome::Cancelled => {
+                self.respond(
+                    conn,
+                    &Response::error(
+                        call.id,
+                        ErrorCode::Cancelled,
+                        format!("step {step} was stopped with the run; it runs again on resume"),
+                    )
+                    .step(step),
+                );
+                return;
+            }
+            executor::Outcome::Done { output, usage } => {
+                record.status = StepStatus::Committed;
+                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.usage = usage.as_ref().map(JsonText::from_value);
+                record.output = Some(JsonText::from_value(&output));
+            }
+            executor::Outcome::Failed {
+                code,
+                message,
+                output,
+                ..
+            } => {
+                record.status = StepStatus::Failed;
+                record.error = Some(StepError {
+                    code,
+                    // A tool's stderr may hold NUL, which no text column
+                    // of PostgreSQL takes; its exact bytes are in `output`.
+                    message: message.replace('\0', "\u{fffd}"),
+                });
+                record.output = output.as_ref().map(JsonText::from_value);
+            }
+        }
+        self.finish_step(conn, call.id, record, call.fresh, call.started);
+    }
+}
