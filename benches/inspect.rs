@@ -19,9 +19,11 @@ fn durun() -> Command {
     Command::new(env!("CARGO_BIN_EXE_durun"))
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
+#[path = "common.rs"]
+mod common;
+
+fn median(samples: Vec<Duration>) -> Duration {
+    common::median(samples).expect("samples were taken")
 }
 
 fn time(journal: &std::path::Path, args: &[&str]) -> Duration {

@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     after_help = crate::exit_code::help()
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
@@ -29,7 +29,7 @@ pub struct Cli {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// The journal file [default: $XDG_STATE_HOME/durun/journal.db]
     #[arg(
         long,
@@ -46,7 +46,7 @@ pub struct GlobalArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run an agent command as a durable task
     ///
     /// Prints the task id on stderr first. With `--task ID` of a task that
@@ -100,7 +100,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The task's id [default: a new one]
     #[arg(long, value_name = "ID")]
     pub task: Option<String>,
@@ -120,7 +120,7 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// The task to resume
     #[arg(
         value_name = "TASK",
@@ -148,7 +148,7 @@ pub struct ResumeArgs {
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("decision").required(true).args(["retry", "output", "fail"])))]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// The task
     #[arg(value_name = "TASK", add = task_ids())]
     pub task: String,
@@ -171,21 +171,21 @@ pub struct ResolveArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The task to cancel
     #[arg(value_name = "TASK", add = task_ids())]
     pub task: String,
 }
 
 #[derive(Args, Debug)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Delete tasks finished longer ago than this, like `30d` or `12h`
     #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
     pub older_than: std::time::Duration,
 }
 
 #[derive(Args, Debug)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// The task to show [default: list the tasks, newest first]
     #[arg(value_name = "TASK", add = task_ids())]
     pub task: Option<String>,
@@ -217,7 +217,7 @@ pub struct InspectArgs {
 
 /// The statuses `inspect --status` filters on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusFilter {
+pub(crate) enum StatusFilter {
     Running,
     Completed,
     Failed,
@@ -226,7 +226,7 @@ pub enum StatusFilter {
 }
 
 #[derive(Args, Debug)]
-pub struct StepArgs {
+pub(crate) struct StepArgs {
     /// The step's name
     #[arg(value_name = "NAME")]
     pub name: String,
@@ -250,7 +250,7 @@ pub struct StepArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct CallArgs {
+pub(crate) struct CallArgs {
     /// The tool, as named in durun.toml
     #[arg(value_name = "TOOL")]
     pub tool: String,
@@ -261,14 +261,14 @@ pub struct CallArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
-pub struct GenerateArgs {
+pub(crate) struct GenerateArgs {
     /// The directory to write `man/` and `completions/` into
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub out: PathBuf,

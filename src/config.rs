@@ -18,12 +18,12 @@ use crate::error::Failure;
 use crate::protocol::Effect;
 
 /// The file `run` looks for in its working directory.
-pub const FILE_NAME: &str = "durun.toml";
+pub(crate) const FILE_NAME: &str = "durun.toml";
 
 /// How hard the journal pushes each commit to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SyncMode {
+pub(crate) enum SyncMode {
     /// fsync on every commit: a committed step survives a power cut.
     Full,
     /// No fsync on commit: survives any process crash, not a power cut.
@@ -31,14 +31,14 @@ pub enum SyncMode {
 }
 
 impl SyncMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Full => "full",
             Self::Normal => "normal",
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text.to_ascii_lowercase().as_str() {
             "full" => Some(Self::Full),
             "normal" => Some(Self::Normal),
@@ -49,7 +49,7 @@ impl SyncMode {
 
 /// A validated `durun.toml`.
 #[derive(Debug, Clone, Default)]
-pub struct Config {
+pub(crate) struct Config {
     /// The text it was read from, recorded with the task.
     pub source: String,
     pub sync: Option<SyncMode>,
@@ -57,7 +57,7 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tool {
+pub(crate) struct Tool {
     pub name: String,
     pub effect: Effect,
     /// What runs: a command or an HTTP request.
@@ -73,7 +73,7 @@ pub struct Tool {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum ToolKind {
+pub(crate) enum ToolKind {
     Command {
         /// argv templates; `{name}` takes `args.name`.
         argv: Vec<String>,
@@ -86,7 +86,7 @@ pub enum ToolKind {
 /// An HTTP tool: the args are the JSON body, the step's key the
 /// `Idempotency-Key` header.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpSpec {
+pub(crate) struct HttpSpec {
     pub method: String,
     /// May hold `{name}` placeholders, like a command's argv, and
     /// `${VAR}` / `${VAR:-default}` from the environment.
@@ -105,14 +105,14 @@ struct RawHttp {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum InDoubt {
+pub(crate) enum InDoubt {
     Retry,
     Ask,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OutputMode {
+pub(crate) enum OutputMode {
     Text,
     Json,
 }
@@ -150,7 +150,7 @@ impl Config {
     /// Finds the config for a new task: `explicit` (from `--config` or
     /// `DURUN_CONFIG`) must exist; otherwise `durun.toml` in `cwd` is used
     /// if there is one, and no tools if not.
-    pub fn discover(
+    pub(crate) fn discover(
         explicit: Option<&Path>,
         cwd: &Path,
     ) -> anyhow::Result<(Self, Option<PathBuf>)> {
@@ -174,7 +174,7 @@ impl Config {
     }
 
     /// Parses and checks the text of a `durun.toml`.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
+    pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
         let raw: RawConfig = toml::from_str(text)
             .map_err(|err| Failure::config(err.to_string().trim_end().to_owned()))?;
         let mut tools = BTreeMap::new();
@@ -277,7 +277,7 @@ impl Tool {
     }
 
     /// Whether `args` fill every placeholder of the argv or URL.
-    pub fn check_args(&self, args: &Value) -> Result<(), String> {
+    pub(crate) fn check_args(&self, args: &Value) -> Result<(), String> {
         match &self.kind {
             ToolKind::Http(http) => self.expand(&http.url, args).map(drop),
             ToolKind::Command { argv, .. } => self.argv(argv, args).map(drop),
@@ -285,7 +285,7 @@ impl Tool {
     }
 
     /// One template filled from `args`.
-    pub fn expand(&self, template: &str, args: &Value) -> Result<String, String> {
+    pub(crate) fn expand(&self, template: &str, args: &Value) -> Result<String, String> {
         let mut out = String::new();
         for piece in parse_template(template) {
             match piece {
@@ -303,7 +303,7 @@ impl Tool {
     }
 
     /// The argv `templates` filled from `args`, or why `args` do not fit.
-    pub fn argv(&self, templates: &[String], args: &Value) -> Result<Vec<String>, String> {
+    pub(crate) fn argv(&self, templates: &[String], args: &Value) -> Result<Vec<String>, String> {
         templates
             .iter()
             .map(|template| self.expand(template, args))
@@ -328,11 +328,11 @@ fn expand_env(text: &str) -> Result<String, String> {
 /// The values `${VAR}` expanded to: they never appear in a message, an
 /// answer or the journal (SPEC 5).
 #[derive(Debug, Default)]
-pub struct Secrets(Vec<(String, String)>);
+pub(crate) struct Secrets(Vec<(String, String)>);
 
 impl Secrets {
     /// `message` with every expanded value written back as `${VAR}`.
-    pub fn redact(&self, message: &str) -> String {
+    pub(crate) fn redact(&self, message: &str) -> String {
         let mut out = message.to_owned();
         // Longest first, so that a value inside another goes with it.
         let mut values: Vec<&(String, String)> = self
@@ -348,12 +348,12 @@ impl Secrets {
     }
 
     /// Adds what `other` noted.
-    pub fn extend(&mut self, other: Self) {
+    pub(crate) fn extend(&mut self, other: Self) {
         self.0.extend(other.0);
     }
 
     /// `value` with every string in it redacted.
-    pub fn redact_value(&self, value: &mut Value) {
+    pub(crate) fn redact_value(&self, value: &mut Value) {
         match value {
             Value::String(text) => *text = self.redact(text),
             Value::Array(items) => items.iter_mut().for_each(|item| self.redact_value(item)),
@@ -365,14 +365,14 @@ impl Secrets {
     }
 
     /// The names of the variables expanded so far.
-    pub fn names(&self) -> Vec<&str> {
+    pub(crate) fn names(&self) -> Vec<&str> {
         self.0.iter().map(|(name, _)| name.as_str()).collect()
     }
 }
 
 /// `${VAR}` in `text` replaced from the environment, each value noted in
 /// `secrets`.
-pub fn expand_env_noting(text: &str, secrets: &mut Secrets) -> Result<String, String> {
+pub(crate) fn expand_env_noting(text: &str, secrets: &mut Secrets) -> Result<String, String> {
     expand_with(text, secrets, |name| std::env::var(name).ok())
 }
 

@@ -10,7 +10,7 @@ use crate::exit_code;
 /// Everything else travels as `anyhow::Error` with context; `lib::run` walks
 /// the chain for the first `Failure` (or a storage error) to pick the code.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub code: i32,
     pub message: String,
     /// Lines printed under the first one (a diff, a list of steps).
@@ -20,7 +20,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i32, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -30,22 +30,22 @@ impl Failure {
     }
 
     #[must_use]
-    pub fn details(mut self, details: impl Into<String>) -> Self {
+    pub(crate) fn details(mut self, details: impl Into<String>) -> Self {
         self.details = Some(details.into());
         self
     }
 
     #[must_use]
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
     }
 
-    pub fn config(message: impl Into<String>) -> Self {
+    pub(crate) fn config(message: impl Into<String>) -> Self {
         Self::new(exit_code::CONFIG, message)
     }
 
-    pub fn journal(message: impl Into<String>) -> Self {
+    pub(crate) fn journal(message: impl Into<String>) -> Self {
         Self::new(exit_code::JOURNAL, message)
     }
 }
@@ -61,13 +61,13 @@ impl std::error::Error for Failure {}
 /// The outermost `Failure` in the error, whether it is the error itself or
 /// context added on the way up. (`err.chain()` would not find context: it
 /// yields anyhow's wrappers.)
-pub fn failure_of(err: &anyhow::Error) -> Option<&Failure> {
+pub(crate) fn failure_of(err: &anyhow::Error) -> Option<&Failure> {
     err.downcast_ref::<Failure>()
 }
 
 /// The exit code for an error chain: the first `Failure` wins, storage
 /// errors mean the journal failed, anything else is an internal error.
-pub fn exit_code_of(err: &anyhow::Error) -> i32 {
+pub(crate) fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(failure) = failure_of(err) {
         return failure.code;
     }
@@ -89,7 +89,7 @@ pub fn exit_code_of(err: &anyhow::Error) -> i32 {
 
 /// Whether the chain ends in a broken pipe: `durun inspect | head` is not
 /// an error.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
@@ -98,7 +98,7 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 /// Prints `durun: <what happened>`, the causes, and the hint to stderr.
-pub fn print(err: &anyhow::Error) {
+pub(crate) fn print(err: &anyhow::Error) {
     use crate::report::escape;
     use std::io::Write as _;
     let mut out = std::io::stderr().lock();

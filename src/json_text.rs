@@ -10,16 +10,16 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 #[derive(Clone, Debug)]
-pub struct JsonText(Box<RawValue>);
+pub(crate) struct JsonText(Box<RawValue>);
 
 impl JsonText {
-    pub fn from_value(value: &Value) -> Self {
+    pub(crate) fn from_value(value: &Value) -> Self {
         Self(serde_json::value::to_raw_value(value).expect("a JSON value always serializes"))
     }
 
     /// Text that must be JSON (from the journal): checked, not parsed into
     /// a tree.
-    pub fn from_text(text: &str) -> Result<Self, serde_json::Error> {
+    pub(crate) fn from_text(text: &str) -> Result<Self, serde_json::Error> {
         // Without serde's default nesting limit: requests nest up to
         // `protocol::MAX_DEPTH`.
         let mut deserializer = serde_json::Deserializer::from_str(text);
@@ -29,16 +29,16 @@ impl JsonText {
         Ok(Self(raw))
     }
 
-    pub fn null() -> Self {
+    pub(crate) fn null() -> Self {
         Self::from_value(&Value::Null)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         self.0.get()
     }
 
     /// The value as a tree, for the few places that look inside.
-    pub fn value(&self) -> Value {
+    pub(crate) fn value(&self) -> Value {
         let mut deserializer = serde_json::Deserializer::from_str(self.0.get());
         deserializer.disable_recursion_limit();
         Value::deserialize(&mut deserializer).expect("JsonText holds valid JSON")
@@ -47,7 +47,7 @@ impl JsonText {
     /// A one-line preview of at most `width` characters: a string's text
     /// (escapes undone), anything else as compact JSON. Reads only the
     /// start of a long value.
-    pub fn preview(&self, width: usize) -> String {
+    pub(crate) fn preview(&self, width: usize) -> String {
         let text = self.as_str();
         let Some(body) = text.strip_prefix('"') else {
             return text.chars().take(width + 1).collect();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// A lease as the journal holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub host: String,
     pub pid: u32,
     pub pid_start: Option<u64>,
@@ -19,7 +19,7 @@ pub struct Lease {
 
 /// This process, as it would hold a lease.
 #[derive(Debug, Clone)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub host: String,
     pub pid: u32,
     pub pid_start: Option<u64>,
@@ -28,7 +28,7 @@ pub struct Holder {
 impl Holder {
     /// This process, on host `host` (`DURUN_HOST_ID`; tests pose as other
     /// hosts), or the host name.
-    pub fn current(host: Option<String>) -> Self {
+    pub(crate) fn current(host: Option<String>) -> Self {
         let pid = std::process::id();
         Self {
             host: host.unwrap_or_else(host_name),
@@ -50,7 +50,7 @@ fn host_name() -> String {
 /// Whether `lease` still belongs to a live runner, seen from `me`: on this
 /// host while its process lives, from another host while its heartbeat is
 /// younger than `stale`.
-pub fn is_live(lease: &Lease, me: &Holder, now_ms: i64, stale: Duration) -> bool {
+pub(crate) fn is_live(lease: &Lease, me: &Holder, now_ms: i64, stale: Duration) -> bool {
     if lease.host == me.host {
         if lease.pid == me.pid && lease.pid_start == me.pid_start {
             return true;

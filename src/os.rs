@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
-pub fn die_with_parent(command: &mut Command) {
+pub(crate) fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and calls only
     // async-signal-safe functions (prctl, getppid).
@@ -31,12 +31,12 @@ pub fn die_with_parent(command: &mut Command) {
 
 /// Puts `command` in a process group of its own, so that a timeout or a
 /// cancel can end the whole tree it starts.
-pub fn own_process_group(command: &mut Command) {
+pub(crate) fn own_process_group(command: &mut Command) {
     command.process_group(0);
 }
 
 /// Sends `signal` to one process. A process that is already gone is fine.
-pub fn signal_process(pid: u32, signal: i32) {
+pub(crate) fn signal_process(pid: u32, signal: i32) {
     // pid 0 would mean durun's own process group.
     if pid == 0 {
         return;
@@ -48,7 +48,7 @@ pub fn signal_process(pid: u32, signal: i32) {
 }
 
 /// Sends `signal` to every process in the group `pgid`.
-pub fn signal_group(pgid: u32, signal: i32) {
+pub(crate) fn signal_group(pgid: u32, signal: i32) {
     // Group 0 would mean durun's own.
     if pgid == 0 {
         return;
@@ -60,14 +60,14 @@ pub fn signal_group(pgid: u32, signal: i32) {
 }
 
 /// Whether fd 0 is a terminal.
-pub fn stdin_is_terminal() -> bool {
+pub(crate) fn stdin_is_terminal() -> bool {
     use std::io::IsTerminal as _;
     io::stdin().is_terminal()
 }
 
 /// A pipe whose two ends are non-blocking and closed on exec: other threads
 /// write a byte to the second to wake a `poll` on the first.
-pub fn wake_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn wake_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array it is given.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -78,7 +78,7 @@ pub fn wake_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Makes reads and writes on `fd` return `WouldBlock` instead of waiting.
-pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
     let fd = fd.as_raw_fd();
     // SAFETY: fcntl on a descriptor the caller keeps open.
     unsafe {
@@ -92,7 +92,7 @@ pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
 
 /// Waits until one of `fds` is ready or `timeout` passes; an interrupted
 /// wait counts as a timeout.
-pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<()> {
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<()> {
     let millis = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     // A timeout under a millisecond still waits (0 would only peek).
     let millis = if millis == 0 && !timeout.is_zero() {
@@ -113,7 +113,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Resul
 
 /// Time since boot, counting time the machine was suspended: a lease must
 /// age across a laptop lid or a paused VM, which `Instant` does not see.
-pub fn boot_clock() -> std::time::Duration {
+pub(crate) fn boot_clock() -> std::time::Duration {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -128,7 +128,7 @@ pub fn boot_clock() -> std::time::Duration {
 
 /// Whether the file system that holds (or would hold) `path` is mounted
 /// read-only.
-pub fn read_only_mount(path: &std::path::Path) -> bool {
+pub(crate) fn read_only_mount(path: &std::path::Path) -> bool {
     use std::os::unix::ffi::OsStrExt as _;
     let existing = path
         .ancestors()
@@ -147,7 +147,7 @@ pub fn read_only_mount(path: &std::path::Path) -> bool {
 
 /// Writes one byte to a wake pipe. A full pipe already wakes its reader,
 /// and a pipe whose read end lives cannot fail otherwise.
-pub fn wake(fd: &impl AsRawFd) {
+pub(crate) fn wake(fd: &impl AsRawFd) {
     // SAFETY: a one-byte write from a live buffer to an open descriptor.
     unsafe {
         libc::write(fd.as_raw_fd(), b"!".as_ptr().cast(), 1);
@@ -155,7 +155,7 @@ pub fn wake(fd: &impl AsRawFd) {
 }
 
 /// Reads a non-blocking wake pipe empty.
-pub fn drain(fd: &impl AsRawFd) {
+pub(crate) fn drain(fd: &impl AsRawFd) {
     let mut buffer = [0u8; 256];
     // SAFETY: reads into a live buffer of the given size.
     while unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) } > 0 {}

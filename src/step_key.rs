@@ -27,7 +27,7 @@ const MAX_INT_DIGITS: usize = 4300;
 
 /// Why a JSON value has no canonical form.
 #[derive(Debug, PartialEq, Eq)]
-pub enum CanonicalError {
+pub(crate) enum CanonicalError {
     IntegerTooLong(usize),
 }
 
@@ -45,19 +45,19 @@ impl fmt::Display for CanonicalError {
 impl std::error::Error for CanonicalError {}
 
 /// `json.dumps(value, sort_keys=True)` as Python prints it.
-pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
+pub(crate) fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
     let mut out = String::new();
     write_value(&mut out, value)?;
     Ok(out)
 }
 
 /// SHA-256 hex of the canonical args: equal args, equal hash.
-pub fn args_hash(canonical_args: &str) -> String {
+pub(crate) fn args_hash(canonical_args: &str) -> String {
     hex(&Sha256::digest(canonical_args.as_bytes()))
 }
 
 /// SHA-256 hex of `"{task}:{step}:{canonical args}"`.
-pub fn idempotency_key(task_id: &str, step: u64, canonical_args: &str) -> String {
+pub(crate) fn idempotency_key(task_id: &str, step: u64, canonical_args: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(task_id.as_bytes());
     hasher.update(b":");

@@ -8,7 +8,7 @@ use crate::settings::Settings;
 
 /// The status a person should see: a `running` task whose runner is gone
 /// is `interrupted`.
-pub fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus {
+pub(crate) fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus {
     if task.status != TaskStatus::Running {
         return task.status;
     }
@@ -28,7 +28,7 @@ pub fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus {
 }
 
 /// An argv as a person would type it.
-pub fn shell_words(argv: &[String]) -> String {
+pub(crate) fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|word| {
             if !word.is_empty()
@@ -45,7 +45,7 @@ pub fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-pub fn unknown_task(id: &str, location: &Location) -> Failure {
+pub(crate) fn unknown_task(id: &str, location: &Location) -> Failure {
     let place = location.describe();
     Failure::config(format!("no task {id} in {place}"))
         .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")

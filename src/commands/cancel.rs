@@ -19,7 +19,7 @@ use crate::task::unknown_task;
 /// How long `cancel` waits for a live runner to stop.
 const WAIT: Duration = Duration::from_secs(30);
 
-pub fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
     let location = settings.location()?;
     let mut journal = location.open(Access::Write, settings)?;
     let Some(task) = journal.task(&args.task)? else {

@@ -10,7 +10,7 @@ use crate::exit_code;
 use crate::journal::Access;
 use crate::settings::Settings;
 
-pub fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
     let cutoff = SystemTime::now()
         .checked_sub(args.older_than)
         .filter(|cutoff| *cutoff >= SystemTime::UNIX_EPOCH)

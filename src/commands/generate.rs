@@ -33,7 +33,7 @@ const SCRIPTS: [(&str, &str); 5] = [
     ("powershell", "_durun.ps1"),
 ];
 
-pub fn completions(args: &CompletionsArgs) -> Result<i32> {
+pub(crate) fn completions(args: &CompletionsArgs) -> Result<i32> {
     let script = completion_script(&args.shell.to_string())?;
     std::io::stdout().lock().write_all(&script)?;
     Ok(0)
@@ -52,7 +52,7 @@ fn completion_script(shell: &str) -> Result<Vec<u8>> {
 
 /// Answers a completion request (`COMPLETE=SHELL durun …`) and exits; does
 /// nothing otherwise. Runs before anything else prints.
-pub fn complete_if_asked() {
+pub(crate) fn complete_if_asked() {
     clap_complete::CompleteEnv::with_factory(Cli::command)
         .var(COMPLETE_VAR)
         .complete();
@@ -61,7 +61,7 @@ pub fn complete_if_asked() {
 /// The ids of the tasks in the journal that start with `current`, newest
 /// first, each with its status and command: what a task argument
 /// completes to. Silent on any error (no journal yet, no access).
-pub fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
+pub(crate) fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
     let Some(prefix) = current.to_str() else {
         return Vec::new();
     };
@@ -92,7 +92,7 @@ pub fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
         .collect()
 }
 
-pub fn generate(args: &GenerateArgs) -> Result<i32> {
+pub(crate) fn generate(args: &GenerateArgs) -> Result<i32> {
     write_all(&args.out)?;
     Ok(0)
 }

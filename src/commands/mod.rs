@@ -1,11 +1,11 @@
 //! One module per subcommand, each with an `exec` that returns the exit code.
 
-pub mod cancel;
-pub mod gc;
-pub mod generate;
-pub mod inspect;
-pub mod resolve;
-pub mod resume;
-pub mod run;
+pub(crate) mod cancel;
+pub(crate) mod gc;
+pub(crate) mod generate;
+pub(crate) mod inspect;
+pub(crate) mod resolve;
+pub(crate) mod resume;
+pub(crate) mod run;
 mod session;
-pub mod step;
+pub(crate) mod step;

@@ -9,7 +9,7 @@ use crate::journal::{self, Access, Resolution, ResolutionAction};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
-pub fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
     let action = if args.retry {
         ResolutionAction::Retry
     } else if let Some(text) = &args.output {

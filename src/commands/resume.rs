@@ -10,7 +10,7 @@ use crate::journal::{Access, TaskStatus};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
-pub fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
     if args.jobs.is_some() && !args.all {
         return Err(
             Failure::new(crate::exit_code::USAGE, "--jobs goes with --all")

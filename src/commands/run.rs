@@ -11,7 +11,7 @@ use crate::journal::{self, Access, NewTask, TaskStatus};
 use crate::settings::Settings;
 use crate::task::shell_words;
 
-pub fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     if let Some(id) = &args.task {
         check_task_id(id)?;
     }

@@ -16,7 +16,7 @@ use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
 /// Runs `task` once more, from wherever its journal stands.
-pub fn drive(
+pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
     from_step: Option<u64>,

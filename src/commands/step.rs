@@ -87,7 +87,7 @@ fn error_message(answer: &Value) -> String {
     )
 }
 
-pub fn exec(args: &StepArgs) -> Result<i32> {
+pub(crate) fn exec(args: &StepArgs) -> Result<i32> {
     let mut step_args = Map::new();
     step_args.insert("argv".to_owned(), json!(args.command));
     if let Some(text) = &args.args {
@@ -249,7 +249,7 @@ fn run_plain(argv: &[String]) -> i32 {
     }
 }
 
-pub fn call(args: &CallArgs) -> Result<i32> {
+pub(crate) fn call(args: &CallArgs) -> Result<i32> {
     let tool_args: Value = match &args.args {
         None => json!({}),
         Some(text) => serde_json::from_str(text).map_err(|err| {

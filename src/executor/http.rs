@@ -19,7 +19,7 @@ const BODY_LIMIT: u64 = 32 * 1024 * 1024;
 /// How long an attempt may take when the tool sets no `timeout`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-pub fn run_once(
+pub(super) fn run_once(
     invocation: &Invocation,
     spec: &HttpSpec,
     attempt: u32,

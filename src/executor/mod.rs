@@ -22,7 +22,7 @@ use crate::protocol::ErrorCode;
 
 /// One step's call of one tool.
 #[derive(Debug, Clone)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     pub tool: Arc<Tool>,
     pub args: Value,
     pub task_id: String,
@@ -36,7 +36,7 @@ pub struct Invocation {
 
 /// How a tool call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Done {
         output: Value,
         usage: Option<Value>,
@@ -56,7 +56,7 @@ pub enum Outcome {
 }
 
 #[derive(Debug, Clone)]
-pub struct Finished {
+pub(crate) struct Finished {
     pub outcome: Outcome,
     /// The attempt number of the last try.
     pub last_attempt: u32,
@@ -64,7 +64,7 @@ pub struct Finished {
 
 /// Lets the supervisor stop a running tool from another thread.
 #[derive(Debug, Default)]
-pub struct Cancel {
+pub(crate) struct Cancel {
     cancelled: AtomicBool,
     /// The process group of the running attempt, 0 when none runs.
     pgid: AtomicU32,
@@ -72,7 +72,7 @@ pub struct Cancel {
 
 impl Cancel {
     /// Stops the tool: SIGKILL to its whole process group.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
         let pgid = self.pgid.load(Ordering::SeqCst);
         if pgid != 0 {
@@ -80,7 +80,7 @@ impl Cancel {
         }
     }
 
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
     }
 
@@ -99,7 +99,7 @@ impl Cancel {
 
 /// Runs the tool, retrying failures `tool.retries` times with exponential
 /// backoff; every try carries the same idempotency key.
-pub fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
+pub(crate) fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
     let mut attempt = invocation.attempt;
     let mut delay = Duration::from_millis(250);
     loop {
@@ -183,7 +183,7 @@ fn read_output(
 }
 
 /// Token usage in the `OpenAI` or Anthropic shape: input plus output tokens.
-pub fn tokens_of(usage: &Value) -> u64 {
+pub(crate) fn tokens_of(usage: &Value) -> u64 {
     let count = |names: &[&str]| {
         names
             .iter()

@@ -20,7 +20,7 @@ const STDOUT_LIMIT: usize = 32 * 1024 * 1024;
 /// How much of a tool's stderr durun keeps (the end of it).
 const STDERR_KEEP: usize = 64 * 1024;
 
-pub fn run_once(
+pub(super) fn run_once(
     invocation: &Invocation,
     templates: &[String],
     stdin_args: bool,

@@ -3,11 +3,11 @@
 
 /// The current time as fixed-width RFC 3339 UTC with milliseconds, so that
 /// the text sorts as the time does.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)

@@ -21,7 +21,7 @@ pub(super) fn remember(place: String) {
 
 /// Adds a `Failure` that says what a storage error in the chain means for
 /// the user; any other error comes back as it was.
-pub fn explain(err: Error) -> Error {
+pub(crate) fn explain(err: Error) -> Error {
     let place = PLACE.get().map_or("the journal", String::as_str);
     explain_at(place, err)
 }

@@ -8,7 +8,7 @@ use crate::lease::Lease;
 
 /// Where a run stands with its task's lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// The run holds the lease; it may go on.
     Held,
     /// Another run took the task over, or the lease was cleared: the run
@@ -21,7 +21,7 @@ pub enum Standing {
 
 /// A fenced write refused because the run no longer may write it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fenced(pub Standing);
+pub(crate) struct Fenced(pub Standing);
 
 impl std::fmt::Display for Fenced {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,7 +37,12 @@ impl std::error::Error for Fenced {}
 /// The fence of every write a run makes: refuse when `lease_run` (the
 /// task's current holder) is not `run`, or when the task was cancelled and
 /// the write would open a step.
-pub fn fence(lease_run: Option<u32>, cancelled: bool, run: u32, opens: bool) -> Result<Standing> {
+pub(crate) fn fence(
+    lease_run: Option<u32>,
+    cancelled: bool,
+    run: u32,
+    opens: bool,
+) -> Result<Standing> {
     let standing = standing_of(lease_run, cancelled, run);
     match standing {
         Standing::Lost => Err(Fenced(Standing::Lost).into()),
@@ -47,7 +52,7 @@ pub fn fence(lease_run: Option<u32>, cancelled: bool, run: u32, opens: bool) -> 
 }
 
 /// Where `run` stands, from the task row's lease holder and cancel mark.
-pub fn standing_of(lease_run: Option<u32>, cancelled: bool, run: u32) -> Standing {
+pub(crate) fn standing_of(lease_run: Option<u32>, cancelled: bool, run: u32) -> Standing {
     if lease_run != Some(run) {
         Standing::Lost
     } else if cancelled {
@@ -58,7 +63,7 @@ pub fn standing_of(lease_run: Option<u32>, cancelled: bool, run: u32) -> Standin
 }
 
 /// The error for a task a live runner holds (exit 75).
-pub fn locked(task: &str, lease: &Lease) -> Failure {
+pub(crate) fn locked(task: &str, lease: &Lease) -> Failure {
     Failure::new(
         crate::exit_code::LOCKED,
         format!(

@@ -9,7 +9,7 @@ use crate::settings::Settings;
 
 /// Where the journal lives.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Location {
+pub(crate) enum Location {
     Sqlite(PathBuf),
     Postgres(String),
 }
@@ -26,7 +26,7 @@ impl std::fmt::Debug for Location {
 
 /// How a command means to use the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Creates the journal if missing and may write it.
     Write,
     /// Reads an existing journal; never creates or migrates one.
@@ -37,7 +37,7 @@ impl Location {
     /// Whether a journal is there to read: false only when nothing is at
     /// the path; a path that cannot be looked at, or is not a file, is a
     /// journal error (74).
-    pub fn exists(&self) -> Result<bool> {
+    pub(crate) fn exists(&self) -> Result<bool> {
         match self {
             Self::Sqlite(path) => sqlite::regular_file(path),
             Self::Postgres(_) => Ok(true),
@@ -45,7 +45,7 @@ impl Location {
     }
 
     /// How the journal is named in messages, never with a password.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Sqlite(path) => format!("the journal at {}", path.display()),
             Self::Postgres(url) => postgres::describe(url),
@@ -54,7 +54,7 @@ impl Location {
 
     /// Opens the journal. Its storage errors are explained (a locked file,
     /// a full disk) in terms of this place when they are reported.
-    pub fn open(&self, access: Access, settings: &Settings) -> Result<Box<dyn Journal>> {
+    pub(crate) fn open(&self, access: Access, settings: &Settings) -> Result<Box<dyn Journal>> {
         super::explain::remember(self.describe());
         let journal: Box<dyn Journal> = match self {
             Self::Sqlite(path) => Box::new(sqlite::SqliteJournal::open(path, access, settings)?),

@@ -9,20 +9,20 @@ mod clock;
 mod explain;
 mod fence;
 mod location;
-pub mod postgres;
+pub(crate) mod postgres;
 mod records;
 mod rows;
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod store;
 #[cfg(test)]
 mod story;
 
-pub use clock::{now, now_ms};
-pub use explain::explain;
-pub use fence::{Fenced, Standing, fence, locked, standing_of};
-pub use location::{Access, Location};
-pub use records::{
+pub(crate) use clock::{now, now_ms};
+pub(crate) use explain::explain;
+pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
+pub(crate) use location::{Access, Location};
+pub(crate) use records::{
     NewTask, Resolution, ResolutionAction, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
     StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus, apply_resolution,
 };
-pub use store::{Journal, StepWrite};
+pub(crate) use store::{Journal, StepWrite};

@@ -11,10 +11,10 @@ use crate::protocol::{Effect, ErrorCode};
 macro_rules! text_enum {
     ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         impl $name {
-            pub fn as_str(self) -> &'static str {
+            pub(crate) fn as_str(self) -> &'static str {
                 match self { $(Self::$variant => $text),+ }
             }
-            pub fn parse(text: &str) -> Option<Self> {
+            pub(crate) fn parse(text: &str) -> Option<Self> {
                 match text { $($text => Some(Self::$variant),)+ _ => None }
             }
         }
@@ -28,7 +28,7 @@ macro_rules! text_enum {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskStatus {
+pub(crate) enum TaskStatus {
     Running,
     Completed,
     Failed,
@@ -44,14 +44,14 @@ text_enum!(TaskStatus {
 });
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepKind {
+pub(crate) enum StepKind {
     Call,
     Begin,
 }
 text_enum!(StepKind { Call => "call", Begin => "begin" });
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepStatus {
+pub(crate) enum StepStatus {
     Pending,
     Committed,
     Failed,
@@ -66,7 +66,7 @@ text_enum!(StepStatus {
 
 /// A task as `run` creates it.
 #[derive(Debug, Clone)]
-pub struct NewTask {
+pub(crate) struct NewTask {
     pub id: String,
     pub argv: Vec<String>,
     pub cwd: String,
@@ -78,7 +78,7 @@ pub struct NewTask {
 }
 
 #[derive(Debug, Clone)]
-pub struct TaskRecord {
+pub(crate) struct TaskRecord {
     pub id: String,
     /// As stored: `running` even when its runner died (see `lease`).
     pub status: TaskStatus,
@@ -101,7 +101,7 @@ pub struct TaskRecord {
 
 /// What one run did, as counted while it ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunStats {
+pub(crate) struct RunStats {
     pub replayed_steps: u64,
     pub executed_steps: u64,
     pub tokens_spent: u64,
@@ -109,7 +109,7 @@ pub struct RunStats {
 }
 
 #[derive(Debug, Clone)]
-pub struct RunRecord {
+pub(crate) struct RunRecord {
     pub run: u32,
     pub host: String,
     pub pid: u32,
@@ -120,7 +120,7 @@ pub struct RunRecord {
 }
 
 #[derive(Debug, Clone)]
-pub enum RunStart {
+pub(crate) enum RunStart {
     /// `leased_at` is [`crate::os::boot_clock`] just before the lease was
     /// stamped, after any wait for a lock: the run's first heartbeat.
     Started {
@@ -133,21 +133,21 @@ pub enum RunStart {
 }
 
 #[derive(Debug, Clone)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     pub status: TaskStatus,
     pub exit_code: Option<i32>,
     pub finished_at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepError {
+pub(crate) struct StepError {
     /// The protocol error code the step failed with.
     pub code: ErrorCode,
     pub message: String,
 }
 
 #[derive(Debug, Clone)]
-pub struct StepRecord {
+pub(crate) struct StepRecord {
     pub step: u64,
     /// The tool of a `call`, the name of a `begin`.
     pub name: String,
@@ -179,7 +179,7 @@ pub struct StepRecord {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum ResolutionAction {
+pub(crate) enum ResolutionAction {
     /// Run the step again on the next resume, even for an `in_doubt = "ask"` tool.
     Retry,
     /// The step took effect with this output.
@@ -189,7 +189,7 @@ pub enum ResolutionAction {
 }
 
 impl ResolutionAction {
-    pub fn kind(&self) -> ResolutionKind {
+    pub(crate) fn kind(&self) -> ResolutionKind {
         match self {
             Self::Retry => ResolutionKind::Retry,
             Self::Output(_) => ResolutionKind::Output,
@@ -200,7 +200,7 @@ impl ResolutionAction {
 
 /// How an operator settled a step, as the journal keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolutionKind {
+pub(crate) enum ResolutionKind {
     /// Run it again (once) on the next resume.
     Retry,
     /// It took effect with the given output.
@@ -215,7 +215,7 @@ text_enum!(ResolutionKind {
 });
 
 #[derive(Debug, Clone)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     pub action: ResolutionAction,
     /// `user@host` of the operator.
     pub by: String,
@@ -224,7 +224,7 @@ pub struct Resolution {
 
 /// What a resolution does to its step, the same on every backend; returns
 /// the value the resolutions table keeps (the output or the message).
-pub fn apply_resolution(record: &mut StepRecord, resolution: &Resolution) -> Option<String> {
+pub(crate) fn apply_resolution(record: &mut StepRecord, resolution: &Resolution) -> Option<String> {
     let value = match &resolution.action {
         ResolutionAction::Retry => {
             record.status = StepStatus::Pending;

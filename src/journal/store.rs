@@ -15,7 +15,7 @@ use crate::config::SyncMode;
 use crate::lease::Holder;
 
 /// Storage for tasks, runs and steps.
-pub trait Journal {
+pub(crate) trait Journal {
     /// Sets how hard commits are pushed to disk from now on.
     fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
     fn create_task(&mut self, task: &NewTask) -> Result<()>;
@@ -117,7 +117,7 @@ pub trait Journal {
 
 /// One row of a [`Journal::put_steps`] write.
 #[derive(Clone, Copy)]
-pub struct StepWrite<'a> {
+pub(crate) struct StepWrite<'a> {
     pub record: &'a StepRecord,
     /// The row is new (an insert), not an update of the step's row.
     pub fresh: bool,

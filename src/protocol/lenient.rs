@@ -65,13 +65,13 @@ fn parse_unusual_values(bytes: &[u8], _err: &serde_json::Error) -> Line {
 }
 
 /// Whether the first bytes of a line name an `op`, as a request would.
-pub fn names_an_op(head: &[u8]) -> bool {
+pub(crate) fn names_an_op(head: &[u8]) -> bool {
     head.windows(4).any(|window| window == b"\"op\"")
 }
 
 /// The `id` of a request from the first bytes of its line, where it can be
 /// read: a string or an integer after `"id":`.
-pub fn sniff_id(head: &[u8]) -> Value {
+pub(crate) fn sniff_id(head: &[u8]) -> Value {
     let Some(at) = head.windows(4).position(|w| w == b"\"id\"") else {
         return Value::Null;
     };

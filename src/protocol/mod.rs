@@ -42,34 +42,34 @@ mod response;
 
 use serde::Serialize;
 
-pub use lenient::{names_an_op, sniff_id};
-pub use request::{Line, MAX_DEPTH, Request, parse_line};
-pub use response::{ErrorCode, Response};
+pub(crate) use lenient::{names_an_op, sniff_id};
+pub(crate) use request::{Line, MAX_DEPTH, Request, parse_line};
+pub(crate) use response::{ErrorCode, Response};
 
 /// The protocol version in `DURUN_PROTOCOL`.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// The longest line durun reads whole; a longer one is answered
 /// `bad_request` and skipped.
-pub const MAX_LINE: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024 * 1024;
 
 /// Whether a step is safe to repeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Effect {
+pub(crate) enum Effect {
     Read,
     Mutate,
 }
 
 impl Effect {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Mutate => "mutate",
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text {
             "read" => Some(Self::Read),
             "mutate" => Some(Self::Mutate),

@@ -9,7 +9,7 @@ use super::lenient::parse_unusual;
 
 /// One request from the agent.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
+pub(crate) enum Request {
     Call {
         id: Value,
         tool: String,
@@ -40,7 +40,7 @@ pub enum Request {
 }
 
 impl Request {
-    pub fn id(&self) -> &Value {
+    pub(crate) fn id(&self) -> &Value {
         match self {
             Self::Call { id, .. }
             | Self::Begin { id, .. }
@@ -53,7 +53,7 @@ impl Request {
 
 /// What one line from the agent is.
 #[derive(Debug)]
-pub enum Line {
+pub(crate) enum Line {
     /// Not a request: copied to durun's stdout unchanged.
     Passthrough,
     Request(Request),
@@ -66,14 +66,14 @@ pub enum Line {
 
 /// The deepest nesting a request may have. Python's `json` reads a little
 /// less than 1,000 levels, so no Python agent sends deeper.
-pub const MAX_DEPTH: usize = 1000;
+pub(crate) const MAX_DEPTH: usize = 1000;
 
 /// Classifies one line (without its `\n`).
 ///
 /// Whatever Python's `json.loads` reads as an object with a string `op` is
 /// a request and gets an answer: `NaN`, `Infinity` and lone surrogates,
 /// which cannot be journaled as JSON, get `bad_request` naming them.
-pub fn parse_line(bytes: &[u8]) -> Line {
+pub(crate) fn parse_line(bytes: &[u8]) -> Line {
     let object = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(object)) => object,
         Ok(_) => return Line::Passthrough,

@@ -37,7 +37,7 @@ use crate::json_text::JsonText;
 
 /// The error codes of SPEC 2.4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorCode {
+pub(crate) enum ErrorCode {
     BadRequest,
     UnknownTool,
     ToolFailed,
@@ -48,7 +48,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",
             Self::UnknownTool => "unknown_tool",
@@ -60,7 +60,7 @@ impl ErrorCode {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         [
             Self::BadRequest,
             Self::UnknownTool,
@@ -88,14 +88,14 @@ impl Serialize for ErrorCode {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,
 }
 
 /// One response line to the agent.
 #[derive(Debug, Clone, Serialize)]
-pub struct Response {
+pub(crate) struct Response {
     pub id: Value,
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,7 +115,7 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn ok(id: Value) -> Self {
+    pub(crate) fn ok(id: Value) -> Self {
         Self {
             id,
             ok: true,
@@ -129,7 +129,7 @@ impl Response {
         }
     }
 
-    pub fn error(id: Value, code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn error(id: Value, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             ok: false,
             error: Some(ErrorBody {
@@ -141,20 +141,20 @@ impl Response {
     }
 
     #[must_use]
-    pub fn step(mut self, step: u64) -> Self {
+    pub(crate) fn step(mut self, step: u64) -> Self {
         self.step = Some(step);
         self
     }
 
     /// The line to write, `\n` included.
-    pub fn to_line(&self) -> Vec<u8> {
+    pub(crate) fn to_line(&self) -> Vec<u8> {
         let mut line = Vec::new();
         self.write_line(&mut line);
         line
     }
 
     /// Appends the response and its newline to `out`.
-    pub fn write_line(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_line(&self, out: &mut Vec<u8>) {
         serde_json::to_writer(&mut *out, self).expect("a response always serializes");
         out.push(b'\n');
     }

@@ -6,16 +6,16 @@
 
 mod plain;
 mod progress;
-pub mod table;
+pub(crate) mod table;
 
 use std::time::Duration;
 
 use crate::journal::{RunStats, StepStatus, TaskStatus};
 
-pub use plain::Plain;
-pub use progress::Progress;
+pub(crate) use plain::Plain;
+pub(crate) use progress::Progress;
 
-pub enum Event<'a> {
+pub(crate) enum Event<'a> {
     RunStarted {
         task: &'a str,
         run: u32,
@@ -50,9 +50,9 @@ pub enum Event<'a> {
 }
 
 /// Writes bytes of the agent's stderr where a person sees them.
-pub type StderrCopier = Box<dyn FnMut(&[u8]) + Send>;
+pub(crate) type StderrCopier = Box<dyn FnMut(&[u8]) + Send>;
 
-pub trait Reporter {
+pub(crate) trait Reporter {
     fn report(&mut self, event: &Event<'_>);
 
     /// Where the agent's stderr goes when it cannot pass straight through:
@@ -65,7 +65,7 @@ pub trait Reporter {
 }
 
 /// Reports nothing (`-q`), except warnings.
-pub struct Quiet;
+pub(crate) struct Quiet;
 
 impl Reporter for Quiet {
     fn report(&mut self, event: &Event<'_>) {
@@ -77,7 +77,7 @@ impl Reporter for Quiet {
 
 /// The reporter for this process: quiet, a progress line on a terminal, or
 /// plain lines.
-pub fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
+pub(crate) fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
     use std::io::IsTerminal as _;
     if quiet {
         Box::new(Quiet)
@@ -93,7 +93,7 @@ pub fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
 /// tool is written as an escape (`\x1b`, `\u{9b}`) instead of being
 /// obeyed by the terminal (SPEC 5). Every human-facing output goes through
 /// it.
-pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !text.chars().any(unsafe_char) {
@@ -113,7 +113,7 @@ pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -126,7 +126,7 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// A short human duration: `850ms`, `2.4s`, `3m12s`.
-pub fn short_duration(elapsed: Duration) -> String {
+pub(crate) fn short_duration(elapsed: Duration) -> String {
     let millis = elapsed.as_millis();
     if millis < 1000 {
         format!("{millis}ms")
@@ -139,7 +139,7 @@ pub fn short_duration(elapsed: Duration) -> String {
 }
 
 /// What to type to carry on after a run that did not complete.
-pub fn next_move(task: &str, status: TaskStatus) -> Option<String> {
+pub(crate) fn next_move(task: &str, status: TaskStatus) -> Option<String> {
     match status {
         TaskStatus::Interrupted | TaskStatus::Failed => {
             Some(format!("continue with `durun resume {task}`"))
@@ -149,7 +149,12 @@ pub fn next_move(task: &str, status: TaskStatus) -> Option<String> {
 }
 
 /// The closing line of a run.
-pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Duration) -> String {
+pub(crate) fn summary(
+    status: TaskStatus,
+    exit_code: i32,
+    stats: &RunStats,
+    elapsed: Duration,
+) -> String {
     use std::fmt::Write as _;
     let mut line = match status {
         TaskStatus::Completed => "completed".to_owned(),
@@ -173,7 +178,7 @@ pub fn summary(status: TaskStatus, exit_code: i32, stats: &RunStats, elapsed: Du
     line
 }
 
-pub fn plural(n: u64, noun: &str) -> String {
+pub(crate) fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {

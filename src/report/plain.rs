@@ -8,7 +8,7 @@ use crate::journal::StepStatus;
 /// Consecutive replayed steps are folded into one line, so a resume of a
 /// long task does not flood the log.
 #[derive(Default)]
-pub struct Plain {
+pub(crate) struct Plain {
     replayed: Option<(u64, u64)>,
 }
 

@@ -8,13 +8,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::{Event, Reporter, summary};
 use crate::journal::StepStatus;
 
-pub struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
     replayed: u64,
 }
 
 impl Progress {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         bar.set_style(
             ProgressStyle::with_template("{spinner:.cyan} [{elapsed_precise}] {msg}")

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 /// How a cell is drawn on a color terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tone {
+pub(crate) enum Tone {
     Plain,
     Good,
     Bad,
@@ -31,7 +31,7 @@ impl Tone {
     }
 }
 
-pub struct Column {
+pub(crate) struct Column {
     pub title: &'static str,
     /// May be cut to fit.
     pub flexible: bool,
@@ -39,7 +39,7 @@ pub struct Column {
 }
 
 impl Column {
-    pub const fn fixed(title: &'static str) -> Self {
+    pub(crate) const fn fixed(title: &'static str) -> Self {
         Self {
             title,
             flexible: false,
@@ -47,7 +47,7 @@ impl Column {
         }
     }
 
-    pub const fn number(title: &'static str) -> Self {
+    pub(crate) const fn number(title: &'static str) -> Self {
         Self {
             title,
             flexible: false,
@@ -55,7 +55,7 @@ impl Column {
         }
     }
 
-    pub const fn flexible(title: &'static str) -> Self {
+    pub(crate) const fn flexible(title: &'static str) -> Self {
         Self {
             title,
             flexible: true,
@@ -66,7 +66,7 @@ impl Column {
 
 /// Where output goes: its width and whether it takes color.
 #[derive(Clone, Copy, Debug)]
-pub struct Style {
+pub(crate) struct Style {
     pub width: usize,
     pub color: bool,
 }
@@ -74,7 +74,7 @@ pub struct Style {
 impl Style {
     /// Stdout as it is: the terminal's width (or `COLUMNS`, or 100), color
     /// on a terminal unless `NO_COLOR` is set.
-    pub fn stdout() -> Self {
+    pub(crate) fn stdout() -> Self {
         use std::io::IsTerminal as _;
         let terminal = std::io::stdout().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
@@ -85,7 +85,7 @@ impl Style {
     }
 
     /// `text` in `tone`, its own control characters escaped.
-    pub fn paint(&self, tone: Tone, text: &str) -> String {
+    pub(crate) fn paint(&self, tone: Tone, text: &str) -> String {
         let text = super::escape(text);
         if self.color && tone != Tone::Plain {
             format!("{}{text}\x1b[0m", tone.code())
@@ -116,7 +116,7 @@ fn terminal_width() -> Option<usize> {
 /// `text` cut to `width` characters, ending with `…` if cut; line breaks
 /// and tabs become spaces so a cell stays on its line, other control
 /// characters are escaped.
-pub fn fit(text: &str, width: usize) -> String {
+pub(crate) fn fit(text: &str, width: usize) -> String {
     let flat: String = text
         .chars()
         .map(|c| {
@@ -140,7 +140,7 @@ pub fn fit(text: &str, width: usize) -> String {
 }
 
 /// Renders `rows` under `columns`, each cell with its tone.
-pub fn render(style: &Style, columns: &[Column], rows: &[Vec<(String, Tone)>]) -> String {
+pub(crate) fn render(style: &Style, columns: &[Column], rows: &[Vec<(String, Tone)>]) -> String {
     const GAP: usize = 2;
     let count = columns.len();
     let mut widths: Vec<usize> = columns

@@ -64,7 +64,7 @@ const ANSWER_BOUND: usize = 16 * 1024 * 1024;
 const OUTPUT_STALL: Duration = Duration::from_secs(5);
 
 /// What the supervisor needs to know about the run.
-pub struct RunSpec<'a> {
+pub(crate) struct RunSpec<'a> {
     pub task_id: &'a str,
     pub run: u32,
     pub argv: &'a [String],
@@ -77,7 +77,7 @@ pub struct RunSpec<'a> {
 }
 
 /// How the run ended.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub status: TaskStatus,
     pub exit_code: i32,
     pub stats: RunStats,
@@ -91,7 +91,7 @@ pub struct Outcome {
 }
 
 /// The rest of the agent's prints.
-pub struct Output {
+pub(crate) struct Output {
     passthrough: Passthrough,
     /// Give up on a stdout that takes nothing for this long (a run stopped
     /// by a signal), or wait for every byte.
@@ -104,7 +104,7 @@ pub struct Output {
 impl Output {
     /// Waits until the agent's stderr went out, so that durun's closing
     /// lines come after it.
-    pub fn finish_stderr(&mut self) {
+    pub(crate) fn finish_stderr(&mut self) {
         if let Some(done) = self.stderr_done.take() {
             // A process the agent left running may hold its stderr open.
             let _ = done.recv_timeout(DRAIN_GRACE);
@@ -112,14 +112,14 @@ impl Output {
     }
 
     /// Writes what is left of the agent's prints to durun's stdout.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.finish_stderr();
         self.passthrough.finish(self.stall);
     }
 }
 
 /// Runs the agent of `spec` to its end, serving its requests.
-pub fn supervise(
+pub(crate) fn supervise(
     spec: &RunSpec<'_>,
     journal: &mut dyn Journal,
     reporter: &mut dyn Reporter,

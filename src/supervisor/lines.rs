@@ -19,7 +19,7 @@ use crate::protocol::{MAX_LINE, names_an_op, sniff_id};
 const HEAD: usize = 64 * 1024;
 
 #[derive(Debug, PartialEq)]
-pub enum Chunk {
+pub(crate) enum Chunk {
     /// A whole line without its newline; `ended` is false only for the last
     /// bytes of the stream when no newline closed them.
     Line { bytes: Vec<u8>, ended: bool },
@@ -43,7 +43,7 @@ enum Mode {
     Drop,
 }
 
-pub struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     inner: R,
     limit: usize,
     /// Whether lines that cannot be requests are handed on in pieces.
@@ -56,12 +56,12 @@ pub struct LineReader<R> {
 impl<R: Read> LineReader<BufReader<R>> {
     /// Every line whole (up to the limit): the socket, where every line
     /// must be a request.
-    pub fn new(inner: BufReader<R>) -> Self {
+    pub(crate) fn new(inner: BufReader<R>) -> Self {
         Self::with_limit(inner, MAX_LINE, false)
     }
 
     /// The agent's stdout: lines that cannot be requests stream through.
-    pub fn streaming(inner: BufReader<R>) -> Self {
+    pub(crate) fn streaming(inner: BufReader<R>) -> Self {
         Self::with_limit(inner, MAX_LINE, true)
     }
 
@@ -76,19 +76,19 @@ impl<R: Read> LineReader<BufReader<R>> {
     }
 
     /// The source the lines come from.
-    pub fn get_ref(&self) -> &R {
+    pub(crate) fn get_ref(&self) -> &R {
         self.inner.get_ref()
     }
 
     /// Bytes already read from the source and not yet returned.
-    pub fn has_buffered(&self) -> bool {
+    pub(crate) fn has_buffered(&self) -> bool {
         !self.inner.buffer().is_empty()
     }
 
     /// The next chunk, or `None` at the end of input. On a non-blocking
     /// source, `WouldBlock` keeps the part of a line read so far for the
     /// next call.
-    pub fn next_line(&mut self) -> io::Result<Option<Chunk>> {
+    pub(crate) fn next_line(&mut self) -> io::Result<Option<Chunk>> {
         loop {
             let buffer = match self.inner.fill_buf() {
                 Ok(buffer) => buffer,

@@ -16,4 +16,4 @@ mod requests;
 mod socket;
 mod stopping;
 
-pub use imp::{RunSpec, supervise};
+pub(crate) use imp::{RunSpec, supervise};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// still goes when the queue is empty.
 pub(super) const BOUND: usize = 8 * 1024 * 1024;
 
-pub struct Passthrough {
+pub(super) struct Passthrough {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -37,7 +37,7 @@ struct Queue {
 }
 
 impl Passthrough {
-    pub fn start() -> std::io::Result<Self> {
+    pub(super) fn start() -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -53,7 +53,7 @@ impl Passthrough {
     }
 
     /// Queues `piece`, or gives it back when the queue is full.
-    pub fn offer(&self, piece: Vec<u8>) -> Result<(), Vec<u8>> {
+    pub(super) fn offer(&self, piece: Vec<u8>) -> Result<(), Vec<u8>> {
         let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
         if queue.bytes > 0 && queue.bytes + piece.len() > BOUND {
             return Err(piece);
@@ -68,7 +68,7 @@ impl Passthrough {
     /// With `stall`, gives up once durun's stdout has taken nothing for
     /// that long: a run stopped by a signal does not wait forever for a
     /// reader that never reads.
-    pub fn finish(mut self, stall: Option<Duration>) {
+    pub(super) fn finish(mut self, stall: Option<Duration>) {
         if let Some(stall) = stall {
             let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
             queue.closed = true;

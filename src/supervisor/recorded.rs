@@ -19,7 +19,7 @@ pub(super) struct Recorded {
 }
 
 impl Recorded {
-    pub fn new(last: u64) -> Self {
+    pub(super) fn new(last: u64) -> Self {
         Self {
             page: VecDeque::new(),
             last,
@@ -30,7 +30,7 @@ impl Recorded {
     /// Takes the recorded step `step` out of the window, if the journal
     /// holds one. Steps are asked for in increasing order, so the steps
     /// before `step` are dropped.
-    pub fn take(
+    pub(super) fn take(
         &mut self,
         journal: &mut dyn Journal,
         task: &str,

@@ -22,7 +22,7 @@ use crate::protocol;
 const ANSWER_BOUND: usize = 4 * 1024 * 1024;
 
 /// The socket's directory, removed when the run ends.
-pub struct SocketDir {
+pub(super) struct SocketDir {
     dir: PathBuf,
     pub path: PathBuf,
 }

@@ -31,7 +31,7 @@ enum Kill {
     Sigterm,
 }
 
-pub fn tools_toml() -> String {
+pub(crate) fn tools_toml() -> String {
     let agents = agents_dir();
     format!(
         r#"

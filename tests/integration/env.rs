@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub struct TestEnv {
+pub(crate) struct TestEnv {
     pub dir: tempfile::TempDir,
     pub journal: PathBuf,
     /// With `DURUN_TEST_POSTGRES` set, the journal is this URL: a schema of
@@ -17,7 +17,7 @@ pub struct TestEnv {
 }
 
 /// A schema for one test on the server in `DURUN_TEST_POSTGRES`.
-pub struct Postgres {
+pub(crate) struct Postgres {
     base: String,
     schema: String,
     pub url: String,
@@ -65,7 +65,7 @@ impl Drop for Postgres {
 }
 
 impl TestEnv {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let journal = dir.path().join("state/journal.db");
         Self {
@@ -76,23 +76,23 @@ impl TestEnv {
         }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, contents: &str) -> PathBuf {
         let path = self.path(name);
         std::fs::write(&path, contents).expect("write test file");
         path
     }
 
     /// Sets a variable for every durun this environment starts.
-    pub fn set(&mut self, name: &str, value: impl Into<String>) {
+    pub(crate) fn set(&mut self, name: &str, value: impl Into<String>) {
         self.vars.push((name.to_owned(), value.into()));
     }
 
     /// durun with a clean environment, started in the test directory.
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut command = Command::new(assert_cmd::cargo::cargo_bin("durun"));
         command
             .env_clear()
@@ -112,12 +112,12 @@ impl TestEnv {
         command
     }
 
-    pub fn durun(&self, args: &[&str]) -> Output {
+    pub(crate) fn durun(&self, args: &[&str]) -> Output {
         self.command().args(args).output().expect("run durun")
     }
 
     /// Starts durun in the background; its stdout and stderr go to files.
-    pub fn spawn(&self, args: &[&str], log: &str) -> Child {
+    pub(crate) fn spawn(&self, args: &[&str], log: &str) -> Child {
         let stdout = std::fs::File::create(self.path(&format!("{log}.out"))).expect("log file");
         let stderr = std::fs::File::create(self.path(&format!("{log}.err"))).expect("log file");
         self.command()
@@ -130,7 +130,7 @@ impl TestEnv {
 
     /// Like [`TestEnv::spawn`], as a runner on host `host`
     /// (`DURUN_HOST_ID`).
-    pub fn spawn_on(&self, host: &str, args: &[&str], log: &str) -> Child {
+    pub(crate) fn spawn_on(&self, host: &str, args: &[&str], log: &str) -> Child {
         let stdout = std::fs::File::create(self.path(&format!("{log}.out"))).expect("log file");
         let stderr = std::fs::File::create(self.path(&format!("{log}.err"))).expect("log file");
         self.command()
@@ -142,11 +142,11 @@ impl TestEnv {
             .expect("spawn durun")
     }
 
-    pub fn log(&self, log: &str) -> String {
+    pub(crate) fn log(&self, log: &str) -> String {
         std::fs::read_to_string(self.path(&format!("{log}.err"))).unwrap_or_default()
     }
 
-    pub fn inspect(&self, task: &str) -> Value {
+    pub(crate) fn inspect(&self, task: &str) -> Value {
         let output = self.durun(&["inspect", task, "--json"]);
         assert!(
             output.status.success(),
@@ -159,7 +159,7 @@ impl TestEnv {
     /// Runs `probe.py` as task `task` (a second call resumes it): it sends
     /// each `{"send": LINE, "answer": bool}` of `script` and logs durun's
     /// answers, which come back with durun's output.
-    pub fn probe(&self, task: &str, script: &Value) -> (Output, Vec<Value>) {
+    pub(crate) fn probe(&self, task: &str, script: &Value) -> (Output, Vec<Value>) {
         let script_path = self.write(&format!("{task}.json"), &script.to_string());
         let answers = self.path(&format!("{task}.answers"));
         let _ = std::fs::remove_file(&answers);
@@ -175,7 +175,7 @@ impl TestEnv {
     }
 
     /// Writes a plan for `scripted.py` and returns the agent's argv.
-    pub fn scripted_agent(&self, name: &str, plan: &Value) -> Vec<String> {
+    pub(crate) fn scripted_agent(&self, name: &str, plan: &Value) -> Vec<String> {
         let path = self.write(name, &plan.to_string());
         vec![
             "python3".to_owned(),
@@ -190,7 +190,7 @@ impl TestEnv {
 
 impl TestEnv {
     /// Runs SQL on the journal file directly (to age a step, say).
-    pub fn sql(&self, sql: &str) {
+    pub(crate) fn sql(&self, sql: &str) {
         if let Some(pg) = &self.postgres {
             pg.client().batch_execute(sql).expect("SQL on the journal");
             return;
@@ -201,7 +201,7 @@ impl TestEnv {
 
     /// Asserts that the journal is intact: SQLite's integrity check, or on
     /// PostgreSQL that no step number has two live rows.
-    pub fn assert_journal_intact(&self) {
+    pub(crate) fn assert_journal_intact(&self) {
         if let Some(pg) = &self.postgres {
             let mut client = pg.client();
             let created: bool = client
@@ -245,7 +245,7 @@ impl Drop for TestEnv {
 }
 
 /// The Python SDK, for PYTHONPATH.
-pub fn sdk_path() -> String {
+pub(crate) fn sdk_path() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("sdk/python")
         .to_string_lossy()
@@ -253,7 +253,7 @@ pub fn sdk_path() -> String {
 }
 
 /// PATH with the durun under test first, for scripts that call `durun`.
-pub fn path_with_durun() -> String {
+pub(crate) fn path_with_durun() -> String {
     let bin = assert_cmd::cargo::cargo_bin("durun");
     format!(
         "{}:{}",
@@ -262,12 +262,12 @@ pub fn path_with_durun() -> String {
     )
 }
 
-pub fn agents_dir() -> PathBuf {
+pub(crate) fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }
 
 /// A file of JSON lines, one value each; a missing file holds none.
-pub fn read_json_lines(path: &Path) -> Vec<Value> {
+pub(crate) fn read_json_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -275,12 +275,12 @@ pub fn read_json_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Polls `ready` until it holds; panics with `what` after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ready() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -289,7 +289,7 @@ pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) 
 }
 
 /// Waits for `child` to exit; panics after `timeout`.
-pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -304,7 +304,7 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStat
 }
 
 /// Reads a pid that a process wrote to `path`.
-pub fn read_pid(path: &Path) -> i32 {
+pub(crate) fn read_pid(path: &Path) -> i32 {
     wait_for(
         &format!("pid file {}", path.display()),
         Duration::from_secs(30),
@@ -317,7 +317,7 @@ pub fn read_pid(path: &Path) -> i32 {
         .expect("a pid")
 }
 
-pub fn process_gone(pid: i32) -> bool {
+pub(crate) fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         // A zombie has exited; only its parent's wait is missing.
@@ -328,7 +328,7 @@ pub fn process_gone(pid: i32) -> bool {
     }
 }
 
-pub fn signal(pid: i32, signal: i32) {
+pub(crate) fn signal(pid: i32, signal: i32) {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe {
         libc::kill(pid, signal);

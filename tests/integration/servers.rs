@@ -52,13 +52,13 @@ struct LlmState {
     seed: u64,
 }
 
-pub struct FakeLlm {
+pub(crate) struct FakeLlm {
     pub url: String,
     state: Arc<Mutex<LlmState>>,
 }
 
 impl FakeLlm {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let state = Arc::new(Mutex::new(LlmState {
             answers: Vec::new(),
             seed: std::time::SystemTime::now()
@@ -89,18 +89,18 @@ impl FakeLlm {
         Self { url, state }
     }
 
-    pub fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.state.lock().expect("llm state").answers.len()
     }
 
-    pub fn answers(&self) -> Vec<String> {
+    pub(crate) fn answers(&self) -> Vec<String> {
         self.state.lock().expect("llm state").answers.clone()
     }
 }
 
 /// One request as the API saw it.
 #[derive(Clone, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// `Durun-Run`: the run of the agent or tool that sent it.
     pub run: Option<u32>,
     pub at: std::time::SystemTime,
@@ -120,13 +120,13 @@ struct ApiState {
     released: bool,
 }
 
-pub struct FakeApi {
+pub(crate) struct FakeApi {
     pub url: String,
     state: Arc<(Mutex<ApiState>, Condvar)>,
 }
 
 impl FakeApi {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let state = Arc::new((Mutex::new(ApiState::default()), Condvar::new()));
         let shared = Arc::clone(&state);
         let url = serve(move |_, headers, body| {
@@ -172,7 +172,7 @@ impl FakeApi {
     /// Starts `durun run --task TASK -- AGENT…` and returns once the
     /// agent's next resource-creating request is held here: the step is in
     /// flight, its effect done, its answer not yet given.
-    pub fn spawn_until_held(
+    pub(crate) fn spawn_until_held(
         &self,
         env: &crate::env::TestEnv,
         task: &str,
@@ -187,12 +187,12 @@ impl FakeApi {
     }
 
     /// Holds back the answer to the next request that creates a resource.
-    pub fn hold_next_create(&self) {
+    pub(crate) fn hold_next_create(&self) {
         self.state.0.lock().expect("api state").hold_next_create = true;
     }
 
     /// Waits until a held request has arrived (and created its resource).
-    pub fn wait_held(&self) {
+    pub(crate) fn wait_held(&self) {
         let (lock, changed) = &*self.state;
         let state = lock.lock().expect("api state");
         let (state, timeout) = changed
@@ -204,22 +204,22 @@ impl FakeApi {
         );
     }
 
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         let (lock, changed) = &*self.state;
         lock.lock().expect("api state").released = true;
         changed.notify_all();
     }
 
-    pub fn resources(&self) -> usize {
+    pub(crate) fn resources(&self) -> usize {
         self.state.0.lock().expect("api state").resources
     }
 
-    pub fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         self.state.0.lock().expect("api state").keys.clone()
     }
 
     /// Every request, reads included, in arrival order.
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.state.0.lock().expect("api state").seen.clone()
     }
 }

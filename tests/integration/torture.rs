@@ -19,7 +19,7 @@ use crate::servers::FakeApi;
 
 const STEPS: usize = 32;
 
-pub fn plan() -> Value {
+pub(crate) fn plan() -> Value {
     let steps: Vec<Value> = (0..STEPS)
         .map(|i| match i % 8 {
             0 | 4 => json!({"begin": format!("api.b{i}"), "effect": "mutate", "args": {"title": format!("b{i}")}, "do": {"api": true}}),
@@ -40,7 +40,7 @@ pub fn plan() -> Value {
 /// The outputs without what differs between a first try and a retry (the
 /// API says whether it created the resource or found it by key) or between
 /// runs (parallel creates take resource ids in either order).
-pub fn normalized(output: &Value) -> Value {
+pub(crate) fn normalized(output: &Value) -> Value {
     let mut output = output.clone();
     if let Some(outputs) = output["outputs"].as_array_mut() {
         for item in outputs {
@@ -55,7 +55,7 @@ pub fn normalized(output: &Value) -> Value {
 
 /// Resources the plan creates: two `api` begins, one create call and two
 /// parallel creates in every eight steps.
-pub const MUTATE_STEPS: usize = STEPS / 8 * 5;
+pub(crate) const MUTATE_STEPS: usize = STEPS / 8 * 5;
 
 fn environment(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
@@ -83,10 +83,10 @@ fn agent_args(env: &TestEnv) -> Vec<String> {
 }
 
 /// xorshift64*, seeded: the kill schedule of a failing round reproduces.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -94,7 +94,7 @@ impl Rng {
     }
 }
 
-pub fn reference_output() -> Value {
+pub(crate) fn reference_output() -> Value {
     let api = FakeApi::start();
     let env = environment(&api);
     let mut args = vec![

@@ -25,7 +25,7 @@ use json::{StepOut, step_json, task_out, task_summary_json};
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;
 
-pub fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
+pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     let location = settings.location()?;
     let now = settings.now();
     let missing = !location.exists()?;

@@ -32,7 +32,7 @@ use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
 use crate::settings::Settings;
 
-pub struct PostgresJournal {
+pub(crate) struct PostgresJournal {
     client: Client,
     /// How old another host's heartbeat may be before its lease is taken.
     stale: Duration,
@@ -47,7 +47,7 @@ fn channel(task: &str) -> String {
 
 /// What the server said, for messages: `postgres::Error` prints only its
 /// kind ("db error"), the reason is in its source.
-pub fn reason(err: &postgres::Error) -> String {
+pub(crate) fn reason(err: &postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => db.message().to_owned(),
         None => {
@@ -65,7 +65,7 @@ pub fn reason(err: &postgres::Error) -> String {
 
 /// How a PostgreSQL URL is named in messages: host, port and database,
 /// never the user or password.
-pub fn describe(url: &str) -> String {
+pub(crate) fn describe(url: &str) -> String {
     match url.parse::<postgres::Config>() {
         Ok(config) => {
             let host = match config.get_hosts().first() {
@@ -85,7 +85,7 @@ pub fn describe(url: &str) -> String {
 }
 
 impl PostgresJournal {
-    pub fn open(url: &str, write: bool, settings: &Settings) -> Result<Self> {
+    pub(crate) fn open(url: &str, write: bool, settings: &Settings) -> Result<Self> {
         let config: postgres::Config = url.parse().map_err(|err| {
             Failure::config(format!("the journal URL is not a PostgreSQL URL: {err}"))
                 .hint("postgres://USER@HOST:PORT/DATABASE, e.g. postgres://postgres@127.0.0.1/test")

@@ -18,7 +18,7 @@ use crate::journal::Access;
 use crate::os;
 use crate::settings::Settings;
 
-pub struct SqliteJournal {
+pub(crate) struct SqliteJournal {
     pub(super) conn: Connection,
     path: PathBuf,
     /// The journal file's device and inode when it was opened for writing:
@@ -43,7 +43,7 @@ enum Owner {
 }
 
 impl SqliteJournal {
-    pub fn open(path: &Path, access: Access, settings: &Settings) -> Result<Self> {
+    pub(crate) fn open(path: &Path, access: Access, settings: &Settings) -> Result<Self> {
         let exists = regular_file(path)?;
         let conn = match access {
             Access::Write => {
@@ -156,7 +156,7 @@ impl SqliteJournal {
     }
 
     #[cfg(test)]
-    pub fn in_memory() -> Self {
+    pub(crate) fn in_memory() -> Self {
         let mut journal = Self {
             conn: Connection::open_in_memory().expect("in-memory SQLite"),
             path: PathBuf::from(":memory:"),

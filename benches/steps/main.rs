@@ -1,0 +1,212 @@
+//! What a durable step costs in durun, next to the disk's floor (one SQLite
+//! WAL commit) and next to DBOS and LangGraph, on this machine, in one run.
+//!
+//!     cargo bench --bench steps
+//!
+//! Prints a Markdown table (the one in docs/performance.md) to stdout and
+//! progress to stderr. Settings are interleaved round by round, so a slow
+//! minute of the disk hits every row alike. The agent is this same binary,
+//! started by durun with `DURUN_BENCH_AGENT` set: a real process on the
+//! real protocol, whose own cost per step is a few microseconds.
+//!
+//! Environment:
+//! - `DURUN_BENCH_ROUNDS` (5): samples per row; the table shows medians.
+//! - `DURUN_BENCH_STEPS` (1000): steps per sample of the per-step rows.
+//! - `DURUN_BENCH_REPLAY` (10000,100000): task sizes for the replay rows.
+//! - `DURUN_PEERS` (../shared/peers): the DBOS and LangGraph scripts; their
+//!   virtualenv is made under `PEERS_WORK` (/tmp/durun-peers) on first use.
+//!   `DURUN_BENCH_PEERS=0` leaves the peers out.
+
+#[path = "../common.rs"]
+mod common;
+
+mod agent;
+mod machine;
+mod peers;
+mod replay;
+mod report;
+mod scratch;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use machine::{echo, fsyncs_per_step, pipe_round_trip, spawn_true};
+use peers::Peers;
+use replay::{ReplayRow, crash_recovery};
+use report::{Table, print_table};
+use scratch::{Scratch, floor, us_per_step};
+
+fn main() {
+    if let Ok(mode) = std::env::var("DURUN_BENCH_AGENT") {
+        if mode == "echo" {
+            echo();
+        } else {
+            agent::main(&mode);
+        }
+        return;
+    }
+    orchestrate();
+}
+
+/// The middle sample; NaN for none.
+fn median(samples: Vec<f64>) -> f64 {
+    common::median(samples).unwrap_or(f64::NAN)
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos()
+}
+
+/// The step's own work, the same as the peers': one line appended to a
+/// side-effect file, and a small JSON document as its output.
+fn step_body(counter: &mut File, i: u64) -> String {
+    writeln!(counter, "{} {i}", std::process::id()).expect("write the counter file");
+    format!("{{\"i\":{i},\"payload\":\"{}\"}}", "x".repeat(100))
+}
+
+fn orchestrate() {
+    let rounds: usize = env_or("DURUN_BENCH_ROUNDS", 5);
+    let steps: u64 = env_or("DURUN_BENCH_STEPS", 1000);
+    let replay_sizes: Vec<u64> = std::env::var("DURUN_BENCH_REPLAY")
+        .unwrap_or_else(|_| "10000,100000".into())
+        .split(',')
+        .filter_map(|size| size.trim().parse().ok())
+        .collect();
+    let root = tempfile::Builder::new()
+        .prefix("durun-bench-")
+        .tempdir_in(std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from))
+        .expect("temp dir");
+    let root = root.path();
+    let peers = Peers::find();
+    let mut table = Table::default();
+
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    eprintln!("durun bench: {rounds} rounds of {steps} steps");
+    for round in 1..=rounds {
+        eprintln!("round {round}/{rounds}");
+        if cores >= 2 {
+            table.add("pipe round trip one core", pipe_round_trip(2000, false));
+            table.add("pipe round trip two cores", pipe_round_trip(2000, true));
+        }
+        for sync in ["full", "normal"] {
+            table.add(
+                &format!("floor 1 commit {sync}"),
+                floor(root, 1, sync, steps),
+            );
+            table.add(
+                &format!("floor 2 commits {sync}"),
+                floor(root, 2, sync, steps),
+            );
+            for (mode, pinned) in [
+                ("read", false),
+                ("mutate", false),
+                ("read", true),
+                ("mutate", true),
+            ] {
+                let scratch = Scratch::new(root, mode, sync);
+                let mut env = vec![("DURUN_BENCH_STEPS", steps.to_string())];
+                let pin = if pinned { " one core" } else { "" };
+                if pinned {
+                    env.push(("DURUN_BENCH_PIN", "0".into()));
+                }
+                let (report, _, ok) = scratch.agent(&["run", "--task", "bench"], mode, &env);
+                assert_eq!(ok, Some(0), "durun run failed");
+                table.add(
+                    &format!("durun {mode} {sync}{pin}"),
+                    us_per_step(&report, steps),
+                );
+            }
+        }
+        // Tool calls: each one starts a process, so fewer steps.
+        let calls = (steps / 4).max(8);
+        table.add("spawn true", spawn_true(calls));
+        for (mode, parallel) in [
+            ("call", 1),
+            ("call", 8),
+            ("call_mutate", 1),
+            ("call_mutate", 8),
+        ] {
+            let scratch = Scratch::new(root, mode, "full");
+            let (report, _, ok) = scratch.agent(
+                &["run", "--task", "bench"],
+                mode,
+                &[
+                    ("DURUN_BENCH_STEPS", calls.to_string()),
+                    ("DURUN_BENCH_PARALLEL", parallel.to_string()),
+                ],
+            );
+            assert_eq!(ok, Some(0), "durun run failed");
+            table.add(
+                &format!("durun {mode} x{parallel} full"),
+                us_per_step(&report, calls),
+            );
+        }
+        if let Some(peers) = &peers {
+            peers.first_runs(root, steps, &mut table);
+        }
+    }
+
+    eprintln!("syncs per step (strace)");
+    let syncs: Vec<(&str, Option<f64>)> = [
+        ("`read` step (begin/commit)", "read", 1),
+        ("`mutate` step (begin/commit)", "mutate", 1),
+        ("`call`, `mutate` tool, one at a time", "call_mutate", 1),
+        ("`call`, `mutate` tool, 8 at once", "call_mutate", 8),
+    ]
+    .into_iter()
+    .map(|(name, mode, parallel)| (name, fsyncs_per_step(root, mode, parallel)))
+    .collect();
+
+    eprintln!("start-up of `durun run -- true`");
+    let scratch = Scratch::new(root, "startup", "full");
+    let mut startup = Vec::new();
+    for _ in 0..21 {
+        let started = Instant::now();
+        let status = scratch
+            .durun()
+            .args(["-q", "run", "--", "true"])
+            .stderr(Stdio::null())
+            .status()
+            .expect("durun");
+        assert!(status.success());
+        startup.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    // The first run made the journal; the rest show a run on a journal
+    // that exists.
+    startup.remove(0);
+    let startup_ms = median(startup);
+
+    let mut replay_rows = Vec::new();
+    // 1,000 steps always: the target for the time to the first new step.
+    for &size in std::iter::once(&1000).chain(replay_sizes.iter().filter(|&&size| size != 1000)) {
+        eprintln!("replay of {size} steps");
+        replay_rows.push(replay::replay(root, size, rounds.min(3)));
+    }
+    let crash = crash_recovery(root);
+    let peer_crash = peers.as_ref().map(|peers| peers.crash(root));
+
+    print_table(
+        &table,
+        &syncs,
+        steps,
+        startup_ms,
+        &replay_rows,
+        crash,
+        peer_crash.as_ref(),
+    );
+}

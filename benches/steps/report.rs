@@ -1,0 +1,196 @@
+//! The rows of the table, and the Markdown printed at the end.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use crate::ReplayRow;
+use crate::median;
+use crate::peers::PeerCrash;
+
+/// Rows of the table, in the order they were first sampled.
+#[derive(Default)]
+pub(crate) struct Table {
+    pub(crate) rows: Vec<(String, Vec<f64>)>,
+}
+
+impl Table {
+    pub(crate) fn add(&mut self, name: &str, value: f64) {
+        match self.rows.iter_mut().find(|(row, _)| row == name) {
+            Some((_, samples)) => samples.push(value),
+            None => self.rows.push((name.to_owned(), vec![value])),
+        }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|(row, _)| row == name)
+            .map(|(_, samples)| median(samples.clone()))
+    }
+}
+
+pub(crate) fn print_table(
+    table: &Table,
+    syncs: &[(&str, Option<f64>)],
+    steps: u64,
+    startup_ms: f64,
+    replay: &[ReplayRow],
+    crash_s: f64,
+    peer_crash: Option<&Vec<PeerCrash>>,
+) {
+    let mut out = String::new();
+    let ratio = |row: &str, floor: &str| match (table.get(row), table.get(floor)) {
+        (Some(value), Some(floor)) => format!(
+            "{value:.0} µs | {:.2}× | {:+.0} µs",
+            value / floor,
+            value - floor
+        ),
+        _ => "- | - | -".into(),
+    };
+    let _ = writeln!(
+        out,
+        "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n"
+    );
+    let _ = writeln!(out, "| what | sync | per step | × floor | over floor |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for (row, cores) in [
+        ("pipe round trip one core", "both on one core"),
+        ("pipe round trip two cores", "each on its own core"),
+    ] {
+        if let Some(trip) = table.get(row) {
+            let _ = writeln!(
+                out,
+                "| a line to another process and back, {cores} (a `begin`/`commit` step makes two) | - | {trip:.0} µs | - | - |"
+            );
+        }
+    }
+    for sync in ["full", "normal"] {
+        let one = format!("floor 1 commit {sync}");
+        let two = format!("floor 2 commits {sync}");
+        for (row, name, floor) in [
+            (one.clone(), "SQLite floor, 1 commit", one.clone()),
+            (two.clone(), "SQLite floor, 2 commits", two.clone()),
+            (
+                format!("durun read {sync}"),
+                "durun `read` step (begin/commit)",
+                one.clone(),
+            ),
+            (
+                format!("durun mutate {sync}"),
+                "durun `mutate` step (begin/commit)",
+                two.clone(),
+            ),
+            (
+                format!("durun read {sync} one core"),
+                "durun `read` step, durun and agent on one core",
+                one.clone(),
+            ),
+            (
+                format!("durun mutate {sync} one core"),
+                "durun `mutate` step, durun and agent on one core",
+                two.clone(),
+            ),
+            (format!("DBOS {sync}"), "DBOS step (WAL)", one.clone()),
+            (
+                format!("LangGraph {sync}"),
+                "LangGraph task (functional, sync)",
+                one.clone(),
+            ),
+        ] {
+            if table.get(&row).is_some() {
+                let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(&row, &floor));
+            }
+        }
+    }
+    if let Some(spawn) = table.get("spawn true") {
+        let _ = writeln!(
+            out,
+            "| start the command `true` and wait for it (no durun) | - | {spawn:.0} µs | - | - |"
+        );
+    }
+    for (row, name, floor) in [
+        (
+            "durun call x1 full",
+            "durun `call`, `read` tool `true`, one at a time",
+            "floor 1 commit full",
+        ),
+        (
+            "durun call x8 full",
+            "durun `call`, `read` tool `true`, 8 at once",
+            "floor 1 commit full",
+        ),
+        (
+            "durun call_mutate x1 full",
+            "durun `call`, `mutate` tool `true`, one at a time",
+            "floor 2 commits full",
+        ),
+        (
+            "durun call_mutate x8 full",
+            "durun `call`, `mutate` tool `true`, 8 at once",
+            "floor 2 commits full",
+        ),
+    ] {
+        let _ = writeln!(out, "| {name} | full | {} |", ratio(row, floor));
+    }
+    if syncs.iter().any(|(_, count)| count.is_some()) {
+        let _ = writeln!(
+            out,
+            "\nSyncs to disk per step (`sync = \"full\"`), counted with strace; exact, not timed.\n"
+        );
+        let _ = writeln!(out, "| durun | fsyncs per step |");
+        let _ = writeln!(out, "|---|---|");
+        for (name, count) in syncs {
+            if let Some(count) = count {
+                let _ = writeln!(out, "| {name} | {count:.2} |");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for row in replay {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} µs | {:.1} ms | {:.1} MiB | {:.1} MiB | {:.0} B |",
+            row.steps,
+            row.us_per_step,
+            row.first_new_ms,
+            row.peak_kib_first_run as f64 / 1024.0,
+            row.peak_kib_resume as f64 / 1024.0,
+            row.bytes_per_step,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 20).\n"
+    );
+    let _ = writeln!(
+        out,
+        "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n"
+    );
+    let _ = writeln!(out, "| who | to first step | finished steps run again |");
+    let _ = writeln!(out, "|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| durun (`durun resume`, from its start) | {crash_s:.3} s | 0 |"
+    );
+    for PeerCrash {
+        name,
+        seconds,
+        rerun,
+    } in peer_crash.into_iter().flatten()
+    {
+        let _ = writeln!(
+            out,
+            "| {name} (from after the interpreter's start) | {seconds:.3} s | {rerun} |"
+        );
+    }
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+}
