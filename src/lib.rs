@@ -13,14 +13,14 @@ mod journal;
 mod json_text;
 mod lease;
 mod os;
-#[cfg(test)]
-mod properties;
 mod protocol;
 mod report;
 mod settings;
 mod step_key;
 mod supervisor;
 mod task;
+#[cfg(test)]
+mod test_helpers;
 
 use std::ffi::OsString;
 
@@ -82,8 +82,8 @@ where
         Command::Resolve(args) => commands::resolve::exec(&args, &settings),
         Command::Cancel(args) => commands::cancel::exec(&args, &settings),
         Command::Gc(args) => commands::gc::exec(&args, &settings),
-        Command::Step(args) => commands::step::exec(&args),
-        Command::Call(args) => commands::step::call(&args),
+        Command::Step(args) => commands::step::exec(&args, &settings),
+        Command::Call(args) => commands::step::call(&args, &settings),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };

@@ -64,6 +64,14 @@ pub(crate) struct Settings {
     fixed_now: Option<SystemTime>,
     /// `USER` (or `LOGNAME`): who the operator is, for the record.
     user: Option<String>,
+    /// `NO_COLOR` set and not empty.
+    pub(crate) no_color: bool,
+    /// `COLUMNS`: the width of tables when stdout is not a terminal.
+    pub(crate) columns: Option<usize>,
+    /// `XDG_RUNTIME_DIR`: where a run's socket directory goes.
+    pub(crate) runtime_dir: Option<PathBuf>,
+    /// `DURUN_SOCKET`: the running durun, for `durun step` and `durun call`.
+    pub(crate) socket: Option<PathBuf>,
 }
 
 impl Settings {
@@ -95,6 +103,10 @@ impl Settings {
             busy_timeout: millis("DURUN_BUSY_TIMEOUT_MS").unwrap_or(BUSY_TIMEOUT),
             fixed_now: var("DURUN_TEST_NOW").and_then(|text| humantime::parse_rfc3339(&text).ok()),
             user: var("USER").or_else(|| var("LOGNAME")),
+            no_color: var("NO_COLOR").is_some(),
+            columns: var("COLUMNS").and_then(|text| text.parse().ok()),
+            runtime_dir: var("XDG_RUNTIME_DIR").map(PathBuf::from),
+            socket: var("DURUN_SOCKET").map(PathBuf::from),
         }
     }
 

@@ -377,3 +377,41 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The canonical text is stable for any value.
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::canonical_json;
+    use crate::test_helpers::json_value;
+
+    proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The canonical text is stable: printing what it reads back gives the
+        /// same text, and the order of object members does not matter.
+        #[test]
+        fn canonical_json_is_stable_and_order_free(value in json_value()) {
+            let canonical = canonical_json(&value).expect("generated values have short integers");
+            let reread: Value = serde_json::from_str(&canonical).expect("canonical text is JSON");
+            prop_assert_eq!(canonical_json(&reread).expect("canonical"), canonical.clone());
+            prop_assert!(canonical.is_ascii());
+            if let Value::Object(map) = &value {
+                let reversed: Map<String, Value> = map.iter().rev().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let mut text = String::from("{");
+                for (i, (k, v)) in reversed.iter().enumerate() {
+                    if i > 0 { text.push(','); }
+                    text.push_str(&serde_json::to_string(k).expect("key"));
+                    text.push(':');
+                    text.push_str(&v.to_string());
+                }
+                text.push('}');
+                let shuffled: Value = serde_json::from_str(&text).expect("JSON");
+                prop_assert_eq!(canonical_json(&shuffled).expect("canonical"), canonical);
+            }
+        }
+
+    }
+}

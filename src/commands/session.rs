@@ -50,6 +50,7 @@ pub(super) fn drive(
         tools: &config.tools,
         leased_at,
         lease: settings.lease,
+        runtime_dir: settings.runtime_dir.clone(),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{CallArgs, StepArgs};
 use crate::error::Failure;
 use crate::exit_code;
+use crate::settings::Settings;
 
 /// The most stdout a step records; more still passes through.
 const RECORD_LIMIT: usize = 32 * 1024 * 1024;
@@ -23,16 +24,16 @@ struct Client {
 }
 
 impl Client {
-    fn connect() -> Result<Option<Self>> {
-        let Some(path) = std::env::var_os("DURUN_SOCKET").filter(|path| !path.is_empty()) else {
+    fn connect(settings: &Settings) -> Result<Option<Self>> {
+        let Some(path) = &settings.socket else {
             return Ok(None);
         };
-        let stream = UnixStream::connect(&path).map_err(|err| {
+        let stream = UnixStream::connect(path).map_err(|err| {
             Failure::new(
                 exit_code::JOURNAL,
                 format!(
                     "cannot reach the running durun at {}: {err}",
-                    std::path::Path::new(&path).display()
+                    path.display()
                 ),
             )
             .hint("durun step and durun call work inside the `durun run` that started this script")
@@ -87,7 +88,7 @@ fn error_message(answer: &Value) -> String {
     )
 }
 
-pub(crate) fn exec(args: &StepArgs) -> Result<i32> {
+pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
     let mut step_args = Map::new();
     step_args.insert("argv".to_owned(), json!(args.command));
     if let Some(text) = &args.args {
@@ -105,7 +106,7 @@ pub(crate) fn exec(args: &StepArgs) -> Result<i32> {
             }
         }
     }
-    let Some(mut client) = Client::connect()? else {
+    let Some(mut client) = Client::connect(settings)? else {
         // Outside a run the script works as if durun were not there.
         return Ok(run_plain(&args.command));
     };
@@ -249,7 +250,7 @@ fn run_plain(argv: &[String]) -> i32 {
     }
 }
 
-pub(crate) fn call(args: &CallArgs) -> Result<i32> {
+pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
     let tool_args: Value = match &args.args {
         None => json!({}),
         Some(text) => serde_json::from_str(text).map_err(|err| {
@@ -257,7 +258,7 @@ pub(crate) fn call(args: &CallArgs) -> Result<i32> {
                 .hint("for example --args '{\"title\": \"Fix typo\"}'")
         })?,
     };
-    let Some(mut client) = Client::connect()? else {
+    let Some(mut client) = Client::connect(settings)? else {
         return Err(
             Failure::config(format!("durun call {} needs a running durun", args.tool))
                 .hint("run the script with `durun run -- …`; DURUN_SOCKET is not set")

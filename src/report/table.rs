@@ -74,13 +74,12 @@ pub(crate) struct Style {
 impl Style {
     /// Stdout as it is: the terminal's width (or `COLUMNS`, or 100), color
     /// on a terminal unless `NO_COLOR` is set.
-    pub(crate) fn stdout() -> Self {
+    pub(crate) fn stdout(settings: &crate::settings::Settings) -> Self {
         use std::io::IsTerminal as _;
         let terminal = std::io::stdout().is_terminal();
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
         Self {
-            width: terminal_width().unwrap_or(100),
-            color: terminal && !no_color,
+            width: settings.columns.or_else(terminal_width).unwrap_or(100),
+            color: terminal && !settings.no_color,
         }
     }
 
@@ -95,13 +94,8 @@ impl Style {
     }
 }
 
+/// The terminal's width, if stdout is one.
 fn terminal_width() -> Option<usize> {
-    if let Some(columns) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|text| text.parse().ok())
-    {
-        return Some(columns);
-    }
     let mut size = libc::winsize {
         ws_row: 0,
         ws_col: 0,

@@ -74,6 +74,8 @@ pub(crate) struct RunSpec<'a> {
     /// first heartbeat.
     pub leased_at: Duration,
     pub lease: LeaseTimes,
+    /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
+    pub runtime_dir: Option<std::path::PathBuf>,
 }
 
 /// How the run ended.
@@ -138,7 +140,7 @@ pub(crate) fn supervise(
     let signals_handle = signals.handle();
     super::child::spawn_signal_thread(signals, events_tx.clone());
 
-    let socket = super::socket::listen(events_tx.clone())
+    let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let copier = reporter.stderr_copier();
     let mut child = match super::child::spawn_agent(spec, &socket.path, copier.is_some()) {

@@ -277,3 +277,122 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The line reader loses nothing, however its input is chunked.
+    use proptest::prelude::*;
+
+    proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Lines come out as they went in, however the input is chunked; an
+        /// oversized one comes out as one refusal.
+        #[test]
+        fn the_line_reader_splits_like_split(
+            lines in prop::collection::vec("[^\n]{0,40}", 0..12),
+            capacity in 1usize..64,
+        ) {
+            use std::io::BufReader;
+            use super::{Chunk, LineReader};
+            let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+            let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30, false);
+            let mut got = Vec::new();
+            while let Some(chunk) = reader.next_line().expect("in memory") {
+                got.push(match chunk {
+                    Chunk::Line { bytes, ended } => {
+                        prop_assert!(ended);
+                        Some(String::from_utf8(bytes).expect("utf-8 in, utf-8 out"))
+                    }
+                    Chunk::Oversized { .. } => None,
+                    Chunk::Text(_) => panic!("only the agent's stdout streams"),
+                });
+            }
+            let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        /// On a non-blocking source that runs dry anywhere (mid-line, inside an
+        /// oversized line), a `WouldBlock` loses nothing: reading on gives the
+        /// same lines as a blocking source.
+        #[test]
+        fn the_line_reader_resumes_after_would_block(
+            lines in prop::collection::vec("[^\n]{0,40}", 0..12),
+            capacity in 1usize..64,
+            pieces in prop::collection::vec(1usize..20, 1..8),
+        ) {
+            use std::io::{BufReader, ErrorKind, Read};
+            use super::{Chunk, LineReader};
+            /// Gives a few bytes at a time and runs dry between them.
+            struct Stutter<'a> {
+                input: &'a [u8],
+                pieces: Vec<usize>,
+                turn: usize,
+            }
+            impl Read for Stutter<'_> {
+                fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                    self.turn += 1;
+                    if self.turn.is_multiple_of(2) && !self.input.is_empty() {
+                        return Err(ErrorKind::WouldBlock.into());
+                    }
+                    let n = self.pieces[self.turn % self.pieces.len()]
+                        .min(buf.len())
+                        .min(self.input.len());
+                    buf[..n].copy_from_slice(&self.input[..n]);
+                    self.input = &self.input[n..];
+                    Ok(n)
+                }
+            }
+            let input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+            let source = Stutter { input: input.as_bytes(), pieces, turn: 0 };
+            let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, source), 30, false);
+            let mut got = Vec::new();
+            loop {
+                match reader.next_line() {
+                    Ok(Some(Chunk::Line { bytes, .. })) => got.push(Some(String::from_utf8(bytes).expect("utf-8 in, utf-8 out"))),
+                    Ok(Some(Chunk::Oversized { .. })) => got.push(None),
+                    Ok(Some(Chunk::Text(_))) => panic!("only the agent's stdout streams"),
+                    Ok(None) => break,
+                    Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+                    Err(err) => panic!("{err}"),
+                }
+            }
+            let expected: Vec<Option<String>> = lines.iter().map(|l| (l.len() <= 30).then(|| l.clone())).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        /// On the agent's stdout nothing is lost: whatever the lines and their
+        /// chunking, the pieces handed on plus the lines held whole give back
+        /// the input byte for byte (no line here names an `op`).
+        #[test]
+        fn the_streaming_reader_loses_no_byte(
+            lines in prop::collection::vec(prop_oneof!["[^\n]{0,60}", "[ \t]{0,3}\\{[^\n]{0,60}"], 0..12),
+            capacity in 1usize..64,
+            last_newline in any::<bool>(),
+        ) {
+            use std::io::BufReader;
+            use super::{Chunk, LineReader};
+            let mut input: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+            if !last_newline {
+                input.pop();
+            }
+            prop_assume!(!input.contains("\"op\""));
+            let mut reader = LineReader::with_limit(BufReader::with_capacity(capacity, input.as_bytes()), 30, true);
+            let mut out = Vec::new();
+            while let Some(chunk) = reader.next_line().expect("in memory") {
+                match chunk {
+                    Chunk::Text(bytes) => out.extend(bytes),
+                    Chunk::Line { bytes, ended } => {
+                        prop_assert!(bytes.len() <= 30);
+                        out.extend(bytes);
+                        if ended {
+                            out.push(b'\n');
+                        }
+                    }
+                    Chunk::Oversized { .. } => prop_assert!(false, "no line names an op"),
+                }
+            }
+            prop_assert_eq!(String::from_utf8(out).expect("utf-8"), input);
+        }
+    }
+}

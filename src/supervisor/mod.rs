@@ -9,7 +9,7 @@ mod diff;
 mod fencing;
 mod imp;
 mod inbox;
-pub(crate) mod lines;
+mod lines;
 mod passthrough;
 mod recorded;
 mod requests;

@@ -34,12 +34,11 @@ impl Drop for SocketDir {
 }
 
 /// Binds the socket and serves connections until durun exits.
-pub(super) fn listen(events: Events) -> std::io::Result<SocketDir> {
+pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Result<SocketDir> {
     // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
+    let runtime = runtime_dir
         .filter(|dir| dir.is_dir())
-        .and_then(|base| private_dir(&base).ok());
+        .and_then(|base| private_dir(base).ok());
     let dir = match runtime {
         Some(dir) => dir,
         None => private_dir(&std::env::temp_dir())?,

@@ -29,7 +29,7 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     let location = settings.location()?;
     let now = settings.now();
     let missing = !location.exists()?;
-    let style = Style::stdout();
+    let style = Style::stdout(settings);
     let mut out = std::io::stdout().lock();
     let Some(id) = &args.task else {
         let tasks = if missing {
