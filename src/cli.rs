@@ -107,7 +107,12 @@ pub(crate) struct RunArgs {
     pub task: Option<String>,
 
     /// The tools file [default: ./durun.toml if it exists]
-    #[arg(long, env = "DURUN_CONFIG", hide_env_values = true, value_name = "FILE")]
+    #[arg(
+        long,
+        env = "DURUN_CONFIG",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
     pub config: Option<PathBuf>,
 
     /// The agent command and its arguments

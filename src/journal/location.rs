@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Journal, postgres, sqlite};
+use super::{Access, Journal, postgres, sqlite};
 use crate::settings::Settings;
 
 /// Where the journal lives.
@@ -22,15 +22,6 @@ impl std::fmt::Debug for Location {
             Self::Postgres(_) => f.write_str("Postgres(<redacted>)"),
         }
     }
-}
-
-/// How a command means to use the journal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    /// Creates the journal if missing and may write it.
-    Write,
-    /// Reads an existing journal; never creates or migrates one.
-    Read,
 }
 
 impl Location {

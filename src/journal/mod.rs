@@ -20,9 +20,9 @@ mod story;
 pub(crate) use clock::{now, now_ms};
 pub(crate) use explain::explain;
 pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
-pub(crate) use location::{Access, Location};
+pub(crate) use location::Location;
 pub(crate) use records::{
     NewTask, Resolution, ResolutionAction, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
     StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus, apply_resolution,
 };
-pub(crate) use store::{Journal, StepWrite};
+pub(crate) use store::{Access, Journal, StepWrite};

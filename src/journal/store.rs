@@ -122,3 +122,12 @@ pub(crate) struct StepWrite<'a> {
     /// The row is new (an insert), not an update of the step's row.
     pub fresh: bool,
 }
+
+/// How a command means to use the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Creates the journal if missing and may write it.
+    Write,
+    /// Reads an existing journal; never creates or migrates one.
+    Read,
+}

@@ -4,24 +4,33 @@
 //! are the slow paths, taken only after serde refused a line.
 
 use serde::Deserialize as _;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::MAX_DEPTH;
-use super::request::{Line, classify};
 
-/// A line serde's first reading refused: deeper than its default limit, or
-/// holding what Python reads and JSON does not have.
-pub(super) fn parse_unusual(bytes: &[u8], err: &serde_json::Error) -> Line {
+/// A line serde's first reading refused, read again as Python would.
+pub(super) enum Reread {
+    /// Not a JSON object Python reads: a print.
+    Nothing,
+    /// An object, deeper than serde's default limit.
+    Object(Map<String, Value>),
+    /// An object that holds what JSON has not (`NaN`, a lone surrogate),
+    /// replaced; the message names it.
+    Extras(Map<String, Value>, String),
+    /// A line that names an `op`, too deep to read; its `id` as far as it
+    /// can be read.
+    TooDeep(Value),
+}
+
+/// Reads a line serde refused with `err` the way Python's `json` would.
+pub(super) fn reread(bytes: &[u8], err: &serde_json::Error) -> Reread {
     if err.to_string().starts_with("recursion limit exceeded") {
         if depth(bytes) > MAX_DEPTH {
             let head = &bytes[..bytes.len().min(64 * 1024)];
             if bytes.trim_ascii_start().starts_with(b"{") && names_an_op(head) {
-                return Line::Invalid {
-                    id: sniff_id(head),
-                    message: format!("the request is nested deeper than {MAX_DEPTH} levels"),
-                };
+                return Reread::TooDeep(sniff_id(head));
             }
-            return Line::Passthrough;
+            return Reread::Nothing;
         }
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
         deserializer.disable_recursion_limit();
@@ -29,38 +38,28 @@ pub(super) fn parse_unusual(bytes: &[u8], err: &serde_json::Error) -> Line {
             deserializer.end()?;
             Ok(value)
         }) {
-            Ok(Value::Object(object)) => classify(object),
-            Ok(_) => Line::Passthrough,
-            Err(err) => parse_unusual_values(bytes, &err),
+            Ok(Value::Object(object)) => Reread::Object(object),
+            Ok(_) => Reread::Nothing,
+            Err(_) => with_python_extras(bytes),
         };
     }
-    parse_unusual_values(bytes, err)
+    with_python_extras(bytes)
 }
 
 /// `NaN`, `Infinity`, `-Infinity` and lone surrogate escapes: Python's
 /// `json` writes and reads them, JSON has none of them.
-fn parse_unusual_values(bytes: &[u8], _err: &serde_json::Error) -> Line {
+fn with_python_extras(bytes: &[u8]) -> Reread {
     let Some((json, problem)) = without_python_extras(bytes) else {
-        return Line::Passthrough;
+        return Reread::Nothing;
     };
     if depth(&json) > MAX_DEPTH {
-        return Line::Passthrough;
+        return Reread::Nothing;
     }
     let mut deserializer = serde_json::Deserializer::from_slice(&json);
     deserializer.disable_recursion_limit();
-    let Ok(Value::Object(object)) = Value::deserialize(&mut deserializer) else {
-        return Line::Passthrough;
-    };
-    match classify(object) {
-        Line::Passthrough => Line::Passthrough,
-        Line::Request(request) => Line::Invalid {
-            id: request.id().clone(),
-            message: problem,
-        },
-        Line::Invalid { id, .. } => Line::Invalid {
-            id,
-            message: problem,
-        },
+    match Value::deserialize(&mut deserializer) {
+        Ok(Value::Object(object)) => Reread::Extras(object, problem),
+        _ => Reread::Nothing,
     }
 }
 

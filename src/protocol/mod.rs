@@ -43,11 +43,15 @@ mod response;
 use serde::Serialize;
 
 pub(crate) use lenient::{names_an_op, sniff_id};
-pub(crate) use request::{Line, MAX_DEPTH, Request, parse_line};
+pub(crate) use request::{Line, Request, parse_line};
 pub(crate) use response::{ErrorCode, Response};
 
 /// The protocol version in `DURUN_PROTOCOL`.
 pub(crate) const VERSION: u32 = 1;
+
+/// The deepest nesting a request may have. Python's `json` reads a little
+/// less than 1,000 levels, so no Python agent sends deeper.
+pub(crate) const MAX_DEPTH: usize = 1000;
 
 /// The longest line durun reads whole; a longer one is answered
 /// `bad_request` and skipped.

@@ -5,7 +5,8 @@
 use serde_json::{Map, Value};
 
 use super::Effect;
-use super::lenient::parse_unusual;
+use super::MAX_DEPTH;
+use super::lenient::{self, Reread};
 
 /// One request from the agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,10 +65,6 @@ pub(crate) enum Line {
     },
 }
 
-/// The deepest nesting a request may have. Python's `json` reads a little
-/// less than 1,000 levels, so no Python agent sends deeper.
-pub(crate) const MAX_DEPTH: usize = 1000;
-
 /// Classifies one line (without its `\n`).
 ///
 /// Whatever Python's `json.loads` reads as an object with a string `op` is
@@ -77,12 +74,36 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Line {
     let object = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(object)) => object,
         Ok(_) => return Line::Passthrough,
-        Err(err) => return parse_unusual(bytes, &err),
+        Err(err) => return reread(bytes, &err),
     };
     classify(object)
 }
 
-pub(super) fn classify(object: Map<String, Value>) -> Line {
+/// A line serde refused, read again as Python would: a request still gets
+/// an answer, `bad_request` naming what JSON cannot hold.
+fn reread(bytes: &[u8], err: &serde_json::Error) -> Line {
+    match lenient::reread(bytes, err) {
+        Reread::Nothing => Line::Passthrough,
+        Reread::Object(object) => classify(object),
+        Reread::TooDeep(id) => Line::Invalid {
+            id,
+            message: format!("the request is nested deeper than {MAX_DEPTH} levels"),
+        },
+        Reread::Extras(object, problem) => match classify(object) {
+            Line::Passthrough => Line::Passthrough,
+            Line::Request(request) => Line::Invalid {
+                id: request.id().clone(),
+                message: problem,
+            },
+            Line::Invalid { id, .. } => Line::Invalid {
+                id,
+                message: problem,
+            },
+        },
+    }
+}
+
+fn classify(object: Map<String, Value>) -> Line {
     let Some(Value::String(op)) = object.get("op") else {
         return Line::Passthrough;
     };

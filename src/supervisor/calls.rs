@@ -13,30 +13,14 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::commit::{Deferred, Then};
-use super::imp::Supervisor;
 use super::inbox::{Conn, Event};
-use super::requests::Wanted;
+use super::state::{CallInFlight, Deferred, Supervisor, Then, Wanted};
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::step_key;
-
-/// A `call` whose tool is running.
-pub(super) struct CallInFlight {
-    pub(super) conn: Conn,
-    /// An HTTP call has no process to kill: on a stop it is answered at
-    /// once and left to finish on its own (its step stays in doubt).
-    pub(super) http: bool,
-    pub(super) id: Value,
-    pub(super) record: StepRecord,
-    /// Its row is not written yet (a `read` tool).
-    pub(super) fresh: bool,
-    pub(super) cancel: Arc<Cancel>,
-    pub(super) started: Instant,
-}
 
 impl Supervisor<'_> {
     pub(super) fn on_call(&mut self, conn: Conn, id: Value, name: &str, args: Value) {

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::imp::RunSpec;
 use super::inbox::{Event, Events};
+use super::spec::RunSpec;
 use crate::os;
 use crate::protocol;
 use crate::report::StderrCopier;

@@ -10,53 +10,15 @@
 //! writes and hands the continuations back; the loop runs them
 //! ([`Supervisor::flush`]).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::imp::Supervisor;
 use super::inbox::Conn;
-use crate::config::Tool;
+use super::state::{Deferred, Supervisor, Then};
 use crate::journal::{Fenced, Standing, StepKind, StepRecord, StepStatus, StepWrite};
 use crate::protocol::{ErrorCode, Response};
 use crate::report::Event as Report;
-
-/// A journal write that waits for the batch's commit, and what follows it.
-pub(super) struct Deferred {
-    /// The connection the continuation answers on.
-    pub(super) conn: Conn,
-    pub(super) record: StepRecord,
-    /// The row is new (an insert), not an update.
-    pub(super) fresh: bool,
-    pub(super) then: Then,
-}
-
-/// What follows a write once it is durable.
-pub(super) enum Then {
-    /// A long `read` step is written as in flight: nothing.
-    Marked,
-    /// The step finished: answer it.
-    Finished { id: Value, started: Instant },
-    /// A `mutate` begin's intent is written: answer the begin.
-    Opened { id: Value, in_doubt: bool },
-    /// A `mutate` call's intent is written: start its tool.
-    Call {
-        id: Value,
-        tool: Arc<Tool>,
-        args: Value,
-    },
-}
-
-impl Then {
-    /// The request the write answers; `null` for none.
-    fn into_id(self) -> Value {
-        match self {
-            Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => id,
-            Then::Marked => Value::Null,
-        }
-    }
-}
 
 impl Supervisor<'_> {
     /// Commits the batch and runs what each write waited for.

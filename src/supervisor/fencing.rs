@@ -13,10 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::commit::{Deferred, Then};
-use super::imp::Supervisor;
 use super::inbox::AGENT;
-use super::stopping::Stop;
+use super::state::{Deferred, Stop, Supervisor, Then};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::Standing;

@@ -26,100 +26,29 @@
 //! `stopping`.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::ExitStatus;
 use std::sync::mpsc::{self, TryRecvError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::agent_io::AgentIo;
-use super::calls::CallInFlight;
-use super::commit::Deferred;
 use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
-use super::passthrough::Passthrough;
 use super::recorded::Recorded;
-use super::requests::OpenStep;
-use super::stopping::Stop;
-use crate::config::Tool;
+use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
+use super::state::Supervisor;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
 use crate::os;
 use crate::protocol::{self, ErrorCode, Line, Response};
 use crate::report::{Event as Report, Reporter};
-use crate::settings::LeaseTimes;
 
-/// How long to wait for the agent's stdout to close once it has exited (a
-/// grandchild may hold it open).
-pub(super) const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// The most answers (bytes) waiting for the agent to read them: past it,
 /// durun stops reading the agent's requests until it reads its answers. An
 /// agent that writes every request before reading any answer works up to
 /// about 180,000 requests.
 const ANSWER_BOUND: usize = 16 * 1024 * 1024;
-/// How long a run stopped by a signal waits for a stdout that takes
-/// nothing before it exits anyway.
-const OUTPUT_STALL: Duration = Duration::from_secs(5);
-
-/// What the supervisor needs to know about the run.
-pub(crate) struct RunSpec<'a> {
-    pub task_id: &'a str,
-    pub run: u32,
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
-    pub tools: &'a std::collections::BTreeMap<String, std::sync::Arc<Tool>>,
-    /// [`os::boot_clock`] just before the lease was taken: the run's
-    /// first heartbeat.
-    pub leased_at: Duration,
-    pub lease: LeaseTimes,
-    /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
-    pub runtime_dir: Option<std::path::PathBuf>,
-}
-
-/// How the run ended.
-pub(crate) struct Outcome {
-    pub status: TaskStatus,
-    pub exit_code: i32,
-    pub stats: RunStats,
-    /// Why durun ended the run itself (divergence, a journal failure, an
-    /// agent that could not start): printed after the run is recorded.
-    pub failure: Option<anyhow::Error>,
-    /// The agent's prints still on their way to durun's stdout: finished
-    /// after the run is recorded, so a slow reader never holds up the
-    /// journal.
-    pub output: Option<Output>,
-}
-
-/// The rest of the agent's prints.
-pub(crate) struct Output {
-    passthrough: Passthrough,
-    /// Give up on a stdout that takes nothing for this long (a run stopped
-    /// by a signal), or wait for every byte.
-    stall: Option<Duration>,
-    /// Hears when the agent's stderr, copied through the progress line,
-    /// has closed and gone out.
-    stderr_done: Option<mpsc::Receiver<()>>,
-}
-
-impl Output {
-    /// Waits until the agent's stderr went out, so that durun's closing
-    /// lines come after it.
-    pub(crate) fn finish_stderr(&mut self) {
-        if let Some(done) = self.stderr_done.take() {
-            // A process the agent left running may hold its stderr open.
-            let _ = done.recv_timeout(DRAIN_GRACE);
-        }
-    }
-
-    /// Writes what is left of the agent's prints to durun's stdout.
-    pub(crate) fn finish(mut self) {
-        self.finish_stderr();
-        self.passthrough.finish(self.stall);
-    }
-}
-
 /// Runs the agent of `spec` to its end, serving its requests.
 pub(crate) fn supervise(
     spec: &RunSpec<'_>,
@@ -209,46 +138,6 @@ pub(crate) fn supervise(
         output.stderr_done = stderr_done;
     }
     Ok(outcome)
-}
-
-pub(super) struct Supervisor<'a> {
-    pub(super) spec: &'a RunSpec<'a>,
-    pub(super) journal: &'a mut dyn Journal,
-    pub(super) reporter: &'a mut dyn Reporter,
-    /// The steps the journal held when the run started, read as reached.
-    pub(super) recorded: Recorded,
-    /// The highest step number in the journal.
-    pub(super) last_recorded: u64,
-    pub(super) next_step: u64,
-    /// Steps the agent began and has not closed yet.
-    pub(super) open: HashMap<u64, OpenStep>,
-    /// `call`s whose tool runs.
-    pub(super) calls: HashMap<u64, CallInFlight>,
-    pub(super) stats: RunStats,
-    /// Where answers go, by socket connection (the agent's go to `io`).
-    pub(super) writers: HashMap<Conn, super::inbox::Answers>,
-    /// The agent's pipes; its answers are written after each batch.
-    pub(super) io: AgentIo,
-    /// Steps to write in the next commit.
-    pub(super) batch: Vec<Deferred>,
-    pub(super) events_tx: Events,
-    pub(super) child_pid: u32,
-    /// Whether a Ctrl-C from the terminal reaches the agent by itself.
-    pub(super) interactive: bool,
-    pub(super) stop: Option<Stop>,
-    pub(super) signal: Option<i32>,
-    pub(super) kill_at: Option<Instant>,
-    pub(super) exited: Option<ExitStatus>,
-    pub(super) exited_at: Option<Instant>,
-    pub(super) stdout_closed: bool,
-    pub(super) last_heartbeat: Instant,
-    /// [`os::boot_clock`] when the lease was last renewed (the moment the
-    /// renewal was sent, to err on the safe side).
-    pub(super) renewed_at: Duration,
-    /// The run lost its lease: nothing more reaches the agent or the
-    /// journal.
-    pub(super) fenced: bool,
-    pub(super) last_watch: Instant,
 }
 
 impl Supervisor<'_> {

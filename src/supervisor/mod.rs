@@ -14,6 +14,9 @@ mod passthrough;
 mod recorded;
 mod requests;
 mod socket;
+mod spec;
+mod state;
 mod stopping;
 
-pub(crate) use imp::{RunSpec, supervise};
+pub(crate) use imp::supervise;
+pub(crate) use spec::RunSpec;

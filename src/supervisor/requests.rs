@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::commit::{Deferred, Then};
 use super::decide::{Asked, Decision, decide};
-use super::imp::Supervisor;
 use super::inbox::Conn;
-use super::stopping::Stop;
+use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::Failure;
 use crate::executor;
 use crate::exit_code;
@@ -31,26 +29,6 @@ use crate::step_key;
 
 /// When a retried `mutate` step deserves a warning.
 const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// A step the agent began and has not closed yet.
-pub(super) struct OpenStep {
-    pub(super) record: StepRecord,
-    /// Its row is not written yet (a `read` step).
-    pub(super) fresh: bool,
-    pub(super) started: Instant,
-}
-
-/// A step as the agent asks for it.
-#[derive(Clone, Copy)]
-pub(super) struct Wanted<'a> {
-    pub(super) name: &'a str,
-    pub(super) kind: StepKind,
-    pub(super) effect: Effect,
-    pub(super) args: &'a Value,
-    pub(super) canonical: &'a str,
-    /// The tool wants an operator to decide before a step in doubt runs again.
-    pub(super) ask_first: bool,
-}
 
 impl Supervisor<'_> {
     pub(super) fn on_request(&mut self, conn: Conn, request: Request) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::imp::Supervisor;
+use super::state::{Stop, Supervisor};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{Fenced, Standing, TaskStatus};
@@ -23,13 +23,6 @@ use crate::protocol::{ErrorCode, Response};
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long the agent gets to exit after a forwarded SIGTERM or SIGINT.
 const SIGNAL_GRACE: Duration = Duration::from_secs(10);
-
-pub(super) enum Stop {
-    Failure(anyhow::Error),
-    Signal,
-    /// `durun cancel` asked for it.
-    Cancel,
-}
 
 impl Supervisor<'_> {
     /// A fenced write failed: the lease is lost, the task cancelled, or

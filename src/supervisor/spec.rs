@@ -1,0 +1,76 @@
+//! What a run is given and what it gives back: the task's command, tools
+//! and lease timing in; its end, and the rest of the agent's prints, out.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use super::passthrough::Passthrough;
+use crate::config::Tool;
+use crate::journal::{RunStats, TaskStatus};
+use crate::settings::LeaseTimes;
+
+/// How long to wait for the agent's stdout to close once it has exited (a
+/// grandchild may hold it open).
+pub(super) const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long a run stopped by a signal waits for a stdout that takes
+/// nothing before it exits anyway.
+pub(super) const OUTPUT_STALL: Duration = Duration::from_secs(5);
+
+/// What the supervisor needs to know about the run.
+pub(crate) struct RunSpec<'a> {
+    pub task_id: &'a str,
+    pub run: u32,
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    pub tools: &'a BTreeMap<String, Arc<Tool>>,
+    /// [`os::boot_clock`] just before the lease was taken: the run's
+    /// first heartbeat.
+    pub leased_at: Duration,
+    pub lease: LeaseTimes,
+    /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
+    pub runtime_dir: Option<std::path::PathBuf>,
+}
+
+/// How the run ended.
+pub(crate) struct Outcome {
+    pub status: TaskStatus,
+    pub exit_code: i32,
+    pub stats: RunStats,
+    /// Why durun ended the run itself (divergence, a journal failure, an
+    /// agent that could not start): printed after the run is recorded.
+    pub failure: Option<anyhow::Error>,
+    /// The agent's prints still on their way to durun's stdout: finished
+    /// after the run is recorded, so a slow reader never holds up the
+    /// journal.
+    pub output: Option<Output>,
+}
+
+/// The rest of the agent's prints.
+pub(crate) struct Output {
+    pub(super) passthrough: Passthrough,
+    /// Give up on a stdout that takes nothing for this long (a run stopped
+    /// by a signal), or wait for every byte.
+    pub(super) stall: Option<Duration>,
+    /// Hears when the agent's stderr, copied through the progress line,
+    /// has closed and gone out.
+    pub(super) stderr_done: Option<mpsc::Receiver<()>>,
+}
+
+impl Output {
+    /// Waits until the agent's stderr went out, so that durun's closing
+    /// lines come after it.
+    pub(crate) fn finish_stderr(&mut self) {
+        if let Some(done) = self.stderr_done.take() {
+            // A process the agent left running may hold its stderr open.
+            let _ = done.recv_timeout(DRAIN_GRACE);
+        }
+    }
+
+    /// Writes what is left of the agent's prints to durun's stdout.
+    pub(crate) fn finish(mut self) {
+        self.finish_stderr();
+        self.passthrough.finish(self.stall);
+    }
+}

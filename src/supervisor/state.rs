@@ -1,0 +1,144 @@
+//! The supervisor's state: the loop's one struct and the records of the
+//! steps in flight, shared by the rooms that act on them (`requests`,
+//! `calls`, `commit`, `fencing`, `stopping`), none of which imports
+//! another.
+//!
+//! # Invariant
+//!
+//! A step number is in at most one of `open` (a `begin` the agent runs),
+//! `calls` (a tool durun runs) and the batch (a write waiting for its
+//! commit) at a time; `next_step` is one past every step this run opened.
+
+use std::collections::HashMap;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::agent_io::AgentIo;
+use super::inbox::{Answers, Conn, Events};
+use super::recorded::Recorded;
+use super::spec::RunSpec;
+use crate::config::Tool;
+use crate::executor::Cancel;
+use crate::journal::{Journal, RunStats, StepKind, StepRecord};
+use crate::protocol::Effect;
+use crate::report::Reporter;
+
+pub(super) struct Supervisor<'a> {
+    pub(super) spec: &'a RunSpec<'a>,
+    pub(super) journal: &'a mut dyn Journal,
+    pub(super) reporter: &'a mut dyn Reporter,
+    /// The steps the journal held when the run started, read as reached.
+    pub(super) recorded: Recorded,
+    /// The highest step number in the journal.
+    pub(super) last_recorded: u64,
+    pub(super) next_step: u64,
+    /// Steps the agent began and has not closed yet.
+    pub(super) open: HashMap<u64, OpenStep>,
+    /// `call`s whose tool runs.
+    pub(super) calls: HashMap<u64, CallInFlight>,
+    pub(super) stats: RunStats,
+    /// Where answers go, by socket connection (the agent's go to `io`).
+    pub(super) writers: HashMap<Conn, Answers>,
+    /// The agent's pipes; its answers are written after each batch.
+    pub(super) io: AgentIo,
+    /// Steps to write in the next commit.
+    pub(super) batch: Vec<Deferred>,
+    pub(super) events_tx: Events,
+    pub(super) child_pid: u32,
+    /// Whether a Ctrl-C from the terminal reaches the agent by itself.
+    pub(super) interactive: bool,
+    pub(super) stop: Option<Stop>,
+    pub(super) signal: Option<i32>,
+    pub(super) kill_at: Option<Instant>,
+    pub(super) exited: Option<ExitStatus>,
+    pub(super) exited_at: Option<Instant>,
+    pub(super) stdout_closed: bool,
+    pub(super) last_heartbeat: Instant,
+    /// [`os::boot_clock`] when the lease was last renewed (the moment the
+    /// renewal was sent, to err on the safe side).
+    pub(super) renewed_at: Duration,
+    /// The run lost its lease: nothing more reaches the agent or the
+    /// journal.
+    pub(super) fenced: bool,
+    pub(super) last_watch: Instant,
+}
+
+/// A step the agent began and has not closed yet.
+pub(super) struct OpenStep {
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` step).
+    pub(super) fresh: bool,
+    pub(super) started: Instant,
+}
+
+/// A step as the agent asks for it.
+#[derive(Clone, Copy)]
+pub(super) struct Wanted<'a> {
+    pub(super) name: &'a str,
+    pub(super) kind: StepKind,
+    pub(super) effect: Effect,
+    pub(super) args: &'a Value,
+    pub(super) canonical: &'a str,
+    /// The tool wants an operator to decide before a step in doubt runs again.
+    pub(super) ask_first: bool,
+}
+
+/// A `call` whose tool is running.
+pub(super) struct CallInFlight {
+    pub(super) conn: Conn,
+    /// An HTTP call has no process to kill: on a stop it is answered at
+    /// once and left to finish on its own (its step stays in doubt).
+    pub(super) http: bool,
+    pub(super) id: Value,
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` tool).
+    pub(super) fresh: bool,
+    pub(super) cancel: Arc<Cancel>,
+    pub(super) started: Instant,
+}
+
+/// A journal write that waits for the batch's commit, and what follows it.
+pub(super) struct Deferred {
+    /// The connection the continuation answers on.
+    pub(super) conn: Conn,
+    pub(super) record: StepRecord,
+    /// The row is new (an insert), not an update.
+    pub(super) fresh: bool,
+    pub(super) then: Then,
+}
+
+/// What follows a write once it is durable.
+pub(super) enum Then {
+    /// A long `read` step is written as in flight: nothing.
+    Marked,
+    /// The step finished: answer it.
+    Finished { id: Value, started: Instant },
+    /// A `mutate` begin's intent is written: answer the begin.
+    Opened { id: Value, in_doubt: bool },
+    /// A `mutate` call's intent is written: start its tool.
+    Call {
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+    },
+}
+
+impl Then {
+    /// The request the write answers; `null` for none.
+    pub(super) fn into_id(self) -> Value {
+        match self {
+            Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => id,
+            Then::Marked => Value::Null,
+        }
+    }
+}
+
+pub(super) enum Stop {
+    Failure(anyhow::Error),
+    Signal,
+    /// `durun cancel` asked for it.
+    Cancel,
+}
