@@ -282,7 +282,7 @@ pub(crate) struct GenerateArgs {
 
 /// Completes a task argument to the ids in the journal.
 fn task_ids() -> clap_complete::ArgValueCompleter {
-    clap_complete::ArgValueCompleter::new(crate::commands::generate::task_ids)
+    clap_complete::ArgValueCompleter::new(crate::completion::task_ids)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The few typed errors that choose an exit code, and the printer for the
-//! `durun: …` line and its `caused by:` chain.
+//! The few typed errors that choose an exit code. (`report::error` prints
+//! them.)
 
 use std::fmt;
 
@@ -71,12 +71,6 @@ pub(crate) fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(failure) = failure_of(err) {
         return failure.code;
     }
-    if let Some(crate::journal::Fenced(standing)) = err.downcast_ref() {
-        return match standing {
-            crate::journal::Standing::Cancelled => exit_code::CONFIG,
-            _ => exit_code::LOCKED,
-        };
-    }
     for cause in err.chain() {
         if cause.downcast_ref::<rusqlite::Error>().is_some()
             || cause.downcast_ref::<postgres::Error>().is_some()
@@ -95,25 +89,4 @@ pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
-}
-
-/// Prints `durun: <what happened>`, the causes, and the hint to stderr.
-pub(crate) fn print(err: &anyhow::Error) {
-    use crate::report::escape;
-    use std::io::Write as _;
-    let mut out = std::io::stderr().lock();
-    // Messages quote task ids, step names and tool output: escaped.
-    let _ = writeln!(out, "durun: {}", escape(&err.to_string()));
-    for cause in err.chain().skip(1) {
-        let _ = writeln!(out, "  caused by: {}", escape(&cause.to_string()));
-    }
-    let failure = failure_of(err);
-    if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
-        for line in details.lines() {
-            let _ = writeln!(out, "  {}", escape(line));
-        }
-    }
-    if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
-        let _ = writeln!(out, "  hint: {}", escape(hint));
-    }
 }

@@ -5,6 +5,7 @@
 
 mod cli;
 mod commands;
+mod completion;
 mod config;
 mod error;
 mod executor;
@@ -74,7 +75,7 @@ where
             return exit_code::USAGE;
         }
     };
-    let settings = settings::Settings::resolve(&cli.global);
+    let settings = settings::Settings::resolve(cli.global.journal, cli.global.quiet);
     let result = match cli.command {
         Command::Run(args) => commands::run::exec(&args, &settings),
         Command::Resume(args) => commands::resume::exec(&args, &settings),
@@ -94,7 +95,7 @@ where
             // Storage errors are explained once, here (a locked or full
             // journal says so, with what to do).
             let err = journal::explain(err);
-            error::print(&err);
+            report::error(&err);
             error::exit_code_of(&err)
         }
     }

@@ -11,10 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 
-use crate::cli::GlobalArgs;
 use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::journal::Location;
 use crate::lease::Holder;
 
 /// How often a runner renews its heartbeat, unless `DURUN_HEARTBEAT_MS`.
@@ -75,10 +73,13 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    pub(crate) fn resolve(global: &GlobalArgs) -> Self {
-        let mut settings = Self::from_env(global.journal.clone());
-        settings.quiet = global.quiet;
-        settings
+    /// The settings of a command: `--journal` (clap has already read
+    /// `DURUN_JOURNAL` into it) and `--quiet`, and the environment.
+    pub(crate) fn resolve(journal: Option<String>, quiet: bool) -> Self {
+        Self {
+            quiet,
+            ..Self::from_env(journal)
+        }
     }
 
     /// The settings a process without a command line sees (a completion
@@ -110,26 +111,12 @@ impl Settings {
         }
     }
 
-    /// Where the journal lives: `--journal`/`DURUN_JOURNAL` if given, else
-    /// the per-user default.
-    pub(crate) fn location(&self) -> Result<Location> {
-        if let Some(text) = &self.journal {
-            if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-                return Ok(Location::Postgres(text.clone()));
-            }
-            return Ok(Location::Sqlite(PathBuf::from(text)));
-        }
-        let state = self
-            .state_home
+    /// `XDG_STATE_HOME`, else `~/.local/state`: where per-user state (the
+    /// default journal) goes.
+    pub(crate) fn state_home(&self) -> Option<PathBuf> {
+        self.state_home
             .clone()
             .or_else(|| self.home.as_ref().map(|home| home.join(".local/state")))
-            .ok_or_else(|| {
-                Failure::config(
-                    "cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set",
-                )
-                .hint("pass --journal PATH or set DURUN_JOURNAL")
-            })?;
-        Ok(Location::Sqlite(state.join("durun").join("journal.db")))
     }
 
     /// `DURUN_SYNC`, which wins over `[journal] sync` in the config.

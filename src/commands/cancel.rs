@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::cli::CancelArgs;
-use crate::journal::{self, Access, TaskStatus};
+use crate::journal::{self, Access, Location, TaskStatus};
 use crate::lease;
 use crate::settings::Settings;
 use crate::task::unknown_task;
@@ -20,7 +20,7 @@ use crate::task::unknown_task;
 const WAIT: Duration = Duration::from_secs(30);
 
 pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     let Some(task) = journal.task(&args.task)? else {
         return Err(unknown_task(&args.task, &location).into());

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::cli::GcArgs;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::Access;
+use crate::journal::{Access, Location};
 use crate::settings::Settings;
 
 pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
@@ -25,7 +25,7 @@ pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
             .hint("use an age like 30d or 1y")
         })?;
     let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     if !location.exists()? {
         eprintln!("durun: no journal yet; nothing to remove");
         return Ok(0);

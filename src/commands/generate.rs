@@ -8,13 +8,11 @@
 //! (`COMPLETE=bash durun …`), so a task argument completes to the task ids
 //! in the journal, not to file names.
 
-use std::ffi::OsStr;
 use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use clap::CommandFactory as _;
-use clap_complete::CompletionCandidate;
 use clap_complete::env::Shells;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
@@ -56,40 +54,6 @@ pub(crate) fn complete_if_asked() {
     clap_complete::CompleteEnv::with_factory(Cli::command)
         .var(COMPLETE_VAR)
         .complete();
-}
-
-/// The ids of the tasks in the journal that start with `current`, newest
-/// first, each with its status and command: what a task argument
-/// completes to. Silent on any error (no journal yet, no access).
-pub(crate) fn task_ids(current: &OsStr) -> Vec<CompletionCandidate> {
-    let Some(prefix) = current.to_str() else {
-        return Vec::new();
-    };
-    let settings = crate::settings::Settings::from_env(std::env::var("DURUN_JOURNAL").ok());
-    let Ok(location) = settings.location() else {
-        return Vec::new();
-    };
-    if !location.exists().unwrap_or(false) {
-        return Vec::new();
-    }
-    let Ok(tasks) = location
-        .open(crate::journal::Access::Read, &settings)
-        .and_then(|mut journal| journal.tasks())
-    else {
-        return Vec::new();
-    };
-    tasks
-        .into_iter()
-        .filter(|task| task.id.starts_with(prefix))
-        .map(|task| {
-            let help = format!(
-                "{}: {}",
-                crate::task::shown_status(&task, &settings).as_str(),
-                crate::task::shell_words(&task.argv)
-            );
-            CompletionCandidate::new(task.id).help(Some(help.into()))
-        })
-        .collect()
 }
 
 pub(crate) fn generate(args: &GenerateArgs) -> Result<i32> {

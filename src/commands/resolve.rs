@@ -5,7 +5,7 @@ use anyhow::Result;
 use crate::cli::ResolveArgs;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Resolution, ResolutionAction};
+use crate::journal::{self, Access, Location, Resolution, ResolutionAction};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
@@ -21,7 +21,7 @@ pub(crate) fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
     } else {
         ResolutionAction::Fail(args.fail.clone().unwrap_or_default())
     };
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     if journal.task(&args.task)?.is_none() {
         return Err(unknown_task(&args.task, &location).into());

@@ -6,7 +6,7 @@ use anyhow::Result;
 use super::session;
 use crate::cli::ResumeArgs;
 use crate::error::Failure;
-use crate::journal::{Access, TaskStatus};
+use crate::journal::{Access, Location, TaskStatus};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
@@ -18,7 +18,7 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
                 .into(),
         );
     }
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     let Some(id) = &args.task else {
         return resume_all(journal.as_mut(), args.jobs.unwrap_or(1), settings);

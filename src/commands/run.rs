@@ -7,7 +7,7 @@ use crate::cli::RunArgs;
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, NewTask, TaskStatus};
+use crate::journal::{self, Access, Location, NewTask, TaskStatus};
 use crate::settings::Settings;
 use crate::task::shell_words;
 
@@ -16,7 +16,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         check_task_id(id)?;
     }
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
 
     let existing = match &args.task {

@@ -4,7 +4,8 @@
 //! disk) is classified once, where it is reported ([`explain`]): a
 //! `durun: …` line with a hint goes in front of it, naming the journal the
 //! process opened, and SQLite's own words stay as the cause. Every such
-//! error exits 74.
+//! error exits 74. A write the lease fence refused gets its line here too:
+//! 75 when another run holds the task, 78 when it was cancelled.
 
 use anyhow::Error;
 use rusqlite::ErrorCode;
@@ -29,6 +30,20 @@ pub(crate) fn explain(err: Error) -> Error {
 fn explain_at(place: &str, err: Error) -> Error {
     if crate::error::failure_of(&err).is_some() {
         return err;
+    }
+    if let Some(super::Fenced(standing)) = err.downcast_ref() {
+        let failure = match standing {
+            super::Standing::Cancelled => {
+                Failure::config("the task was cancelled while this command worked on it")
+                    .hint("a cancelled task never runs again; start the agent as a new task")
+            }
+            super::Standing::Held | super::Standing::Lost => Failure::new(
+                crate::exit_code::LOCKED,
+                "another run took the task over while this command worked on it",
+            )
+            .hint("see who holds it with `durun inspect TASK`"),
+        };
+        return err.context(failure);
     }
     let code = err
         .chain()
@@ -68,4 +83,49 @@ fn explain_at(place: &str, err: Error) -> Error {
         _ => return err,
     };
     err.context(Failure::journal(message).hint(hint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::exit_code_of;
+    use crate::exit_code;
+    use crate::journal::{Fenced, Standing};
+
+    fn explained(err: Error) -> (i32, String) {
+        let err = explain_at("the journal at /j.db", err);
+        (exit_code_of(&err), err.to_string())
+    }
+
+    #[test]
+    fn a_refused_write_says_why_with_its_own_code() {
+        let (code, message) = explained(Error::new(Fenced(Standing::Cancelled)));
+        assert_eq!(code, exit_code::CONFIG);
+        assert!(message.contains("cancelled"), "{message}");
+        for standing in [Standing::Held, Standing::Lost] {
+            let (code, message) = explained(Error::new(Fenced(standing)).context("discarding"));
+            assert_eq!(code, exit_code::LOCKED);
+            assert!(message.contains("another run"), "{message}");
+        }
+    }
+
+    #[test]
+    fn storage_errors_name_the_journal_and_exit_74() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let (code, message) = explained(Error::new(busy).context("writing step 3"));
+        assert_eq!(code, exit_code::JOURNAL);
+        assert_eq!(message, "the journal at /j.db is locked by another process");
+    }
+
+    #[test]
+    fn other_errors_and_chosen_failures_pass_through() {
+        let (code, message) = explained(anyhow::anyhow!("bug"));
+        assert_eq!((code, message.as_str()), (exit_code::INTERNAL, "bug"));
+        let chosen = Error::new(Failure::config("bad config")).context("while loading");
+        let err = explain_at("x", chosen);
+        assert_eq!(exit_code_of(&err), exit_code::CONFIG);
+    }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{Access, Journal, postgres, sqlite};
+use crate::error::Failure;
 use crate::settings::Settings;
 
 /// Where the journal lives.
@@ -25,6 +26,24 @@ impl std::fmt::Debug for Location {
 }
 
 impl Location {
+    /// Where the journal lives: `--journal`/`DURUN_JOURNAL` if given, else
+    /// the per-user default.
+    pub(crate) fn of(settings: &Settings) -> Result<Self> {
+        if let Some(text) = settings.journal_arg() {
+            if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+                return Ok(Self::Postgres(text.to_owned()));
+            }
+            return Ok(Self::Sqlite(PathBuf::from(text)));
+        }
+        let state = settings.state_home().ok_or_else(|| {
+            Failure::config(
+                "cannot find a place for the journal: neither XDG_STATE_HOME nor HOME is set",
+            )
+            .hint("pass --journal PATH or set DURUN_JOURNAL")
+        })?;
+        Ok(Self::Sqlite(state.join("durun").join("journal.db")))
+    }
+
     /// Whether a journal is there to read: false only when nothing is at
     /// the path; a path that cannot be looked at, or is not a file, is a
     /// journal error (74).

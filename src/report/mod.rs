@@ -3,6 +3,7 @@
 //! The supervisor never prints: it emits [`Event`]s, and a [`Reporter`]
 //! chosen up front turns them into an indicatif line on a terminal, one
 //! plain line per step elsewhere (a CI log), or nothing with `-q`.
+//! [`error`] prints the `durun: …` line a failed command ends with.
 
 mod plain;
 mod progress;
@@ -85,6 +86,26 @@ pub(crate) fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
         Box::new(Progress::new())
     } else {
         Box::new(Plain::default())
+    }
+}
+
+/// Prints `durun: <what happened>`, the causes, and the hint to stderr.
+pub(crate) fn error(err: &anyhow::Error) {
+    use std::io::Write as _;
+    let mut out = std::io::stderr().lock();
+    // Messages quote task ids, step names and tool output: escaped.
+    let _ = writeln!(out, "durun: {}", escape(&err.to_string()));
+    for cause in err.chain().skip(1) {
+        let _ = writeln!(out, "  caused by: {}", escape(&cause.to_string()));
+    }
+    let failure = crate::error::failure_of(err);
+    if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
+        for line in details.lines() {
+            let _ = writeln!(out, "  {}", escape(line));
+        }
+    }
+    if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
+        let _ = writeln!(out, "  hint: {}", escape(hint));
     }
 }
 

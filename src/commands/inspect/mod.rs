@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::cli::{InspectArgs, StatusFilter};
-use crate::journal::{Access, StepRecord, TaskRecord, TaskStatus};
+use crate::journal::{Access, Location, StepRecord, TaskRecord, TaskStatus};
 use crate::report::table::Style;
 use crate::report::thousands;
 use crate::settings::Settings;
@@ -26,7 +26,7 @@ use json::{StepOut, step_json, task_out, task_summary_json};
 const VIEW_LIMIT: usize = 500;
 
 pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
-    let location = settings.location()?;
+    let location = Location::of(settings)?;
     let now = settings.now();
     let missing = !location.exists()?;
     let style = Style::stdout(settings);
