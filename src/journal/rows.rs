@@ -1,7 +1,7 @@
 //! Rows into records, the same for every backend.
 //!
 //! A backend reads its row's columns (in the order of [`STEP_COLUMNS`] and
-//! [`TASK_COLUMNS`]) into [`StepColumns`] or [`TaskColumns`]; everything
+//! of its own `TASK_COLUMNS`) into [`StepColumns`] or [`TaskColumns`]; everything
 //! the columns mean (enum texts, JSON, defaults) is decided once, here.
 
 use anyhow::{Context as _, Result};

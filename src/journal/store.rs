@@ -79,7 +79,7 @@ pub(crate) trait Journal {
     /// share one commit (group commit).
     ///
     /// Fenced: the same transaction checks that `run` still holds the
-    /// task's lease, and fails with [`Fenced`] without writing if it does
+    /// task's lease, and fails with [`super::Fenced`] without writing if it does
     /// not, or if the task was cancelled and a step would be opened.
     fn put_steps(
         &mut self,

@@ -1,5 +1,11 @@
 //! What changed in a step's args since it was recorded: the lines a
 //! divergence shows.
+//!
+//! # Invariant
+//!
+//! Args that differ give at least one line and equal args none; the lines
+//! name each differing leaf by its path, in a stable order (object keys
+//! sorted), and stop at [`MOST`] however large the args.
 
 use serde_json::Value;
 
@@ -8,11 +14,14 @@ use serde_json::Value;
 pub(super) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
     let mut lines = Vec::new();
     diff_at("args", recorded, asked, &mut lines);
+    lines.truncate(MOST);
     lines
 }
 
+/// The most lines a divergence shows.
+const MOST: usize = 20;
+
 fn diff_at(path: &str, recorded: &Value, asked: &Value, lines: &mut Vec<String>) {
-    const MOST: usize = 20;
     if recorded == asked || lines.len() >= MOST {
         return;
     }
@@ -64,5 +73,23 @@ mod tests {
             ]
         );
         assert_eq!(args_diff(&json!(1), &json!("1")), ["  args: 1 -> \"1\""]);
+        assert!(args_diff(&recorded, &recorded).is_empty());
+    }
+
+    #[test]
+    fn a_huge_change_shows_a_bounded_number_of_lines() {
+        let wide = |value: u32| {
+            serde_json::Value::Object(
+                (0..500)
+                    .map(|key| (format!("k{key:03}"), json!(value)))
+                    .collect(),
+            )
+        };
+        let lines = args_diff(&wide(1), &wide(2));
+        assert_eq!(lines.len(), super::MOST);
+        assert_eq!(lines[19], "  args.k019: 1 -> 2");
+        let lines = args_diff(&json!([wide(1), 7]), &json!([wide(2)]));
+        assert_eq!(lines.len(), super::MOST);
+        assert_eq!(lines[0], "  args[0].k000: 1 -> 2");
     }
 }

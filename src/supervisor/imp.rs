@@ -15,7 +15,7 @@
 //! threads. Other threads only send it events ([`super::inbox`]): one waits
 //! for the agent to exit, one turns signals into events, one per tool call
 //! runs the tool, and the socket's serve `durun step` clients. One more
-//! copies the agent's prints to durun's stdout ([`Passthrough`]).
+//! copies the agent's prints to durun's stdout ([`super::passthrough::Passthrough`]).
 //!
 //! # The rooms
 //!

@@ -3,11 +3,15 @@
 //! A request is one JSON object on one line, so only a line whose first
 //! non-blank byte is `{` can be one. On the agent's stdout
 //! ([`LineReader::streaming`]) every other line is handed on piece by piece
-//! as it arrives, never held whole: the agent's prints reach durun's stdout
-//! byte for byte whatever their length. A `{` line is held up to
-//! [`MAX_LINE`]; past that, one that names an `op` is dropped and answered
-//! `bad_request` (its first bytes are kept to read its `id`), and one that
-//! does not is handed on like any print.
+//! as it arrives, never held whole.
+//!
+//! # Invariant
+//!
+//! Memory held for a line never exceeds [`MAX_LINE`], and every byte the
+//! agent printed that is not a request reaches durun's stdout as it was,
+//! whatever its length. A `{` line past [`MAX_LINE`] that names an `op` is
+//! dropped and answered `bad_request` (its first bytes are kept to read
+//! its `id`); one that does not is handed on like any print.
 
 use std::io::{self, BufRead, BufReader, Read};
 

@@ -1,4 +1,11 @@
 //! Runs the agent and serves its requests against the journal.
+//!
+//! # Invariant
+//!
+//! What the agent is told follows what the journal holds: a result is
+//! durable before its answer, a `mutate` intent before its effect, and a
+//! run that lost its lease says nothing more. [`imp`] is the loop and
+//! names the room each part of this lives in.
 
 mod agent_io;
 mod calls;

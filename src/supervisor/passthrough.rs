@@ -1,5 +1,7 @@
 //! Copies the agent's prints to durun's stdout, on a thread of its own.
 //!
+//! # Invariant
+//!
 //! A slow reader of durun's stdout holds up the agent, never the loop: the
 //! queue takes at most [`BOUND`] bytes, and the loop stops reading the
 //! agent's stdout until it has room (the agent then waits on its own

@@ -1,6 +1,12 @@
 //! The task's recorded steps, read from the journal a page at a time as the
-//! agent reaches them: each row is read once, memory holds one page however
-//! long the task, and replaying a step needs no round trip of its own.
+//! agent reaches them.
+//!
+//! # Invariant
+//!
+//! Each recorded row is read once and memory holds one page however long
+//! the task; a step past the last one recorded when the run started is
+//! never looked up, so replaying a step or running a new one needs no
+//! round trip of its own.
 
 use std::collections::VecDeque;
 

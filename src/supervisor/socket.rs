@@ -4,6 +4,13 @@
 //! The socket lives in a private directory (0700) made for the run and
 //! removed after it. Each connection is one protocol stream: a thread reads
 //! its lines into the supervisor's events, another writes its answers.
+//!
+//! # Invariant
+//!
+//! A connection is announced to the loop before any of its lines, on the
+//! same channel, so every answer goes back on the connection that asked;
+//! a client that leaves more than [`ANSWER_BOUND`] bytes of answers unread
+//! is not read until it catches up.
 
 use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;

@@ -1,5 +1,11 @@
 //! What a run is given and what it gives back: the task's command, tools
 //! and lease timing in; its end, and the rest of the agent's prints, out.
+//!
+//! # Invariant
+//!
+//! The run is recorded before the agent's last prints are written out
+//! ([`Output::finish`] comes after): a reader that takes nothing from
+//! durun's stdout delays the exit, never the journal.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,7 +31,7 @@ pub(crate) struct RunSpec<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
     pub tools: &'a BTreeMap<String, Arc<Tool>>,
-    /// [`os::boot_clock`] just before the lease was taken: the run's
+    /// [`crate::os::boot_clock`] just before the lease was taken: the run's
     /// first heartbeat.
     pub leased_at: Duration,
     pub lease: LeaseTimes,

@@ -57,7 +57,7 @@ pub(super) struct Supervisor<'a> {
     pub(super) exited_at: Option<Instant>,
     pub(super) stdout_closed: bool,
     pub(super) last_heartbeat: Instant,
-    /// [`os::boot_clock`] when the lease was last renewed (the moment the
+    /// [`crate::os::boot_clock`] when the lease was last renewed (the moment the
     /// renewal was sent, to err on the safe side).
     pub(super) renewed_at: Duration,
     /// The run lost its lease: nothing more reaches the agent or the

@@ -226,12 +226,26 @@ def _stopping() -> bool:
     return _channel is not None and _channel.stopping
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGINT under durun: the first one stops the script; later ones, which
+    a Ctrl-C delivers (the terminal and durun both send one), are ignored
+    so that they cannot break the stop halfway with a second traceback.
+    durun kills an agent that does not exit in time."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _get_channel() -> _Channel:
     global _channel
     with _channel_lock:
         if _channel is None:
             _channel = _Channel()
             sys.excepthook = _stop_hook(sys.excepthook)
+            # Only Python's own handler is replaced, and only where signal
+            # handlers can be set (the main thread).
+            if (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+                signal.signal(signal.SIGINT, _interrupted)
         return _channel
 
 

@@ -25,7 +25,7 @@ pub(crate) struct SqliteJournal {
     /// a run stops rather than acknowledge steps into a file that was
     /// deleted or replaced under it.
     identity: Option<(u64, u64)>,
-    /// `PRAGMA data_version` at the last [`Journal::watch`]: it changes
+    /// `PRAGMA data_version` at the last [`crate::journal::Journal::watch`]: it changes
     /// only when another connection commits.
     pub(super) data_version: i64,
     /// The sync mode steps are committed with.

@@ -47,7 +47,7 @@ pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
     .record()
 }
 
-/// A step row selected with [`STEP_COLUMNS`].
+/// A step row selected with [`crate::journal::rows::STEP_COLUMNS`].
 pub(super) fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
     StepColumns {
         step: row.get(0)?,
