@@ -115,6 +115,9 @@ pub(crate) struct RunArgs {
     )]
     pub config: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub limits: Limits,
+
     /// The agent command and its arguments
     #[arg(
         required = true,
@@ -123,6 +126,22 @@ pub(crate) struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+/// What `run` and `resume` may bound: waiting and tokens.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub(crate) struct Limits {
+    /// Stop the task with exit 78 once its steps have spent N tokens, over
+    /// all its runs (replayed steps cost nothing); on `resume`, raises or
+    /// sets the budget [default: `[budget] max_tokens` in durun.toml]
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+
+    /// How long a `wait` or `sleep` step is waited on live before durun
+    /// parks the task and exits 77 (`0s`: at once) [default: `[wait]
+    /// park_after` in durun.toml, else 60s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub park_after: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -150,6 +169,9 @@ pub(crate) struct ResumeArgs {
     /// With --all: how many tasks run at once [default: 1]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
+
+    #[command(flatten)]
+    pub limits: Limits,
 }
 
 #[derive(Args, Debug)]

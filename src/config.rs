@@ -54,6 +54,10 @@ pub(crate) struct Config {
     pub source: String,
     pub sync: Option<SyncMode>,
     pub tools: BTreeMap<String, Arc<Tool>>,
+    /// `[wait] park_after`: how long a wait is waited on live.
+    pub park_after: Option<Duration>,
+    /// `[budget] max_tokens`.
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,12 +128,28 @@ struct RawConfig {
     journal: RawJournal,
     #[serde(default)]
     tools: BTreeMap<String, RawTool>,
+    #[serde(default)]
+    wait: RawWait,
+    #[serde(default)]
+    budget: RawBudget,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawJournal {
     sync: Option<SyncMode>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWait {
+    park_after: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    max_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -183,10 +203,22 @@ impl Config {
                 .map_err(|message| Failure::config(format!("tool `{name}`: {message}")))?;
             tools.insert(name, Arc::new(tool));
         }
+        let park_after = raw
+            .wait
+            .park_after
+            .map(|text| {
+                humantime::parse_duration(&text).map_err(|err| {
+                    Failure::config(format!("[wait] park_after = {text:?}: {err}"))
+                        .hint("a duration like \"60s\", \"10m\" or \"0s\" (park at once)")
+                })
+            })
+            .transpose()?;
         Ok(Self {
             source: text.to_owned(),
             sync: raw.journal.sync,
             tools,
+            park_after,
+            max_tokens: raw.budget.max_tokens,
         })
     }
 }

@@ -19,6 +19,10 @@ pub const JOURNAL: i32 = 74;
 pub const LOCKED: i32 = 75;
 /// A step in doubt waits for `durun resolve`.
 pub const IN_DOUBT: i32 = 76;
+/// The task is parked, waiting for a signal or a time (resumable).
+pub const PARKED: i32 = 77;
+/// The task's token budget is spent.
+pub const OVER_BUDGET: i32 = 78;
 /// The agent command could not be started.
 pub const CANNOT_START: i32 = 127;
 
@@ -44,6 +48,11 @@ pub const TABLE: &[(i32, &str)] = &[
         "another live runner holds the task, or this run lost its lease",
     ),
     (IN_DOUBT, "a step in doubt waits for `durun resolve`"),
+    (
+        PARKED,
+        "the task is parked, waiting for a signal or a time (resumable, not a failure)",
+    ),
+    (OVER_BUDGET, "the task's token budget is spent"),
     (CANNOT_START, "the agent command could not be started"),
 ];
 

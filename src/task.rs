@@ -1,8 +1,13 @@
 //! What every command says about a task: the status a person sees, its
 //! command as a shell line, and the error for a task that is not there.
 
+use std::time::SystemTime;
+
 use crate::error::Failure;
-use crate::journal::{self, Location, TaskRecord, TaskStatus};
+use crate::exit_code;
+use crate::journal::{
+    self, Journal, Location, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
+};
 use crate::lease;
 use crate::settings::Settings;
 
@@ -24,6 +29,80 @@ pub(crate) fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus
         TaskStatus::Running
     } else {
         TaskStatus::Interrupted
+    }
+}
+
+/// The step a parked task waits on: its last live step, if `waiting`.
+pub(crate) fn waiting_step(
+    journal: &mut dyn Journal,
+    task: &str,
+) -> anyhow::Result<Option<StepRecord>> {
+    let mut last = None;
+    journal.visit_steps(task, false, Some(1), &mut |step| {
+        last = Some(step);
+        Ok(())
+    })?;
+    Ok(last.filter(|step| step.status == StepStatus::Waiting))
+}
+
+/// When a waiting step's time comes: a sleep's wake time, a wait's
+/// timeout.
+pub(crate) fn wake_time(step: &StepRecord) -> Option<SystemTime> {
+    step.wake_at
+        .as_deref()
+        .and_then(|at| humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok())
+}
+
+/// Whether a parked task would go on if started now: its signal came or
+/// its time did. A task parked on no step it can find is ready.
+pub(crate) fn is_ready(journal: &mut dyn Journal, task: &TaskRecord) -> anyhow::Result<bool> {
+    let Some(step) = waiting_step(journal, &task.id)? else {
+        return Ok(true);
+    };
+    let due = wake_time(&step).is_some_and(|at| SystemTime::now() >= at);
+    Ok(match step.kind {
+        StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
+        _ => due,
+    })
+}
+
+/// The notice of a parked task that is not ready (exit 77), or `None`
+/// when it may run.
+pub(crate) fn still_parked(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+) -> anyhow::Result<Option<Failure>> {
+    if is_ready(journal, task)? {
+        return Ok(None);
+    }
+    Ok(waiting_step(journal, &task.id)?.map(|step| parked_notice(&task.id, &step)))
+}
+
+/// What a parked task waits for and how to continue it (exit 77).
+pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
+    let number = step.step;
+    match step.kind {
+        StepKind::Sleep => Failure::new(
+            exit_code::PARKED,
+            format!(
+                "task {task} sleeps until {} (step {number}); it is parked, not failed",
+                step.wake_at.as_deref().unwrap_or("?")
+            ),
+        )
+        .hint(format!(
+            "`durun resume {task}` continues it once that time has come (before, it parks again at once); `durun resume --all` from a timer picks it up"
+        )),
+        _ => Failure::new(
+            exit_code::PARKED,
+            format!(
+                "task {task} waits for the signal `{}` (step {number}); it is parked, not failed",
+                step.name
+            ),
+        )
+        .hint(format!(
+            "send it with `durun approve {task}`, `durun reject {task}` or `durun signal {task} {} --data JSON`, then `durun resume {task}`",
+            step.name
+        )),
     }
 }
 

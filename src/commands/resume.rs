@@ -34,7 +34,14 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
         );
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, args.from_step, settings)
+    let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
+    session::drive(
+        journal.as_mut(),
+        &task,
+        args.from_step,
+        args.limits,
+        settings,
+    )
 }
 
 /// Resumes every interrupted task, `jobs` at a time, each in a `durun

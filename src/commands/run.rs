@@ -35,6 +35,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
             sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
             created_at: journal::now(),
+            max_tokens: args.limits.max_tokens.or(config.max_tokens),
         };
         if let Err(err) = journal.create_task(&task) {
             // Another `run --task` with the same id may have won the race;
@@ -64,7 +65,8 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         eprintln!("durun: task {} already completed; nothing to run", task.id);
         return Ok(0);
     }
-    session::drive(journal.as_mut(), &task, None, settings)
+    let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
+    session::drive(journal.as_mut(), &task, None, args.limits, settings)
 }
 
 fn check_task_id(id: &str) -> Result<()> {

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
+use crate::cli::Limits;
 use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
@@ -20,10 +21,19 @@ pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
     from_step: Option<u64>,
+    limits: Limits,
     settings: &Settings,
 ) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
         return Err(cancelled(&task.id).into());
+    }
+    // A parked task whose signal or time has not come parks again at
+    // once, without starting its agent.
+    if task.status.is_parked()
+        && from_step.is_none()
+        && let Some(parked) = crate::task::still_parked(journal, task)?
+    {
+        return Err(parked.into());
     }
     // The tools a task replays against are the tools it started with.
     let config = match &task.config {
@@ -51,6 +61,12 @@ pub(super) fn drive(
         leased_at,
         lease: settings.lease,
         runtime_dir: settings.runtime_dir.clone(),
+        park_after: limits
+            .park_after
+            .or(config.park_after)
+            .unwrap_or(DEFAULT_PARK_AFTER),
+        max_tokens: task.max_tokens,
+        tokens_before: task.tokens_spent,
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,
@@ -91,6 +107,35 @@ pub(super) fn drive(
     }
     recorded.context("failed to record the end of the run")?;
     Ok(outcome.exit_code)
+}
+
+/// How long a `wait` or `sleep` is waited on live by default (SPEC 8).
+const DEFAULT_PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Records a new budget for the task, if one was given, and returns the
+/// task as it now stands.
+pub(super) fn raise_budget(
+    journal: &mut dyn Journal,
+    task: TaskRecord,
+    max_tokens: Option<u64>,
+) -> Result<TaskRecord> {
+    let Some(max) = max_tokens else {
+        return Ok(task);
+    };
+    if task.max_tokens == Some(max) {
+        return Ok(task);
+    }
+    journal.set_max_tokens(&task.id, Some(max))?;
+    if max <= task.tokens_spent {
+        eprintln!(
+            "durun: task {} has spent {} tokens already; a budget of {max} stops it at its next new step",
+            task.id, task.tokens_spent
+        );
+    }
+    Ok(TaskRecord {
+        max_tokens: Some(max),
+        ..task
+    })
 }
 
 /// The error for a task `durun cancel` ended.

@@ -14,6 +14,7 @@ mod records;
 mod rows;
 pub(crate) mod sqlite;
 mod store;
+mod transfer;
 #[cfg(test)]
 mod story;
 
@@ -23,6 +24,18 @@ pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
 pub(crate) use location::Location;
 pub(crate) use records::{
     NewTask, Resolution, ResolutionAction, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
-    StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus, apply_resolution,
+    SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus,
+    apply_resolution,
 };
 pub(crate) use store::{Access, Journal, StepWrite};
+pub(crate) use transfer::{TABLES, task_id};
+
+use crate::json_text;
+
+/// A `wait` step answered by `signal`: committed, the signal its output.
+pub(crate) fn take_into(step: &mut StepRecord, signal: &SignalRecord) {
+    step.status = StepStatus::Committed;
+    step.output = Some(json_text::JsonText::from_value(&signal.output()));
+    step.error = None;
+    step.finished_at = Some(now());
+}

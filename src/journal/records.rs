@@ -34,6 +34,12 @@ pub(crate) enum TaskStatus {
     Failed,
     Interrupted,
     Cancelled,
+    /// Parked on a `wait` step until a signal comes (SPEC 8).
+    Waiting,
+    /// Parked on a `sleep` step until its time comes.
+    Sleeping,
+    /// Its token budget is spent (SPEC 9).
+    OverBudget,
 }
 text_enum!(TaskStatus {
     Running => "running",
@@ -41,14 +47,28 @@ text_enum!(TaskStatus {
     Failed => "failed",
     Interrupted => "interrupted",
     Cancelled => "cancelled",
+    Waiting => "waiting",
+    Sleeping => "sleeping",
+    OverBudget => "over_budget",
 });
+
+impl TaskStatus {
+    /// Parked: resumable once its signal or its time comes.
+    pub(crate) fn is_parked(self) -> bool {
+        matches!(self, Self::Waiting | Self::Sleeping)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepKind {
     Call,
     Begin,
+    /// Waits for a signal (SPEC 8).
+    Wait,
+    /// Waits for a time.
+    Sleep,
 }
-text_enum!(StepKind { Call => "call", Begin => "begin" });
+text_enum!(StepKind { Call => "call", Begin => "begin", Wait => "wait", Sleep => "sleep" });
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepStatus {
@@ -56,12 +76,15 @@ pub(crate) enum StepStatus {
     Committed,
     Failed,
     Discarded,
+    /// A `wait` or `sleep` step whose signal or time has not come.
+    Waiting,
 }
 text_enum!(StepStatus {
     Pending => "pending",
     Committed => "committed",
     Failed => "failed",
     Discarded => "discarded",
+    Waiting => "waiting",
 });
 
 /// A task as `run` creates it.
@@ -75,6 +98,8 @@ pub(crate) struct NewTask {
     pub config_path: Option<String>,
     pub sync: SyncMode,
     pub created_at: String,
+    /// The token budget (SPEC 9), if any.
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -97,6 +122,8 @@ pub(crate) struct TaskRecord {
     pub steps: u64,
     pub tokens_spent: u64,
     pub tokens_saved: u64,
+    /// The token budget over all runs, if any.
+    pub max_tokens: Option<u64>,
 }
 
 /// What one run did, as counted while it ran.
@@ -176,6 +203,35 @@ pub(crate) struct StepRecord {
     /// a step from there on (the agent went on knowing of it); otherwise
     /// it runs again (SPEC 3.2).
     pub seen_from: Option<u64>,
+    /// A `sleep` step's wake time, or a `wait` step's timeout, fixed when
+    /// the step is first opened (RFC 3339).
+    pub wake_at: Option<String>,
+}
+
+/// A signal sent to a task (SPEC 8), as the journal keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SignalRecord {
+    pub name: String,
+    pub data: Value,
+    /// The sender's id for it (`--id`): the same id twice is kept once.
+    pub signal_id: Option<String>,
+    /// `user@host` of the sender.
+    pub sent_by: String,
+    pub sent_at: String,
+    /// The `wait` step that took it.
+    pub taken_by: Option<u64>,
+}
+
+impl SignalRecord {
+    /// The output of the `wait` step that takes it.
+    pub(crate) fn output(&self) -> Value {
+        serde_json::json!({
+            "signal": self.name,
+            "data": self.data,
+            "by": self.sent_by,
+            "at": self.sent_at,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -249,4 +305,15 @@ pub(crate) fn apply_resolution(record: &mut StepRecord, resolution: &Resolution)
     };
     record.resolution = Some(resolution.action.kind());
     value
+}
+
+/// One task's rows as JSON objects, column name to value, as the journal
+/// holds them: what `export` writes and `import` and `fork` load.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TaskRows {
+    pub task: serde_json::Map<String, Value>,
+    pub runs: Vec<serde_json::Map<String, Value>>,
+    pub steps: Vec<serde_json::Map<String, Value>>,
+    pub signals: Vec<serde_json::Map<String, Value>>,
+    pub resolutions: Vec<serde_json::Map<String, Value>>,
 }

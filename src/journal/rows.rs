@@ -7,7 +7,10 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use super::{ResolutionKind, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus};
+use super::{
+    ResolutionKind, SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord,
+    TaskStatus,
+};
 use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::json_text::JsonText;
@@ -17,7 +20,7 @@ use crate::protocol::{Effect, ErrorCode};
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
     attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
-    seen_from";
+    seen_from, wake_at";
 
 /// A step row as read, before its texts are checked.
 pub(crate) struct StepColumns<'a> {
@@ -41,6 +44,7 @@ pub(crate) struct StepColumns<'a> {
     pub(crate) finished_at: Option<String>,
     pub(crate) resolution: Option<&'a str>,
     pub(crate) seen_from: Option<i64>,
+    pub(crate) wake_at: Option<String>,
 }
 
 impl StepColumns<'_> {
@@ -83,6 +87,7 @@ impl StepColumns<'_> {
                 })
                 .transpose()?,
             seen_from: self.seen_from.map(|step| step as u64),
+            wake_at: self.wake_at,
         })
     }
 }
@@ -106,6 +111,7 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) steps: i64,
     pub(crate) tokens_spent: i64,
     pub(crate) tokens_saved: i64,
+    pub(crate) max_tokens: Option<i64>,
 }
 
 impl TaskColumns<'_> {
@@ -133,6 +139,34 @@ impl TaskColumns<'_> {
             steps: self.steps as u64,
             tokens_spent: self.tokens_spent as u64,
             tokens_saved: self.tokens_saved as u64,
+            max_tokens: self.max_tokens.map(|max| max as u64),
+        })
+    }
+}
+
+/// The signal columns every backend selects, in this order.
+pub(crate) const SIGNAL_COLUMNS: &str = "name, data, signal_id, sent_by, sent_at, taken_by";
+
+/// A signal row as read, before its data is checked.
+pub(crate) struct SignalColumns<'a> {
+    pub(crate) name: String,
+    pub(crate) data: &'a str,
+    pub(crate) signal_id: Option<String>,
+    pub(crate) sent_by: String,
+    pub(crate) sent_at: String,
+    pub(crate) taken_by: Option<i64>,
+}
+
+impl SignalColumns<'_> {
+    pub(crate) fn record(self) -> Result<SignalRecord> {
+        Ok(SignalRecord {
+            name: self.name,
+            data: serde_json::from_str(self.data)
+                .context("the journal holds a signal with malformed JSON data")?,
+            signal_id: self.signal_id,
+            sent_by: self.sent_by,
+            sent_at: self.sent_at,
+            taken_by: self.taken_by.map(|step| step as u64),
         })
     }
 }

@@ -9,7 +9,8 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::{
-    NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord, TaskRecord,
+    NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing, StepRecord,
+    TaskRecord, TaskRows,
 };
 use crate::config::SyncMode;
 use crate::lease::Holder;
@@ -113,6 +114,37 @@ pub(crate) trait Journal {
     /// before `finished_before`, never one a live runner holds; returns
     /// their ids.
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
+    /// Sets the task's token budget (SPEC 9); `None` removes it.
+    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()>;
+    /// Records a signal for the task and wakes a live runner of it;
+    /// false when a signal with the same `signal_id` was recorded before
+    /// (nothing is written then).
+    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool>;
+    /// The task's signals, oldest first.
+    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>>;
+    /// Whether a signal called `name` waits, untaken: a cheap read, for
+    /// a runner that waits live and for `resume` of a parked task.
+    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool>;
+    /// Fenced like [`Journal::put_steps`]: takes the oldest untaken signal
+    /// called `step.name` for `step` and commits the step with it as its
+    /// output (updating `step`), in one transaction. With no such signal
+    /// the step is written as it is (`waiting`) when `fresh`, and `None`
+    /// comes back.
+    fn take_signal(
+        &mut self,
+        task: &str,
+        run: u32,
+        step: &mut StepRecord,
+        fresh: bool,
+    ) -> Result<Option<SignalRecord>>;
+    /// Every row of the task (runs, steps with discarded ones, signals,
+    /// resolutions) with every column, as JSON (SPEC 10); `None` for an
+    /// unknown task.
+    fn export(&mut self, task: &str) -> Result<Option<TaskRows>>;
+    /// Writes the rows of one task in one transaction: all or nothing.
+    /// An existing task of that id is refused unless `replace`, and never
+    /// replaced while a live runner holds it.
+    fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()>;
 }
 
 /// One row of a [`Journal::put_steps`] write.

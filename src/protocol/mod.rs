@@ -23,6 +23,9 @@
 //! * `commit`: `{"op":"commit","id":3,"step":5,"output":…,"usage":{…}}`.
 //! * `fail`: `{"op":"fail","id":3,"step":5,"error":"…","output":…}`.
 //! * `result`: `{"op":"result","id":9,"output":…}`, the task's final output.
+//! * `wait`: `{"op":"wait","id":7,"name":"approve-deploy","data":…,"timeout":"48h"}`,
+//!   a step answered by a signal (SPEC 8).
+//! * `sleep`: `{"op":"sleep","id":8,"seconds":3600}` or `{"op":"sleep","id":8,"until":"…"}`.
 //!
 //! An optional member sent as `null` counts as absent, except `args`.
 //!
@@ -43,7 +46,7 @@ mod response;
 use serde::Serialize;
 
 pub(crate) use lenient::{names_an_op, sniff_id};
-pub(crate) use request::{Line, Request, parse_line};
+pub(crate) use request::{Line, Request, Wake, parse_line};
 pub(crate) use response::{ErrorCode, Response};
 
 /// The protocol version in `DURUN_PROTOCOL`.

@@ -2,6 +2,8 @@
 //! request that cannot be served) and decoded by hand from a parsed
 //! `serde_json::Value`.
 
+use std::time::{Duration, SystemTime};
+
 use serde_json::{Map, Value};
 
 use super::Effect;
@@ -38,6 +40,28 @@ pub(crate) enum Request {
         id: Value,
         output: Value,
     },
+    /// Waits for a signal called `name` (SPEC 8).
+    Wait {
+        id: Value,
+        name: String,
+        data: Value,
+        timeout: Option<Duration>,
+    },
+    /// Waits until a time: `args` as sent are the step's args.
+    Sleep {
+        id: Value,
+        args: Value,
+        wake: Wake,
+    },
+}
+
+/// When a `sleep` ends, as the agent asked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Wake {
+    /// This long after the step is first opened.
+    After(Duration),
+    /// At this time.
+    At(SystemTime),
 }
 
 impl Request {
@@ -47,7 +71,9 @@ impl Request {
             | Self::Begin { id, .. }
             | Self::Commit { id, .. }
             | Self::Fail { id, .. }
-            | Self::Result { id, .. } => id,
+            | Self::Result { id, .. }
+            | Self::Wait { id, .. }
+            | Self::Sleep { id, .. } => id,
         }
     }
 }
@@ -183,9 +209,73 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             output: object.remove("output").unwrap_or(Value::Null),
             id: id.clone(),
         },
+        "wait" => Request::Wait {
+            name: required_string(&mut object, "name", op).map_err(fail)?,
+            data: object.remove("data").unwrap_or(Value::Null),
+            timeout: match optional(&mut object, "timeout") {
+                None => None,
+                Some(value) => Some(duration(&value).ok_or_else(|| {
+                    fail(
+                        "`timeout` must be a duration like \"48h\" or \"90s\", or a number of seconds"
+                            .to_owned(),
+                    )
+                })?),
+            },
+            id: id.clone(),
+        },
+        "sleep" => {
+            let seconds = optional(&mut object, "seconds");
+            let until = optional(&mut object, "until");
+            let (args, wake) = match (seconds, until) {
+                (Some(seconds), None) => {
+                    let wake = seconds
+                        .as_f64()
+                        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0 && *seconds < 1e11)
+                        .map(|seconds| Wake::After(Duration::from_secs_f64(seconds)))
+                        .ok_or_else(|| {
+                            fail("`seconds` of a `sleep` must be a number, 0 or more".to_owned())
+                        })?;
+                    (serde_json::json!({ "seconds": seconds }), wake)
+                }
+                (None, Some(Value::String(until))) => {
+                    let at = humantime::parse_rfc3339_weak(until.trim_end_matches('Z'))
+                        .map_err(|_| {
+                            fail(format!(
+                                "`until` of a `sleep` must be an RFC 3339 time in UTC like \"2026-12-01T09:00:00Z\", not {until:?}"
+                            ))
+                        })?;
+                    (serde_json::json!({ "until": until }), Wake::At(at))
+                }
+                (None, Some(_)) => {
+                    return Err(fail("`until` of a `sleep` must be a string".to_owned()));
+                }
+                _ => {
+                    return Err(fail(
+                        "a `sleep` request has either `seconds` or `until`".to_owned(),
+                    ));
+                }
+            };
+            Request::Sleep {
+                args,
+                wake,
+                id: id.clone(),
+            }
+        }
         other => return Err(fail(format!("unknown op {other:?}"))),
     };
     Ok(request)
+}
+
+/// A duration as `"48h"`, `"1h 30m"` or a number of seconds.
+fn duration(value: &Value) -> Option<Duration> {
+    match value {
+        Value::String(text) => humantime::parse_duration(text).ok(),
+        Value::Number(number) => number
+            .as_f64()
+            .filter(|seconds| seconds.is_finite() && *seconds >= 0.0 && *seconds < 1e11)
+            .map(Duration::from_secs_f64),
+        _ => None,
+    }
 }
 
 fn empty_object() -> Value {
@@ -306,6 +396,31 @@ mod tests {
                 output: None
             }
         );
+        assert_eq!(
+            request(r#"{"op":"wait","id":7,"name":"approve","data":{"d":1},"timeout":"48h"}"#),
+            Request::Wait {
+                id: json!(7),
+                name: "approve".into(),
+                data: json!({"d": 1}),
+                timeout: Some(Duration::from_secs(48 * 3600))
+            }
+        );
+        assert_eq!(
+            request(r#"{"op":"sleep","id":8,"seconds":3600}"#),
+            Request::Sleep {
+                id: json!(8),
+                args: json!({"seconds": 3600}),
+                wake: Wake::After(Duration::from_secs(3600))
+            }
+        );
+        assert!(matches!(
+            request(r#"{"op":"sleep","id":9,"until":"2026-12-01T09:00:00Z"}"#),
+            Request::Sleep { wake: Wake::At(_), .. }
+        ));
+        assert!(invalid(r#"{"op":"sleep","id":9}"#).1.contains("either"));
+        assert!(invalid(r#"{"op":"sleep","id":9,"seconds":-1}"#).1.contains("0 or more"));
+        assert!(invalid(r#"{"op":"sleep","id":9,"until":"tomorrow"}"#).1.contains("RFC 3339"));
+        assert!(invalid(r#"{"op":"wait","id":9,"name":"a","timeout":"soon"}"#).1.contains("duration"));
         assert_eq!(
             request(r#"{"op":"result","id":9,"output":{"a":1}}"#),
             Request::Result {

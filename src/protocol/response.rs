@@ -25,6 +25,12 @@
 //!
 //! `{"id":9,"ok":true}`.
 //!
+//! ## `wait`, `sleep`
+//!
+//! Like a `call`: `{"id":7,"ok":true,"step":6,"replayed":false,"output":{"signal":…,"data":…,"by":…,"at":…}}`
+//! for a `wait`, `"output":{"woke_at":…}` for a `sleep`; a timed-out
+//! `wait` fails with code `timeout`.
+//!
 //! ## Errors
 //!
 //! `{"id":…,"ok":false,"error":{"code":…,"message":…}}` with a code from
@@ -45,6 +51,7 @@ pub(crate) enum ErrorCode {
     Divergence,
     Cancelled,
     Journal,
+    BudgetExceeded,
 }
 
 impl ErrorCode {
@@ -57,6 +64,7 @@ impl ErrorCode {
             Self::Divergence => "divergence",
             Self::Cancelled => "cancelled",
             Self::Journal => "journal",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 
@@ -69,6 +77,7 @@ impl ErrorCode {
             Self::Divergence,
             Self::Cancelled,
             Self::Journal,
+            Self::BudgetExceeded,
         ]
         .into_iter()
         .find(|code| code.as_str() == text)

@@ -46,7 +46,7 @@ impl Supervisor<'_> {
                 finished = true;
                 stats.executed_steps += 1;
                 stats.tokens_spent += deferred.record.tokens;
-                if deferred.record.kind == StepKind::Call
+                if deferred.record.kind != StepKind::Begin
                     && deferred.record.status == StepStatus::Failed
                 {
                     // Answered right after this commit: a step the agent
@@ -148,7 +148,7 @@ impl Supervisor<'_> {
     }
 
     /// Reports a step whose result is durable and answers it.
-    fn answer_finished(&mut self, conn: Conn, id: Value, record: &StepRecord, started: Instant) {
+    pub(super) fn answer_finished(&mut self, conn: Conn, id: Value, record: &StepRecord, started: Instant) {
         self.reporter.report(&Report::StepFinished {
             step: record.step,
             name: &record.name,
@@ -160,14 +160,14 @@ impl Supervisor<'_> {
         let step = record.step;
         let response = match (record.kind, record.status) {
             (StepKind::Begin, _) => Response::ok(id).step(step),
-            (StepKind::Call, StepStatus::Committed) => {
+            (StepKind::Call | StepKind::Wait | StepKind::Sleep, StepStatus::Committed) => {
                 let mut response = Response::ok(id).step(step);
                 response.replayed = Some(false);
                 response.output.clone_from(&record.output);
                 response.idempotency_key = Some(record.idempotency_key.clone());
                 response
             }
-            (StepKind::Call, _) => {
+            (StepKind::Call | StepKind::Wait | StepKind::Sleep, _) => {
                 let error = record.error.as_ref().expect("a failed step has an error");
                 let mut response =
                     Response::error(id, error.code, error.message.clone()).step(step);

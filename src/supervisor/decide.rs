@@ -32,6 +32,9 @@ pub(super) enum Decision {
     Diverge,
     /// In doubt, and its tool takes no key: wait for `durun resolve`.
     AskOperator,
+    /// A `wait` or `sleep` step still waiting for its signal or time:
+    /// wait on, the same row (nothing ran, nothing is in doubt).
+    Await,
 }
 
 /// Decides step `recorded.step` (or a new one) for `asked`, given the
@@ -51,6 +54,7 @@ pub(super) fn decide(
         StepStatus::Committed => Decision::Replay,
         StepStatus::Failed if failure_replays(recorded, last_recorded) => Decision::Replay,
         StepStatus::Failed => Decision::Retry { in_doubt: false },
+        StepStatus::Waiting => Decision::Await,
         StepStatus::Pending
             if asked.ask_first && recorded.resolution != Some(ResolutionKind::Retry) =>
         {
@@ -106,6 +110,7 @@ mod tests {
             finished_at: None,
             resolution: None,
             seen_from: None,
+            wake_at: None,
         }
     }
 
@@ -151,11 +156,17 @@ mod tests {
             decide(Some(&record(StepStatus::Failed)), &ASKED, 4),
             Decision::Retry { in_doubt: false }
         );
+        // waiting for a signal or a time: wait on.
+        assert_eq!(
+            decide(Some(&record(StepStatus::Waiting)), &ASKED, 4),
+            Decision::Await
+        );
         // anything, other name or args: divergence.
         for status in [
             StepStatus::Committed,
             StepStatus::Pending,
             StepStatus::Failed,
+            StepStatus::Waiting,
         ] {
             let other_args = Asked {
                 args_hash: "other",

@@ -97,6 +97,7 @@ impl Supervisor<'_> {
         // An HTTP call cannot be stopped mid-request; its answer is dropped.
         self.calls.clear();
         self.open.clear();
+        self.waits.clear();
         self.batch.clear();
         self.io.stdin = None;
         self.io.out.clear();
@@ -133,6 +134,7 @@ impl Supervisor<'_> {
         if self.last_heartbeat.elapsed() >= self.spec.lease.heartbeat {
             self.heartbeat();
         }
+        self.tick_waits();
     }
 
     fn heartbeat(&mut self) {

@@ -129,6 +129,8 @@ pub(crate) fn supervise(
         renewed_at: spec.leased_at,
         fenced: false,
         last_watch: Instant::now(),
+        waits: HashMap::new(),
+        last_signal_look: Instant::now(),
     };
     supervisor.serve(&events);
     signals_handle.close();
@@ -149,6 +151,9 @@ impl Supervisor<'_> {
             let mut wait = Duration::from_millis(500).min(self.spec.lease.heartbeat);
             if let Some(kill_at) = self.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
+            }
+            if let Some(bound) = self.wait_bound() {
+                wait = wait.min(bound);
             }
             let read =
                 !self.stdout_closed && self.io.release_held() && self.io.unread() < ANSWER_BOUND;

@@ -24,6 +24,7 @@ mod socket;
 mod spec;
 mod state;
 mod stopping;
+mod waiting;
 
 pub(crate) use imp::supervise;
 pub(crate) use spec::RunSpec;

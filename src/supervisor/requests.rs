@@ -63,6 +63,13 @@ impl Supervisor<'_> {
                 error,
                 output,
             } => self.on_close(conn, id, step, Err((error, output))),
+            Request::Wait {
+                id,
+                name,
+                data,
+                timeout,
+            } => self.on_wait(conn, id, &name, data, timeout),
+            Request::Sleep { id, args, wake } => self.on_sleep(conn, id, &args, wake),
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.
                 self.flush();
@@ -187,7 +194,14 @@ impl Supervisor<'_> {
             recorded,
         ) {
             (Decision::Run, _) | (_, None) => {
+                if self.over_budget(conn, id, step) {
+                    return None;
+                }
                 (self.new_record(step, &wanted, args_hash), true, false)
+            }
+            (Decision::Await, Some(mut recorded)) => {
+                recorded.run = self.spec.run;
+                (recorded, false, false)
             }
             (Decision::Diverge, Some(recorded)) => {
                 self.diverge(conn, id, &recorded, wanted.name, wanted.args);
@@ -211,6 +225,9 @@ impl Supervisor<'_> {
                 return None;
             }
             (Decision::Retry { in_doubt }, Some(recorded)) => {
+                if self.over_budget(conn, id, step) {
+                    return None;
+                }
                 (self.next_attempt(recorded), false, in_doubt)
             }
         };
@@ -246,6 +263,7 @@ impl Supervisor<'_> {
             finished_at: None,
             resolution: None,
             seen_from: None,
+            wake_at: None,
         }
     }
 
@@ -395,13 +413,10 @@ impl Supervisor<'_> {
 /// The answer to a step the journal holds: its output, or its failure.
 fn replay_response(id: Value, recorded: StepRecord) -> Response {
     let mut response = match (&recorded.status, &recorded.error) {
-        (StepStatus::Failed, error) => Response::error(
-            id,
-            ErrorCode::ToolFailed,
-            error
-                .as_ref()
-                .map_or("failed", |error| error.message.as_str()),
-        ),
+        (StepStatus::Failed, Some(error)) => {
+            Response::error(id, error.code, error.message.as_str())
+        }
+        (StepStatus::Failed, None) => Response::error(id, ErrorCode::ToolFailed, "failed"),
         _ => Response::ok(id),
     };
     response.step = Some(recorded.step);

@@ -37,6 +37,13 @@ pub(crate) struct RunSpec<'a> {
     pub lease: LeaseTimes,
     /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
     pub runtime_dir: Option<std::path::PathBuf>,
+    /// How long a `wait` or `sleep` is waited on live before the run
+    /// parks (SPEC 8).
+    pub park_after: Duration,
+    /// The task's token budget (SPEC 9).
+    pub max_tokens: Option<u64>,
+    /// Tokens the task's earlier runs spent.
+    pub tokens_before: u64,
 }
 
 /// How the run ended.

@@ -6,8 +6,8 @@
 //! # Invariant
 //!
 //! A step number is in at most one of `open` (a `begin` the agent runs),
-//! `calls` (a tool durun runs) and the batch (a write waiting for its
-//! commit) at a time; `next_step` is one past every step this run opened.
+//! `calls` (a tool durun runs), `waits` (a `wait` or `sleep` waited on
+//! live) and the batch (a write waiting for its commit) at a time; `next_step` is one past every step this run opened.
 
 use std::collections::HashMap;
 use std::process::ExitStatus;
@@ -64,6 +64,20 @@ pub(super) struct Supervisor<'a> {
     /// journal.
     pub(super) fenced: bool,
     pub(super) last_watch: Instant,
+    /// `wait` and `sleep` steps waited on live.
+    pub(super) waits: HashMap<u64, Waiter>,
+    pub(super) last_signal_look: Instant,
+}
+
+/// A `wait` or `sleep` step the run waits on live.
+pub(super) struct Waiter {
+    pub(super) conn: Conn,
+    pub(super) id: Value,
+    pub(super) record: StepRecord,
+    /// When this run began to wait on it.
+    pub(super) since: Instant,
+    /// A sleep's wake time, a wait's timeout.
+    pub(super) until: Option<std::time::SystemTime>,
 }
 
 /// A step the agent began and has not closed yet.
@@ -141,4 +155,12 @@ pub(super) enum Stop {
     Signal,
     /// `durun cancel` asked for it.
     Cancel,
+    /// A step waits longer than `park_after`: the task is left `waiting`
+    /// or `sleeping` (exit 77, with `notice` saying how to continue).
+    Parked {
+        status: crate::journal::TaskStatus,
+        notice: anyhow::Error,
+    },
+    /// The token budget is spent (exit 78).
+    OverBudget(anyhow::Error),
 }

@@ -17,7 +17,11 @@ pub(super) fn task_tone(status: TaskStatus) -> Tone {
     match status {
         TaskStatus::Completed => Tone::Good,
         TaskStatus::Failed => Tone::Bad,
-        TaskStatus::Interrupted | TaskStatus::Running => Tone::Warn,
+        TaskStatus::Interrupted
+        | TaskStatus::Running
+        | TaskStatus::Waiting
+        | TaskStatus::Sleeping
+        | TaskStatus::OverBudget => Tone::Warn,
         TaskStatus::Cancelled => Tone::Dim,
     }
 }
@@ -26,7 +30,7 @@ pub(super) fn step_tone(status: StepStatus) -> Tone {
     match status {
         StepStatus::Committed => Tone::Good,
         StepStatus::Failed => Tone::Bad,
-        StepStatus::Pending => Tone::Warn,
+        StepStatus::Pending | StepStatus::Waiting => Tone::Warn,
         StepStatus::Discarded => Tone::Dim,
     }
 }

@@ -17,14 +17,15 @@ use postgres::{Client, NoTls};
 use serde_json::Value;
 
 use rows::{
-    TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row, write_stats, write_step,
+    SIGNAL_COLUMNS, TASK_COLUMNS, fence, lease_at, lease_of, signal_at, step_from_row,
+    task_from_row, write_stats, write_step,
 };
 use schema::{MIGRATIONS, NOW_MS, VERSION};
 
 use super::rows::STEP_COLUMNS;
 use super::{
-    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
-    StepRecord, StepStatus, StepWrite, TaskRecord,
+    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
+    SignalRecord, Standing, StepRecord, StepStatus, StepWrite, TaskRecord, TaskRows,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -150,8 +151,9 @@ impl Journal for PostgresJournal {
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
         self.client
             .execute(
-                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at)
-                 VALUES ($1, 'running', $2, $3, $4, $5, $6, $7, $7)",
+                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
+                     max_tokens)
+                 VALUES ($1, 'running', $2, $3, $4, $5, $6, $7, $7, $8)",
                 &[
                     &task.id,
                     &serde_json::to_string(&task.argv)?,
@@ -160,6 +162,7 @@ impl Journal for PostgresJournal {
                     &task.config_path,
                     &task.sync.as_str(),
                     &task.created_at,
+                    &task.max_tokens.map(|max| max as i64),
                 ],
             )
             .with_context(|| format!("failed to create task {}", task.id))?;
@@ -380,7 +383,7 @@ impl Journal for PostgresJournal {
         let mut tx = self.client.transaction()?;
         let opens = steps
             .iter()
-            .any(|write| write.record.status == StepStatus::Pending);
+            .any(|write| matches!(write.record.status, StepStatus::Pending | StepStatus::Waiting));
         fence(&mut tx, task, run, opens)?;
         for &StepWrite {
             record: step,
@@ -549,5 +552,186 @@ impl Journal for PostgresJournal {
         }
         tx.commit()?;
         Ok(removed)
+    }
+
+    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
+        self.client.execute(
+            "UPDATE tasks SET max_tokens = $2 WHERE id = $1",
+            &[&task, &max_tokens.map(|max| max as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
+        let mut tx = self.client.transaction()?;
+        let added = tx.execute(
+            "INSERT INTO signals (task_id, name, data, signal_id, sent_by, sent_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (task_id, signal_id) WHERE signal_id IS NOT NULL DO NOTHING",
+            &[
+                &task,
+                &signal.name,
+                &serde_json::to_string(&signal.data)?,
+                &signal.signal_id,
+                &signal.sent_by,
+                &signal.sent_at,
+            ],
+        )?;
+        if added == 1 {
+            // A runner on any host hears of it on its next look.
+            tx.execute("SELECT pg_notify($1, 'signal')", &[&channel(task)])?;
+        }
+        tx.commit()?;
+        Ok(added == 1)
+    }
+
+    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
+        let rows = self.client.query(
+            &format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"),
+            &[&task],
+        )?;
+        rows.iter().map(|row| signal_at(row, 0).record()).collect()
+    }
+
+    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
+        let row = self.client.query_one(
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = $1 AND name = $2 AND taken_by IS NULL)",
+            &[&task, &name],
+        )?;
+        Ok(row.get(0))
+    }
+
+    fn take_signal(
+        &mut self,
+        task: &str,
+        run: u32,
+        step: &mut StepRecord,
+        fresh: bool,
+    ) -> Result<Option<SignalRecord>> {
+        let mut tx = self.client.transaction()?;
+        fence(&mut tx, task, run, true)?;
+        // FOR UPDATE: of two runners, only the lease holder gets here, but
+        // a signal is still never taken twice.
+        let row = tx.query_opt(
+            &format!(
+                "SELECT id, {SIGNAL_COLUMNS} FROM signals
+                 WHERE task_id = $1 AND name = $2 AND taken_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE"
+            ),
+            &[&task, &step.name],
+        )?;
+        let taken = match row {
+            Some(row) => {
+                let mut signal = signal_at(&row, 1).record()?;
+                signal.taken_by = Some(step.step);
+                tx.execute(
+                    "UPDATE signals SET taken_by = $2 WHERE id = $1",
+                    &[&row.get::<_, i64>(0), &(step.step as i64)],
+                )?;
+                super::take_into(step, &signal);
+                write_step(&mut tx, task, step, fresh, run)?;
+                Some(signal)
+            }
+            None if fresh => {
+                write_step(&mut tx, task, step, fresh, run)?;
+                None
+            }
+            None => None,
+        };
+        tx.commit()?;
+        Ok(taken)
+    }
+
+    fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
+        let mut rows = TaskRows::default();
+        for table in super::TABLES {
+            let (key, order) = match *table {
+                "tasks" => ("id", "id"),
+                "runs" => ("task_id", "run"),
+                _ => ("task_id", "id"),
+            };
+            let found = self.client.query(
+                &format!("SELECT row_to_json(r)::text FROM {table} r WHERE r.{key} = $1 ORDER BY r.{order}"),
+                &[&task],
+            )?;
+            let mut objects = Vec::with_capacity(found.len());
+            for row in &found {
+                let text: String = row.get(0);
+                match serde_json::from_str(&text)? {
+                    Value::Object(object) => objects.push(object),
+                    _ => anyhow::bail!("row_to_json gave no object"),
+                }
+            }
+            match *table {
+                "tasks" => match objects.pop() {
+                    Some(task) => rows.task = task,
+                    None => return Ok(None),
+                },
+                "runs" => rows.runs = objects,
+                "steps" => rows.steps = objects,
+                "signals" => rows.signals = objects,
+                _ => rows.resolutions = objects,
+            }
+        }
+        Ok(Some(rows))
+    }
+
+    fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
+        let id = super::task_id(rows)?;
+        let mut tx = self.client.transaction()?;
+        let (lease, server_now) = lease_of(&mut tx, &id)?;
+        let exists = tx
+            .query_one("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)", &[&id])?
+            .get::<_, bool>(0);
+        if exists {
+            if !replace {
+                return Err(super::transfer::exists(&id).into());
+            }
+            if let Some(lease) = lease
+                && lease::is_live(&lease, me, server_now, self.stale)
+            {
+                return Err(super::locked(&id, &lease).into());
+            }
+            tx.execute("DELETE FROM tasks WHERE id = $1", &[&id])?;
+        }
+        for (table, objects) in [
+            ("tasks", std::slice::from_ref(&rows.task)),
+            ("runs", rows.runs.as_slice()),
+            ("steps", rows.steps.as_slice()),
+            ("signals", rows.signals.as_slice()),
+            ("resolutions", rows.resolutions.as_slice()),
+        ] {
+            let known: Vec<String> = tx
+                .query(
+                    "SELECT column_name::text FROM information_schema.columns
+                     WHERE table_name = $1 AND table_schema = current_schema()",
+                    &[&table],
+                )?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            for object in objects {
+                let mut columns = Vec::new();
+                for name in object.keys() {
+                    if table != "tasks" && name == "id" {
+                        continue;
+                    }
+                    if !known.contains(name) {
+                        return Err(super::transfer::unknown_column(table, name).into());
+                    }
+                    columns.push(format!("\"{name}\""));
+                }
+                let columns = columns.join(", ");
+                // The server turns each JSON value into its column's type.
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {table} ({columns})
+                         SELECT {columns} FROM json_populate_record(NULL::{table}, $1::text::json)"
+                    ),
+                    &[&Value::Object(object.clone()).to_string()],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
     }
 }

@@ -6,7 +6,8 @@ use anyhow::Result;
 use postgres::{Row, Transaction};
 
 use super::schema::NOW_MS;
-use crate::journal::rows::{self, StepColumns, TaskColumns};
+pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
+use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
 use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
 use crate::json_text::JsonText;
 use crate::lease::Lease;
@@ -22,6 +23,18 @@ pub(super) fn lease_at(row: &Row, first: usize) -> Option<Lease> {
     )
 }
 
+/// The [`SIGNAL_COLUMNS`] starting at `first`.
+pub(super) fn signal_at(row: &Row, first: usize) -> SignalColumns<'_> {
+    SignalColumns {
+        name: row.get(first),
+        data: row.get(first + 1),
+        signal_id: row.get(first + 2),
+        sent_by: row.get(first + 3),
+        sent_at: row.get(first + 4),
+        taken_by: row.get(first + 5),
+    }
+}
+
 /// The task columns, in the order [`TaskColumns`] reads them.
 pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
     t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
@@ -30,7 +43,8 @@ pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
         WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT coalesce(sum(r.tokens_spent), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
-    (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id)";
+    (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
+    t.max_tokens";
 
 pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
     TaskColumns {
@@ -50,6 +64,7 @@ pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
         steps: row.get(17),
         tokens_spent: row.get(18),
         tokens_saved: row.get(19),
+        max_tokens: row.get(20),
     }
     .record()
 }
@@ -77,6 +92,7 @@ pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
         finished_at: row.get(17),
         resolution: row.get(18),
         seen_from: row.get(20),
+        wake_at: row.get(21),
     }
     .record()
 }
@@ -104,8 +120,8 @@ pub(super) fn write_step(
         tx.execute(
             "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+                 finished_at, resolution, seen_from, wake_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
             &[
                 &task,
                 &index,
@@ -128,13 +144,14 @@ pub(super) fn write_step(
                 &step.finished_at,
                 &step.resolution.map(ResolutionKind::as_str),
                 &seen_from,
+                &step.wake_at,
             ],
         )?;
     } else {
         let changed = tx.execute(
             "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
                  usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
-                 seen_from = $14
+                 seen_from = $14, wake_at = $15
              WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
             &[
                 &task,
@@ -151,6 +168,7 @@ pub(super) fn write_step(
                 &step.finished_at,
                 &step.resolution.map(ResolutionKind::as_str),
                 &seen_from,
+                &step.wake_at,
             ],
         )?;
         anyhow::ensure!(

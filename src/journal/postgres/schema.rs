@@ -80,6 +80,24 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // For a failed step, the first step number the agent could open knowing
     // of the failure: it replays only if the journal holds a step from there.
     "ALTER TABLE steps ADD COLUMN seen_from BIGINT",
+    // SPEC 8 and 9: a token budget per task, the wake time of a `sleep`
+    // step (or the timeout of a `wait`), and the signals sent to tasks.
+    r"
+ALTER TABLE tasks ADD COLUMN max_tokens BIGINT;
+ALTER TABLE steps ADD COLUMN wake_at TEXT;
+CREATE TABLE signals (
+    id        BIGSERIAL PRIMARY KEY,
+    task_id   TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    name      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    signal_id TEXT,
+    sent_by   TEXT NOT NULL,
+    sent_at   TEXT NOT NULL,
+    taken_by  BIGINT
+);
+CREATE UNIQUE INDEX signals_by_id ON signals (task_id, signal_id) WHERE signal_id IS NOT NULL;
+CREATE INDEX signals_untaken ON signals (task_id, name, id) WHERE taken_by IS NULL;
+",
 ];
 
 /// The schema version this durun writes.

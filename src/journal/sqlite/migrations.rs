@@ -87,6 +87,26 @@ CREATE TABLE resolutions (
 -- of the failure: it replays only if the journal holds a step from there.
 ALTER TABLE steps ADD COLUMN seen_from INTEGER;
 ",
+    r"
+-- SPEC 8 and 9: a token budget per task, the wake time of a `sleep` step
+-- (or the timeout of a `wait`), and the signals sent to tasks.
+ALTER TABLE tasks ADD COLUMN max_tokens INTEGER;
+ALTER TABLE steps ADD COLUMN wake_at TEXT;
+CREATE TABLE signals (
+    id        INTEGER PRIMARY KEY,
+    task_id   TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    name      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    signal_id TEXT,
+    sent_by   TEXT NOT NULL,
+    sent_at   TEXT NOT NULL,
+    taken_by  INTEGER
+);
+-- The same `--id` twice is kept once.
+CREATE UNIQUE INDEX signals_by_id ON signals (task_id, signal_id) WHERE signal_id IS NOT NULL;
+-- A waiting step looks for the oldest untaken signal of its name.
+CREATE INDEX signals_untaken ON signals (task_id, name, id) WHERE taken_by IS NULL;
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other

@@ -8,6 +8,7 @@
 mod migrations;
 mod open;
 mod rows;
+mod transfer;
 
 use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
@@ -15,14 +16,14 @@ use serde_json::Value;
 
 pub(crate) use open::{SqliteJournal, regular_file};
 use rows::{
-    TASK_COLUMNS, json_text, lease_from, lease_of, standing_columns, step_from_row, task_from_row,
-    write_stats, write_step,
+    SIGNAL_COLUMNS, TASK_COLUMNS, json_text, lease_from, lease_of, signal_columns, signal_from_row,
+    standing_columns, step_from_row, task_from_row, write_stats, write_step,
 };
 
 use super::rows::STEP_COLUMNS;
 use super::{
-    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
-    StepRecord, StepStatus, StepWrite, TaskRecord,
+    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
+    SignalRecord, Standing, StepRecord, StepStatus, StepWrite, TaskRecord, TaskRows,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -40,8 +41,9 @@ impl Journal for SqliteJournal {
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at)
-                 VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
+                     max_tokens)
+                 VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
             )?
             .execute(params![
                 task.id,
@@ -51,6 +53,7 @@ impl Journal for SqliteJournal {
                 task.config_path,
                 task.sync.as_str(),
                 task.created_at,
+                task.max_tokens.map(|max| max as i64),
             ])
             .with_context(|| format!("failed to create task {}", task.id))?;
         Ok(())
@@ -277,7 +280,7 @@ impl Journal for SqliteJournal {
         let (lease_run, cancelled) = standing_columns(&tx, task)?;
         let opens = steps
             .iter()
-            .any(|write| write.record.status == StepStatus::Pending);
+            .any(|write| matches!(write.record.status, StepStatus::Pending | StepStatus::Waiting));
         super::fence(lease_run, cancelled, run, opens)?;
         for &StepWrite {
             record: step,
@@ -469,5 +472,146 @@ impl Journal for SqliteJournal {
         }
         tx.commit()?;
         Ok(removed)
+    }
+
+    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE tasks SET max_tokens = ?2 WHERE id = ?1")?
+            .execute(params![task, max_tokens.map(|max| max as i64)])?;
+        self.check_identity()
+    }
+
+    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
+        // Another connection's write changes `data_version`: a live
+        // runner's next look sees it.
+        let added = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO signals (task_id, name, data, signal_id, sent_by, sent_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![
+                task,
+                signal.name,
+                json_text(&signal.data),
+                signal.signal_id,
+                signal.sent_by,
+                signal.sent_at
+            ])?;
+        self.check_identity()?;
+        Ok(added == 1)
+    }
+
+    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = ?1 ORDER BY id"
+        ))?;
+        let mut rows = statement.query([task])?;
+        let mut signals = Vec::new();
+        while let Some(row) = rows.next()? {
+            signals.push(signal_from_row(row)?);
+        }
+        Ok(signals)
+    }
+
+    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
+        let waiting = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = ?1 AND name = ?2 AND taken_by IS NULL)",
+            )?
+            .query_row(params![task, name], |row| row.get(0))?;
+        Ok(waiting)
+    }
+
+    fn take_signal(
+        &mut self,
+        task: &str,
+        run: u32,
+        step: &mut StepRecord,
+        fresh: bool,
+    ) -> Result<Option<SignalRecord>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (lease_run, cancelled) = standing_columns(&tx, task)?;
+        super::fence(lease_run, cancelled, run, true)?;
+        let found = tx
+            .prepare_cached(&format!(
+                "SELECT id, {SIGNAL_COLUMNS} FROM signals
+                 WHERE task_id = ?1 AND name = ?2 AND taken_by IS NULL ORDER BY id LIMIT 1"
+            ))?
+            .query_row(params![task, step.name], |row| {
+                Ok((row.get::<_, i64>(0)?, signal_columns(row, 1)?.record()))
+            })
+            .optional()?;
+        let taken = match found {
+            Some((id, signal)) => {
+                let mut signal = signal?;
+                signal.taken_by = Some(step.step);
+                tx.prepare_cached("UPDATE signals SET taken_by = ?2 WHERE id = ?1")?
+                    .execute(params![id, step.step as i64])?;
+                super::take_into(step, &signal);
+                write_step(&tx, task, step, fresh, run)?;
+                Some(signal)
+            }
+            None if fresh => {
+                write_step(&tx, task, step, fresh, run)?;
+                None
+            }
+            None => None,
+        };
+        tx.commit()?;
+        self.check_identity()?;
+        Ok(taken)
+    }
+
+    fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
+        let Some(task_row) = transfer::rows(&self.conn, "SELECT * FROM tasks WHERE id = ?1", task)?
+            .pop()
+        else {
+            return Ok(None);
+        };
+        Ok(Some(TaskRows {
+            task: task_row,
+            runs: transfer::rows(&self.conn, "SELECT * FROM runs WHERE task_id = ?1 ORDER BY run", task)?,
+            steps: transfer::rows(&self.conn, "SELECT * FROM steps WHERE task_id = ?1 ORDER BY id", task)?,
+            signals: transfer::rows(&self.conn, "SELECT * FROM signals WHERE task_id = ?1 ORDER BY id", task)?,
+            resolutions: transfer::rows(
+                &self.conn,
+                "SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id",
+                task,
+            )?,
+        }))
+    }
+
+    fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
+        let id = super::transfer::task_id(rows)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)",
+            [&id],
+            |row| row.get(0),
+        )?;
+        if exists {
+            if !replace {
+                return Err(super::transfer::exists(&id).into());
+            }
+            if let Some(lease) = lease_of(&tx, &id)?
+                && lease::is_live(&lease, me, super::now_ms(), self.stale)
+            {
+                return Err(super::locked(&id, &lease).into());
+            }
+            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+        }
+        transfer::insert(&tx, "tasks", std::slice::from_ref(&rows.task))?;
+        transfer::insert(&tx, "runs", &rows.runs)?;
+        transfer::insert(&tx, "steps", &rows.steps)?;
+        transfer::insert(&tx, "signals", &rows.signals)?;
+        transfer::insert(&tx, "resolutions", &rows.resolutions)?;
+        tx.commit()?;
+        self.check_identity()
     }
 }

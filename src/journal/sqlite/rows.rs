@@ -6,8 +6,9 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use serde_json::Value;
 
-use crate::journal::rows::{self, StepColumns, TaskColumns};
-use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
+pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
+use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::{ResolutionKind, RunStats, SignalRecord, StepRecord, TaskRecord};
 use crate::json_text::JsonText;
 use crate::lease::Lease;
 
@@ -23,7 +24,8 @@ pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
         WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT coalesce(sum(r.tokens_spent), 0) FROM runs r WHERE r.task_id = t.id),
-    (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id)";
+    (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id),
+    t.max_tokens";
 
 pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
     TaskColumns {
@@ -43,6 +45,7 @@ pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
         steps: row.get(17)?,
         tokens_spent: row.get(18)?,
         tokens_saved: row.get(19)?,
+        max_tokens: row.get(20)?,
     }
     .record()
 }
@@ -70,8 +73,28 @@ pub(super) fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
         finished_at: row.get(17)?,
         resolution: row.get_ref(18)?.as_str_or_null()?,
         seen_from: row.get(20)?,
+        wake_at: row.get(21)?,
     }
     .record()
+}
+
+/// The [`SIGNAL_COLUMNS`] starting at `first`.
+pub(super) fn signal_columns<'r>(
+    row: &'r Row<'_>,
+    first: usize,
+) -> rusqlite::Result<SignalColumns<'r>> {
+    Ok(SignalColumns {
+        name: row.get(first)?,
+        data: row.get_ref(first + 1)?.as_str()?,
+        signal_id: row.get(first + 2)?,
+        sent_by: row.get(first + 3)?,
+        sent_at: row.get(first + 4)?,
+        taken_by: row.get(first + 5)?,
+    })
+}
+
+pub(super) fn signal_from_row(row: &Row<'_>) -> Result<SignalRecord> {
+    signal_columns(row, 0)?.record()
 }
 
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
@@ -126,8 +149,8 @@ pub(super) fn write_step(
         tx.prepare_cached(
             "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                 finished_at, resolution, seen_from, wake_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
         )?
         .execute(params![
             task,
@@ -151,13 +174,14 @@ pub(super) fn write_step(
             step.finished_at,
             step.resolution.map(ResolutionKind::as_str),
             step.seen_from.map(|step| step as i64),
+            step.wake_at,
         ])?;
     } else {
         let changed = tx
             .prepare_cached(
                 "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
                      usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13,
-                     seen_from = ?14
+                     seen_from = ?14, wake_at = ?15
                  WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
             )?
             .execute(params![
@@ -175,6 +199,7 @@ pub(super) fn write_step(
                 step.finished_at,
                 step.resolution.map(ResolutionKind::as_str),
                 step.seen_from.map(|step| step as i64),
+                step.wake_at,
             ])?;
         anyhow::ensure!(
             changed == 1,

@@ -1,0 +1,76 @@
+//! A task's rows as JSON, out of and into SQLite, column by column
+//! whatever the schema holds: `export` writes every column there is.
+
+use anyhow::Result;
+use rusqlite::types::{Value as Sql, ValueRef};
+use rusqlite::{Connection, params_from_iter};
+use serde_json::{Map, Number, Value};
+
+use crate::journal::transfer::unknown_column;
+
+/// Every row `sql` (with the task id as `?1`) selects, as JSON objects.
+pub(super) fn rows(conn: &Connection, sql: &str, task: &str) -> Result<Vec<Map<String, Value>>> {
+    let mut statement = conn.prepare(sql)?;
+    let names: Vec<String> = statement
+        .column_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut rows = statement.query([task])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let mut object = Map::new();
+        for (index, name) in names.iter().enumerate() {
+            let value = match row.get_ref(index)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(number) => Value::from(number),
+                ValueRef::Real(number) => Number::from_f64(number).map_or(Value::Null, Value::Number),
+                ValueRef::Text(text) => Value::String(String::from_utf8_lossy(text).into_owned()),
+                ValueRef::Blob(_) => anyhow::bail!("the journal holds a blob in {name}"),
+            };
+            object.insert(name.clone(), value);
+        }
+        out.push(object);
+    }
+    Ok(out)
+}
+
+/// Inserts `rows` into `table`, taking only columns the table has.
+/// `id` columns are left to the database (they order rows, nothing
+/// refers to them).
+pub(super) fn insert(conn: &Connection, table: &str, rows: &[Map<String, Value>]) -> Result<()> {
+    let known: Vec<String> = conn
+        .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for row in rows {
+        let mut columns = Vec::new();
+        let mut values = Vec::new();
+        for (name, value) in row {
+            if table != "tasks" && name == "id" {
+                continue;
+            }
+            if !known.contains(name) {
+                return Err(unknown_column(table, name).into());
+            }
+            columns.push(format!("\"{name}\""));
+            values.push(match value {
+                Value::Null => Sql::Null,
+                Value::Bool(flag) => Sql::Integer(i64::from(*flag)),
+                Value::Number(number) => match number.as_i64() {
+                    Some(integer) => Sql::Integer(integer),
+                    None => Sql::Real(number.as_f64().unwrap_or(0.0)),
+                },
+                Value::String(text) => Sql::Text(text.clone()),
+                other => Sql::Text(other.to_string()),
+            });
+        }
+        let marks = vec!["?"; columns.len()].join(", ");
+        conn.prepare_cached(&format!(
+            "INSERT INTO {table} ({}) VALUES ({marks})",
+            columns.join(", ")
+        ))?
+        .execute(params_from_iter(values))?;
+    }
+    Ok(())
+}

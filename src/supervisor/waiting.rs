@@ -1,0 +1,328 @@
+//! Steps that wait for the world (SPEC 8): `wait` for a signal, `sleep`
+//! for a time, waited on live for up to `park_after` and then parked.
+//!
+//! # Invariant
+//!
+//! A `wait` step is answered by at most one signal, taken in the same
+//! transaction that commits the step (so a signal is never lost nor given
+//! twice, whatever is killed when); a `sleep` step's wake time is durable
+//! before the run waits on it or parks. Parking ends the agent as a stop
+//! does: the waiting step stays `waiting` and the next run waits on it.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use super::inbox::Conn;
+use super::state::{Deferred, Stop, Supervisor, Then, Waiter, Wanted};
+use crate::error::Failure;
+use crate::exit_code;
+use crate::journal::{StepError, StepKind, StepRecord, StepStatus, TaskStatus};
+use crate::json_text::JsonText;
+use crate::protocol::{Effect, ErrorCode, Response, Wake};
+use crate::report::Event as Report;
+use crate::step_key;
+
+/// How often a run that waits live looks for its signal: one indexed read
+/// of the journal, on every backend, so that a signal sent from any host
+/// arrives within this.
+pub(super) const SIGNAL_LOOK: Duration = Duration::from_millis(100);
+
+impl Supervisor<'_> {
+    pub(super) fn on_wait(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        name: &str,
+        data: Value,
+        timeout: Option<Duration>,
+    ) {
+        let args = json!({ "data": data });
+        let Some((mut record, fresh)) = self.open_waiting(conn, &id, name, StepKind::Wait, &args)
+        else {
+            return;
+        };
+        if fresh {
+            record.wake_at = timeout.map(|timeout| rfc3339(SystemTime::now() + timeout));
+        }
+        let waiter = Waiter::new(conn, id, record);
+        // What the agent finished before it is recorded first.
+        self.flush();
+        if self.stop.is_some() || !self.may_start() {
+            return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
+        }
+        self.look_for_signal(waiter, fresh);
+    }
+
+    pub(super) fn on_sleep(&mut self, conn: Conn, id: Value, args: &Value, wake: Wake) {
+        let Some((mut record, fresh)) = self.open_waiting(conn, &id, "sleep", StepKind::Sleep, args)
+        else {
+            return;
+        };
+        // The wake time is fixed when the step is first opened.
+        if record.wake_at.is_none() {
+            let at = match wake {
+                Wake::After(duration) => SystemTime::now() + duration,
+                Wake::At(at) => at,
+            };
+            record.wake_at = Some(rfc3339(at));
+        }
+        let waiter = Waiter::new(conn, id, record);
+        let until = waiter.until.unwrap_or_else(SystemTime::now);
+        if SystemTime::now() >= until {
+            return self.wake(waiter, fresh);
+        }
+        if !self.may_start() {
+            return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
+        }
+        if fresh {
+            self.batch.push(Deferred {
+                conn: waiter.conn,
+                record: waiter.record.clone(),
+                fresh: true,
+                then: Then::Marked,
+            });
+            self.flush();
+            if self.stop.is_some() {
+                return;
+            }
+        }
+        let left = until
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        if left > self.spec.park_after {
+            self.park(waiter);
+        } else {
+            self.waits.insert(waiter.record.step, waiter);
+        }
+    }
+
+    /// Opens a `wait` or `sleep` step: `None` when it was answered here
+    /// (a replay, a divergence, the budget).
+    fn open_waiting(
+        &mut self,
+        conn: Conn,
+        id: &Value,
+        name: &str,
+        kind: StepKind,
+        args: &Value,
+    ) -> Option<(StepRecord, bool)> {
+        let canonical = match step_key::canonical_json(args) {
+            Ok(canonical) => canonical,
+            Err(err) => {
+                self.respond(
+                    conn,
+                    &Response::error(id.clone(), ErrorCode::BadRequest, err.to_string()),
+                );
+                return None;
+            }
+        };
+        let wanted = Wanted {
+            name,
+            kind,
+            effect: Effect::Read,
+            args,
+            canonical: &canonical,
+            ask_first: false,
+        };
+        let (mut record, fresh, _) = self.open_step(conn, id, wanted)?;
+        record.kind = kind;
+        record.status = StepStatus::Waiting;
+        Some((record, fresh))
+    }
+
+    /// Takes a signal for a `wait` step if one came, answering it; or
+    /// keeps the step waiting (written `waiting` if new), or fails it if
+    /// its timeout passed.
+    fn look_for_signal(&mut self, mut waiter: Waiter, fresh: bool) {
+        if waiter.until.is_some_and(|until| SystemTime::now() >= until) {
+            let mut record = waiter.record;
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError {
+                code: ErrorCode::Timeout,
+                message: format!(
+                    "no signal `{}` came before the wait's timeout ({})",
+                    record.name,
+                    record.wake_at.as_deref().unwrap_or("?")
+                ),
+            });
+            self.finish_step(waiter.conn, waiter.id, record, fresh, waiter.since);
+            self.flush();
+            return;
+        }
+        match self.journal.take_signal(
+            self.spec.task_id,
+            self.spec.run,
+            &mut waiter.record,
+            fresh,
+        ) {
+            Ok(Some(_)) => {
+                self.stats.executed_steps += 1;
+                self.last_recorded = self.last_recorded.max(waiter.record.step);
+                self.answer_finished(waiter.conn, waiter.id, &waiter.record, waiter.since);
+            }
+            Ok(None) => {
+                self.last_recorded = self.last_recorded.max(waiter.record.step);
+                if waiter.since.elapsed() >= self.spec.park_after {
+                    self.park(waiter);
+                } else {
+                    self.waits.insert(waiter.record.step, waiter);
+                }
+            }
+            Err(err) => self.write_failed(waiter.conn, &waiter.id, err),
+        }
+    }
+
+    /// A `sleep` whose time came: committed with the time it woke at.
+    fn wake(&mut self, waiter: Waiter, fresh: bool) {
+        let mut record = waiter.record;
+        record.status = StepStatus::Committed;
+        record.output = Some(JsonText::from_value(&json!({ "woke_at": record.wake_at })));
+        self.finish_step(waiter.conn, waiter.id, record, fresh, waiter.since);
+    }
+
+    /// Timers of the steps that wait live: a sleep's time, a wait's
+    /// timeout, a look for signals, and parking after `park_after`.
+    pub(super) fn tick_waits(&mut self) {
+        if self.waits.is_empty() || self.stop.is_some() || self.fenced {
+            return;
+        }
+        let look = self.last_signal_look.elapsed() >= SIGNAL_LOOK;
+        if look {
+            self.last_signal_look = Instant::now();
+        }
+        let mut steps: Vec<u64> = self.waits.keys().copied().collect();
+        steps.sort_unstable();
+        for step in steps {
+            if self.stop.is_some() {
+                return;
+            }
+            let Some(waiter) = self.waits.remove(&step) else {
+                continue;
+            };
+            let due = waiter.until.is_some_and(|until| SystemTime::now() >= until);
+            match waiter.record.kind {
+                StepKind::Sleep if due => self.wake(waiter, false),
+                StepKind::Sleep => {
+                    self.waits.insert(step, waiter);
+                }
+                _ if due || waiter.since.elapsed() >= self.spec.park_after => {
+                    self.look_for_signal(waiter, false);
+                }
+                _ if look => {
+                    match self
+                        .journal
+                        .signal_waiting(self.spec.task_id, &waiter.record.name)
+                    {
+                        Ok(true) => self.look_for_signal(waiter, false),
+                        Ok(false) => {
+                            self.waits.insert(step, waiter);
+                        }
+                        Err(err) => self.journal_failed(waiter.conn, &waiter.id, err),
+                    }
+                }
+                _ => {
+                    self.waits.insert(step, waiter);
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// How long the loop may sleep before a waiting step needs it.
+    pub(super) fn wait_bound(&self) -> Option<Duration> {
+        if self.waits.is_empty() {
+            return None;
+        }
+        let now = SystemTime::now();
+        let mut bound = SIGNAL_LOOK;
+        for waiter in self.waits.values() {
+            if let Some(until) = waiter.until {
+                bound = bound.min(until.duration_since(now).unwrap_or_default());
+            }
+        }
+        Some(bound)
+    }
+
+    /// Ends the run to wait without it: the agent is ended as on SIGTERM,
+    /// the task is left `waiting` or `sleeping`, durun exits 77.
+    fn park(&mut self, waiter: Waiter) {
+        let task = self.spec.task_id;
+        let step = waiter.record.step;
+        let status = match waiter.record.kind {
+            StepKind::Sleep => TaskStatus::Sleeping,
+            _ => TaskStatus::Waiting,
+        };
+        let notice = crate::task::parked_notice(task, &waiter.record);
+        self.reporter.report(&Report::Warning(&format!(
+            "parking task {task}: step {step} ({}) waits longer than {} ",
+            waiter.record.name,
+            humantime::format_duration(self.spec.park_after)
+        )));
+        self.respond(
+            waiter.conn,
+            &Response::error(
+                waiter.id,
+                ErrorCode::Cancelled,
+                format!("step {step} waits; the run parks and the task continues on resume"),
+            )
+            .step(step),
+        );
+        self.stop(Stop::Parked {
+            status,
+            notice: notice.into(),
+        });
+    }
+
+    /// Answers `budget_exceeded` and stops the run when the task's tokens
+    /// are spent: true when it did.
+    pub(super) fn over_budget(&mut self, conn: Conn, id: &Value, step: u64) -> bool {
+        let Some(max) = self.spec.max_tokens else {
+            return false;
+        };
+        let spent = self.spec.tokens_before + self.stats.tokens_spent;
+        if spent < max {
+            return false;
+        }
+        let task = self.spec.task_id;
+        self.respond(
+            conn,
+            &Response::error(
+                id.clone(),
+                ErrorCode::BudgetExceeded,
+                format!("task {task} has spent {spent} of its {max} tokens; step {step} does not start"),
+            )
+            .step(step),
+        );
+        let failure = Failure::new(
+            exit_code::OVER_BUDGET,
+            format!("task {task} spent its token budget: {spent} of {max} tokens; step {step} did not start"),
+        )
+        .hint(format!(
+            "`durun resume {task} --max-tokens N` raises the budget and continues; the steps before replay for free"
+        ));
+        self.stop(Stop::OverBudget(failure.into()));
+        true
+    }
+}
+
+impl Waiter {
+    fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
+        let until = record
+            .wake_at
+            .as_deref()
+            .and_then(|at| humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok());
+        Self {
+            conn,
+            id,
+            record,
+            since: Instant::now(),
+            until,
+        }
+    }
+}
+
+/// A journal time, as every other.
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
