@@ -93,6 +93,47 @@ pub(crate) enum Command {
     /// Works inside `durun run` only. Exits 0 with the output on stdout, or
     /// 1 with the error on stderr.
     Call(CallArgs),
+    /// Wait for a signal, as a journaled step of the running task (shell agents)
+    ///
+    /// Prints the signal as JSON on stdout: {"signal", "data", "by", "at"}.
+    /// A recorded wait prints its recorded signal at once. Works inside
+    /// `durun run` only.
+    #[command(
+        after_help = "Example, in a script run by `durun run -- bash deploy.sh`:
+  answer=$(durun wait approve-deploy --data \"$(cat plan.json)\" --timeout 48h)
+  [ \"$(echo \"$answer\" | jq .data.approved)\" = true ] || exit 1"
+    )]
+    Wait(WaitArgs),
+    /// Sleep durably, as a journaled step of the running task (shell agents)
+    ///
+    /// The wake time is fixed the first time the step runs: a resumed task
+    /// sleeps only what is left. A long sleep parks the task (exit 77).
+    /// Outside `durun run` it simply sleeps.
+    Sleep(SleepArgs),
+    /// Send a signal to a task: a live runner takes it at once, a parked task on resume
+    #[command(after_help = "Examples:
+  durun signal t42 ci-passed --data '{\"sha\": \"4f2a9c1\"}'
+  durun signal t42 webhook --id \"$DELIVERY_ID\" --data @payload.json   (the same --id twice is kept once)")]
+    Signal(SignalArgs),
+    /// Approve what a task waits for: a signal to its waiting step, {"approved": true}
+    Approve(ApproveArgs),
+    /// Turn down what a task waits for: a signal to its waiting step, {"approved": false}
+    Reject(RejectArgs),
+    /// Write a task, every row of it, as JSON lines (to move it to another journal)
+    #[command(
+        after_help = "Example, a CI job that failed hands its task to the retry:
+  durun export \"$TASK\" -o durun-task.jsonl      (upload as an artifact)
+  durun import durun-task.jsonl && durun resume \"$TASK\"   (in the retried job)"
+    )]
+    Export(ExportArgs),
+    /// Load a task written by `durun export` into this journal
+    Import(ImportArgs),
+    /// Copy a task's steps before step N into a new task that runs from step N
+    ///
+    /// The new task has the same command, directory and config; its first
+    /// N-1 steps replay from the copy, the rest run anew. The original is
+    /// not changed (unlike `resume --from-step`). Prints the new id.
+    Fork(ForkArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// Write the man page and completion scripts into a directory
@@ -251,6 +292,13 @@ pub(crate) enum StatusFilter {
     Failed,
     Interrupted,
     Cancelled,
+    /// Parked until a signal comes: waiting for a person
+    Waiting,
+    /// Parked until a time
+    Sleeping,
+    /// Stopped by its token budget
+    #[value(name = "over_budget")]
+    OverBudget,
 }
 
 #[derive(Args, Debug)]
@@ -286,6 +334,115 @@ pub(crate) struct CallArgs {
     /// The tool's args, as JSON [default: {}]
     #[arg(long, value_name = "JSON")]
     pub args: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WaitArgs {
+    /// The signal's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// What the waiter shows the sender (part of the step's identity), as JSON
+    #[arg(long, value_name = "JSON")]
+    pub data: Option<String>,
+
+    /// Fail the step if no signal came this long after it first waited, like `48h`
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["duration", "until"])))]
+pub(crate) struct SleepArgs {
+    /// How long, like `90s`, `2h` or `1d`
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub duration: Option<std::time::Duration>,
+
+    /// Until this time, RFC 3339 in UTC like 2026-12-01T09:00:00Z
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SignalArgs {
+    /// The task
+    #[arg(value_name = "TASK", add = task_ids())]
+    pub task: String,
+
+    /// The signal's name: a `wait` step of that name takes it
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// The signal's data, as JSON [default: null]
+    #[arg(long, value_name = "JSON")]
+    pub data: Option<String>,
+
+    /// An id for the signal: sending the same id twice records it once
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ApproveArgs {
+    /// The task
+    #[arg(value_name = "TASK", add = task_ids())]
+    pub task: String,
+
+    /// More data for the agent, a JSON object merged into {"approved": true}
+    #[arg(long, value_name = "JSON")]
+    pub data: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RejectArgs {
+    /// The task
+    #[arg(value_name = "TASK", add = task_ids())]
+    pub task: String,
+
+    /// Why, for the agent: {"approved": false, "reason": TEXT}
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ExportArgs {
+    /// The task
+    #[arg(value_name = "TASK", add = task_ids())]
+    pub task: String,
+
+    /// Write to this file (created 0600) [default: standard output]
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ImportArgs {
+    /// A file `durun export` wrote (`-`: standard input)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Import it under this id instead [default: the id it was exported with]
+    #[arg(long, value_name = "NEW_ID")]
+    pub task: Option<String>,
+
+    /// Overwrite a task of the same id in this journal
+    #[arg(long)]
+    pub replace: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ForkArgs {
+    /// The task to copy
+    #[arg(value_name = "TASK", add = task_ids())]
+    pub task: String,
+
+    /// The first step the new task runs anew; steps before it are copied
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub from_step: u64,
+
+    /// The new task's id [default: a new one]
+    #[arg(long = "task", value_name = "NEW_ID")]
+    pub new_task: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -360,6 +517,23 @@ mod tests {
             ("durun call create_pr --args {}", true),
             ("durun call", false),
             ("durun completions tcsh", false),
+            ("durun wait approve", true),
+            ("durun wait approve --data {} --timeout 48h", true),
+            ("durun sleep 90s", true),
+            ("durun sleep --until 2026-12-01T09:00:00Z", true),
+            ("durun sleep", false),
+            ("durun sleep soon", false),
+            ("durun signal t1 go --data 1 --id a", true),
+            ("durun signal t1", false),
+            ("durun approve t1", true),
+            ("durun reject t1 --reason no", true),
+            ("durun export t1 -o f.jsonl", true),
+            ("durun import f.jsonl --task t2 --replace", true),
+            ("durun fork t1 --from-step 3", true),
+            ("durun fork t1 --from-step 3 --task t2", true),
+            ("durun fork t1", false),
+            ("durun run --max-tokens 1000 --park-after 0s -- true", true),
+            ("durun resume t1 --max-tokens 5000", true),
             ("durun frobnicate", false),
         ];
         for (line, ok) in cases {

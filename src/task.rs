@@ -130,9 +130,63 @@ pub(crate) fn unknown_task(id: &str, location: &Location) -> Failure {
         .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")
 }
 
+pub(crate) fn check_task_id(id: &str) -> anyhow::Result<()> {
+    let fine = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if fine {
+        Ok(())
+    } else {
+        Err(
+            Failure::new(exit_code::USAGE, format!("invalid task id {id:?}"))
+                .hint("a task id is 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`")
+                .into(),
+        )
+    }
+}
+
+/// A new id that sorts by time: `20261129-121608-3fa9c2`.
+pub(crate) fn new_task_id() -> String {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let digits: String = now.chars().filter(char::is_ascii_digit).collect();
+    let mut random = [0u8; 3];
+    if let Ok(mut urandom) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read as _;
+        let _ = urandom.read_exact(&mut random);
+    }
+    if random == [0; 3] {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+        random = (nanos ^ std::process::id()).to_le_bytes()[..3]
+            .try_into()
+            .expect("3 bytes");
+    }
+    format!(
+        "{}-{}-{:02x}{:02x}{:02x}",
+        &digits[..8],
+        &digits[8..14],
+        random[0],
+        random[1],
+        random[2]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_and_words() {
+        let id = new_task_id();
+        assert_eq!(id.len(), 22, "{id}");
+        assert!(check_task_id(&id).is_ok());
+        assert!(check_task_id("ci-1234:build.2").is_ok());
+        assert!(check_task_id("a b").is_err());
+        assert!(check_task_id("").is_err());
+    }
 
     #[test]
     fn argv_reads_as_a_shell_line() {

@@ -267,7 +267,7 @@ fn config_page() -> Result<Vec<u8>> {
     );
     roff.control("SH", ["NAME"]);
     roff.text([roman(
-        "durun.toml - the tools an agent may call, and the journal's settings",
+        "durun.toml - the tools an agent may call, the journal's settings, waiting and the token budget",
     )]);
     roff.control("SH", ["DESCRIPTION"]);
     roff.text([roman(
@@ -289,6 +289,21 @@ fn config_page() -> Result<Vec<u8>> {
     roff.text([roman(
         "\"full\" (the default): every step's commit is fsync'd, and survives a power cut. \"normal\": steps about ten times cheaper; \
          every process crash is still survived, a power cut may lose the last steps. DURUN_SYNC overrides it.",
+    )]);
+    roff.control("SH", ["[wait]"]);
+    roff.control("TP", []);
+    roff.text([bold("park_after")]);
+    roff.text([roman(
+        "How long a wait or sleep step is waited on live before durun ends the agent, leaves the task waiting or sleeping \
+         and exits 77, like \"60s\" (the default) or \"0s\" (park at once). run --park-after and resume --park-after override it.",
+    )]);
+    roff.control("SH", ["[budget]"]);
+    roff.control("TP", []);
+    roff.text([bold("max_tokens")]);
+    roff.text([roman(
+        "The task's token budget, over all its runs (replayed steps cost nothing): once its steps have spent this many, \
+         the next new step is refused with budget_exceeded and durun exits 78. run --max-tokens overrides it; \
+         resume --max-tokens raises it.",
     )]);
     roff.control("SH", ["EXAMPLE"]);
     roff.control("nf", []);
@@ -359,7 +374,13 @@ http = { method = "POST", url = "https://hooks.example/${HOOK_ID}" }
 headers = { Authorization = "Bearer ${HOOK_TOKEN}" }
 
 [journal]
-sync = "full""#;
+sync = "full"
+
+[wait]
+park_after = "5m"
+
+[budget]
+max_tokens = 2000000"#;
 
 fn see_also(roff: &mut Roff, pages: &[&str]) {
     roff.control("SH", ["SEE ALSO"]);
@@ -437,7 +458,7 @@ mod tests {
         let run = command.find_subcommand("run").expect("run");
         assert_eq!(
             synopsis(run, "durun run"),
-            "durun run [--task ID] [--config FILE] -- CMD [ARG…]"
+            "durun run [--task ID] [--config FILE] [--max-tokens N] [--park-after DURATION] -- CMD [ARG…]"
         );
     }
 }

@@ -8,4 +8,6 @@ pub(crate) mod resolve;
 pub(crate) mod resume;
 pub(crate) mod run;
 mod session;
+pub(crate) mod signal;
 pub(crate) mod step;
+pub(crate) mod transfer;

@@ -53,22 +53,54 @@ fn resume_all(
     settings: &Settings,
 ) -> Result<i32> {
     use std::process::{Child, Command};
-    let mut pending: std::collections::VecDeque<String> = journal
-        .tasks()?
-        .into_iter()
-        .filter(|task| crate::task::shown_status(task, settings) == TaskStatus::Interrupted)
-        .map(|task| task.id)
-        .rev()
-        .collect();
+    let mut pending = std::collections::VecDeque::new();
+    let (mut interrupted, mut ready, mut parked) = (0, 0, 0);
+    for task in journal.tasks()?.into_iter().rev() {
+        match crate::task::shown_status(&task, settings) {
+            TaskStatus::Interrupted => {
+                interrupted += 1;
+                pending.push_back(task.id);
+            }
+            // Parked tasks whose signal or time came; the others wait on.
+            status if status.is_parked() => {
+                if crate::task::is_ready(journal, &task)? {
+                    ready += 1;
+                    pending.push_back(task.id);
+                } else {
+                    parked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let plural = |count: usize| if count == 1 { "" } else { "s" };
+    let still = if parked > 0 {
+        format!(
+            "; {parked} parked task{} still wait{}",
+            plural(parked),
+            if parked == 1 { "s" } else { "" }
+        )
+    } else {
+        String::new()
+    };
     if pending.is_empty() {
-        eprintln!("durun: no interrupted task to resume");
+        eprintln!("durun: no interrupted task to resume{still}");
         return Ok(0);
     }
     let total = pending.len();
-    eprintln!(
-        "durun: resuming {total} interrupted task{}, {jobs} at a time",
-        if total == 1 { "" } else { "s" }
-    );
+    let what = match (interrupted, ready) {
+        (_, 0) => format!("{total} interrupted task{}", plural(total)),
+        (0, _) => format!(
+            "{total} parked task{} whose signal or time came",
+            plural(total)
+        ),
+        _ => format!(
+            "{interrupted} interrupted task{} and {ready} parked task{} whose signal or time came",
+            plural(interrupted),
+            plural(ready)
+        ),
+    };
+    eprintln!("durun: resuming {what}, {jobs} at a time{still}");
     let me = std::env::current_exe()?;
     let mut running: Vec<(String, Child)> = Vec::new();
     let mut failed = 0;
@@ -91,7 +123,9 @@ fn resume_all(
             if let Some(status) = running[index].1.try_wait()? {
                 let (id, _) = running.remove(index);
                 let code = status.code().unwrap_or(1);
-                if code != 0 && code != crate::exit_code::LOCKED {
+                // Parked again (a wait in a later step) is not a failure.
+                if code != 0 && code != crate::exit_code::LOCKED && code != crate::exit_code::PARKED
+                {
                     failed += 1;
                 }
                 eprintln!("durun: task {id} finished with exit {code}");

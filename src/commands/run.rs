@@ -6,10 +6,9 @@ use super::session;
 use crate::cli::RunArgs;
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
-use crate::exit_code;
 use crate::journal::{self, Access, Location, NewTask, TaskStatus};
 use crate::settings::Settings;
-use crate::task::shell_words;
+use crate::task::{check_task_id, new_task_id, shell_words};
 
 pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     if let Some(id) = &args.task {
@@ -67,63 +66,4 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
     session::drive(journal.as_mut(), &task, None, args.limits, settings)
-}
-
-fn check_task_id(id: &str) -> Result<()> {
-    let fine = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if fine {
-        Ok(())
-    } else {
-        Err(
-            Failure::new(exit_code::USAGE, format!("invalid task id {id:?}"))
-                .hint("a task id is 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`")
-                .into(),
-        )
-    }
-}
-
-/// A new id that sorts by time: `20261129-121608-3fa9c2`.
-fn new_task_id() -> String {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let digits: String = now.chars().filter(char::is_ascii_digit).collect();
-    let mut random = [0u8; 3];
-    if let Ok(mut urandom) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read as _;
-        let _ = urandom.read_exact(&mut random);
-    }
-    if random == [0; 3] {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.subsec_nanos());
-        random = (nanos ^ std::process::id()).to_le_bytes()[..3]
-            .try_into()
-            .expect("3 bytes");
-    }
-    format!(
-        "{}-{}-{:02x}{:02x}{:02x}",
-        &digits[..8],
-        &digits[8..14],
-        random[0],
-        random[1],
-        random[2]
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_and_words() {
-        let id = new_task_id();
-        assert_eq!(id.len(), 22, "{id}");
-        assert!(check_task_id(&id).is_ok());
-        assert!(check_task_id("ci-1234:build.2").is_ok());
-        assert!(check_task_id("a b").is_err());
-        assert!(check_task_id("").is_err());
-    }
 }

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, Result};
 use serde_json::{Map, Value, json};
 
-use crate::cli::{CallArgs, StepArgs};
+use crate::cli::{CallArgs, SleepArgs, StepArgs, WaitArgs};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::settings::Settings;
@@ -76,6 +76,7 @@ fn error_exit(answer: &Value) -> i32 {
         Some("journal") => exit_code::JOURNAL,
         Some("bad_request" | "unknown_tool") => exit_code::USAGE,
         Some("cancelled") => exit_code::from_signal(libc::SIGTERM),
+        Some("budget_exceeded") => exit_code::OVER_BUDGET,
         _ => 1,
     }
 }
@@ -278,4 +279,71 @@ pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
         error_message(&answer)
     );
     Ok(1)
+}
+
+pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
+    let data: Value = match &args.data {
+        None => Value::Null,
+        Some(text) => serde_json::from_str(text).map_err(|err| {
+            Failure::new(exit_code::USAGE, format!("--data is not JSON: {err}"))
+                .hint("for example --data '{\"diff\": \"…\"}' or --data '\"text\"'")
+        })?,
+    };
+    if let Some(timeout) = &args.timeout {
+        humantime::parse_duration(timeout).map_err(|err| {
+            Failure::new(exit_code::USAGE, format!("--timeout {timeout:?}: {err}"))
+                .hint("a duration like 48h, 30m or 90s")
+        })?;
+    }
+    let Some(mut client) = Client::connect(settings)? else {
+        return Err(
+            Failure::config(format!("durun wait {} needs a running durun", args.name))
+                .hint("run the script with `durun run -- …`; DURUN_SOCKET is not set")
+                .into(),
+        );
+    };
+    let answer = client
+        .request(json!({"op": "wait", "name": args.name, "data": data, "timeout": args.timeout}))?;
+    if answer["ok"] == true {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &answer["output"])?;
+        writeln!(out)?;
+        return Ok(0);
+    }
+    eprintln!(
+        "durun: wait {} ended: {}",
+        args.name,
+        error_message(&answer)
+    );
+    Ok(error_exit(&answer))
+}
+
+pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
+    let request = match (&args.duration, &args.until) {
+        (Some(duration), _) => json!({"op": "sleep", "seconds": duration.as_secs_f64()}),
+        (None, Some(until)) => json!({"op": "sleep", "until": until}),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let Some(mut client) = Client::connect(settings)? else {
+        // Outside a run the script works as if durun were not there.
+        let duration = match (&args.duration, &args.until) {
+            (Some(duration), _) => *duration,
+            (None, Some(until)) => humantime::parse_rfc3339_weak(until.trim_end_matches('Z'))
+                .map_err(|err| {
+                    Failure::new(exit_code::USAGE, format!("--until {until:?}: {err}"))
+                        .hint("an RFC 3339 time in UTC like 2026-12-01T09:00:00Z")
+                })?
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default(),
+            (None, None) => unreachable!("clap requires one"),
+        };
+        std::thread::sleep(duration);
+        return Ok(0);
+    };
+    let answer = client.request(request)?;
+    if answer["ok"] == true {
+        return Ok(0);
+    }
+    eprintln!("durun: sleep ended: {}", error_message(&answer));
+    Ok(error_exit(&answer))
 }

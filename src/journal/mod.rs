@@ -14,9 +14,9 @@ mod records;
 mod rows;
 pub(crate) mod sqlite;
 mod store;
-mod transfer;
 #[cfg(test)]
 mod story;
+mod transfer;
 
 pub(crate) use clock::{now, now_ms};
 pub(crate) use explain::explain;

@@ -21,6 +21,7 @@ fn task(id: &str) -> NewTask {
         config_path: None,
         sync: SyncMode::Full,
         created_at: now(),
+        max_tokens: None,
     }
 }
 
@@ -45,6 +46,7 @@ fn step(n: u64, status: StepStatus) -> StepRecord {
         finished_at: None,
         resolution: None,
         seen_from: None,
+        wake_at: None,
     }
 }
 
@@ -293,18 +295,164 @@ fn cancel_is_final(journal: &mut dyn Journal) {
     ));
 }
 
-/// The whole story on one journal.
-fn story(journal: &mut dyn Journal) {
+fn signal(name: &str, data: serde_json::Value, id: Option<&str>) -> SignalRecord {
+    SignalRecord {
+        name: name.to_owned(),
+        data,
+        signal_id: id.map(str::to_owned),
+        sent_by: "ann@ci".into(),
+        sent_at: now(),
+        taken_by: None,
+    }
+}
+
+/// Signals are kept once per id, taken oldest first, one per `wait` step,
+/// in the transaction that commits the step; a budget is kept with the
+/// task; a task's rows move whole to another journal.
+fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal) {
+    journal.create_task(&task("t6")).expect("create");
+    let run = started(journal, "t6", &me());
+    let mut wait = step(1, StepStatus::Waiting);
+    wait.kind = StepKind::Wait;
+    wait.name = "go".into();
+    wait.wake_at = Some(now());
+    assert_eq!(
+        journal
+            .take_signal("t6", run, &mut wait, true)
+            .expect("look"),
+        None
+    );
+    assert_eq!(
+        journal.steps("t6", false).expect("steps")[0].status,
+        StepStatus::Waiting
+    );
+    assert!(!journal.signal_waiting("t6", "go").expect("look"));
+    assert!(
+        journal
+            .send_signal("t6", &signal("go", json!(1), Some("a")))
+            .expect("send")
+    );
+    assert!(
+        !journal
+            .send_signal("t6", &signal("go", json!(9), Some("a")))
+            .expect("send"),
+        "the same id is kept once"
+    );
+    assert!(
+        journal
+            .send_signal("t6", &signal("go", json!(2), None))
+            .expect("send")
+    );
+    assert!(
+        journal
+            .send_signal("t6", &signal("other", json!(3), None))
+            .expect("send")
+    );
+    assert!(journal.signal_waiting("t6", "go").expect("look"));
+    let taken = journal
+        .take_signal("t6", run, &mut wait, false)
+        .expect("take")
+        .expect("a signal");
+    assert_eq!(
+        (taken.data.clone(), taken.taken_by),
+        (json!(1), Some(1)),
+        "oldest first"
+    );
+    assert_eq!(wait.status, StepStatus::Committed);
+    let recorded = &journal.steps("t6", false).expect("steps")[0];
+    assert_eq!(
+        recorded.output.as_ref().map(JsonText::value),
+        Some(taken.output())
+    );
+    assert_eq!(recorded.wake_at, wait.wake_at);
+    let mut second = step(2, StepStatus::Waiting);
+    second.kind = StepKind::Wait;
+    second.name = "go".into();
+    let taken = journal
+        .take_signal("t6", run, &mut second, true)
+        .expect("take")
+        .expect("a signal");
+    assert_eq!(taken.data, json!(2));
+    assert!(!journal.signal_waiting("t6", "go").expect("look"));
+    let kept: Vec<Option<u64>> = journal
+        .signals("t6")
+        .expect("signals")
+        .iter()
+        .map(|signal| signal.taken_by)
+        .collect();
+    assert_eq!(kept, [Some(1), Some(2), None]);
+    // A run that lost its lease takes nothing.
+    let mut third = step(3, StepStatus::Waiting);
+    third.name = "other".into();
+    assert!(
+        journal
+            .take_signal("t6", run + 1, &mut third, true)
+            .is_err()
+    );
+    assert!(journal.signal_waiting("t6", "other").expect("look"));
+
+    journal.set_max_tokens("t6", Some(500)).expect("budget");
+    assert_eq!(
+        journal
+            .task("t6")
+            .expect("task")
+            .expect("exists")
+            .max_tokens,
+        Some(500)
+    );
+
+    let rows = journal.export("t6").expect("export").expect("the task");
+    assert_eq!(rows.steps.len(), 2);
+    assert_eq!(rows.signals.len(), 3);
+    other.import(&rows, false, &me()).expect("import");
+    let moved = other.task("t6").expect("task").expect("imported");
+    assert_eq!(moved.max_tokens, Some(500));
+    assert_eq!(
+        other.steps("t6", false).expect("steps")[1].idempotency_key,
+        "k"
+    );
+    assert_eq!(
+        other.signals("t6").expect("signals"),
+        journal.signals("t6").expect("signals")
+    );
+    let again = other
+        .import(&rows, false, &me())
+        .expect_err("the task exists");
+    assert_eq!(crate::error::exit_code_of(&again), crate::exit_code::CONFIG);
+    // All or nothing: a row the journal cannot take leaves nothing behind.
+    let mut broken = rows.clone();
+    broken.task.insert("id".into(), json!("t7"));
+    broken.steps[0].insert("no_such_column".into(), json!(1));
+    for row in broken
+        .runs
+        .iter_mut()
+        .chain(&mut broken.steps)
+        .chain(&mut broken.signals)
+    {
+        row.insert("task_id".into(), json!("t7"));
+    }
+    other
+        .import(&broken, false, &me())
+        .expect_err("an unknown column");
+    assert!(other.task("t7").expect("read").is_none());
+}
+
+/// The whole story on one journal (and a second one to move tasks to).
+fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     group_commit(journal);
     pending_to_committed(journal);
     leases(journal);
     fenced_writes(journal);
     cancel_is_final(journal);
+    signals_budgets_and_moves(journal, other);
 }
 
 #[test]
 fn sqlite_tells_the_story() {
-    story(&mut SqliteJournal::in_memory());
+    story(
+        &mut SqliteJournal::in_memory(),
+        &mut SqliteJournal::in_memory(),
+    );
 }
 
 #[test]
@@ -324,7 +472,8 @@ fn postgresql_tells_the_story() {
     let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
     let settings = Settings::from_env(None);
     let mut journal = postgres::PostgresJournal::open(&url, true, &settings).expect("open");
-    story(&mut journal);
+    // Its tasks move to an embedded journal: from one backend to the other.
+    story(&mut journal, &mut SqliteJournal::in_memory());
     drop(journal);
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

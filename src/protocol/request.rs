@@ -415,12 +415,27 @@ mod tests {
         );
         assert!(matches!(
             request(r#"{"op":"sleep","id":9,"until":"2026-12-01T09:00:00Z"}"#),
-            Request::Sleep { wake: Wake::At(_), .. }
+            Request::Sleep {
+                wake: Wake::At(_),
+                ..
+            }
         ));
         assert!(invalid(r#"{"op":"sleep","id":9}"#).1.contains("either"));
-        assert!(invalid(r#"{"op":"sleep","id":9,"seconds":-1}"#).1.contains("0 or more"));
-        assert!(invalid(r#"{"op":"sleep","id":9,"until":"tomorrow"}"#).1.contains("RFC 3339"));
-        assert!(invalid(r#"{"op":"wait","id":9,"name":"a","timeout":"soon"}"#).1.contains("duration"));
+        assert!(
+            invalid(r#"{"op":"sleep","id":9,"seconds":-1}"#)
+                .1
+                .contains("0 or more")
+        );
+        assert!(
+            invalid(r#"{"op":"sleep","id":9,"until":"tomorrow"}"#)
+                .1
+                .contains("RFC 3339")
+        );
+        assert!(
+            invalid(r#"{"op":"wait","id":9,"name":"a","timeout":"soon"}"#)
+                .1
+                .contains("duration")
+        );
         assert_eq!(
             request(r#"{"op":"result","id":9,"output":{"a":1}}"#),
             Request::Result {

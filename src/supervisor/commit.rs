@@ -148,7 +148,13 @@ impl Supervisor<'_> {
     }
 
     /// Reports a step whose result is durable and answers it.
-    pub(super) fn answer_finished(&mut self, conn: Conn, id: Value, record: &StepRecord, started: Instant) {
+    pub(super) fn answer_finished(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        record: &StepRecord,
+        started: Instant,
+    ) {
         self.reporter.report(&Report::StepFinished {
             step: record.step,
             name: &record.name,

@@ -68,7 +68,7 @@ impl Supervisor<'_> {
                 name,
                 data,
                 timeout,
-            } => self.on_wait(conn, id, &name, data, timeout),
+            } => self.on_wait(conn, id, &name, &data, timeout),
             Request::Sleep { id, args, wake } => self.on_sleep(conn, id, &args, wake),
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.

@@ -166,7 +166,9 @@ impl Supervisor<'_> {
             ),
             Some(Stop::Cancel) => (TaskStatus::Cancelled, exit_code, None),
             Some(Stop::Parked { status, notice }) => (status, exit_code::PARKED, Some(notice)),
-            Some(Stop::OverBudget(err)) => (TaskStatus::OverBudget, exit_code::OVER_BUDGET, Some(err)),
+            Some(Stop::OverBudget(err)) => {
+                (TaskStatus::OverBudget, exit_code::OVER_BUDGET, Some(err))
+            }
             Some(Stop::Signal) | None => (status, exit_code, None),
         }
     }

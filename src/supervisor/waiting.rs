@@ -20,7 +20,6 @@ use crate::exit_code;
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response, Wake};
-use crate::report::Event as Report;
 use crate::step_key;
 
 /// How often a run that waits live looks for its signal: one indexed read
@@ -34,7 +33,7 @@ impl Supervisor<'_> {
         conn: Conn,
         id: Value,
         name: &str,
-        data: Value,
+        data: &Value,
         timeout: Option<Duration>,
     ) {
         let args = json!({ "data": data });
@@ -55,7 +54,8 @@ impl Supervisor<'_> {
     }
 
     pub(super) fn on_sleep(&mut self, conn: Conn, id: Value, args: &Value, wake: Wake) {
-        let Some((mut record, fresh)) = self.open_waiting(conn, &id, "sleep", StepKind::Sleep, args)
+        let Some((mut record, fresh)) =
+            self.open_waiting(conn, &id, "sleep", StepKind::Sleep, args)
         else {
             return;
         };
@@ -87,9 +87,7 @@ impl Supervisor<'_> {
                 return;
             }
         }
-        let left = until
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
+        let left = until.duration_since(SystemTime::now()).unwrap_or_default();
         if left > self.spec.park_after {
             self.park(waiter);
         } else {
@@ -150,12 +148,10 @@ impl Supervisor<'_> {
             self.flush();
             return;
         }
-        match self.journal.take_signal(
-            self.spec.task_id,
-            self.spec.run,
-            &mut waiter.record,
-            fresh,
-        ) {
+        match self
+            .journal
+            .take_signal(self.spec.task_id, self.spec.run, &mut waiter.record, fresh)
+        {
             Ok(Some(_)) => {
                 self.stats.executed_steps += 1;
                 self.last_recorded = self.last_recorded.max(waiter.record.step);
@@ -254,11 +250,6 @@ impl Supervisor<'_> {
             _ => TaskStatus::Waiting,
         };
         let notice = crate::task::parked_notice(task, &waiter.record);
-        self.reporter.report(&Report::Warning(&format!(
-            "parking task {task}: step {step} ({}) waits longer than {} ",
-            waiter.record.name,
-            humantime::format_duration(self.spec.park_after)
-        )));
         self.respond(
             waiter.conn,
             &Response::error(
@@ -290,7 +281,9 @@ impl Supervisor<'_> {
             &Response::error(
                 id.clone(),
                 ErrorCode::BudgetExceeded,
-                format!("task {task} has spent {spent} of its {max} tokens; step {step} does not start"),
+                format!(
+                    "task {task} has spent {spent} of its {max} tokens; step {step} does not start"
+                ),
             )
             .step(step),
         );

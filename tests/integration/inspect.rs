@@ -232,6 +232,7 @@ fn the_json_shape() {
             "command",
             "created_at",
             "id",
+            "max_tokens",
             "status",
             "steps",
             "tokens_saved",
@@ -258,10 +259,15 @@ fn the_json_shape() {
         "runs",
         "created_at",
         "updated_at",
+        "max_tokens",
+        "waiting_for",
+        "signals",
     ] {
         assert!(task.get(member).is_some(), "task.{member}");
     }
     assert_eq!(task["status"], "completed");
+    assert_eq!(task["max_tokens"], Value::Null);
+    assert_eq!(task["waiting_for"], Value::Null, "null when not parked");
     assert_eq!(task["exit_code"], 0);
     assert_eq!(task["output"], Value::Null);
     assert_eq!(task["updated_at"], "2026-11-29T10:00:04.000Z");

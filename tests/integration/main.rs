@@ -22,3 +22,4 @@ mod servers;
 mod shared;
 mod terminal;
 mod torture;
+mod waiting;

@@ -112,6 +112,20 @@ sys.exit(3)
         vec!["--journal", &dir, "inspect"],
         vec!["--journal", "/dev/null", "run", "--", "true"],
         vec!["--journal", "postgres://nobody@127.0.0.1:1/none", "inspect"],
+        vec!["signal", "nope", "go"],
+        vec!["signal", "done", "go"],
+        vec!["signal", "path", "go", "--data", "{not json"],
+        vec!["approve", "path"],
+        vec!["approve", "path", "--data", "[1]"],
+        vec!["export", "nope"],
+        vec!["import", "missing.jsonl"],
+        vec!["import", "bad.toml"],
+        vec!["fork", "nope", "--from-step", "1"],
+        vec!["fork", "done", "--from-step", "9"],
+        vec!["wait", "go"],
+        vec!["sleep", "--until", "tomorrow"],
+        vec!["run", "--park-after", "soon", "--", "true"],
+        vec!["run", "--max-tokens", "-5", "--", "true"],
     ];
     let mut all = String::new();
     for args in &cases {

@@ -14,6 +14,12 @@ effect) and runs the rest.
 * ``durun.current()`` inside a step: its idempotency key, attempt and
   whether it is in doubt; ``durun.usage(...)`` records its tokens.
 * ``durun.result(value)`` stores the task's final output.
+* ``durun.wait(name, data=None, timeout=None)`` waits for a signal sent
+  with ``durun signal TASK NAME`` (or ``durun approve``) and returns it;
+  ``durun.approval(data)`` waits for ``durun approve``/``reject`` and
+  returns True or False; ``durun.sleep(seconds_or_datetime)`` sleeps
+  durably. A long wait parks the task: durun ends the script and exits 77,
+  and ``durun resume`` carries on once the signal or the time has come.
 
 The module takes the process's stdout for the protocol and sends the
 program's own prints (and its subprocesses' stdout) to stderr, so a print
@@ -21,6 +27,7 @@ can never corrupt a protocol line. Without durun (no ``DURUN_PROTOCOL`` in
 the environment) steps simply run.
 """
 
+import datetime
 import functools
 import inspect
 import itertools
@@ -29,6 +36,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 #: An answer from durun: a JSON object.
@@ -37,6 +45,7 @@ T = TypeVar("T")
 
 __all__ = [
     "step", "call", "call_all", "result", "current", "usage", "active",
+    "wait", "approval", "sleep", "BudgetExceeded",
     "DurunError", "BadRequest", "UnknownTool", "ToolFailed", "Timeout",
     "Divergence", "Cancelled", "JournalError", "NotUnderDurun", "StepContext",
 ]
@@ -85,13 +94,21 @@ class JournalError(DurunError):
     code = "journal"
 
 
+class BudgetExceeded(DurunError):
+    """The task's token budget is spent (``--max-tokens``): durun stops the
+    run; ``durun resume TASK --max-tokens N`` raises it."""
+
+    code = "budget_exceeded"
+
+
 class NotUnderDurun(DurunError):
     """``call`` needs durun: the script was started without it."""
 
     code = "not_under_durun"
 
 
-_ERRORS: Dict[str, "type[DurunError]"] = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError)}
+_ERRORS: Dict[str, "type[DurunError]"] = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError,
+                                                                  BudgetExceeded)}
 
 
 def _error(answer: Answer) -> DurunError:
@@ -386,6 +403,60 @@ def result(value: Any) -> None:
     if not active():
         return
     answer = _get_channel().request({"op": "result", "output": value})
+    if not answer["ok"]:
+        raise _error(answer)
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def wait(name: str, data: Any = None, timeout: Any = None) -> Dict[str, Any]:
+    """Waits for the signal ``name`` and returns it:
+    ``{"signal": name, "data": ..., "by": "user@host", "at": "RFC 3339"}``.
+
+    ``data`` is shown to whoever answers (``durun inspect``) and is part of
+    the step's identity. ``timeout`` (seconds, a ``timedelta`` or a string
+    like ``"48h"``) counts from the first time the step waited; past it the
+    step fails with :class:`Timeout`. A replay returns the recorded signal.
+    """
+    if not active():
+        raise NotUnderDurun(f"durun.wait({name!r}) needs durun: run the script with `durun run -- python3 ...`")
+    request: Dict[str, Any] = {"op": "wait", "name": name, "data": data}
+    if timeout is not None:
+        request["timeout"] = timeout if isinstance(timeout, str) else _seconds(timeout)
+    answer = _get_channel().request(request)
+    if not answer["ok"]:
+        raise _error(answer)
+    return answer["output"]  # type: ignore[no-any-return]
+
+
+def approval(data: Any = None, name: str = "approval", timeout: Any = None) -> bool:
+    """Waits for ``durun approve TASK`` (True) or ``durun reject TASK``
+    (False); ``data`` is what the approver is asked about."""
+    signal_data = wait(name, data, timeout).get("data")
+    return isinstance(signal_data, dict) and signal_data.get("approved") is True
+
+
+def sleep(until: Any) -> None:
+    """Sleeps durably: ``until`` is seconds, a ``timedelta``, or an aware
+    ``datetime``. The wake time is fixed the first time the step runs, so
+    a resumed script sleeps only what is left; a long sleep parks the task."""
+    if isinstance(until, datetime.datetime):
+        if until.tzinfo is None:
+            raise ValueError("durun.sleep() needs an aware datetime (with a tzinfo), e.g. datetime.now(timezone.utc)")
+        stamp = until.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        request: Dict[str, Any] = {"op": "sleep", "until": stamp}
+        seconds = (until - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    else:
+        seconds = _seconds(until)
+        request = {"op": "sleep", "seconds": seconds}
+    if not active():
+        time.sleep(max(0.0, seconds))
+        return
+    answer = _get_channel().request(request)
     if not answer["ok"]:
         raise _error(answer)
 

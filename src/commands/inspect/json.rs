@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::journal::{ResolutionKind, RunRecord, StepRecord, TaskRecord};
+use crate::journal::{ResolutionKind, RunRecord, SignalRecord, StepKind, StepRecord, TaskRecord};
 use crate::json_text::JsonText;
 use crate::settings::Settings;
 use crate::task::shown_status;
@@ -17,6 +17,7 @@ pub(super) fn task_summary_json(task: &TaskRecord, settings: &Settings) -> Value
         "steps": task.steps,
         "tokens_spent": task.tokens_spent,
         "tokens_saved": task.tokens_saved,
+        "max_tokens": task.max_tokens,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     })
@@ -38,9 +39,22 @@ pub(super) struct TaskOut<'a> {
     steps: u64,
     tokens_spent: u64,
     tokens_saved: u64,
+    max_tokens: Option<u64>,
+    waiting_for: Option<Value>,
     created_at: &'a str,
     updated_at: &'a str,
     runs: Vec<RunOut<'a>>,
+    signals: Vec<SignalOut<'a>>,
+}
+
+#[derive(serde::Serialize)]
+pub(super) struct SignalOut<'a> {
+    name: &'a str,
+    data: &'a Value,
+    id: &'a Option<String>,
+    by: &'a str,
+    at: &'a str,
+    taken_by_step: Option<u64>,
 }
 
 #[derive(serde::Serialize)]
@@ -87,6 +101,8 @@ pub(super) struct ErrorOut<'a> {
 pub(super) fn task_out<'a>(
     task: &'a TaskRecord,
     runs: &'a [RunRecord],
+    waiting: Option<&StepRecord>,
+    signals: &'a [SignalRecord],
     settings: &Settings,
 ) -> TaskOut<'a> {
     TaskOut {
@@ -101,8 +117,32 @@ pub(super) fn task_out<'a>(
         steps: task.steps,
         tokens_spent: task.tokens_spent,
         tokens_saved: task.tokens_saved,
+        max_tokens: task.max_tokens,
+        waiting_for: waiting.map(|step| {
+            json!({
+                "step": step.step,
+                "kind": step.kind.as_str(),
+                "name": step.name,
+                "data": match step.kind {
+                    StepKind::Wait => step.args.value().get("data").cloned().unwrap_or(Value::Null),
+                    _ => Value::Null,
+                },
+                "until": step.wake_at,
+            })
+        }),
         created_at: &task.created_at,
         updated_at: &task.updated_at,
+        signals: signals
+            .iter()
+            .map(|signal| SignalOut {
+                name: &signal.name,
+                data: &signal.data,
+                id: &signal.signal_id,
+                by: &signal.sent_by,
+                at: &signal.sent_at,
+                taken_by_step: signal.taken_by,
+            })
+            .collect(),
         runs: runs
             .iter()
             .map(|run| RunOut {

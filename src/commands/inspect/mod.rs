@@ -74,7 +74,12 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     if args.json && args.step.is_none() {
         // Streamed: each step is written as it is read.
         out.write_all(b"{\"task\":")?;
-        serde_json::to_writer(&mut out, &task_out(&task, &runs, settings))?;
+        let waiting = waiting_for(journal.as_mut(), &task, settings)?;
+        let signals = journal.signals(id)?;
+        serde_json::to_writer(
+            &mut out,
+            &task_out(&task, &runs, waiting.as_ref(), &signals, settings),
+        )?;
         out.write_all(b",\"steps\":[")?;
         let mut first = true;
         journal.visit_steps(id, true, None, &mut |step| {
@@ -89,9 +94,11 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         let steps = journal.step_versions(id, n)?;
         if args.json {
             let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
+            let waiting = waiting_for(journal.as_mut(), &task, settings)?;
+            let signals = journal.signals(id)?;
             serde_json::to_writer(
                 &mut out,
-                &json!({"task": task_out(&task, &runs, settings), "steps": steps}),
+                &json!({"task": task_out(&task, &runs, waiting.as_ref(), &signals, settings), "steps": steps}),
             )?;
             writeln!(out)?;
             out.flush()?;
@@ -115,7 +122,19 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         let total = journal.count_steps(id)?;
         let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
         let steps = journal.steps_tail(id, last)?;
-        out.write_all(views::task_view(&style, settings, &task, &runs, &steps, now).as_bytes())?;
+        let waiting = waiting_for(journal.as_mut(), &task, settings)?;
+        out.write_all(
+            views::task_view(
+                &style,
+                settings,
+                &task,
+                &runs,
+                &steps,
+                waiting.as_ref(),
+                now,
+            )
+            .as_bytes(),
+        )?;
         if last.is_some() {
             writeln!(
                 out,
@@ -136,5 +155,20 @@ fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
             | (StatusFilter::Failed, TaskStatus::Failed)
             | (StatusFilter::Interrupted, TaskStatus::Interrupted)
             | (StatusFilter::Cancelled, TaskStatus::Cancelled)
+            | (StatusFilter::Waiting, TaskStatus::Waiting)
+            | (StatusFilter::Sleeping, TaskStatus::Sleeping)
+            | (StatusFilter::OverBudget, TaskStatus::OverBudget)
     )
+}
+
+/// The step a parked task waits on (none while a runner drives it).
+fn waiting_for(
+    journal: &mut dyn crate::journal::Journal,
+    task: &TaskRecord,
+    settings: &Settings,
+) -> Result<Option<StepRecord>> {
+    if !shown_status(task, settings).is_parked() {
+        return Ok(None);
+    }
+    crate::task::waiting_step(journal, &task.id)
 }

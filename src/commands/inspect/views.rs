@@ -135,6 +135,7 @@ pub(super) fn task_view(
     task: &TaskRecord,
     runs: &[RunRecord],
     steps: &[StepRecord],
+    waiting: Option<&StepRecord>,
     now: SystemTime,
 ) -> String {
     let status = shown_status(task, settings);
@@ -150,9 +151,37 @@ pub(super) fn task_view(
     );
     let _ = writeln!(out, "command  {}", escape(&shell_words(&task.argv)));
     let _ = writeln!(out, "cwd      {}", escape(&task.cwd));
+    if let Some(step) = waiting {
+        let what = match step.kind {
+            crate::journal::StepKind::Sleep => format!(
+                "sleeps until {} (step {})",
+                step.wake_at.as_deref().unwrap_or("?"),
+                step.step
+            ),
+            _ => format!(
+                "the signal `{}` (step {}){}; `durun approve {}` or `durun signal {} {} --data JSON`",
+                escape(&step.name),
+                step.step,
+                step.wake_at
+                    .as_deref()
+                    .map_or_else(String::new, |at| format!(", times out {at}")),
+                task.id,
+                task.id,
+                escape(&step.name)
+            ),
+        };
+        let _ = writeln!(out, "waits    {what}");
+    }
+    let budget = task.max_tokens.map_or_else(String::new, |max| {
+        format!(
+            ", budget {} ({} left)",
+            thousands(max),
+            thousands(max.saturating_sub(task.tokens_spent))
+        )
+    });
     let _ = writeln!(
         out,
-        "tokens   {} spent, {} saved",
+        "tokens   {} spent, {} saved{budget}",
         thousands(task.tokens_spent),
         thousands(task.tokens_saved)
     );

@@ -381,9 +381,12 @@ impl Journal for PostgresJournal {
         stats: Option<&RunStats>,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        let opens = steps
-            .iter()
-            .any(|write| matches!(write.record.status, StepStatus::Pending | StepStatus::Waiting));
+        let opens = steps.iter().any(|write| {
+            matches!(
+                write.record.status,
+                StepStatus::Pending | StepStatus::Waiting
+            )
+        });
         fence(&mut tx, task, run, opens)?;
         for &StepWrite {
             record: step,

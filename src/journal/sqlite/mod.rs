@@ -278,9 +278,12 @@ impl Journal for SqliteJournal {
         // The write lock is ours until the commit: no takeover or cancel
         // can come between this check and the writes.
         let (lease_run, cancelled) = standing_columns(&tx, task)?;
-        let opens = steps
-            .iter()
-            .any(|write| matches!(write.record.status, StepStatus::Pending | StepStatus::Waiting));
+        let opens = steps.iter().any(|write| {
+            matches!(
+                write.record.status,
+                StepStatus::Pending | StepStatus::Waiting
+            )
+        });
         super::fence(lease_run, cancelled, run, opens)?;
         for &StepWrite {
             record: step,
@@ -567,16 +570,28 @@ impl Journal for SqliteJournal {
     }
 
     fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
-        let Some(task_row) = transfer::rows(&self.conn, "SELECT * FROM tasks WHERE id = ?1", task)?
-            .pop()
+        let Some(task_row) =
+            transfer::rows(&self.conn, "SELECT * FROM tasks WHERE id = ?1", task)?.pop()
         else {
             return Ok(None);
         };
         Ok(Some(TaskRows {
             task: task_row,
-            runs: transfer::rows(&self.conn, "SELECT * FROM runs WHERE task_id = ?1 ORDER BY run", task)?,
-            steps: transfer::rows(&self.conn, "SELECT * FROM steps WHERE task_id = ?1 ORDER BY id", task)?,
-            signals: transfer::rows(&self.conn, "SELECT * FROM signals WHERE task_id = ?1 ORDER BY id", task)?,
+            runs: transfer::rows(
+                &self.conn,
+                "SELECT * FROM runs WHERE task_id = ?1 ORDER BY run",
+                task,
+            )?,
+            steps: transfer::rows(
+                &self.conn,
+                "SELECT * FROM steps WHERE task_id = ?1 ORDER BY id",
+                task,
+            )?,
+            signals: transfer::rows(
+                &self.conn,
+                "SELECT * FROM signals WHERE task_id = ?1 ORDER BY id",
+                task,
+            )?,
             resolutions: transfer::rows(
                 &self.conn,
                 "SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id",

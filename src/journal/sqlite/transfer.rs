@@ -11,11 +11,7 @@ use crate::journal::transfer::unknown_column;
 /// Every row `sql` (with the task id as `?1`) selects, as JSON objects.
 pub(super) fn rows(conn: &Connection, sql: &str, task: &str) -> Result<Vec<Map<String, Value>>> {
     let mut statement = conn.prepare(sql)?;
-    let names: Vec<String> = statement
-        .column_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let names: Vec<String> = statement.column_names().map(str::to_owned).collect();
     let mut rows = statement.query([task])?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
@@ -24,7 +20,9 @@ pub(super) fn rows(conn: &Connection, sql: &str, task: &str) -> Result<Vec<Map<S
             let value = match row.get_ref(index)? {
                 ValueRef::Null => Value::Null,
                 ValueRef::Integer(number) => Value::from(number),
-                ValueRef::Real(number) => Number::from_f64(number).map_or(Value::Null, Value::Number),
+                ValueRef::Real(number) => {
+                    Number::from_f64(number).map_or(Value::Null, Value::Number)
+                }
                 ValueRef::Text(text) => Value::String(String::from_utf8_lossy(text).into_owned()),
                 ValueRef::Blob(_) => anyhow::bail!("the journal holds a blob in {name}"),
             };

@@ -1,0 +1,156 @@
+//! `durun signal`, `durun approve`, `durun reject`: signals for tasks that
+//! wait (SPEC 8). A signal is a row in the journal: a live runner on any
+//! host takes it within a tenth of a second, a parked task on its next
+//! resume.
+
+use anyhow::Result;
+use serde_json::{Map, Value, json};
+
+use crate::cli::{ApproveArgs, RejectArgs, SignalArgs};
+use crate::error::Failure;
+use crate::exit_code;
+use crate::journal::{self, Access, Journal, Location, SignalRecord, StepKind, StepStatus};
+use crate::settings::Settings;
+use crate::task::{shown_status, unknown_task};
+
+pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
+    let data = match &args.data {
+        None => Value::Null,
+        Some(text) => parse_data(text)?,
+    };
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Write, settings)?;
+    send(
+        journal.as_mut(),
+        &location,
+        settings,
+        &args.task,
+        &args.name,
+        data,
+        args.id.clone(),
+    )
+}
+
+pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
+    let mut data = Map::new();
+    data.insert("approved".to_owned(), Value::Bool(true));
+    if let Some(text) = &args.data {
+        match parse_data(text)? {
+            Value::Object(extra) => {
+                data.extend(extra.into_iter().filter(|(key, _)| key != "approved"));
+            }
+            _ => {
+                return Err(Failure::new(
+                    exit_code::USAGE,
+                    "--data of `approve` must be a JSON object",
+                )
+                .hint("it is merged into {\"approved\": true}, e.g. --data '{\"comment\": \"ship it\"}'")
+                .into());
+            }
+        }
+    }
+    answer(&args.task, Value::Object(data), settings)
+}
+
+pub(crate) fn reject(args: &RejectArgs, settings: &Settings) -> Result<i32> {
+    answer(
+        &args.task,
+        json!({"approved": false, "reason": args.reason}),
+        settings,
+    )
+}
+
+/// Sends `data` to the `wait` step the task waits on, under its name.
+fn answer(task: &str, data: Value, settings: &Settings) -> Result<i32> {
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Write, settings)?;
+    if journal.task(task)?.is_none() {
+        return Err(unknown_task(task, &location).into());
+    }
+    let Some(name) = waited_for(journal.as_mut(), task)? else {
+        return Err(Failure::config(format!("task {task} waits for no signal"))
+            .hint(format!(
+                "`durun inspect {task}` shows where it stands; `durun signal {task} NAME` sends a signal a later `wait` takes"
+            ))
+            .into());
+    };
+    send(
+        journal.as_mut(),
+        &location,
+        settings,
+        task,
+        &name,
+        data,
+        None,
+    )
+}
+
+/// The name of the latest `wait` step of the task still waiting.
+fn waited_for(journal: &mut dyn Journal, task: &str) -> Result<Option<String>> {
+    let mut name = None;
+    // Parallel steps may come after it; a waiting step is among the last.
+    journal.visit_steps(task, false, Some(256), &mut |step| {
+        if step.kind == StepKind::Wait && step.status == StepStatus::Waiting {
+            name = Some(step.name);
+        }
+        Ok(())
+    })?;
+    Ok(name)
+}
+
+fn send(
+    journal: &mut dyn Journal,
+    location: &Location,
+    settings: &Settings,
+    task: &str,
+    name: &str,
+    data: Value,
+    signal_id: Option<String>,
+) -> Result<i32> {
+    let Some(record) = journal.task(task)? else {
+        return Err(unknown_task(task, location).into());
+    };
+    let status = shown_status(&record, settings);
+    if matches!(
+        status,
+        journal::TaskStatus::Completed | journal::TaskStatus::Cancelled
+    ) {
+        return Err(
+            Failure::config(format!("task {task} is {status}; it takes no more signals"))
+                .hint("a signal goes to a task that runs, waits or can be resumed")
+                .into(),
+        );
+    }
+    let signal = SignalRecord {
+        name: name.to_owned(),
+        data,
+        signal_id: signal_id.clone(),
+        sent_by: settings.operator(),
+        sent_at: journal::now(),
+        taken_by: None,
+    };
+    if !journal.send_signal(task, &signal)? {
+        eprintln!(
+            "durun: task {task} already has the signal with id {}; it is kept once",
+            signal_id.unwrap_or_default()
+        );
+        return Ok(0);
+    }
+    let next = match status {
+        journal::TaskStatus::Running => "its runner takes it now".to_owned(),
+        status if status.is_parked() => format!("`durun resume {task}` continues it"),
+        _ => format!("it is taken when the task waits for it (`durun resume {task}`)"),
+    };
+    eprintln!("durun: sent `{name}` to task {task}; {next}");
+    Ok(0)
+}
+
+fn parse_data(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|err| {
+        Failure::new(exit_code::USAGE, format!("--data is not JSON: {err}"))
+            .hint(
+                "quote it for the shell, e.g. --data '{\"sha\": \"4f2a9c1\"}' or --data '\"text\"'",
+            )
+            .into()
+    })
+}
