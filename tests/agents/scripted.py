@@ -3,6 +3,7 @@
 usage: scripted.py PLAN.json
 
 The plan is {"steps": [...], "pidfile": optional path}. Each step is either
+{"wait": NAME} (a signal's data is its output), {"sleep": SECONDS},
 {"call": TOOL, "args": {...}}, {"parallel": [CALL, ...]} (every call sent
 before any answer is read), or {"begin": NAME, "args": {...}, "effect": E,
 "do": ACTION}, where ACTION is one of
@@ -99,6 +100,20 @@ def main():
                     print(f"agent: {response['error']}", file=sys.stderr)
                     sys.exit(3)
                 outputs.append(response["output"])
+            continue
+        if "wait" in step:
+            response = request({"op": "wait", "name": step["wait"], "data": step.get("data")})
+            if not response["ok"]:
+                print(f"agent: {response['error']}", file=sys.stderr)
+                sys.exit(3)
+            outputs.append({"wait": step["wait"], "data": response["output"]["data"]})
+            continue
+        if "sleep" in step:
+            response = request({"op": "sleep", "seconds": step["sleep"]})
+            if not response["ok"]:
+                print(f"agent: {response['error']}", file=sys.stderr)
+                sys.exit(3)
+            outputs.append("slept")
             continue
         if "call" in step:
             response = request({"op": "call", "tool": step["call"], "args": step.get("args", {})})

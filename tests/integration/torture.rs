@@ -266,3 +266,184 @@ fn the_task_survives_sigkill_at_random_points() {
         torture(seed, &expected);
     }
 }
+
+/// The torture plan with two `wait` steps and two short `sleep` steps in
+/// place of four plain ones.
+fn plan_with_waits() -> Value {
+    let mut plan = plan();
+    plan["steps"][7] = json!({"wait": "go"});
+    plan["steps"][15] = json!({"sleep": 0.3});
+    plan["steps"][23] = json!({"wait": "go"});
+    plan["steps"][31] = json!({"sleep": 0.1});
+    plan
+}
+
+/// Sends the next signal `go`, its data its number.
+fn send_go(env: &TestEnv, sent: &mut u32) {
+    *sent += 1;
+    let data = sent.to_string();
+    let output = env.durun(&["signal", "t", "go", "--data", &data]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+/// Runs `args` (a run or a resume) to its end, sending a signal each time
+/// the task parks: the output of a task that waits, never killed.
+fn waiting_reference(api: &FakeApi) -> Value {
+    let env = environment(api);
+    let mut plan = plan_with_waits();
+    plan["pidfile"] = json!(env.path("agent.pid"));
+    let mut args = vec!["run", "--task", "t", "--park-after", "0s", "--"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    args.extend(env.scripted_agent("plan.json", &plan));
+    let mut sent = 0;
+    loop {
+        let output = env.command().args(&args).output().expect("durun");
+        match output.status.code() {
+            Some(0) => break,
+            Some(77) if env.inspect("t")["task"]["status"] == "sleeping" => {
+                std::thread::sleep(Duration::from_millis(350));
+            }
+            Some(77) if sent < 2 => send_go(&env, &mut sent),
+            other => panic!("{other:?}: {}", text(&output.stderr)),
+        }
+        args = ["resume", "t", "--park-after", "0s"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+    }
+    normalized(&env.inspect("t")["task"]["output"])
+}
+
+fn waiting_torture(seed: u64, expected: &Value) {
+    let api = FakeApi::start();
+    let env = environment(&api);
+    // Every seed its own schedule (`seed | 1` gives 2k and 2k+1 the same).
+    let mut rng = Rng((seed << 1) | 1);
+    let mut plan = plan_with_waits();
+    plan["pidfile"] = json!(env.path("agent.pid"));
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut sent = 0;
+    let mut kills = 0;
+    let mut runs = 0;
+    loop {
+        assert!(runs < 80, "seed {seed}: the task did not finish in 80 runs");
+        let _ = std::fs::remove_file(env.path("agent.pid"));
+        // Parks at once, or waits live long enough to be killed waiting.
+        let park_after = if rng.below(2) == 0 { "0s" } else { "60s" };
+        let mut args = vec!["run", "--task", "t", "--park-after", park_after, "--"];
+        args.extend(agent.iter().map(String::as_str));
+        let mut durun = env.spawn(&args, &format!("run{runs}"));
+        runs += 1;
+        let deadline = Instant::now() + Duration::from_millis(50 + rng.below(700));
+        let mut finished = None;
+        while Instant::now() < deadline {
+            if let Some(status) = durun.try_wait().expect("try_wait") {
+                finished = Some(status);
+                break;
+            }
+            if sent < 2 && rng.below(40) == 0 {
+                // A signal while the run may be waiting live.
+                send_go(&env, &mut sent);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match finished.map(|status| status.code()) {
+            Some(Some(0)) => break,
+            Some(Some(77)) => {
+                if env.inspect("t")["task"]["status"] == "sleeping" {
+                    std::thread::sleep(Duration::from_millis(350));
+                } else {
+                    assert!(sent < 2, "seed {seed}: parked with every signal sent");
+                    send_go(&env, &mut sent);
+                }
+                continue;
+            }
+            Some(Some(3)) => continue,
+            Some(other) => panic!(
+                "seed {seed}: {other:?} {}",
+                env.log(&format!("run{}", runs - 1))
+            ),
+            None => {}
+        }
+        let agent_pid = std::fs::read_to_string(env.path("agent.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok());
+        if rng.below(3) == 0
+            && let Some(pid) = agent_pid
+        {
+            signal(pid, libc::SIGKILL);
+            durun.wait().expect("durun");
+        } else {
+            durun.kill().expect("SIGKILL durun");
+            durun.wait().expect("durun");
+            if let Some(pid) = agent_pid {
+                wait_for(
+                    "the agent to die with durun",
+                    Duration::from_secs(10),
+                    || process_gone(pid),
+                );
+            }
+        }
+        kills += 1;
+    }
+    let view = env.inspect("t");
+    assert_eq!(view["task"]["status"], "completed", "seed {seed}");
+    assert_eq!(
+        &normalized(&view["task"]["output"]),
+        expected,
+        "seed {seed}: the waits took other signals, or a step ran twice"
+    );
+    assert_eq!(
+        api.resources(),
+        MUTATE_STEPS,
+        "seed {seed}: a resource was created twice"
+    );
+    // Each signal was taken once, by its own wait, oldest first.
+    let waits: Vec<u64> = view["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter(|step| step["kind"] == "wait" && step["status"] != "discarded")
+        .map(|step| step["step"].as_u64().expect("step"))
+        .collect();
+    let taken: Vec<Value> = view["task"]["signals"]
+        .as_array()
+        .expect("signals")
+        .iter()
+        .map(|signal| signal["taken_by_step"].clone())
+        .collect();
+    assert_eq!(taken, [json!(waits[0]), json!(waits[1])], "seed {seed}");
+    env.assert_journal_intact();
+    eprintln!("waiting torture seed {seed}: {kills} kills, {runs} runs");
+}
+
+#[test]
+fn a_waiting_task_survives_sigkill_and_takes_each_signal_once() {
+    let rounds: u64 = std::env::var("DURUN_TORTURE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let first: u64 = std::env::var("DURUN_TORTURE_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0xD0_5EED);
+    let expected = waiting_reference(&FakeApi::start());
+    let waits: Vec<&Value> = expected["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .filter(|output| output.get("wait").is_some())
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            &json!({"wait": "go", "data": 1}),
+            &json!({"wait": "go", "data": 2})
+        ]
+    );
+    for seed in first..first + rounds {
+        waiting_torture(seed, &expected);
+    }
+}
