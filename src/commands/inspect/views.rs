@@ -262,6 +262,22 @@ pub(super) fn task_view(
         .map(|step| {
             let result = match (&step.error, &step.output) {
                 (Some(error), _) => (format!("{}: {}", error.code, error.message), Tone::Bad),
+                // The signal that answered a wait: who sent it, and what.
+                (None, Some(output)) if step.kind == crate::journal::StepKind::Wait => {
+                    let signal = output.value();
+                    plain(format!(
+                        "signal from {}: {}",
+                        signal["by"].as_str().unwrap_or("?"),
+                        crate::json_text::JsonText::from_value(&signal["data"]).preview(200)
+                    ))
+                }
+                (None, None) if step.status == StepStatus::Waiting => {
+                    match (step.kind, &step.wake_at) {
+                        (crate::journal::StepKind::Sleep, Some(at)) => plain(format!("until {at}")),
+                        (_, Some(at)) => plain(format!("for a signal, until {at}")),
+                        _ => plain("for a signal"),
+                    }
+                }
                 (None, Some(output)) => plain(output.preview(200)),
                 (None, None) => plain(""),
             };
