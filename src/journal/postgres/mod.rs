@@ -645,6 +645,13 @@ impl Journal for PostgresJournal {
     }
 
     fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
+        // One snapshot, even of a task a runner is writing.
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()?;
         let mut rows = TaskRows::default();
         for table in super::TABLES {
             let (key, order) = match *table {
@@ -652,7 +659,7 @@ impl Journal for PostgresJournal {
                 "runs" => ("task_id", "run"),
                 _ => ("task_id", "id"),
             };
-            let found = self.client.query(
+            let found = tx.query(
                 &format!("SELECT row_to_json(r)::text FROM {table} r WHERE r.{key} = $1 ORDER BY r.{order}"),
                 &[&task],
             )?;
@@ -675,6 +682,7 @@ impl Journal for PostgresJournal {
                 _ => rows.resolutions = objects,
             }
         }
+        tx.commit()?;
         Ok(Some(rows))
     }
 

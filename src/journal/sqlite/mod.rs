@@ -570,34 +570,22 @@ impl Journal for SqliteJournal {
     }
 
     fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
-        let Some(task_row) =
-            transfer::rows(&self.conn, "SELECT * FROM tasks WHERE id = ?1", task)?.pop()
-        else {
+        // One read transaction: one snapshot, even of a task a runner is
+        // writing.
+        let tx = self.conn.transaction()?;
+        let select = |sql: &str| transfer::rows(&tx, sql, task);
+        let Some(task_row) = select("SELECT * FROM tasks WHERE id = ?1")?.pop() else {
             return Ok(None);
         };
-        Ok(Some(TaskRows {
+        let rows = TaskRows {
             task: task_row,
-            runs: transfer::rows(
-                &self.conn,
-                "SELECT * FROM runs WHERE task_id = ?1 ORDER BY run",
-                task,
-            )?,
-            steps: transfer::rows(
-                &self.conn,
-                "SELECT * FROM steps WHERE task_id = ?1 ORDER BY id",
-                task,
-            )?,
-            signals: transfer::rows(
-                &self.conn,
-                "SELECT * FROM signals WHERE task_id = ?1 ORDER BY id",
-                task,
-            )?,
-            resolutions: transfer::rows(
-                &self.conn,
-                "SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id",
-                task,
-            )?,
-        }))
+            runs: select("SELECT * FROM runs WHERE task_id = ?1 ORDER BY run")?,
+            steps: select("SELECT * FROM steps WHERE task_id = ?1 ORDER BY id")?,
+            signals: select("SELECT * FROM signals WHERE task_id = ?1 ORDER BY id")?,
+            resolutions: select("SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id")?,
+        };
+        tx.commit()?;
+        Ok(Some(rows))
     }
 
     fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
