@@ -90,8 +90,9 @@ pub(crate) enum Command {
     Step(StepArgs),
     /// Call a tool from the task's durun.toml and print its output as JSON
     ///
-    /// Works inside `durun run` only. Exits 0 with the output on stdout, or
-    /// 1 with the error on stderr.
+    /// Exits 0 with the output on stdout, or 1 with the error on stderr.
+    /// Outside `durun run` the tool from ./durun.toml (or DURUN_CONFIG) runs
+    /// once, journaled nowhere, so a script works with or without durun.
     Call(CallArgs),
     /// Wait for a signal, as a journaled step of the running task (shell agents)
     ///
@@ -314,6 +315,12 @@ pub(crate) struct StepArgs {
     /// More of the step's identity, as a JSON object merged into its args
     #[arg(long, value_name = "JSON")]
     pub args: Option<String>,
+
+    /// A file the command writes its token usage to, as JSON like
+    /// {"input_tokens": 812, "output_tokens": 96} [default: a `usage`
+    /// member of the command's stdout, if it prints a JSON object]
+    #[arg(long, value_name = "FILE")]
+    pub usage_json: Option<PathBuf>,
 
     /// The command and its arguments
     #[arg(

@@ -70,6 +70,9 @@ pub(crate) struct Settings {
     pub(crate) runtime_dir: Option<PathBuf>,
     /// `DURUN_SOCKET`: the running durun, for `durun step` and `durun call`.
     pub(crate) socket: Option<PathBuf>,
+    /// `DURUN_CONFIG`: the tools file of `durun call` outside a run (`run`
+    /// reads it through clap, as `--config`).
+    pub(crate) config: Option<PathBuf>,
 }
 
 impl Settings {
@@ -108,6 +111,7 @@ impl Settings {
             columns: var("COLUMNS").and_then(|text| text.parse().ok()),
             runtime_dir: var("XDG_RUNTIME_DIR").map(PathBuf::from),
             socket: var("DURUN_SOCKET").map(PathBuf::from),
+            config: var("DURUN_CONFIG").map(PathBuf::from),
         }
     }
 

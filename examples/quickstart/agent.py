@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import time
+from typing import Any, Callable, Dict, Tuple
 
 # Requests go to durun on stdout, answers come back on stdin. Send the
 # agent's own prints to stderr so they can never mix with a request.
@@ -26,17 +27,18 @@ sys.stdout = sys.stderr
 _ids = iter(range(1, 1_000_000))
 
 
-def request(message):
+def request(message: Dict[str, Any]) -> Dict[str, Any]:
     message["id"] = next(_ids)
     protocol_out.write(json.dumps(message) + "\n")
     protocol_out.flush()
-    answer = json.loads(sys.stdin.readline())
+    answer: Dict[str, Any] = json.loads(sys.stdin.readline())
     if not answer["ok"]:
         raise RuntimeError(f"durun: {answer['error']['code']}: {answer['error']['message']}")
     return answer
 
 
-def step(name, args, run, effect="read"):
+def step(name: str, args: Dict[str, Any], run: Callable[[], Tuple[Any, Dict[str, int]]],
+         effect: str = "read") -> Any:
     """Runs `run()` as journaled step `name`, unless the journal has it."""
     opened = request({"op": "begin", "name": name, "args": args, "effect": effect})
     if opened["replayed"]:
@@ -50,11 +52,11 @@ def step(name, args, run, effect="read"):
     return output
 
 
-def call(tool, **args):
+def call(tool: str, **args: Any) -> Any:
     return request({"op": "call", "tool": tool, "args": args})["output"]
 
 
-def fake_llm(prompt):
+def fake_llm(prompt: str) -> Tuple[str, Dict[str, int]]:
     """Stands in for a model call: slow, costly, never twice the same."""
     time.sleep(0.3)
     words = random.sample(["plan", "read", "files", "summary", "risk", "notes", "todo", "check"], 5)
@@ -62,7 +64,7 @@ def fake_llm(prompt):
     return text, {"input_tokens": 500 + len(prompt), "output_tokens": 120}
 
 
-def main():
+def main() -> None:
     print(f"agent: task {os.environ.get('DURUN_TASK_ID')}, run {os.environ.get('DURUN_RUN')}")
     plan = step("llm.plan", {"prompt": "plan a report on this folder"},
                 lambda: fake_llm("plan"))

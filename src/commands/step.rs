@@ -138,14 +138,19 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         return Ok(error_exit(&answer));
     }
     let step = answer["step"].as_u64().unwrap_or(0);
+    if let Some(file) = &args.usage_json {
+        // What an earlier step left there is not this step's usage.
+        let _ = std::fs::remove_file(file);
+    }
     let (code, stdout, truncated) = run_recorded(&args.command, &answer)?;
     let mut output = stdout_json(&stdout);
     output["exit_code"] = json!(code);
     if truncated {
         output["truncated"] = json!(true);
     }
+    let usage = usage_of(args.usage_json.as_deref(), &stdout)?;
     let closing = if code == 0 {
-        json!({"op": "commit", "step": step, "output": output})
+        json!({"op": "commit", "step": step, "output": output, "usage": usage})
     } else {
         json!({"op": "fail", "step": step, "error": format!("exit status {code}"), "output": output})
     };
@@ -159,6 +164,43 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         return Ok(error_exit(&closed));
     }
     Ok(code)
+}
+
+/// The step's token usage: what the command wrote to `--usage-json FILE`,
+/// or the `usage` member of a JSON object it printed.
+fn usage_of(file: Option<&std::path::Path>, stdout: &[u8]) -> Result<Value> {
+    if let Some(file) = file {
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            // The command wrote none: no usage, not an error.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Value::Null),
+            Err(err) => {
+                return Err(err).with_context(|| format!("failed to read {}", file.display()));
+            }
+        };
+        return match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(object)) => Ok(object
+                .get("usage")
+                .cloned()
+                .unwrap_or(Value::Object(object))),
+            _ => Err(Failure::new(
+                exit_code::USAGE,
+                format!(
+                    "{} does not hold a JSON object of token usage",
+                    file.display()
+                ),
+            )
+            .hint("write e.g. {\"input_tokens\": 812, \"output_tokens\": 96}")
+            .into()),
+        };
+    }
+    Ok(match serde_json::from_slice::<Value>(stdout) {
+        Ok(Value::Object(object)) => match object.get("usage") {
+            Some(usage @ Value::Object(_)) => usage.clone(),
+            _ => Value::Null,
+        },
+        _ => Value::Null,
+    })
 }
 
 /// A step's stdout as its output records it, byte for byte: `stdout` as
@@ -260,11 +302,9 @@ pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
         })?,
     };
     let Some(mut client) = Client::connect(settings)? else {
-        return Err(
-            Failure::config(format!("durun call {} needs a running durun", args.tool))
-                .hint("run the script with `durun run -- …`; DURUN_SOCKET is not set")
-                .into(),
-        );
+        // Outside a run the tool runs as durun.toml says, once, journaled
+        // nowhere: an agent works without durun as it does with it.
+        return call_standalone(&args.tool, tool_args, settings);
     };
     let answer = client.request(json!({"op": "call", "tool": args.tool, "args": tool_args}))?;
     if answer["ok"] == true {
@@ -346,4 +386,59 @@ pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
     }
     eprintln!("durun: sleep ended: {}", error_message(&answer));
     Ok(error_exit(&answer))
+}
+
+/// `durun call` outside a run: the tool from `./durun.toml` (or
+/// `DURUN_CONFIG`) runs once with a key of its own, and nothing is
+/// journaled.
+fn call_standalone(tool: &str, args: Value, settings: &Settings) -> Result<i32> {
+    let cwd = std::env::current_dir().context("failed to read the current directory")?;
+    let (config, path) = crate::config::Config::discover(settings.config.as_deref(), &cwd)?;
+    let Some(found) = config.tools.get(tool) else {
+        let place = path.map_or_else(
+            || "no durun.toml here".to_owned(),
+            |path| format!("{} has no tool `{tool}`", path.display()),
+        );
+        return Err(Failure::new(
+            exit_code::CONFIG,
+            format!("durun call {tool}: not inside a run, and {place}"),
+        )
+        .hint("run the script with `durun run -- …`, or declare the tool in durun.toml")
+        .into());
+    };
+    if let Err(message) = found.check_args(&args) {
+        eprintln!("durun: call {tool} failed: bad_request: {message}");
+        return Ok(1);
+    }
+    let canonical = crate::step_key::canonical_json(&args)?;
+    // A key of its own: no journal remembers this call.
+    let nonce = format!(
+        "standalone-{}-{}",
+        std::process::id(),
+        crate::journal::now_ms()
+    );
+    let invocation = crate::executor::Invocation {
+        tool: found.clone(),
+        args,
+        task_id: String::new(),
+        run: 0,
+        step: 0,
+        attempt: 1,
+        idempotency_key: crate::step_key::idempotency_key(&nonce, 0, &canonical),
+        cwd,
+    };
+    let finished = crate::executor::run(&invocation, &crate::executor::Cancel::default());
+    match finished.outcome {
+        crate::executor::Outcome::Done { output, .. } => {
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, &output)?;
+            writeln!(out)?;
+            Ok(0)
+        }
+        crate::executor::Outcome::Failed { code, message, .. } => {
+            eprintln!("durun: call {tool} failed: {code}: {message}");
+            Ok(1)
+        }
+        crate::executor::Outcome::Cancelled => Ok(exit_code::from_signal(libc::SIGTERM)),
+    }
 }

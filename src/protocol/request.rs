@@ -40,6 +40,19 @@ pub(crate) enum Request {
         id: Value,
         output: Value,
     },
+    /// Opens step `step`, which failed in this run, again as its next
+    /// attempt with the same key: retries in the agent's own code.
+    Retry {
+        id: Value,
+        step: u64,
+    },
+    /// Whether the code past patch `name` runs here: true on a new path
+    /// (recorded as a step), false where the task's recorded path, from
+    /// before the patch, goes on.
+    Patched {
+        id: Value,
+        name: String,
+    },
     /// Waits for a signal called `name` (SPEC 8).
     Wait {
         id: Value,
@@ -72,6 +85,8 @@ impl Request {
             | Self::Commit { id, .. }
             | Self::Fail { id, .. }
             | Self::Result { id, .. }
+            | Self::Retry { id, .. }
+            | Self::Patched { id, .. }
             | Self::Wait { id, .. }
             | Self::Sleep { id, .. } => id,
         }
@@ -207,6 +222,14 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         },
         "result" => Request::Result {
             output: object.remove("output").unwrap_or(Value::Null),
+            id: id.clone(),
+        },
+        "patched" => Request::Patched {
+            name: required_string(&mut object, "name", op).map_err(fail)?,
+            id: id.clone(),
+        },
+        "retry" => Request::Retry {
+            step: required_step(&mut object, op).map_err(fail)?,
             id: id.clone(),
         },
         "wait" => Request::Wait {

@@ -31,6 +31,16 @@
 //! for a `wait`, `"output":{"woke_at":…}` for a `sleep`; a timed-out
 //! `wait` fails with code `timeout`.
 //!
+//! ## `patched`
+//!
+//! `{"id":4,"ok":true,"patched":true,"step":7}` on a new path (the patch
+//! recorded as step 7), `{"id":4,"ok":true,"patched":false}` where the
+//! task's recorded path from before the patch goes on.
+//!
+//! ## `retry`
+//!
+//! Like `begin`'s: `{"id":5,"ok":true,"step":5,"replayed":false,"attempt":2,"idempotency_key":"…"}`.
+//!
 //! ## Errors
 //!
 //! `{"id":…,"ok":false,"error":{"code":…,"message":…}}` with a code from
@@ -120,6 +130,8 @@ pub(crate) struct Response {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub patched: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
 }
 
@@ -134,6 +146,7 @@ impl Response {
             in_doubt: None,
             output: None,
             idempotency_key: None,
+            patched: None,
             error: None,
         }
     }

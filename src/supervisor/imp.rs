@@ -129,6 +129,7 @@ pub(crate) fn supervise(
         renewed_at: spec.leased_at,
         fenced: false,
         last_watch: Instant::now(),
+        failed: HashMap::new(),
         waits: HashMap::new(),
         last_signal_look: Instant::now(),
     };

@@ -58,4 +58,10 @@ impl Recorded {
             _ => None,
         })
     }
+
+    /// Puts back a step [`Recorded::take`] gave, for the next request to
+    /// meet (a `patched` that found an older path there).
+    pub(super) fn put_back(&mut self, record: StepRecord) {
+        self.page.push_front(record);
+    }
 }

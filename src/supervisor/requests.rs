@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
-use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
+use super::state::{Deferred, OpenStep, PATCH_STEP, Stop, Supervisor, Then, Wanted};
 use crate::error::Failure;
 use crate::executor;
 use crate::exit_code;
@@ -70,6 +70,8 @@ impl Supervisor<'_> {
                 timeout,
             } => self.on_wait(conn, id, &name, &data, timeout),
             Request::Sleep { id, args, wake } => self.on_sleep(conn, id, &args, wake),
+            Request::Retry { id, step } => self.on_retry(conn, id, step),
+            Request::Patched { id, name } => self.on_patched(conn, id, &name),
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.
                 self.flush();
@@ -404,9 +406,114 @@ impl Supervisor<'_> {
                 record.output = output.as_ref().map(JsonText::from_value);
                 // The agent reported the failure: it knows of it from here.
                 record.seen_from = Some(self.next_step);
+                if self.failed.len() >= MAX_RETRYABLE
+                    && let Some(oldest) = self.failed.keys().min().copied()
+                {
+                    self.failed.remove(&oldest);
+                }
+                self.failed.insert(step, record.clone());
             }
         }
         self.finish_step(conn, id, record, open.fresh, open.started);
+    }
+}
+
+impl Supervisor<'_> {
+    /// `patched`: a step recording the patch where the journal holds
+    /// nothing at this point or holds this patch (true); where it holds
+    /// another step, the task's older path, nothing is consumed (false).
+    fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
+        let step = self.next_step;
+        let recorded = match self
+            .recorded
+            .take(&mut *self.journal, self.spec.task_id, step)
+        {
+            Ok(recorded) => recorded,
+            Err(err) => return self.journal_failed(conn, &id, err),
+        };
+        let args = serde_json::json!({ "patch": name });
+        let is_this_patch =
+            |record: &StepRecord| record.name == PATCH_STEP && record.args.value() == args;
+        match recorded {
+            Some(record) if !is_this_patch(&record) => {
+                // An older path: the request takes no step number.
+                self.recorded.put_back(record);
+                let mut response = Response::ok(id);
+                response.patched = Some(false);
+                self.respond(conn, &response);
+            }
+            Some(record) => {
+                self.next_step += 1;
+                self.stats.replayed_steps += 1;
+                let mut response = Response::ok(id).step(record.step);
+                response.patched = Some(true);
+                self.respond(conn, &response);
+            }
+            None => {
+                let canonical = crate::step_key::canonical_json(&args).expect("JSON");
+                let wanted = Wanted {
+                    name: PATCH_STEP,
+                    kind: StepKind::Begin,
+                    effect: Effect::Read,
+                    args: &args,
+                    canonical: &canonical,
+                    ask_first: false,
+                };
+                let Some((mut record, fresh, _)) = self.open_step(conn, &id, wanted) else {
+                    return;
+                };
+                record.status = StepStatus::Committed;
+                record.output = Some(JsonText::from_value(&Value::Bool(true)));
+                self.finish_step(conn, id, record, fresh, Instant::now());
+            }
+        }
+    }
+}
+
+/// How many failed steps of a run the agent may still `retry`.
+const MAX_RETRYABLE: usize = 64;
+
+impl Supervisor<'_> {
+    /// Opens a step that failed in this run again, as its next attempt
+    /// with the same key (the agent's own retries: each attempt is in the
+    /// journal).
+    fn on_retry(&mut self, conn: Conn, id: Value, step: u64) {
+        let Some(record) = self.failed.remove(&step) else {
+            return self.respond(
+                conn,
+                &Response::error(
+                    id,
+                    ErrorCode::BadRequest,
+                    format!("step {step} is not a step that failed in this run: `retry` follows its `fail`"),
+                )
+                .step(step),
+            );
+        };
+        if self.over_budget(conn, &id, step) {
+            return;
+        }
+        let record = self.next_attempt(record);
+        self.reporter.report(&Report::StepStarted {
+            step,
+            name: &record.name,
+            attempt: record.attempts,
+        });
+        if record.effect == Effect::Mutate {
+            // The new attempt's intent is durable before the agent runs it.
+            self.batch.push(Deferred {
+                conn,
+                record,
+                fresh: false,
+                then: Then::Opened {
+                    id,
+                    in_doubt: false,
+                },
+            });
+        } else if self.may_start() {
+            self.opened(conn, id, record, false, false);
+        } else {
+            self.refuse_start(conn, id, step);
+        }
     }
 }
 

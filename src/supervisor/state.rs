@@ -26,6 +26,9 @@ use crate::journal::{Journal, RunStats, StepKind, StepRecord};
 use crate::protocol::Effect;
 use crate::report::Reporter;
 
+/// The name of the step that records a patch (`patched`).
+pub(super) const PATCH_STEP: &str = "durun.patched";
+
 pub(super) struct Supervisor<'a> {
     pub(super) spec: &'a RunSpec<'a>,
     pub(super) journal: &'a mut dyn Journal,
@@ -64,6 +67,8 @@ pub(super) struct Supervisor<'a> {
     /// journal.
     pub(super) fenced: bool,
     pub(super) last_watch: Instant,
+    /// `begin` steps that failed in this run, which the agent may `retry`.
+    pub(super) failed: HashMap<u64, StepRecord>,
     /// `wait` and `sleep` steps waited on live.
     pub(super) waits: HashMap<u64, Waiter>,
     pub(super) last_signal_look: Instant,

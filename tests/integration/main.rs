@@ -18,6 +18,7 @@ mod messages;
 mod recovery;
 mod run;
 mod sdk;
+mod sdk_python;
 mod servers;
 mod shared;
 mod terminal;

@@ -139,7 +139,9 @@ durun.result({"ignored": True})
     assert!(plain.status.success(), "{}", text(&plain.stderr));
     let stdout = text(&plain.stdout);
     assert!(
-        stdout.starts_with("2\n42\nNotUnderDurun: durun.call('anything') needs durun"),
+        stdout.starts_with(
+            "2\n42\nNotUnderDurun: durun.call('anything') runs the tool through `durun call`"
+        ),
         "{stdout}"
     );
 

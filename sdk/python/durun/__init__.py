@@ -5,49 +5,71 @@ recorded in durun's journal; after a crash ``durun resume`` answers the
 steps that finished from the journal (no LLM call, no repeated side
 effect) and runs the rest.
 
-* ``durun.step(name, args, fn, effect="read")`` runs ``fn()`` unless the
-  journal holds the step, and records its return value (JSON) and token
-  usage. As a decorator, ``@durun.step("name")`` uses the call's arguments
-  as the step's args.
+* ``@durun.step("name")`` on a function, a method or an ``async def``
+  makes each call a step whose args are the call's arguments (``self`` and
+  ``cls`` left out; ``args=`` chooses them). ``durun.step(name, args, fn)``
+  runs ``fn()`` as one step. ``retries=``, ``backoff=`` and ``timeout=``
+  retry a failing step, every attempt journaled under the same key.
 * ``durun.call(tool, **args)`` runs a tool declared in ``durun.toml``;
-  ``durun.call_all([(tool, args), ...])`` runs several at once.
+  ``durun.call_all([(tool, args), ...])`` runs several at once;
+  ``await durun.acall(...)`` and ``await durun.acall_all(...)`` for asyncio.
+* ``durun.wrap(client)`` journals every model call of an OpenAI or
+  Anthropic client (sync or async, streaming too).
+* ``durun.wait(name)``, ``durun.approval(data)`` and ``durun.sleep(...)``
+  wait for a signal, a person, a time (``await_signal``,
+  ``await_approval``, ``asleep`` for asyncio).
+* ``durun.now()``, ``durun.random()``, ``durun.uuid()``: values fixed the
+  first time, the same on every replay; ``durun.patched(name)`` lets
+  changed code keep old tasks on their recorded path.
 * ``durun.current()`` inside a step: its idempotency key, attempt and
   whether it is in doubt; ``durun.usage(...)`` records its tokens.
 * ``durun.result(value)`` stores the task's final output.
-* ``durun.wait(name, data=None, timeout=None)`` waits for a signal sent
-  with ``durun signal TASK NAME`` (or ``durun approve``) and returns it;
-  ``durun.approval(data)`` waits for ``durun approve``/``reject`` and
-  returns True or False; ``durun.sleep(seconds_or_datetime)`` sleeps
-  durably. A long wait parks the task: durun ends the script and exits 77,
-  and ``durun resume`` carries on once the signal or the time has come.
+
+Values: a step's args and return value are JSON, and a step returns
+what the journal holds, on its first run as on a replay. Dataclasses and
+pydantic models are stored as their fields (and come back as dicts),
+``datetime``/``date`` as ISO 8601 strings, tuples as lists (a replay gives
+a list; a warning says so once per step name). Anything else is refused
+with a ``TypeError`` naming the step and the type: args before the step
+runs, a return value right after. Nothing is ever pickled.
 
 The module takes the process's stdout for the protocol and sends the
 program's own prints (and its subprocesses' stdout) to stderr, so a print
 can never corrupt a protocol line. Without durun (no ``DURUN_PROTOCOL`` in
-the environment) steps simply run.
+the environment) steps simply run and ``call`` runs the tool through
+``durun call`` from ``durun.toml``, journaled nowhere.
 """
 
+import asyncio
+import contextvars
+import dataclasses
 import datetime
 import functools
 import inspect
 import itertools
 import json
 import os
+import random as _random
 import signal
+import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+import uuid as _uuid
+from typing import (Any, Awaitable, Callable, Dict, List, Optional, Tuple,
+                    TypeVar, cast, overload)
 
 #: An answer from durun: a JSON object.
 Answer = Dict[str, Any]
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
-    "step", "call", "call_all", "result", "current", "usage", "active",
-    "wait", "approval", "sleep", "BudgetExceeded",
+    "step", "call", "call_all", "acall", "acall_all", "result", "current", "usage", "active",
+    "wait", "approval", "sleep", "await_signal", "await_approval", "asleep",
+    "now", "random", "uuid", "patched", "wrap",
     "DurunError", "BadRequest", "UnknownTool", "ToolFailed", "Timeout",
-    "Divergence", "Cancelled", "JournalError", "NotUnderDurun", "StepContext",
+    "Divergence", "Cancelled", "JournalError", "BudgetExceeded", "NotUnderDurun", "StepContext",
 ]
 
 
@@ -76,6 +98,9 @@ class ToolFailed(DurunError):
 
 
 class Timeout(DurunError):
+    """A tool, a ``wait`` or an attempt of a step with ``timeout=`` ran out
+    of time."""
+
     code = "timeout"
 
 
@@ -102,19 +127,62 @@ class BudgetExceeded(DurunError):
 
 
 class NotUnderDurun(DurunError):
-    """``call`` needs durun: the script was started without it."""
+    """The call needs durun: the script was started without it."""
 
     code = "not_under_durun"
 
 
-_ERRORS: Dict[str, "type[DurunError]"] = {cls.code: cls for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError,
-                                                                  BudgetExceeded)}
+_ERRORS: Dict[str, "type[DurunError]"] = {
+    cls.code: cls
+    for cls in (BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError, BudgetExceeded)
+}
 
 
 def _error(answer: Answer) -> DurunError:
     error = answer.get("error") or {}
     cls = _ERRORS.get(str(error.get("code")), DurunError)
     return cls(error.get("message", "durun answered an error"), answer.get("step"), answer.get("output"))
+
+
+# --------------------------------------------------------------------------
+# Values: what a step may take and return.
+
+_warned_tuples: "set[str]" = set()
+
+
+def _encode(value: Any, where: str) -> Any:
+    """``value`` as JSON data, by the module's documented rules; TypeError
+    naming ``where`` and the type for anything else."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"durun: {where} holds a dict key of type {type(key).__name__}; JSON keys are strings")
+            out[key] = _encode(item, where)
+        return out
+    if isinstance(value, list):
+        return [_encode(item, where) for item in value]
+    if isinstance(value, tuple):
+        if where not in _warned_tuples:
+            _warned_tuples.add(where)
+            sys.stderr.write(f"durun: {where} holds a tuple; it is stored as a list, and a replay gives a list\n")
+        return [_encode(item, where) for item in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _encode(dataclasses.asdict(value), where)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):  # pydantic v2, and the OpenAI and Anthropic clients' types
+        return _encode(dump(mode="json"), where)
+    legacy = getattr(value, "dict", None)
+    if callable(legacy) and hasattr(value, "__fields__"):  # pydantic v1
+        return _encode(legacy(), where)
+    raise TypeError(
+        f"durun: {where} holds a {type(value).__module__}.{type(value).__qualname__}, which durun cannot journal: "
+        "use JSON values (dict, list, str, number, bool, None), a dataclass, a pydantic model or a datetime, "
+        "or convert it yourself (durun never pickles)")
 
 
 def _line(message: Dict[str, Any]) -> str:
@@ -133,9 +201,38 @@ def _line(message: Dict[str, Any]) -> str:
     return text + "\n"
 
 
+# --------------------------------------------------------------------------
+# The channel: requests out on the real stdout, answers in on stdin.
+
+class _Waiter:
+    """Where one answer goes: a thread waiting on an event, or an asyncio
+    future in its loop."""
+
+    __slots__ = ("event", "future", "loop", "answer")
+
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
+        self.loop = loop
+        self.event: Optional[threading.Event] = None if loop else threading.Event()
+        self.future: Optional["asyncio.Future[Answer]"] = loop.create_future() if loop else None
+        self.answer: Optional[Answer] = None
+
+    def deliver(self, answer: Answer) -> None:
+        self.answer = answer
+        if self.event is not None:
+            self.event.set()
+        elif self.loop is not None and self.future is not None:
+            future = self.future
+
+            def resolve() -> None:
+                if not future.done():
+                    future.set_result(answer)
+
+            self.loop.call_soon_threadsafe(resolve)
+
+
 class _Channel:
     """Requests out on the protocol fd, answers in on stdin, matched by id;
-    safe to use from many threads at once."""
+    safe to use from many threads and event loops at once."""
 
     def __init__(self) -> None:
         # Keep the real stdout for the protocol, then point fd 1 (and so
@@ -147,42 +244,52 @@ class _Channel:
         self._in = os.fdopen(os.dup(0), "r", encoding="utf-8")
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._waiting: Dict[int, threading.Event] = {}
-        self._answers: Dict[int, Answer] = {}
+        self._waiting: Dict[int, _Waiter] = {}
         self._reader: Optional[threading.Thread] = None
         # Why the reader stopped, once it has: every later request gets it.
         self._gone: Optional[str] = None
         # durun answered `cancelled`: the run is stopping.
         self.stopping = False
 
-    def request(self, message: Dict[str, Any]) -> Answer:
-        return self.request_all([message])[0]
-
-    def request_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
-        """Sends every message before waiting for any answer, in order."""
+    def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None) -> List[_Waiter]:
+        """Writes every message, in order, before any answer is awaited:
+        the order of the lines is the order of the steps."""
         with self._lock:
             lines = []
             for message in messages:
                 message["id"] = next(self._ids)
                 lines.append(_line(message))
-            pending = []
+            waiters = []
             for message, line in zip(messages, lines):
-                ready = threading.Event()
-                pending.append((message["id"], ready))
+                waiter = _Waiter(loop)
+                waiters.append(waiter)
                 if self._gone is not None:
-                    self._answers[message["id"]] = self._failure(message["id"])
-                    ready.set()
+                    waiter.deliver(self._failure(message["id"]))
                     continue
-                self._waiting[message["id"]] = ready
+                self._waiting[message["id"]] = waiter
                 self._out.write(line)
             self._out.flush()
             if self._reader is None:
                 self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
                 self._reader.start()
-        for _, ready in pending:
-            ready.wait()
-        with self._lock:
-            return [self._answers.pop(request_id) for request_id, _ in pending]
+        return waiters
+
+    def request(self, message: Dict[str, Any]) -> Answer:
+        return self.request_all([message])[0]
+
+    def request_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
+        waiters = self.send(messages)
+        for waiter in waiters:
+            assert waiter.event is not None
+            waiter.event.wait()
+        return [cast(Answer, waiter.answer) for waiter in waiters]
+
+    async def arequest(self, message: Dict[str, Any]) -> Answer:
+        return (await self.arequest_all([message]))[0]
+
+    async def arequest_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
+        waiters = self.send(messages, asyncio.get_running_loop())
+        return [await cast("asyncio.Future[Answer]", waiter.future) for waiter in waiters]
 
     def _failure(self, request_id: int) -> Answer:
         return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
@@ -195,22 +302,21 @@ class _Channel:
                 if (answer.get("error") or {}).get("code") == "cancelled":
                     self.stopping = True
                 with self._lock:
-                    ready = self._waiting.pop(answer.get("id"), None)
-                    self._answers[answer.get("id")] = answer
-                if ready is not None:
-                    ready.set()
+                    waiter = self._waiting.pop(answer.get("id"), None)
+                if waiter is not None:
+                    waiter.deliver(answer)
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             why = f"the SDK could not read durun's answer: {exc}"
         # The reader is gone: wake everyone with an error, now and later.
         with self._lock:
             self._gone = why
-            for request_id, ready in self._waiting.items():
-                self._answers[request_id] = self._failure(request_id)
-                ready.set()
+            waiting = list(self._waiting.items())
             self._waiting.clear()
+        for request_id, waiter in waiting:
+            waiter.deliver(self._failure(request_id))
 
 
-_channel = None
+_channel: Optional[_Channel] = None
 _channel_lock = threading.Lock()
 
 
@@ -266,6 +372,15 @@ def _get_channel() -> _Channel:
         return _channel
 
 
+def _checked(answer: Answer) -> Answer:
+    if not answer["ok"]:
+        raise _error(answer)
+    return answer
+
+
+# --------------------------------------------------------------------------
+# Steps.
+
 class StepContext:
     """What a running step knows about itself."""
 
@@ -277,16 +392,17 @@ class StepContext:
         self.usage: Optional[Dict[str, int]] = None
 
 
-_local = threading.local()
+# A context variable: each thread and each asyncio task sees its own step.
+_current: "contextvars.ContextVar[Optional[StepContext]]" = contextvars.ContextVar("durun_step", default=None)
 
 
 def current() -> Optional[StepContext]:
-    """The step running in this thread, or None."""
-    return getattr(_local, "step", None)
+    """The step running in this thread or asyncio task, or None."""
+    return _current.get()
 
 
 def usage(input_tokens: int = 0, output_tokens: int = 0) -> None:
-    """Records the token usage of the step running in this thread."""
+    """Records the token usage of the step running here."""
     context = current()
     if context is not None:
         context.usage = {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens)}
@@ -300,84 +416,272 @@ def _usage_of(value: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
-def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str) -> T:
-    if not active():
-        # Without durun the step simply runs.
+class _Policy:
+    """How a step retries: ``retries`` more attempts after a failure,
+    ``backoff`` seconds before the first (doubling), ``timeout`` seconds per
+    attempt."""
+
+    def __init__(self, retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> None:
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+
+    def delay(self, attempt: int) -> float:
+        return float(self.backoff * (2 ** max(0, attempt - 1)))
+
+
+_NO_RETRIES = _Policy()
+
+
+def _failure_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _begin(name: str, args: Any, effect: str) -> Dict[str, Any]:
+    return {"op": "begin", "name": name, "args": _encode(args, f"the args of step {name!r}"), "effect": effect}
+
+
+def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], Any]:
+    """The commit of a step that returned ``value`` (as stored), or
+    TypeError when it cannot be journaled."""
+    stored = _encode(value, f"the value step {name!r} returned")
+    _line({"op": "commit", "output": stored})
+    return {"op": "commit", "step": context.step, "output": stored,
+            "usage": context.usage or _usage_of(stored)}, stored
+
+
+def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
+    """Runs fn, in a helper thread when it has a time limit (a thread cannot
+    be killed: past the limit it is left to finish, unheard)."""
+    if timeout is None:
         return fn()
+    outcome: Dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(fn)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"durun-step-{name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise Timeout(f"step {name!r} ran past its timeout of {timeout}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return cast(T, outcome["value"])
+
+
+def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _Policy = _NO_RETRIES) -> T:
+    if not active():
+        # Without durun the step simply runs (with its retries).
+        for attempt in itertools.count(1):
+            try:
+                return _run_sync(fn, policy.timeout, name)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:
+                if attempt > policy.retries:
+                    raise
+                time.sleep(policy.delay(attempt))
     channel = _get_channel()
-    opened = channel.request({"op": "begin", "name": name, "args": args, "effect": effect})
-    if not opened["ok"]:
-        raise _error(opened)
+    opened = _checked(channel.request(_begin(name, args, effect)))
     if opened.get("replayed"):
         # The recorded value of the step: what fn returned when it ran.
-        return opened["output"]  # type: ignore[no-any-return]
+        return cast(T, opened["output"])
     context = StepContext(opened["step"], opened.get("idempotency_key", ""), opened.get("attempt", 1),
                           opened.get("in_doubt", False))
-    previous = current()
-    _local.step = context
-    try:
-        value = fn()
-    except (KeyboardInterrupt, SystemExit):
-        # A stop is not the step's failure: the step stays open, and a
-        # resume runs it again.
-        raise
-    except BaseException as exc:
-        failed = channel.request({"op": "fail", "step": context.step, "error": f"{type(exc).__name__}: {exc}"})
-        if not failed["ok"]:
-            raise _error(failed) from exc
-        raise
-    finally:
-        _local.step = previous
-    try:
-        _line({"op": "commit", "output": value})
-    except (TypeError, ValueError) as exc:
-        channel.request({"op": "fail", "step": context.step, "error": f"the step returned a value JSON cannot hold: {exc}"})
-        raise TypeError(f"step {name!r} must return JSON (dict, list, str, number, bool or None): {exc}") from exc
-    committed = channel.request({"op": "commit", "step": context.step, "output": value,
-                                 "usage": context.usage or _usage_of(value)})
-    if not committed["ok"]:
-        raise _error(committed)
-    return value
+    tries = 0
+    while True:
+        tries += 1
+        token = _current.set(context)
+        try:
+            value = _run_sync(fn, policy.timeout, name)
+        except (KeyboardInterrupt, SystemExit):
+            # A stop is not the step's failure: the step stays open, and a
+            # resume runs it again.
+            raise
+        except BaseException as exc:
+            _checked(channel.request({"op": "fail", "step": context.step, "error": _failure_text(exc)}))
+            if tries > policy.retries or isinstance(exc, DurunError) and not isinstance(exc, Timeout):
+                raise
+            time.sleep(policy.delay(tries))
+            # The next attempt, journaled, with the same key.
+            reopened = _checked(channel.request({"op": "retry", "step": context.step}))
+            context = StepContext(context.step, context.idempotency_key, reopened.get("attempt", context.attempt + 1),
+                                  False)
+            continue
+        finally:
+            _current.reset(token)
+        try:
+            commit, stored = _closing(name, context, value)
+        except (TypeError, ValueError) as exc:
+            channel.request({"op": "fail", "step": context.step, "error": str(exc)})
+            raise TypeError(str(exc)) from exc
+        _checked(channel.request(commit))
+        # What the journal holds, as a replay will give it.
+        return cast(T, stored)
 
 
-def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, effect: str = "read") -> Any:
+async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effect: str,
+                     policy: _Policy = _NO_RETRIES) -> T:
+    async def attempt_once() -> T:
+        if policy.timeout is None:
+            return await fn()
+        try:
+            return await asyncio.wait_for(fn(), policy.timeout)
+        except asyncio.TimeoutError:
+            raise Timeout(f"step {name!r} ran past its timeout of {policy.timeout}s") from None
+
+    if not active():
+        for attempt in itertools.count(1):
+            try:
+                return await attempt_once()
+            except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+                raise
+            except Exception:
+                if attempt > policy.retries:
+                    raise
+                await asyncio.sleep(policy.delay(attempt))
+    channel = _get_channel()
+    opened = _checked(await channel.arequest(_begin(name, args, effect)))
+    if opened.get("replayed"):
+        return cast(T, opened["output"])
+    context = StepContext(opened["step"], opened.get("idempotency_key", ""), opened.get("attempt", 1),
+                          opened.get("in_doubt", False))
+    tries = 0
+    while True:
+        tries += 1
+        token = _current.set(context)
+        try:
+            value = await attempt_once()
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            _checked(await channel.arequest({"op": "fail", "step": context.step, "error": _failure_text(exc)}))
+            if tries > policy.retries or isinstance(exc, DurunError) and not isinstance(exc, Timeout):
+                raise
+            await asyncio.sleep(policy.delay(tries))
+            reopened = _checked(await channel.arequest({"op": "retry", "step": context.step}))
+            context = StepContext(context.step, context.idempotency_key, reopened.get("attempt", context.attempt + 1),
+                                  False)
+            continue
+        finally:
+            _current.reset(token)
+        try:
+            commit, stored = _closing(name, context, value)
+        except (TypeError, ValueError) as exc:
+            await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
+            raise TypeError(str(exc)) from exc
+        _checked(await channel.arequest(commit))
+        return cast(T, stored)
+
+
+def _call_args(function: Callable[..., Any], signature: inspect.Signature, chosen: Any,
+               call_args: Tuple[Any, ...], call_kwargs: Dict[str, Any]) -> Any:
+    """A decorated call's step args: ``chosen(...)`` if it is callable,
+    else the call's arguments (without ``self``/``cls``) over ``chosen``."""
+    bound = signature.bind(*call_args, **call_kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    params = list(signature.parameters)
+    own = bool(params) and params[0] in ("self", "cls") and "." in function.__qualname__
+    if own:
+        arguments.pop(params[0], None)
+        call_args = call_args[1:]
+    if callable(chosen):
+        return chosen(*call_args, **call_kwargs)
+    step_args = dict(chosen or {})
+    for key, value in arguments.items():
+        kind = signature.parameters[key].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            step_args.update(value)
+        else:
+            step_args[key] = value
+    return step_args
+
+
+@overload
+def step(name: str, args: Any = None, fn: None = None, effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> Callable[[F], F]: ...
+
+
+@overload
+def step(name: str, args: Any, fn: Callable[[], T], effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> T: ...
+
+
+def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> Any:
     """Runs ``fn()`` as journaled step ``name`` unless the journal holds it.
 
-    ``durun.step(name, args, fn)`` returns fn's value, or the recorded one.
-    ``@durun.step(name)`` on a function makes each call a step whose args
-    are the call's arguments.
+    ``durun.step(name, args, fn)`` returns fn's value, or the recorded one
+    (an ``async`` fn gives an awaitable). ``@durun.step(name)`` on a
+    function, method or ``async def`` makes each call a step whose args are
+    the call's arguments without ``self``/``cls``; ``args=`` a dict adds to
+    them, ``args=`` a callable taking the call's arguments chooses them
+    (leave out a client or a logger). ``retries``, ``backoff`` (seconds,
+    doubling) and ``timeout`` (seconds per attempt) retry a failing step:
+    every attempt is journaled under the same idempotency key.
     """
     if effect not in ("read", "mutate"):
         raise ValueError("effect must be 'read' or 'mutate'")
+    policy = _Policy(retries, backoff, timeout)
     if fn is not None:
-        return _run_step(name, {} if args is None else args, fn, effect)
-    if callable(args):
-        raise TypeError("use durun.step(name, args, fn) or @durun.step(name)")
+        if inspect.iscoroutinefunction(fn):
+            return _arun_step(name, {} if args is None else args, fn, effect, policy)
+        return _run_step(name, {} if args is None else args, fn, effect, policy)
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(function)
+        if inspect.iscoroutinefunction(function):
+            @functools.wraps(function)
+            async def awrapper(*call_args: Any, **call_kwargs: Any) -> Any:
+                step_args = _call_args(function, signature, args, call_args, call_kwargs)
+                return await _arun_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect, policy)
+
+            return awrapper
 
         @functools.wraps(function)
         def wrapper(*call_args: Any, **call_kwargs: Any) -> Any:
-            bound = signature.bind(*call_args, **call_kwargs)
-            bound.apply_defaults()
-            step_args = dict(args or {})
-            step_args.update(bound.arguments)
-            return _run_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect)
+            step_args = _call_args(function, signature, args, call_args, call_kwargs)
+            return _run_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect, policy)
 
         return wrapper
 
     return decorate
 
 
+# --------------------------------------------------------------------------
+# Tools.
+
+def _standalone(tool: str, args: Dict[str, Any]) -> Any:
+    """A tool outside durun: ``durun call`` runs it from durun.toml, once,
+    journaled nowhere."""
+    try:
+        done = subprocess.run(["durun", "call", tool, "--args", json.dumps(args)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        raise NotUnderDurun(f"durun.call({tool!r}) runs the tool through `durun call`, and durun is not on PATH; "
+                            "run the script with `durun run -- python3 ...`") from None
+    if done.returncode != 0:
+        message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        cls: "type[DurunError]" = NotUnderDurun if "not inside a run" in message else ToolFailed
+        raise cls(message)
+    return json.loads(done.stdout)
+
+
 def call(tool: str, **args: Any) -> Any:
-    """Runs ``tool`` from durun.toml with ``args`` and returns its output."""
+    """Runs ``tool`` from durun.toml with ``args`` and returns its output.
+    Without durun the tool still runs, once, unjournaled."""
+    args = _encode(args, f"the args of tool {tool!r}")
     if not active():
-        raise NotUnderDurun(f"durun.call({tool!r}) needs durun: run the script with `durun run -- python3 ...`")
-    answer = _get_channel().request({"op": "call", "tool": tool, "args": args})
-    if not answer["ok"]:
-        raise _error(answer)
-    return answer.get("output")
+        return _standalone(tool, args)
+    return _checked(_get_channel().request({"op": "call", "tool": tool, "args": args})).get("output")
 
 
 def call_all(calls: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
@@ -388,13 +692,31 @@ def call_all(calls: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
     The steps are numbered in list order, so a resumed run replays them the
     same way. Raises the first failure once every call has answered.
     """
-    calls = [(tool, dict(args)) for tool, args in calls]
+    calls = [(tool, _encode(dict(args), f"the args of tool {tool!r}")) for tool, args in calls]
     if not active():
-        raise NotUnderDurun("durun.call_all() needs durun: run the script with `durun run -- python3 ...`")
+        return [_standalone(tool, args) for tool, args in calls]
     answers = _get_channel().request_all([{"op": "call", "tool": tool, "args": args} for tool, args in calls])
     for answer in answers:
-        if not answer["ok"]:
-            raise _error(answer)
+        _checked(answer)
+    return [answer.get("output") for answer in answers]
+
+
+async def acall(tool: str, **args: Any) -> Any:
+    """``call`` for asyncio: the event loop runs on while the tool does."""
+    args = _encode(args, f"the args of tool {tool!r}")
+    if not active():
+        return await asyncio.get_running_loop().run_in_executor(None, _standalone, tool, args)
+    return _checked(await _get_channel().arequest({"op": "call", "tool": tool, "args": args})).get("output")
+
+
+async def acall_all(calls: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
+    """``call_all`` for asyncio: numbered in list order."""
+    calls = [(tool, _encode(dict(args), f"the args of tool {tool!r}")) for tool, args in calls]
+    if not active():
+        return [await acall(tool, **args) for tool, args in calls]
+    answers = await _get_channel().arequest_all([{"op": "call", "tool": tool, "args": args} for tool, args in calls])
+    for answer in answers:
+        _checked(answer)
     return [answer.get("output") for answer in answers]
 
 
@@ -402,15 +724,23 @@ def result(value: Any) -> None:
     """Stores the task's final output (shown by ``durun inspect``)."""
     if not active():
         return
-    answer = _get_channel().request({"op": "result", "output": value})
-    if not answer["ok"]:
-        raise _error(answer)
+    _checked(_get_channel().request({"op": "result", "output": _encode(value, "the task's result")}))
 
+
+# --------------------------------------------------------------------------
+# Waiting for people and time.
 
 def _seconds(value: Any) -> float:
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
     return float(value)
+
+
+def _wait_request(name: str, data: Any, timeout: Any) -> Dict[str, Any]:
+    request: Dict[str, Any] = {"op": "wait", "name": name, "data": _encode(data, f"the data of wait {name!r}")}
+    if timeout is not None:
+        request["timeout"] = timeout if isinstance(timeout, str) else _seconds(timeout)
+    return request
 
 
 def wait(name: str, data: Any = None, timeout: Any = None) -> Dict[str, Any]:
@@ -421,45 +751,98 @@ def wait(name: str, data: Any = None, timeout: Any = None) -> Dict[str, Any]:
     the step's identity. ``timeout`` (seconds, a ``timedelta`` or a string
     like ``"48h"``) counts from the first time the step waited; past it the
     step fails with :class:`Timeout`. A replay returns the recorded signal.
+    A wait longer than durun's ``--park-after`` parks the task (exit 77).
     """
     if not active():
         raise NotUnderDurun(f"durun.wait({name!r}) needs durun: run the script with `durun run -- python3 ...`")
-    request: Dict[str, Any] = {"op": "wait", "name": name, "data": data}
-    if timeout is not None:
-        request["timeout"] = timeout if isinstance(timeout, str) else _seconds(timeout)
-    answer = _get_channel().request(request)
-    if not answer["ok"]:
-        raise _error(answer)
-    return answer["output"]  # type: ignore[no-any-return]
+    return cast(Dict[str, Any], _checked(_get_channel().request(_wait_request(name, data, timeout)))["output"])
+
+
+async def await_signal(name: str, data: Any = None, timeout: Any = None) -> Dict[str, Any]:
+    """``wait`` for asyncio."""
+    if not active():
+        raise NotUnderDurun(f"durun.await_signal({name!r}) needs durun: run the script with `durun run -- python3 ...`")
+    answer = _checked(await _get_channel().arequest(_wait_request(name, data, timeout)))
+    return cast(Dict[str, Any], answer["output"])
+
+
+def _approved(signal_data: Any) -> bool:
+    return isinstance(signal_data, dict) and signal_data.get("approved") is True
 
 
 def approval(data: Any = None, name: str = "approval", timeout: Any = None) -> bool:
     """Waits for ``durun approve TASK`` (True) or ``durun reject TASK``
     (False); ``data`` is what the approver is asked about."""
-    signal_data = wait(name, data, timeout).get("data")
-    return isinstance(signal_data, dict) and signal_data.get("approved") is True
+    return _approved(wait(name, data, timeout).get("data"))
+
+
+async def await_approval(data: Any = None, name: str = "approval", timeout: Any = None) -> bool:
+    """``approval`` for asyncio."""
+    return _approved((await await_signal(name, data, timeout)).get("data"))
+
+
+def _sleep_request(until: Any) -> Tuple[Dict[str, Any], float]:
+    if isinstance(until, datetime.datetime):
+        if until.tzinfo is None:
+            raise ValueError("durun.sleep() needs an aware datetime (with a tzinfo), e.g. datetime.now(timezone.utc)")
+        stamp = until.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        seconds = (until - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        return {"op": "sleep", "until": stamp}, seconds
+    seconds = _seconds(until)
+    return {"op": "sleep", "seconds": seconds}, seconds
 
 
 def sleep(until: Any) -> None:
     """Sleeps durably: ``until`` is seconds, a ``timedelta``, or an aware
     ``datetime``. The wake time is fixed the first time the step runs, so
     a resumed script sleeps only what is left; a long sleep parks the task."""
-    if isinstance(until, datetime.datetime):
-        if until.tzinfo is None:
-            raise ValueError("durun.sleep() needs an aware datetime (with a tzinfo), e.g. datetime.now(timezone.utc)")
-        stamp = until.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        request: Dict[str, Any] = {"op": "sleep", "until": stamp}
-        seconds = (until - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-    else:
-        seconds = _seconds(until)
-        request = {"op": "sleep", "seconds": seconds}
+    request, seconds = _sleep_request(until)
     if not active():
         time.sleep(max(0.0, seconds))
         return
-    answer = _get_channel().request(request)
-    if not answer["ok"]:
-        raise _error(answer)
+    _checked(_get_channel().request(request))
 
+
+async def asleep(until: Any) -> None:
+    """``sleep`` for asyncio."""
+    request, seconds = _sleep_request(until)
+    if not active():
+        await asyncio.sleep(max(0.0, seconds))
+        return
+    _checked(await _get_channel().arequest(request))
+
+
+# --------------------------------------------------------------------------
+# Values that must not change between runs, and code that does.
+
+def now() -> datetime.datetime:
+    """The time, journaled: the first run's, on every replay (an aware UTC
+    datetime). Put this, not ``datetime.now()``, in what a step depends on."""
+    stamp = step("durun.now", {}, lambda: datetime.datetime.now(datetime.timezone.utc).isoformat())
+    return datetime.datetime.fromisoformat(stamp)
+
+
+def random() -> float:
+    """A random float in [0, 1), journaled: the same on every replay."""
+    return step("durun.random", {}, _random.random)
+
+
+def uuid() -> str:
+    """A random UUID (as text), journaled: the same on every replay."""
+    return step("durun.uuid", {}, lambda: str(_uuid.uuid4()))
+
+
+def patched(name: str) -> bool:
+    """True where this code runs new, False while a task recorded before
+    the patch ``name`` replays: ``if durun.patched("fix-prompt-2"): new
+    else: old`` keeps old tasks on their recorded path and new ones on the
+    new code. It is recorded as a step where it returns True."""
+    if not active():
+        return True
+    return bool(_checked(_get_channel().request({"op": "patched", "name": name})).get("patched"))
+
+
+from ._wrap import wrap  # noqa: E402  (wrap builds on the steps above)
 
 # Under durun, take stdout for the protocol at once, before the program
 # prints anything that could share a line with a request.

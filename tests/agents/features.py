@@ -1,0 +1,127 @@
+"""The Python SDK's features, one scenario per argv[1], for
+tests/integration/sdk_python.rs. Each prints what the test checks as JSON
+lines on stderr, prefixed `seen:`."""
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import os
+import sys
+
+import durun
+
+scenario = sys.argv[1]
+
+
+def seen(value):
+    sys.stderr.write("seen: " + json.dumps(value) + "\n")
+
+
+class Client:
+    """Something no journal can hold: a client, a logger."""
+
+
+if scenario == "methods":
+    class Agent:
+        def __init__(self):
+            self.client = Client()
+
+        @durun.step("llm")
+        def ask(self, prompt, temperature=0):
+            return {"text": f"answer to {prompt}", "usage": {"input_tokens": 10, "output_tokens": 5}}
+
+        @durun.step("llm.client", args=lambda prompt, client, **_: {"prompt": prompt})
+        def ask_with(self, prompt, client):
+            return prompt.upper()
+
+        @classmethod
+        @durun.step("cls")
+        def make(cls, n):
+            return n * 2
+
+    agent = Agent()
+    seen([agent.ask("plan")["text"], agent.ask_with("go", Client()), Agent.make(21)])
+    durun.result("ok")
+
+elif scenario == "values":
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: int
+
+    when = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.timezone.utc)
+    values = durun.step("values", {}, lambda: {"point": Point(1, 2), "when": when, "pair": (1, 2)})
+    seen(values)
+    try:
+        durun.step("bad.arg", {"client": Client()}, lambda: seen("the bad step ran"))
+    except TypeError as exc:
+        seen({"arg_error": str(exc)})
+    try:
+        durun.step("bad.value", {}, lambda: {1, 2})
+    except TypeError as exc:
+        seen({"value_error": str(exc)})
+    durun.result("ok")
+
+elif scenario == "retries":
+    attempts = []
+
+    @durun.step("flaky", retries=2, backoff=0.01, effect="mutate")
+    def flaky():
+        context = durun.current()
+        attempts.append([context.attempt, context.idempotency_key])
+        if len(attempts) < 3:
+            raise RuntimeError(f"attempt {len(attempts)} failed")
+        return "third time"
+
+    @durun.step("slow", retries=1, backoff=0.01, timeout=0.2)
+    async def slow():
+        if durun.current().attempt == 1:
+            await asyncio.sleep(5)
+        return "fast enough"
+
+    seen(flaky())
+    seen(attempts)
+    seen(asyncio.run(slow()))
+    durun.result("ok")
+
+elif scenario == "async":
+    @durun.step("double")
+    async def double(n):
+        await asyncio.sleep(0.01 * (3 - n))
+        return n * 2
+
+    async def main():
+        got = await asyncio.gather(double(1), double(2), double(3))
+        calls = await durun.acall_all([("echo", {"text": "a"}), ("echo", {"text": "b"})])
+        one = await durun.acall("echo", text="c")
+        return [got, calls, one]
+
+    seen(asyncio.run(main()))
+    durun.result("ok")
+
+elif scenario == "patched":
+    # Version 1 of the agent ran `old`; version 2 is patched to run `new`.
+    version = int(os.environ["AGENT_VERSION"])
+    first = durun.step("first", {}, lambda: "first")
+    if version >= 2 and durun.patched("new-step"):
+        middle = durun.step("new", {}, lambda: "new")
+    else:
+        middle = durun.step("old", {}, lambda: "old")
+    if os.path.exists(os.environ["STOP_FILE"]):
+        os.remove(os.environ["STOP_FILE"])
+        sys.exit(3)
+    last = durun.step("last", {}, lambda: "last")
+    seen([first, middle, last])
+    durun.result([first, middle, last])
+
+elif scenario == "deterministic":
+    values = [durun.now().isoformat(), durun.random(), durun.uuid()]
+    seen(values)
+    if os.path.exists(os.environ["STOP_FILE"]):
+        os.remove(os.environ["STOP_FILE"])
+        sys.exit(3)
+    durun.result(values)
+
+elif scenario == "standalone":
+    seen([durun.active(), durun.call("echo", text="hi"), durun.step("s", {}, lambda: 7)])

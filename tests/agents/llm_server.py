@@ -1,0 +1,113 @@
+"""A fake OpenAI and Anthropic API on loopback, for the real client
+packages: chat completions (and their SSE stream), responses, messages
+(and their SSE stream). usage: llm_server.py PORT_FILE
+
+Every request is counted by path and first prompt in PORT_FILE.count
+(JSON), so a test can tell whether a request was sent twice."""
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port_file = sys.argv[1]
+counts = {}
+lock = threading.Lock()
+
+
+def prompt_of(body):
+    if "messages" in body:
+        content = body["messages"][-1]["content"]
+        return content if isinstance(content, str) else json.dumps(content)
+    return str(body.get("input"))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, value):
+        data = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_events(self, events):
+        body = "".join(
+            (f"event: {name}\n" if name else "") + f"data: {json.dumps(data) if not isinstance(data, str) else data}\n\n"
+            for name, data in events).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+        prompt = prompt_of(body)
+        key = f"{self.path} {prompt}"
+        with lock:
+            counts[key] = counts.get(key, 0) + 1
+            with open(port_file + ".count", "w") as out:
+                json.dump(counts, out)
+        text = f"echo: {prompt}"
+        model = body.get("model", "m")
+        if self.path.endswith("/chat/completions"):
+            if body.get("stream"):
+                chunks = [("", {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                                "choices": [{"index": 0, "delta": {"role": "assistant", "content": word + " "},
+                                             "finish_reason": None}]}) for word in text.split()]
+                chunks.append(("", {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                                    "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10,
+                                                             "total_tokens": 60}}))
+                chunks.append(("", "[DONE]"))
+                return self.send_events(chunks)
+            return self.send_json({
+                "id": "c1", "object": "chat.completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+        if self.path.endswith("/responses"):
+            return self.send_json({
+                "id": "r1", "object": "response", "created_at": 1, "model": model, "status": "completed",
+                "output": [{"type": "message", "id": "m1", "status": "completed", "role": "assistant",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+                "usage": {"input_tokens": 30, "output_tokens": 7, "total_tokens": 37,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}})
+        if self.path.endswith("/messages"):
+            message = {"id": "msg1", "type": "message", "role": "assistant", "model": model,
+                       "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                       "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 8}}
+            if body.get("stream"):
+                start = dict(message, content=[], stop_reason=None, usage={"input_tokens": 40, "output_tokens": 1})
+                return self.send_events([
+                    ("message_start", {"type": "message_start", "message": start}),
+                    ("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}}),
+                    ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": text}}),
+                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                                          "stop_sequence": None},
+                                       "usage": {"output_tokens": 8}}),
+                    ("message_stop", {"type": "message_stop"}),
+                ])
+            return self.send_json(message)
+        self.send_response(404)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(port_file + ".tmp", "w") as out:
+    out.write(str(server.server_address[1]))
+import os
+os.rename(port_file + ".tmp", port_file)
+server.serve_forever()

@@ -1,0 +1,379 @@
+//! The Python SDK as agent authors use it: methods, values, retries in
+//! code, asyncio, patches, values fixed across replays, tools without
+//! durun, and the real `openai` and `anthropic` clients wrapped by
+//! `durun.wrap`, killed and resumed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, agents_dir, path_with_durun, sdk_path, text, wait_for};
+
+const ECHO_TOOL: &str = "[tools.echo]\neffect = \"read\"\ncommand = [\"echo\", \"{text}\"]\n";
+
+fn sdk_env() -> TestEnv {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    env.set("PATH", path_with_durun());
+    env.set("STOP_FILE", env.path("stop").to_string_lossy());
+    env.write("durun.toml", ECHO_TOOL);
+    env
+}
+
+fn features(scenario: &str) -> Vec<String> {
+    vec![
+        "python3".into(),
+        agents_dir()
+            .join("features.py")
+            .to_string_lossy()
+            .into_owned(),
+        scenario.into(),
+    ]
+}
+
+/// Runs `durun run --task TASK -- python3 features.py SCENARIO` (or resumes).
+fn run(env: &TestEnv, task: &str, scenario: &str) -> std::process::Output {
+    let mut args = vec!["run".to_owned(), "--task".into(), task.into(), "--".into()];
+    args.extend(features(scenario));
+    env.command().args(&args).output().expect("durun")
+}
+
+/// What the agent printed as `seen:` lines.
+fn seen(output: &std::process::Output) -> Vec<Value> {
+    text(&output.stderr)
+        .lines()
+        .filter_map(|line| line.strip_prefix("seen: "))
+        .map(|json| serde_json::from_str(json).expect("seen JSON"))
+        .collect()
+}
+
+#[test]
+fn methods_leave_self_out_and_args_choose_the_identity() {
+    let env = sdk_env();
+    let output = run(&env, "t", "methods");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(seen(&output)[0], json!(["answer to plan", "GO", 42]));
+    let task = env.inspect("t");
+    let args: Vec<&Value> = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| &step["args"])
+        .collect();
+    assert_eq!(
+        args,
+        [
+            &json!({"prompt": "plan", "temperature": 0}),
+            &json!({"prompt": "go"}),
+            &json!({"n": 21})
+        ]
+    );
+    assert_eq!(
+        task["steps"][0]["tokens"], 15,
+        "usage in the returned dict counts"
+    );
+    let again = env.durun(&["resume", "t", "--from-step", "4"]);
+    assert!(
+        again.status.success(),
+        "every step replays: {}",
+        text(&again.stderr)
+    );
+}
+
+#[test]
+fn values_are_stored_by_rule_and_what_json_cannot_hold_is_refused_by_name() {
+    let env = sdk_env();
+    let output = run(&env, "t", "values");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let seen = seen(&output);
+    assert_eq!(seen[0]["point"], json!({"x": 1, "y": 2}));
+    assert_eq!(seen[0]["pair"], json!([1, 2]));
+    assert!(text(&output.stderr).contains("holds a tuple; it is stored as a list"));
+    let arg_error = seen[1]["arg_error"].as_str().expect("an args error");
+    assert!(
+        arg_error.contains("step 'bad.arg'") && arg_error.contains("Client"),
+        "{arg_error}"
+    );
+    assert!(
+        !seen.contains(&json!("the bad step ran")),
+        "refused before the work"
+    );
+    let value_error = seen[2]["value_error"].as_str().expect("a value error");
+    assert!(
+        value_error.contains("step 'bad.value'") && value_error.contains("builtins.set"),
+        "{value_error}"
+    );
+    let task = env.inspect("t");
+    assert_eq!(
+        task["steps"][0]["output"]["when"],
+        "2026-12-01T09:00:00+00:00"
+    );
+    assert_eq!(
+        task["steps"].as_array().map(Vec::len),
+        Some(2),
+        "the bad arg opened no step"
+    );
+    assert_eq!(task["steps"][1]["status"], "failed");
+}
+
+#[test]
+fn retries_in_code_journal_every_attempt_under_one_key() {
+    let env = sdk_env();
+    let output = run(&env, "t", "retries");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let seen = seen(&output);
+    assert_eq!(seen[0], "third time");
+    let attempts = seen[1].as_array().expect("attempts");
+    assert_eq!(
+        attempts.iter().map(|a| a[0].clone()).collect::<Vec<_>>(),
+        [json!(1), json!(2), json!(3)]
+    );
+    assert!(
+        attempts.iter().all(|a| a[1] == attempts[0][1]),
+        "one key: {attempts:?}"
+    );
+    assert_eq!(seen[2], "fast enough");
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][0]["attempts"], 3);
+    assert_eq!(task["steps"][0]["idempotency_key"], attempts[0][1]);
+    assert_eq!(
+        task["steps"][1]["attempts"], 2,
+        "the timed-out attempt is journaled"
+    );
+}
+
+#[test]
+fn asyncio_steps_and_calls_are_numbered_in_the_order_they_open() {
+    let env = sdk_env();
+    let output = run(&env, "t", "async");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(seen(&output)[0], json!([[2, 4, 6], ["a\n", "b\n"], "c\n"]));
+    let task = env.inspect("t");
+    let args: Vec<Value> = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| step["args"].clone())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            json!({"n": 1}),
+            json!({"n": 2}),
+            json!({"n": 3}),
+            json!({"text": "a"}),
+            json!({"text": "b"}),
+            json!({"text": "c"})
+        ]
+    );
+    // Replayed, gather gets the same steps in the same order.
+    let again = env.durun(&["resume", "t", "--from-step", "7"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(seen(&again)[0], json!([[2, 4, 6], ["a\n", "b\n"], "c\n"]));
+}
+
+#[test]
+fn a_patch_keeps_old_tasks_on_their_path_and_new_ones_on_the_new_code() {
+    let mut env = sdk_env();
+    // A task recorded by version 1, stopped before its last step.
+    env.set("AGENT_VERSION", "1");
+    std::fs::write(env.path("stop"), "").expect("stop");
+    assert_eq!(run(&env, "old", "patched").status.code(), Some(3));
+    // Version 2 resumes it on the old path, and runs a new task on the new one.
+    env.set("AGENT_VERSION", "2");
+    let resumed = env.durun(&["resume", "old"]);
+    assert!(
+        resumed.status.success(),
+        "no divergence: {}",
+        text(&resumed.stderr)
+    );
+    assert_eq!(seen(&resumed)[0], json!(["first", "old", "last"]));
+    let new = run(&env, "new", "patched");
+    assert!(new.status.success(), "{}", text(&new.stderr));
+    assert_eq!(seen(&new)[0], json!(["first", "new", "last"]));
+    // The patch is recorded: a resume of the new task replays it.
+    let replayed = env.durun(&["resume", "new", "--from-step", "5"]);
+    assert!(replayed.status.success(), "{}", text(&replayed.stderr));
+    assert_eq!(seen(&replayed)[0], json!(["first", "new", "last"]));
+    let steps = env.inspect("new")["steps"].clone();
+    assert_eq!(steps[1]["name"], "durun.patched");
+}
+
+#[test]
+fn now_random_and_uuid_are_the_same_on_every_replay() {
+    let env = sdk_env();
+    std::fs::write(env.path("stop"), "").expect("stop");
+    let first = run(&env, "t", "deterministic");
+    assert_eq!(first.status.code(), Some(3));
+    std::thread::sleep(Duration::from_millis(20));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(seen(&first)[0], seen(&resumed)[0]);
+    assert_eq!(env.inspect("t")["task"]["output"], seen(&first)[0]);
+}
+
+#[test]
+fn without_durun_a_tool_still_runs_from_durun_toml() {
+    let env = sdk_env();
+    let output = std::process::Command::new("python3")
+        .args(&features("standalone")[1..])
+        .current_dir(env.dir.path())
+        .env("PYTHONPATH", sdk_path())
+        .env("PATH", path_with_durun())
+        .env_remove("DURUN_PROTOCOL")
+        .env_remove("DURUN_SOCKET")
+        .output()
+        .expect("python3");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(seen(&output)[0], json!([false, "hi\n", 7]));
+    let shell = std::process::Command::new(assert_cmd::cargo::cargo_bin("durun"))
+        .args(["call", "nope"])
+        .current_dir(env.dir.path())
+        .env_remove("DURUN_SOCKET")
+        .output()
+        .expect("durun");
+    assert_eq!(shell.status.code(), Some(64), "{}", text(&shell.stderr));
+    assert!(
+        text(&shell.stderr).contains("has no tool `nope`"),
+        "{}",
+        text(&shell.stderr)
+    );
+}
+
+#[test]
+fn durun_step_counts_the_tokens_a_command_reports() {
+    let env = sdk_env();
+    let script = env.write(
+        "agent.sh",
+        "durun step llm --usage-json u.json -- sh -c 'echo plan; echo \"{\\\"input_tokens\\\": 30, \\\"output_tokens\\\": 12}\" > u.json'\n\
+         durun step json -- echo '{\"text\": \"x\", \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 2}}'\n",
+    );
+    let output = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "bash",
+        &script.to_string_lossy(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][0]["tokens"], 42);
+    assert_eq!(task["steps"][1]["tokens"], 7);
+    assert_eq!(task["task"]["tokens_spent"], 49);
+}
+
+/// Whether the real client packages are installed: `.ci/run` installs
+/// them and sets `DURUN_TEST_LLM_CLIENTS=1`, which makes their absence a
+/// failure.
+fn llm_clients() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import openai, anthropic"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
+            "DURUN_TEST_LLM_CLIENTS is set but `openai` and `anthropic` are not installed"
+        );
+        eprintln!("skipped: pip install openai anthropic to run it");
+    }
+    found
+}
+
+#[test]
+fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() {
+    if !llm_clients() {
+        return;
+    }
+    let mut env = sdk_env();
+    let port_file = env.path("llm.port");
+    let mut server = std::process::Command::new("python3")
+        .arg(agents_dir().join("llm_server.py"))
+        .arg(&port_file)
+        .spawn()
+        .expect("the fake LLM server");
+    wait_for("the fake LLM server", Duration::from_secs(20), || {
+        port_file.exists()
+    });
+    let port = std::fs::read_to_string(&port_file).expect("port");
+    env.set("LLM_BASE", format!("http://127.0.0.1:{port}"));
+    env.set("HOLD_FILE", env.path("hold").to_string_lossy());
+    env.set("HOLDING_FILE", env.path("holding").to_string_lossy());
+    let agent = agents_dir().join("async_agent.py");
+    let mut durun = env.spawn(
+        &[
+            "run",
+            "--task",
+            "t",
+            "--",
+            "python3",
+            &agent.to_string_lossy(),
+        ],
+        "run",
+    );
+    wait_for("the hold step", Duration::from_secs(60), || {
+        env.path("holding").exists()
+    });
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    let counts = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(env.path("llm.port.count")).expect("counts"))
+            .expect("JSON")
+    };
+    let before = counts();
+    assert_eq!(
+        before.as_object().map(serde_json::Map::len),
+        Some(8),
+        "{before}"
+    );
+    std::fs::write(env.path("hold"), "").expect("release");
+    let resumed = env.durun(&["resume", "t"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let after = counts();
+    assert_eq!(after, before, "no request was sent again");
+    assert!(
+        after.as_object().unwrap().values().all(|count| count == 1),
+        "{after}"
+    );
+    let task = env.inspect("t");
+    let summary = task["task"]["output"]["summary"].as_str().expect("summary");
+    assert_eq!(
+        summary,
+        "echo: plan | echo: part a | echo: part b | echo: part c | echo: stream | echo: respond | echo: claude | echo: claude stream"
+    );
+    let steps = task["steps"].as_array().expect("steps");
+    let names: Vec<&str> = steps[..8]
+        .iter()
+        .map(|step| step["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "openai.chat.completions.create",
+            "openai.chat.completions.create",
+            "openai.chat.completions.create",
+            "openai.chat.completions.create",
+            "openai.chat.completions.create",
+            "openai.responses.create",
+            "anthropic.messages.create",
+            "anthropic.messages.create",
+        ]
+    );
+    // gather's three calls are steps 2-4, in argument order.
+    for (index, part) in ["part a", "part b", "part c"].iter().enumerate() {
+        assert_eq!(steps[index + 1]["args"]["messages"][0]["content"], *part);
+    }
+    assert_eq!(steps[4]["tokens"], 60, "the stream's usage chunk counts");
+    assert_eq!(
+        steps[7]["tokens"], 48,
+        "the Anthropic stream's usage counts"
+    );
+    let saved = task["task"]["runs"][1]["tokens_saved"]
+        .as_u64()
+        .expect("saved");
+    let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
+    assert!(saved >= 600 && saved == spent, "saved {saved} of {spent}");
+}
