@@ -1,0 +1,52 @@
+// An agent in JavaScript through the durun SDK: three model calls, a pull
+// request (a `mutate` step with the step's idempotency key), a review, a
+// webhook, a tool and a final step. Against examples/fake_services.py:
+//
+//   python3 examples/fake_services.py &
+//   CRASH_IN=open_pull durun run --task demo-js -- node agent.mjs   # dies inside step 4
+//   durun resume demo-js                                             # steps 1-3 from the journal
+//
+// In your own project: `npm install ./sdk/node` and `import * as durun from "durun"`.
+import * as durun from "../../sdk/node/index.js";
+
+const base = `http://127.0.0.1:${process.env.FAKE_PORT ?? "8765"}`;
+
+async function post(path, body, headers = {}) {
+  const reply = await fetch(base + path, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
+  return reply.json();
+}
+
+function crashHere(name) {
+  // Dies with its durun inside the step, once: the resume must not repeat it.
+  if (process.env.CRASH_IN === name && process.env.DURUN_RUN === "1") process.kill(process.ppid, "SIGKILL");
+}
+
+async function ask(name, prompt) {
+  return durun.step(name, { prompt }, async () => {
+    const answer = await post("/llm", { prompt });
+    durun.usage(answer.usage.input_tokens, answer.usage.output_tokens);
+    return answer.text;
+  });
+}
+
+const plan = await ask("llm.plan", "plan a fix for the typo in README.md");
+const research = await ask("llm.research", "find where the typo is");
+const draft = await ask("llm.draft", `draft the fix: ${plan}`);
+const pull = await durun.step("open_pull", { title: "Fix typo in README" }, async () => {
+  const opened = await post("/pulls", { title: "Fix typo in README", body: draft },
+    { authorization: "Bearer demo-token", "idempotency-key": durun.current().idempotencyKey });
+  crashHere("open_pull");
+  return opened;
+}, { effect: "mutate" });
+const review = await ask("llm.review", `review ${pull.url}`);
+await durun.step("notify", { pull: pull.url }, () =>
+  post("/notify", { text: `opened ${pull.url}` }, { "idempotency-key": durun.current().idempotencyKey }),
+{ effect: "mutate" });
+const words = await durun.step("count", { research }, () => research.split(" ").length);
+const summary = await durun.step("summary", { words }, () => `${words} words of research; ${review}`);
+await durun.result({ pull: pull.url, summary });
+console.log(`agent: opened ${pull.url}`);

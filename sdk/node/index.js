@@ -1,0 +1,452 @@
+// durun for JavaScript and TypeScript: journaled steps that survive a crash.
+//
+// Run the script with `durun run -- node agent.mjs`. Each step is recorded
+// in durun's journal; after a crash `durun resume` answers the steps that
+// finished from the journal (no LLM call, no repeated side effect) and runs
+// the rest. No runtime dependency; Node 18 or later.
+//
+// Under durun the SDK owns the process's stdout for the protocol:
+// `console.log` and `process.stdout.write` go to stderr. A child process
+// started with `stdio: "inherit"` would write into the protocol: give it
+// `stdio: ["inherit", process.stderr, "inherit"]`.
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { writeSync } from "node:fs";
+import { createInterface } from "node:readline";
+
+export class DurunError extends Error {
+  constructor(message, step, output) {
+    super(message);
+    this.name = new.target.name;
+    this.code = new.target.code;
+    this.step = step;
+    this.output = output;
+  }
+}
+DurunError.code = "error";
+export class BadRequest extends DurunError {}
+BadRequest.code = "bad_request";
+export class UnknownTool extends DurunError {}
+UnknownTool.code = "unknown_tool";
+export class ToolFailed extends DurunError {}
+ToolFailed.code = "tool_failed";
+export class Timeout extends DurunError {}
+Timeout.code = "timeout";
+export class Divergence extends DurunError {}
+Divergence.code = "divergence";
+export class Cancelled extends DurunError {}
+Cancelled.code = "cancelled";
+export class JournalError extends DurunError {}
+JournalError.code = "journal";
+export class BudgetExceeded extends DurunError {}
+BudgetExceeded.code = "budget_exceeded";
+export class NotUnderDurun extends DurunError {}
+NotUnderDurun.code = "not_under_durun";
+
+const ERRORS = Object.fromEntries(
+  [BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError, BudgetExceeded].map(
+    (cls) => [cls.code, cls],
+  ),
+);
+
+function errorOf(answer) {
+  const error = answer.error || {};
+  const Cls = ERRORS[error.code] || DurunError;
+  return new Cls(error.message || "durun answered an error", answer.step, answer.output);
+}
+
+/** Whether the script runs under durun. */
+export function active() {
+  return process.env.DURUN_PROTOCOL === "1";
+}
+
+// ---------------------------------------------------------------------------
+// Values: JSON, by rule; anything else refused by name.
+
+function encode(value, where) {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return value;
+  if (value === undefined) return null;
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw new TypeError(`durun: ${where} holds ${value}, which JSON cannot hold`);
+    return value;
+  }
+  if (Array.isArray(value)) return value.map((item) => encode(item, where));
+  if (value instanceof Date) return value.toISOString();
+  if (typeof value === "object") {
+    if (typeof value.toJSON === "function") return encode(value.toJSON(), where);
+    const proto = Object.getPrototypeOf(value);
+    if (proto === Object.prototype || proto === null) {
+      const out = {};
+      for (const [key, item] of Object.entries(value)) {
+        if (item !== undefined) out[key] = encode(item, where);
+      }
+      return out;
+    }
+    throw new TypeError(
+      `durun: ${where} holds a ${value.constructor?.name ?? "object"}, which durun cannot journal: ` +
+        "use JSON values (plain objects, arrays, strings, numbers, booleans, null, Dates) or convert it yourself",
+    );
+  }
+  throw new TypeError(`durun: ${where} holds a ${typeof value}, which durun cannot journal`);
+}
+
+// ---------------------------------------------------------------------------
+// The channel: requests out on fd 1, answers in on stdin, matched by id.
+
+class Channel {
+  constructor() {
+    this.nextId = 1;
+    this.waiting = new Map();
+    this.gone = null;
+    // The real stdout is the protocol's; everything else printed goes to stderr.
+    process.stdout.write = process.stderr.write.bind(process.stderr);
+    this.input = createInterface({ input: process.stdin, crlfDelay: Infinity });
+    this.input.on("line", (line) => this.answer(line));
+    this.input.on("close", () => this.close("durun closed the protocol"));
+    this.idle();
+  }
+
+  answer(line) {
+    let answer;
+    try {
+      answer = JSON.parse(line);
+    } catch (err) {
+      return this.close(`the SDK could not read durun's answer: ${err.message}`);
+    }
+    const waiter = this.waiting.get(answer.id);
+    if (waiter) {
+      this.waiting.delete(answer.id);
+      waiter(answer);
+    }
+    this.idle();
+  }
+
+  close(why) {
+    this.gone = why;
+    for (const [id, waiter] of this.waiting) waiter(this.failure(id));
+    this.waiting.clear();
+  }
+
+  failure(id) {
+    return { id, ok: false, error: { code: "cancelled", message: this.gone } };
+  }
+
+  // Only a request waiting for its answer keeps the process alive.
+  idle() {
+    if (this.waiting.size === 0) process.stdin.unref?.();
+    else process.stdin.ref?.();
+  }
+
+  /** Sends every message now, in order; resolves with their answers. */
+  send(messages) {
+    const promises = messages.map((message) => {
+      message.id = this.nextId++;
+      return new Promise((resolve) => {
+        if (this.gone !== null) return resolve(this.failure(message.id));
+        this.waiting.set(message.id, resolve);
+      });
+    });
+    if (this.gone === null) {
+      writeAll(Buffer.from(messages.map((message) => JSON.stringify(message) + "\n").join("")));
+    }
+    this.idle();
+    return promises;
+  }
+
+  request(message) {
+    return this.send([message])[0];
+  }
+}
+
+// Whole lines, in order, even on a non-blocking pipe that is full for a
+// moment (durun reads it as fast as it can).
+function writeAll(bytes) {
+  let offset = 0;
+  while (offset < bytes.length) {
+    try {
+      offset += writeSync(1, bytes, offset, bytes.length - offset);
+    } catch (err) {
+      if (err.code !== "EAGAIN") throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    }
+  }
+}
+
+let channel = null;
+function getChannel() {
+  if (channel === null) channel = new Channel();
+  return channel;
+}
+
+async function checked(promise) {
+  const answer = await promise;
+  if (!answer.ok) throw errorOf(answer);
+  return answer;
+}
+
+// ---------------------------------------------------------------------------
+// Steps.
+
+const running = new AsyncLocalStorage();
+
+/** The step running here (in this async context), or undefined. */
+export function current() {
+  return running.getStore();
+}
+
+/** Records the token usage of the step running here. */
+export function usage(inputTokens = 0, outputTokens = 0) {
+  const context = current();
+  if (context) context.usage = { input_tokens: Number(inputTokens), output_tokens: Number(outputTokens) };
+}
+
+function usageOf(value) {
+  const found = value && typeof value === "object" ? value.usage : undefined;
+  if (found && typeof found === "object" &&
+      ["input_tokens", "output_tokens", "prompt_tokens", "completion_tokens"].some((key) => key in found)) {
+    return found;
+  }
+  return null;
+}
+
+const sleepFor = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+async function attempt(fn, timeout, name) {
+  if (timeout === undefined) return await fn();
+  let timer;
+  const limit = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Timeout(`step ${JSON.stringify(name)} ran past its timeout of ${timeout}s`)), timeout * 1000);
+  });
+  try {
+    return await Promise.race([fn(), limit]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs `fn()` as journaled step `name` unless the journal holds it, and
+ * resolves with what the journal holds (the value fn returned, as JSON).
+ * Options: `effect` ("read" or "mutate"), `retries`, `backoff` (seconds,
+ * doubling) and `timeout` (seconds per attempt): every attempt is
+ * journaled under the same idempotency key.
+ */
+export async function step(name, args, fn, options = {}) {
+  const { effect = "read", retries = 0, backoff = 1, timeout } = options;
+  if (effect !== "read" && effect !== "mutate") throw new TypeError('effect must be "read" or "mutate"');
+  if (!active()) {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await attempt(fn, timeout, name);
+      } catch (err) {
+        if (tries > retries) throw err;
+        await sleepFor(backoff * 2 ** (tries - 1));
+      }
+    }
+  }
+  const chan = getChannel();
+  // Sent before the first await: steps are numbered in the order they are called.
+  const opened = await checked(
+    chan.request({ op: "begin", name, args: encode(args ?? {}, `the args of step ${JSON.stringify(name)}`), effect }),
+  );
+  if (opened.replayed) return opened.output;
+  let context = {
+    step: opened.step,
+    idempotencyKey: opened.idempotency_key,
+    attempt: opened.attempt ?? 1,
+    inDoubt: opened.in_doubt ?? false,
+    usage: null,
+  };
+  for (let tries = 1; ; tries++) {
+    let value;
+    try {
+      value = await running.run(context, () => attempt(fn, timeout, name));
+    } catch (err) {
+      await checked(chan.request({ op: "fail", step: context.step, error: `${err?.name ?? "Error"}: ${err?.message ?? err}` }));
+      if (tries > retries || (err instanceof DurunError && !(err instanceof Timeout))) throw err;
+      await sleepFor(backoff * 2 ** (tries - 1));
+      const reopened = await checked(chan.request({ op: "retry", step: context.step }));
+      context = { ...context, attempt: reopened.attempt ?? context.attempt + 1, inDoubt: false, usage: null };
+      continue;
+    }
+    let stored;
+    try {
+      stored = encode(value, `the value step ${JSON.stringify(name)} returned`);
+    } catch (err) {
+      await chan.request({ op: "fail", step: context.step, error: err.message });
+      throw err;
+    }
+    await checked(chan.request({ op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) }));
+    return stored;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Tools.
+
+function standalone(tool, args) {
+  try {
+    const out = execFileSync("durun", ["call", tool, "--args", JSON.stringify(args)], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    return JSON.parse(out);
+  } catch (err) {
+    if (err.code === "ENOENT") {
+      throw new NotUnderDurun(`durun.call(${JSON.stringify(tool)}) runs the tool through \`durun call\`, and durun is not on PATH`);
+    }
+    const lines = String(err.stderr ?? "").trim().split("\n");
+    throw new ToolFailed(lines[lines.length - 1] || err.message);
+  }
+}
+
+/** Runs `tool` from durun.toml with `args`; without durun, once through `durun call`. */
+export async function call(tool, args = {}) {
+  const encoded = encode(args, `the args of tool ${JSON.stringify(tool)}`);
+  if (!active()) return standalone(tool, encoded);
+  return (await checked(getChannel().request({ op: "call", tool, args: encoded }))).output;
+}
+
+/** Runs several tools at once; numbered in list order. */
+export async function callAll(calls) {
+  const requests = calls.map(([tool, args]) => ({
+    op: "call",
+    tool,
+    args: encode(args ?? {}, `the args of tool ${JSON.stringify(tool)}`),
+  }));
+  if (!active()) return requests.map((request) => standalone(request.tool, request.args));
+  const answers = await Promise.all(getChannel().send(requests));
+  for (const answer of answers) if (!answer.ok) throw errorOf(answer);
+  return answers.map((answer) => answer.output);
+}
+
+/** Stores the task's final output (shown by `durun inspect`). */
+export async function result(value) {
+  if (!active()) return;
+  await checked(getChannel().request({ op: "result", output: encode(value, "the task's result") }));
+}
+
+// ---------------------------------------------------------------------------
+// Waiting for people and time.
+
+/**
+ * Waits for the signal `name` (`durun signal TASK NAME --data JSON`) and
+ * resolves with `{signal, data, by, at}`. A long wait parks the task.
+ */
+export async function wait(name, data = null, options = {}) {
+  if (!active()) throw new NotUnderDurun(`durun.wait(${JSON.stringify(name)}) needs durun`);
+  const request = { op: "wait", name, data: encode(data, `the data of wait ${JSON.stringify(name)}`) };
+  if (options.timeout !== undefined) request.timeout = options.timeout;
+  return (await checked(getChannel().request(request))).output;
+}
+
+/** Waits for `durun approve TASK` (true) or `durun reject TASK` (false). */
+export async function approval(data = null, options = {}) {
+  const signal = await wait(options.name ?? "approval", data, options);
+  return signal?.data?.approved === true;
+}
+
+/** Sleeps durably: seconds, or until a Date. */
+export async function sleep(until) {
+  const request = until instanceof Date
+    ? { op: "sleep", until: until.toISOString() }
+    : { op: "sleep", seconds: Number(until) };
+  if (!active()) {
+    const seconds = until instanceof Date ? (until.getTime() - Date.now()) / 1000 : Number(until);
+    return sleepFor(Math.max(0, seconds));
+  }
+  await checked(getChannel().request(request));
+}
+
+// ---------------------------------------------------------------------------
+// Values that must not change between runs, and code that does.
+
+/** The time, journaled: the first run's on every replay. */
+export async function now() {
+  return new Date(await step("durun.now", {}, () => new Date().toISOString()));
+}
+
+/** A random number in [0, 1), journaled. */
+export function random() {
+  return step("durun.random", {}, () => Math.random());
+}
+
+/** A random UUID, journaled. */
+export function uuid() {
+  return step("durun.uuid", {}, () => randomUUID());
+}
+
+/** True on new paths, false while a task recorded before patch `name` replays. */
+export async function patched(name) {
+  if (!active()) return true;
+  return (await checked(getChannel().request({ op: "patched", name }))).patched === true;
+}
+
+// ---------------------------------------------------------------------------
+// LLM clients.
+
+const ENDPOINTS = [["chat", "completions", "create"], ["responses", "create"], ["messages", "create"]];
+
+async function collect(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(JSON.parse(JSON.stringify(chunk)));
+  let input = 0;
+  let output = 0;
+  for (const chunk of chunks) {
+    const found = chunk?.usage ?? chunk?.message?.usage;
+    if (found) {
+      input = Math.max(input, found.prompt_tokens ?? found.input_tokens ?? 0);
+      output = Math.max(output, found.completion_tokens ?? found.output_tokens ?? 0);
+    }
+  }
+  usage(input, output);
+  return { stream: chunks };
+}
+
+function replayStream(chunks) {
+  return {
+    async *[Symbol.asyncIterator]() {
+      yield* chunks;
+    },
+  };
+}
+
+/**
+ * Journals every model call of an `openai` or `@anthropic-ai/sdk` client:
+ * `chat.completions.create`, `responses.create` and `messages.create`
+ * become `read` steps named like `openai.chat.completions.create`, with
+ * their usage; a stream (`stream: true`) is consumed inside the step and
+ * replayed as an async iterable of the same chunks.
+ */
+export function wrap(client, provider) {
+  const name = provider ?? (client?.constructor?.name === "Anthropic" ? "anthropic" : "openai");
+  const proxy = (target, path) =>
+    new Proxy(target, {
+      get(object, attr, receiver) {
+        const value = Reflect.get(object, attr, receiver);
+        if (typeof attr !== "string") return value;
+        const next = [...path, attr];
+        const matches = (endpoint) => next.every((part, index) => endpoint[index] === part);
+        if (ENDPOINTS.some((endpoint) => endpoint.length === next.length && matches(endpoint)) && typeof value === "function") {
+          const stepName = `${name}.${next.join(".")}`;
+          return async (params = {}, ...rest) => {
+            const streaming = params.stream === true;
+            const recorded = await step(stepName, params, async () => {
+              const response = await value.call(object, params, ...rest);
+              return streaming ? collect(response) : JSON.parse(JSON.stringify(response));
+            });
+            return streaming ? replayStream(recorded.stream) : recorded;
+          };
+        }
+        if (ENDPOINTS.some(matches) && value && typeof value === "object") return proxy(value, next);
+        return value;
+      },
+    });
+  return proxy(client, []);
+}
+
+// Under durun, take stdout for the protocol at once, before the program
+// prints anything that could share a line with a request.
+if (active()) getChannel();

@@ -1,0 +1,220 @@
+// The JavaScript SDK against the real durun: numbering, values, retries,
+// divergence, waiting, patches, replayed values, stdout, and wrapped
+// clients.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { spawn } from "node:child_process";
+
+import { durun, inspect, repo, sandbox, sdk } from "./helpers.js";
+
+/** Writes `body` as an agent module that imports the SDK as `durun`. */
+function agent(box, body, name = "agent.mjs") {
+  return box.write(name, `import * as durun from ${JSON.stringify(sdk)};\n${body}\n`);
+}
+
+test("concurrent steps and calls are numbered in the order they are called", () => {
+  const box = sandbox();
+  box.write("durun.toml", '[tools.echo]\neffect = "read"\ncommand = ["echo", "{text}"]\n');
+  const path = agent(box, `
+const slow = (n) => durun.step("double", { n }, async () => {
+  await new Promise((resolve) => setTimeout(resolve, 30 * (3 - n)));
+  return n * 2;
+});
+const doubled = await Promise.all([slow(1), slow(2), slow(3)]);
+const echoed = await durun.callAll([["echo", { text: "a" }], ["echo", { text: "b" }]]);
+console.log("a print goes to stderr");
+await durun.result({ doubled, echoed });
+`);
+  const run = durun(box, ["run", "--task", "t", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout, "", "nothing but the protocol on the agent's stdout");
+  assert.match(run.stderr, /a print goes to stderr/);
+  const task = inspect(box, "t");
+  assert.deepEqual(task.task.output, { doubled: [2, 4, 6], echoed: ["a\n", "b\n"] });
+  assert.deepEqual(task.steps.map((step) => step.args), [{ n: 1 }, { n: 2 }, { n: 3 }, { text: "a" }, { text: "b" }]);
+  const again = durun(box, ["resume", "t", "--from-step", "6"]);
+  assert.equal(again.code, 0, again.stderr);
+  assert.deepEqual(inspect(box, "t").task.runs[1].replayed_steps, 5);
+});
+
+test("values JSON cannot hold are refused by name, before the work", () => {
+  const box = sandbox();
+  const path = agent(box, `
+let ran = false;
+try {
+  await durun.step("bad", { client: new Map() }, () => { ran = true; });
+} catch (err) {
+  console.error("refused:", err.message, "ran:", ran);
+}
+const when = await durun.step("when", {}, () => new Date(Date.UTC(2026, 11, 1, 9)));
+await durun.result({ when });
+`);
+  const run = durun(box, ["run", "--task", "t", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stderr, /refused: durun: the args of step "bad" holds a Map.* ran: false/);
+  assert.equal(inspect(box, "t").task.output.when, "2026-12-01T09:00:00.000Z");
+});
+
+test("retries journal every attempt under one key", () => {
+  const box = sandbox();
+  const path = agent(box, `
+const keys = [];
+const value = await durun.step("flaky", {}, () => {
+  keys.push(durun.current().idempotencyKey);
+  if (keys.length < 3) throw new Error("not yet");
+  return "third time";
+}, { effect: "mutate", retries: 2, backoff: 0.01 });
+await durun.result({ value, keys });
+`);
+  const run = durun(box, ["run", "--task", "t", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  const task = inspect(box, "t");
+  assert.equal(task.task.output.value, "third time");
+  assert.equal(new Set(task.task.output.keys).size, 1);
+  assert.equal(task.steps[0].attempts, 3);
+  assert.equal(task.steps[0].idempotency_key, task.task.output.keys[0]);
+});
+
+test("a changed path is a divergence the agent sees as an error", () => {
+  const box = sandbox();
+  const path = agent(box, `
+import { readFileSync } from "node:fs";
+// durun ends a diverged agent with SIGTERM; let it print what it caught first.
+process.on("SIGTERM", () => {});
+const version = readFileSync("version", "utf8");
+try {
+  await durun.step("plan", { version }, () => "plan " + version);
+} catch (err) {
+  console.error("caught", err.name, err.code);
+  throw err;
+}
+process.exit(Number(process.env.EXIT ?? 0));
+`);
+  box.write("version", "1");
+  assert.equal(durun(box, ["run", "--task", "t", "--", "node", path], { EXIT: "3" }).code, 3);
+  box.write("version", "2");
+  const resumed = durun(box, ["resume", "t"]);
+  assert.equal(resumed.code, 65, resumed.stderr);
+  assert.match(resumed.stderr, /caught Divergence divergence/);
+});
+
+test("an approval parks the task, and the resume after it replays the rest", () => {
+  const box = sandbox();
+  const path = agent(box, `
+const plan = await durun.step("plan", {}, () => "the plan");
+const approved = await durun.approval({ plan });
+await durun.sleep(0.1);
+const first = await durun.now();
+const id = await durun.uuid();
+await durun.result({ approved, first: first.toISOString(), id, patched: await durun.patched("v2") });
+`);
+  const parked = durun(box, ["run", "--task", "t", "--park-after", "0s", "--", "node", path]);
+  assert.equal(parked.code, 77, parked.stderr);
+  assert.equal(durun(box, ["approve", "t"]).code, 0);
+  const resumed = durun(box, ["resume", "t"]);
+  assert.equal(resumed.code, 0, resumed.stderr);
+  const output = inspect(box, "t").task.output;
+  assert.equal(output.approved, true);
+  assert.equal(output.patched, true);
+  const again = durun(box, ["resume", "t", "--from-step", "7"]);
+  assert.equal(again.code, 0, again.stderr);
+  const replayed = inspect(box, "t").task.output;
+  assert.equal(replayed.first, output.first, "now() is the first run's");
+  assert.equal(replayed.id, output.id, "uuid() is the first run's");
+});
+
+test("without durun, steps run and tools run through durun call", () => {
+  const box = sandbox();
+  box.write("durun.toml", '[tools.echo]\neffect = "read"\ncommand = ["echo", "{text}"]\n');
+  const path = agent(box, `
+console.log(JSON.stringify([durun.active(), await durun.step("s", {}, () => 7), await durun.call("echo", { text: "hi" })]));
+`);
+  const env = { ...box.env };
+  delete env.DURUN_JOURNAL;
+  return new Promise((resolve, reject) => {
+    const child = spawn("node", [path], { cwd: box.dir, env, stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (chunk) => { out += chunk; });
+    child.on("close", (code) => {
+      try {
+        assert.equal(code, 0);
+        assert.deepEqual(JSON.parse(out), [false, 7, "hi\n"]);
+        resolve();
+      } catch (err) {
+        reject(err);
+      }
+    });
+  });
+});
+
+test("wrap journals a client's model calls, streams included", () => {
+  const box = sandbox();
+  box.write("calls", "");
+  // A stand-in with the shape of the openai package's client.
+  const path = agent(box, `
+import { appendFileSync } from "node:fs";
+class OpenAI {
+  constructor() {
+    this.chat = { completions: { create: async (params) => {
+      appendFileSync("calls", params.messages[0].content + "\\n");
+      if (params.stream) {
+        return (async function* () {
+          yield { choices: [{ delta: { content: "str" } }] };
+          yield { choices: [{ delta: { content: "eamed" } }], usage: { prompt_tokens: 9, completion_tokens: 3 } };
+        })();
+      }
+      return { choices: [{ message: { content: "echo " + params.messages[0].content } }], usage: { prompt_tokens: 90, completion_tokens: 10 } };
+    } } };
+  }
+}
+const client = durun.wrap(new OpenAI());
+const reply = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hello" }] });
+let streamed = "";
+for await (const chunk of await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "stream" }], stream: true })) {
+  streamed += chunk.choices[0].delta.content;
+}
+if (process.env.DURUN_RUN === "1") process.exit(3);
+await durun.result({ reply: reply.choices[0].message.content, streamed });
+`);
+  assert.equal(durun(box, ["run", "--task", "t", "--", "node", path]).code, 3);
+  const resumed = durun(box, ["resume", "t"]);
+  assert.equal(resumed.code, 0, resumed.stderr);
+  assert.equal(readFileSync(join(box.dir, "calls"), "utf8"), "hello\nstream\n", "no call sent twice");
+  const task = inspect(box, "t");
+  assert.deepEqual(task.task.output, { reply: "echo hello", streamed: "streamed" });
+  assert.equal(task.steps[0].name, "openai.chat.completions.create");
+  assert.equal(task.steps[0].tokens, 100);
+  assert.equal(task.steps[1].tokens, 12);
+  assert.equal(task.task.runs[1].tokens_saved, 112);
+});
+
+test("wrap works on the real openai package", { skip: !existsSync(join(repo, "sdk", "node", "node_modules", "openai")) && !process.env.DURUN_TEST_LLM_CLIENTS }, async () => {
+  const box = sandbox();
+  const portFile = join(box.dir, "llm.port");
+  const server = spawn("python3", [join(repo, "tests", "agents", "llm_server.py"), portFile], { stdio: "inherit" });
+  try {
+    for (let i = 0; i < 200 && !existsSync(portFile); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    const port = readFileSync(portFile, "utf8");
+    const path = agent(box, `
+import OpenAI from ${JSON.stringify(join(repo, "sdk", "node", "node_modules", "openai", "index.mjs"))};
+const client = durun.wrap(new OpenAI({ baseURL: "http://127.0.0.1:${port}/v1", apiKey: "k", maxRetries: 0 }));
+const reply = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "plan" }] });
+let streamed = "";
+const stream = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "stream" }], stream: true, stream_options: { include_usage: true } });
+for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? "";
+const response = await client.responses.create({ model: "m", input: "respond" });
+if (process.env.DURUN_RUN === "1") process.exit(3);
+await durun.result({ reply: reply.choices[0].message.content, streamed: streamed.trim(), response: response.output_text });
+`);
+    assert.equal(durun(box, ["run", "--task", "t", "--", "node", path]).code, 3);
+    const resumed = durun(box, ["resume", "t"]);
+    assert.equal(resumed.code, 0, resumed.stderr);
+    const counts = JSON.parse(readFileSync(portFile + ".count", "utf8"));
+    assert.deepEqual(Object.values(counts), [1, 1, 1], JSON.stringify(counts));
+    assert.deepEqual(inspect(box, "t").task.output, { reply: "echo: plan", streamed: "echo: stream", response: "echo: respond" });
+  } finally {
+    server.kill();
+  }
+});
