@@ -287,17 +287,8 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         return;
     }
     let mut env = sdk_env();
-    let port_file = env.path("llm.port");
-    let mut server = std::process::Command::new("python3")
-        .arg(agents_dir().join("llm_server.py"))
-        .arg(&port_file)
-        .spawn()
-        .expect("the fake LLM server");
-    wait_for("the fake LLM server", Duration::from_secs(20), || {
-        port_file.exists()
-    });
-    let port = std::fs::read_to_string(&port_file).expect("port");
-    env.set("LLM_BASE", format!("http://127.0.0.1:{port}"));
+    let server = LlmServer::start(&env);
+    env.set("LLM_BASE", server.base());
     env.set("HOLD_FILE", env.path("hold").to_string_lossy());
     env.set("HOLDING_FILE", env.path("holding").to_string_lossy());
     let agent = agents_dir().join("async_agent.py");
@@ -317,11 +308,7 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
     });
     durun.kill().expect("SIGKILL durun");
     durun.wait().expect("reap");
-    let counts = || -> Value {
-        serde_json::from_str(&std::fs::read_to_string(env.path("llm.port.count")).expect("counts"))
-            .expect("JSON")
-    };
-    let before = counts();
+    let before = server.counts();
     assert_eq!(
         before.as_object().map(serde_json::Map::len),
         Some(8),
@@ -329,10 +316,8 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
     );
     std::fs::write(env.path("hold"), "").expect("release");
     let resumed = env.durun(&["resume", "t"]);
-    let _ = server.kill();
-    let _ = server.wait();
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    let after = counts();
+    let after = server.counts();
     assert_eq!(after, before, "no request was sent again");
     assert!(
         after.as_object().unwrap().values().all(|count| count == 1),
@@ -376,4 +361,79 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         .expect("saved");
     let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
     assert!(saved >= 600 && saved == spent, "saved {saved} of {spent}");
+}
+
+/// The fake OpenAI and Anthropic server, and its request counts.
+struct LlmServer {
+    child: std::process::Child,
+    port_file: std::path::PathBuf,
+}
+
+impl LlmServer {
+    fn start(env: &TestEnv) -> Self {
+        let port_file = env.path("llm.port");
+        let child = std::process::Command::new("python3")
+            .arg(agents_dir().join("llm_server.py"))
+            .arg(&port_file)
+            .spawn()
+            .expect("the fake LLM server");
+        wait_for("the fake LLM server", Duration::from_secs(20), || {
+            port_file.exists()
+        });
+        Self { child, port_file }
+    }
+
+    fn base(&self) -> String {
+        let port = std::fs::read_to_string(&self.port_file).expect("port");
+        format!("http://127.0.0.1:{port}")
+    }
+
+    fn counts(&self) -> Value {
+        let path = self.port_file.with_extension("port.count");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("counts")).expect("JSON")
+    }
+}
+
+impl Drop for LlmServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sync_clients_wrapped_are_answered_from_the_journal_on_resume() {
+    if !llm_clients() {
+        return;
+    }
+    let mut env = sdk_env();
+    let server = LlmServer::start(&env);
+    env.set("LLM_BASE", server.base());
+    let agent = agents_dir().join("sync_clients.py");
+    let agent = agent.to_string_lossy();
+    let first = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let counts = server.counts();
+    assert_eq!(
+        counts.as_object().map(serde_json::Map::len),
+        Some(5),
+        "{counts}"
+    );
+    assert!(
+        counts.as_object().unwrap().values().all(|count| count == 1),
+        "{counts}"
+    );
+    assert_eq!(
+        env.inspect("t")["task"]["output"],
+        json!([
+            "echo: sync plan",
+            "echo: sync stream",
+            "echo: sync respond",
+            "echo: sync claude",
+            "echo: sync claude stream",
+            120
+        ])
+    );
 }
