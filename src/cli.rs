@@ -135,6 +135,22 @@ pub(crate) enum Command {
     /// N-1 steps replay from the copy, the rest run anew. The original is
     /// not changed (unlike `resume --from-step`). Prints the new id.
     Fork(ForkArgs),
+    /// Queue a task for a worker to run; prints its id on stdout
+    #[command(after_help = "Examples:
+  durun submit -- python3 agent.py --repo acme/web
+  id=$(durun submit --queue nightly --task \"digest-$(date +%F)\" -- ./digest.sh)")]
+    Submit(SubmitArgs),
+    /// Run queued tasks, and interrupted, signalled and woken ones, until SIGTERM
+    ///
+    /// Claims tasks of its queues, N at a time, and runs each as `durun
+    /// resume` would, in the task's recorded directory. Any number of
+    /// workers on any number of hosts share one PostgreSQL journal; each
+    /// task goes to one of them. On SIGTERM or SIGINT it stops claiming,
+    /// stops its tasks resumably (another worker takes them over) and exits 0.
+    #[command(after_help = "Examples:
+  durun --journal postgres://durun@db/durun worker --jobs 4
+  durun worker --queue nightly --queue default --config workers.toml   ([queues.nightly] concurrency = 2)")]
+    Worker(WorkerArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// Write the man page and completion scripts into a directory
@@ -283,6 +299,10 @@ pub(crate) struct InspectArgs {
     /// List at most this many tasks
     #[arg(long, value_name = "N", conflicts_with = "task")]
     pub limit: Option<usize>,
+
+    /// List the live workers, their queues, heartbeats and tasks
+    #[arg(long, conflicts_with_all = ["task", "status", "limit"])]
+    pub workers: bool,
 }
 
 /// The statuses `inspect --status` filters on.
@@ -300,6 +320,8 @@ pub(crate) enum StatusFilter {
     /// Stopped by its token budget
     #[value(name = "over_budget")]
     OverBudget,
+    /// Submitted, waiting for a worker
+    Queued,
 }
 
 #[derive(Args, Debug)]
@@ -341,6 +363,56 @@ pub(crate) struct CallArgs {
     /// The tool's args, as JSON [default: {}]
     #[arg(long, value_name = "JSON")]
     pub args: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SubmitArgs {
+    /// The task's id [default: a new one]
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+
+    /// The queue the task waits in
+    #[arg(long, value_name = "QUEUE", default_value = "default")]
+    pub queue: String,
+
+    /// The tools file [default: ./durun.toml if it exists]
+    #[arg(
+        long,
+        env = "DURUN_CONFIG",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+
+    /// The task's token budget over all its runs
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+
+    /// The agent command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WorkerArgs {
+    /// A queue to take tasks from (repeat for several) [default: default]
+    #[arg(long = "queue", value_name = "QUEUE")]
+    pub queues: Vec<String>,
+
+    /// How many tasks this worker runs at once
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
+
+    /// A file with `[queues.NAME] concurrency = N`: at most N tasks of a
+    /// queue run at once, over all workers [default: ./durun.toml if it
+    /// exists]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -540,6 +612,14 @@ mod tests {
             ("durun fork t1 --from-step 3 --task t2", true),
             ("durun fork t1", false),
             ("durun run --max-tokens 1000 --park-after 0s -- true", true),
+            ("durun submit -- python3 agent.py", true),
+            ("durun submit --queue q --task t1 --max-tokens 5 -- ./a", true),
+            ("durun submit", false),
+            ("durun worker", true),
+            ("durun worker --queue a --queue b --jobs 4", true),
+            ("durun worker --jobs 0", false),
+            ("durun inspect --workers", true),
+            ("durun inspect t1 --workers", false),
             ("durun resume t1 --max-tokens 5000", true),
             ("durun frobnicate", false),
         ];

@@ -58,6 +58,8 @@ pub(crate) struct Config {
     pub park_after: Option<Duration>,
     /// `[budget] max_tokens`.
     pub max_tokens: Option<u64>,
+    /// `[queues.NAME] concurrency`: a worker's limits per queue.
+    pub queues: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +134,14 @@ struct RawConfig {
     wait: RawWait,
     #[serde(default)]
     budget: RawBudget,
+    #[serde(default)]
+    queues: BTreeMap<String, RawQueue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    concurrency: u32,
 }
 
 #[derive(Deserialize, Default)]
@@ -219,6 +229,11 @@ impl Config {
             tools,
             park_after,
             max_tokens: raw.budget.max_tokens,
+            queues: raw
+                .queues
+                .into_iter()
+                .map(|(name, queue)| (name, queue.concurrency))
+                .collect(),
         })
     }
 }

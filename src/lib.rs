@@ -93,6 +93,8 @@ where
         Command::Export(args) => commands::transfer::export(&args, &settings),
         Command::Import(args) => commands::transfer::import(&args, &settings),
         Command::Fork(args) => commands::transfer::fork(&args, &settings),
+        Command::Submit(args) => commands::worker::submit(&args, &settings),
+        Command::Worker(args) => commands::worker::worker(&args, &settings),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };

@@ -11,3 +11,4 @@ mod session;
 pub(crate) mod signal;
 pub(crate) mod step;
 pub(crate) mod transfer;
+pub(crate) mod worker;

@@ -35,6 +35,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
             created_at: journal::now(),
             max_tokens: args.limits.max_tokens.or(config.max_tokens),
+            queue: None,
         };
         if let Err(err) = journal.create_task(&task) {
             // Another `run --task` with the same id may have won the race;

@@ -25,7 +25,7 @@ pub(crate) use location::Location;
 pub(crate) use records::{
     NewTask, Resolution, ResolutionAction, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
     SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus,
-    apply_resolution,
+    WorkerRecord, apply_resolution,
 };
 pub(crate) use store::{Access, Journal, StepWrite};
 pub(crate) use transfer::{TABLES, task_id};

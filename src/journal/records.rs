@@ -40,6 +40,8 @@ pub(crate) enum TaskStatus {
     Sleeping,
     /// Its token budget is spent (SPEC 9).
     OverBudget,
+    /// Submitted, not run yet: a worker takes it (SPEC 11).
+    Queued,
 }
 text_enum!(TaskStatus {
     Running => "running",
@@ -50,6 +52,7 @@ text_enum!(TaskStatus {
     Waiting => "waiting",
     Sleeping => "sleeping",
     OverBudget => "over_budget",
+    Queued => "queued",
 });
 
 impl TaskStatus {
@@ -100,6 +103,8 @@ pub(crate) struct NewTask {
     pub created_at: String,
     /// The token budget (SPEC 9), if any.
     pub max_tokens: Option<u64>,
+    /// `submit`: the queue the task waits in, `queued`, for a worker.
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -124,6 +129,8 @@ pub(crate) struct TaskRecord {
     pub tokens_saved: u64,
     /// The token budget over all runs, if any.
     pub max_tokens: Option<u64>,
+    /// The queue of a submitted task.
+    pub queue: Option<String>,
 }
 
 /// What one run did, as counted while it ran.
@@ -316,4 +323,20 @@ pub(crate) struct TaskRows {
     pub steps: Vec<serde_json::Map<String, Value>>,
     pub signals: Vec<serde_json::Map<String, Value>>,
     pub resolutions: Vec<serde_json::Map<String, Value>>,
+}
+
+/// A worker as the journal lists it (SPEC 11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WorkerRecord {
+    /// `host:pid`.
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    pub queues: Vec<String>,
+    pub jobs: u32,
+    pub started_at: String,
+    /// Milliseconds since the epoch, on the journal's clock.
+    pub heartbeat_ms: i64,
+    /// The tasks it runs now.
+    pub tasks: Vec<String>,
 }

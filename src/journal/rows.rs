@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{
     ResolutionKind, SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord,
-    TaskStatus,
+    TaskStatus, WorkerRecord,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -112,6 +112,7 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) tokens_spent: i64,
     pub(crate) tokens_saved: i64,
     pub(crate) max_tokens: Option<i64>,
+    pub(crate) queue: Option<String>,
 }
 
 impl TaskColumns<'_> {
@@ -140,6 +141,7 @@ impl TaskColumns<'_> {
             tokens_spent: self.tokens_spent as u64,
             tokens_saved: self.tokens_saved as u64,
             max_tokens: self.max_tokens.map(|max| max as u64),
+            queue: self.queue,
         })
     }
 }
@@ -169,6 +171,30 @@ impl SignalColumns<'_> {
             taken_by: self.taken_by.map(|step| step as u64),
         })
     }
+}
+
+/// A worker's row, as both backends store it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn worker(
+    id: String,
+    host: String,
+    pid: i64,
+    queues: &str,
+    jobs: i64,
+    started_at: String,
+    heartbeat_ms: i64,
+    tasks: &str,
+) -> Result<WorkerRecord> {
+    Ok(WorkerRecord {
+        id,
+        host,
+        pid: pid as u32,
+        queues: serde_json::from_str(queues).context("the journal holds a malformed worker row")?,
+        jobs: jobs as u32,
+        started_at,
+        heartbeat_ms,
+        tasks: serde_json::from_str(tasks).context("the journal holds a malformed worker row")?,
+    })
 }
 
 /// The columns of a lease, as both backends store them.

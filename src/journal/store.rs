@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{
     NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing, StepRecord,
-    TaskRecord, TaskRows,
+    TaskRecord, TaskRows, WorkerRecord,
 };
 use crate::config::SyncMode;
 use crate::lease::Holder;
@@ -145,6 +145,38 @@ pub(crate) trait Journal {
     /// An existing task of that id is refused unless `replace`, and never
     /// replaced while a live runner holds it.
     fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()>;
+    /// Tasks of `queues` a worker might take (SPEC 11), oldest submitted
+    /// first, at most `limit`: queued, running (the caller checks the
+    /// lease), interrupted, waiting and sleeping ones that no other worker
+    /// claimed within `stale`. Also the journal's clock, in milliseconds.
+    fn claimable(
+        &mut self,
+        queues: &[String],
+        worker: &str,
+        limit: usize,
+    ) -> Result<(Vec<TaskRecord>, i64)>;
+    /// Claims for `worker` those of `tasks` (all of `queue`) no other
+    /// worker holds, keeping the queue's running and claimed tasks within
+    /// `concurrency`; one transaction, so of workers racing for a task
+    /// exactly one claims it. Returns the ids claimed.
+    fn claim(
+        &mut self,
+        queue: &str,
+        tasks: &[String],
+        worker: &str,
+        concurrency: Option<u32>,
+    ) -> Result<Vec<String>>;
+    /// Gives up `worker`'s claim of the task (its run has ended).
+    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()>;
+    /// Records the worker as live, with the tasks it runs now.
+    fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()>;
+    /// Takes the worker off the list, and its claims with it.
+    fn worker_gone(&mut self, worker: &str) -> Result<()>;
+    /// The workers whose heartbeat is younger than the stale time.
+    fn workers(&mut self) -> Result<Vec<WorkerRecord>>;
+    /// Waits up to `timeout` for news a worker may act on (a submit, a
+    /// signal, a run that ended); true if some came.
+    fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<bool>;
 }
 
 /// One row of a [`Journal::put_steps`] write.

@@ -22,6 +22,7 @@ fn task(id: &str) -> NewTask {
         sync: SyncMode::Full,
         created_at: now(),
         max_tokens: None,
+        queue: None,
     }
 }
 

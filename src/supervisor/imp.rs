@@ -76,14 +76,28 @@ pub(crate) fn supervise(
         Ok(child) => child,
         Err(err) => {
             signals_handle.close();
-            let failure = Failure::new(
-                exit_code::CANNOT_START,
-                format!("cannot start `{}`: {err}", spec.argv[0]),
-            )
-            .hint(format!(
-                "check the command and that it exists in {}",
-                spec.cwd.display()
-            ));
+            let failure = if spec.cwd.is_dir() {
+                Failure::new(
+                    exit_code::CANNOT_START,
+                    format!("cannot start `{}`: {err}", spec.argv[0]),
+                )
+                .hint(format!(
+                    "check the command and that it exists in {}",
+                    spec.cwd.display()
+                ))
+            } else {
+                // A task submitted on one host and taken by a worker on
+                // another that lacks its directory.
+                Failure::new(
+                    exit_code::CANNOT_START,
+                    format!(
+                        "cannot start `{}`: the task's directory {} does not exist on this host",
+                        spec.argv[0],
+                        spec.cwd.display()
+                    ),
+                )
+                .hint("run workers where the task's directory exists (the same checkout path on every host), or submit it from such a path")
+            };
             return Ok(Outcome {
                 status: TaskStatus::Failed,
                 exit_code: exit_code::CANNOT_START,

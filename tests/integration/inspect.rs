@@ -231,8 +231,10 @@ fn the_json_shape() {
         [
             "command",
             "created_at",
+            "held_by",
             "id",
             "max_tokens",
+            "queue",
             "status",
             "steps",
             "tokens_saved",

@@ -9,10 +9,35 @@ use crate::json_text::JsonText;
 use crate::settings::Settings;
 use crate::task::shown_status;
 
+pub(super) fn worker_json(worker: &crate::journal::WorkerRecord) -> Value {
+    json!({
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": worker.queues,
+        "jobs": worker.jobs,
+        "tasks": worker.tasks,
+        "started_at": worker.started_at,
+        "heartbeat_ms": worker.heartbeat_ms,
+    })
+}
+
+/// The holder of a running task's lease: the worker (or runner) on it.
+fn held_by(task: &TaskRecord, settings: &Settings) -> Value {
+    match (&task.lease, shown_status(task, settings)) {
+        (Some(lease), crate::journal::TaskStatus::Running) => {
+            json!({"host": lease.host, "pid": lease.pid, "run": lease.run})
+        }
+        _ => Value::Null,
+    }
+}
+
 pub(super) fn task_summary_json(task: &TaskRecord, settings: &Settings) -> Value {
     json!({
         "id": task.id,
         "status": shown_status(task, settings).as_str(),
+        "queue": task.queue,
+        "held_by": held_by(task, settings),
         "command": task.argv,
         "steps": task.steps,
         "tokens_spent": task.tokens_spent,
@@ -40,6 +65,8 @@ pub(super) struct TaskOut<'a> {
     tokens_spent: u64,
     tokens_saved: u64,
     max_tokens: Option<u64>,
+    queue: &'a Option<String>,
+    held_by: Value,
     waiting_for: Option<Value>,
     created_at: &'a str,
     updated_at: &'a str,
@@ -118,6 +145,8 @@ pub(super) fn task_out<'a>(
         tokens_spent: task.tokens_spent,
         tokens_saved: task.tokens_saved,
         max_tokens: task.max_tokens,
+        queue: &task.queue,
+        held_by: held_by(task, settings),
         waiting_for: waiting.map(|step| {
             json!({
                 "step": step.step,

@@ -31,6 +31,20 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     let missing = !location.exists()?;
     let style = Style::stdout(settings);
     let mut out = std::io::stdout().lock();
+    if args.workers {
+        let workers = if missing {
+            Vec::new()
+        } else {
+            location.open(Access::Read, settings)?.workers()?
+        };
+        if args.json {
+            writeln!(out, "{}", json!({ "workers": workers.iter().map(json::worker_json).collect::<Vec<_>>() }))?;
+        } else {
+            out.write_all(views::worker_list(&style, &workers, crate::journal::now_ms()).as_bytes())?;
+        }
+        out.flush()?;
+        return Ok(0);
+    }
     let Some(id) = &args.task else {
         let tasks = if missing {
             // No journal yet: no tasks.
@@ -158,6 +172,7 @@ fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
             | (StatusFilter::Waiting, TaskStatus::Waiting)
             | (StatusFilter::Sleeping, TaskStatus::Sleeping)
             | (StatusFilter::OverBudget, TaskStatus::OverBudget)
+            | (StatusFilter::Queued, TaskStatus::Queued)
     )
 }
 

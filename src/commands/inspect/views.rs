@@ -22,6 +22,7 @@ pub(super) fn task_tone(status: TaskStatus) -> Tone {
         | TaskStatus::Waiting
         | TaskStatus::Sleeping
         | TaskStatus::OverBudget => Tone::Warn,
+        TaskStatus::Queued => Tone::Dim,
         TaskStatus::Cancelled => Tone::Dim,
     }
 }
@@ -115,14 +116,57 @@ pub(super) fn task_list(
         .iter()
         .map(|task| {
             let status = shown_status(task, settings);
+            // Who runs it, for a running task: the worker's host and pid.
+            let shown = match (&task.lease, status) {
+                (Some(lease), TaskStatus::Running) => {
+                    format!("running on {}:{}", lease.host, lease.pid)
+                }
+                (_, TaskStatus::Queued) => format!(
+                    "queued in {}",
+                    task.queue.as_deref().unwrap_or("default")
+                ),
+                _ => status.as_str().to_owned(),
+            };
             vec![
                 plain(&task.id),
-                (status.as_str().to_owned(), task_tone(status)),
+                (shown, task_tone(status)),
                 plain(task.steps.to_string()),
                 plain(thousands(task.tokens_spent)),
                 plain(thousands(task.tokens_saved)),
                 plain(age(&task.created_at, now)),
                 plain(shell_words(&task.argv)),
+            ]
+        })
+        .collect();
+    table::render(style, &columns, &rows)
+}
+
+/// `inspect --workers`: the live workers.
+pub(super) fn worker_list(
+    style: &Style,
+    workers: &[crate::journal::WorkerRecord],
+    now_ms: i64,
+) -> String {
+    if workers.is_empty() {
+        return "no live workers\n".to_owned();
+    }
+    let columns = [
+        Column::fixed("WORKER"),
+        Column::fixed("QUEUES"),
+        Column::number("JOBS"),
+        Column::number("HEARTBEAT"),
+        Column::flexible("TASKS"),
+    ];
+    let rows: Vec<Vec<(String, Tone)>> = workers
+        .iter()
+        .map(|worker| {
+            let beat = Duration::from_millis(now_ms.saturating_sub(worker.heartbeat_ms).max(0) as u64);
+            vec![
+                plain(&worker.id),
+                plain(worker.queues.join(",")),
+                plain(format!("{}/{}", worker.tasks.len(), worker.jobs)),
+                plain(format!("{} ago", short_duration(beat))),
+                plain(worker.tasks.join(" ")),
             ]
         })
         .collect();

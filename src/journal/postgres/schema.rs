@@ -98,6 +98,24 @@ CREATE TABLE signals (
 CREATE UNIQUE INDEX signals_by_id ON signals (task_id, signal_id) WHERE signal_id IS NOT NULL;
 CREATE INDEX signals_untaken ON signals (task_id, name, id) WHERE taken_by IS NULL;
 ",
+    // SPEC 11: the queue a submitted task waits in, the worker that
+    // claimed it (until its run takes the lease), and the live workers.
+    r"
+ALTER TABLE tasks ADD COLUMN queue TEXT;
+ALTER TABLE tasks ADD COLUMN claimed_by TEXT;
+ALTER TABLE tasks ADD COLUMN claimed_at BIGINT;
+CREATE INDEX tasks_by_queue ON tasks (queue, created_at) WHERE queue IS NOT NULL;
+CREATE TABLE workers (
+    id         TEXT PRIMARY KEY NOT NULL,
+    host       TEXT NOT NULL,
+    pid        BIGINT NOT NULL,
+    queues     TEXT NOT NULL,
+    jobs       INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    heartbeat  BIGINT NOT NULL,
+    tasks      TEXT NOT NULL
+);
+",
 ];
 
 /// The schema version this durun writes.

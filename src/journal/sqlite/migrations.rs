@@ -107,6 +107,24 @@ CREATE UNIQUE INDEX signals_by_id ON signals (task_id, signal_id) WHERE signal_i
 -- A waiting step looks for the oldest untaken signal of its name.
 CREATE INDEX signals_untaken ON signals (task_id, name, id) WHERE taken_by IS NULL;
 ",
+    r"
+-- SPEC 11: the queue a submitted task waits in, the worker that claimed
+-- it (until its run takes the lease), and the live workers.
+ALTER TABLE tasks ADD COLUMN queue TEXT;
+ALTER TABLE tasks ADD COLUMN claimed_by TEXT;
+ALTER TABLE tasks ADD COLUMN claimed_at INTEGER;
+CREATE INDEX tasks_by_queue ON tasks (queue, created_at) WHERE queue IS NOT NULL;
+CREATE TABLE workers (
+    id         TEXT PRIMARY KEY NOT NULL,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    queues     TEXT NOT NULL,
+    jobs       INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    heartbeat  INTEGER NOT NULL,
+    tasks      TEXT NOT NULL
+);
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other

@@ -28,6 +28,8 @@ pub(crate) struct SqliteJournal {
     /// `PRAGMA data_version` at the last [`crate::journal::Journal::watch`]: it changes
     /// only when another connection commits.
     pub(super) data_version: i64,
+    /// `PRAGMA data_version` at the last look for a worker's work.
+    pub(super) work_version: i64,
     /// The sync mode steps are committed with.
     pub(super) sync: SyncMode,
     /// How old another host's heartbeat may be before its lease is taken.
@@ -81,6 +83,7 @@ impl SqliteJournal {
             path: path.to_owned(),
             identity: None,
             data_version: -1,
+            work_version: -1,
             sync: SyncMode::Full,
             stale: settings.lease.stale,
         };
@@ -162,6 +165,7 @@ impl SqliteJournal {
             path: PathBuf::from(":memory:"),
             identity: None,
             data_version: -1,
+            work_version: -1,
             sync: SyncMode::Full,
             stale: crate::settings::LeaseTimes::default().stale,
         };

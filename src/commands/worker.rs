@@ -1,0 +1,272 @@
+//! `durun submit` and `durun worker` (SPEC 11): a queue of tasks in the
+//! journal, and workers on any number of hosts that take them.
+//!
+//! A worker claims a task in one transaction (of workers racing for it,
+//! exactly one claims it) and runs it as `durun resume TASK`, a process of
+//! its own that takes the task's fenced lease like any run: the claim only
+//! keeps other workers from starting a run that would lose the lease race.
+//! A claim older than the stale time is void, so the tasks of a worker that
+//! died go to the others.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::{SubmitArgs, WorkerArgs};
+use crate::config::{Config, SyncMode};
+use crate::error::Failure;
+use crate::exit_code;
+use crate::journal::{self, Access, Journal, Location, NewTask, TaskRecord, TaskStatus, WorkerRecord};
+use crate::lease;
+use crate::settings::Settings;
+use crate::task::{check_task_id, new_task_id};
+
+/// How long a worker waits for news before it looks again anyway (a
+/// sleeping task's time, a stale lease).
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
+    check_queue(&args.queue)?;
+    if let Some(id) = &args.task {
+        check_task_id(id)?;
+    }
+    let cwd = std::env::current_dir().context("failed to read the current directory")?;
+    let (config, config_path) = Config::discover(args.config.as_deref(), &cwd)?;
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Write, settings)?;
+    let id = args.task.clone().unwrap_or_else(new_task_id);
+    if journal.task(&id)?.is_some() {
+        return Err(Failure::config(format!("task {id} exists already"))
+            .hint("submit it under another --task id, or `durun resume` it")
+            .into());
+    }
+    let task = NewTask {
+        id: id.clone(),
+        argv: args.command.clone(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        config: config_path.is_some().then(|| config.source.clone()),
+        config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
+        sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
+        created_at: journal::now(),
+        max_tokens: args.max_tokens.or(config.max_tokens),
+        queue: Some(args.queue.clone()),
+    };
+    journal.create_task(&task)?;
+    println!("{id}");
+    if !settings.quiet {
+        eprintln!("durun: queued task {id} in `{}`; a `durun worker` runs it", args.queue);
+    }
+    Ok(0)
+}
+
+/// Queue names go into SQL parameters and logs: plain words only.
+fn check_queue(queue: &str) -> Result<()> {
+    let fine = !queue.is_empty()
+        && queue.len() <= 64
+        && queue
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if fine {
+        Ok(())
+    } else {
+        Err(
+            Failure::new(exit_code::USAGE, format!("invalid queue name {queue:?}"))
+                .hint("a queue name is 1 to 64 letters, digits, `-`, `_` and `.`")
+                .into(),
+        )
+    }
+}
+
+pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
+    let queues = if args.queues.is_empty() {
+        vec!["default".to_owned()]
+    } else {
+        args.queues.clone()
+    };
+    for queue in &queues {
+        check_queue(queue)?;
+    }
+    let cwd = std::env::current_dir().context("failed to read the current directory")?;
+    let (config, _) = Config::discover(args.config.as_deref(), &cwd)?;
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Write, settings)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let mut worker = Worker {
+        record: WorkerRecord {
+            id: format!("{}:{}", settings.holder.host, settings.holder.pid),
+            host: settings.holder.host.clone(),
+            pid: settings.holder.pid,
+            queues,
+            jobs: args.jobs,
+            started_at: journal::now(),
+            heartbeat_ms: 0,
+            tasks: Vec::new(),
+        },
+        concurrency: config.queues,
+        running: HashMap::new(),
+        settings,
+    };
+    if !settings.quiet {
+        eprintln!(
+            "durun: worker {} takes tasks of {} from {}, {} at a time",
+            worker.record.id,
+            worker.record.queues.join(", "),
+            location.describe(),
+            args.jobs
+        );
+    }
+    let served = worker.serve(journal.as_mut(), &stop);
+    worker.drain(journal.as_mut());
+    served?;
+    Ok(0)
+}
+
+struct Worker<'a> {
+    record: WorkerRecord,
+    /// `[queues.NAME] concurrency`, over all workers.
+    concurrency: std::collections::BTreeMap<String, u32>,
+    /// Each task this worker runs, as a `durun resume` of its own.
+    running: HashMap<String, Child>,
+    settings: &'a Settings,
+}
+
+impl Worker<'_> {
+    fn serve(&mut self, journal: &mut dyn Journal, stop: &AtomicBool) -> Result<()> {
+        let mut last_heartbeat: Option<Instant> = None;
+        while !stop.load(Ordering::Relaxed) {
+            self.reap(journal)?;
+            if last_heartbeat.is_none_or(|at| at.elapsed() >= self.settings.lease.heartbeat) {
+                self.record.tasks = self.running.keys().cloned().collect();
+                self.record.tasks.sort();
+                journal.worker_heartbeat(&self.record)?;
+                last_heartbeat = Some(Instant::now());
+            }
+            let free = self.record.jobs as usize - self.running.len();
+            if free > 0 {
+                self.take(journal, free)?;
+            }
+            // A submit, a signal or an ended run wakes it at once
+            // (PostgreSQL NOTIFY; SQLite's data_version).
+            journal.wait_for_work(LOOK_EVERY)?;
+        }
+        Ok(())
+    }
+
+    /// Claims up to `free` tasks and starts them.
+    fn take(&mut self, journal: &mut dyn Journal, free: usize) -> Result<()> {
+        let (candidates, now_ms) =
+            journal.claimable(&self.record.queues, &self.record.id, free * 4 + self.running.len())?;
+        let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
+        for task in candidates {
+            if self.running.contains_key(&task.id) || !self.may_take(journal, &task, now_ms)? {
+                continue;
+            }
+            let queue = task.queue.clone().unwrap_or_default();
+            match by_queue.iter_mut().find(|(name, _)| *name == queue) {
+                Some((_, ids)) => ids.push(task.id),
+                None => by_queue.push((queue, vec![task.id])),
+            }
+        }
+        let mut free = free;
+        for (queue, ids) in by_queue {
+            if free == 0 {
+                break;
+            }
+            let ids: Vec<String> = ids.into_iter().take(free).collect();
+            let limit = self.concurrency.get(&queue).copied();
+            for id in journal.claim(&queue, &ids, &self.record.id, limit)? {
+                free -= 1;
+                self.start(journal, &id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a task is one to run now: queued, or left by a run that is
+    /// gone, or parked and ready.
+    fn may_take(&self, journal: &mut dyn Journal, task: &TaskRecord, now_ms: i64) -> Result<bool> {
+        Ok(match task.status {
+            TaskStatus::Queued | TaskStatus::Interrupted => true,
+            TaskStatus::Running => !task.lease.as_ref().is_some_and(|held| {
+                lease::is_live(held, &self.settings.holder, now_ms, self.settings.lease.stale)
+            }),
+            status if status.is_parked() => crate::task::is_ready(journal, task)?,
+            _ => false,
+        })
+    }
+
+    fn start(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
+        let mut command = Command::new(std::env::current_exe()?);
+        if let Some(journal) = self.settings.journal_arg() {
+            command.env("DURUN_JOURNAL", journal);
+        }
+        command.args(["-q", "resume", id]);
+        // A worker killed outright takes its runs with it: their tasks go
+        // to other workers once the leases are stale.
+        crate::os::die_with_parent(&mut command);
+        match command.spawn() {
+            Ok(child) => {
+                if !self.settings.quiet {
+                    eprintln!("durun: worker {} runs task {id}", self.record.id);
+                }
+                self.running.insert(id.to_owned(), child);
+            }
+            Err(err) => {
+                journal.release_claim(id, &self.record.id)?;
+                return Err(anyhow::anyhow!("failed to start `durun resume {id}`: {err}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Collects the runs that ended and gives up their claims.
+    fn reap(&mut self, journal: &mut dyn Journal) -> Result<()> {
+        let mut ended = Vec::new();
+        for (id, child) in &mut self.running {
+            if let Some(status) = child.try_wait()? {
+                ended.push((id.clone(), exit_code::of(status)));
+            }
+        }
+        for (id, code) in ended {
+            self.running.remove(&id);
+            journal.release_claim(&id, &self.record.id)?;
+            if !self.settings.quiet {
+                let what = match code {
+                    0 => "completed".to_owned(),
+                    exit_code::LOCKED => "was taken by another runner".to_owned(),
+                    exit_code::PARKED => "parked (waits for a signal or a time)".to_owned(),
+                    code => format!("ended with exit {code}"),
+                };
+                eprintln!("durun: worker {}: task {id} {what}", self.record.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every run resumably (SIGTERM: the agent is told, the task is
+    /// left interrupted for another worker) and leaves the list.
+    fn drain(&mut self, journal: &mut dyn Journal) {
+        if !self.running.is_empty() && !self.settings.quiet {
+            eprintln!(
+                "durun: worker {} stops; its {} task(s) are left to the others",
+                self.record.id,
+                self.running.len()
+            );
+        }
+        for child in self.running.values() {
+            crate::os::signal_process(child.id(), libc::SIGTERM);
+        }
+        for (id, mut child) in self.running.drain() {
+            let _ = child.wait();
+            let _ = journal.release_claim(&id, &self.record.id);
+        }
+        let _ = journal.worker_gone(&self.record.id);
+    }
+}
