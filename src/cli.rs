@@ -613,7 +613,10 @@ mod tests {
             ("durun fork t1", false),
             ("durun run --max-tokens 1000 --park-after 0s -- true", true),
             ("durun submit -- python3 agent.py", true),
-            ("durun submit --queue q --task t1 --max-tokens 5 -- ./a", true),
+            (
+                "durun submit --queue q --task t1 --max-tokens 5 -- ./a",
+                true,
+            ),
             ("durun submit", false),
             ("durun worker", true),
             ("durun worker --queue a --queue b --jobs 4", true),

@@ -20,7 +20,9 @@ use crate::cli::{SubmitArgs, WorkerArgs};
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Journal, Location, NewTask, TaskRecord, TaskStatus, WorkerRecord};
+use crate::journal::{
+    self, Access, Journal, Location, NewTask, TaskRecord, TaskStatus, WorkerRecord,
+};
 use crate::lease;
 use crate::settings::Settings;
 use crate::task::{check_task_id, new_task_id};
@@ -58,7 +60,10 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     journal.create_task(&task)?;
     println!("{id}");
     if !settings.quiet {
-        eprintln!("durun: queued task {id} in `{}`; a `durun worker` runs it", args.queue);
+        eprintln!(
+            "durun: queued task {id} in `{}`; a `durun worker` runs it",
+            args.queue
+        );
     }
     Ok(0)
 }
@@ -161,8 +166,11 @@ impl Worker<'_> {
 
     /// Claims up to `free` tasks and starts them.
     fn take(&mut self, journal: &mut dyn Journal, free: usize) -> Result<()> {
-        let (candidates, now_ms) =
-            journal.claimable(&self.record.queues, &self.record.id, free * 4 + self.running.len())?;
+        let (candidates, now_ms) = journal.claimable(
+            &self.record.queues,
+            &self.record.id,
+            free * 4 + self.running.len(),
+        )?;
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
         for task in candidates {
             if self.running.contains_key(&task.id) || !self.may_take(journal, &task, now_ms)? {
@@ -195,7 +203,12 @@ impl Worker<'_> {
         Ok(match task.status {
             TaskStatus::Queued | TaskStatus::Interrupted => true,
             TaskStatus::Running => !task.lease.as_ref().is_some_and(|held| {
-                lease::is_live(held, &self.settings.holder, now_ms, self.settings.lease.stale)
+                lease::is_live(
+                    held,
+                    &self.settings.holder,
+                    now_ms,
+                    self.settings.lease.stale,
+                )
             }),
             status if status.is_parked() => crate::task::is_ready(journal, task)?,
             _ => false,
@@ -220,7 +233,9 @@ impl Worker<'_> {
             }
             Err(err) => {
                 journal.release_claim(id, &self.record.id)?;
-                return Err(anyhow::anyhow!("failed to start `durun resume {id}`: {err}"));
+                return Err(anyhow::anyhow!(
+                    "failed to start `durun resume {id}`: {err}"
+                ));
             }
         }
         Ok(())

@@ -11,6 +11,7 @@ before any answer is read), or {"begin": NAME, "args": {...}, "effect": E,
   {"api": true}            POST args to $API_URL with the step's key
   {"read": true}           POST args to $API_URL as a read (creates nothing)
   {"value": V}             commit V
+  {"sleep_ms": N}          sleep N ms, then commit "slept"
   {"wait_for": PATH}       wait until PATH exists, then commit "waited"
   {"exit_unless": PATH, "code": N}  exit N at once unless PATH exists
 At the end it sends `result` with every step's output and exits 0. A
@@ -72,6 +73,9 @@ def perform(action, args, opened):
                     {"Idempotency-Key": opened["idempotency_key"], **run_header()}), None
     if "value" in action:
         return action["value"], None
+    if "sleep_ms" in action:
+        time.sleep(action["sleep_ms"] / 1000)
+        return "slept", None
     if "wait_for" in action:
         while not os.path.exists(action["wait_for"]):
             time.sleep(0.02)

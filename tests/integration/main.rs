@@ -24,3 +24,4 @@ mod shared;
 mod terminal;
 mod torture;
 mod waiting;
+mod workers;

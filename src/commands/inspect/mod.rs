@@ -38,9 +38,15 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             location.open(Access::Read, settings)?.workers()?
         };
         if args.json {
-            writeln!(out, "{}", json!({ "workers": workers.iter().map(json::worker_json).collect::<Vec<_>>() }))?;
+            writeln!(
+                out,
+                "{}",
+                json!({ "workers": workers.iter().map(json::worker_json).collect::<Vec<_>>() })
+            )?;
         } else {
-            out.write_all(views::worker_list(&style, &workers, crate::journal::now_ms()).as_bytes())?;
+            out.write_all(
+                views::worker_list(&style, &workers, crate::journal::now_ms()).as_bytes(),
+            )?;
         }
         out.flush()?;
         return Ok(0);

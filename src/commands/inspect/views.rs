@@ -121,10 +121,9 @@ pub(super) fn task_list(
                 (Some(lease), TaskStatus::Running) => {
                     format!("running on {}:{}", lease.host, lease.pid)
                 }
-                (_, TaskStatus::Queued) => format!(
-                    "queued in {}",
-                    task.queue.as_deref().unwrap_or("default")
-                ),
+                (_, TaskStatus::Queued) => {
+                    format!("queued in {}", task.queue.as_deref().unwrap_or("default"))
+                }
                 _ => status.as_str().to_owned(),
             };
             vec![
@@ -160,7 +159,8 @@ pub(super) fn worker_list(
     let rows: Vec<Vec<(String, Tone)>> = workers
         .iter()
         .map(|worker| {
-            let beat = Duration::from_millis(now_ms.saturating_sub(worker.heartbeat_ms).max(0) as u64);
+            let beat =
+                Duration::from_millis(now_ms.saturating_sub(worker.heartbeat_ms).max(0) as u64);
             vec![
                 plain(&worker.id),
                 plain(worker.queues.join(",")),

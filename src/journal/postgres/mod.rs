@@ -777,7 +777,10 @@ impl Journal for PostgresJournal {
         )?;
         let now = match rows.first() {
             Some(row) => row.get(22),
-            None => self.client.query_one(&format!("SELECT {NOW_MS}"), &[])?.get(0),
+            None => self
+                .client
+                .query_one(&format!("SELECT {NOW_MS}"), &[])?
+                .get(0),
         };
         let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
         Ok((tasks, now))
