@@ -22,8 +22,7 @@ pub(super) fn task_tone(status: TaskStatus) -> Tone {
         | TaskStatus::Waiting
         | TaskStatus::Sleeping
         | TaskStatus::OverBudget => Tone::Warn,
-        TaskStatus::Queued => Tone::Dim,
-        TaskStatus::Cancelled => Tone::Dim,
+        TaskStatus::Queued | TaskStatus::Cancelled => Tone::Dim,
     }
 }
 
