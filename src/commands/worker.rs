@@ -127,10 +127,45 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
             args.jobs
         );
     }
-    let served = worker.serve(journal.as_mut(), &stop);
+    loop {
+        match worker.serve(journal.as_mut(), &stop) {
+            Ok(()) => break,
+            Err(err) if stop.load(Ordering::Relaxed) => {
+                eprintln!("durun: worker {}: {err:#}", worker.record.id);
+                break;
+            }
+            // The journal went away (a PostgreSQL restart, a network cut):
+            // reconnect and go on. The runs it started hold their own
+            // leases; one that lost its own is fenced and its task goes
+            // to whoever takes it next, never to two runners.
+            Err(err) => {
+                eprintln!(
+                    "durun: worker {}: the journal failed ({err:#}); reconnecting",
+                    worker.record.id
+                );
+                journal = reconnect(&location, settings, &stop)?;
+            }
+        }
+    }
     worker.drain(journal.as_mut());
-    served?;
     Ok(0)
+}
+
+/// Opens the journal again, once a second, until it answers or the
+/// worker is told to stop.
+fn reconnect(
+    location: &Location,
+    settings: &Settings,
+    stop: &AtomicBool,
+) -> Result<Box<dyn Journal>> {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        match location.open(Access::Write, settings) {
+            Ok(journal) => return Ok(journal),
+            Err(err) if stop.load(Ordering::Relaxed) => return Err(err),
+            Err(_) => {}
+        }
+    }
 }
 
 struct Worker<'a> {

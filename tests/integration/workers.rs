@@ -330,3 +330,51 @@ fn bad_submissions_fail_their_task_not_the_worker() {
         worker_log(&env, "w")
     );
 }
+
+/// A PostgreSQL restart while a pool runs: runs whose connection broke
+/// stop (their tasks' leases go stale), the workers reconnect, and every
+/// task completes with every charge once. It restarts the server that the
+/// rest of the suite uses, so it is left out of `cargo test` and run alone
+/// by `.ci/run` (`--ignored`).
+#[test]
+#[ignore = "restarts the PostgreSQL server: .ci/run runs it alone"]
+fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
+    let api = FakeApi::start();
+    let env = pool_env(&api);
+    if env.postgres.is_none() {
+        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+        return;
+    }
+    let ids: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let plan = json!({"steps": [
+            {"begin": "think", "args": {"i": i}, "do": {"sleep_ms": 300}},
+            {"begin": "charge", "effect": "mutate", "args": {"title": id}, "do": {"api": true}},
+            {"begin": "after", "args": {"i": i}, "do": {"sleep_ms": 300}},
+        ]});
+        submit(&env, id, &plan, &[]);
+    }
+    let mut w1 = worker(&env, "w1", &["--jobs", "2"]);
+    let mut w2 = worker(&env, "w2", &["--jobs", "2"]);
+    wait_for("the pool to start", Duration::from_secs(30), || {
+        api.resources() >= 2
+    });
+    let cluster = std::fs::read_dir("/etc/postgresql")
+        .expect("/etc/postgresql")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .next()
+        .expect("a cluster");
+    let restarted = std::process::Command::new("pg_ctlcluster")
+        .args(["--skip-systemctl-redirect", &cluster, "main", "restart"])
+        .output()
+        .expect("pg_ctlcluster");
+    assert!(restarted.status.success(), "{}", text(&restarted.stderr));
+    wait_for("every task to complete", Duration::from_secs(120), || {
+        all_completed(&env, &ids)
+    });
+    assert!(stop(&mut w1).success(), "{}", worker_log(&env, "w1"));
+    assert!(stop(&mut w2).success(), "{}", worker_log(&env, "w2"));
+    assert_eq!(api.resources(), 12, "every charge happened once");
+    let logs = worker_log(&env, "w1") + &worker_log(&env, "w2");
+    assert!(logs.contains("reconnecting"), "{logs}");
+}
