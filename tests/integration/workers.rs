@@ -361,8 +361,7 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
     });
     let cluster = std::fs::read_dir("/etc/postgresql")
         .expect("/etc/postgresql")
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .next()
+        .find_map(|entry| entry.ok()?.file_name().into_string().ok())
         .expect("a cluster");
     let restarted = std::process::Command::new("pg_ctlcluster")
         .args(["--skip-systemctl-redirect", &cluster, "main", "restart"])
