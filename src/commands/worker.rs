@@ -29,7 +29,7 @@ use crate::task::{check_task_id, new_task_id};
 
 /// How long a worker waits for news before it looks again anyway (a
 /// sleeping task's time, a stale lease).
-const LOOK_EVERY: Duration = Duration::from_millis(250);
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     check_queue(&args.queue)?;
