@@ -35,6 +35,8 @@ use crate::settings::Settings;
 
 pub(crate) struct PostgresJournal {
     client: Client,
+    /// To connect again (the URL parsed; it is never printed).
+    config: postgres::Config,
     /// `LISTEN durun_work` was sent (a worker's connection).
     listening: bool,
     /// How old another host's heartbeat may be before its lease is taken.
@@ -97,8 +99,24 @@ impl PostgresJournal {
             Failure::journal(format!("cannot reach {}: {}", describe(url), reason(&err)))
                 .hint("check that the server runs and accepts this user, or choose another journal with --journal")
         })?;
+        // A runner paused inside a transaction (SIGSTOP, a frozen VM)
+        // would hold its row locks and block every takeover until it came
+        // back: the server ends such a session after half the stale time,
+        // before anyone may take the task over. durun's own transactions
+        // never wait on the client that long.
+        let idle = (settings.lease.stale / 2).max(Duration::from_secs(1));
+        let mut client = client;
+        client
+            .batch_execute(&format!(
+                "SET idle_in_transaction_session_timeout = {}",
+                idle.as_millis()
+            ))
+            .map_err(|err| {
+                Failure::journal(format!("cannot set up {}: {}", describe(url), reason(&err)))
+            })?;
         let mut journal = Self {
             client,
+            config,
             listening: false,
             stale: settings.lease.stale,
         };
@@ -135,6 +153,29 @@ impl PostgresJournal {
                 &[&VERSION],
             )?;
         }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl PostgresJournal {
+    /// The end of a run, and the release of its lease if it still holds it.
+    fn record_end(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        tx.execute(
+            "UPDATE runs SET finished_at = $3, exit_code = $4 WHERE task_id = $1 AND run = $2",
+            &[&task, &(run as i32), &end.finished_at, &end.exit_code],
+        )?;
+        write_stats(&mut tx, task, run, stats)?;
+        tx.execute(
+            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
+                 exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
+                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+             WHERE id = $1 AND lease_run = $2",
+            &[&task, &(run as i32), &end.status.as_str(), &end.exit_code, &end.finished_at],
+        )?;
+        // A worker may take over what this run left (interrupted, parked).
+        tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
         tx.commit()?;
         Ok(())
     }
@@ -423,23 +464,16 @@ impl Journal for PostgresJournal {
     }
 
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.execute(
-            "UPDATE runs SET finished_at = $3, exit_code = $4 WHERE task_id = $1 AND run = $2",
-            &[&task, &(run as i32), &end.finished_at, &end.exit_code],
-        )?;
-        write_stats(&mut tx, task, run, stats)?;
-        tx.execute(
-            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
-                 exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
-                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
-             WHERE id = $1 AND lease_run = $2",
-            &[&task, &(run as i32), &end.status.as_str(), &end.exit_code, &end.finished_at],
-        )?;
-        // A worker may take over what this run left (interrupted, parked).
-        tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
-        tx.commit()?;
-        Ok(())
+        match self.record_end(task, run, end, stats) {
+            // The server ended this session (a run paused inside a
+            // transaction): the run's end is still worth recording, on a
+            // new one. It changes the task only if the run holds the lease.
+            Err(_) if self.client.is_closed() => {
+                self.client = self.config.connect(NoTls)?;
+                self.record_end(task, run, end, stats)
+            }
+            done => done,
+        }
     }
 
     fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
