@@ -66,6 +66,8 @@ pub(super) struct Supervisor<'a> {
     /// The run lost its lease: nothing more reaches the agent or the
     /// journal.
     pub(super) fenced: bool,
+    /// The journal's server went away: the task is left interrupted.
+    pub(super) connection_lost: bool,
     pub(super) last_watch: Instant,
     /// `begin` steps that failed in this run, which the agent may `retry`.
     pub(super) failed: HashMap<u64, StepRecord>,

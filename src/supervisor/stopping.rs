@@ -61,7 +61,22 @@ impl Supervisor<'_> {
     ) {
         // A storage error says what happened (a full disk, a lock) and
         // what to do.
-        let err = crate::journal::explain(err);
+        let lost = crate::journal::postgres::connection_lost(&err);
+        let err = if lost {
+            self.connection_lost = true;
+            err.context(
+                Failure::journal(format!(
+                    "lost the connection to the journal of task {}",
+                    self.spec.task_id
+                ))
+                .hint(format!(
+                    "the task is left interrupted: once the server is back, `durun resume {}` (or a worker) continues it",
+                    self.spec.task_id
+                )),
+            )
+        } else {
+            crate::journal::explain(err)
+        };
         // A write no request waits for (a heartbeat, a mark) answers none.
         if !id.is_null() {
             self.respond(
@@ -152,9 +167,9 @@ impl Supervisor<'_> {
             None => (TaskStatus::Interrupted, exit_code::INTERNAL),
         };
         match self.stop.take() {
-            // A fenced run leaves the task to whoever holds it, or, if
-            // nobody took it, resumable.
-            Some(Stop::Failure(err)) if self.fenced => (
+            // A fenced run leaves the task to whoever holds it; a run that
+            // lost its journal's server leaves it to the next resume.
+            Some(Stop::Failure(err)) if self.fenced || self.connection_lost => (
                 TaskStatus::Interrupted,
                 crate::error::exit_code_of(&err),
                 Some(err),

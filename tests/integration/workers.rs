@@ -22,19 +22,47 @@ fn pool_env(api: &FakeApi) -> TestEnv {
     env
 }
 
+/// A worker process; killed with its process group if a test fails
+/// before it stops it.
+struct Worker(Child);
+
+impl std::ops::Deref for Worker {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            crate::env::signal(-(self.0.id() as i32), libc::SIGKILL);
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts a worker posing as `host`, in a process group of its own (so a
 /// test can stop it with every run it started).
-fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Child {
+fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Worker {
     let log = std::fs::File::create(env.path(&format!("{host}.log"))).expect("log");
-    env.command()
-        .env("DURUN_HOST_ID", host)
-        .arg("worker")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("a worker")
+    Worker(
+        env.command()
+            .env("DURUN_HOST_ID", host)
+            .arg("worker")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("a worker"),
+    )
 }
 
 fn worker_log(env: &TestEnv, host: &str) -> String {
@@ -78,7 +106,7 @@ fn all_completed(env: &TestEnv, ids: &[String]) -> bool {
     done == Some(ids.len())
 }
 
-fn stop(child: &mut Child) -> std::process::ExitStatus {
+fn stop(child: &mut Worker) -> std::process::ExitStatus {
     crate::env::signal(child.id() as i32, libc::SIGTERM);
     wait_exit(child, Duration::from_secs(60))
 }
@@ -368,9 +396,19 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
         .output()
         .expect("pg_ctlcluster");
     assert!(restarted.status.success(), "{}", text(&restarted.stderr));
-    wait_for("every task to complete", Duration::from_secs(120), || {
-        all_completed(&env, &ids)
-    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !all_completed(&env, &ids) {
+        if Instant::now() > deadline {
+            let listed = env.durun(&["inspect"]);
+            panic!(
+                "not every task completed:\n{}\nw1:\n{}\nw2:\n{}",
+                text(&listed.stdout),
+                worker_log(&env, "w1"),
+                worker_log(&env, "w2")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(stop(&mut w1).success(), "{}", worker_log(&env, "w1"));
     assert!(stop(&mut w2).success(), "{}", worker_log(&env, "w2"));
     assert_eq!(api.resources(), 12, "every charge happened once");

@@ -50,6 +50,21 @@ fn channel(task: &str) -> String {
     format!("durun_task_{}", &hash[..24])
 }
 
+/// Whether `err` says the connection to the server was lost (a restart,
+/// a network cut, the session ended by the server) rather than a write
+/// refused: the task is worth resuming once the server is back.
+pub(crate) fn connection_lost(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<postgres::Error>().is_some_and(|err| {
+            err.is_closed()
+                || err.code().is_some_and(|code| {
+                    let code = code.code();
+                    code.starts_with("08") || code.starts_with("57P")
+                })
+        })
+    })
+}
+
 /// What the server said, for messages: `postgres::Error` prints only its
 /// kind ("db error"), the reason is in its source.
 pub(crate) fn reason(err: &postgres::Error) -> String {
