@@ -61,6 +61,10 @@ elif scenario == "values":
         durun.step("bad.value", {}, lambda: {1, 2})
     except TypeError as exc:
         seen({"value_error": str(exc)})
+    try:
+        durun.step("lazy", {}, lambda: asyncio.sleep(0))
+    except TypeError as exc:
+        seen({"awaitable_error": str(exc)})
     durun.result("ok")
 
 elif scenario == "retries":
@@ -122,6 +126,32 @@ elif scenario == "deterministic":
         os.remove(os.environ["STOP_FILE"])
         sys.exit(3)
     durun.result(values)
+
+elif scenario == "threads":
+    # Eight threads and an event loop share the channel at once.
+    import threading
+    results = []
+
+    def work(k):
+        for i in range(100):
+            results.append(durun.step("t", {"k": k, "i": i}, lambda: k * 1000 + i))
+
+    async def gathered():
+        def one(j):
+            async def body():
+                await asyncio.sleep(0)
+                return j
+            return durun.step("a", {"j": j}, body)
+        return await asyncio.gather(*[one(j) for j in range(30)])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    got = asyncio.run(gathered())
+    for thread in threads:
+        thread.join()
+    after = [durun.step("after", {"i": i}, lambda: i) for i in range(20)]
+    seen([len(results), sorted(results) == sorted(k * 1000 + i for k in range(8) for i in range(100)), got, after[-1]])
 
 elif scenario == "standalone":
     seen([durun.active(), durun.call("echo", text="hi"), durun.step("s", {}, lambda: 7)])

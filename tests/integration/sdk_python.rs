@@ -103,6 +103,10 @@ fn values_are_stored_by_rule_and_what_json_cannot_hold_is_refused_by_name() {
         value_error.contains("step 'bad.value'") && value_error.contains("builtins.set"),
         "{value_error}"
     );
+    let awaitable = seen[3]["awaitable_error"]
+        .as_str()
+        .expect("an awaitable error");
+    assert!(awaitable.contains("returned an awaitable"), "{awaitable}");
     let task = env.inspect("t");
     assert_eq!(
         task["steps"][0]["output"]["when"],
@@ -110,8 +114,8 @@ fn values_are_stored_by_rule_and_what_json_cannot_hold_is_refused_by_name() {
     );
     assert_eq!(
         task["steps"].as_array().map(Vec::len),
-        Some(2),
-        "the bad arg opened no step"
+        Some(3),
+        "the bad arg opened no step; the two bad values failed theirs"
     );
     assert_eq!(task["steps"][1]["status"], "failed");
 }
@@ -170,6 +174,22 @@ fn asyncio_steps_and_calls_are_numbered_in_the_order_they_open() {
     let again = env.durun(&["resume", "t", "--from-step", "7"]);
     assert!(again.status.success(), "{}", text(&again.stderr));
     assert_eq!(seen(&again)[0], json!([[2, 4, 6], ["a\n", "b\n"], "c\n"]));
+}
+
+#[test]
+fn threads_and_an_event_loop_share_the_channel() {
+    let env = sdk_env();
+    let output = run(&env, "t", "threads");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let seen = seen(&output);
+    assert_eq!(seen[0][0], 800);
+    assert_eq!(seen[0][1], true, "every thread got its own answers");
+    assert_eq!(seen[0][2], json!((0..30).collect::<Vec<_>>()));
+    assert_eq!(seen[0][3], 19);
+    assert_eq!(
+        env.inspect("t")["steps"].as_array().map(Vec::len),
+        Some(850)
+    );
 }
 
 #[test]

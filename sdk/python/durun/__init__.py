@@ -232,7 +232,13 @@ class _Waiter:
 
 class _Channel:
     """Requests out on the protocol fd, answers in on stdin, matched by id;
-    safe to use from many threads and event loops at once."""
+    safe to use from many threads and event loops at once.
+
+    A thread that waits for an answer reads stdin itself (one thread at a
+    time, handing other threads' answers to them), so a plain loop of
+    steps costs no hand-off between threads. Once an event loop waits for
+    an answer, a reader thread takes over the reading for good: a future
+    has no thread of its own to read with."""
 
     def __init__(self) -> None:
         # Keep the real stdout for the protocol, then point fd 1 (and so
@@ -244,9 +250,13 @@ class _Channel:
         self._in = os.fdopen(os.dup(0), "r", encoding="utf-8")
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        # Signalled when an answer is handed over or the reading is free.
+        self._turn = threading.Condition(self._lock)
         self._waiting: Dict[int, _Waiter] = {}
         self._reader: Optional[threading.Thread] = None
-        # Why the reader stopped, once it has: every later request gets it.
+        # A waiting thread is reading stdin now.
+        self._leading = False
+        # Why the reading stopped, once it has: every later request gets it.
         self._gone: Optional[str] = None
         # durun answered `cancelled`: the run is stopping.
         self.stopping = False
@@ -269,10 +279,15 @@ class _Channel:
                 self._waiting[message["id"]] = waiter
                 self._out.write(line)
             self._out.flush()
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
-                self._reader.start()
+            if loop is not None and not self._leading:
+                self._start_reader()
         return waiters
+
+    def _start_reader(self) -> None:
+        """With the lock held: a thread to read for the futures."""
+        if self._reader is None and self._gone is None:
+            self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
+            self._reader.start()
 
     def request(self, message: Dict[str, Any]) -> Answer:
         return self.request_all([message])[0]
@@ -280,9 +295,30 @@ class _Channel:
     def request_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
         waiters = self.send(messages)
         for waiter in waiters:
-            assert waiter.event is not None
-            waiter.event.wait()
+            self._await(waiter)
         return [cast(Answer, waiter.answer) for waiter in waiters]
+
+    def _await(self, waiter: _Waiter) -> None:
+        """Waits for `waiter`'s answer, reading stdin itself when no one
+        else does."""
+        assert waiter.event is not None
+        while not waiter.event.is_set():
+            with self._lock:
+                while not waiter.event.is_set() and (self._leading or self._reader is not None):
+                    self._turn.wait()
+                if waiter.event.is_set():
+                    return
+                self._leading = True
+            try:
+                while not waiter.event.is_set() and self._read_one():
+                    pass
+            finally:
+                with self._lock:
+                    self._leading = False
+                    # Futures still waiting need a reader of their own now.
+                    if any(other.loop is not None for other in self._waiting.values()):
+                        self._start_reader()
+                    self._turn.notify_all()
 
     async def arequest(self, message: Dict[str, Any]) -> Answer:
         return (await self.arequest_all([message]))[0]
@@ -294,26 +330,38 @@ class _Channel:
     def _failure(self, request_id: int) -> Answer:
         return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
 
-    def _read(self) -> None:
-        why = "durun closed the protocol"
+    def _read_one(self) -> bool:
+        """Reads one answer and hands it over; False once stdin is done
+        (every waiter then gets an error, now and later)."""
         try:
-            for line in self._in:
-                answer = json.loads(line)
-                if (answer.get("error") or {}).get("code") == "cancelled":
-                    self.stopping = True
-                with self._lock:
-                    waiter = self._waiting.pop(answer.get("id"), None)
-                if waiter is not None:
-                    waiter.deliver(answer)
+            line = self._in.readline()
+            if not line:
+                return self._close("durun closed the protocol")
+            answer = json.loads(line)
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
-            why = f"the SDK could not read durun's answer: {exc}"
-        # The reader is gone: wake everyone with an error, now and later.
+            return self._close(f"the SDK could not read durun's answer: {exc}")
+        if (answer.get("error") or {}).get("code") == "cancelled":
+            self.stopping = True
+        with self._lock:
+            waiter = self._waiting.pop(answer.get("id"), None)
+            if waiter is not None:
+                waiter.deliver(answer)
+            self._turn.notify_all()
+        return True
+
+    def _close(self, why: str) -> bool:
         with self._lock:
             self._gone = why
             waiting = list(self._waiting.items())
             self._waiting.clear()
-        for request_id, waiter in waiting:
-            waiter.deliver(self._failure(request_id))
+            for request_id, waiter in waiting:
+                waiter.deliver(self._failure(request_id))
+            self._turn.notify_all()
+        return False
+
+    def _read(self) -> None:
+        while self._read_one():
+            pass
 
 
 _channel: Optional[_Channel] = None
@@ -517,6 +565,13 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             continue
         finally:
             _current.reset(token)
+        if inspect.isawaitable(value):
+            # A lambda around a coroutine: the sync path cannot await it.
+            getattr(value, "close", lambda: None)()
+            message = (f"durun: step {name!r} returned an awaitable: pass an `async def` function "
+                       "(`durun.step(name, args, async_fn)` then returns an awaitable), not a lambda around one")
+            channel.request({"op": "fail", "step": context.step, "error": message})
+            raise TypeError(message)
         try:
             commit, stored = _closing(name, context, value)
         except (TypeError, ValueError) as exc:
