@@ -438,7 +438,7 @@ pub(crate) struct SleepArgs {
     pub duration: Option<std::time::Duration>,
 
     /// Until this time, RFC 3339 in UTC like 2026-12-01T09:00:00Z
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = time_text)]
     pub until: Option<String>,
 }
 
@@ -536,6 +536,14 @@ pub(crate) struct GenerateArgs {
     /// The directory to write `man/` and `completions/` into
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub out: PathBuf,
+}
+
+/// A time a user typed, checked and kept as typed.
+fn time_text(text: &str) -> Result<String, String> {
+    match crate::clock::parse(text) {
+        Some(_) => Ok(text.to_owned()),
+        None => Err("expected an RFC 3339 time in UTC like 2026-12-01T09:00:00Z".to_owned()),
+    }
 }
 
 /// Completes a task argument to the ids in the journal.

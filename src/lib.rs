@@ -4,6 +4,7 @@
 //! error as `durun: …` and chooses the exit code in one place.
 
 mod cli;
+mod clock;
 mod commands;
 mod completion;
 mod config;

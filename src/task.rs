@@ -32,25 +32,26 @@ pub(crate) fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus
     }
 }
 
-/// The step a parked task waits on: its last live step, if `waiting`.
+/// The step the task waits on: its latest `waiting` step (parallel steps
+/// may have come after it, so the last few are looked at).
 pub(crate) fn waiting_step(
     journal: &mut dyn Journal,
     task: &str,
 ) -> anyhow::Result<Option<StepRecord>> {
-    let mut last = None;
-    journal.visit_steps(task, false, Some(1), &mut |step| {
-        last = Some(step);
+    let mut waiting = None;
+    journal.visit_steps(task, false, Some(256), &mut |step| {
+        if step.status == StepStatus::Waiting {
+            waiting = Some(step);
+        }
         Ok(())
     })?;
-    Ok(last.filter(|step| step.status == StepStatus::Waiting))
+    Ok(waiting)
 }
 
 /// When a waiting step's time comes: a sleep's wake time, a wait's
 /// timeout.
 pub(crate) fn wake_time(step: &StepRecord) -> Option<SystemTime> {
-    step.wake_at
-        .as_deref()
-        .and_then(|at| humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok())
+    step.wake_at.as_deref().and_then(crate::clock::parse)
 }
 
 /// Whether a parked task would go on if started now: its signal came or
@@ -131,20 +132,35 @@ pub(crate) fn unknown_task(id: &str, location: &Location) -> Failure {
 }
 
 pub(crate) fn check_task_id(id: &str) -> anyhow::Result<()> {
-    let fine = !id.is_empty()
-        && id.len() <= 128
-        && id
+    check_word("task id", id, 128, &['-', '_', '.', ':'])
+}
+
+/// Names that go into the journal, SQL parameters and logs (task ids,
+/// queue names): 1 to `most` letters, digits and the `extra` characters.
+pub(crate) fn check_word(
+    kind: &str,
+    text: &str,
+    most: usize,
+    extra: &[char],
+) -> anyhow::Result<()> {
+    let fine = !text.is_empty()
+        && text.len() <= most
+        && text
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c));
     if fine {
-        Ok(())
-    } else {
-        Err(
-            Failure::new(exit_code::USAGE, format!("invalid task id {id:?}"))
-                .hint("a task id is 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`")
-                .into(),
-        )
+        return Ok(());
     }
+    let shown: Vec<String> = extra.iter().map(|c| format!("`{c}`")).collect();
+    let (last, rest) = shown.split_last().expect("some extra characters");
+    Err(
+        Failure::new(exit_code::USAGE, format!("invalid {kind} {text:?}"))
+            .hint(format!(
+                "a {kind} is 1 to {most} characters of letters, digits, {} and {last}",
+                rest.join(", ")
+            ))
+            .into(),
+    )
 }
 
 /// A new id that sorts by time: `20261129-121608-3fa9c2`.

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{ApproveArgs, RejectArgs, SignalArgs};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Journal, Location, SignalRecord, StepKind, StepStatus};
+use crate::journal::{self, Access, Journal, Location, SignalRecord, StepKind};
 use crate::settings::Settings;
 use crate::task::{shown_status, unknown_task};
 
@@ -67,7 +67,11 @@ fn answer(task: &str, data: Value, settings: &Settings) -> Result<i32> {
     if journal.task(task)?.is_none() {
         return Err(unknown_task(task, &location).into());
     }
-    let Some(name) = waited_for(journal.as_mut(), task)? else {
+    let waiting = crate::task::waiting_step(journal.as_mut(), task)?;
+    let Some(name) = waiting
+        .filter(|step| step.kind == StepKind::Wait)
+        .map(|step| step.name)
+    else {
         return Err(Failure::config(format!("task {task} waits for no signal"))
             .hint(format!(
                 "`durun inspect {task}` shows where it stands; `durun signal {task} NAME` sends a signal a later `wait` takes"
@@ -83,19 +87,6 @@ fn answer(task: &str, data: Value, settings: &Settings) -> Result<i32> {
         data,
         None,
     )
-}
-
-/// The name of the latest `wait` step of the task still waiting.
-fn waited_for(journal: &mut dyn Journal, task: &str) -> Result<Option<String>> {
-    let mut name = None;
-    // Parallel steps may come after it; a waiting step is among the last.
-    journal.visit_steps(task, false, Some(256), &mut |step| {
-        if step.kind == StepKind::Wait && step.status == StepStatus::Waiting {
-            name = Some(step.name);
-        }
-        Ok(())
-    })?;
-    Ok(name)
 }
 
 fn send(

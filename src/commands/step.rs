@@ -368,12 +368,9 @@ pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
         // Outside a run the script works as if durun were not there.
         let duration = match (&args.duration, &args.until) {
             (Some(duration), _) => *duration,
-            (None, Some(until)) => humantime::parse_rfc3339_weak(until.trim_end_matches('Z'))
-                .map_err(|err| {
-                    Failure::new(exit_code::USAGE, format!("--until {until:?}: {err}"))
-                        .hint("an RFC 3339 time in UTC like 2026-12-01T09:00:00Z")
-                })?
-                .duration_since(std::time::SystemTime::now())
+            // Checked by clap already.
+            (None, Some(until)) => crate::clock::parse(until)
+                .and_then(|at| at.duration_since(std::time::SystemTime::now()).ok())
                 .unwrap_or_default(),
             (None, None) => unreachable!("clap requires one"),
         };

@@ -70,20 +70,7 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
 
 /// Queue names go into SQL parameters and logs: plain words only.
 fn check_queue(queue: &str) -> Result<()> {
-    let fine = !queue.is_empty()
-        && queue.len() <= 64
-        && queue
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if fine {
-        Ok(())
-    } else {
-        Err(
-            Failure::new(exit_code::USAGE, format!("invalid queue name {queue:?}"))
-                .hint("a queue name is 1 to 64 letters, digits, `-`, `_` and `.`")
-                .into(),
-        )
-    }
+    crate::task::check_word("queue name", queue, 64, &['-', '_', '.'])
 }
 
 pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
@@ -267,10 +254,13 @@ impl Worker<'_> {
                 self.running.insert(id.to_owned(), child);
             }
             Err(err) => {
+                // This host cannot start runs now (no processes left, the
+                // binary gone): say so, leave the task to the next claim.
+                eprintln!(
+                    "durun: worker {} cannot start `durun resume {id}`: {err}; the task stays for the next claim",
+                    self.record.id
+                );
                 journal.release_claim(id, &self.record.id)?;
-                return Err(anyhow::anyhow!(
-                    "failed to start `durun resume {id}`: {err}"
-                ));
             }
         }
         Ok(())

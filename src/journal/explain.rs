@@ -20,6 +20,21 @@ pub(super) fn remember(place: String) {
     let _ = PLACE.set(place);
 }
 
+/// Whether `err` says the connection to the server was lost (a restart,
+/// a network cut, the session ended by the server) rather than a write
+/// refused: the task is worth resuming once the server is back.
+pub(crate) fn connection_lost(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<postgres::Error>().is_some_and(|err| {
+            err.is_closed()
+                || err.code().is_some_and(|code| {
+                    let code = code.code();
+                    code.starts_with("08") || code.starts_with("57P")
+                })
+        })
+    })
+}
+
 /// Adds a `Failure` that says what a storage error in the chain means for
 /// the user; any other error comes back as it was.
 pub(crate) fn explain(err: Error) -> Error {

@@ -5,7 +5,6 @@
 //! embedded default, and PostgreSQL ([`postgres::PostgresJournal`]), the
 //! shared one. Rows become records in [`rows`], the same for both.
 
-mod clock;
 mod explain;
 mod fence;
 mod location;
@@ -18,8 +17,8 @@ mod store;
 mod story;
 mod transfer;
 
-pub(crate) use clock::{now, now_ms};
-pub(crate) use explain::explain;
+pub(crate) use crate::clock::{now, now_ms};
+pub(crate) use explain::{connection_lost, explain};
 pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
 pub(crate) use location::Location;
 pub(crate) use records::{
@@ -27,7 +26,7 @@ pub(crate) use records::{
     SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus,
     WorkerRecord, apply_resolution,
 };
-pub(crate) use store::{Access, Journal, StepWrite};
+pub(crate) use store::{Access, Journal, Queue, Signals, StepWrite, Transfer};
 pub(crate) use transfer::{TABLES, task_id};
 
 use crate::json_text;

@@ -16,7 +16,7 @@ use crate::config::SyncMode;
 use crate::lease::Holder;
 
 /// Storage for tasks, runs and steps.
-pub(crate) trait Journal {
+pub(crate) trait Journal: Signals + Transfer + Queue {
     /// Sets how hard commits are pushed to disk from now on.
     fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
     fn create_task(&mut self, task: &NewTask) -> Result<()>;
@@ -116,6 +116,10 @@ pub(crate) trait Journal {
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
     /// Sets the task's token budget (SPEC 9); `None` removes it.
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()>;
+}
+
+/// Signals for `wait` steps (SPEC 8), on every backend.
+pub(crate) trait Signals {
     /// Records a signal for the task and wakes a live runner of it;
     /// false when a signal with the same `signal_id` was recorded before
     /// (nothing is written then).
@@ -137,6 +141,10 @@ pub(crate) trait Journal {
         step: &mut StepRecord,
         fresh: bool,
     ) -> Result<Option<SignalRecord>>;
+}
+
+/// A task's rows out of and into a journal (SPEC 10).
+pub(crate) trait Transfer {
     /// Every row of the task (runs, steps with discarded ones, signals,
     /// resolutions) with every column, as JSON (SPEC 10); `None` for an
     /// unknown task.
@@ -145,10 +153,15 @@ pub(crate) trait Journal {
     /// An existing task of that id is refused unless `replace`, and never
     /// replaced while a live runner holds it.
     fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()>;
+}
+
+/// The queue of submitted tasks and the workers that take them (SPEC 11).
+pub(crate) trait Queue {
     /// Tasks of `queues` a worker might take (SPEC 11), oldest submitted
     /// first, at most `limit`: queued, running (the caller checks the
     /// lease), interrupted, waiting and sleeping ones that no other worker
-    /// claimed within `stale`. Also the journal's clock, in milliseconds.
+    /// claimed within `stale`. Also the journal's clock, in milliseconds
+    /// (0 when no task was found).
     fn claimable(
         &mut self,
         queues: &[String],

@@ -261,8 +261,8 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
                     (serde_json::json!({ "seconds": seconds }), wake)
                 }
                 (None, Some(Value::String(until))) => {
-                    let at = humantime::parse_rfc3339_weak(until.trim_end_matches('Z'))
-                        .map_err(|_| {
+                    let at = crate::clock::parse(&until)
+                        .ok_or_else(|| {
                             fail(format!(
                                 "`until` of a `sleep` must be an RFC 3339 time in UTC like \"2026-12-01T09:00:00Z\", not {until:?}"
                             ))

@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::inbox::Conn;
-use super::state::{Deferred, PATCH_STEP, Supervisor, Then};
+use super::state::{Deferred, Supervisor, Then};
 use crate::journal::{Fenced, Standing, StepKind, StepRecord, StepStatus, StepWrite};
 use crate::protocol::{ErrorCode, Response};
 use crate::report::Event as Report;
@@ -116,6 +116,11 @@ impl Supervisor<'_> {
             Then::Marked => {}
             Then::Finished { id, started } => self.answer_finished(conn, id, &record, started),
             Then::Opened { id, in_doubt } => self.opened(conn, id, record, false, in_doubt),
+            Then::Patched { id } => {
+                let mut response = Response::ok(id).step(record.step);
+                response.patched = Some(true);
+                self.respond(conn, &response);
+            }
             Then::Call { id, tool, args } => {
                 if self.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: the step is in doubt and runs
@@ -165,11 +170,6 @@ impl Supervisor<'_> {
         });
         let step = record.step;
         let response = match (record.kind, record.status) {
-            (StepKind::Begin, _) if record.name == PATCH_STEP => {
-                let mut response = Response::ok(id).step(step);
-                response.patched = Some(true);
-                response
-            }
             (StepKind::Begin, _) => Response::ok(id).step(step),
             (StepKind::Call | StepKind::Wait | StepKind::Sleep, StepStatus::Committed) => {
                 let mut response = Response::ok(id).step(step);

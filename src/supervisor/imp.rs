@@ -142,7 +142,6 @@ pub(crate) fn supervise(
         last_heartbeat: Instant::now(),
         renewed_at: spec.leased_at,
         fenced: false,
-        connection_lost: false,
         last_watch: Instant::now(),
         failed: HashMap::new(),
         waits: HashMap::new(),

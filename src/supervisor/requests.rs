@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
-use super::state::{Deferred, OpenStep, PATCH_STEP, Stop, Supervisor, Then, Wanted};
+use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::Failure;
 use crate::executor;
 use crate::exit_code;
@@ -464,11 +464,20 @@ impl Supervisor<'_> {
                 };
                 record.status = StepStatus::Committed;
                 record.output = Some(JsonText::from_value(&Value::Bool(true)));
-                self.finish_step(conn, id, record, fresh, Instant::now());
+                record.finished_at = Some(journal::now());
+                self.batch.push(Deferred {
+                    conn,
+                    record,
+                    fresh,
+                    then: Then::Patched { id },
+                });
             }
         }
     }
 }
+
+/// The name of the step that records a patch (`patched`).
+const PATCH_STEP: &str = "durun.patched";
 
 /// How many failed steps of a run the agent may still `retry`.
 const MAX_RETRYABLE: usize = 64;

@@ -26,9 +26,6 @@ use crate::journal::{Journal, RunStats, StepKind, StepRecord};
 use crate::protocol::Effect;
 use crate::report::Reporter;
 
-/// The name of the step that records a patch (`patched`).
-pub(super) const PATCH_STEP: &str = "durun.patched";
-
 pub(super) struct Supervisor<'a> {
     pub(super) spec: &'a RunSpec<'a>,
     pub(super) journal: &'a mut dyn Journal,
@@ -66,8 +63,6 @@ pub(super) struct Supervisor<'a> {
     /// The run lost its lease: nothing more reaches the agent or the
     /// journal.
     pub(super) fenced: bool,
-    /// The journal's server went away: the task is left interrupted.
-    pub(super) connection_lost: bool,
     pub(super) last_watch: Instant,
     /// `begin` steps that failed in this run, which the agent may `retry`.
     pub(super) failed: HashMap<u64, StepRecord>,
@@ -139,6 +134,8 @@ pub(super) enum Then {
     Finished { id: Value, started: Instant },
     /// A `mutate` begin's intent is written: answer the begin.
     Opened { id: Value, in_doubt: bool },
+    /// A patch's marker is written: answer `patched: true`.
+    Patched { id: Value },
     /// A `mutate` call's intent is written: start its tool.
     Call {
         id: Value,
@@ -151,7 +148,10 @@ impl Then {
     /// The request the write answers; `null` for none.
     pub(super) fn into_id(self) -> Value {
         match self {
-            Then::Finished { id, .. } | Then::Opened { id, .. } | Then::Call { id, .. } => id,
+            Then::Finished { id, .. }
+            | Then::Opened { id, .. }
+            | Then::Call { id, .. }
+            | Then::Patched { id } => id,
             Then::Marked => Value::Null,
         }
     }

@@ -61,9 +61,7 @@ impl Supervisor<'_> {
     ) {
         // A storage error says what happened (a full disk, a lock) and
         // what to do.
-        let lost = crate::journal::postgres::connection_lost(&err);
-        let err = if lost {
-            self.connection_lost = true;
+        let err = if crate::journal::connection_lost(&err) {
             err.context(
                 Failure::journal(format!(
                     "lost the connection to the journal of task {}",
@@ -169,7 +167,7 @@ impl Supervisor<'_> {
         match self.stop.take() {
             // A fenced run leaves the task to whoever holds it; a run that
             // lost its journal's server leaves it to the next resume.
-            Some(Stop::Failure(err)) if self.fenced || self.connection_lost => (
+            Some(Stop::Failure(err)) if self.fenced || crate::journal::connection_lost(&err) => (
                 TaskStatus::Interrupted,
                 crate::error::exit_code_of(&err),
                 Some(err),

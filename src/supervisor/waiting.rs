@@ -42,7 +42,8 @@ impl Supervisor<'_> {
             return;
         };
         if fresh {
-            record.wake_at = timeout.map(|timeout| rfc3339(SystemTime::now() + timeout));
+            record.wake_at =
+                timeout.map(|timeout| crate::clock::stamp(SystemTime::now() + timeout));
         }
         let waiter = Waiter::new(conn, id, record);
         // What the agent finished before it is recorded first.
@@ -65,7 +66,7 @@ impl Supervisor<'_> {
                 Wake::After(duration) => SystemTime::now() + duration,
                 Wake::At(at) => at,
             };
-            record.wake_at = Some(rfc3339(at));
+            record.wake_at = Some(crate::clock::stamp(at));
         }
         let waiter = Waiter::new(conn, id, record);
         let until = waiter.until.unwrap_or_else(SystemTime::now);
@@ -301,10 +302,7 @@ impl Supervisor<'_> {
 
 impl Waiter {
     fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
-        let until = record
-            .wake_at
-            .as_deref()
-            .and_then(|at| humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok());
+        let until = crate::task::wake_time(&record);
         Self {
             conn,
             id,
@@ -313,9 +311,4 @@ impl Waiter {
             until,
         }
     }
-}
-
-/// A journal time, as every other.
-fn rfc3339(at: SystemTime) -> String {
-    humantime::format_rfc3339_millis(at).to_string()
 }

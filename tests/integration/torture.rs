@@ -172,21 +172,8 @@ fn torture(seed: u64, expected: &Value) {
                 }
                 continue;
             }
-            (Some(pid), _) if victim == 1 => {
-                signal(pid, libc::SIGKILL);
-                durun.wait().expect("durun");
-            }
-            _ => {
-                durun.kill().expect("SIGKILL durun");
-                durun.wait().expect("durun");
-                if let Some(pid) = agent_pid {
-                    wait_for(
-                        "the agent to die with durun",
-                        Duration::from_secs(10),
-                        || process_gone(pid),
-                    );
-                }
-            }
+            (Some(_), _) if victim == 1 => kill(&mut durun, agent_pid, true),
+            _ => kill(&mut durun, agent_pid, false),
         }
         kills += 1;
     }
@@ -232,6 +219,28 @@ fn torture(seed: u64, expected: &Value) {
         "torture seed {seed}: {kills} kills, {runs} runs, {} API requests",
         keys.len()
     );
+}
+
+/// SIGKILL to the agent (when `agent` and it has a pid) or to durun,
+/// whose agent then dies with it; returns once durun has exited.
+fn kill(durun: &mut std::process::Child, agent_pid: Option<i32>, agent: bool) {
+    match agent_pid {
+        Some(pid) if agent => {
+            signal(pid, libc::SIGKILL);
+            durun.wait().expect("durun");
+        }
+        _ => {
+            durun.kill().expect("SIGKILL durun");
+            durun.wait().expect("durun");
+            if let Some(pid) = agent_pid {
+                wait_for(
+                    "the agent to die with durun",
+                    Duration::from_secs(10),
+                    || process_gone(pid),
+                );
+            }
+        }
+    }
 }
 
 /// After a tool was killed: the run ends on its own, the agent stopping on
@@ -370,22 +379,7 @@ fn waiting_torture(seed: u64, expected: &Value) {
         let agent_pid = std::fs::read_to_string(env.path("agent.pid"))
             .ok()
             .and_then(|pid| pid.trim().parse::<i32>().ok());
-        if rng.below(3) == 0
-            && let Some(pid) = agent_pid
-        {
-            signal(pid, libc::SIGKILL);
-            durun.wait().expect("durun");
-        } else {
-            durun.kill().expect("SIGKILL durun");
-            durun.wait().expect("durun");
-            if let Some(pid) = agent_pid {
-                wait_for(
-                    "the agent to die with durun",
-                    Duration::from_secs(10),
-                    || process_gone(pid),
-                );
-            }
-        }
+        kill(&mut durun, agent_pid, rng.below(3) == 0);
         kills += 1;
     }
     let view = env.inspect("t");

@@ -7,8 +7,11 @@
 //! locks the task's row (`FOR UPDATE`), so of two runners racing for one
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
+mod queue;
 mod rows;
 mod schema;
+mod signals;
+mod transfer;
 
 use std::time::Duration;
 
@@ -17,15 +20,14 @@ use postgres::{Client, NoTls};
 use serde_json::Value;
 
 use rows::{
-    SIGNAL_COLUMNS, TASK_COLUMNS, fence, lease_at, lease_of, signal_at, step_from_row,
-    task_from_row, write_stats, write_step,
+    TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row, write_stats, write_step,
 };
 use schema::{MIGRATIONS, NOW_MS, VERSION};
 
 use super::rows::STEP_COLUMNS;
 use super::{
-    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats,
-    SignalRecord, Standing, StepRecord, StepStatus, StepWrite, TaskRecord, TaskRows, WorkerRecord,
+    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
+    StepRecord, StepStatus, StepWrite, TaskRecord,
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
@@ -48,21 +50,6 @@ pub(crate) struct PostgresJournal {
 fn channel(task: &str) -> String {
     let hash = crate::step_key::args_hash(task);
     format!("durun_task_{}", &hash[..24])
-}
-
-/// Whether `err` says the connection to the server was lost (a restart,
-/// a network cut, the session ended by the server) rather than a write
-/// refused: the task is worth resuming once the server is back.
-pub(crate) fn connection_lost(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause.downcast_ref::<postgres::Error>().is_some_and(|err| {
-            err.is_closed()
-                || err.code().is_some_and(|code| {
-                    let code = code.code();
-                    code.starts_with("08") || code.starts_with("57P")
-                })
-        })
-    })
 }
 
 /// What the server said, for messages: `postgres::Error` prints only its
@@ -623,346 +610,5 @@ impl Journal for PostgresJournal {
             &[&task, &max_tokens.map(|max| max as i64)],
         )?;
         Ok(())
-    }
-
-    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
-        let mut tx = self.client.transaction()?;
-        let added = tx.execute(
-            "INSERT INTO signals (task_id, name, data, signal_id, sent_by, sent_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (task_id, signal_id) WHERE signal_id IS NOT NULL DO NOTHING",
-            &[
-                &task,
-                &signal.name,
-                &serde_json::to_string(&signal.data)?,
-                &signal.signal_id,
-                &signal.sent_by,
-                &signal.sent_at,
-            ],
-        )?;
-        if added == 1 {
-            // A runner on any host hears of it on its next look.
-            tx.execute("SELECT pg_notify($1, 'signal')", &[&channel(task)])?;
-            tx.execute("SELECT pg_notify('durun_work', 'signal')", &[])?;
-        }
-        tx.commit()?;
-        Ok(added == 1)
-    }
-
-    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let rows = self.client.query(
-            &format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"),
-            &[&task],
-        )?;
-        rows.iter().map(|row| signal_at(row, 0).record()).collect()
-    }
-
-    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
-        let row = self.client.query_one(
-            "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = $1 AND name = $2 AND taken_by IS NULL)",
-            &[&task, &name],
-        )?;
-        Ok(row.get(0))
-    }
-
-    fn take_signal(
-        &mut self,
-        task: &str,
-        run: u32,
-        step: &mut StepRecord,
-        fresh: bool,
-    ) -> Result<Option<SignalRecord>> {
-        let mut tx = self.client.transaction()?;
-        fence(&mut tx, task, run, true)?;
-        // FOR UPDATE: of two runners, only the lease holder gets here, but
-        // a signal is still never taken twice.
-        let row = tx.query_opt(
-            &format!(
-                "SELECT id, {SIGNAL_COLUMNS} FROM signals
-                 WHERE task_id = $1 AND name = $2 AND taken_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE"
-            ),
-            &[&task, &step.name],
-        )?;
-        let taken = match row {
-            Some(row) => {
-                let mut signal = signal_at(&row, 1).record()?;
-                signal.taken_by = Some(step.step);
-                tx.execute(
-                    "UPDATE signals SET taken_by = $2 WHERE id = $1",
-                    &[&row.get::<_, i64>(0), &(step.step as i64)],
-                )?;
-                super::take_into(step, &signal);
-                write_step(&mut tx, task, step, fresh, run)?;
-                Some(signal)
-            }
-            None if fresh => {
-                write_step(&mut tx, task, step, fresh, run)?;
-                None
-            }
-            None => None,
-        };
-        tx.commit()?;
-        Ok(taken)
-    }
-
-    fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
-        // One snapshot, even of a task a runner is writing.
-        let mut tx = self
-            .client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()?;
-        let mut rows = TaskRows::default();
-        for table in super::TABLES {
-            let (key, order) = match *table {
-                "tasks" => ("id", "id"),
-                "runs" => ("task_id", "run"),
-                _ => ("task_id", "id"),
-            };
-            let found = tx.query(
-                &format!("SELECT row_to_json(r)::text FROM {table} r WHERE r.{key} = $1 ORDER BY r.{order}"),
-                &[&task],
-            )?;
-            let mut objects = Vec::with_capacity(found.len());
-            for row in &found {
-                let text: String = row.get(0);
-                match serde_json::from_str(&text)? {
-                    Value::Object(object) => objects.push(object),
-                    _ => anyhow::bail!("row_to_json gave no object"),
-                }
-            }
-            match *table {
-                "tasks" => match objects.pop() {
-                    Some(task) => rows.task = task,
-                    None => return Ok(None),
-                },
-                "runs" => rows.runs = objects,
-                "steps" => rows.steps = objects,
-                "signals" => rows.signals = objects,
-                _ => rows.resolutions = objects,
-            }
-        }
-        tx.commit()?;
-        Ok(Some(rows))
-    }
-
-    fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
-        let id = super::task_id(rows)?;
-        let mut tx = self.client.transaction()?;
-        let (lease, server_now) = lease_of(&mut tx, &id)?;
-        let exists = tx
-            .query_one("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)", &[&id])?
-            .get::<_, bool>(0);
-        if exists {
-            if !replace {
-                return Err(super::transfer::exists(&id).into());
-            }
-            if let Some(lease) = lease
-                && lease::is_live(&lease, me, server_now, self.stale)
-            {
-                return Err(super::locked(&id, &lease).into());
-            }
-            tx.execute("DELETE FROM tasks WHERE id = $1", &[&id])?;
-        }
-        for (table, objects) in [
-            ("tasks", std::slice::from_ref(&rows.task)),
-            ("runs", rows.runs.as_slice()),
-            ("steps", rows.steps.as_slice()),
-            ("signals", rows.signals.as_slice()),
-            ("resolutions", rows.resolutions.as_slice()),
-        ] {
-            let known: Vec<String> = tx
-                .query(
-                    "SELECT column_name::text FROM information_schema.columns
-                     WHERE table_name = $1 AND table_schema = current_schema()",
-                    &[&table],
-                )?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
-            for object in objects {
-                let mut columns = Vec::new();
-                for name in object.keys() {
-                    if table != "tasks" && name == "id" {
-                        continue;
-                    }
-                    if !known.contains(name) {
-                        return Err(super::transfer::unknown_column(table, name).into());
-                    }
-                    columns.push(format!("\"{name}\""));
-                }
-                let columns = columns.join(", ");
-                // The server turns each JSON value into its column's type.
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {table} ({columns})
-                         SELECT {columns} FROM json_populate_record(NULL::{table}, $1::text::json)"
-                    ),
-                    &[&Value::Object(object.clone()).to_string()],
-                )?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn claimable(
-        &mut self,
-        queues: &[String],
-        worker: &str,
-        limit: usize,
-    ) -> Result<(Vec<TaskRecord>, i64)> {
-        let stale = self.stale.as_millis() as i64;
-        let rows = self.client.query(
-            &format!(
-                "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
-                 WHERE t.queue = ANY($1)
-                   AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-                   AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
-                 ORDER BY t.created_at, t.id LIMIT $4"
-            ),
-            &[&queues, &worker, &stale, &(limit as i64)],
-        )?;
-        let now = match rows.first() {
-            Some(row) => row.get(22),
-            None => self
-                .client
-                .query_one(&format!("SELECT {NOW_MS}"), &[])?
-                .get(0),
-        };
-        let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
-        Ok((tasks, now))
-    }
-
-    fn claim(
-        &mut self,
-        queue: &str,
-        tasks: &[String],
-        worker: &str,
-        concurrency: Option<u32>,
-    ) -> Result<Vec<String>> {
-        let stale = self.stale.as_millis() as i64;
-        let mut tx = self.client.transaction()?;
-        // One claimer per queue at a time: the count below stays true
-        // until this transaction commits.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))",
-            &[&queue],
-        )?;
-        let active: i64 = tx
-            .query_one(
-                &format!(
-                    "SELECT count(*) FROM tasks WHERE queue = $1 AND (
-                         (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
-                         OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
-                ),
-                &[&queue, &stale],
-            )?
-            .get(0);
-        let room = concurrency.map_or(tasks.len(), |limit| {
-            (i64::from(limit) - active).max(0) as usize
-        });
-        let wanted: Vec<&String> = tasks.iter().take(room).collect();
-        // One statement: a row another worker claimed first fails the
-        // condition when it is checked again after that worker's commit.
-        let claimed = tx
-            .query(
-                &format!(
-                    "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
-                     WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
-                     RETURNING id"
-                ),
-                &[&wanted, &worker, &stale],
-            )?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        tx.commit()?;
-        Ok(claimed)
-    }
-
-    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        self.client.execute(
-            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = $1 AND claimed_by = $2",
-            &[&task, &worker],
-        )?;
-        Ok(())
-    }
-
-    fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-        tx.execute(
-            &format!(
-                "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
-                 VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
-                 ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
-            ),
-            &[
-                &worker.id,
-                &worker.host,
-                &i64::from(worker.pid),
-                &serde_json::to_string(&worker.queues)?,
-                &(worker.jobs as i32),
-                &worker.started_at,
-                &serde_json::to_string(&worker.tasks)?,
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn worker_gone(&mut self, worker: &str) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.execute("DELETE FROM workers WHERE id = $1", &[&worker])?;
-        tx.execute(
-            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1",
-            &[&worker],
-        )?;
-        tx.execute("SELECT pg_notify('durun_work', 'worker')", &[])?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
-        let stale = self.stale.as_millis() as i64;
-        let rows = self.client.query(
-            &format!(
-                "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
-                 WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
-            ),
-            &[&stale],
-        )?;
-        rows.iter()
-            .map(|row| {
-                super::rows::worker(
-                    row.get(0),
-                    row.get(1),
-                    row.get(2),
-                    row.get(3),
-                    i64::from(row.get::<_, i32>(4)),
-                    row.get(5),
-                    row.get(6),
-                    row.get(7),
-                )
-            })
-            .collect()
-    }
-
-    fn wait_for_work(&mut self, timeout: Duration) -> Result<bool> {
-        use postgres::fallible_iterator::FallibleIterator as _;
-        if !self.listening {
-            // Submits, signals and ended runs notify this channel.
-            self.client.batch_execute("LISTEN durun_work")?;
-            self.listening = true;
-            return Ok(true);
-        }
-        let mut notifications = self.client.notifications();
-        let any = notifications.timeout_iter(timeout).next()?.is_some();
-        // Take what else came with it: one look serves them all.
-        let mut pending = notifications.iter();
-        while pending.next()?.is_some() {}
-        Ok(any)
     }
 }

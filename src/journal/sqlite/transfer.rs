@@ -7,6 +7,12 @@ use rusqlite::{Connection, params_from_iter};
 use serde_json::{Map, Number, Value};
 
 use crate::journal::transfer::unknown_column;
+use rusqlite::TransactionBehavior;
+
+use super::SqliteJournal;
+use super::rows::lease_of;
+use crate::journal::{TaskRows, Transfer};
+use crate::lease::{self, Holder};
 
 /// Every row `sql` (with the task id as `?1`) selects, as JSON objects.
 pub(super) fn rows(conn: &Connection, sql: &str, task: &str) -> Result<Vec<Map<String, Value>>> {
@@ -71,4 +77,55 @@ pub(super) fn insert(conn: &Connection, table: &str, rows: &[Map<String, Value>]
         .execute(params_from_iter(values))?;
     }
     Ok(())
+}
+
+impl Transfer for SqliteJournal {
+    fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
+        // One read transaction: one snapshot, even of a task a runner is
+        // writing.
+        let tx = self.conn.transaction()?;
+        let select = |sql: &str| rows(&tx, sql, task);
+        let Some(task_row) = select("SELECT * FROM tasks WHERE id = ?1")?.pop() else {
+            return Ok(None);
+        };
+        let rows = TaskRows {
+            task: task_row,
+            runs: select("SELECT * FROM runs WHERE task_id = ?1 ORDER BY run")?,
+            steps: select("SELECT * FROM steps WHERE task_id = ?1 ORDER BY id")?,
+            signals: select("SELECT * FROM signals WHERE task_id = ?1 ORDER BY id")?,
+            resolutions: select("SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id")?,
+        };
+        tx.commit()?;
+        Ok(Some(rows))
+    }
+
+    fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
+        let id = crate::journal::transfer::task_id(rows)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)",
+            [&id],
+            |row| row.get(0),
+        )?;
+        if exists {
+            if !replace {
+                return Err(crate::journal::transfer::exists(&id).into());
+            }
+            if let Some(lease) = lease_of(&tx, &id)?
+                && lease::is_live(&lease, me, crate::journal::now_ms(), self.stale)
+            {
+                return Err(crate::journal::locked(&id, &lease).into());
+            }
+            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+        }
+        insert(&tx, "tasks", std::slice::from_ref(&rows.task))?;
+        insert(&tx, "runs", &rows.runs)?;
+        insert(&tx, "steps", &rows.steps)?;
+        insert(&tx, "signals", &rows.signals)?;
+        insert(&tx, "resolutions", &rows.resolutions)?;
+        tx.commit()?;
+        self.check_identity()
+    }
 }

@@ -1,0 +1,168 @@
+//! The queue (SPEC 11): claims, worker heartbeats, and waiting for work.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::PostgresJournal;
+use super::rows::TASK_COLUMNS;
+use super::rows::task_from_row;
+use super::schema::NOW_MS;
+use crate::journal::{Queue, TaskRecord, WorkerRecord};
+
+impl Queue for PostgresJournal {
+    fn claimable(
+        &mut self,
+        queues: &[String],
+        worker: &str,
+        limit: usize,
+    ) -> Result<(Vec<TaskRecord>, i64)> {
+        let stale = self.stale.as_millis() as i64;
+        let rows = self.client.query(
+            &format!(
+                "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
+                 WHERE t.queue = ANY($1)
+                   AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+                   AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+                 ORDER BY t.created_at, t.id LIMIT $4"
+            ),
+            &[&queues, &worker, &stale, &(limit as i64)],
+        )?;
+        // The server's clock, for the leases of the tasks found; with none
+        // found nobody asks.
+        let now = rows.first().map_or(0, |row| row.get(22));
+        let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
+        Ok((tasks, now))
+    }
+
+    fn claim(
+        &mut self,
+        queue: &str,
+        tasks: &[String],
+        worker: &str,
+        concurrency: Option<u32>,
+    ) -> Result<Vec<String>> {
+        let stale = self.stale.as_millis() as i64;
+        let mut tx = self.client.transaction()?;
+        // One claimer per queue at a time: the count below stays true
+        // until this transaction commits.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))",
+            &[&queue],
+        )?;
+        let active: i64 = tx
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM tasks WHERE queue = $1 AND (
+                         (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
+                         OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
+                ),
+                &[&queue, &stale],
+            )?
+            .get(0);
+        let room = concurrency.map_or(tasks.len(), |limit| {
+            (i64::from(limit) - active).max(0) as usize
+        });
+        let wanted: Vec<&String> = tasks.iter().take(room).collect();
+        // One statement: a row another worker claimed first fails the
+        // condition when it is checked again after that worker's commit.
+        let claimed = tx
+            .query(
+                &format!(
+                    "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
+                     WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
+                     RETURNING id"
+                ),
+                &[&wanted, &worker, &stale],
+            )?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
+        self.client.execute(
+            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = $1 AND claimed_by = $2",
+            &[&task, &worker],
+        )?;
+        Ok(())
+    }
+
+    fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+        tx.execute(
+            &format!(
+                "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
+                 VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
+                 ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
+            ),
+            &[
+                &worker.id,
+                &worker.host,
+                &i64::from(worker.pid),
+                &serde_json::to_string(&worker.queues)?,
+                &(worker.jobs as i32),
+                &worker.started_at,
+                &serde_json::to_string(&worker.tasks)?,
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn worker_gone(&mut self, worker: &str) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        tx.execute("DELETE FROM workers WHERE id = $1", &[&worker])?;
+        tx.execute(
+            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1",
+            &[&worker],
+        )?;
+        tx.execute("SELECT pg_notify('durun_work', 'worker')", &[])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
+        let stale = self.stale.as_millis() as i64;
+        let rows = self.client.query(
+            &format!(
+                "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
+                 WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
+            ),
+            &[&stale],
+        )?;
+        rows.iter()
+            .map(|row| {
+                crate::journal::rows::worker(
+                    row.get(0),
+                    row.get(1),
+                    row.get(2),
+                    row.get(3),
+                    i64::from(row.get::<_, i32>(4)),
+                    row.get(5),
+                    row.get(6),
+                    row.get(7),
+                )
+            })
+            .collect()
+    }
+
+    fn wait_for_work(&mut self, timeout: Duration) -> Result<bool> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        if !self.listening {
+            // Submits, signals and ended runs notify this channel.
+            self.client.batch_execute("LISTEN durun_work")?;
+            self.listening = true;
+            return Ok(true);
+        }
+        let mut notifications = self.client.notifications();
+        let any = notifications.timeout_iter(timeout).next()?.is_some();
+        // Take what else came with it: one look serves them all.
+        let mut pending = notifications.iter();
+        while pending.next()?.is_some() {}
+        Ok(any)
+    }
+}

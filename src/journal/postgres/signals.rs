@@ -1,0 +1,90 @@
+//! Signals (SPEC 8): kept once per id, taken by `wait` steps in the
+//! transaction that commits them.
+
+use anyhow::Result;
+
+use super::rows::{SIGNAL_COLUMNS, fence, signal_at, write_step};
+use super::{PostgresJournal, channel};
+use crate::journal::{SignalRecord, Signals, StepRecord};
+
+impl Signals for PostgresJournal {
+    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
+        let mut tx = self.client.transaction()?;
+        let added = tx.execute(
+            "INSERT INTO signals (task_id, name, data, signal_id, sent_by, sent_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (task_id, signal_id) WHERE signal_id IS NOT NULL DO NOTHING",
+            &[
+                &task,
+                &signal.name,
+                &serde_json::to_string(&signal.data)?,
+                &signal.signal_id,
+                &signal.sent_by,
+                &signal.sent_at,
+            ],
+        )?;
+        if added == 1 {
+            // A runner on any host hears of it on its next look.
+            tx.execute("SELECT pg_notify($1, 'signal')", &[&channel(task)])?;
+            tx.execute("SELECT pg_notify('durun_work', 'signal')", &[])?;
+        }
+        tx.commit()?;
+        Ok(added == 1)
+    }
+
+    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
+        let rows = self.client.query(
+            &format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"),
+            &[&task],
+        )?;
+        rows.iter().map(|row| signal_at(row, 0).record()).collect()
+    }
+
+    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
+        let row = self.client.query_one(
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = $1 AND name = $2 AND taken_by IS NULL)",
+            &[&task, &name],
+        )?;
+        Ok(row.get(0))
+    }
+
+    fn take_signal(
+        &mut self,
+        task: &str,
+        run: u32,
+        step: &mut StepRecord,
+        fresh: bool,
+    ) -> Result<Option<SignalRecord>> {
+        let mut tx = self.client.transaction()?;
+        fence(&mut tx, task, run, true)?;
+        // FOR UPDATE: of two runners, only the lease holder gets here, but
+        // a signal is still never taken twice.
+        let row = tx.query_opt(
+            &format!(
+                "SELECT id, {SIGNAL_COLUMNS} FROM signals
+                 WHERE task_id = $1 AND name = $2 AND taken_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE"
+            ),
+            &[&task, &step.name],
+        )?;
+        let taken = match row {
+            Some(row) => {
+                let mut signal = signal_at(&row, 1).record()?;
+                signal.taken_by = Some(step.step);
+                tx.execute(
+                    "UPDATE signals SET taken_by = $2 WHERE id = $1",
+                    &[&row.get::<_, i64>(0), &(step.step as i64)],
+                )?;
+                crate::journal::take_into(step, &signal);
+                write_step(&mut tx, task, step, fresh, run)?;
+                Some(signal)
+            }
+            None if fresh => {
+                write_step(&mut tx, task, step, fresh, run)?;
+                None
+            }
+            None => None,
+        };
+        tx.commit()?;
+        Ok(taken)
+    }
+}
