@@ -94,12 +94,31 @@ function encode(value, where) {
 
 // ---------------------------------------------------------------------------
 // The channel: requests out on fd 1, answers in on stdin, matched by id.
+//
+// A step's `commit` is posted, not awaited: the step resolves at once and
+// the answer is checked when it comes. A refused commit (a journal failure)
+// is thrown by the next request, by `result`, or reported at exit; durun
+// makes every commit durable before the intent of any `mutate` step opened
+// after it. The process stays alive until every posted answer has come.
 
 class Channel {
   constructor() {
     this.nextId = 1;
     this.waiting = new Map();
+    // Posted requests whose answers have not come, and who waits for them all.
+    this.posted = new Set();
+    this.settled = [];
+    // The first posted request durun refused, and whether anyone was told.
+    this.refused = null;
+    this.told = false;
     this.gone = null;
+    process.on("exit", () => {
+      if (this.refused && !this.told) {
+        const why = this.refused.error?.message ?? "durun refused it";
+        writeSync(2, `durun: the commit of step ${this.refused.step} was refused: ${why}\n`);
+        if (!process.exitCode) process.exitCode = 1;
+      }
+    });
     // The real stdout is the protocol's; everything else printed goes to stderr.
     process.stdout.write = process.stderr.write.bind(process.stderr);
     this.input = createInterface({ input: process.stdin, crlfDelay: Infinity });
@@ -125,8 +144,41 @@ class Channel {
 
   close(why) {
     this.gone = why;
-    for (const [id, waiter] of this.waiting) waiter(this.failure(id));
+    // A posted commit unanswered when durun closed the protocol is not a
+    // refusal: the run is ending, and its next request says so.
+    for (const [id, waiter] of this.waiting) if (!this.posted.has(id)) waiter(this.failure(id));
     this.waiting.clear();
+    this.posted.clear();
+    for (const done of this.settled.splice(0)) done();
+  }
+
+  /** Throws the refusal of a posted request, once one came. */
+  check() {
+    if (this.refused) {
+      this.told = true;
+      throw errorOf(this.refused);
+    }
+  }
+
+  /** Sends a request whose answer no one awaits (see above). */
+  post(message) {
+    this.check();
+    message.id = this.nextId++;
+    if (this.gone !== null) return;
+    this.posted.add(message.id);
+    this.waiting.set(message.id, (answer) => {
+      this.posted.delete(message.id);
+      if (!answer.ok && !this.refused) this.refused = { ...answer, step: answer.step ?? message.step };
+      if (this.posted.size === 0) for (const done of this.settled.splice(0)) done();
+    });
+    writeAll(Buffer.from(JSON.stringify(message) + "\n"));
+    this.idle();
+  }
+
+  /** Resolves once every posted request is answered; rejects with a refusal. */
+  async settle() {
+    if (this.posted.size > 0) await new Promise((resolve) => this.settled.push(resolve));
+    this.check();
   }
 
   failure(id) {
@@ -141,6 +193,7 @@ class Channel {
 
   /** Sends every message now, in order; resolves with their answers. */
   send(messages) {
+    this.check();
     const promises = messages.map((message) => {
       message.id = this.nextId++;
       return new Promise((resolve) => {
@@ -182,6 +235,9 @@ function getChannel() {
 
 async function checked(promise) {
   const answer = await promise;
+  // A refused commit read meanwhile comes first: this answer (most often
+  // `cancelled`, the run stopping) follows from it.
+  channel?.check();
   if (!answer.ok) throw errorOf(answer);
   return answer;
 }
@@ -278,7 +334,8 @@ export async function step(name, args, fn, options = {}) {
       await chan.request({ op: "fail", step: context.step, error: err.message });
       throw err;
     }
-    await checked(chan.request({ op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) }));
+    // Posted: the agent goes on while durun writes it (see Channel).
+    chan.post({ op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) });
     return stored;
   }
 }
@@ -318,6 +375,7 @@ export async function callAll(calls) {
   }));
   if (!active()) return requests.map((request) => standalone(request.tool, request.args));
   const answers = await Promise.all(getChannel().send(requests));
+  channel.check();
   for (const answer of answers) if (!answer.ok) throw errorOf(answer);
   return answers.map((answer) => answer.output);
 }
@@ -325,7 +383,9 @@ export async function callAll(calls) {
 /** Stores the task's final output (shown by `durun inspect`). */
 export async function result(value) {
   if (!active()) return;
-  await checked(getChannel().request({ op: "result", output: encode(value, "the task's result") }));
+  const chan = getChannel();
+  await chan.settle();
+  await checked(chan.request({ op: "result", output: encode(value, "the task's result") }));
 }
 
 // ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ use crate::config::SyncMode;
 use crate::lease::Holder;
 
 /// Storage for tasks, runs and steps.
-pub(crate) trait Journal: Signals + Transfer + Queue {
+pub(crate) trait Journal: Signals + Transfer + Queue + Send {
     /// Sets how hard commits are pushed to disk from now on.
     fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
     fn create_task(&mut self, task: &NewTask) -> Result<()>;

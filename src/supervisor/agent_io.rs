@@ -106,6 +106,34 @@ impl AgentIo {
         }
     }
 
+    /// Looks for the agent's next request for at most [`SPIN`]; true when
+    /// something came.
+    pub(super) fn spin_for_more(&self) -> bool {
+        let until = Instant::now() + SPIN;
+        loop {
+            if self.agent_has_more() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether the agent wrote more that durun has not read yet.
+    pub(super) fn agent_has_more(&self) -> bool {
+        if self.reader.has_buffered() {
+            return true;
+        }
+        let mut fds = [libc::pollfd {
+            fd: self.reader.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        os::poll(&mut fds, Duration::ZERO).is_ok() && fds[0].revents & libc::POLLIN != 0
+    }
+
     /// Hands the held print to the copier if it has room; true when none
     /// is held.
     pub(super) fn release_held(&mut self) -> bool {

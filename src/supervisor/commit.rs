@@ -6,38 +6,92 @@
 //! A write's continuation ([`Then`]: answer a finished step, answer a
 //! `mutate` begin, start a `mutate` tool) runs only after the commit that
 //! holds the write returned: a step's result is durable before its answer,
-//! a `mutate` step's intent before its effect. [`Supervisor::commit_batch`]
-//! writes and hands the continuations back; the loop runs them
-//! ([`Supervisor::flush`]).
+//! a `mutate` step's intent before its effect. Batches are committed one
+//! at a time, in the order they were made, so a commit is durable no later
+//! than the intent of any step opened after it.
+//!
+//! # Off the loop
+//!
+//! The commit itself (the fsync) runs on the committer thread: the loop
+//! lends it the journal with the batch ([`Job`]) and goes on reading
+//! requests and answering those that need no write (a `read` step's
+//! `begin`, a replayed step) while the disk works; the steps that arrive
+//! meanwhile make the next batch. The journal comes back with the batch
+//! ([`Landed`]) and the loop runs the continuations ([`Supervisor::land`]).
+//! Anything else the loop asks of the journal waits for it to be home
+//! ([`Supervisor::journal`]), so the journal sees one writer, in order.
 
+use std::sync::mpsc;
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then};
-use crate::journal::{Fenced, Standing, StepKind, StepRecord, StepStatus, StepWrite};
+use super::inbox::{Conn, Event, Events};
+use super::state::{Deferred, Job, Landed, Supervisor, Then};
+use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus, StepWrite};
 use crate::protocol::{ErrorCode, Response};
 use crate::report::Event as Report;
 
-impl Supervisor<'_> {
-    /// Commits the batch and runs what each write waited for.
-    pub(super) fn flush(&mut self) {
-        for deferred in self.commit_batch() {
-            self.carry_on(deferred);
+/// The committer thread: writes each batch it is lent, looks once more for
+/// a cancel or a takeover (a pipelining agent may keep the journal away
+/// from the loop's own look), and sends the batch and the journal back.
+pub(super) fn committer<'a>(
+    jobs: &mpsc::Receiver<Job<'a>>,
+    landed: &mpsc::Sender<Landed<'a>>,
+    events: &Events,
+    task: &str,
+    run: u32,
+) {
+    while let Ok(job) = jobs.recv() {
+        let mut back = write(job, task, run);
+        if back.written.is_ok() {
+            back.standing = back.journal.watch(task, run).ok();
+        }
+        if landed.send(back).is_err() || events.send(Event::Landed).is_err() {
+            return;
         }
     }
+}
 
-    /// Writes the batch's steps in one durable commit and hands back the
-    /// writes whose continuations may run now: all of them, or none when
-    /// the commit failed (the requests they answer got their error).
-    pub(super) fn commit_batch(&mut self) -> Vec<Deferred> {
-        if self.batch.is_empty() {
-            return Vec::new();
+impl Supervisor<'_> {
+    /// Takes back a batch the committer wrote, if one is back (or waits for
+    /// it with `wait`), and runs what its writes waited for; then lends the
+    /// journal with the next batch if one is ready.
+    pub(super) fn flush(&mut self) {
+        self.land(false);
+        self.lend();
+    }
+
+    /// The journal, home: waits for a batch in flight to land first, so
+    /// every other use of the journal comes after the commits before it.
+    pub(super) fn journal(&mut self) -> &mut dyn Journal {
+        self.settle();
+        self.journal
+            .as_deref_mut()
+            .expect("the journal is home once no batch is in flight")
+    }
+
+    /// Waits for the batch in flight, if any, to land.
+    pub(super) fn settle(&mut self) {
+        self.land(true);
+    }
+
+    /// Whether a batch is being committed now.
+    pub(super) fn in_flight(&self) -> bool {
+        self.journal.is_none()
+    }
+}
+
+impl<'a> Supervisor<'a> {
+    /// Lends the journal to the committer with the batch, if the batch has
+    /// steps and the journal is home.
+    fn lend(&mut self) {
+        if self.batch.is_empty() || self.in_flight() {
+            return;
         }
         let mut batch = std::mem::take(&mut self.batch);
         if self.fenced {
-            return Vec::new();
+            return;
         }
         let mut stats = self.stats;
         let mut finished = false;
@@ -55,30 +109,77 @@ impl Supervisor<'_> {
                 }
             }
         }
-        let writes: Vec<StepWrite<'_>> = batch
-            .iter()
-            .map(|deferred| StepWrite {
-                record: &deferred.record,
-                fresh: deferred.fresh,
-            })
-            .collect();
-        let written = self.journal.put_steps(
-            self.spec.task_id,
-            &writes,
-            self.spec.run,
-            // An intent changes no counter: one row less to write.
-            finished.then_some(&stats),
-        );
-        drop(writes);
+        // An answer to the agent's own `commit` waits on this batch.
+        let agent_commit = batch.iter().any(Deferred::is_agent_commit);
+        // No one waits for what the batch holds: a pipelining agent's
+        // commits, written while the loop goes on.
+        let off_the_loop = self.pipelined && batch.iter().all(Deferred::is_agent_commit);
+        self.tokens_in_flight = stats.tokens_spent - self.stats.tokens_spent;
+        let journal = self.journal.take().expect("the journal is home");
+        let job = Job {
+            journal,
+            batch,
+            stats,
+            finished,
+        };
+        if !off_the_loop {
+            // Someone waits for this commit (an intent, a tool's result, a
+            // commit's answer): a hand-off to the committer and back would
+            // only add two wake-ups to the wait.
+            let landed = write(job, self.spec.task_id, self.spec.run);
+            self.take_landed(landed);
+            if agent_commit && !self.pipelined && !self.fenced && self.io.agent_has_more() {
+                self.pipelined = true;
+            }
+            return;
+        }
+        if let Err(mpsc::SendError(job)) = self.committer.jobs.send(job) {
+            // The committer is gone (it never ends before the loop does):
+            // write here rather than lose the batch.
+            let landed = write(job, self.spec.task_id, self.spec.run);
+            self.take_landed(landed);
+        }
+    }
+
+    /// Takes back the batch in flight, if any; with `wait`, waits for it.
+    fn land(&mut self, wait: bool) {
+        if !self.in_flight() {
+            return;
+        }
+        let landed = if wait {
+            self.committer.landed.recv().ok()
+        } else {
+            self.committer.landed.try_recv().ok()
+        };
+        if let Some(landed) = landed {
+            self.take_landed(landed);
+        }
+    }
+
+    fn take_landed(&mut self, landed: Landed<'a>) {
+        let Landed {
+            journal,
+            batch,
+            stats,
+            written,
+            standing,
+        } = landed;
+        self.journal = Some(journal);
+        self.tokens_in_flight = 0;
+        if self.fenced {
+            return;
+        }
         match written {
             Ok(()) => {
                 self.stats = stats;
-                batch
+                for deferred in batch {
+                    self.carry_on(deferred);
+                }
+                if let Some(standing) = standing {
+                    self.on_standing(standing);
+                }
             }
-            Err(err) => {
-                self.batch_failed(batch, err);
-                Vec::new()
-            }
+            Err(err) => self.batch_failed(batch, err),
         }
     }
 
@@ -187,5 +288,32 @@ impl Supervisor<'_> {
             }
         };
         self.respond(conn, &response);
+    }
+}
+
+/// Writes a job's batch in one durable commit.
+fn write<'a>(job: Job<'a>, task: &str, run: u32) -> Landed<'a> {
+    let Job {
+        journal,
+        batch,
+        stats,
+        finished,
+    } = job;
+    let writes: Vec<StepWrite<'_>> = batch
+        .iter()
+        .map(|deferred| StepWrite {
+            record: &deferred.record,
+            fresh: deferred.fresh,
+        })
+        .collect();
+    // An intent changes no counter: one row less to write.
+    let written = journal.put_steps(task, &writes, run, finished.then_some(&stats));
+    drop(writes);
+    Landed {
+        journal,
+        batch,
+        stats,
+        written,
+        standing: None,
     }
 }

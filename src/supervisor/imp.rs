@@ -36,7 +36,7 @@ use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
 use super::recorded::Recorded;
 use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use super::state::Supervisor;
+use super::state::{Committer, Deferred, Supervisor};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
@@ -117,40 +117,60 @@ pub(crate) fn supervise(
     let io = AgentIo::new(stdin, stdout, wake)?;
     super::child::spawn_exit_waiter(child, events_tx.clone());
 
-    let mut supervisor = Supervisor {
-        spec,
-        journal,
-        reporter,
-        recorded: Recorded::new(last_recorded),
-        last_recorded,
-        next_step: 1,
-        open: HashMap::new(),
-        calls: HashMap::new(),
-        stats: RunStats::default(),
-        writers: HashMap::new(),
-        io,
-        batch: Vec::new(),
-        events_tx,
-        child_pid,
-        interactive: os::stdin_is_terminal(),
-        stop: None,
-        signal: None,
-        kill_at: None,
-        exited: None,
-        exited_at: None,
-        stdout_closed: false,
-        last_heartbeat: Instant::now(),
-        renewed_at: spec.leased_at,
-        fenced: false,
-        last_watch: Instant::now(),
-        failed: HashMap::new(),
-        waits: HashMap::new(),
-        last_signal_look: Instant::now(),
-    };
-    supervisor.serve(&events);
+    let (jobs_tx, jobs) = mpsc::channel();
+    let (landed, landed_rx) = mpsc::channel();
+    let committer_events = events_tx.clone();
+    let mut outcome = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("durun-committer".into())
+            .spawn_scoped(scope, move || {
+                super::commit::committer(&jobs, &landed, &committer_events, spec.task_id, spec.run);
+            })
+            .map_err(|err| anyhow::anyhow!("failed to start the committer thread: {err}"))?;
+        let mut supervisor = Supervisor {
+            spec,
+            journal: Some(journal),
+            committer: Committer {
+                jobs: jobs_tx,
+                landed: landed_rx,
+            },
+            reporter,
+            recorded: Recorded::new(last_recorded),
+            last_recorded,
+            next_step: 1,
+            open: HashMap::new(),
+            calls: HashMap::new(),
+            stats: RunStats::default(),
+            writers: HashMap::new(),
+            io,
+            batch: Vec::new(),
+            pipelined: false,
+            tokens_in_flight: 0,
+            events_tx,
+            child_pid,
+            interactive: os::stdin_is_terminal(),
+            stop: None,
+            signal: None,
+            kill_at: None,
+            exited: None,
+            exited_at: None,
+            stdout_closed: false,
+            last_heartbeat: Instant::now(),
+            renewed_at: spec.leased_at,
+            fenced: false,
+            last_watch: Instant::now(),
+            failed: HashMap::new(),
+            waits: HashMap::new(),
+            last_signal_look: Instant::now(),
+        };
+        supervisor.serve(&events);
+        // The journal comes home before the run's end is recorded; the
+        // committer ends with its channel.
+        supervisor.journal();
+        anyhow::Ok(supervisor.outcome())
+    })?;
     signals_handle.close();
     drop(socket);
-    let mut outcome = supervisor.outcome();
     if let Some(output) = &mut outcome.output {
         output.stderr_done = stderr_done;
     }
@@ -186,12 +206,28 @@ impl Supervisor<'_> {
                     Err(TryRecvError::Disconnected) => return,
                 }
             }
+            if read && self.only_commits_wait() && self.io.spin_for_more() {
+                // The agent's next request, most often a step opened right
+                // after this commit, joins the same batch: a `mutate`
+                // step's intent then costs no commit of its own.
+                self.read_agent();
+            }
             self.flush();
             if self.check_renewal() {
                 self.io.write_out();
             }
             self.tick();
         }
+    }
+
+    /// Whether the batch holds only commits of a pipelining agent, which
+    /// no one waits for, and nothing is being committed: the batch may wait
+    /// a moment for more.
+    fn only_commits_wait(&self) -> bool {
+        self.pipelined
+            && !self.in_flight()
+            && !self.batch.is_empty()
+            && self.batch.iter().all(Deferred::is_agent_commit)
     }
 
     /// Whether the run is over: the agent exited, its prints are all read
@@ -206,7 +242,7 @@ impl Supervisor<'_> {
         let quiet = exited_at.elapsed() >= DRAIN_GRACE
             && (self.signal.is_some()
                 || (self.io.read_at.elapsed() >= DRAIN_GRACE && self.io.held.is_none()));
-        (self.stdout_closed || quiet || self.fenced) && self.calls.is_empty()
+        (self.stdout_closed || quiet || self.fenced) && self.calls.is_empty() && !self.in_flight()
     }
 
     /// Handles the lines the agent's stdout holds now (a bounded number, so
@@ -305,6 +341,8 @@ impl Supervisor<'_> {
             }
             Event::ToolDone { step, finished } => self.on_tool_done(step, finished),
             Event::Signal(signal) => self.on_signal(signal),
+            // Taken in `flush`, after this round's requests.
+            Event::Landed => {}
         }
     }
 

@@ -37,6 +37,8 @@ pub(super) enum Event {
         finished: Finished,
     },
     Signal(i32),
+    /// The committer sent a batch back.
+    Landed,
 }
 
 /// Sends [`Event`]s to the loop and wakes it.

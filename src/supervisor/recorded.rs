@@ -33,30 +33,39 @@ impl Recorded {
         }
     }
 
-    /// Takes the recorded step `step` out of the window, if the journal
-    /// holds one. Steps are asked for in increasing order, so the steps
-    /// before `step` are dropped.
-    pub(super) fn take(
+    /// Whether the journal must be read before [`Recorded::take`] can
+    /// answer for `step`. Steps are asked for in increasing order, so the
+    /// steps before `step` are dropped.
+    pub(super) fn needs_page(&mut self, step: u64) -> bool {
+        while self.page.front().is_some_and(|record| record.step < step) {
+            self.page.pop_front();
+        }
+        if self.page.is_empty() && !self.done && step > self.last {
+            self.done = true;
+        }
+        self.page.is_empty() && !self.done
+    }
+
+    /// Reads the page that starts at `step`.
+    pub(super) fn read_page(
         &mut self,
         journal: &mut dyn Journal,
         task: &str,
         step: u64,
-    ) -> anyhow::Result<Option<StepRecord>> {
-        while self.page.front().is_some_and(|record| record.step < step) {
-            self.page.pop_front();
-        }
-        if self.page.is_empty() && !self.done {
-            if step > self.last {
-                self.done = true;
-            } else {
-                self.page = journal.steps_page(task, step - 1, PAGE)?.into();
-                self.done = self.page.len() < PAGE;
-            }
-        }
-        Ok(match self.page.front() {
+    ) -> anyhow::Result<()> {
+        self.page = journal.steps_page(task, step - 1, PAGE)?.into();
+        self.done = self.page.len() < PAGE;
+        Ok(())
+    }
+
+    /// Takes the recorded step `step` out of the window, if the journal
+    /// holds one (after [`Recorded::needs_page`] and, if it said so,
+    /// [`Recorded::read_page`]).
+    pub(super) fn take(&mut self, step: u64) -> Option<StepRecord> {
+        match self.page.front() {
             Some(record) if record.step == step => self.page.pop_front(),
             _ => None,
-        })
+        }
     }
 
     /// Puts back a step [`Recorded::take`] gave, for the next request to

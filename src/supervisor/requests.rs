@@ -78,15 +78,24 @@ impl Supervisor<'_> {
                 if self.fenced {
                     return;
                 }
-                match self
-                    .journal
-                    .set_output(self.spec.task_id, self.spec.run, &output)
-                {
+                let (task, run) = (self.spec.task_id, self.spec.run);
+                match self.journal().set_output(task, run, &output) {
                     Ok(()) => self.respond(conn, &Response::ok(id)),
                     Err(err) => self.write_failed(conn, &id, err),
                 }
             }
         }
+    }
+
+    /// The step the journal held at `step` when the run started, if any;
+    /// read from the journal only once a page of them is used up.
+    pub(super) fn recorded_step(&mut self, step: u64) -> anyhow::Result<Option<StepRecord>> {
+        if self.recorded.needs_page(step) {
+            self.settle();
+            let journal = self.journal.as_deref_mut().expect("the journal is home");
+            self.recorded.read_page(journal, self.spec.task_id, step)?;
+        }
+        Ok(self.recorded.take(step))
     }
 
     /// Answers a step that may not start because the run is stopping.
@@ -176,10 +185,7 @@ impl Supervisor<'_> {
         let step = self.next_step;
         self.next_step += 1;
         let args_hash = step_key::args_hash(wanted.canonical);
-        let recorded = match self
-            .recorded
-            .take(&mut *self.journal, self.spec.task_id, step)
-        {
+        let recorded = match self.recorded_step(step) {
             Ok(recorded) => recorded,
             Err(err) => {
                 self.journal_failed(conn, id, err);
@@ -424,10 +430,7 @@ impl Supervisor<'_> {
     /// another step, the task's older path, nothing is consumed (false).
     fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
         let step = self.next_step;
-        let recorded = match self
-            .recorded
-            .take(&mut *self.journal, self.spec.task_id, step)
-        {
+        let recorded = match self.recorded_step(step) {
             Ok(recorded) => recorded,
             Err(err) => return self.journal_failed(conn, &id, err),
         };

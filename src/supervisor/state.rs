@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::process::ExitStatus;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -22,13 +22,17 @@ use super::recorded::Recorded;
 use super::spec::RunSpec;
 use crate::config::Tool;
 use crate::executor::Cancel;
-use crate::journal::{Journal, RunStats, StepKind, StepRecord};
+use crate::journal::{Journal, RunStats, Standing, StepKind, StepRecord};
 use crate::protocol::Effect;
 use crate::report::Reporter;
 
 pub(super) struct Supervisor<'a> {
     pub(super) spec: &'a RunSpec<'a>,
-    pub(super) journal: &'a mut dyn Journal,
+    /// The journal when it is home; `None` while it is lent to the
+    /// committer thread with a batch (the `commit` room).
+    pub(super) journal: Option<&'a mut dyn Journal>,
+    /// The way to the committer thread and back.
+    pub(super) committer: Committer<'a>,
     pub(super) reporter: &'a mut dyn Reporter,
     /// The steps the journal held when the run started, read as reached.
     pub(super) recorded: Recorded,
@@ -46,6 +50,11 @@ pub(super) struct Supervisor<'a> {
     pub(super) io: AgentIo,
     /// Steps to write in the next commit.
     pub(super) batch: Vec<Deferred>,
+    /// The agent asked for more before a commit of its own was answered: it
+    /// does not wait for its commits, so they are written off the loop.
+    pub(super) pipelined: bool,
+    /// Tokens of the finished steps in the batch being committed.
+    pub(super) tokens_in_flight: u64,
     pub(super) events_tx: Events,
     pub(super) child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.
@@ -124,6 +133,42 @@ pub(super) struct Deferred {
     /// The row is new (an insert), not an update.
     pub(super) fresh: bool,
     pub(super) then: Then,
+}
+
+impl Deferred {
+    /// The agent's own `commit` of a step: a pipelining agent does not
+    /// wait for its answer.
+    pub(super) fn is_agent_commit(&self) -> bool {
+        self.conn == super::inbox::AGENT
+            && self.record.kind == StepKind::Begin
+            && matches!(self.then, Then::Finished { .. })
+    }
+}
+
+/// The committer thread's two channels.
+pub(super) struct Committer<'a> {
+    pub(super) jobs: mpsc::Sender<Job<'a>>,
+    pub(super) landed: mpsc::Receiver<Landed<'a>>,
+}
+
+/// A batch to commit, with the journal lent to write it.
+pub(super) struct Job<'a> {
+    pub(super) journal: &'a mut dyn Journal,
+    pub(super) batch: Vec<Deferred>,
+    /// The run's counters once the batch is written.
+    pub(super) stats: RunStats,
+    /// Whether the counters change (an intent alone changes none).
+    pub(super) finished: bool,
+}
+
+/// A batch back from the committer, and the journal with it.
+pub(super) struct Landed<'a> {
+    pub(super) journal: &'a mut dyn Journal,
+    pub(super) batch: Vec<Deferred>,
+    pub(super) stats: RunStats,
+    pub(super) written: anyhow::Result<()>,
+    /// Where the run stood right after the commit (a cancel, a takeover).
+    pub(super) standing: Option<Standing>,
 }
 
 /// What follows a write once it is durable.

@@ -149,9 +149,10 @@ impl Supervisor<'_> {
             self.flush();
             return;
         }
+        let (task, run) = (self.spec.task_id, self.spec.run);
         match self
-            .journal
-            .take_signal(self.spec.task_id, self.spec.run, &mut waiter.record, fresh)
+            .journal()
+            .take_signal(task, run, &mut waiter.record, fresh)
         {
             Ok(Some(_)) => {
                 self.stats.executed_steps += 1;
@@ -207,10 +208,8 @@ impl Supervisor<'_> {
                     self.look_for_signal(waiter, false);
                 }
                 _ if look => {
-                    match self
-                        .journal
-                        .signal_waiting(self.spec.task_id, &waiter.record.name)
-                    {
+                    let task = self.spec.task_id;
+                    match self.journal().signal_waiting(task, &waiter.record.name) {
                         Ok(true) => self.look_for_signal(waiter, false),
                         Ok(false) => {
                             self.waits.insert(step, waiter);
@@ -272,7 +271,15 @@ impl Supervisor<'_> {
         let Some(max) = self.spec.max_tokens else {
             return false;
         };
-        let spent = self.spec.tokens_before + self.stats.tokens_spent;
+        // Steps whose commits are not written yet spent their tokens too.
+        let unwritten: u64 = self
+            .batch
+            .iter()
+            .filter(|deferred| matches!(deferred.then, Then::Finished { .. }))
+            .map(|deferred| deferred.record.tokens)
+            .sum();
+        let spent =
+            self.spec.tokens_before + self.stats.tokens_spent + self.tokens_in_flight + unwritten;
         if spent < max {
             return false;
         }

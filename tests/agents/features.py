@@ -155,3 +155,20 @@ elif scenario == "threads":
 
 elif scenario == "standalone":
     seen([durun.active(), durun.call("echo", text="hi"), durun.step("s", {}, lambda: 7)])
+elif scenario in ("refused_next", "refused_exit"):
+    import signal
+    import time
+    # durun stops the run when its journal fails: stay to hear why.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    durun.step("a", {}, lambda: 1)
+    open(os.environ["READY_FILE"], "w").close()
+    while not os.path.exists(os.environ["GO_FILE"]):
+        time.sleep(0.01)
+    # Its commit is posted; the journal is locked, so durun refuses it.
+    seen(durun.step("b", {}, lambda: 2))
+    if scenario == "refused_next":
+        time.sleep(1)
+        try:
+            durun.step("c", {}, lambda: 3)
+        except durun.DurunError as exc:
+            seen({"raised": type(exc).__name__, "message": str(exc)})

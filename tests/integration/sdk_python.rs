@@ -457,3 +457,64 @@ fn sync_clients_wrapped_are_answered_from_the_journal_on_resume() {
         ])
     );
 }
+
+/// A commit the SDK posted without waiting, refused by durun (its journal
+/// locked past the busy timeout): the agent hears of it at its next
+/// request, or at exit when it makes none; never silently.
+#[test]
+fn a_refused_commit_is_raised_at_the_next_request_or_reported_at_exit() {
+    for scenario in ["refused_next", "refused_exit"] {
+        let mut env = sdk_env();
+        env.set("DURUN_BUSY_TIMEOUT_MS", "200");
+        env.set("READY_FILE", env.path("ready").to_string_lossy());
+        env.set("GO_FILE", env.path("go").to_string_lossy());
+        let mut args = vec!["run", "--task", "t", "--"];
+        let agent = features(scenario);
+        args.extend(agent.iter().map(String::as_str));
+        let mut durun = env.spawn(&args, "run");
+        wait_for("the agent's first step", Duration::from_secs(20), || {
+            env.path("ready").exists()
+        });
+        let holder = rusqlite::Connection::open(&env.journal).expect("open the journal");
+        holder
+            .execute_batch("BEGIN IMMEDIATE; UPDATE tasks SET cwd = cwd;")
+            .expect("lock the journal");
+        std::fs::write(env.path("go"), "").expect("go");
+        let status = crate::env::wait_exit(&mut durun, Duration::from_secs(30));
+        holder.execute_batch("ROLLBACK").expect("unlock");
+        drop(holder);
+        let log = env.log("run");
+        assert_eq!(status.code(), Some(74), "{scenario}: {log}");
+        let said: Vec<Value> = log
+            .lines()
+            .filter_map(|line| line.strip_prefix("seen: "))
+            .map(|json| serde_json::from_str(json).expect("seen JSON"))
+            .collect();
+        // The step's value came back at once, before the commit's answer.
+        assert_eq!(said[0], json!(2), "{scenario}: {log}");
+        if scenario == "refused_next" {
+            assert_eq!(said[1]["raised"], "JournalError", "{scenario}: {log}");
+            assert!(
+                said[1]["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("could not write the journal")),
+                "{scenario}: {log}"
+            );
+        } else {
+            assert!(
+                log.lines().any(|line| line.starts_with(
+                    "durun: the commit of step 2 was refused: durun could not write the journal"
+                )),
+                "{scenario}: the SDK did not report the refusal at exit: {log}"
+            );
+        }
+        // Step a is kept; b, refused, runs again on resume.
+        let steps = env.inspect("t")["steps"].clone();
+        assert_eq!(steps[0]["status"], "committed", "{scenario}: {steps}");
+        assert!(
+            steps.as_array().expect("steps").len() == 1,
+            "{scenario}: {steps}"
+        );
+        env.assert_journal_intact();
+    }
+}

@@ -49,7 +49,9 @@ import inspect
 import itertools
 import json
 import os
+import atexit
 import random as _random
+import select
 import signal
 import subprocess
 import sys
@@ -208,10 +210,13 @@ class _Waiter:
     """Where one answer goes: a thread waiting on an event, or an asyncio
     future in its loop."""
 
-    __slots__ = ("event", "future", "loop", "answer")
+    __slots__ = ("event", "future", "loop", "answer", "posted")
 
-    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, posted: bool = False) -> None:
         self.loop = loop
+        # No one waits for this answer (a pipelined commit): the channel
+        # checks it when it comes.
+        self.posted = posted
         self.event: Optional[threading.Event] = None if loop else threading.Event()
         self.future: Optional["asyncio.Future[Answer]"] = loop.create_future() if loop else None
         self.answer: Optional[Answer] = None
@@ -238,7 +243,14 @@ class _Channel:
     time, handing other threads' answers to them), so a plain loop of
     steps costs no hand-off between threads. Once an event loop waits for
     an answer, a reader thread takes over the reading for good: a future
-    has no thread of its own to read with."""
+    has no thread of its own to read with.
+
+    A step's ``commit`` is posted, not awaited: the step's value is
+    returned at once and its answer checked when it comes. A failed commit
+    is raised by the next request, by ``result`` or at exit (``settle``);
+    durun makes every commit durable before the intent of any ``mutate``
+    step opened after it, so nothing a later side effect relies on can be
+    lost."""
 
     def __init__(self) -> None:
         # Keep the real stdout for the protocol, then point fd 1 (and so
@@ -247,12 +259,19 @@ class _Channel:
         self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
         os.dup2(2, 1)
         sys.stdout = sys.stderr
-        self._in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+        self._fd = os.dup(0)
+        self._buffer = bytearray()
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         # Signalled when an answer is handed over or the reading is free.
         self._turn = threading.Condition(self._lock)
         self._waiting: Dict[int, _Waiter] = {}
+        # Posted requests whose answers have not come yet: their steps.
+        self._posted: Dict[int, Any] = {}
+        # The first posted request durun refused: raised from then on.
+        self._refused: Optional[Answer] = None
         self._reader: Optional[threading.Thread] = None
         # A waiting thread is reading stdin now.
         self._leading = False
@@ -261,27 +280,47 @@ class _Channel:
         # durun answered `cancelled`: the run is stopping.
         self.stopping = False
 
-    def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None) -> List[_Waiter]:
+    def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
+             posted: bool = False) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps."""
         with self._lock:
+            self._raise_refused()
             lines = []
             for message in messages:
                 message["id"] = next(self._ids)
                 lines.append(_line(message))
             waiters = []
             for message, line in zip(messages, lines):
-                waiter = _Waiter(loop)
+                waiter = _Waiter(loop, posted)
                 waiters.append(waiter)
                 if self._gone is not None:
                     waiter.deliver(self._failure(message["id"]))
                     continue
                 self._waiting[message["id"]] = waiter
+                if posted:
+                    self._posted[message["id"]] = message.get("step")
                 self._out.write(line)
             self._out.flush()
             if loop is not None and not self._leading:
                 self._start_reader()
         return waiters
+
+    def post(self, message: Dict[str, Any]) -> None:
+        """Sends a request whose answer no one waits for (see the class)."""
+        self.send([message], posted=True)
+
+    def settle(self) -> None:
+        """Waits for the answer of every posted request; raises the first
+        refusal."""
+        while True:
+            with self._lock:
+                pending = next((self._waiting.get(posted) for posted in self._posted), None)
+            if pending is None:
+                break
+            self._await(pending)
+        with self._lock:
+            self._raise_refused()
 
     def _start_reader(self) -> None:
         """With the lock held: a thread to read for the futures."""
@@ -296,7 +335,15 @@ class _Channel:
         waiters = self.send(messages)
         for waiter in waiters:
             self._await(waiter)
+        self._raise_refused()
         return [cast(Answer, waiter.answer) for waiter in waiters]
+
+    def _raise_refused(self) -> None:
+        """A refusal read while waiting is raised by the request that waited:
+        durun's answer to it (most often `cancelled`, the run stopping) is
+        a consequence."""
+        if self._refused is not None:
+            raise _error(self._refused)
 
     def _await(self, waiter: _Waiter) -> None:
         """Waits for `waiter`'s answer, reading stdin itself when no one
@@ -325,16 +372,37 @@ class _Channel:
 
     async def arequest_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
         waiters = self.send(messages, asyncio.get_running_loop())
-        return [await cast("asyncio.Future[Answer]", waiter.future) for waiter in waiters]
+        answers = [await cast("asyncio.Future[Answer]", waiter.future) for waiter in waiters]
+        self._raise_refused()
+        return answers
 
     def _failure(self, request_id: int) -> Answer:
         return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
+
+    def _readline(self) -> bytes:
+        """The next line from durun (empty at the end). Right after a
+        request its answer usually comes within microseconds: the reader
+        looks for it briefly before it sleeps, since a wake-up from sleep
+        costs more than the answer itself."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end + 1])
+                del self._buffer[:end + 1]
+                return line
+            deadline = time.perf_counter() + _SPIN
+            while not self._poll.poll(0) and time.perf_counter() < deadline:
+                pass
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                return b""
+            self._buffer += chunk
 
     def _read_one(self) -> bool:
         """Reads one answer and hands it over; False once stdin is done
         (every waiter then gets an error, now and later)."""
         try:
-            line = self._in.readline()
+            line = self._readline()
             if not line:
                 return self._close("durun closed the protocol")
             answer = json.loads(line)
@@ -345,6 +413,10 @@ class _Channel:
         with self._lock:
             waiter = self._waiting.pop(answer.get("id"), None)
             if waiter is not None:
+                if waiter.posted:
+                    step = self._posted.pop(answer["id"])
+                    if not answer.get("ok") and self._refused is None:
+                        self._refused = {**answer, "step": answer.get("step", step)}
                 waiter.deliver(answer)
             self._turn.notify_all()
         return True
@@ -354,6 +426,7 @@ class _Channel:
             self._gone = why
             waiting = list(self._waiting.items())
             self._waiting.clear()
+            self._posted.clear()
             for request_id, waiter in waiting:
                 waiter.deliver(self._failure(request_id))
             self._turn.notify_all()
@@ -363,6 +436,9 @@ class _Channel:
         while self._read_one():
             pass
 
+
+#: How long a reader looks for an answer before it sleeps (seconds).
+_SPIN = 50e-6
 
 _channel: Optional[_Channel] = None
 _channel_lock = threading.Lock()
@@ -411,6 +487,7 @@ def _get_channel() -> _Channel:
     with _channel_lock:
         if _channel is None:
             _channel = _Channel()
+            atexit.register(_settle_at_exit)
             sys.excepthook = _stop_hook(sys.excepthook)
             # Only Python's own handler is replaced, and only where signal
             # handlers can be set (the main thread).
@@ -418,6 +495,17 @@ def _get_channel() -> _Channel:
                     and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
                 signal.signal(signal.SIGINT, _interrupted)
         return _channel
+
+
+def _settle_at_exit() -> None:
+    """A script that ends waits for its posted commits; a refused one is
+    reported, never lost."""
+    if _channel is None:
+        return
+    try:
+        _channel.settle()
+    except DurunError as exc:
+        sys.stderr.write(f"durun: the commit of step {exc.step} was refused: {exc}\n")
 
 
 def _checked(answer: Answer) -> Answer:
@@ -577,7 +665,8 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         except (TypeError, ValueError) as exc:
             channel.request({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        _checked(channel.request(commit))
+        # Posted: the agent goes on while durun writes it (see _Channel).
+        channel.post(commit)
         # What the journal holds, as a replay will give it.
         return cast(T, stored)
 
@@ -632,7 +721,7 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
         except (TypeError, ValueError) as exc:
             await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        _checked(await channel.arequest(commit))
+        channel.post(commit)
         return cast(T, stored)
 
 
@@ -779,7 +868,9 @@ def result(value: Any) -> None:
     """Stores the task's final output (shown by ``durun inspect``)."""
     if not active():
         return
-    _checked(_get_channel().request({"op": "result", "output": _encode(value, "the task's result")}))
+    channel = _get_channel()
+    channel.settle()
+    _checked(channel.request({"op": "result", "output": _encode(value, "the task's result")}))
 
 
 # --------------------------------------------------------------------------
