@@ -78,6 +78,12 @@ pub(crate) enum Wake {
 }
 
 impl Request {
+    /// Whether it closes a step the agent opened (`commit`, `fail`)
+    /// rather than opening or asking anything.
+    pub(crate) fn closes_a_step(&self) -> bool {
+        matches!(self, Self::Commit { .. } | Self::Fail { .. })
+    }
+
     pub(crate) fn id(&self) -> &Value {
         match self {
             Self::Call { id, .. }

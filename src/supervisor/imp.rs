@@ -294,9 +294,13 @@ impl Supervisor<'_> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Line(conn, Line::Request(request)) if self.exited.is_some() => {
+            Event::Line(conn, Line::Request(request))
+                if self.exited.is_some() && !request.closes_a_step() =>
+            {
                 // What the agent left running may not open steps for a
-                // task whose run is ending.
+                // task whose run is ending. A step it closed is recorded:
+                // an agent that does not wait for its commits may exit
+                // before durun reads the last of them.
                 self.respond(
                     conn,
                     &Response::error(

@@ -334,6 +334,37 @@ if os.fork() == 0:
     );
 }
 
+/// An agent that does not wait for its commits may exit before durun reads
+/// the last one: a step it opened and closed is recorded even when the
+/// commit is read after the exit, while a new step is still refused.
+#[test]
+fn a_commit_read_after_the_agent_exited_is_recorded() {
+    let env = TestEnv::new();
+    env.write(
+        "agent.py",
+        r#"
+import os, sys, time
+sys.stdout.write('{"op":"begin","id":1,"name":"last","effect":"read"}\n')
+sys.stdout.flush()
+sys.stdin.readline()
+if os.fork() == 0:
+    time.sleep(0.3)
+    sys.stdout.write('{"op":"commit","id":2,"step":1,"output":"kept"}\n')
+    sys.stdout.write('{"op":"begin","id":3,"name":"late","effect":"read"}\n')
+    sys.stdout.flush()
+    time.sleep(0.3)
+    os._exit(0)
+"#,
+    );
+    let output = env.durun(&["run", "--task", "t", "--", "python3", "agent.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let view = env.inspect("t");
+    let steps = view["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0]["status"], "committed");
+    assert_eq!(steps[0]["output"], "kept");
+}
+
 #[test]
 fn durun_step_records_and_replays_stdout_byte_for_byte() {
     let mut env = TestEnv::new();

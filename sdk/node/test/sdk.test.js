@@ -3,11 +3,11 @@
 // clients.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawn } from "node:child_process";
 
-import { durun, inspect, repo, sandbox, sdk } from "./helpers.js";
+import { durun, durunBin, inspect, repo, sandbox, sdk } from "./helpers.js";
 
 /** Writes `body` as an agent module that imports the SDK as `durun`. */
 function agent(box, body, name = "agent.mjs") {
@@ -123,6 +123,62 @@ await durun.result({ approved, first: first.toISOString(), id, patched: await du
   const replayed = inspect(box, "t").task.output;
   assert.equal(replayed.first, output.first, "now() is the first run's");
   assert.equal(replayed.id, output.id, "uuid() is the first run's");
+});
+
+test("a commit durun refuses is thrown at the next request, or reported at exit", async () => {
+  for (const scenario of ["next", "exit"]) {
+    const box = sandbox();
+    const path = agent(box, `
+import { existsSync, writeFileSync } from "node:fs";
+// durun stops the run when its journal fails: stay to hear why.
+process.on("SIGTERM", () => {});
+await durun.step("a", {}, () => 1);
+writeFileSync("ready", "");
+while (!existsSync("go")) await new Promise((resolve) => setTimeout(resolve, 10));
+// Resolves at once: its commit is posted, and durun will refuse it.
+console.error("value", await durun.step("b", {}, () => 2));
+if (process.env.SCENARIO === "next") {
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  try {
+    await durun.step("c", {}, () => 3);
+  } catch (err) {
+    console.error("caught", err.name, err.message);
+  }
+}
+`);
+    const run = spawn(durunBin, ["run", "--task", "t", "--", "node", path], {
+      cwd: box.dir,
+      env: { ...box.env, SCENARIO: scenario, DURUN_BUSY_TIMEOUT_MS: "200" },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    run.stderr.on("data", (chunk) => (stderr += chunk));
+    const exited = new Promise((resolve) => run.on("exit", resolve));
+    while (!existsSync(join(box.dir, "ready"))) await new Promise((resolve) => setTimeout(resolve, 10));
+    // Another process holds the journal's write lock past durun's busy timeout.
+    const holder = spawn("python3", ["-c", `
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("UPDATE tasks SET cwd = cwd")
+print("locked", flush=True)
+sys.stdin.read()
+`, box.env.DURUN_JOURNAL], { stdio: ["pipe", "pipe", "inherit"] });
+    await new Promise((resolve) => holder.stdout.once("data", resolve));
+    writeFileSync(join(box.dir, "go"), "");
+    const code = await exited;
+    holder.stdin.end();
+    await new Promise((resolve) => holder.on("exit", resolve));
+    assert.equal(code, 74, stderr);
+    assert.match(stderr, /value 2/);
+    if (scenario === "next") {
+      assert.match(stderr, /caught JournalError durun could not write the journal/);
+    } else {
+      assert.match(stderr, /durun: the commit of step 2 was refused: durun could not write the journal/);
+    }
+    const steps = inspect(box, "t").steps;
+    assert.deepEqual(steps.map((step) => [step.name, step.status]), [["a", "committed"]]);
+  }
 });
 
 test("without durun, steps run and tools run through durun call", () => {
