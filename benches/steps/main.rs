@@ -7,7 +7,9 @@
 //! progress to stderr. Settings are interleaved round by round, so a slow
 //! minute of the disk hits every row alike. The agent is this same binary,
 //! started by durun with `DURUN_BENCH_AGENT` set: a real process on the
-//! real protocol, whose own cost per step is a few microseconds.
+//! real protocol, whose own cost per step is a few microseconds. The
+//! Python rows run the same workflow as agent authors write it: a plain
+//! loop of `durun.step` through the Python SDK (`sdk_agent.py`).
 //!
 //! Environment:
 //! - `DURUN_BENCH_ROUNDS` (5): samples per row; the table shows medians.
@@ -130,6 +132,21 @@ fn orchestrate() {
                     &format!("durun {mode} {sync}{pin}"),
                     us_per_step(&report, steps),
                 );
+            }
+            for effect in ["read", "mutate"] {
+                let scratch = Scratch::new(root, &format!("python-{effect}"), sync);
+                // Left failed (3), so that it can be resumed: every step
+                // replayed through the SDK.
+                table.add(
+                    &format!("python {effect} {sync}"),
+                    scratch.python_agent(false, effect, steps, 3),
+                );
+                if sync == "full" && effect == "read" {
+                    table.add(
+                        "python replay",
+                        scratch.python_agent(true, effect, steps, 3),
+                    );
+                }
             }
         }
         // Tool calls: each one starts a process, so fewer steps.

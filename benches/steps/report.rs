@@ -90,6 +90,16 @@ pub(crate) fn print_table(
                 "durun `mutate` step, durun and agent on one core",
                 two.clone(),
             ),
+            (
+                format!("python read {sync}"),
+                "Python SDK `read` step, a plain `durun.step` loop",
+                one.clone(),
+            ),
+            (
+                format!("python mutate {sync}"),
+                "Python SDK `mutate` step, a plain `durun.step` loop",
+                one.clone(),
+            ),
             (format!("DBOS {sync}"), "DBOS step (WAL)", one.clone()),
             (
                 format!("LangGraph {sync}"),
@@ -101,6 +111,12 @@ pub(crate) fn print_table(
                 let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(&row, &floor));
             }
         }
+    }
+    if let Some(replay) = table.get("python replay") {
+        let _ = writeln!(
+            out,
+            "| Python SDK, a replayed step (`durun resume`, the same loop) | - | {replay:.0} µs | - | - |"
+        );
     }
     if let Some(spawn) = table.get("spawn true") {
         let _ = writeln!(
@@ -131,6 +147,24 @@ pub(crate) fn print_table(
         ),
     ] {
         let _ = writeln!(out, "| {name} | full | {} |", ratio(row, floor));
+    }
+    let mut against = String::new();
+    for sync in ["full", "normal"] {
+        for peer in ["DBOS", "LangGraph"] {
+            if let (Some(peer_us), Some(sdk_us)) = (
+                table.get(&format!("{peer} {sync}")),
+                table.get(&format!("python read {sync}")),
+            ) {
+                let _ = write!(against, " {peer} {sync} {:.1}×;", peer_us / sdk_us);
+            }
+        }
+    }
+    if !against.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nThe same workflow in Python, a peer's step time over the Python SDK's `read` step:{}\n",
+            against.trim_end_matches(';')
+        );
     }
     if syncs.iter().any(|(_, count)| count.is_some()) {
         let _ = writeln!(

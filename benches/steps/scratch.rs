@@ -104,6 +104,43 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// Runs `benches/steps/sdk_agent.py` (the Python SDK) under `durun run
+    /// --task sdk` or, with `resume`, resumes it; its loop's time per step.
+    pub(crate) fn python_agent(&self, resume: bool, effect: &str, steps: u64, exit: i32) -> f64 {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut command = self.durun();
+        command.arg("-q");
+        if resume {
+            command.args(["resume", "sdk"]);
+        } else {
+            command
+                .args(["run", "--task", "sdk", "--", "python3"])
+                .arg(repo.join("benches/steps/sdk_agent.py"));
+        }
+        let _ = std::fs::remove_file(self.dir.join("report.json"));
+        let output = command
+            .env("PYTHONPATH", repo.join("sdk/python"))
+            .env("DURUN_BENCH_STEPS", steps.to_string())
+            .env("DURUN_BENCH_EFFECT", effect)
+            .env("DURUN_BENCH_EXIT", exit.to_string())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("start durun");
+        assert_eq!(
+            output.status.code(),
+            Some(exit),
+            "the Python agent failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_str(
+            &std::fs::read_to_string(self.dir.join("report.json")).expect("the agent's report"),
+        )
+        .expect("a JSON report");
+        us_per_step(&report, steps)
+    }
+}
+
 pub(crate) fn us_per_step(report: &Value, steps: u64) -> f64 {
     report["elapsed_ns"].as_f64().expect("elapsed_ns") / 1000.0 / steps as f64
 }

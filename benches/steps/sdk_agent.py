@@ -1,0 +1,30 @@
+"""The bench's workflow as agent authors write it: a plain loop of
+`durun.step` through the Python SDK. Each step does the peers' work (one
+line appended to a side-effect file, a small JSON document as its output).
+Writes the loop's own time to DURUN_BENCH_OUT; exits with
+DURUN_BENCH_EXIT, so a task left failed can be resumed (and replayed)
+again."""
+import json
+import os
+import sys
+import time
+
+import durun
+
+steps = int(os.environ["DURUN_BENCH_STEPS"])
+effect = os.environ.get("DURUN_BENCH_EFFECT", "read")
+counter = open("counter", "a", buffering=1)
+
+
+def body(i):
+    counter.write(f"{os.getpid()} {i}\n")
+    return {"i": i, "payload": "x" * 100}
+
+
+started = time.perf_counter_ns()
+for i in range(1, steps + 1):
+    durun.step("step", {"i": i}, lambda: body(i), effect)
+elapsed = time.perf_counter_ns() - started
+with open(os.environ["DURUN_BENCH_OUT"], "w") as out:
+    json.dump({"elapsed_ns": elapsed}, out)
+sys.exit(int(os.environ.get("DURUN_BENCH_EXIT", "0")))
