@@ -60,7 +60,8 @@ export function active(): boolean;
 
 /**
  * Runs `fn()` as journaled step `name` unless the journal holds it;
- * resolves with what the journal holds (fn's value, as JSON).
+ * resolves with what the journal holds (fn's value, as JSON), as soon as
+ * its commit is sent (a refused commit is thrown by the next call).
  */
 export function step<T>(name: string, args: Json | object, fn: () => T | Promise<T>, options?: StepOptions): Promise<T>;
 

@@ -207,25 +207,23 @@ def _line(message: Dict[str, Any]) -> str:
 # The channel: requests out on the real stdout, answers in on stdin.
 
 class _Waiter:
-    """Where one answer goes: a thread waiting on an event, or an asyncio
-    future in its loop."""
+    """Where one answer goes: a thread that waits for it (on the channel's
+    condition, or reading stdin itself), or an asyncio future in its loop."""
 
-    __slots__ = ("event", "future", "loop", "answer", "posted")
+    __slots__ = ("future", "loop", "answer", "posted")
 
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, posted: bool = False) -> None:
         self.loop = loop
         # No one waits for this answer (a pipelined commit): the channel
         # checks it when it comes.
         self.posted = posted
-        self.event: Optional[threading.Event] = None if loop else threading.Event()
         self.future: Optional["asyncio.Future[Answer]"] = loop.create_future() if loop else None
         self.answer: Optional[Answer] = None
 
     def deliver(self, answer: Answer) -> None:
+        """With the channel's lock held (whose condition wakes threads)."""
         self.answer = answer
-        if self.event is not None:
-            self.event.set()
-        elif self.loop is not None and self.future is not None:
+        if self.loop is not None and self.future is not None:
             future = self.future
 
             def resolve() -> None:
@@ -256,7 +254,7 @@ class _Channel:
         # Keep the real stdout for the protocol, then point fd 1 (and so
         # print, and subprocesses) at stderr.
         sys.stdout.flush()
-        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+        self._out = os.dup(1)
         os.dup2(2, 1)
         sys.stdout = sys.stderr
         self._fd = os.dup(0)
@@ -281,16 +279,20 @@ class _Channel:
         self.stopping = False
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
-             posted: bool = False) -> List[_Waiter]:
+             posted: bool = False, bodies: Optional[List[str]] = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
-        the order of the lines is the order of the steps."""
+        the order of the lines is the order of the steps. `bodies`, if
+        given, are the messages already made lines (by `_line`)."""
+        if bodies is None:
+            bodies = [_line(message) for message in messages]
         with self._lock:
             self._raise_refused()
             lines = []
-            for message in messages:
+            for message, body in zip(messages, bodies):
                 message["id"] = next(self._ids)
-                lines.append(_line(message))
+                lines.append('{"id":%d,%s' % (message["id"], body[1:]))
             waiters = []
+            out = []
             for message, line in zip(messages, lines):
                 waiter = _Waiter(loop, posted)
                 waiters.append(waiter)
@@ -300,15 +302,17 @@ class _Channel:
                 self._waiting[message["id"]] = waiter
                 if posted:
                     self._posted[message["id"]] = message.get("step")
-                self._out.write(line)
-            self._out.flush()
+                out.append(line)
+            data = "".join(out).encode("utf-8")
+            while data:
+                data = data[os.write(self._out, data):]
             if loop is not None and not self._leading:
                 self._start_reader()
         return waiters
 
-    def post(self, message: Dict[str, Any]) -> None:
+    def post(self, message: Dict[str, Any], body: str) -> None:
         """Sends a request whose answer no one waits for (see the class)."""
-        self.send([message], posted=True)
+        self.send([message], posted=True, bodies=[body])
 
     def settle(self) -> None:
         """Waits for the answer of every posted request; raises the first
@@ -348,16 +352,15 @@ class _Channel:
     def _await(self, waiter: _Waiter) -> None:
         """Waits for `waiter`'s answer, reading stdin itself when no one
         else does."""
-        assert waiter.event is not None
-        while not waiter.event.is_set():
+        while waiter.answer is None:
             with self._lock:
-                while not waiter.event.is_set() and (self._leading or self._reader is not None):
+                while waiter.answer is None and (self._leading or self._reader is not None):
                     self._turn.wait()
-                if waiter.event.is_set():
+                if waiter.answer is not None:
                     return
                 self._leading = True
             try:
-                while not waiter.event.is_set() and self._read_one():
+                while waiter.answer is None and self._read_one():
                     pass
             finally:
                 with self._lock:
@@ -405,7 +408,7 @@ class _Channel:
             line = self._readline()
             if not line:
                 return self._close("durun closed the protocol")
-            answer = json.loads(line)
+            answer = json.loads(line.decode("utf-8"))
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
         if (answer.get("error") or {}).get("code") == "cancelled":
@@ -579,13 +582,13 @@ def _begin(name: str, args: Any, effect: str) -> Dict[str, Any]:
     return {"op": "begin", "name": name, "args": _encode(args, f"the args of step {name!r}"), "effect": effect}
 
 
-def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], Any]:
-    """The commit of a step that returned ``value`` (as stored), or
-    TypeError when it cannot be journaled."""
+def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], str, Any]:
+    """The commit of a step that returned ``value``, as a message and its
+    line, and the value as stored; TypeError or ValueError when it cannot
+    be journaled."""
     stored = _encode(value, f"the value step {name!r} returned")
-    _line({"op": "commit", "output": stored})
-    return {"op": "commit", "step": context.step, "output": stored,
-            "usage": context.usage or _usage_of(stored)}, stored
+    commit = {"op": "commit", "step": context.step, "output": stored, "usage": context.usage or _usage_of(stored)}
+    return commit, _line(commit), stored
 
 
 def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
@@ -661,12 +664,12 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             channel.request({"op": "fail", "step": context.step, "error": message})
             raise TypeError(message)
         try:
-            commit, stored = _closing(name, context, value)
+            commit, body, stored = _closing(name, context, value)
         except (TypeError, ValueError) as exc:
             channel.request({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
         # Posted: the agent goes on while durun writes it (see _Channel).
-        channel.post(commit)
+        channel.post(commit, body)
         # What the journal holds, as a replay will give it.
         return cast(T, stored)
 
@@ -717,11 +720,11 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
         finally:
             _current.reset(token)
         try:
-            commit, stored = _closing(name, context, value)
+            commit, body, stored = _closing(name, context, value)
         except (TypeError, ValueError) as exc:
             await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        channel.post(commit)
+        channel.post(commit, body)
         return cast(T, stored)
 
 
