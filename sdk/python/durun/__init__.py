@@ -206,14 +206,26 @@ def _line(message: Dict[str, Any]) -> str:
 # --------------------------------------------------------------------------
 # The channel: requests out on the real stdout, answers in on stdin.
 
+#: How long a reader looks for an answer before it sleeps (seconds): an
+#: answer durun gives from memory (a `read` step's begin, a replayed step)
+#: comes within a round trip; one that waits for a commit (a `mutate`
+#: step's begin), within an fsync. Sleeping and being woken costs tens of
+#: microseconds on many machines (more on a VM, whose idle core halts).
+_SPIN = 50e-6
+_SPIN_DURABLE = 1e-3
+
+
 class _Waiter:
     """Where one answer goes: a thread that waits for it (on the channel's
     condition, or reading stdin itself), or an asyncio future in its loop."""
 
-    __slots__ = ("future", "loop", "answer", "posted")
+    __slots__ = ("future", "loop", "answer", "posted", "spin")
 
-    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, posted: bool = False) -> None:
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, posted: bool = False,
+                 spin: float = 0.0) -> None:
         self.loop = loop
+        # How long its reader looks for the answer before it sleeps.
+        self.spin = spin
         # No one waits for this answer (a pipelined commit): the channel
         # checks it when it comes.
         self.posted = posted
@@ -279,7 +291,7 @@ class _Channel:
         self.stopping = False
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
-             posted: bool = False, bodies: Optional[List[str]] = None) -> List[_Waiter]:
+             posted: bool = False, bodies: Optional[List[str]] = None, spin: Optional[float] = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps. `bodies`, if
         given, are the messages already made lines (by `_line`)."""
@@ -294,7 +306,7 @@ class _Channel:
             waiters = []
             out = []
             for message, line in zip(messages, lines):
-                waiter = _Waiter(loop, posted)
+                waiter = _Waiter(loop, posted, _SPIN if spin is None else spin)
                 waiters.append(waiter)
                 if self._gone is not None:
                     waiter.deliver(self._failure(message["id"]))
@@ -332,11 +344,11 @@ class _Channel:
             self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
             self._reader.start()
 
-    def request(self, message: Dict[str, Any]) -> Answer:
-        return self.request_all([message])[0]
+    def request(self, message: Dict[str, Any], spin: Optional[float] = None) -> Answer:
+        return self.request_all([message], spin)[0]
 
-    def request_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
-        waiters = self.send(messages)
+    def request_all(self, messages: List[Dict[str, Any]], spin: Optional[float] = None) -> List[Answer]:
+        waiters = self.send(messages, spin=spin)
         for waiter in waiters:
             self._await(waiter)
         self._raise_refused()
@@ -360,7 +372,7 @@ class _Channel:
                     return
                 self._leading = True
             try:
-                while waiter.answer is None and self._read_one():
+                while waiter.answer is None and self._read_one(waiter.spin):
                     pass
             finally:
                 with self._lock:
@@ -382,7 +394,7 @@ class _Channel:
     def _failure(self, request_id: int) -> Answer:
         return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
 
-    def _readline(self) -> bytes:
+    def _readline(self, spin: float) -> bytes:
         """The next line from durun (empty at the end). Right after a
         request its answer usually comes within microseconds: the reader
         looks for it briefly before it sleeps, since a wake-up from sleep
@@ -393,7 +405,7 @@ class _Channel:
                 line = bytes(self._buffer[:end + 1])
                 del self._buffer[:end + 1]
                 return line
-            deadline = time.perf_counter() + _SPIN
+            deadline = time.perf_counter() + spin
             while not self._poll.poll(0) and time.perf_counter() < deadline:
                 pass
             chunk = os.read(self._fd, 1 << 16)
@@ -401,11 +413,11 @@ class _Channel:
                 return b""
             self._buffer += chunk
 
-    def _read_one(self) -> bool:
+    def _read_one(self, spin: float = _SPIN) -> bool:
         """Reads one answer and hands it over; False once stdin is done
         (every waiter then gets an error, now and later)."""
         try:
-            line = self._readline()
+            line = self._readline(spin)
             if not line:
                 return self._close("durun closed the protocol")
             answer = json.loads(line.decode("utf-8"))
@@ -440,8 +452,6 @@ class _Channel:
             pass
 
 
-#: How long a reader looks for an answer before it sleeps (seconds).
-_SPIN = 50e-6
 
 _channel: Optional[_Channel] = None
 _channel_lock = threading.Lock()
@@ -628,7 +638,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
                     raise
                 time.sleep(policy.delay(attempt))
     channel = _get_channel()
-    opened = _checked(channel.request(_begin(name, args, effect)))
+    opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
     if opened.get("replayed"):
         # The recorded value of the step: what fn returned when it ran.
         return cast(T, opened["output"])
