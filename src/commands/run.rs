@@ -37,6 +37,10 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             max_tokens: args.limits.max_tokens.or(config.max_tokens),
             queue: None,
         };
+        // The task's row need not reach the disk alone: the run's start,
+        // committed right after at the task's own sync mode, takes it
+        // along (one fsync fewer before the agent starts).
+        journal.set_sync(SyncMode::Normal)?;
         if let Err(err) = journal.create_task(&task) {
             // Another `run --task` with the same id may have won the race;
             // then carry on with its task, as if it had been there first.
