@@ -465,6 +465,11 @@ fn sync_clients_wrapped_are_answered_from_the_journal_on_resume() {
 fn a_refused_commit_is_raised_at_the_next_request_or_reported_at_exit() {
     for scenario in ["refused_next", "refused_exit"] {
         let mut env = sdk_env();
+        if env.postgres.is_some() {
+            // The refusal comes from SQLite's write lock held past the
+            // busy timeout; the SDK's side is the same on every backend.
+            return;
+        }
         env.set("DURUN_BUSY_TIMEOUT_MS", "200");
         env.set("READY_FILE", env.path("ready").to_string_lossy());
         env.set("GO_FILE", env.path("go").to_string_lossy());
