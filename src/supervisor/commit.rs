@@ -12,13 +12,16 @@
 //!
 //! # Off the loop
 //!
-//! The commit itself (the fsync) runs on the committer thread: the loop
-//! lends it the journal with the batch ([`Job`]) and goes on reading
-//! requests and answering those that need no write (a `read` step's
-//! `begin`, a replayed step) while the disk works; the steps that arrive
-//! meanwhile make the next batch. The journal comes back with the batch
-//! ([`Landed`]) and the loop runs the continuations ([`Supervisor::land`]).
-//! Anything else the loop asks of the journal waits for it to be home
+//! A batch no one waits for (the commits of an agent that does not wait
+//! for their answers, as the SDKs do) is written on the committer thread:
+//! the loop lends it the journal with the batch ([`Job`]) and goes on
+//! reading requests and answering those that need no write (a `read`
+//! step's `begin`, a replayed step) while the disk works; the steps that
+//! arrive meanwhile make the next batch. The journal comes back with the
+//! batch ([`Landed`]) and the loop runs the continuations. A batch someone
+//! waits for (an intent, a tool's result, a commit of an agent that waits)
+//! is written on the loop, which is quicker than two hand-offs. Anything
+//! else the loop asks of the journal waits for it to be home
 //! ([`Supervisor::journal`]), so the journal sees one writer, in order.
 
 use std::sync::mpsc;
@@ -54,9 +57,9 @@ pub(super) fn committer<'a>(
 }
 
 impl Supervisor<'_> {
-    /// Takes back a batch the committer wrote, if one is back (or waits for
-    /// it with `wait`), and runs what its writes waited for; then lends the
-    /// journal with the next batch if one is ready.
+    /// Takes back a batch the committer wrote, if one is back, and runs
+    /// what its writes waited for; then writes the next batch, if one is
+    /// ready and none is in flight.
     pub(super) fn flush(&mut self) {
         self.land(false);
         self.lend();
@@ -83,8 +86,8 @@ impl Supervisor<'_> {
 }
 
 impl<'a> Supervisor<'a> {
-    /// Lends the journal to the committer with the batch, if the batch has
-    /// steps and the journal is home.
+    /// Writes the batch, if it has steps and the journal is home: on the
+    /// loop when someone waits for it, else on the committer thread.
     fn lend(&mut self) {
         if self.batch.is_empty() || self.in_flight() {
             return;

@@ -16,14 +16,18 @@
 //! for the agent to exit, one turns signals into events, one per tool call
 //! runs the tool, and the socket's serve `durun step` clients. One more
 //! copies the agent's prints to durun's stdout ([`super::passthrough::Passthrough`]).
+//! And the committer borrows the journal to write a batch no one waits for
+//! (the commits of an agent that does not wait for their answers), so
+//! that the loop answers the agent's next `read` step during the fsync
+//! (see [`super::commit`]).
 //!
 //! # The rooms
 //!
 //! Requests become steps in `requests` (with the replay decision, a pure
 //! function, in `decide`); steps that arrive together are written in one
-//! commit in `commit`; the lease is renewed and fenced in `fencing`; a
-//! stop (a signal, a divergence, a journal failure) is handled in
-//! `stopping`.
+//! commit in `commit` (on the loop, or off it when no one waits); the
+//! lease is renewed and fenced in `fencing`; a stop (a signal, a
+//! divergence, a journal failure) is handled in `stopping`.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, TryRecvError};

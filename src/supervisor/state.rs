@@ -7,7 +7,8 @@
 //!
 //! A step number is in at most one of `open` (a `begin` the agent runs),
 //! `calls` (a tool durun runs), `waits` (a `wait` or `sleep` waited on
-//! live) and the batch (a write waiting for its commit) at a time; `next_step` is one past every step this run opened.
+//! live) and the batch or the batch in flight (a write waiting for its
+//! commit) at a time; `next_step` is one past every step this run opened.
 
 use std::collections::HashMap;
 use std::process::ExitStatus;
