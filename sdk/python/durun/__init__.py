@@ -187,12 +187,12 @@ def _encode(value: Any, where: str) -> Any:
         "or convert it yourself (durun never pickles)")
 
 
-def _line(message: Dict[str, Any]) -> str:
-    """The request as one protocol line, or ValueError before anything is
-    sent: NaN, Infinity and lone surrogates cannot be journaled as JSON."""
+def _line(message: Dict[str, Any]) -> bytes:
+    """The request as one protocol line (UTF-8), or ValueError before
+    anything is sent: NaN, Infinity and lone surrogates cannot be journaled
+    as JSON."""
     try:
-        text = json.dumps(message, allow_nan=False, ensure_ascii=False)
-        text.encode("utf-8")
+        line = json.dumps(message, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except ValueError as exc:
         what = message.get("name") or message.get("tool") or message.get("op")
         if isinstance(exc, UnicodeEncodeError):
@@ -200,7 +200,7 @@ def _line(message: Dict[str, Any]) -> str:
         else:
             problem = "NaN or Infinity (not JSON; send None, a number or a string)"
         raise ValueError(f"durun: the {message.get('op')} of {what!r} holds {problem}") from exc
-    return text + "\n"
+    return line + b"\n"
 
 
 # --------------------------------------------------------------------------
@@ -277,6 +277,9 @@ class _Channel:
         self._lock = threading.Lock()
         # Signalled when an answer is handed over or the reading is free.
         self._turn = threading.Condition(self._lock)
+        # Threads asleep on `_turn`: with none (a plain loop of steps), an
+        # answer wakes no one and costs no notify.
+        self._sleepers = 0
         self._waiting: Dict[int, _Waiter] = {}
         # Posted requests whose answers have not come yet: their steps.
         self._posted: Dict[int, Any] = {}
@@ -291,7 +294,7 @@ class _Channel:
         self.stopping = False
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
-             posted: bool = False, bodies: Optional[List[str]] = None, spin: Optional[float] = None) -> List[_Waiter]:
+             posted: bool = False, bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps. `bodies`, if
         given, are the messages already made lines (by `_line`)."""
@@ -302,7 +305,7 @@ class _Channel:
             lines = []
             for message, body in zip(messages, bodies):
                 message["id"] = next(self._ids)
-                lines.append('{"id":%d,%s' % (message["id"], body[1:]))
+                lines.append(b'{"id":%d,%s' % (message["id"], body[1:]))
             waiters = []
             out = []
             for message, line in zip(messages, lines):
@@ -315,14 +318,14 @@ class _Channel:
                 if posted:
                     self._posted[message["id"]] = message.get("step")
                 out.append(line)
-            data = "".join(out).encode("utf-8")
+            data = b"".join(out)
             while data:
                 data = data[os.write(self._out, data):]
             if loop is not None and not self._leading:
                 self._start_reader()
         return waiters
 
-    def post(self, message: Dict[str, Any], body: str) -> None:
+    def post(self, message: Dict[str, Any], body: bytes) -> None:
         """Sends a request whose answer no one waits for (see the class)."""
         self.send([message], posted=True, bodies=[body])
 
@@ -367,7 +370,9 @@ class _Channel:
         while waiter.answer is None:
             with self._lock:
                 while waiter.answer is None and (self._leading or self._reader is not None):
+                    self._sleepers += 1
                     self._turn.wait()
+                    self._sleepers -= 1
                 if waiter.answer is not None:
                     return
                 self._leading = True
@@ -380,7 +385,7 @@ class _Channel:
                     # Futures still waiting need a reader of their own now.
                     if any(other.loop is not None for other in self._waiting.values()):
                         self._start_reader()
-                    self._turn.notify_all()
+                    self._wake()
 
     async def arequest(self, message: Dict[str, Any]) -> Answer:
         return (await self.arequest_all([message]))[0]
@@ -433,8 +438,13 @@ class _Channel:
                     if not answer.get("ok") and self._refused is None:
                         self._refused = {**answer, "step": answer.get("step", step)}
                 waiter.deliver(answer)
-            self._turn.notify_all()
+            self._wake()
         return True
+
+    def _wake(self) -> None:
+        """With the lock held: wakes the threads waiting on `_turn`."""
+        if self._sleepers:
+            self._turn.notify_all()
 
     def _close(self, why: str) -> bool:
         with self._lock:
@@ -497,6 +507,8 @@ def _interrupted(signum: int, frame: Any) -> None:
 
 def _get_channel() -> _Channel:
     global _channel
+    if _channel is not None:
+        return _channel
     with _channel_lock:
         if _channel is None:
             _channel = _Channel()
@@ -592,7 +604,7 @@ def _begin(name: str, args: Any, effect: str) -> Dict[str, Any]:
     return {"op": "begin", "name": name, "args": _encode(args, f"the args of step {name!r}"), "effect": effect}
 
 
-def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], str, Any]:
+def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], bytes, Any]:
     """The commit of a step that returned ``value``, as a message and its
     line, and the value as stored; TypeError or ValueError when it cannot
     be journaled."""
