@@ -216,9 +216,17 @@ impl Supervisor<'_> {
                 // step's intent then costs no commit of its own.
                 self.read_agent();
             }
-            self.flush();
             if self.check_renewal() {
+                // What is answered already owes nothing to the batch (an
+                // answer that does is pushed by the batch's continuation,
+                // after its commit): it goes out before the disk's wait.
                 self.io.write_out();
+                self.flush();
+                if self.check_renewal() {
+                    self.io.write_out();
+                }
+            } else {
+                self.flush();
             }
             self.tick();
         }
