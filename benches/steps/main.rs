@@ -192,7 +192,7 @@ fn orchestrate() {
     eprintln!("start-up of `durun run -- true`");
     let scratch = Scratch::new(root, "startup", "full");
     let mut startup = Vec::new();
-    for _ in 0..21 {
+    for _ in 0..101 {
         let started = Instant::now();
         let status = scratch
             .durun()

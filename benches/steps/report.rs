@@ -202,7 +202,7 @@ pub(crate) fn print_table(
     }
     let _ = writeln!(
         out,
-        "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 20).\n"
+        "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 100).\n"
     );
     let _ = writeln!(
         out,
