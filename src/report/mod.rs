@@ -71,7 +71,9 @@ pub(crate) struct Quiet;
 impl Reporter for Quiet {
     fn report(&mut self, event: &Event<'_>) {
         if let Event::Warning(message) = event {
-            eprintln!("durun: warning: {message}");
+            // One write, whole, beside the agent's own stderr lines.
+            let line = format!("durun: warning: {message}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     }
 }
@@ -92,7 +94,9 @@ pub(crate) fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
 /// Prints `durun: <what happened>`, the causes, and the hint to stderr.
 pub(crate) fn error(err: &anyhow::Error) {
     use std::io::Write as _;
-    let mut out = std::io::stderr().lock();
+    // Written whole, in one write, beside whatever the agent left running
+    // still prints.
+    let mut out = Vec::new();
     // Messages quote task ids, step names and tool output: escaped.
     let _ = writeln!(out, "durun: {}", escape(&err.to_string()));
     for cause in err.chain().skip(1) {
@@ -107,6 +111,7 @@ pub(crate) fn error(err: &anyhow::Error) {
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
         let _ = writeln!(out, "  hint: {}", escape(hint));
     }
+    let _ = std::io::stderr().lock().write_all(&out);
 }
 
 /// `text` safe to show on a terminal: every control character (C0 but

@@ -29,18 +29,29 @@ impl Plain {
 
 impl Reporter for Plain {
     fn report(&mut self, event: &Event<'_>) {
-        let mut out = std::io::stderr().lock();
+        let mut out = Vec::new();
+        self.render(event, &mut out);
+        if !out.is_empty() {
+            // One write: the agent's stderr is the same file, and a line of
+            // one must not cut into a line of the other.
+            let _ = std::io::stderr().lock().write_all(&out);
+        }
+    }
+}
+
+impl Plain {
+    fn render(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {
         if let Event::StepReplayed { step, .. } = event {
             self.replayed = match self.replayed {
                 Some((first, last)) if last + 1 == *step => Some((first, *step)),
                 _ => {
-                    self.flush_replayed(&mut out);
+                    self.flush_replayed(out);
                     Some((*step, *step))
                 }
             };
             return;
         }
-        self.flush_replayed(&mut out);
+        self.flush_replayed(out);
         let _ = match event {
             Event::RunStarted {
                 task,

@@ -127,3 +127,43 @@ durun.step("think", {}, think)
     );
     assert_eq!(env.inspect("stop")["task"]["status"], "interrupted");
 }
+
+/// In a log (stderr not a terminal) the agent's stderr and durun's step
+/// lines share one file: each of durun's lines is written whole, so none
+/// cuts into a line of the agent's.
+#[test]
+fn durun_and_the_agent_share_stderr_line_by_line() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    env.write(
+        "agent.py",
+        r#"
+import sys, threading
+import durun
+
+def chatter():
+    for i in range(3000):
+        sys.stderr.write(f"agent line {i:05d} " + "x" * 60 + "\n")
+
+talker = threading.Thread(target=chatter)
+talker.start()
+for i in range(400):
+    durun.step("step", {"i": i}, lambda: i)
+talker.join()
+"#,
+    );
+    let output = env.durun(&["run", "--task", "t", "--", "python3", "agent.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    let whole = format!("{} ", "x".repeat(60));
+    let agent_lines = stderr
+        .lines()
+        .filter(|line| line.starts_with("agent line ") && format!("{line} ").ends_with(&whole))
+        .count();
+    let step_lines = stderr
+        .lines()
+        .filter(|line| line.starts_with("[durun] step ") && line.contains(": committed in "))
+        .count();
+    assert_eq!(agent_lines, 3000, "an agent line was cut:\n{stderr}");
+    assert_eq!(step_lines, 400, "a step line was cut:\n{stderr}");
+}
