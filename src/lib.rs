@@ -18,6 +18,7 @@ mod os;
 mod protocol;
 mod report;
 mod settings;
+mod spawn;
 mod step_key;
 mod supervisor;
 mod task;

@@ -7,16 +7,15 @@
 //! The agent never outlives durun: it gets SIGKILL when durun dies, and
 //! durun's signals are caught before it starts, so none is lost between.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use super::inbox::{Event, Events};
 use super::spec::RunSpec;
-use crate::os;
 use crate::protocol;
 use crate::report::StderrCopier;
+use crate::spawn::{self, Plan, Spawned};
 
 /// Starts the agent of `spec`, its stdin and stdout piped to durun, its
 /// stderr piped only when `copier` takes it.
@@ -24,33 +23,39 @@ pub(super) fn spawn_agent(
     spec: &RunSpec<'_>,
     socket: &Path,
     copier: bool,
-) -> std::io::Result<Child> {
-    let mut command = Command::new(program_path(&spec.argv[0], spec.cwd));
-    command
-        .args(&spec.argv[1..])
-        .current_dir(spec.cwd)
-        .env("DURUN_TASK_ID", spec.task_id)
-        .env("DURUN_RUN", spec.run.to_string())
-        .env("DURUN_PROTOCOL", protocol::VERSION.to_string())
-        .env("DURUN_SOCKET", socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+) -> std::io::Result<Spawned> {
+    spawn::spawn(&Plan {
+        argv: spec.argv,
+        cwd: spec.cwd,
+        env: vec![
+            ("DURUN_TASK_ID", spec.task_id.into()),
+            ("DURUN_RUN", spec.run.to_string().into()),
+            ("DURUN_PROTOCOL", protocol::VERSION.to_string().into()),
+            ("DURUN_SOCKET", socket.as_os_str().to_owned()),
+        ],
         // On a terminal the agent's stderr goes through the progress line;
         // elsewhere it is the agent's own, untouched.
-        .stderr(if copier {
-            Stdio::piped()
-        } else {
-            Stdio::inherit()
-        });
-    os::die_with_parent(&mut command);
-    command.spawn()
+        pipe_stderr: copier,
+    })
 }
 
 /// Waits for the agent on a thread of its own and tells the loop its exit.
-pub(super) fn spawn_exit_waiter(mut child: Child, events: Events) {
+pub(super) fn spawn_exit_waiter(pid: u32, events: Events) {
+    use std::os::unix::process::ExitStatusExt as _;
     std::thread::spawn(move || {
-        if let Ok(status) = child.wait() {
-            let _ = events.send(Event::Exited(status));
+        loop {
+            let mut status = 0;
+            // SAFETY: waits for durun's own child, which nothing else reaps.
+            let waited = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut status, 0) };
+            if waited == pid as libc::pid_t {
+                let _ = events.send(Event::Exited(std::process::ExitStatus::from_raw(status)));
+                return;
+            }
+            if waited < 0
+                && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+            {
+                return;
+            }
         }
     });
 }
@@ -110,15 +115,6 @@ pub(super) fn spawn_stderr_copier(
         }
     });
     done
-}
-
-/// A relative program path with a `/` means the task's directory.
-fn program_path(program: &str, cwd: &Path) -> PathBuf {
-    if program.contains('/') {
-        cwd.join(program)
-    } else {
-        program.into()
-    }
 }
 
 pub(super) fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Events) {

@@ -111,15 +111,13 @@ pub(crate) fn supervise(
             });
         }
     };
-    let child_pid = child.id();
+    let child_pid = child.pid;
     let stderr_done = match (copier, child.stderr.take()) {
         (Some(copy), Some(stderr)) => Some(super::child::spawn_stderr_copier(stderr, copy)),
         _ => None,
     };
-    let stdin = child.stdin.take().expect("stdin is piped");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let io = AgentIo::new(stdin, stdout, wake)?;
-    super::child::spawn_exit_waiter(child, events_tx.clone());
+    let io = AgentIo::new(child.stdin, child.stdout, wake)?;
+    super::child::spawn_exit_waiter(child_pid, events_tx.clone());
 
     let (jobs_tx, jobs) = mpsc::channel();
     let (landed, landed_rx) = mpsc::channel();

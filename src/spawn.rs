@@ -1,0 +1,313 @@
+//! Starting the agent without copying durun.
+//!
+//! The agent must die with durun even when durun is killed with SIGKILL:
+//! its parent-death signal is set in the child, between the child's start
+//! and `exec`. `std::process::Command` can do that only through `fork`,
+//! which copies durun's page tables and then faults on every page durun
+//! writes until the child has exec'd (0.4 ms of a 5 ms `durun run -- true`
+//! here); `posix_spawn`, which does not copy, has no place for it. So the
+//! agent is started as `posix_spawn` does it, with `clone(CLONE_VM |
+//! CLONE_VFORK)`: the child runs on a stack of its own in durun's memory
+//! while durun waits, sets the signal, its stdio and directory, and execs.
+//!
+//! # Invariant
+//!
+//! Between `clone` and `exec` the child makes only async-signal-safe calls
+//! and touches no memory but [`ChildArgs`], which the parent prepared and
+//! keeps alive (the parent is suspended until the child execs or exits).
+//! All signals are blocked across `clone`, and the child resets every
+//! handler to its default before it unblocks them, so no handler of
+//! durun's runs in the child.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::path::Path;
+use std::process::{ChildStderr, ChildStdin, ChildStdout};
+
+/// What the child runs.
+pub(crate) struct Plan<'a> {
+    /// The program as the user gave it (`argv[0]`) and its arguments.
+    pub(crate) argv: &'a [String],
+    pub(crate) cwd: &'a Path,
+    /// Variables set on top of durun's own environment.
+    pub(crate) env: Vec<(&'a str, OsString)>,
+    /// The child's stderr is a pipe to durun (else durun's own stderr).
+    pub(crate) pipe_stderr: bool,
+}
+
+/// A started child: its pid and durun's ends of its pipes.
+pub(crate) struct Spawned {
+    pub(crate) pid: u32,
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: ChildStdout,
+    pub(crate) stderr: Option<ChildStderr>,
+}
+
+/// Everything the child reads, prepared by the parent.
+struct ChildArgs {
+    /// Paths to try `execve` on, in `PATH` order.
+    candidates: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    cwd: CString,
+    stdin: RawFd,
+    stdout: RawFd,
+    /// -1: the child keeps durun's stderr.
+    stderr: RawFd,
+    parent: libc::pid_t,
+    /// The signal mask to restore in the child before `exec`.
+    mask: libc::sigset_t,
+    /// Set by the child when it could not exec: an errno.
+    error: libc::c_int,
+}
+
+/// Starts `plan` as a child that gets SIGKILL when durun dies.
+pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
+    let program = plan
+        .argv
+        .first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command"))?;
+    let argv_storage = plan
+        .argv
+        .iter()
+        .map(|arg| cstring(arg.as_bytes()))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(name, _)| {
+            !plan
+                .env
+                .iter()
+                .any(|(set, _)| name.as_bytes() == set.as_bytes())
+        })
+        .collect();
+    env.extend(
+        plan.env
+            .iter()
+            .map(|(name, value)| (OsString::from(name), value.clone())),
+    );
+    let path = env
+        .iter()
+        .find(|(name, _)| name.as_bytes() == b"PATH")
+        .map(|(_, value)| value.clone());
+    let env_storage = env
+        .into_iter()
+        .map(|(name, value)| {
+            let mut entry = name.into_vec();
+            entry.push(b'=');
+            entry.extend(value.into_vec());
+            cstring(&entry)
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let candidates = candidates(program, plan.cwd, path.as_deref())?;
+
+    let (child_stdin, stdin) = pipe()?;
+    let (stdout, child_stdout) = pipe()?;
+    let stderr_pipe = if plan.pipe_stderr {
+        Some(pipe()?)
+    } else {
+        None
+    };
+    let child_stdin = above_stdio(child_stdin)?;
+    let child_stdout = above_stdio(child_stdout)?;
+    let (stderr, child_stderr) = match stderr_pipe {
+        Some((read, write)) => (Some(read), Some(above_stdio(write)?)),
+        None => (None, None),
+    };
+
+    let mut args = ChildArgs {
+        candidates,
+        argv: argv_storage
+            .iter()
+            .map(|arg| arg.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect(),
+        envp: env_storage
+            .iter()
+            .map(|entry| entry.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect(),
+        cwd: cstring(plan.cwd.as_os_str().as_bytes())?,
+        stdin: child_stdin.as_raw_fd(),
+        stdout: child_stdout.as_raw_fd(),
+        stderr: child_stderr
+            .as_ref()
+            .map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        // SAFETY: a zeroed sigset_t is a valid value to be overwritten.
+        mask: unsafe { std::mem::zeroed() },
+        error: 0,
+    };
+    // The child's stack: it makes a few system calls and execs.
+    let mut stack = vec![0u8; 128 * 1024];
+    // SAFETY: see the module's invariant. The stack and `args` outlive the
+    // child's use of them: with CLONE_VFORK, clone returns only once the
+    // child has exec'd or exited.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len());
+        let top = top.sub(top as usize % 16);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut args.mask);
+        let pid = libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut args).cast(),
+        );
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(
+            libc::SIG_SETMASK,
+            &raw const args.mask,
+            std::ptr::null_mut(),
+        );
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        pid
+    };
+    drop((child_stdin, child_stdout, child_stderr));
+    // SAFETY: the child wrote it (or not) before clone returned.
+    let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
+    if error != 0 {
+        let mut status = 0;
+        // SAFETY: reaps the child that failed to exec.
+        unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        return Err(io::Error::from_raw_os_error(error));
+    }
+    drop(stack);
+    Ok(Spawned {
+        pid: pid as u32,
+        stdin: ChildStdin::from(stdin),
+        stdout: ChildStdout::from(stdout),
+        stderr: stderr.map(ChildStderr::from),
+    })
+}
+
+/// The child, from `clone` to `exec`: async-signal-safe calls only.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's ChildArgs, alive and not touched by the
+    // suspended parent; every call is async-signal-safe.
+    unsafe {
+        let args = &mut *arg.cast::<ChildArgs>();
+        // durun's handlers (and its ignored SIGPIPE) are not the agent's.
+        for signal in 1..65 {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
+        libc::pthread_sigmask(
+            libc::SIG_SETMASK,
+            &raw const args.mask,
+            std::ptr::null_mut(),
+        );
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        // durun may have died before the signal was set.
+        if libc::getppid() != args.parent {
+            return fail(args, libc::ESRCH);
+        }
+        if libc::dup2(args.stdin, 0) < 0 || libc::dup2(args.stdout, 1) < 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        if args.stderr >= 0 && libc::dup2(args.stderr, 2) < 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        if libc::chdir(args.cwd.as_ptr()) != 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        // As execvp: the first candidate that execs; EACCES is kept if no
+        // other candidate exists.
+        let mut denied = false;
+        let mut error = libc::ENOENT;
+        for path in &args.candidates {
+            libc::execve(path.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
+            match *libc::__errno_location() {
+                libc::ENOENT | libc::ENOTDIR => {}
+                libc::EACCES => denied = true,
+                other => {
+                    error = other;
+                    break;
+                }
+            }
+        }
+        if error == libc::ENOENT && denied {
+            error = libc::EACCES;
+        }
+        fail(args, error)
+    }
+}
+
+/// Leaves the child with `error` for the parent to report.
+///
+/// # Safety
+/// Only in the child, before exec.
+unsafe fn fail(args: &mut ChildArgs, error: libc::c_int) -> libc::c_int {
+    // SAFETY: volatile, so the write is not dropped; the parent reads it
+    // once the child has exited.
+    unsafe {
+        std::ptr::write_volatile(&raw mut args.error, error.max(1));
+        libc::_exit(127)
+    }
+}
+
+/// Where `program` may be: itself if it names a path (relative to `cwd`),
+/// else each directory of `PATH` (the default path if unset).
+fn candidates(
+    program: &str,
+    cwd: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> io::Result<Vec<CString>> {
+    if program.contains('/') {
+        return Ok(vec![cstring(cwd.join(program).as_os_str().as_bytes())?]);
+    }
+    let path = path.map_or(&b"/usr/local/bin:/usr/bin:/bin"[..], |path| path.as_bytes());
+    path.split(|&byte| byte == b':')
+        .map(|dir| {
+            let dir = if dir.is_empty() { &b"."[..] } else { dir };
+            let mut full = dir.to_vec();
+            full.push(b'/');
+            full.extend_from_slice(program.as_bytes());
+            cstring(&full)
+        })
+        .collect()
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an argument or variable holds a NUL byte",
+        )
+    })
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `fd`, moved above 2 if it is one of the standard descriptors (durun
+/// started with one closed), so that the child's `dup2` onto 0, 1 and 2
+/// cannot overwrite another of its pipes.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates a valid descriptor to a new one.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fcntl returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
