@@ -260,18 +260,19 @@ fn ended_after_tool_kill(
     status.success()
 }
 
+/// The seeds to torture: `DURUN_TORTURE_ROUNDS` of them (one by default)
+/// from `DURUN_TORTURE_SEED`.
+fn seeds() -> std::ops::Range<u64> {
+    let number = |name: &str| std::env::var(name).ok().and_then(|n| n.parse().ok());
+    let rounds: u64 = number("DURUN_TORTURE_ROUNDS").unwrap_or(1);
+    let first: u64 = number("DURUN_TORTURE_SEED").unwrap_or(0xD0_5EED);
+    first..first + rounds
+}
+
 #[test]
 fn the_task_survives_sigkill_at_random_points() {
-    let rounds: u64 = std::env::var("DURUN_TORTURE_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
-    let first: u64 = std::env::var("DURUN_TORTURE_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0xD0_5EED);
     let expected = reference_output();
-    for seed in first..first + rounds {
+    for seed in seeds() {
         torture(seed, &expected);
     }
 }
@@ -415,14 +416,6 @@ fn waiting_torture(seed: u64, expected: &Value) {
 
 #[test]
 fn a_waiting_task_survives_sigkill_and_takes_each_signal_once() {
-    let rounds: u64 = std::env::var("DURUN_TORTURE_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
-    let first: u64 = std::env::var("DURUN_TORTURE_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0xD0_5EED);
     let expected = waiting_reference(&FakeApi::start());
     let waits: Vec<&Value> = expected["outputs"]
         .as_array()
@@ -437,7 +430,7 @@ fn a_waiting_task_survives_sigkill_and_takes_each_signal_once() {
             &json!({"wait": "go", "data": 2})
         ]
     );
-    for seed in first..first + rounds {
+    for seed in seeds() {
         waiting_torture(seed, &expected);
     }
 }
@@ -587,15 +580,7 @@ fn pipelined_torture(seed: u64) {
 /// from the right place, and every `mutate` step keeps its one key.
 #[test]
 fn a_pipelining_agent_killed_right_after_a_commit_keeps_the_order() {
-    let rounds: u64 = std::env::var("DURUN_TORTURE_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
-    let first: u64 = std::env::var("DURUN_TORTURE_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0xD0_5EED);
-    for seed in first..first + rounds {
+    for seed in seeds() {
         pipelined_torture(seed);
     }
 }
