@@ -1,7 +1,7 @@
 """An asyncio agent on the real `openai` and `anthropic` clients, wrapped
 by durun: a plan, three calls at once with asyncio.gather, a stream, the
-Responses API, an Anthropic message and stream, then a step that holds
-until a file exists (where the test kills durun)."""
+Responses API, an Anthropic message and stream, then a `mutate` step that
+holds until a file exists (where the test kills durun)."""
 
 import asyncio
 import os
@@ -16,7 +16,10 @@ base = os.environ["LLM_BASE"]
 hold_file = os.environ["HOLD_FILE"]
 
 
-@durun.step("hold")
+# A `mutate` step: its begin is answered once its intent is durable, and so
+# (durun's order rule) every commit the SDK posted before it. The test kills
+# durun here with all eight model calls recorded.
+@durun.step("hold", effect="mutate")
 async def hold():
     with open(os.environ["HOLDING_FILE"], "w"):
         pass
