@@ -1,15 +1,43 @@
 //! What every command says about a task: the status a person sees, its
 //! command as a shell line, and the error for a task that is not there.
 
+use std::path::Path;
 use std::time::SystemTime;
 
+use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{
-    self, Journal, Location, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
+    self, Journal, Location, NewTask, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::lease;
 use crate::settings::Settings;
+
+/// A new task `id` of `argv`, started in `cwd`: the config `--config`
+/// names or `cwd` holds, the sync mode the environment or else the config
+/// chooses, the budget given or else the config's.
+pub(crate) fn new_task(
+    id: String,
+    argv: &[String],
+    cwd: &Path,
+    config: Option<&Path>,
+    max_tokens: Option<u64>,
+    queue: Option<String>,
+    settings: &Settings,
+) -> anyhow::Result<NewTask> {
+    let (config, config_path) = Config::discover(config, cwd)?;
+    Ok(NewTask {
+        id,
+        argv: argv.to_vec(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        config: config_path.is_some().then(|| config.source.clone()),
+        config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
+        sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
+        created_at: journal::now(),
+        max_tokens: max_tokens.or(config.max_tokens),
+        queue,
+    })
+}
 
 /// The status a person should see: a `running` task whose runner is gone
 /// is `interrupted`.

@@ -4,9 +4,9 @@ use anyhow::{Context as _, Result};
 
 use super::session;
 use crate::cli::RunArgs;
-use crate::config::{Config, SyncMode};
+use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::journal::{self, Access, Location, NewTask, TaskStatus};
+use crate::journal::{Access, Location, TaskStatus};
 use crate::settings::Settings;
 use crate::task::{check_task_id, new_task_id, shell_words};
 
@@ -25,18 +25,15 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     let task = if let Some(task) = existing {
         task
     } else {
-        let (config, config_path) = Config::discover(args.config.as_deref(), &cwd)?;
-        let task = NewTask {
-            id: args.task.clone().unwrap_or_else(new_task_id),
-            argv: args.command.clone(),
-            cwd: cwd.to_string_lossy().into_owned(),
-            config: config_path.is_some().then(|| config.source.clone()),
-            config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
-            sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
-            created_at: journal::now(),
-            max_tokens: args.limits.max_tokens.or(config.max_tokens),
-            queue: None,
-        };
+        let task = crate::task::new_task(
+            args.task.clone().unwrap_or_else(new_task_id),
+            &args.command,
+            &cwd,
+            args.config.as_deref(),
+            args.limits.max_tokens,
+            None,
+            settings,
+        )?;
         // The task's row need not reach the disk alone: the run's start,
         // committed right after at the task's own sync mode, takes it
         // along (one fsync fewer before the agent starts).

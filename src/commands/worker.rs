@@ -17,12 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 
 use crate::cli::{SubmitArgs, WorkerArgs};
-use crate::config::{Config, SyncMode};
+use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{
-    self, Access, Journal, Location, NewTask, TaskRecord, TaskStatus, WorkerRecord,
-};
+use crate::journal::{self, Access, Journal, Location, TaskRecord, TaskStatus, WorkerRecord};
 use crate::lease;
 use crate::settings::Settings;
 use crate::task::{check_task_id, new_task_id};
@@ -37,7 +35,6 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
         check_task_id(id)?;
     }
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
-    let (config, config_path) = Config::discover(args.config.as_deref(), &cwd)?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     let id = args.task.clone().unwrap_or_else(new_task_id);
@@ -46,17 +43,15 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
             .hint("submit it under another --task id, or `durun resume` it")
             .into());
     }
-    let task = NewTask {
-        id: id.clone(),
-        argv: args.command.clone(),
-        cwd: cwd.to_string_lossy().into_owned(),
-        config: config_path.is_some().then(|| config.source.clone()),
-        config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
-        sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
-        created_at: journal::now(),
-        max_tokens: args.max_tokens.or(config.max_tokens),
-        queue: Some(args.queue.clone()),
-    };
+    let task = crate::task::new_task(
+        id.clone(),
+        &args.command,
+        &cwd,
+        args.config.as_deref(),
+        args.max_tokens,
+        Some(args.queue.clone()),
+        settings,
+    )?;
     journal.create_task(&task)?;
     println!("{id}");
     if !settings.quiet {

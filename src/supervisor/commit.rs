@@ -117,7 +117,6 @@ impl<'a> Supervisor<'a> {
         // No one waits for what the batch holds: a pipelining agent's
         // commits, written while the loop goes on.
         let off_the_loop = self.pipelined && batch.iter().all(Deferred::is_agent_commit);
-        self.tokens_in_flight = stats.tokens_spent - self.stats.tokens_spent;
         let journal = self.journal.take().expect("the journal is home");
         let job = Job {
             journal,
@@ -168,7 +167,6 @@ impl<'a> Supervisor<'a> {
             standing,
         } = landed;
         self.journal = Some(journal);
-        self.tokens_in_flight = 0;
         if self.fenced {
             return;
         }
@@ -248,6 +246,7 @@ impl<'a> Supervisor<'a> {
         started: Instant,
     ) {
         record.finished_at = Some(crate::journal::now());
+        self.tokens_finished += record.tokens;
         self.batch.push(Deferred {
             conn,
             record,

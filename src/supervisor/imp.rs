@@ -147,7 +147,7 @@ pub(crate) fn supervise(
             io,
             batch: Vec::new(),
             pipelined: false,
-            tokens_in_flight: 0,
+            tokens_finished: 0,
             events_tx,
             child_pid,
             interactive: os::stdin_is_terminal(),
@@ -214,17 +214,15 @@ impl Supervisor<'_> {
                 // step's intent then costs no commit of its own.
                 self.read_agent();
             }
+            // What is answered already owes nothing to the batch (an answer
+            // that does is pushed by the batch's continuation, after its
+            // commit): it goes out before the disk's wait.
             if self.check_renewal() {
-                // What is answered already owes nothing to the batch (an
-                // answer that does is pushed by the batch's continuation,
-                // after its commit): it goes out before the disk's wait.
                 self.io.write_out();
-                self.flush();
-                if self.check_renewal() {
-                    self.io.write_out();
-                }
-            } else {
-                self.flush();
+            }
+            self.flush();
+            if self.check_renewal() {
+                self.io.write_out();
             }
             self.tick();
         }

@@ -54,8 +54,9 @@ pub(super) struct Supervisor<'a> {
     /// The agent asked for more before a commit of its own was answered: it
     /// does not wait for its commits, so they are written off the loop.
     pub(super) pipelined: bool,
-    /// Tokens of the finished steps in the batch being committed.
-    pub(super) tokens_in_flight: u64,
+    /// Tokens of the steps this run finished, their commits written or
+    /// not yet: what the budget counts.
+    pub(super) tokens_finished: u64,
     pub(super) events_tx: Events,
     pub(super) child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.

@@ -271,15 +271,7 @@ impl Supervisor<'_> {
         let Some(max) = self.spec.max_tokens else {
             return false;
         };
-        // Steps whose commits are not written yet spent their tokens too.
-        let unwritten: u64 = self
-            .batch
-            .iter()
-            .filter(|deferred| matches!(deferred.then, Then::Finished { .. }))
-            .map(|deferred| deferred.record.tokens)
-            .sum();
-        let spent =
-            self.spec.tokens_before + self.stats.tokens_spent + self.tokens_in_flight + unwritten;
+        let spent = self.spec.tokens_before + self.tokens_finished;
         if spent < max {
             return false;
         }

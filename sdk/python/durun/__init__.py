@@ -219,16 +219,12 @@ class _Waiter:
     """Where one answer goes: a thread that waits for it (on the channel's
     condition, or reading stdin itself), or an asyncio future in its loop."""
 
-    __slots__ = ("future", "loop", "answer", "posted", "spin")
+    __slots__ = ("future", "loop", "answer", "spin")
 
-    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, posted: bool = False,
-                 spin: float = 0.0) -> None:
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, spin: float = 0.0) -> None:
         self.loop = loop
         # How long its reader looks for the answer before it sleeps.
         self.spin = spin
-        # No one waits for this answer (a pipelined commit): the channel
-        # checks it when it comes.
-        self.posted = posted
         self.future: Optional["asyncio.Future[Answer]"] = loop.create_future() if loop else None
         self.answer: Optional[Answer] = None
 
@@ -309,7 +305,7 @@ class _Channel:
             waiters = []
             out = []
             for message, line in zip(messages, lines):
-                waiter = _Waiter(loop, posted, _SPIN if spin is None else spin)
+                waiter = _Waiter(loop, _SPIN if spin is None else spin)
                 waiters.append(waiter)
                 if self._gone is not None:
                     waiter.deliver(self._failure(message["id"]))
@@ -433,7 +429,8 @@ class _Channel:
         with self._lock:
             waiter = self._waiting.pop(answer.get("id"), None)
             if waiter is not None:
-                if waiter.posted:
+                if answer["id"] in self._posted:
+                    # No one waits for it (a pipelined commit): checked here.
                     step = self._posted.pop(answer["id"])
                     if not answer.get("ok") and self._refused is None:
                         self._refused = {**answer, "step": answer.get("step", step)}
@@ -552,6 +549,16 @@ class StepContext:
         self.in_doubt = in_doubt
         self.usage: Optional[Dict[str, int]] = None
 
+    @classmethod
+    def _opened(cls, answer: Answer) -> "StepContext":
+        """The step a `begin` answer opened."""
+        return cls(answer["step"], answer.get("idempotency_key", ""), answer.get("attempt", 1),
+                   answer.get("in_doubt", False))
+
+    def _retried(self, answer: Answer) -> "StepContext":
+        """The same step's next attempt, from the `retry` answer (same key)."""
+        return StepContext(self.step, self.idempotency_key, answer.get("attempt", self.attempt + 1), False)
+
 
 # A context variable: each thread and each asyncio task sees its own step.
 _current: "contextvars.ContextVar[Optional[StepContext]]" = contextvars.ContextVar("durun_step", default=None)
@@ -654,8 +661,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
     if opened.get("replayed"):
         # The recorded value of the step: what fn returned when it ran.
         return cast(T, opened["output"])
-    context = StepContext(opened["step"], opened.get("idempotency_key", ""), opened.get("attempt", 1),
-                          opened.get("in_doubt", False))
+    context = StepContext._opened(opened)
     tries = 0
     while True:
         tries += 1
@@ -673,8 +679,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             time.sleep(policy.delay(tries))
             # The next attempt, journaled, with the same key.
             reopened = _checked(channel.request({"op": "retry", "step": context.step}))
-            context = StepContext(context.step, context.idempotency_key, reopened.get("attempt", context.attempt + 1),
-                                  False)
+            context = context._retried(reopened)
             continue
         finally:
             _current.reset(token)
@@ -720,8 +725,7 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
     opened = _checked(await channel.arequest(_begin(name, args, effect)))
     if opened.get("replayed"):
         return cast(T, opened["output"])
-    context = StepContext(opened["step"], opened.get("idempotency_key", ""), opened.get("attempt", 1),
-                          opened.get("in_doubt", False))
+    context = StepContext._opened(opened)
     tries = 0
     while True:
         tries += 1
@@ -736,8 +740,7 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
                 raise
             await asyncio.sleep(policy.delay(tries))
             reopened = _checked(await channel.arequest({"op": "retry", "step": context.step}))
-            context = StepContext(context.step, context.idempotency_key, reopened.get("attempt", context.attempt + 1),
-                                  False)
+            context = context._retried(reopened)
             continue
         finally:
             _current.reset(token)
