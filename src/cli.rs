@@ -247,9 +247,9 @@ pub(crate) struct ResolveArgs {
     #[arg(long)]
     pub retry: bool,
 
-    /// The step took effect: record this JSON as its output
-    #[arg(long, value_name = "JSON")]
-    pub output: Option<String>,
+    /// The step took effect: record this JSON as its output; @FILE reads a file, @- standard input
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub output: Option<serde_json::Value>,
 
     /// The step did not take effect: record it as failed with this message
     #[arg(long, value_name = "MESSAGE")]
@@ -334,9 +334,9 @@ pub(crate) struct StepArgs {
     #[arg(long, value_name = "EFFECT", default_value = "read", value_parser = ["read", "mutate"])]
     pub effect: String,
 
-    /// More of the step's identity, as a JSON object merged into its args
-    #[arg(long, value_name = "JSON")]
-    pub args: Option<String>,
+    /// More of the step's identity, as a JSON object merged into its args; @FILE reads a file, @- standard input
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub args: Option<serde_json::Value>,
 
     /// A file the command writes its token usage to, as JSON like
     /// {"input_tokens": 812, "output_tokens": 96} [default: a `usage`
@@ -360,9 +360,16 @@ pub(crate) struct CallArgs {
     #[arg(value_name = "TOOL")]
     pub tool: String,
 
-    /// The tool's args, as JSON [default: {}]
-    #[arg(long, value_name = "JSON")]
-    pub args: Option<String>,
+    /// The tool's args, as JSON; @FILE reads a file, @- standard input [default: {}]
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub args: Option<serde_json::Value>,
+
+    /// Answer with one JSON object on stdout, failures too: {"ok": true,
+    /// "output": …} or {"ok": false, "error": {"code": …, "message": …}};
+    /// the code is `not_under_durun` outside a run when durun.toml has no
+    /// such tool. For SDKs and scripts that must tell failures apart.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -421,9 +428,9 @@ pub(crate) struct WaitArgs {
     #[arg(value_name = "NAME")]
     pub name: String,
 
-    /// What the waiter shows the sender (part of the step's identity), as JSON
-    #[arg(long, value_name = "JSON")]
-    pub data: Option<String>,
+    /// What the waiter shows the sender (part of the step's identity), as JSON; @FILE reads a file, @- standard input
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub data: Option<serde_json::Value>,
 
     /// Fail the step if no signal came this long after it first waited, like `48h`
     #[arg(long, value_name = "DURATION")]
@@ -452,9 +459,9 @@ pub(crate) struct SignalArgs {
     #[arg(value_name = "NAME")]
     pub name: String,
 
-    /// The signal's data, as JSON [default: null]
-    #[arg(long, value_name = "JSON")]
-    pub data: Option<String>,
+    /// The signal's data, as JSON; @FILE reads a file, @- standard input [default: null]
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub data: Option<serde_json::Value>,
 
     /// An id for the signal: sending the same id twice records it once
     #[arg(long, value_name = "ID")]
@@ -467,9 +474,9 @@ pub(crate) struct ApproveArgs {
     #[arg(value_name = "TASK", add = task_ids())]
     pub task: String,
 
-    /// More data for the agent, a JSON object merged into {"approved": true}
-    #[arg(long, value_name = "JSON")]
-    pub data: Option<String>,
+    /// More data for the agent, a JSON object merged into {"approved": true}; @FILE reads a file, @- standard input
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub data: Option<serde_json::Value>,
 }
 
 #[derive(Args, Debug)]
@@ -539,6 +546,26 @@ pub(crate) struct GenerateArgs {
 }
 
 /// A time a user typed, checked and kept as typed.
+/// A JSON argument: the JSON itself, `@FILE` (the file's JSON) or `@-`
+/// (standard input's). Linux caps one argument at 128 KiB, a file has no
+/// such limit.
+pub(crate) fn json_arg(text: &str) -> Result<serde_json::Value, String> {
+    let (source, what) = match text.strip_prefix('@') {
+        Some("-") => {
+            let mut input = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)
+                .map_err(|err| format!("cannot read standard input: {err}"))?;
+            (input, "standard input".to_owned())
+        }
+        Some(file) => (
+            std::fs::read_to_string(file).map_err(|err| format!("cannot read {file}: {err}"))?,
+            file.to_owned(),
+        ),
+        None => return serde_json::from_str(text).map_err(|err| format!("not JSON: {err}")),
+    };
+    serde_json::from_str(&source).map_err(|err| format!("{what} does not hold JSON: {err}"))
+}
+
 fn time_text(text: &str) -> Result<String, String> {
     match crate::clock::parse(text) {
         Some(_) => Ok(text.to_owned()),

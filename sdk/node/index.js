@@ -344,19 +344,34 @@ export async function step(name, args, fn, options = {}) {
 // Tools.
 
 function standalone(tool, args) {
+  let out;
   try {
-    const out = execFileSync("durun", ["call", tool, "--args", JSON.stringify(args)], {
+    out = execFileSync("durun", ["call", tool, "--json", "--args", JSON.stringify(args)], {
       encoding: "utf8",
       stdio: ["ignore", "pipe", "pipe"],
     });
-    return JSON.parse(out);
   } catch (err) {
     if (err.code === "ENOENT") {
       throw new NotUnderDurun(`durun.call(${JSON.stringify(tool)}) runs the tool through \`durun call\`, and durun is not on PATH`);
     }
-    const lines = String(err.stderr ?? "").trim().split("\n");
-    throw new ToolFailed(lines[lines.length - 1] || err.message);
+    out = String(err.stdout ?? "");
+    if (!out.trim()) {
+      const lines = String(err.stderr ?? "").trim().split("\n");
+      throw new ToolFailed(`\`durun call ${tool} --json\` gave no answer (${lines[lines.length - 1] || err.message}); is the durun on PATH older than this SDK?`);
+    }
   }
+  // `--json` answers on stdout whatever happened: the error's code, not
+  // the wording of a line on stderr, says what kind it is.
+  let answer;
+  try {
+    answer = JSON.parse(out);
+  } catch {
+    throw new ToolFailed(`\`durun call ${tool} --json\` answered no JSON: ${out.slice(0, 200)}`);
+  }
+  if (answer.ok) return answer.output;
+  const error = answer.error || {};
+  const Cls = error.code === NotUnderDurun.code ? NotUnderDurun : ERRORS[error.code] || DurunError;
+  throw new Cls(error.message || "durun call failed");
 }
 
 /** Runs `tool` from durun.toml with `args`; without durun, once through `durun call`. */

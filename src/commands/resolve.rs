@@ -3,8 +3,6 @@
 use anyhow::Result;
 
 use crate::cli::ResolveArgs;
-use crate::error::Failure;
-use crate::exit_code;
 use crate::journal::{self, Access, Location, Resolution, ResolutionAction};
 use crate::settings::Settings;
 use crate::task::unknown_task;
@@ -12,12 +10,8 @@ use crate::task::unknown_task;
 pub(crate) fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
     let action = if args.retry {
         ResolutionAction::Retry
-    } else if let Some(text) = &args.output {
-        let output = serde_json::from_str(text).map_err(|err| {
-            Failure::new(exit_code::USAGE, format!("--output is not JSON: {err}"))
-                .hint("quote it for the shell, e.g. --output '{\"url\": \"https://…\"}' or --output '\"text\"'")
-        })?;
-        ResolutionAction::Output(output)
+    } else if let Some(output) = &args.output {
+        ResolutionAction::Output(output.clone())
     } else {
         ResolutionAction::Fail(args.fail.clone().unwrap_or_default())
     };

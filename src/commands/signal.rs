@@ -14,10 +14,7 @@ use crate::settings::Settings;
 use crate::task::{shown_status, unknown_task};
 
 pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
-    let data = match &args.data {
-        None => Value::Null,
-        Some(text) => parse_data(text)?,
-    };
+    let data = args.data.clone().unwrap_or(Value::Null);
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     send(
@@ -34,8 +31,8 @@ pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
 pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
     let mut data = Map::new();
     data.insert("approved".to_owned(), Value::Bool(true));
-    if let Some(text) = &args.data {
-        match parse_data(text)? {
+    if let Some(extra) = &args.data {
+        match extra.clone() {
             Value::Object(extra) => {
                 data.extend(extra.into_iter().filter(|(key, _)| key != "approved"));
             }
@@ -121,10 +118,10 @@ fn send(
         taken_by: None,
     };
     if !journal.send_signal(task, &signal)? {
-        eprintln!(
-            "durun: task {task} already has the signal with id {}; it is kept once",
+        crate::report::say(&format!(
+            "task {task} already has the signal with id {}; it is kept once",
             signal_id.unwrap_or_default()
-        );
+        ));
         return Ok(0);
     }
     let next = match status {
@@ -132,16 +129,6 @@ fn send(
         status if status.is_parked() => format!("`durun resume {task}` continues it"),
         _ => format!("it is taken when the task waits for it (`durun resume {task}`)"),
     };
-    eprintln!("durun: sent `{name}` to task {task}; {next}");
+    crate::report::say(&format!("sent `{name}` to task {task}; {next}"));
     Ok(0)
-}
-
-fn parse_data(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|err| {
-        Failure::new(exit_code::USAGE, format!("--data is not JSON: {err}"))
-            .hint(
-                "quote it for the shell, e.g. --data '{\"sha\": \"4f2a9c1\"}' or --data '\"text\"'",
-            )
-            .into()
-    })
 }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{CallArgs, SleepArgs, StepArgs, WaitArgs};
 use crate::error::Failure;
 use crate::exit_code;
+use crate::report::say;
 use crate::settings::Settings;
 
 /// The most stdout a step records; more still passes through.
@@ -92,19 +93,23 @@ fn error_message(answer: &Value) -> String {
 pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
     let mut step_args = Map::new();
     step_args.insert("argv".to_owned(), json!(args.command));
-    if let Some(text) = &args.args {
-        match serde_json::from_str(text) {
-            Ok(Value::Object(extra)) => {
-                step_args.extend(extra.into_iter().filter(|(key, _)| key != "argv"));
-            }
-            _ => {
-                return Err(Failure::new(
-                    exit_code::USAGE,
-                    format!("--args is not a JSON object: {text}"),
-                )
-                .hint("for example --args '{\"version\": \"1.4.0\"}'")
-                .into());
-            }
+    match &args.args {
+        None => {}
+        Some(Value::Object(extra)) => {
+            step_args.extend(
+                extra
+                    .iter()
+                    .filter(|(key, _)| *key != "argv")
+                    .map(|(key, value)| (key.clone(), value.clone())),
+            );
+        }
+        Some(other) => {
+            return Err(Failure::new(
+                exit_code::USAGE,
+                format!("--args is not a JSON object: {other}"),
+            )
+            .hint("for example --args '{\"version\": \"1.4.0\"}'")
+            .into());
         }
     }
     let Some(mut client) = Client::connect(settings)? else {
@@ -130,11 +135,11 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         return Ok(i32::try_from(code).unwrap_or(1));
     }
     if answer["ok"] != true {
-        eprintln!(
-            "durun: step {} refused: {}",
+        say(&format!(
+            "step {} refused: {}",
             args.name,
             error_message(&answer)
-        );
+        ));
         return Ok(error_exit(&answer));
     }
     let step = answer["step"].as_u64().unwrap_or(0);
@@ -156,11 +161,11 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
     };
     let closed = client.request(closing)?;
     if closed["ok"] != true {
-        eprintln!(
-            "durun: step {} could not be recorded: {}",
+        say(&format!(
+            "step {} could not be recorded: {}",
             args.name,
             error_message(&closed)
-        );
+        ));
         return Ok(error_exit(&closed));
     }
     Ok(code)
@@ -253,7 +258,7 @@ fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, Vec<u8>, bool)>
     {
         Ok(child) => child,
         Err(err) => {
-            eprintln!("durun: cannot start `{}`: {err}", argv[0]);
+            say(&format!("cannot start `{}`: {err}", argv[0]));
             return Ok((exit_code::CANNOT_START, Vec::new(), false));
         }
     };
@@ -287,48 +292,54 @@ fn run_plain(argv: &[String]) -> i32 {
     match Command::new(&argv[0]).args(&argv[1..]).status() {
         Ok(status) => exit_code::of(status),
         Err(err) => {
-            eprintln!("durun: cannot start `{}`: {err}", argv[0]);
+            say(&format!("cannot start `{}`: {err}", argv[0]));
             exit_code::CANNOT_START
         }
     }
 }
 
 pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
-    let tool_args: Value = match &args.args {
-        None => json!({}),
-        Some(text) => serde_json::from_str(text).map_err(|err| {
-            Failure::new(exit_code::USAGE, format!("--args is not JSON: {err}"))
-                .hint("for example --args '{\"title\": \"Fix typo\"}'")
-        })?,
-    };
+    let tool_args = args.args.clone().unwrap_or_else(|| json!({}));
     let Some(mut client) = Client::connect(settings)? else {
         // Outside a run the tool runs as durun.toml says, once, journaled
         // nowhere: an agent works without durun as it does with it.
-        return call_standalone(&args.tool, tool_args, settings);
+        return call_standalone(&args.tool, tool_args, args.json, settings);
     };
     let answer = client.request(json!({"op": "call", "tool": args.tool, "args": tool_args}))?;
     if answer["ok"] == true {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &answer["output"])?;
-        writeln!(out)?;
-        return Ok(0);
+        return print_output(&answer["output"], args.json);
     }
-    eprintln!(
-        "durun: call {} failed: {}",
-        args.tool,
-        error_message(&answer)
-    );
-    Ok(1)
+    let code = answer["error"]["code"].as_str().unwrap_or("error");
+    let message = answer["error"]["message"].as_str().unwrap_or("no message");
+    Ok(call_failed(&args.tool, code, message, args.json))
+}
+
+/// A tool's output on stdout: the JSON itself, or `{"ok": true, "output"}`
+/// with `--json`.
+fn print_output(output: &Value, answer: bool) -> Result<i32> {
+    let mut out = std::io::stdout().lock();
+    if answer {
+        serde_json::to_writer(&mut out, &json!({"ok": true, "output": output}))?;
+    } else {
+        serde_json::to_writer(&mut out, output)?;
+    }
+    writeln!(out)?;
+    Ok(0)
+}
+
+/// A failed `durun call`: the `durun:` line on stderr, and with `--json`
+/// the error on stdout for the caller to classify. Exits 1.
+fn call_failed(tool: &str, code: &str, message: &str, answer: bool) -> i32 {
+    say(&format!("call {tool} failed: {code}: {message}"));
+    if answer {
+        let line = json!({"ok": false, "error": {"code": code, "message": message}});
+        println!("{line}");
+    }
+    1
 }
 
 pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
-    let data: Value = match &args.data {
-        None => Value::Null,
-        Some(text) => serde_json::from_str(text).map_err(|err| {
-            Failure::new(exit_code::USAGE, format!("--data is not JSON: {err}"))
-                .hint("for example --data '{\"diff\": \"…\"}' or --data '\"text\"'")
-        })?,
-    };
+    let data = args.data.clone().unwrap_or(Value::Null);
     if let Some(timeout) = &args.timeout {
         humantime::parse_duration(timeout).map_err(|err| {
             Failure::new(exit_code::USAGE, format!("--timeout {timeout:?}: {err}"))
@@ -350,11 +361,11 @@ pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
         writeln!(out)?;
         return Ok(0);
     }
-    eprintln!(
-        "durun: wait {} ended: {}",
+    say(&format!(
+        "wait {} ended: {}",
         args.name,
         error_message(&answer)
-    );
+    ));
     Ok(error_exit(&answer))
 }
 
@@ -381,14 +392,14 @@ pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
     if answer["ok"] == true {
         return Ok(0);
     }
-    eprintln!("durun: sleep ended: {}", error_message(&answer));
+    say(&format!("sleep ended: {}", error_message(&answer)));
     Ok(error_exit(&answer))
 }
 
 /// `durun call` outside a run: the tool from `./durun.toml` (or
 /// `DURUN_CONFIG`) runs once with a key of its own, and nothing is
 /// journaled.
-fn call_standalone(tool: &str, args: Value, settings: &Settings) -> Result<i32> {
+fn call_standalone(tool: &str, args: Value, answer: bool, settings: &Settings) -> Result<i32> {
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
     let (config, path) = crate::config::Config::discover(settings.config.as_deref(), &cwd)?;
     let Some(found) = config.tools.get(tool) else {
@@ -396,16 +407,18 @@ fn call_standalone(tool: &str, args: Value, settings: &Settings) -> Result<i32> 
             || "no durun.toml here".to_owned(),
             |path| format!("{} has no tool `{tool}`", path.display()),
         );
-        return Err(Failure::new(
-            exit_code::CONFIG,
-            format!("durun call {tool}: not inside a run, and {place}"),
-        )
-        .hint("run the script with `durun run -- …`, or declare the tool in durun.toml")
-        .into());
+        let message = format!("durun call {tool}: not inside a run, and {place}");
+        if answer {
+            let line =
+                json!({"ok": false, "error": {"code": "not_under_durun", "message": message}});
+            println!("{line}");
+        }
+        return Err(Failure::new(exit_code::CONFIG, message)
+            .hint("run the script with `durun run -- …`, or declare the tool in durun.toml")
+            .into());
     };
     if let Err(message) = found.check_args(&args) {
-        eprintln!("durun: call {tool} failed: bad_request: {message}");
-        return Ok(1);
+        return Ok(call_failed(tool, "bad_request", &message, answer));
     }
     let canonical = crate::step_key::canonical_json(&args)?;
     // A key of its own: no journal remembers this call.
@@ -426,15 +439,9 @@ fn call_standalone(tool: &str, args: Value, settings: &Settings) -> Result<i32> 
     };
     let finished = crate::executor::run(&invocation, &crate::executor::Cancel::default());
     match finished.outcome {
-        crate::executor::Outcome::Done { output, .. } => {
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer(&mut out, &output)?;
-            writeln!(out)?;
-            Ok(0)
-        }
+        crate::executor::Outcome::Done { output, .. } => print_output(&output, answer),
         crate::executor::Outcome::Failed { code, message, .. } => {
-            eprintln!("durun: call {tool} failed: {code}: {message}");
-            Ok(1)
+            Ok(call_failed(tool, &code.to_string(), &message, answer))
         }
         crate::executor::Outcome::Cancelled => Ok(exit_code::from_signal(libc::SIGTERM)),
     }

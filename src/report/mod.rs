@@ -114,6 +114,15 @@ pub(crate) fn error(err: &anyhow::Error) {
     let _ = std::io::stderr().lock().write_all(&out);
 }
 
+/// Prints one `durun: MESSAGE` line to stderr, escaped, in one write (the
+/// agent's stderr is the same file). Every line a command says to a person
+/// goes through here.
+pub(crate) fn say(message: &str) {
+    use std::io::Write as _;
+    let line = format!("durun: {}\n", escape(message));
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// `text` safe to show on a terminal: every control character (C0 but
 /// newline and tab, DEL, C1) that came from the journal, the agent or a
 /// tool is written as an escape (`\x1b`, `\u{9b}`) instead of being
@@ -121,7 +130,12 @@ pub(crate) fn error(err: &anyhow::Error) {
 /// it.
 pub(crate) fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    // Bidirectional overrides and isolates reorder what follows them on
+    // screen: a name could show another name's text.
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -223,6 +237,7 @@ mod tests {
             escape("a\x1b[2Jb\x1b]0;title\x07c\u{9b}d\x7f"),
             "a\\x1b[2Jb\\x1b]0;title\\x07c\\u{9b}d\\x7f"
         );
+        assert_eq!(escape("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
     }
 
     #[test]

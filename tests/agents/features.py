@@ -158,8 +158,10 @@ elif scenario == "standalone":
 elif scenario in ("refused_next", "refused_exit"):
     import signal
     import time
-    # durun stops the run when its journal fails: stay to hear why.
-    signal.signal(signal.SIGTERM, lambda *_: None)
+    # durun stops the run when its journal fails (after it answered the
+    # refused commit): stay to hear why.
+    stopped = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     durun.step("a", {}, lambda: 1)
     open(os.environ["READY_FILE"], "w").close()
     while not os.path.exists(os.environ["GO_FILE"]):
@@ -167,7 +169,11 @@ elif scenario in ("refused_next", "refused_exit"):
     # Its commit is posted; the journal is locked, so durun refuses it.
     seen(durun.step("b", {}, lambda: 2))
     if scenario == "refused_next":
-        time.sleep(1)
+        # The next request goes out once durun has refused the commit and
+        # stopped the run, however slow the machine.
+        deadline = time.monotonic() + 30
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
         try:
             durun.step("c", {}, lambda: 3)
         except durun.DurunError as exc:

@@ -101,7 +101,9 @@ impl TestEnv {
         let mut command = Command::new(assert_cmd::cargo::cargo_bin("durun"));
         command
             .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            // A script's `durun` is the one under test, never one the
+            // machine has installed.
+            .env("PATH", path_with_durun())
             .env("HOME", self.dir.path())
             .env(
                 "DURUN_JOURNAL",
@@ -265,6 +267,28 @@ pub(crate) fn path_with_durun() -> String {
         bin.parent().expect("bin dir").display(),
         std::env::var("PATH").unwrap_or_default()
     )
+}
+
+/// PATH without any directory that holds a `durun`: a script sees no
+/// durun, whatever the machine has installed.
+pub(crate) fn path_without_durun() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("durun").exists())
+        .collect();
+    std::env::join_paths(kept)
+        .expect("PATH entries")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `program` as found on the test's own PATH (before a test narrows it).
+pub(crate) fn which(program: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
 }
 
 pub(crate) fn agents_dir() -> PathBuf {

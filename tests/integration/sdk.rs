@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::env::{
-    TestEnv, agents_dir, path_with_durun, process_gone, read_pid, sdk_path, text, wait_for,
+    TestEnv, agents_dir, path_with_durun, path_without_durun, process_gone, read_pid, sdk_path,
+    text, wait_for, which,
 };
 use crate::servers::{FakeApi, FakeLlm};
 
@@ -130,20 +131,32 @@ except durun.NotUnderDurun as err:
 durun.result({"ignored": True})
 "#;
     env.write("plain.py", script);
-    let plain = std::process::Command::new("python3")
-        .arg(env.path("plain.py"))
-        .env("PYTHONPATH", sdk_path())
-        .env_remove("DURUN_PROTOCOL")
-        .output()
-        .expect("python3");
-    assert!(plain.status.success(), "{}", text(&plain.stderr));
-    let stdout = text(&plain.stdout);
-    assert!(
-        stdout.starts_with(
-            "2\n42\nNotUnderDurun: durun.call('anything') runs the tool through `durun call`"
+    // With no durun on PATH, and with one there (installed, or the one
+    // under test) outside a run: durun.call raises NotUnderDurun either way.
+    for (path, says) in [
+        (
+            path_without_durun(),
+            "NotUnderDurun: durun.call('anything') runs the tool through `durun call`, and durun is not on PATH",
         ),
-        "{stdout}"
-    );
+        (
+            path_with_durun(),
+            "NotUnderDurun: durun call anything: not inside a run, and no durun.toml here",
+        ),
+    ] {
+        let plain = std::process::Command::new(which("python3"))
+            .arg(env.path("plain.py"))
+            .current_dir(env.path(""))
+            .env("PYTHONPATH", sdk_path())
+            .env("PATH", path)
+            .env_remove("DURUN_PROTOCOL")
+            .env_remove("DURUN_SOCKET")
+            .env_remove("DURUN_CONFIG")
+            .output()
+            .expect("python3");
+        assert!(plain.status.success(), "{}", text(&plain.stderr));
+        let stdout = text(&plain.stdout);
+        assert!(stdout.starts_with(&format!("2\n42\n{says}")), "{stdout}");
+    }
 
     let step = std::process::Command::new(assert_cmd::cargo::cargo_bin("durun"))
         .args(["step", "greet", "--", "sh", "-c", "echo hi; exit 3"])

@@ -185,7 +185,13 @@ test("without durun, steps run and tools run through durun call", () => {
   const box = sandbox();
   box.write("durun.toml", '[tools.echo]\neffect = "read"\ncommand = ["echo", "{text}"]\n');
   const path = agent(box, `
-console.log(JSON.stringify([durun.active(), await durun.step("s", {}, () => 7), await durun.call("echo", { text: "hi" })]));
+let missing;
+try {
+  await durun.call("missing");
+} catch (err) {
+  missing = err.constructor.name;
+}
+console.log(JSON.stringify([durun.active(), await durun.step("s", {}, () => 7), await durun.call("echo", { text: "hi" }), missing]));
 `);
   const env = { ...box.env };
   delete env.DURUN_JOURNAL;
@@ -196,7 +202,7 @@ console.log(JSON.stringify([durun.active(), await durun.step("s", {}, () => 7), 
     child.on("close", (code) => {
       try {
         assert.equal(code, 0);
-        assert.deepEqual(JSON.parse(out), [false, 7, "hi\n"]);
+        assert.deepEqual(JSON.parse(out), [false, 7, "hi\n", "NotUnderDurun"]);
         resolve();
       } catch (err) {
         reject(err);

@@ -835,16 +835,25 @@ def _standalone(tool: str, args: Dict[str, Any]) -> Any:
     """A tool outside durun: ``durun call`` runs it from durun.toml, once,
     journaled nowhere."""
     try:
-        done = subprocess.run(["durun", "call", tool, "--args", json.dumps(args)],
+        done = subprocess.run(["durun", "call", tool, "--json", "--args", json.dumps(args)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
         raise NotUnderDurun(f"durun.call({tool!r}) runs the tool through `durun call`, and durun is not on PATH; "
                             "run the script with `durun run -- python3 ...`") from None
-    if done.returncode != 0:
-        message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        cls: "type[DurunError]" = NotUnderDurun if "not inside a run" in message else ToolFailed
-        raise cls(message)
-    return json.loads(done.stdout)
+    # `--json` answers on stdout whatever happened: the error's code, not
+    # the wording of a line on stderr, says what kind it is.
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or "ok" not in answer:
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        raise ToolFailed(f"`durun call {tool} --json` gave no answer ({last}); is the durun on PATH older than this SDK?")
+    if not answer["ok"]:
+        error = answer.get("error") or {}
+        errors: Dict[str, "type[DurunError]"] = {**_ERRORS, NotUnderDurun.code: NotUnderDurun}
+        raise errors.get(str(error.get("code")), DurunError)(str(error.get("message", "durun call failed")))
+    return answer.get("output")
 
 
 def call(tool: str, **args: Any) -> Any:
