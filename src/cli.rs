@@ -561,7 +561,13 @@ pub(crate) fn json_arg(text: &str) -> Result<serde_json::Value, String> {
             std::fs::read_to_string(file).map_err(|err| format!("cannot read {file}: {err}"))?,
             file.to_owned(),
         ),
-        None => return serde_json::from_str(text).map_err(|err| format!("not JSON: {err}")),
+        None => {
+            return serde_json::from_str(text).map_err(|err| {
+                format!(
+                    "not JSON: {err}; quote it for the shell, like '{{\"key\": \"value\"}}' or '\"text\"', or give @FILE"
+                )
+            });
+        }
     };
     serde_json::from_str(&source).map_err(|err| format!("{what} does not hold JSON: {err}"))
 }

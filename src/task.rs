@@ -60,6 +60,54 @@ pub(crate) fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus
     }
 }
 
+/// A task as a person should see it, derived once when it is read: its
+/// status, and the step it waits on with whether a live runner keeps the
+/// agent waiting (`live`) or the task is parked.
+pub(crate) struct Shown {
+    pub(crate) status: TaskStatus,
+    pub(crate) waiting: Option<StepRecord>,
+    pub(crate) live: bool,
+}
+
+/// How `task` looks now: a running task whose agent waits live on a
+/// `wait` or `sleep` step is `waiting` or `sleeping` (SPEC 8), and
+/// `running` again once the step is answered.
+pub(crate) fn shown(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    settings: &Settings,
+) -> anyhow::Result<Shown> {
+    let status = shown_status(task, settings);
+    Ok(match status {
+        TaskStatus::Running => match waiting_step(journal, &task.id)? {
+            Some(step) => Shown {
+                status: if step.kind == StepKind::Sleep {
+                    TaskStatus::Sleeping
+                } else {
+                    TaskStatus::Waiting
+                },
+                waiting: Some(step),
+                live: true,
+            },
+            None => Shown {
+                status,
+                waiting: None,
+                live: false,
+            },
+        },
+        status if status.is_parked() => Shown {
+            status,
+            waiting: waiting_step(journal, &task.id)?,
+            live: false,
+        },
+        status => Shown {
+            status,
+            waiting: None,
+            live: false,
+        },
+    })
+}
+
 /// The step the task waits on: its latest `waiting` step (parallel steps
 /// may have come after it, so the last few are looked at).
 pub(crate) fn waiting_step(

@@ -182,8 +182,9 @@ fn errors_read_as_one_line_and_a_hint() {
       hint: use a new --task id, or `durun resume hello` to run it as recorded
 
     $ durun resolve fix-typo 2 --output {not json -> exit Some(2)
-    durun: --output is not JSON: key must be a string at line 1 column 2
-      hint: quote it for the shell, e.g. --output '{"url": "https://…"}' or --output '"text"'
+    durun: invalid value '{not json' for '--output <JSON>': not JSON: key must be a string at line 1 column 2; quote it for the shell, like '{"key": "value"}' or '"text"', or give @FILE
+
+    For more information, try '--help'.
     "#);
 }
 

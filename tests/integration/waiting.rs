@@ -95,13 +95,13 @@ fn a_parked_task_waits_for_approval_and_resumes_without_rerunning_a_step() {
     assert_eq!(task["task"]["status"], "waiting");
     assert_eq!(
         task["task"]["waiting_for"],
-        json!({"step": 2, "kind": "wait", "name": "approval", "data": {"diff": "+1 line"}, "until": null})
+        json!({"step": 2, "kind": "wait", "name": "approval", "data": {"diff": "+1 line"}, "until": null, "live": false})
     );
     assert_eq!(task["steps"][1]["kind"], "wait");
     assert_eq!(task["steps"][1]["status"], "waiting");
     let shown = text(&env.durun(&["inspect", "t"]).stdout);
     assert!(
-        shown.contains("waits    the signal `approval` (step 2)") && shown.contains("for a signal"),
+        shown.contains("waits    for the signal `approval` (step 2)") && shown.contains("for a signal"),
         "{shown}"
     );
     let listed = env.durun(&["inspect", "--status", "waiting", "--json"]);
@@ -170,14 +170,27 @@ fn a_rejection_reaches_the_agent_as_false() {
 #[test]
 fn a_signal_from_another_process_reaches_a_live_wait_at_once() {
     let env = waiter_env();
-    let plan = json!([{"step": "before"}, {"wait": "ci-passed", "data": {"sha": "4f2a"}}, {"step": "after"}]);
+    let go = env.path("go");
+    let plan = json!([{"step": "before"}, {"wait": "ci-passed", "data": {"sha": "4f2a"}},
+        {"hold": go}, {"step": "after"}]);
     let args = waiter_args(&env, "t", &plan, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut runner = env.spawn(&args, "run");
     wait_for("the wait step", Duration::from_secs(30), || {
         status_of_step(&env, "t", 1).as_deref() == Some("waiting")
     });
-    assert_eq!(env.inspect("t")["task"]["status"], "running");
+    // Waiting live is waiting, as parked is: the operator's view is true.
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "waiting", "{task}");
+    assert_eq!(task["task"]["waiting_for"]["name"], "ci-passed");
+    assert_eq!(task["task"]["waiting_for"]["live"], true);
+    assert_eq!(task["task"]["waiting_for"]["data"], json!({"sha": "4f2a"}));
+    let listed = env.durun(&["inspect", "--status", "waiting", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).expect("list JSON");
+    assert_eq!(listed["tasks"][0]["id"], "t", "{listed}");
+    assert_eq!(listed["tasks"][0]["status"], "waiting", "{listed}");
+    let shown = text(&env.durun(&["inspect", "--status", "waiting"]).stdout);
+    assert!(shown.contains("waiting"), "{shown}");
     let sent_at = Instant::now();
     let sent = env.durun(&[
         "signal",
@@ -205,6 +218,14 @@ fn a_signal_from_another_process_reaches_a_live_wait_at_once() {
         "{}",
         text(&twice.stderr)
     );
+    // The signal taken, the task runs again.
+    wait_for("the hold step", Duration::from_secs(30), || {
+        ran(&env).contains(&"hold".to_owned())
+    });
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "running", "{task}");
+    assert_eq!(task["task"]["waiting_for"], Value::Null, "{task}");
+    std::fs::write(&go, "").expect("go");
     let status = crate::env::wait_exit(&mut runner, Duration::from_secs(30));
     assert!(status.success(), "{}", env.log("run"));
     assert!(
@@ -215,7 +236,7 @@ fn a_signal_from_another_process_reaches_a_live_wait_at_once() {
     assert_eq!(task["task"]["output"][1]["data"], json!({"green": true}));
     assert_eq!(task["task"]["signals"].as_array().map(Vec::len), Some(1));
     assert_eq!(task["task"]["runs"].as_array().map(Vec::len), Some(1));
-    assert_eq!(ran(&env), ["before", "after"]);
+    assert_eq!(ran(&env), ["before", "hold", "after"]);
 }
 
 #[test]
@@ -268,6 +289,11 @@ fn a_short_sleep_is_waited_live_and_a_long_one_parks_until_its_time() {
         .expect("until")
         .to_owned();
     assert_eq!(task["task"]["waiting_for"]["kind"], "sleep");
+    let shown = text(&env.durun(&["inspect", "long"]).stdout);
+    assert!(
+        shown.contains(&format!("waits    until {until} (step 2, a sleep)")),
+        "{shown}"
+    );
     // Too early: parked again at once, the agent not started.
     let early = env.durun(&["resume", "long"]);
     assert_eq!(early.status.code(), Some(77));

@@ -4,10 +4,11 @@
 
 use serde_json::{Value, json};
 
-use crate::journal::{ResolutionKind, RunRecord, SignalRecord, StepKind, StepRecord, TaskRecord};
+use crate::journal::{
+    ResolutionKind, RunRecord, SignalRecord, StepKind, StepRecord, TaskRecord, TaskStatus,
+};
 use crate::json_text::JsonText;
-use crate::settings::Settings;
-use crate::task::shown_status;
+use crate::task::Shown;
 
 pub(super) fn worker_json(worker: &crate::journal::WorkerRecord) -> Value {
     json!({
@@ -22,22 +23,23 @@ pub(super) fn worker_json(worker: &crate::journal::WorkerRecord) -> Value {
     })
 }
 
-/// The holder of a running task's lease: the worker (or runner) on it.
-fn held_by(task: &TaskRecord, settings: &Settings) -> Value {
-    match (&task.lease, shown_status(task, settings)) {
-        (Some(lease), crate::journal::TaskStatus::Running) => {
+/// The holder of a running task's lease: the worker (or runner) on it,
+/// also while it keeps the agent waiting.
+fn held_by(task: &TaskRecord, shown: &Shown) -> Value {
+    match &task.lease {
+        Some(lease) if shown.status == TaskStatus::Running || shown.live => {
             json!({"host": lease.host, "pid": lease.pid, "run": lease.run})
         }
         _ => Value::Null,
     }
 }
 
-pub(super) fn task_summary_json(task: &TaskRecord, settings: &Settings) -> Value {
+pub(super) fn task_summary_json(task: &TaskRecord, shown: &Shown) -> Value {
     json!({
         "id": task.id,
-        "status": shown_status(task, settings).as_str(),
+        "status": shown.status.as_str(),
         "queue": task.queue,
-        "held_by": held_by(task, settings),
+        "held_by": held_by(task, shown),
         "command": task.argv,
         "steps": task.steps,
         "tokens_spent": task.tokens_spent,
@@ -128,13 +130,12 @@ pub(super) struct ErrorOut<'a> {
 pub(super) fn task_out<'a>(
     task: &'a TaskRecord,
     runs: &'a [RunRecord],
-    waiting: Option<&StepRecord>,
+    shown: &Shown,
     signals: &'a [SignalRecord],
-    settings: &Settings,
 ) -> TaskOut<'a> {
     TaskOut {
         id: &task.id,
-        status: shown_status(task, settings).as_str(),
+        status: shown.status.as_str(),
         command: &task.argv,
         cwd: &task.cwd,
         exit_code: task.exit_code,
@@ -146,8 +147,8 @@ pub(super) fn task_out<'a>(
         tokens_saved: task.tokens_saved,
         max_tokens: task.max_tokens,
         queue: &task.queue,
-        held_by: held_by(task, settings),
-        waiting_for: waiting.map(|step| {
+        held_by: held_by(task, shown),
+        waiting_for: shown.waiting.as_ref().map(|step| {
             json!({
                 "step": step.step,
                 "kind": step.kind.as_str(),
@@ -157,6 +158,7 @@ pub(super) fn task_out<'a>(
                     _ => Value::Null,
                 },
                 "until": step.wake_at,
+                "live": shown.live,
             })
         }),
         created_at: &task.created_at,

@@ -15,11 +15,11 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::cli::{InspectArgs, StatusFilter};
-use crate::journal::{Access, Location, StepRecord, TaskRecord, TaskStatus};
+use crate::journal::{Access, Location, StepRecord, TaskStatus};
 use crate::report::table::Style;
 use crate::report::thousands;
 use crate::settings::Settings;
-use crate::task::{shown_status, unknown_task};
+use crate::task::{shown, unknown_task};
 use json::{StepOut, step_json, task_out, task_summary_json};
 
 /// How many steps the task view shows unless `--all` says every one.
@@ -52,28 +52,36 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         return Ok(0);
     }
     let Some(id) = &args.task else {
-        let tasks = if missing {
-            // No journal yet: no tasks.
-            Vec::new()
+        // No journal yet: no tasks.
+        let mut journal = if missing {
+            None
         } else {
-            location.open(Access::Read, settings)?.tasks()?
+            Some(location.open(Access::Read, settings)?)
         };
-        let tasks: Vec<TaskRecord> = tasks
-            .into_iter()
-            .filter(|task| {
-                args.status
-                    .is_none_or(|wanted| status_matches(wanted, shown_status(task, settings)))
-            })
-            .take(args.limit.unwrap_or(usize::MAX))
-            .collect();
+        let mut shown_tasks = Vec::new();
+        if let Some(journal) = journal.as_mut() {
+            for task in journal.tasks()? {
+                if shown_tasks.len() >= args.limit.unwrap_or(usize::MAX) {
+                    break;
+                }
+                let shown = shown(journal.as_mut(), &task, settings)?;
+                if args
+                    .status
+                    .is_none_or(|wanted| status_matches(wanted, shown.status))
+                {
+                    shown_tasks.push((task, shown));
+                }
+            }
+        }
+        let tasks = shown_tasks;
         if args.json {
             let tasks: Vec<Value> = tasks
                 .iter()
-                .map(|task| task_summary_json(task, settings))
+                .map(|(task, shown)| task_summary_json(task, shown))
                 .collect();
             writeln!(out, "{}", json!({ "tasks": tasks }))?;
         } else {
-            out.write_all(views::task_list(&style, settings, &tasks, now).as_bytes())?;
+            out.write_all(views::task_list(&style, &tasks, now).as_bytes())?;
         }
         out.flush()?;
         return Ok(0);
@@ -94,12 +102,9 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     if args.json && args.step.is_none() {
         // Streamed: each step is written as it is read.
         out.write_all(b"{\"task\":")?;
-        let waiting = waiting_for(journal.as_mut(), &task, settings)?;
+        let shown = shown(journal.as_mut(), &task, settings)?;
         let signals = journal.signals(id)?;
-        serde_json::to_writer(
-            &mut out,
-            &task_out(&task, &runs, waiting.as_ref(), &signals, settings),
-        )?;
+        serde_json::to_writer(&mut out, &task_out(&task, &runs, &shown, &signals))?;
         out.write_all(b",\"steps\":[")?;
         let mut first = true;
         journal.visit_steps(id, true, None, &mut |step| {
@@ -114,17 +119,18 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         let steps = journal.step_versions(id, n)?;
         if args.json {
             let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
-            let waiting = waiting_for(journal.as_mut(), &task, settings)?;
+            let shown = shown(journal.as_mut(), &task, settings)?;
             let signals = journal.signals(id)?;
             serde_json::to_writer(
                 &mut out,
-                &json!({"task": task_out(&task, &runs, waiting.as_ref(), &signals, settings), "steps": steps}),
+                &json!({"task": task_out(&task, &runs, &shown, &signals), "steps": steps}),
             )?;
             writeln!(out)?;
             out.flush()?;
             return Ok(0);
         }
         let matching: Vec<&StepRecord> = steps.iter().collect();
+        let status = shown(journal.as_mut(), &task, settings)?.status;
         if matching.is_empty() {
             return Err(
                 crate::error::Failure::config(format!("task {id} has no step {n}"))
@@ -136,25 +142,14 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             if i > 0 {
                 writeln!(out)?;
             }
-            out.write_all(views::step_view(&style, settings, &task, step, now).as_bytes())?;
+            out.write_all(views::step_view(&style, &task, status, step, now).as_bytes())?;
         }
     } else {
         let total = journal.count_steps(id)?;
         let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
         let steps = journal.steps_tail(id, last)?;
-        let waiting = waiting_for(journal.as_mut(), &task, settings)?;
-        out.write_all(
-            views::task_view(
-                &style,
-                settings,
-                &task,
-                &runs,
-                &steps,
-                waiting.as_ref(),
-                now,
-            )
-            .as_bytes(),
-        )?;
+        let shown = shown(journal.as_mut(), &task, settings)?;
+        out.write_all(views::task_view(&style, &task, &shown, &runs, &steps, now).as_bytes())?;
         if last.is_some() {
             writeln!(
                 out,
@@ -180,16 +175,4 @@ fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
             | (StatusFilter::OverBudget, TaskStatus::OverBudget)
             | (StatusFilter::Queued, TaskStatus::Queued)
     )
-}
-
-/// The step a parked task waits on (none while a runner drives it).
-fn waiting_for(
-    journal: &mut dyn crate::journal::Journal,
-    task: &TaskRecord,
-    settings: &Settings,
-) -> Result<Option<StepRecord>> {
-    if !shown_status(task, settings).is_parked() {
-        return Ok(None);
-    }
-    crate::task::waiting_step(journal, &task.id)
 }

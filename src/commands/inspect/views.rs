@@ -10,8 +10,7 @@ use serde_json::Value;
 use crate::journal::{RunRecord, StepRecord, StepStatus, TaskRecord, TaskStatus};
 use crate::report::table::{self, Column, Style, Tone};
 use crate::report::{escape, short_duration, thousands};
-use crate::settings::Settings;
-use crate::task::{shell_words, shown_status};
+use crate::task::{Shown, shell_words};
 
 pub(super) fn task_tone(status: TaskStatus) -> Tone {
     match status {
@@ -95,8 +94,7 @@ fn plain(text: impl Into<String>) -> (String, Tone) {
 
 pub(super) fn task_list(
     style: &Style,
-    settings: &Settings,
-    tasks: &[TaskRecord],
+    tasks: &[(TaskRecord, Shown)],
     now: SystemTime,
 ) -> String {
     if tasks.is_empty() {
@@ -113,8 +111,8 @@ pub(super) fn task_list(
     ];
     let rows: Vec<Vec<(String, Tone)>> = tasks
         .iter()
-        .map(|task| {
-            let status = shown_status(task, settings);
+        .map(|(task, shown)| {
+            let status = shown.status;
             // Who runs it, for a running task: the worker's host and pid.
             let shown = match (&task.lease, status) {
                 (Some(lease), TaskStatus::Running) => {
@@ -174,14 +172,14 @@ pub(super) fn worker_list(
 
 pub(super) fn task_view(
     style: &Style,
-    settings: &Settings,
     task: &TaskRecord,
+    shown: &Shown,
     runs: &[RunRecord],
     steps: &[StepRecord],
-    waiting: Option<&StepRecord>,
     now: SystemTime,
 ) -> String {
-    let status = shown_status(task, settings);
+    let status = shown.status;
+    let waiting = shown.waiting.as_ref();
     let mut out = String::new();
     let exit = task
         .exit_code
@@ -197,12 +195,12 @@ pub(super) fn task_view(
     if let Some(step) = waiting {
         let what = match step.kind {
             crate::journal::StepKind::Sleep => format!(
-                "sleeps until {} (step {})",
+                "until {} (step {}, a sleep)",
                 step.wake_at.as_deref().unwrap_or("?"),
                 step.step
             ),
             _ => format!(
-                "the signal `{}` (step {}){}; `durun approve {}` or `durun signal {} {} --data JSON`",
+                "for the signal `{}` (step {}){}; `durun approve {}` or `durun signal {} {} --data JSON`",
                 escape(&step.name),
                 step.step,
                 step.wake_at
@@ -361,8 +359,8 @@ fn indented(text: &str) -> String {
 
 pub(super) fn step_view(
     style: &Style,
-    settings: &Settings,
     task: &TaskRecord,
+    status: TaskStatus,
     step: &StepRecord,
     now: SystemTime,
 ) -> String {
@@ -390,7 +388,7 @@ pub(super) fn step_view(
         "status      {} after {attempts}",
         style.paint(
             step_tone(step.status),
-            step_state(step, shown_status(task, settings))
+            step_state(step, status)
         )
     );
     if let Some(resolution) = &step.resolution {
