@@ -28,16 +28,17 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
     };
     // With --from-step a completed task runs again from that step.
     if task.status == TaskStatus::Completed && args.from_step.is_none() {
-        eprintln!(
-            "durun: task {} already completed; nothing to resume",
+        crate::report::say(&format!(
+            "task {} already completed; nothing to resume",
             task.id
-        );
+        ));
         return Ok(0);
     }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
     session::drive(
         journal.as_mut(),
         &task,
+        false,
         args.from_step,
         args.limits,
         settings,

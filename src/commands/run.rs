@@ -22,6 +22,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         Some(id) => journal.task(id)?,
         None => None,
     };
+    let fresh = existing.is_none();
     let task = if let Some(task) = existing {
         task
     } else {
@@ -67,5 +68,5 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         return Ok(0);
     }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
-    session::drive(journal.as_mut(), &task, None, args.limits, settings)
+    session::drive(journal.as_mut(), &task, fresh, None, args.limits, settings)
 }

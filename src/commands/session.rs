@@ -16,10 +16,13 @@ use crate::report::{self, Event};
 use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
-/// Runs `task` once more, from wherever its journal stands.
+/// Runs `task` once more, from wherever its journal stands. A `fresh` task
+/// (made by this `durun run`) whose agent fails before its first step is
+/// removed again: there is nothing to resume.
 pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
+    fresh: bool,
     from_step: Option<u64>,
     limits: Limits,
     settings: &Settings,
@@ -86,6 +89,12 @@ pub(super) fn drive(
         finished_at: journal::now(),
     };
     let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    let unstarted = fresh
+        && recorded.is_ok()
+        && outcome.status == TaskStatus::Failed
+        && outcome.stats.executed_steps == 0
+        && outcome.stats.replayed_steps == 0;
+    let kept = !(unstarted && journal.forget_unstarted(&task.id).unwrap_or(false));
     let mut output = outcome.output;
     if let Some(output) = &mut output {
         output.finish_stderr();
@@ -96,6 +105,7 @@ pub(super) fn drive(
         exit_code: outcome.exit_code,
         stats: &outcome.stats,
         elapsed: started.elapsed(),
+        kept,
     });
     if let Some(output) = output {
         output.finish();

@@ -116,6 +116,10 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Send {
     fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
     /// Sets the task's token budget (SPEC 9); `None` removes it.
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()>;
+    /// Removes a task whose first and only run failed before the agent
+    /// opened a step or was sent a signal: nothing of it is worth keeping
+    /// or resuming. True when it was removed.
+    fn forget_unstarted(&mut self, task: &str) -> Result<bool>;
 }
 
 /// Signals for `wait` steps (SPEC 8), on every backend.

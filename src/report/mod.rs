@@ -47,6 +47,9 @@ pub(crate) enum Event<'a> {
         exit_code: i32,
         stats: &'a RunStats,
         elapsed: Duration,
+        /// False when the task was removed: its agent ended before its
+        /// first step, so there is nothing to resume.
+        kept: bool,
     },
 }
 
@@ -179,9 +182,22 @@ pub(crate) fn short_duration(elapsed: Duration) -> String {
 }
 
 /// What to type to carry on after a run that did not complete.
-pub(crate) fn next_move(task: &str, status: TaskStatus) -> Option<String> {
-    match status {
-        TaskStatus::Interrupted | TaskStatus::Failed => {
+pub(crate) fn next_move(
+    task: &str,
+    status: TaskStatus,
+    exit_code: i32,
+    kept: bool,
+) -> Option<String> {
+    if !kept {
+        return Some(
+            "the agent ended before its first step: nothing was journaled and no task was kept; fix the command and run it again".to_owned(),
+        );
+    }
+    match (status, exit_code) {
+        // The error that follows names the way out (`--from-step N`, the
+        // command that cannot start): a plain resume would fail the same.
+        (_, crate::exit_code::DIVERGENCE | crate::exit_code::CANNOT_START) => None,
+        (TaskStatus::Interrupted | TaskStatus::Failed, _) => {
             Some(format!("continue with `durun resume {task}`"))
         }
         _ => None,

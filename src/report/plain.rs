@@ -97,15 +97,18 @@ impl Plain {
                 exit_code,
                 stats,
                 elapsed,
+                kept,
             } => writeln!(
                 out,
                 "[durun] task {task} {}",
                 summary(*status, *exit_code, stats, *elapsed)
             )
-            .and_then(|()| match super::next_move(task, *status) {
-                Some(next) => writeln!(out, "[durun] {next}"),
-                None => Ok(()),
-            }),
+            .and_then(
+                |()| match super::next_move(task, *status, *exit_code, *kept) {
+                    Some(next) => writeln!(out, "[durun] {next}"),
+                    None => Ok(()),
+                },
+            ),
         };
     }
 }

@@ -94,13 +94,14 @@ impl Reporter for Progress {
                 exit_code,
                 stats,
                 elapsed,
+                kept,
             } => {
                 self.bar.finish_and_clear();
                 eprintln!(
                     "[durun] task {task} {}",
                     summary(*status, *exit_code, stats, *elapsed)
                 );
-                if let Some(next) = super::next_move(task, *status) {
+                if let Some(next) = super::next_move(task, *status, *exit_code, *kept) {
                     eprintln!("[durun] {next}");
                 }
             }

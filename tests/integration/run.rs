@@ -170,7 +170,42 @@ fn a_command_that_cannot_start_exits_127() {
         stderr.contains("durun: cannot start `no-such-agent-here`"),
         "{stderr}"
     );
-    assert_eq!(env.inspect("x")["task"]["exit_code"], 127);
+    // An agent that never started leaves no task, and no resume hint.
+    assert!(!stderr.contains("durun resume"), "{stderr}");
+    assert!(stderr.contains("no task was kept"), "{stderr}");
+    let missing = env.durun(&["inspect", "x"]);
+    assert_eq!(missing.status.code(), Some(64), "{}", text(&missing.stdout));
+    // Nor does one that dies before its first request.
+    let output = env.durun(&[
+        "run",
+        "--task",
+        "y",
+        "--",
+        "python3",
+        "-c",
+        "import no_such_module_here",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("ModuleNotFoundError"), "{stderr}");
+    assert!(!stderr.contains("durun resume"), "{stderr}");
+    assert_eq!(env.durun(&["inspect", "y"]).status.code(), Some(64));
+    // A task that ran a step is kept, failed, and resumable.
+    let plan = json!({"steps": [
+        {"begin": "a", "args": {}, "do": {"value": 1}},
+        {"begin": "b", "args": {}, "do": {"exit_unless": env.path("never"), "code": 3}},
+    ]});
+    let agent = env.scripted_agent("plan.json", &plan);
+    let mut args = vec!["run", "--task", "z", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let output = env.durun(&args);
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("continue with `durun resume z`"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(env.inspect("z")["task"]["status"], "failed");
 }
 
 #[test]
@@ -217,6 +252,11 @@ fn a_changed_path_is_divergence_not_a_new_step() {
     );
     assert!(
         stderr.contains("`durun resume d --from-step 2` runs the new path from step 2"),
+        "{stderr}"
+    );
+    // The only way out named is --from-step: a plain resume diverges again.
+    assert!(
+        !stderr.contains("continue with `durun resume d`"),
         "{stderr}"
     );
     let view = env.inspect("d");

@@ -101,7 +101,8 @@ fn a_parked_task_waits_for_approval_and_resumes_without_rerunning_a_step() {
     assert_eq!(task["steps"][1]["status"], "waiting");
     let shown = text(&env.durun(&["inspect", "t"]).stdout);
     assert!(
-        shown.contains("waits    for the signal `approval` (step 2)") && shown.contains("for a signal"),
+        shown.contains("waits    for the signal `approval` (step 2)")
+            && shown.contains("for a signal"),
         "{shown}"
     );
     let listed = env.durun(&["inspect", "--status", "waiting", "--json"]);

@@ -92,11 +92,7 @@ fn plain(text: impl Into<String>) -> (String, Tone) {
     (text.into(), Tone::Plain)
 }
 
-pub(super) fn task_list(
-    style: &Style,
-    tasks: &[(TaskRecord, Shown)],
-    now: SystemTime,
-) -> String {
+pub(super) fn task_list(style: &Style, tasks: &[(TaskRecord, Shown)], now: SystemTime) -> String {
     if tasks.is_empty() {
         return "no tasks\n".to_owned();
     }
@@ -386,10 +382,7 @@ pub(super) fn step_view(
     let _ = writeln!(
         out,
         "status      {} after {attempts}",
-        style.paint(
-            step_tone(step.status),
-            step_state(step, status)
-        )
+        style.paint(step_tone(step.status), step_state(step, status))
     );
     if let Some(resolution) = &step.resolution {
         let _ = writeln!(out, "resolution  {resolution} (durun resolve)");

@@ -604,6 +604,16 @@ impl Journal for PostgresJournal {
         Ok(removed)
     }
 
+    fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
+        let removed = self.client.execute(
+            "DELETE FROM tasks WHERE id = $1 AND runs = 1 AND status = 'failed'
+                 AND NOT EXISTS (SELECT 1 FROM steps WHERE task_id = $1)
+                 AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = $1)",
+            &[&task],
+        )?;
+        Ok(removed > 0)
+    }
+
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
         self.client.execute(
             "UPDATE tasks SET max_tokens = $2 WHERE id = $1",

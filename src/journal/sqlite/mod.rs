@@ -480,6 +480,18 @@ impl Journal for SqliteJournal {
         Ok(removed)
     }
 
+    fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
+        let removed = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM tasks WHERE id = ?1 AND runs = 1 AND status = 'failed'
+                 AND NOT EXISTS (SELECT 1 FROM steps WHERE task_id = ?1)
+                 AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = ?1)",
+            )?
+            .execute([task])?;
+        Ok(removed > 0)
+    }
+
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
         self.conn
             .prepare_cached("UPDATE tasks SET max_tokens = ?2 WHERE id = ?1")?
