@@ -514,6 +514,11 @@ pub(crate) struct ImportArgs {
     /// Overwrite a task of the same id in this journal
     #[arg(long)]
     pub replace: bool,
+
+    /// Queue it for `durun worker` [default: it waits, interrupted, for
+    /// `durun resume`; an import never hands a task to workers unasked]
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: Option<String>,
 }
 
 #[derive(Args, Debug)]

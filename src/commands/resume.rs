@@ -34,6 +34,18 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
         ));
         return Ok(0);
     }
+    if let Some(imported_at) = &task.imported_at {
+        // The first run since the import: say what a file is about to run.
+        let runs = journal.runs(&task.id)?;
+        if runs.iter().all(|run| run.started_at < *imported_at) {
+            crate::report::say(&format!(
+                "task {} was imported {imported_at}; it runs `{}` in {}",
+                task.id,
+                crate::task::shell_words(&task.argv),
+                task.cwd
+            ));
+        }
+    }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
     session::drive(
         journal.as_mut(),

@@ -36,12 +36,12 @@ pub(crate) fn export(args: &ExportArgs, settings: &Settings) -> Result<i32> {
         }
         Some(path) => {
             write_private(path, text.as_bytes())?;
-            eprintln!(
-                "durun: wrote task {} ({} steps) to {}",
+            crate::report::say(&format!(
+                "wrote task {} ({} steps) to {}",
                 args.task,
                 rows.steps.len(),
                 path.display()
-            );
+            ));
         }
     }
     Ok(0)
@@ -74,15 +74,50 @@ pub(crate) fn import(args: &ImportArgs, settings: &Settings) -> Result<i32> {
     }
     // No runner holds it here: whatever ran it is gone.
     release(&mut rows.task);
+    // Only a person hands an imported task to workers, by naming a queue:
+    // a file must not start a command on every worker of this journal.
+    let status = rows.task.get("status").and_then(Value::as_str);
+    if let Some(queue) = &args.queue {
+        crate::task::check_word("queue name", queue, 64, &['-', '_', '.'])?;
+        if !matches!(status, Some("completed" | "cancelled")) {
+            rows.task.insert("status".to_owned(), json!("queued"));
+        }
+    } else if status == Some("queued") {
+        rows.task.insert("status".to_owned(), json!("interrupted"));
+    }
+    rows.task.insert("queue".to_owned(), json!(args.queue));
+    for column in ["claimed_by", "claimed_at"] {
+        if rows.task.contains_key(column) {
+            rows.task.insert(column.to_owned(), Value::Null);
+        }
+    }
+    rows.task
+        .insert("imported_at".to_owned(), json!(journal::now()));
     let id = journal::task_id(&rows)?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     journal.import(&rows, args.replace, &settings.holder)?;
-    eprintln!(
-        "durun: imported task {id} ({} steps) into {}; `durun resume {id}` continues it",
+    let status = rows
+        .task
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("interrupted");
+    let next = match status {
+        "completed" => "it is completed; `durun inspect` shows it".to_owned(),
+        "cancelled" => "it was cancelled and never runs again".to_owned(),
+        "queued" => format!(
+            "a `durun worker` of queue {} runs it",
+            args.queue.as_deref().unwrap_or("default")
+        ),
+        "waiting" | "sleeping" => format!("{status}; `durun resume {id}` continues it when ready"),
+        _ => format!("`durun resume {id}` continues it"),
+    };
+    crate::report::say(&format!(
+        "imported task {id} ({} steps) into {}; {next}",
         rows.steps.len(),
         location.describe()
-    );
+    ));
+    say_what_it_runs(&rows.task);
     Ok(0)
 }
 
@@ -136,12 +171,13 @@ pub(crate) fn fork(args: &ForkArgs, settings: &Settings) -> Result<i32> {
         rows.task.insert(column.to_owned(), value);
     }
     release(&mut rows.task);
+    rows.task.insert("imported_at".to_owned(), Value::Null);
     journal.import(&rows, false, &settings.holder)?;
-    eprintln!(
-        "durun: forked task {} into {id}: steps 1-{} replay from the copy, step {from} on runs anew; `durun resume {id}` runs it",
+    crate::report::say(&format!(
+        "forked task {} into {id}: steps 1-{} replay from the copy, step {from} on runs anew; `durun resume {id}` runs it",
         args.task,
         from - 1
-    );
+    ));
     println!("{id}");
     Ok(0)
 }
@@ -211,11 +247,15 @@ fn from_lines(text: &str) -> Result<TaskRows, String> {
                 Some(Value::Object(task)) => rows.task = task,
                 _ => return Err("its header holds no task".to_owned()),
             }
+            journal::check_row("task", &rows.task)
+                .map_err(|problem| format!("line 1, the task: {problem}"))?;
             continue;
         }
         let Some((kind, Value::Object(row))) = object.into_iter().next() else {
             return Err(format!("line {} is not a row", number + 1));
         };
+        journal::check_row(&kind, &row)
+            .map_err(|problem| format!("line {}, a {kind}: {problem}", number + 1))?;
         match kind.as_str() {
             "run" => rows.runs.push(row),
             "step" => rows.steps.push(row),
@@ -232,7 +272,23 @@ fn from_lines(text: &str) -> Result<TaskRows, String> {
     if rows.task.is_empty() {
         return Err("it holds no task".to_owned());
     }
+    journal::check_numbering(&rows.steps)?;
     Ok(rows)
+}
+
+/// The command and directory of an imported task, for the person who is
+/// about to run what a file says.
+fn say_what_it_runs(task: &Map<String, Value>) {
+    let argv: Vec<String> = task
+        .get("argv")
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let cwd = task.get("cwd").and_then(Value::as_str).unwrap_or("?");
+    crate::report::say(&format!(
+        "it runs `{}` in {cwd}",
+        crate::task::shell_words(&argv)
+    ));
 }
 
 /// Gives the rows another task id.

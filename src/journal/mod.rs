@@ -27,7 +27,7 @@ pub(crate) use records::{
     WorkerRecord, apply_resolution,
 };
 pub(crate) use store::{Access, Journal, Queue, Signals, StepWrite, Transfer};
-pub(crate) use transfer::{TABLES, task_id};
+pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};
 
 use crate::json_text;
 

@@ -131,6 +131,8 @@ pub(crate) struct TaskRecord {
     pub max_tokens: Option<u64>,
     /// The queue of a submitted task.
     pub queue: Option<String>,
+    /// When the task was imported (SPEC 10), if it was.
+    pub imported_at: Option<String>,
 }
 
 /// What one run did, as counted while it ran.

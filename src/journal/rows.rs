@@ -113,6 +113,7 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) tokens_saved: i64,
     pub(crate) max_tokens: Option<i64>,
     pub(crate) queue: Option<String>,
+    pub(crate) imported_at: Option<String>,
 }
 
 impl TaskColumns<'_> {
@@ -142,6 +143,7 @@ impl TaskColumns<'_> {
             tokens_saved: self.tokens_saved as u64,
             max_tokens: self.max_tokens.map(|max| max as u64),
             queue: self.queue,
+            imported_at: self.imported_at,
         })
     }
 }

@@ -593,6 +593,202 @@ fn a_truncated_or_altered_export_is_refused_and_writes_nothing() {
     assert_eq!(listed["tasks"], json!([]));
 }
 
+/// An export's lines as `durun export` would write them, sealed with a
+/// true count and checksum: what a person who edits a file can make.
+fn sealed(lines: &[Value]) -> String {
+    use sha2::Digest as _;
+    let mut body = String::new();
+    for line in lines {
+        body.push_str(&line.to_string());
+        body.push('\n');
+    }
+    let sha256: String = sha2::Sha256::digest(body.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let end = json!({"end": true, "lines": lines.len(), "sha256": sha256});
+    format!("{body}{end}\n")
+}
+
+#[test]
+fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
+    let env = waiter_env();
+    let plan = json!([{"step": "one"}, {"step": "two"}]);
+    assert!(
+        run(&env, &waiter_args(&env, "t", &plan, &[]))
+            .status
+            .success()
+    );
+    let exported = env.durun(&["export", "t"]);
+    let mut lines: Vec<Value> = text(&exported.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
+        .collect();
+    lines.pop();
+    let other = waiter_env();
+    let edited = |edit: &dyn Fn(&mut Vec<Value>)| {
+        let mut copy = lines.clone();
+        edit(&mut copy);
+        sealed(&copy)
+    };
+    let rename = |id: &str| {
+        let id = id.to_owned();
+        move |lines: &mut Vec<Value>| {
+            lines[0]["task"]["id"] = json!(id);
+            for line in lines.iter_mut().skip(1) {
+                for row in line.as_object_mut().unwrap().values_mut() {
+                    row["task_id"] = json!(id);
+                }
+            }
+        }
+    };
+    let step = |n: usize, column: &'static str, value: Value| {
+        move |lines: &mut Vec<Value>| {
+            let steps: Vec<&mut Value> = lines
+                .iter_mut()
+                .filter_map(|line| line.get_mut("step"))
+                .collect();
+            let mut steps = steps;
+            steps[n][column] = value.clone();
+        }
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("dots", edited(&rename("../../etc/evil")), "invalid task id"),
+        ("newline", edited(&rename("a\nb")), "invalid task id"),
+        (
+            "osc",
+            edited(&rename("a\u{1b}]0;X\u{7}")),
+            "invalid task id",
+        ),
+        (
+            "bidi",
+            edited(&rename("evil\u{202e}fdp")),
+            "invalid task id",
+        ),
+        (
+            "long",
+            edited(&rename(&"x".repeat(5000))),
+            "invalid task id",
+        ),
+        (
+            "negative",
+            edited(&step(0, "step_index", json!(-5))),
+            "step_index -5",
+        ),
+        (
+            "zero",
+            edited(&step(0, "step_index", json!(0))),
+            "step_index 0",
+        ),
+        (
+            "huge",
+            edited(&step(1, "step_index", json!(1u64 << 62))),
+            "step_index",
+        ),
+        (
+            "gap",
+            edited(&step(1, "step_index", json!(3))),
+            "jump from 1 to 3",
+        ),
+        (
+            "status",
+            edited(&step(0, "status", json!("weird"))),
+            "status \"weird\"",
+        ),
+        (
+            "output",
+            edited(&step(0, "output", json!("not json{"))),
+            "output is not JSON",
+        ),
+        (
+            "time",
+            edited(&step(0, "created_at", json!("yesterday"))),
+            "created_at is not a time",
+        ),
+        (
+            "task status",
+            edited(&|lines: &mut Vec<Value>| lines[0]["task"]["status"] = json!("owned")),
+            "status \"owned\"",
+        ),
+    ];
+    for (name, contents, says) in cases {
+        let file = format!("{}.jsonl", name.replace(' ', "-"));
+        other.write(&file, &contents);
+        let refused = other.durun(&["import", &file]);
+        let stderr = text(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(64), "{name}: {stderr}");
+        assert!(stderr.contains(says), "{name}: {stderr}");
+        assert!(stderr.contains("nothing was imported"), "{name}: {stderr}");
+        assert!(
+            !stderr.contains('\u{1b}'),
+            "{name}: raw escape in {stderr:?}"
+        );
+    }
+    let listed: Value =
+        serde_json::from_slice(&other.durun(&["inspect", "--json"]).stdout).expect("JSON");
+    assert_eq!(listed["tasks"], json!([]), "nothing was written");
+
+    // A file that says it is queued arrives interrupted, with no queue: no
+    // worker starts what a file says.
+    let pwned = other.path("PWNED");
+    let queued = edited(&|lines: &mut Vec<Value>| {
+        lines[0]["task"]["status"] = json!("queued");
+        lines[0]["task"]["queue"] = json!("default");
+        lines[0]["task"]["argv"] = json!(
+            serde_json::to_string(&["sh", "-c", &format!("touch {}", pwned.display())]).unwrap()
+        );
+    });
+    other.write("queued.jsonl", &queued);
+    let imported = other.durun(&["import", "queued.jsonl"]);
+    let stderr = text(&imported.stderr);
+    assert!(imported.status.success(), "{stderr}");
+    assert!(stderr.contains("`durun resume t` continues it"), "{stderr}");
+    assert!(stderr.contains("it runs `sh -c 'touch "), "{stderr}");
+    let task = other.inspect("t");
+    assert_eq!(task["task"]["status"], "interrupted");
+    assert_eq!(task["task"]["queue"], Value::Null);
+    let mut worker = other
+        .command()
+        .args(["worker"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("a worker");
+    std::thread::sleep(Duration::from_millis(2500));
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    worker.wait().expect("the worker ends");
+    assert!(
+        !pwned.exists(),
+        "a worker ran an imported task nobody resumed"
+    );
+    // Named on purpose, it is queued; its first resume says what it runs.
+    let again = other.durun(&["import", "queued.jsonl", "--replace", "--queue", "ci"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(other.inspect("t")["task"]["status"], "queued");
+    assert_eq!(other.inspect("t")["task"]["queue"], "ci");
+    let resumed = other.durun(&["resume", "t"]);
+    let stderr = text(&resumed.stderr);
+    assert!(
+        stderr.contains("was imported") && stderr.contains("it runs `sh -c 'touch "),
+        "{stderr}"
+    );
+    assert!(pwned.exists());
+    let later = text(&other.durun(&["resume", "t"]).stderr);
+    assert!(
+        !later.contains("was imported"),
+        "only the first resume: {later}"
+    );
+
+    // A completed task is not "continued".
+    let done = sealed(&lines);
+    other.write("done.jsonl", &done);
+    let imported = other.durun(&["import", "done.jsonl", "--task", "done"]);
+    let stderr = text(&imported.stderr);
+    assert!(imported.status.success(), "{stderr}");
+    assert!(stderr.contains("it is completed"), "{stderr}");
+    assert!(!stderr.contains("durun resume"), "{stderr}");
+}
+
 #[test]
 fn a_fork_replays_the_steps_before_n_and_runs_the_rest_anew() {
     let env = waiter_env();

@@ -44,7 +44,7 @@ pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT coalesce(sum(r.tokens_spent), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
     (SELECT coalesce(sum(r.tokens_saved), 0)::BIGINT FROM runs r WHERE r.task_id = t.id),
-    t.max_tokens, t.queue";
+    t.max_tokens, t.queue, t.imported_at";
 
 pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
     TaskColumns {
@@ -66,6 +66,7 @@ pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
         tokens_saved: row.get(19),
         max_tokens: row.get(20),
         queue: row.get(21),
+        imported_at: row.get(22),
     }
     .record()
 }

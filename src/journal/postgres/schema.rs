@@ -116,6 +116,9 @@ CREATE TABLE workers (
     tasks      TEXT NOT NULL
 );
 ",
+    // SPEC 10: when a task was imported, so that its first resume shows
+    // what it runs, and where, before it starts.
+    "ALTER TABLE tasks ADD COLUMN imported_at TEXT",
 ];
 
 /// The schema version this durun writes.

@@ -125,6 +125,11 @@ CREATE TABLE workers (
     tasks      TEXT NOT NULL
 );
 ",
+    r"
+-- SPEC 10: when a task was imported, so that its first resume shows what
+-- it runs, and where, before it starts.
+ALTER TABLE tasks ADD COLUMN imported_at TEXT;
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other
