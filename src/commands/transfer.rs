@@ -365,13 +365,19 @@ mod tests {
 
     fn rows() -> TaskRows {
         let mut rows = TaskRows::default();
-        rows.task.insert("id".into(), json!("t1"));
-        rows.task.insert("status".into(), json!("running"));
+        rows.task = json!({"id": "t1", "status": "running", "sync_mode": "full",
+            "argv": "[\"true\"]", "cwd": "/", "created_at": "2026-12-01T09:00:00.000Z"})
+        .as_object()
+        .unwrap()
+        .clone();
+        let hash = "0".repeat(64);
         rows.steps.push(
-            json!({"task_id": "t1", "step_index": 1, "output": "{\"a\":1}"})
-                .as_object()
-                .unwrap()
-                .clone(),
+            json!({"task_id": "t1", "step_index": 1, "output": "{\"a\":1}", "status": "committed",
+                "kind": "begin", "effect": "read", "args": "{}", "attempts": 1,
+                "args_hash": hash, "idempotency_key": hash})
+            .as_object()
+            .unwrap()
+            .clone(),
         );
         rows
     }

@@ -205,7 +205,10 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             output: object.remove("output").unwrap_or(Value::Null),
             usage: match optional(&mut object, "usage") {
                 None => None,
-                Some(usage @ Value::Object(_)) => Some(usage),
+                Some(usage @ Value::Object(_)) => {
+                    crate::executor::check_usage(&usage).map_err(fail)?;
+                    Some(usage)
+                }
                 Some(_) => return Err(fail("`usage` must be an object".to_owned())),
             },
             id: id.clone(),

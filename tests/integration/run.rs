@@ -83,6 +83,37 @@ fn bad_requests_are_answered_and_open_no_step() {
 }
 
 #[test]
+fn token_counts_are_whole_numbers_or_refused_by_name() {
+    let env = TestEnv::new();
+    let script = json!([
+        send(r#"{"op":"begin","id":1,"name":"a","args":{}}"#),
+        send(r#"{"op":"commit","id":2,"step":1,"output":1,"usage":{"input_tokens":"5000"}}"#),
+        send(r#"{"op":"commit","id":3,"step":1,"output":1,"usage":{"prompt_tokens":-1000000}}"#),
+        send(r#"{"op":"commit","id":4,"step":1,"output":1,"usage":{"output_tokens":1.5}}"#),
+        send(
+            r#"{"op":"commit","id":5,"step":1,"output":1,"usage":{"input_tokens":1.5e3,"output_tokens":2}}"#
+        ),
+    ]);
+    let (output, answers) = env.probe("t", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for (answer, field) in answers[1..4].iter().zip([
+        "usage.input_tokens",
+        "usage.prompt_tokens",
+        "usage.output_tokens",
+    ]) {
+        assert_eq!(answer["error"]["code"], "bad_request", "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains(field)),
+            "{answer}"
+        );
+    }
+    assert_eq!(answers[4]["ok"], true, "{}", answers[4]);
+    assert_eq!(env.inspect("t")["steps"][0]["tokens"], 1502);
+}
+
+#[test]
 fn tools_get_the_step_identity_and_their_failures_are_recorded() {
     let env = TestEnv::new();
     env.write(
