@@ -177,12 +177,7 @@ pub(crate) struct RunArgs {
     pub limits: Limits,
 
     /// The agent command and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -192,7 +187,7 @@ pub(crate) struct Limits {
     /// Stop the task with exit 78 once its steps have spent N tokens, over
     /// all its runs (replayed steps cost nothing); on `resume`, raises or
     /// sets the budget [default: `[budget] max_tokens` in durun.toml]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_tokens: Option<u64>,
 
     /// How long a `wait` or `sleep` step is waited on live before durun
@@ -207,7 +202,7 @@ pub(crate) struct ResumeArgs {
     /// The task to resume
     #[arg(
         value_name = "TASK",
-        add = task_ids(),
+        add = unfinished_task_ids(),
         required_unless_present = "all",
         conflicts_with = "all"
     )]
@@ -216,7 +211,7 @@ pub(crate) struct ResumeArgs {
     /// Discard steps N and later from replay (kept in the journal as
     /// `discarded`) and run them anew; lists the `mutate` steps among them
     /// that already took effect
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all", add = step_numbers())]
     pub from_step: Option<u64>,
 
     /// Resume every interrupted task (its runner is gone), the entry point
@@ -259,7 +254,7 @@ pub(crate) struct ResolveArgs {
 #[derive(Args, Debug)]
 pub(crate) struct CancelArgs {
     /// The task to cancel
-    #[arg(value_name = "TASK", add = task_ids())]
+    #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub task: String,
 }
 
@@ -345,12 +340,7 @@ pub(crate) struct StepArgs {
     pub usage_json: Option<PathBuf>,
 
     /// The command and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -396,12 +386,7 @@ pub(crate) struct SubmitArgs {
     pub max_tokens: Option<u64>,
 
     /// The agent command and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -441,7 +426,7 @@ pub(crate) struct WaitArgs {
 #[command(group(clap::ArgGroup::new("when").required(true).args(["duration", "until"])))]
 pub(crate) struct SleepArgs {
     /// How long, like `90s`, `2h` or `1d`
-    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(value_name = "DURATION", value_parser = sleep_duration)]
     pub duration: Option<std::time::Duration>,
 
     /// Until this time, RFC 3339 in UTC like 2026-12-01T09:00:00Z
@@ -452,7 +437,7 @@ pub(crate) struct SleepArgs {
 #[derive(Args, Debug)]
 pub(crate) struct SignalArgs {
     /// The task
-    #[arg(value_name = "TASK", add = task_ids())]
+    #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub task: String,
 
     /// The signal's name: a `wait` step of that name takes it
@@ -471,7 +456,7 @@ pub(crate) struct SignalArgs {
 #[derive(Args, Debug)]
 pub(crate) struct ApproveArgs {
     /// The task
-    #[arg(value_name = "TASK", add = task_ids())]
+    #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub task: String,
 
     /// More data for the agent, a JSON object merged into {"approved": true}; @FILE reads a file, @- standard input
@@ -482,7 +467,7 @@ pub(crate) struct ApproveArgs {
 #[derive(Args, Debug)]
 pub(crate) struct RejectArgs {
     /// The task
-    #[arg(value_name = "TASK", add = task_ids())]
+    #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub task: String,
 
     /// Why, for the agent: {"approved": false, "reason": TEXT}
@@ -528,7 +513,7 @@ pub(crate) struct ForkArgs {
     pub task: String,
 
     /// The first step the new task runs anew; steps before it are copied
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), add = step_numbers())]
     pub from_step: u64,
 
     /// The new task's id [default: a new one]
@@ -577,6 +562,22 @@ pub(crate) fn json_arg(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(&source).map_err(|err| format!("{what} does not hold JSON: {err}"))
 }
 
+/// A sleep's length: a duration within what durun takes (SPEC 8).
+fn sleep_duration(text: &str) -> Result<std::time::Duration, String> {
+    let too_far = || {
+        format!(
+            "{text} is too far: a sleep is at most {:e} seconds (about 3,000 years); --until takes a date",
+            crate::protocol::MAX_SLEEP_SECONDS
+        )
+    };
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.as_secs_f64() < crate::protocol::MAX_SLEEP_SECONDS => Ok(duration),
+        Ok(_) => Err(too_far()),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_far()),
+        Err(err) => Err(format!("{err}; a duration like 90s, 2h or 1d")),
+    }
+}
+
 fn time_text(text: &str) -> Result<String, String> {
     match crate::clock::parse(text) {
         Some(_) => Ok(text.to_owned()),
@@ -587,6 +588,16 @@ fn time_text(text: &str) -> Result<String, String> {
 /// Completes a task argument to the ids in the journal.
 fn task_ids() -> clap_complete::ArgValueCompleter {
     clap_complete::ArgValueCompleter::new(crate::completion::task_ids)
+}
+
+/// Completes a task argument to the tasks that are not finished.
+fn unfinished_task_ids() -> clap_complete::ArgValueCompleter {
+    clap_complete::ArgValueCompleter::new(crate::completion::unfinished_task_ids)
+}
+
+/// Completes a step number to the steps of the task on the command line.
+fn step_numbers() -> clap_complete::ArgValueCompleter {
+    clap_complete::ArgValueCompleter::new(crate::completion::step_numbers)
 }
 
 #[cfg(test)]

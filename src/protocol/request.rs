@@ -117,6 +117,10 @@ pub(crate) enum Line {
 /// Whatever Python's `json.loads` reads as an object with a string `op` is
 /// a request and gets an answer: `NaN`, `Infinity` and lone surrogates,
 /// which cannot be journaled as JSON, get `bad_request` naming them.
+/// The longest `sleep` durun takes, in seconds (about 3,000 years): a
+/// wake time past it is a mistake, and times that far do not print.
+pub(crate) const MAX_SLEEP_SECONDS: f64 = 1e11;
+
 pub(crate) fn parse_line(bytes: &[u8]) -> Line {
     let object = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(object)) => object,
@@ -260,13 +264,21 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             let until = optional(&mut object, "until");
             let (args, wake) = match (seconds, until) {
                 (Some(seconds), None) => {
-                    let wake = seconds
-                        .as_f64()
-                        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0 && *seconds < 1e11)
-                        .map(|seconds| Wake::After(Duration::from_secs_f64(seconds)))
-                        .ok_or_else(|| {
-                            fail("`seconds` of a `sleep` must be a number, 0 or more".to_owned())
-                        })?;
+                    let wake = match seconds.as_f64() {
+                        Some(n) if n.is_finite() && n >= 0.0 && n < MAX_SLEEP_SECONDS => {
+                            Wake::After(Duration::from_secs_f64(n))
+                        }
+                        Some(n) if n >= MAX_SLEEP_SECONDS => {
+                            return Err(fail(format!(
+                                "`seconds` of a `sleep` is too far: {seconds} is past the limit of {MAX_SLEEP_SECONDS:e} seconds (about 3,000 years)"
+                            )));
+                        }
+                        _ => {
+                            return Err(fail(
+                                "`seconds` of a `sleep` must be a number, 0 or more".to_owned(),
+                            ));
+                        }
+                    };
                     (serde_json::json!({ "seconds": seconds }), wake)
                 }
                 (None, Some(Value::String(until))) => {

@@ -73,19 +73,59 @@ fn task_arguments_complete_to_the_tasks_in_the_journal() {
         assert!(output.status.success(), "{}", text(&output.stderr));
         text(&output.stdout)
     };
-    for command in ["resume", "inspect", "cancel", "resolve"] {
-        let candidates = complete(&["durun", command, "bu"]);
-        let ids: Vec<&str> = candidates
+    let ids = |candidates: &str| -> Vec<String> {
+        candidates
             .lines()
-            .map(|line| line.split('\t').next().unwrap_or_default())
+            .map(|line| line.split('\t').next().unwrap_or_default().to_owned())
             .filter(|word| !word.starts_with('-'))
-            .collect();
-        assert_eq!(ids, ["build-2", "build-1"], "{command}: {candidates}");
+            .collect()
+    };
+    for command in ["inspect", "resolve", "export"] {
+        let candidates = complete(&["durun", command, "bu"]);
+        assert_eq!(
+            ids(&candidates),
+            ["build-2", "build-1"],
+            "{command}: {candidates}"
+        );
         assert!(
             candidates.contains("build-2\tcompleted: true"),
             "{candidates}"
         );
     }
+    // What can still be acted on: not the completed tasks.
+    let submitted = env.durun(&["submit", "--task", "build-3", "--", "true"]);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    for command in ["resume", "cancel", "approve", "reject", "signal"] {
+        let candidates = complete(&["durun", command, "bu"]);
+        assert_eq!(ids(&candidates), ["build-3"], "{command}: {candidates}");
+    }
+    // --journal on the line chooses the journal whose tasks are offered.
+    let other = env.durun(&[
+        "--journal",
+        "other.db",
+        "run",
+        "--task",
+        "elsewhere",
+        "--",
+        "true",
+    ]);
+    assert!(other.status.success(), "{}", text(&other.stderr));
+    let candidates = complete(&["durun", "--journal", "other.db", "inspect", ""]);
+    assert_eq!(ids(&candidates), ["elsewhere"], "{candidates}");
+    // --from-step offers the steps of the task on the line.
+    let stepped = env.durun(&[
+        "run",
+        "--task",
+        "steps",
+        "--",
+        "sh",
+        "-c",
+        "durun step fetch -- true && durun step build -- true && exit 3",
+    ]);
+    assert_eq!(stepped.status.code(), Some(3), "{}", text(&stepped.stderr));
+    let candidates = complete(&["durun", "resume", "steps", "--from-step", ""]);
+    assert_eq!(ids(&candidates), ["1", "2"], "{candidates}");
+    assert!(candidates.contains("1\tfetch (committed)"), "{candidates}");
     // The internal command is not offered.
     let commands = complete(&["durun", ""]);
     assert!(commands.contains("resume\t"), "{commands}");
@@ -109,6 +149,31 @@ fn usage_errors_exit_2_with_a_durun_line() {
         );
         assert!(output.stdout.is_empty());
     }
+    // An option durun does not know, before `--`, is a usage error naming
+    // it: never a part of the agent's command, never a task.
+    for (args, named) in [
+        (
+            &["run", "--typo-flag", "3", "--", "true"][..],
+            "--typo-flag",
+        ),
+        (&["submit", "--retries", "2", "--", "true"][..], "--retries"),
+        (&["run", "--tsak", "x", "--", "true"][..], "--tsak"),
+    ] {
+        let output = env.durun(args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("durun: unexpected argument '{named}'")),
+            "{args:?}: {stderr}"
+        );
+    }
+    let listed = env.durun(&["inspect", "--json"]);
+    assert_eq!(text(&listed.stdout), "{\"tasks\":[]}\n", "no task was made");
+    // The agent's own options after `--`, or after its first word, are its.
+    let output = env.durun(&["run", "-q", "--", "sh", "-c", "echo $0 $1", "--x", "-y"]);
+    assert_eq!(text(&output.stdout), "--x -y\n", "{}", text(&output.stderr));
+    let output = env.durun(&["run", "-q", "sh", "-c", "echo $0", "--z"]);
+    assert_eq!(text(&output.stdout), "--z\n", "{}", text(&output.stderr));
     let help = env.durun(&["--help"]);
     assert!(help.status.success());
     assert!(text(&help.stdout).contains("Relaunch an unfinished task"));
@@ -126,6 +191,15 @@ fn absurd_values_are_refused_with_a_clear_line() {
         "{}",
         text(&gc.stderr)
     );
+    for duration in ["1000000000y", "99999999999999999999999y"] {
+        let sleep = env.durun(&["sleep", duration]);
+        assert_eq!(sleep.status.code(), Some(2), "{}", text(&sleep.stderr));
+        assert!(
+            text(&sleep.stderr).contains(&format!("{duration} is too far")),
+            "{}",
+            text(&sleep.stderr)
+        );
+    }
     env.write(
         "durun.toml",
         "[tools.t]\neffect = \"read\"\ncommand = [\"true\"]\ntimeout = \"0s\"\n",
