@@ -572,8 +572,7 @@ fn sleep_duration(text: &str) -> Result<std::time::Duration, String> {
     };
     match humantime::parse_duration(text) {
         Ok(duration) if duration.as_secs_f64() < crate::protocol::MAX_SLEEP_SECONDS => Ok(duration),
-        Ok(_) => Err(too_far()),
-        Err(humantime::DurationError::NumberOverflow) => Err(too_far()),
+        Ok(_) | Err(humantime::DurationError::NumberOverflow) => Err(too_far()),
         Err(err) => Err(format!("{err}; a duration like 90s, 2h or 1d")),
     }
 }

@@ -77,6 +77,11 @@ where
             return exit_code::USAGE;
         }
     };
+    if let Some(journal) = &cli.global.journal
+        && std::env::var("DURUN_JOURNAL").ok().as_deref() != Some(journal.as_str())
+    {
+        report::journal_named(journal);
+    }
     let settings = settings::Settings::resolve(cli.global.journal, cli.global.quiet);
     let result = match cli.command {
         Command::Run(args) => commands::run::exec(&args, &settings),

@@ -27,23 +27,23 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
     };
     match task.status {
         TaskStatus::Completed | TaskStatus::Cancelled => {
-            eprintln!(
-                "durun: task {} is already {}; nothing to cancel",
+            crate::report::say(&format!(
+                "task {} is already {}; nothing to cancel",
                 task.id,
                 task.status.as_str()
-            );
+            ));
             return Ok(0);
         }
         _ => {}
     }
     if !journal.request_cancel(&task.id, &settings.holder)? {
-        eprintln!("durun: task {} cancelled", task.id);
+        crate::report::say(&format!("task {} cancelled", task.id));
         return Ok(0);
     }
-    eprintln!(
-        "durun: task {} cancelled; waiting for its runner to stop the agent",
+    crate::report::say(&format!(
+        "task {} cancelled; waiting for its runner to stop the agent",
         task.id
-    );
+    ));
     // From the cancel's commit on, the runner may open no step: every write
     // it makes checks the mark, and it looks before any `read` step starts.
     let deadline = Instant::now() + WAIT;
@@ -61,13 +61,13 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
             )
         });
         if !running {
-            eprintln!("durun: no runner holds task {} any more", task.id);
+            crate::report::say(&format!("no runner holds task {} any more", task.id));
             return Ok(0);
         }
     }
-    eprintln!(
-        "durun: the runner of task {} has not stopped yet; it starts no other step and stops when it looks",
+    crate::report::say(&format!(
+        "the runner of task {} has not stopped yet; it starts no other step and stops when it looks",
         args.task
-    );
+    ));
     Ok(0)
 }

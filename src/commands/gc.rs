@@ -27,7 +27,7 @@ pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
     let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();
     let location = Location::of(settings)?;
     if !location.exists()? {
-        eprintln!("durun: no journal yet; nothing to remove");
+        crate::report::say("no journal yet; nothing to remove");
         return Ok(0);
     }
     let mut journal = location.open(Access::Write, settings)?;
@@ -36,10 +36,10 @@ pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
     for id in &removed {
         println!("{id}");
     }
-    eprintln!(
-        "durun: removed {} finished task{} last updated before {cutoff}",
+    crate::report::say(&format!(
+        "removed {} finished task{} last updated before {cutoff}",
         removed.len(),
         if removed.len() == 1 { "" } else { "s" }
-    );
+    ));
     Ok(0)
 }

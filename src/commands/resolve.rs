@@ -31,9 +31,9 @@ pub(crate) fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
         ResolutionAction::Output(_) => "recorded as done with the given output".to_owned(),
         ResolutionAction::Fail(message) => format!("recorded as failed: {message}"),
     };
-    eprintln!(
-        "durun: step {} ({}) of task {}: {what}; continue with `durun resume {}`",
+    crate::report::say(&format!(
+        "step {} ({}) of task {}: {what}; continue with `durun resume {}`",
         step.step, step.name, args.task, args.task
-    );
+    ));
     Ok(0)
 }

@@ -97,7 +97,7 @@ fn resume_all(
         String::new()
     };
     if pending.is_empty() {
-        eprintln!("durun: no interrupted task to resume{still}");
+        crate::report::say(&format!("no interrupted task to resume{still}"));
         return Ok(0);
     }
     let total = pending.len();
@@ -113,7 +113,7 @@ fn resume_all(
             plural(ready)
         ),
     };
-    eprintln!("durun: resuming {what}, {jobs} at a time{still}");
+    crate::report::say(&format!("resuming {what}, {jobs} at a time{still}"));
     let me = std::env::current_exe()?;
     let mut running: Vec<(String, Child)> = Vec::new();
     let mut failed = 0;
@@ -141,15 +141,15 @@ fn resume_all(
                 {
                     failed += 1;
                 }
-                eprintln!("durun: task {id} finished with exit {code}");
+                crate::report::say(&format!("task {id} finished with exit {code}"));
             } else {
                 index += 1;
             }
         }
     }
-    eprintln!(
-        "durun: resumed {total} task{}; {failed} did not complete",
+    crate::report::say(&format!(
+        "resumed {total} task{}; {failed} did not complete",
         if total == 1 { "" } else { "s" }
-    );
+    ));
     Ok(i32::from(failed > 0))
 }

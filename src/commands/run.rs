@@ -64,7 +64,10 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         .into());
     }
     if task.status == TaskStatus::Completed {
-        eprintln!("durun: task {} already completed; nothing to run", task.id);
+        crate::report::say(&format!(
+            "task {} already completed; nothing to run",
+            task.id
+        ));
         return Ok(0);
     }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;

@@ -137,10 +137,10 @@ pub(super) fn raise_budget(
     }
     journal.set_max_tokens(&task.id, Some(max))?;
     if max <= task.tokens_spent {
-        eprintln!(
-            "durun: task {} has spent {} tokens already; a budget of {max} stops it at its next new step",
+        crate::report::say(&format!(
+            "task {} has spent {} tokens already; a budget of {max} stops it at its next new step",
             task.id, task.tokens_spent
-        );
+        ));
     }
     Ok(TaskRecord {
         max_tokens: Some(max),
@@ -159,7 +159,9 @@ fn cancelled(task: &str) -> Failure {
 fn discard(journal: &mut dyn Journal, task: &str, run: u32, from: u64) -> Result<()> {
     let discarded = journal.discard_from(task, run, from)?;
     let Some(last) = discarded.last() else {
-        eprintln!("durun: task {task} has no step {from} or later; nothing to discard");
+        crate::report::say(&format!(
+            "task {task} has no step {from} or later; nothing to discard"
+        ));
         return Ok(());
     };
     let steps = if last.step == from {
@@ -167,9 +169,9 @@ fn discard(journal: &mut dyn Journal, task: &str, run: u32, from: u64) -> Result
     } else {
         format!("steps {from}-{}", last.step)
     };
-    eprintln!(
-        "durun: discarded {steps} of task {task} from replay (kept in the journal as `discarded`)"
-    );
+    crate::report::say(&format!(
+        "discarded {steps} of task {task} from replay (kept in the journal as `discarded`)"
+    ));
     for step in discarded
         .iter()
         .filter(|step| step.effect == Effect::Mutate)
@@ -179,10 +181,14 @@ fn discard(journal: &mut dyn Journal, task: &str, run: u32, from: u64) -> Result
             StepStatus::Pending => "may have taken effect",
             _ => continue,
         };
-        eprintln!(
-            "  step {} {} (mutate) {what}; durun does not undo it (key {})",
-            step.step, step.name, step.idempotency_key
+        // One whole write, escaped: step names come from the agent.
+        let line = format!(
+            "  step {} {} (mutate) {what}; durun does not undo it (key {})\n",
+            step.step,
+            crate::report::escape(&step.name),
+            step.idempotency_key
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
     Ok(())
 }

@@ -22,9 +22,8 @@ pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
         &location,
         settings,
         &args.task,
-        &args.name,
-        data,
-        args.id.clone(),
+        (&args.name, data, args.id.clone()),
+        &format!("sent `{}` to task {}", args.name, args.task),
     )
 }
 
@@ -46,19 +45,20 @@ pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
             }
         }
     }
-    answer(&args.task, Value::Object(data), settings)
+    answer(&args.task, Value::Object(data), "approved", settings)
 }
 
 pub(crate) fn reject(args: &RejectArgs, settings: &Settings) -> Result<i32> {
     answer(
         &args.task,
         json!({"approved": false, "reason": args.reason}),
+        "rejected",
         settings,
     )
 }
 
 /// Sends `data` to the `wait` step the task waits on, under its name.
-fn answer(task: &str, data: Value, settings: &Settings) -> Result<i32> {
+fn answer(task: &str, data: Value, verb: &str, settings: &Settings) -> Result<i32> {
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     if journal.task(task)?.is_none() {
@@ -80,9 +80,8 @@ fn answer(task: &str, data: Value, settings: &Settings) -> Result<i32> {
         &location,
         settings,
         task,
-        &name,
-        data,
-        None,
+        (&name, data, None),
+        &format!("{verb} task {task} (the signal `{name}`)"),
     )
 }
 
@@ -91,9 +90,8 @@ fn send(
     location: &Location,
     settings: &Settings,
     task: &str,
-    name: &str,
-    data: Value,
-    signal_id: Option<String>,
+    (name, data, signal_id): (&str, Value, Option<String>),
+    said: &str,
 ) -> Result<i32> {
     let Some(record) = journal.task(task)? else {
         return Err(unknown_task(task, location).into());
@@ -129,6 +127,6 @@ fn send(
         status if status.is_parked() => format!("`durun resume {task}` continues it"),
         _ => format!("it is taken when the task waits for it (`durun resume {task}`)"),
     };
-    crate::report::say(&format!("sent `{name}` to task {task}; {next}"));
+    crate::report::say(&format!("{said}; {next}"));
     Ok(0)
 }

@@ -364,12 +364,14 @@ mod tests {
     use super::*;
 
     fn rows() -> TaskRows {
-        let mut rows = TaskRows::default();
-        rows.task = json!({"id": "t1", "status": "running", "sync_mode": "full",
-            "argv": "[\"true\"]", "cwd": "/", "created_at": "2026-12-01T09:00:00.000Z"})
-        .as_object()
-        .unwrap()
-        .clone();
+        let mut rows = TaskRows {
+            task: json!({"id": "t1", "status": "running", "sync_mode": "full",
+                "argv": "[\"true\"]", "cwd": "/", "created_at": "2026-12-01T09:00:00.000Z"})
+            .as_object()
+            .unwrap()
+            .clone(),
+            ..TaskRows::default()
+        };
         let hash = "0".repeat(64);
         rows.steps.push(
             json!({"task_id": "t1", "step_index": 1, "output": "{\"a\":1}", "status": "committed",

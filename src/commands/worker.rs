@@ -55,10 +55,10 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     journal.create_task(&task)?;
     println!("{id}");
     if !settings.quiet {
-        eprintln!(
-            "durun: queued task {id} in `{}`; a `durun worker` runs it",
+        crate::report::say(&format!(
+            "queued task {id} in `{}`; a `durun worker` runs it",
             args.queue
-        );
+        ));
     }
     Ok(0)
 }
@@ -101,19 +101,19 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         settings,
     };
     if !settings.quiet {
-        eprintln!(
-            "durun: worker {} takes tasks of {} from {}, {} at a time",
+        crate::report::say(&format!(
+            "worker {} takes tasks of {} from {}, {} at a time",
             worker.record.id,
             worker.record.queues.join(", "),
             location.describe(),
             args.jobs
-        );
+        ));
     }
     loop {
         match worker.serve(journal.as_mut(), &stop) {
             Ok(()) => break,
             Err(err) if stop.load(Ordering::Relaxed) => {
-                eprintln!("durun: worker {}: {err:#}", worker.record.id);
+                crate::report::say(&format!("worker {}: {err:#}", worker.record.id));
                 break;
             }
             // The journal went away (a PostgreSQL restart, a network cut):
@@ -121,10 +121,10 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
             // leases; one that lost its own is fenced and its task goes
             // to whoever takes it next, never to two runners.
             Err(err) => {
-                eprintln!(
-                    "durun: worker {}: the journal failed ({err:#}); reconnecting",
+                crate::report::say(&format!(
+                    "worker {}: the journal failed ({err:#}); reconnecting",
                     worker.record.id
-                );
+                ));
                 journal = reconnect(&location, settings, &stop)?;
             }
         }
@@ -238,23 +238,29 @@ impl Worker<'_> {
             command.env("DURUN_JOURNAL", journal);
         }
         command.args(["-q", "resume", id]);
+        // Its lines (the agent's stderr, durun's own) are prefixed with the
+        // task's id: a worker's log interleaves many tasks.
+        command.stderr(std::process::Stdio::piped());
         // A worker killed outright takes its runs with it: their tasks go
         // to other workers once the leases are stale.
         crate::os::die_with_parent(&mut command);
         match command.spawn() {
-            Ok(child) => {
+            Ok(mut child) => {
                 if !self.settings.quiet {
-                    eprintln!("durun: worker {} runs task {id}", self.record.id);
+                    crate::report::say(&format!("worker {} runs task {id}", self.record.id));
+                }
+                if let Some(stderr) = child.stderr.take() {
+                    prefix_lines(stderr, id);
                 }
                 self.running.insert(id.to_owned(), child);
             }
             Err(err) => {
                 // This host cannot start runs now (no processes left, the
                 // binary gone): say so, leave the task to the next claim.
-                eprintln!(
-                    "durun: worker {} cannot start `durun resume {id}`: {err}; the task stays for the next claim",
+                crate::report::say(&format!(
+                    "worker {} cannot start `durun resume {id}`: {err}; the task stays for the next claim",
                     self.record.id
-                );
+                ));
                 journal.release_claim(id, &self.record.id)?;
             }
         }
@@ -279,7 +285,7 @@ impl Worker<'_> {
                     exit_code::PARKED => "parked (waits for a signal or a time)".to_owned(),
                     code => format!("ended with exit {code}"),
                 };
-                eprintln!("durun: worker {}: task {id} {what}", self.record.id);
+                crate::report::say(&format!("worker {}: task {id} {what}", self.record.id));
             }
         }
         Ok(())
@@ -288,13 +294,18 @@ impl Worker<'_> {
     /// Stops every run resumably (SIGTERM: the agent is told, the task is
     /// left interrupted for another worker) and leaves the list.
     fn drain(&mut self, journal: &mut dyn Journal) {
-        if !self.running.is_empty() && !self.settings.quiet {
-            eprintln!(
-                "durun: worker {} stops; its {} task(s) are left to the others",
-                self.record.id,
-                self.running.len()
-            );
-        }
+        let mut ids: Vec<&String> = self.running.keys().collect();
+        ids.sort();
+        let what = if ids.is_empty() {
+            "no task was running".to_owned()
+        } else {
+            let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+            format!(
+                "stopping task {} resumably; another worker takes them over",
+                ids.join(", ")
+            )
+        };
+        crate::report::say(&format!("worker {} drains: {what}", self.record.id));
         for child in self.running.values() {
             crate::os::signal_process(child.id(), libc::SIGTERM);
         }
@@ -303,5 +314,34 @@ impl Worker<'_> {
             let _ = journal.release_claim(&id, &self.record.id);
         }
         let _ = journal.worker_gone(&self.record.id);
+        crate::report::say(&format!("worker {} stopped", self.record.id));
     }
+}
+
+/// Copies a run's stderr to the worker's, each line prefixed with
+/// `[TASK] ` and written whole.
+fn prefix_lines(stderr: std::process::ChildStderr, id: &str) {
+    use std::io::{BufRead as _, Write as _};
+    let prefix = format!("[{id}] ");
+    let _ = std::thread::Builder::new()
+        .name(format!("stderr of {id}"))
+        .spawn(move || {
+            let mut reader = std::io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if line.last() != Some(&b'\n') {
+                            line.push(b'\n');
+                        }
+                        let mut whole = Vec::with_capacity(prefix.len() + line.len());
+                        whole.extend_from_slice(prefix.as_bytes());
+                        whole.extend_from_slice(&line);
+                        let _ = std::io::stderr().lock().write_all(&whole);
+                    }
+                }
+            }
+        });
 }

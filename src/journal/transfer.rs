@@ -152,14 +152,12 @@ pub(crate) fn check_row(kind: &str, row: &Map<String, Value>) -> Result<(), Stri
 /// (a discarded row keeps its number beside its replacement): `Err` names
 /// the first number that breaks it.
 pub(crate) fn check_numbering(steps: &[Map<String, Value>]) -> Result<(), String> {
-    let mut live = std::collections::BTreeMap::new();
+    let mut live = std::collections::BTreeSet::new();
     let mut all = std::collections::BTreeSet::new();
     for row in steps {
         let index = row.get("step_index").and_then(Value::as_u64).unwrap_or(0);
         all.insert(index);
-        if row.get("status").and_then(Value::as_str) != Some("discarded")
-            && live.insert(index, ()).is_some()
-        {
+        if row.get("status").and_then(Value::as_str) != Some("discarded") && !live.insert(index) {
             return Err(format!("step {index} appears twice"));
         }
     }

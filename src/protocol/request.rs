@@ -265,7 +265,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             let (args, wake) = match (seconds, until) {
                 (Some(seconds), None) => {
                     let wake = match seconds.as_f64() {
-                        Some(n) if n.is_finite() && n >= 0.0 && n < MAX_SLEEP_SECONDS => {
+                        Some(n) if (0.0..MAX_SLEEP_SECONDS).contains(&n) => {
                             Wake::After(Duration::from_secs_f64(n))
                         }
                         Some(n) if n >= MAX_SLEEP_SECONDS => {

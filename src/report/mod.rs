@@ -101,7 +101,7 @@ pub(crate) fn error(err: &anyhow::Error) {
     // still prints.
     let mut out = Vec::new();
     // Messages quote task ids, step names and tool output: escaped.
-    let _ = writeln!(out, "durun: {}", escape(&err.to_string()));
+    let _ = writeln!(out, "durun: {}", escape(&with_journal(&err.to_string())));
     for cause in err.chain().skip(1) {
         let _ = writeln!(out, "  caused by: {}", escape(&cause.to_string()));
     }
@@ -112,9 +112,30 @@ pub(crate) fn error(err: &anyhow::Error) {
         }
     }
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
-        let _ = writeln!(out, "  hint: {}", escape(hint));
+        let _ = writeln!(out, "  hint: {}", escape(&with_journal(hint)));
     }
     let _ = std::io::stderr().lock().write_all(&out);
+}
+
+/// The journal the command line named with `--journal`, if it did: the
+/// commands durun suggests then name it too, or they would act on
+/// another journal.
+static JOURNAL_FLAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Remembers that the command line named the journal `journal`.
+pub(crate) fn journal_named(journal: &str) {
+    let _ = JOURNAL_FLAG.set(crate::task::shell_words(&[journal.to_owned()]));
+}
+
+/// `text` with every suggested command (`` `durun …` ``) naming the
+/// journal the command line named.
+pub(crate) fn with_journal(text: &str) -> std::borrow::Cow<'_, str> {
+    match JOURNAL_FLAG.get() {
+        Some(journal) if text.contains("`durun ") => std::borrow::Cow::Owned(
+            text.replace("`durun ", &format!("`durun --journal {journal} ")),
+        ),
+        _ => std::borrow::Cow::Borrowed(text),
+    }
 }
 
 /// Prints one `durun: MESSAGE` line to stderr, escaped, in one write (the
@@ -122,7 +143,7 @@ pub(crate) fn error(err: &anyhow::Error) {
 /// goes through here.
 pub(crate) fn say(message: &str) {
     use std::io::Write as _;
-    let line = format!("durun: {}\n", escape(message));
+    let line = format!("durun: {}\n", escape(&with_journal(message)));
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
@@ -198,7 +219,7 @@ pub(crate) fn next_move(
         // command that cannot start): a plain resume would fail the same.
         (_, crate::exit_code::DIVERGENCE | crate::exit_code::CANNOT_START) => None,
         (TaskStatus::Interrupted | TaskStatus::Failed, _) => {
-            Some(format!("continue with `durun resume {task}`"))
+            Some(with_journal(&format!("continue with `durun resume {task}`")).into_owned())
         }
         _ => None,
     }

@@ -52,6 +52,12 @@ pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Res
     };
     let path = dir.join("durun.sock");
     let listener = UnixListener::bind(&path)?;
+    if let Some(base) = dir.parent().map(Path::to_path_buf) {
+        // Off the start's path: one readdir, whenever it gets to it.
+        let _ = std::thread::Builder::new()
+            .name("sweep".to_owned())
+            .spawn(move || sweep(&base));
+    }
     std::thread::spawn(move || {
         for (conn, stream) in (1..).zip(listener.incoming()) {
             let Ok(stream) = stream else { continue };
@@ -59,6 +65,40 @@ pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Res
         }
     });
     Ok(SocketDir { dir, path })
+}
+
+/// Removes the socket directories of runs that died without removing
+/// their own (a SIGKILL leaves `durun-PID-…` behind): this user's, whose
+/// process is gone. A pid since reused keeps its directory; it is empty
+/// but for a dead socket, and goes once that pid is gone too.
+fn sweep(base: &Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("durun-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|meta| meta.is_dir() && meta.uid() == me);
+        // SAFETY: kill with signal 0 only asks whether the pid exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if ours && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn private_dir(base: &Path) -> std::io::Result<PathBuf> {

@@ -507,3 +507,40 @@ while True:
     assert_eq!(status.code(), Some(143));
     assert_eq!(env.inspect("flood")["task"]["status"], "interrupted");
 }
+
+#[test]
+fn socket_directories_of_killed_runs_are_swept() {
+    let env = TestEnv::new();
+    let tmp = env.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let run = |args: &[&str]| {
+        env.command()
+            .env("TMPDIR", &tmp)
+            .env_remove("XDG_RUNTIME_DIR")
+            .args(args)
+            .spawn()
+            .expect("durun")
+    };
+    // A run killed with SIGKILL leaves its directory behind.
+    let mut killed = run(&["run", "-q", "--", "sleep", "30"]);
+    crate::env::wait_for(
+        "the socket directory",
+        std::time::Duration::from_secs(20),
+        || std::fs::read_dir(&tmp).is_ok_and(|mut dir| dir.next().is_some()),
+    );
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reap");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("tmp")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    // The next run removes it (and keeps its own until it ends).
+    let mut next = run(&["run", "-q", "--", "sleep", "1"]);
+    crate::env::wait_for("the sweep", std::time::Duration::from_secs(20), || {
+        !left[0].exists()
+    });
+    assert!(next.wait().expect("the run").success());
+    assert_eq!(std::fs::read_dir(&tmp).expect("tmp").count(), 0);
+}

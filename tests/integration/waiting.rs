@@ -602,10 +602,14 @@ fn sealed(lines: &[Value]) -> String {
         body.push_str(&line.to_string());
         body.push('\n');
     }
-    let sha256: String = sha2::Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let sha256 =
+        sha2::Sha256::digest(body.as_bytes())
+            .iter()
+            .fold(String::new(), |mut hex, byte| {
+                use std::fmt::Write as _;
+                let _ = write!(hex, "{byte:02x}");
+                hex
+            });
     let end = json!({"end": true, "lines": lines.len(), "sha256": sha256});
     format!("{body}{end}\n")
 }
