@@ -6,7 +6,10 @@ POST /llm      answers random text with a token `usage`, like a model
 POST /pulls    opens a pull request; a repeated Idempotency-Key gets the
                first answer back instead of a second pull request
 POST /notify   takes a webhook, deduplicated by Idempotency-Key as well
-GET  /stats    what happened: LLM calls, pull requests, requests per key
+GET  /stats    what happened: LLM calls, pull requests, requests per key;
+               /stats?task=ID only what a task asked (its requests carry
+               `X-Durun-Task: ID`), so examples run one after another
+               each count their own
 Needs `Authorization: Bearer demo-token` on /pulls.
 """
 import json
@@ -15,7 +18,7 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"llm_calls": 0, "pulls": [], "notifications": [], "keys": {}, "answers": {}}
+STATE = {"llm_calls": 0, "pulls": [], "notifications": [], "keys": {}, "answers": {}, "tasks": {}}
 LOCK = threading.Lock()
 WORDS = "plan patch test review branch merge typo docs search refactor".split()
 
@@ -33,11 +36,21 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        if self.path == "/stats":
+        path, _, query = self.path.partition("?")
+        if path == "/stats":
+            task = dict(part.partition("=")[::2] for part in query.split("&") if part).get("task")
             with LOCK:
+                if task is not None:
+                    return self.reply(200, STATE["tasks"].get(task, {"llm_calls": 0, "pulls": 0, "notifications": 0}))
                 return self.reply(200, {"llm_calls": STATE["llm_calls"], "pulls": len(STATE["pulls"]),
                                         "notifications": len(STATE["notifications"]), "keys": STATE["keys"]})
         self.reply(404, {"error": "not found"})
+
+    def count(self, what):
+        task = self.headers.get("X-Durun-Task")
+        if task:
+            counts = STATE["tasks"].setdefault(task, {"llm_calls": 0, "pulls": 0, "notifications": 0})
+            counts[what] += 1
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length", 0))
@@ -46,6 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if self.path == "/llm":
                 STATE["llm_calls"] += 1
+                self.count("llm_calls")
                 text = " ".join(random.sample(WORDS, 5))
                 return self.reply(200, {"text": f"{body.get('prompt', '')}: {text}",
                                         "usage": {"input_tokens": 700 + len(str(body)), "output_tokens": 150}})
@@ -56,9 +70,11 @@ class Handler(BaseHTTPRequestHandler):
                 if key and key in STATE["answers"]:
                     return self.reply(200, STATE["answers"][key])
                 if self.path == "/pulls":
+                    self.count("pulls")
                     STATE["pulls"].append(body)
                     answer = {"number": len(STATE["pulls"]), "url": f"https://git.example/pulls/{len(STATE['pulls'])}"}
                 else:
+                    self.count("notifications")
                     STATE["notifications"].append(body)
                     answer = {"delivered": True}
                 if key:

@@ -14,7 +14,8 @@ const base = `http://127.0.0.1:${process.env.FAKE_PORT ?? "8765"}`;
 async function post(path, body, headers = {}) {
   const reply = await fetch(base + path, {
     method: "POST",
-    headers: { "content-type": "application/json", ...headers },
+    // The fake services count each task's requests apart (`/stats?task=`).
+    headers: { "content-type": "application/json", "x-durun-task": process.env.DURUN_TASK_ID ?? "", ...headers },
     body: JSON.stringify(body),
   });
   return reply.json();

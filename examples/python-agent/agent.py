@@ -21,7 +21,8 @@ LLM = f"http://127.0.0.1:{os.environ.get('FAKE_PORT', '8765')}/llm"
 def ask(prompt: str) -> str:
     if os.environ.get("CRASH_IN") == prompt.split()[0] and os.environ.get("DURUN_RUN") == "1":
         os.kill(os.getpid(), signal.SIGKILL)
-    request = urllib.request.Request(LLM, data=json.dumps({"prompt": prompt}).encode(), method="POST")
+    request = urllib.request.Request(LLM, data=json.dumps({"prompt": prompt}).encode(), method="POST",
+                                     headers={"X-Durun-Task": os.environ.get("DURUN_TASK_ID", "")})
     with urllib.request.urlopen(request, timeout=30) as reply:
         answer = json.loads(reply.read())
     durun.usage(**answer["usage"])

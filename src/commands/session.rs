@@ -17,8 +17,8 @@ use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
 /// Runs `task` once more, from wherever its journal stands. A `fresh` task
-/// (made by this `durun run`) whose agent fails before its first step is
-/// removed again: there is nothing to resume.
+/// (made by this `durun run`) whose agent cannot be started is removed
+/// again: there is nothing to resume.
 pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
@@ -89,9 +89,12 @@ pub(super) fn drive(
         finished_at: journal::now(),
     };
     let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    // An agent that could not be started leaves nothing behind.
     let unstarted = fresh
         && recorded.is_ok()
         && outcome.status == TaskStatus::Failed
+        && outcome.exit_code == exit_code::CANNOT_START
+        && outcome.failure.is_some()
         && outcome.stats.executed_steps == 0
         && outcome.stats.replayed_steps == 0;
     let kept = !(unstarted && journal.forget_unstarted(&task.id).unwrap_or(false));

@@ -47,8 +47,8 @@ pub(crate) enum Event<'a> {
         exit_code: i32,
         stats: &'a RunStats,
         elapsed: Duration,
-        /// False when the task was removed: its agent ended before its
-        /// first step, so there is nothing to resume.
+        /// False when the task was removed: its agent could not be
+        /// started, so there is nothing to resume.
         kept: bool,
     },
 }
@@ -207,11 +207,20 @@ pub(crate) fn next_move(
     task: &str,
     status: TaskStatus,
     exit_code: i32,
+    stats: &RunStats,
     kept: bool,
 ) -> Option<String> {
     if !kept {
         return Some(
-            "the agent ended before its first step: nothing was journaled and no task was kept; fix the command and run it again".to_owned(),
+            "the agent could not be started: no task was kept; fix the command and run it again"
+                .to_owned(),
+        );
+    }
+    if status == TaskStatus::Failed && stats.executed_steps == 0 && stats.replayed_steps == 0 {
+        // Nothing journaled: a resume would only start it again as it was.
+        return Some(
+            "the agent ended before its first step: nothing was journaled; fix it and run it again"
+                .to_owned(),
         );
     }
     match (status, exit_code) {

@@ -103,12 +103,12 @@ impl Plain {
                 "[durun] task {task} {}",
                 summary(*status, *exit_code, stats, *elapsed)
             )
-            .and_then(
-                |()| match super::next_move(task, *status, *exit_code, *kept) {
+            .and_then(|()| {
+                match super::next_move(task, *status, *exit_code, stats, *kept) {
                     Some(next) => writeln!(out, "[durun] {next}"),
                     None => Ok(()),
-                },
-            ),
+                }
+            }),
         };
     }
 }

@@ -101,7 +101,7 @@ impl Reporter for Progress {
                     "[durun] task {task} {}",
                     summary(*status, *exit_code, stats, *elapsed)
                 );
-                if let Some(next) = super::next_move(task, *status, *exit_code, *kept) {
+                if let Some(next) = super::next_move(task, *status, *exit_code, stats, *kept) {
                     eprintln!("[durun] {next}");
                 }
             }

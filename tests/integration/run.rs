@@ -206,7 +206,8 @@ fn a_command_that_cannot_start_exits_127() {
     assert!(stderr.contains("no task was kept"), "{stderr}");
     let missing = env.durun(&["inspect", "x"]);
     assert_eq!(missing.status.code(), Some(64), "{}", text(&missing.stdout));
-    // Nor does one that dies before its first request.
+    // One that dies before its first request is kept, failed, with
+    // nothing to resume: no resume hint.
     let output = env.durun(&[
         "run",
         "--task",
@@ -220,7 +221,11 @@ fn a_command_that_cannot_start_exits_127() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("ModuleNotFoundError"), "{stderr}");
     assert!(!stderr.contains("durun resume"), "{stderr}");
-    assert_eq!(env.durun(&["inspect", "y"]).status.code(), Some(64));
+    assert!(
+        stderr.contains("the agent ended before its first step"),
+        "{stderr}"
+    );
+    assert_eq!(env.inspect("y")["task"]["status"], "failed");
     // A task that ran a step is kept, failed, and resumable.
     let plan = json!({"steps": [
         {"begin": "a", "args": {}, "do": {"value": 1}},

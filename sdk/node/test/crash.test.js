@@ -27,6 +27,14 @@ test("the node agent survives SIGKILL inside step 4", async () => {
     assert.equal(stats.llm_calls, 4, "steps 1-3 from the journal, step 5 new");
     assert.equal(stats.pulls, 1, "step 4 retried with its key: no second pull request");
 
+    // The same counts for this task alone, after another task's calls
+    // (the README's `/stats?task=` after the Python example).
+    const other = durun(box, ["run", "--task", "other", "--", "node", agent], env);
+    assert.equal(other.code, 0, other.stderr);
+    const own = await services.stats("demo");
+    assert.equal(own.llm_calls, 4, "this task's model calls only");
+    assert.equal(own.pulls, 1);
+
     const task = inspect(box, "demo");
     const step4 = task.steps[3];
     assert.equal(step4.name, "open_pull");

@@ -69,8 +69,9 @@ export async function fakeServices() {
   await new Promise((resolve) => child.stdout.once("data", resolve));
   return {
     port,
-    async stats() {
-      return (await fetch(`http://127.0.0.1:${port}/stats`)).json();
+    async stats(task) {
+      const query = task === undefined ? "" : `?task=${encodeURIComponent(task)}`;
+      return (await fetch(`http://127.0.0.1:${port}/stats${query}`)).json();
     },
     stop() {
       child.kill();
