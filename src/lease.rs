@@ -64,6 +64,11 @@ pub(crate) fn is_live(lease: &Lease, me: &Holder, now_ms: i64, stale: Duration) 
     }
 }
 
+/// Whether process `pid` of this host lives (and is no zombie).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|stat| !stat.zombie)
+}
+
 struct ProcStat {
     start: u64,
     zombie: bool,

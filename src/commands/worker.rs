@@ -163,8 +163,16 @@ impl Worker<'_> {
     fn serve(&mut self, journal: &mut dyn Journal, stop: &AtomicBool) -> Result<()> {
         let mut last_heartbeat: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
+            let before = self.running.len();
             self.reap(journal)?;
-            if last_heartbeat.is_none_or(|at| at.elapsed() >= self.settings.lease.heartbeat) {
+            self.free_claims_of_dead_workers(journal)?;
+            // The list of tasks `inspect --workers` shows is written as it
+            // changes, not only with the next heartbeat.
+            let changed =
+                self.running.len() != before || self.record.tasks.len() != self.running.len();
+            if changed
+                || last_heartbeat.is_none_or(|at| at.elapsed() >= self.settings.lease.heartbeat)
+            {
                 self.record.tasks = self.running.keys().cloned().collect();
                 self.record.tasks.sort();
                 journal.worker_heartbeat(&self.record)?;
@@ -177,6 +185,26 @@ impl Worker<'_> {
             // A submit, a signal or an ended run wakes it at once
             // (PostgreSQL NOTIFY; SQLite's data_version).
             journal.wait_for_work(LOOK_EVERY)?;
+        }
+        Ok(())
+    }
+
+    /// Frees the claims of workers on this host whose process is gone (a
+    /// SIGKILL, an OOM kill): their tasks go to a live worker at once,
+    /// not after the stale time (SPEC 16, "Takeover"). Their runs died
+    /// with them, so the tasks' leases are free as well.
+    fn free_claims_of_dead_workers(&mut self, journal: &mut dyn Journal) -> Result<()> {
+        for other in journal.workers()? {
+            if other.host == self.record.host
+                && other.id != self.record.id
+                && !lease::process_alive(other.pid)
+            {
+                journal.worker_gone(&other.id)?;
+                crate::report::say(&format!(
+                    "worker {}: worker {} on this host is gone; its tasks are free",
+                    self.record.id, other.id
+                ));
+            }
         }
         Ok(())
     }

@@ -242,6 +242,59 @@ fn sigterm_drains_a_worker_and_another_takes_its_task_over() {
 }
 
 #[test]
+fn a_worker_killed_on_this_host_frees_its_tasks_at_once() {
+    let api = FakeApi::start();
+    let mut env = TestEnv::new();
+    env.set("API_URL", &api.url);
+    // The stale time stays a minute: a takeover must not wait for it.
+    env.set("DURUN_LEASE_STALE_MS", "60000");
+    let plan = json!({"steps": [
+        {"begin": "first", "args": {}, "do": {"value": 1}},
+        {"begin": "hold", "args": {}, "do": {"wait_for": env.path("release")}},
+    ]});
+    submit(&env, "t", &plan, &[]);
+    let mut a = worker(&env, "h", &["--jobs", "2"]);
+    wait_for("a to run it past step 1", Duration::from_secs(30), || {
+        env.inspect("t")["steps"][0]["status"] == "committed"
+    });
+    // The worker's tasks are listed as they change, not a heartbeat later.
+    wait_for(
+        "the worker to list its task",
+        Duration::from_secs(3),
+        || {
+            let workers = env.durun(&["inspect", "--workers", "--json"]);
+            serde_json::from_slice::<Value>(&workers.stdout).is_ok_and(|workers| {
+                workers["workers"][0]["tasks"] == json!(["t"])
+                    && workers["workers"][0]["stale"] == false
+            })
+        },
+    );
+    let shown = text(&env.durun(&["inspect", "--workers"]).stdout);
+    assert!(shown.contains("1/2") && shown.contains(" t"), "{shown}");
+    // SIGKILL the worker and the run it started.
+    crate::env::signal(-(a.id() as i32), libc::SIGKILL);
+    a.wait().expect("reap a");
+    let mut b = worker(&env, "h", &[]);
+    let killed = Instant::now();
+    std::fs::write(env.path("release"), "").expect("release");
+    wait_for("b to complete it", Duration::from_secs(30), || {
+        status(&env, "t") == "completed"
+    });
+    let took = killed.elapsed();
+    assert!(stop(&mut b).success());
+    assert!(
+        took < Duration::from_secs(10),
+        "a dead worker's task waited {took:?} (the stale time is 60 s)"
+    );
+    assert!(
+        worker_log(&env, "h").contains("on this host is gone; its tasks are free"),
+        "{}",
+        worker_log(&env, "h")
+    );
+    assert_eq!(env.inspect("t")["task"]["runs"][1]["replayed_steps"], 1);
+}
+
+#[test]
 fn a_parked_task_goes_back_to_a_worker_when_its_signal_comes() {
     let api = FakeApi::start();
     let env = pool_env(&api);

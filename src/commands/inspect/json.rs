@@ -10,8 +10,15 @@ use crate::journal::{
 use crate::json_text::JsonText;
 use crate::task::Shown;
 
-pub(super) fn worker_json(worker: &crate::journal::WorkerRecord) -> Value {
+/// A worker; `stale` when it missed two heartbeats (`late`).
+pub(super) fn worker_json(
+    worker: &crate::journal::WorkerRecord,
+    now_ms: i64,
+    late: std::time::Duration,
+) -> Value {
+    let beat = now_ms.saturating_sub(worker.heartbeat_ms);
     json!({
+        "stale": beat > late.as_millis() as i64,
         "id": worker.id,
         "host": worker.host,
         "pid": worker.pid,

@@ -37,16 +37,16 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         } else {
             location.open(Access::Read, settings)?.workers()?
         };
+        let now_ms = crate::journal::now_ms();
+        let late = settings.lease.heartbeat * 2;
         if args.json {
-            writeln!(
-                out,
-                "{}",
-                json!({ "workers": workers.iter().map(json::worker_json).collect::<Vec<_>>() })
-            )?;
+            let workers: Vec<Value> = workers
+                .iter()
+                .map(|worker| json::worker_json(worker, now_ms, late))
+                .collect();
+            writeln!(out, "{}", json!({ "workers": workers }))?;
         } else {
-            out.write_all(
-                views::worker_list(&style, &workers, crate::journal::now_ms()).as_bytes(),
-            )?;
+            out.write_all(views::worker_list(&style, &workers, now_ms, late).as_bytes())?;
         }
         out.flush()?;
         return Ok(0);

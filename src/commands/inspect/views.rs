@@ -138,6 +138,7 @@ pub(super) fn worker_list(
     style: &Style,
     workers: &[crate::journal::WorkerRecord],
     now_ms: i64,
+    late: Duration,
 ) -> String {
     if workers.is_empty() {
         return "no live workers\n".to_owned();
@@ -154,11 +155,17 @@ pub(super) fn worker_list(
         .map(|worker| {
             let beat =
                 Duration::from_millis(now_ms.saturating_sub(worker.heartbeat_ms).max(0) as u64);
+            // Two heartbeats missed: the worker may be gone or stopped.
+            let heartbeat = if beat > late {
+                (format!("{} ago, stale", short_duration(beat)), Tone::Warn)
+            } else {
+                plain(format!("{} ago", short_duration(beat)))
+            };
             vec![
                 plain(&worker.id),
                 plain(worker.queues.join(",")),
                 plain(format!("{}/{}", worker.tasks.len(), worker.jobs)),
-                plain(format!("{} ago", short_duration(beat))),
+                heartbeat,
                 plain(worker.tasks.join(" ")),
             ]
         })
