@@ -60,6 +60,20 @@ fn explain_at(place: &str, err: Error) -> Error {
         };
         return err.context(failure);
     }
+    let no_schema = err.chain().any(|cause| {
+        cause
+            .downcast_ref::<postgres::Error>()
+            .and_then(postgres::Error::code)
+            .is_some_and(|code| *code == postgres::error::SqlState::INVALID_SCHEMA_NAME)
+    });
+    if no_schema {
+        return err.context(
+            Failure::journal(format!(
+                "{place} has no schema to create durun's tables in: the URL's search_path names a schema that does not exist"
+            ))
+            .hint("create it first (`psql URL -c 'CREATE SCHEMA name'`), or leave search_path out of the URL to use `public`"),
+        );
+    }
     let code = err
         .chain()
         .find_map(|cause| match cause.downcast_ref::<rusqlite::Error>() {

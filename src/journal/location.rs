@@ -49,7 +49,7 @@ impl Location {
     /// journal error (74).
     pub(crate) fn exists(&self) -> Result<bool> {
         match self {
-            Self::Sqlite(path) => sqlite::regular_file(path),
+            Self::Sqlite(path) => sqlite::holds_tables(path),
             Self::Postgres(_) => Ok(true),
         }
     }

@@ -241,4 +241,16 @@ fn a_postgresql_server_that_refuses_says_why() {
         assert!(stderr.contains(reason), "{stderr}");
         assert!(!stderr.contains("pw-s3cret"), "{stderr}");
     }
+    // A search_path schema that does not exist: what is missing, and how
+    // to create it.
+    let url =
+        format!("postgres://postgres@{host}/test?options=-c%20search_path%3Dno_such_schema_here");
+    let output = env.durun(&["--journal", &url, "run", "--", "true"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(74), "{stderr}");
+    assert!(
+        stderr.contains("the URL's search_path names a schema that does not exist")
+            && stderr.contains("CREATE SCHEMA"),
+        "{stderr}"
+    );
 }

@@ -511,3 +511,35 @@ fn control_characters_from_the_journal_never_reach_the_terminal() {
     assert!(text.contains("boom\\x1b[31m red"), "{text}");
     assert!(text.contains("dir\\x1b[2J"), "{text}");
 }
+
+/// A journal a first run is creating reads as empty, never as an error.
+#[test]
+fn a_journal_being_created_reads_as_empty() {
+    for round in 0..20 {
+        let env = TestEnv::new();
+        if env.postgres.is_some() {
+            return;
+        }
+        let mut run = env
+            .command()
+            .args(["run", "-q", "--", "true"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("durun run");
+        loop {
+            let done = run.try_wait().expect("try_wait").is_some();
+            let listed = env.durun(&["inspect", "--json"]);
+            assert_eq!(
+                listed.status.code(),
+                Some(0),
+                "round {round}: {}",
+                text(&listed.stderr)
+            );
+            let listed: Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+            assert!(listed["tasks"].is_array(), "{listed}");
+            if done {
+                break;
+            }
+        }
+    }
+}

@@ -30,7 +30,7 @@ impl Queue for PostgresJournal {
         )?;
         // The server's clock, for the leases of the tasks found; with none
         // found nobody asks.
-        let now = rows.first().map_or(0, |row| row.get(22));
+        let now = rows.first().map_or(0, |row| row.get(23));
         let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
         Ok((tasks, now))
     }

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde_json::Value;
 
-pub(crate) use open::{SqliteJournal, regular_file};
+pub(crate) use open::{SqliteJournal, holds_tables};
 use rows::{
     TASK_COLUMNS, json_text, lease_from, lease_of, standing_columns, step_from_row, task_from_row,
     write_stats, write_step,

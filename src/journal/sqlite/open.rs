@@ -236,6 +236,30 @@ impl SqliteJournal {
 /// that would block, a device) and says whether the file exists. A path
 /// that cannot be looked at (a directory without permission) is a journal
 /// error, whoever owns it.
+/// Whether `path` holds a journal to read: a file with tables in it. A
+/// file a first run is still creating (empty, or its schema not yet
+/// committed) holds none yet: its readers see no tasks, not an error.
+pub(crate) fn holds_tables(path: &Path) -> Result<bool> {
+    if !regular_file(path)? {
+        return Ok(false);
+    }
+    if std::fs::metadata(path).is_ok_and(|meta| meta.len() == 0) {
+        return Ok(false);
+    }
+    let Ok(conn) = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) else {
+        // Whatever is wrong, opening it for real says it well.
+        return Ok(true);
+    };
+    let _ = conn.busy_timeout(Duration::from_secs(5));
+    let tables = conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    Ok(!matches!(tables, Ok(0)))
+}
+
 pub(crate) fn regular_file(path: &Path) -> Result<bool> {
     use std::os::unix::fs::FileTypeExt as _;
     match std::fs::metadata(path) {
