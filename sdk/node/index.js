@@ -480,20 +480,52 @@ async function collect(stream) {
   return { stream: chunks };
 }
 
+/**
+ * A recorded stream with the surface of the clients' own `Stream`: async
+ * iteration, `tee()`, `toReadableStream()` (newline-separated JSON, as the
+ * clients write it) and `controller`. Its chunks are what the client
+ * yielded: plain objects, as the clients parse them.
+ */
+class RecordedStream {
+  constructor(chunks, controller = new AbortController()) {
+    this.chunks = chunks;
+    this.controller = controller;
+  }
+
+  async *[Symbol.asyncIterator]() {
+    yield* this.chunks;
+  }
+
+  tee() {
+    return [new RecordedStream(this.chunks, this.controller), new RecordedStream(this.chunks, this.controller)];
+  }
+
+  toReadableStream() {
+    const encoder = new TextEncoder();
+    const chunks = this.chunks;
+    let next = 0;
+    return new ReadableStream({
+      pull(ctrl) {
+        if (next >= chunks.length) return ctrl.close();
+        ctrl.enqueue(encoder.encode(JSON.stringify(chunks[next++]) + "\n"));
+      },
+    });
+  }
+}
+
 function replayStream(chunks) {
-  return {
-    async *[Symbol.asyncIterator]() {
-      yield* chunks;
-    },
-  };
+  return new RecordedStream(chunks);
 }
 
 /**
  * Journals every model call of an `openai` or `@anthropic-ai/sdk` client:
  * `chat.completions.create`, `responses.create` and `messages.create`
  * become `read` steps named like `openai.chat.completions.create`, with
- * their usage; a stream (`stream: true`) is consumed inside the step and
- * replayed as an async iterable of the same chunks.
+ * their usage. An answer comes back as the client returns it (a plain
+ * object, parsed from the recorded JSON), on the first run and on a
+ * replay alike; a stream (`stream: true`) is consumed inside the step and
+ * comes back with the surface of the client's `Stream` (async iteration,
+ * `tee()`, `toReadableStream()`, `controller`) over the same chunks.
  */
 export function wrap(client, provider) {
   const name = provider ?? (client?.constructor?.name === "Anthropic" ? "anthropic" : "openai");

@@ -24,6 +24,16 @@ message = claude.messages.create(model="c", max_tokens=10, messages=[{"role": "u
 events = claude.messages.create(model="c", max_tokens=10, messages=[{"role": "user", "content": "sync claude stream"}],
                                 stream=True)
 claude_streamed = "".join(event.delta.text for event in events if event.type == "content_block_delta")
+# The clients' own types, on the first run and on the replay alike.
+from anthropic.types import Message  # noqa: E402
+from openai.types.chat import ChatCompletion  # noqa: E402
+from openai.types.responses import Response  # noqa: E402
+
+assert isinstance(reply, ChatCompletion), type(reply)
+assert isinstance(response, Response), type(response)
+assert isinstance(message, Message), type(message)
+assert reply.to_json() and message.to_dict()["content"][0]["text"] == message.content[0].text
+print("types:", type(reply).__name__, type(response).__name__, type(message).__name__, file=sys.stderr)
 if os.environ.get("DURUN_RUN") == "1":
     sys.exit(3)
 durun.result([reply.choices[0].message.content, streamed.strip(), response.output_text,

@@ -435,6 +435,14 @@ fn sync_clients_wrapped_are_answered_from_the_journal_on_resume() {
     assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
     let resumed = env.durun(&["resume", "t"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    // The clients' own response types, first run and replay.
+    for run in [&first, &resumed] {
+        assert!(
+            text(&run.stderr).contains("types: ChatCompletion Response Message"),
+            "{}",
+            text(&run.stderr)
+        );
+    }
     let counts = server.counts();
     assert_eq!(
         counts.as_object().map(serde_json::Map::len),

@@ -265,17 +265,27 @@ const client = durun.wrap(new OpenAI({ baseURL: "http://127.0.0.1:${port}/v1", a
 const reply = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "plan" }] });
 let streamed = "";
 const stream = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "stream" }], stream: true, stream_options: { include_usage: true } });
-for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? "";
+const [left, right] = stream.tee();
+for await (const chunk of left) streamed += chunk.choices[0]?.delta?.content ?? "";
+// The client's Stream surface: its newline-separated JSON, as the client writes it.
+const lines = (await new Response(right.toReadableStream()).text()).trim().split("\\n").map((line) => JSON.parse(line));
 const response = await client.responses.create({ model: "m", input: "respond" });
+// The answer as the client itself returns it: the same object as a direct call's.
+const direct = await new OpenAI({ baseURL: "http://127.0.0.1:${port}/v1", apiKey: "k", maxRetries: 0 }).chat.completions.create({ model: "m", messages: [{ role: "user", content: "direct" }] });
+const shape = (value) => Object.keys(value).sort().join(",");
+if (shape(reply) !== shape(direct) || typeof reply.choices[0].message !== "object") throw new Error("not the client's shape");
+if (!(stream.controller instanceof AbortController)) throw new Error("no controller");
 if (process.env.DURUN_RUN === "1") process.exit(3);
-await durun.result({ reply: reply.choices[0].message.content, streamed: streamed.trim(), response: response.output_text });
+await durun.result({ reply: reply.choices[0].message.content, streamed: streamed.trim(), response: response.output_text, lines: lines.length > 0 && lines.every((line) => "choices" in line) });
 `);
-    assert.equal(durun(box, ["run", "--task", "t", "--", "node", path]).code, 3);
+    const first = durun(box, ["run", "--task", "t", "--", "node", path]);
+    assert.equal(first.code, 3, first.stderr);
     const resumed = durun(box, ["resume", "t"]);
     assert.equal(resumed.code, 0, resumed.stderr);
     const counts = JSON.parse(readFileSync(portFile + ".count", "utf8"));
-    assert.deepEqual(Object.values(counts), [1, 1, 1], JSON.stringify(counts));
-    assert.deepEqual(inspect(box, "t").task.output, { reply: "echo: plan", streamed: "echo: stream", response: "echo: respond" });
+    // Each journaled call once; the direct (unwrapped) call on each run.
+    assert.deepEqual(Object.values(counts), [1, 1, 1, 2], JSON.stringify(counts));
+    assert.deepEqual(inspect(box, "t").task.output, { reply: "echo: plan", streamed: "echo: stream", response: "echo: respond", lines: true });
   } finally {
     server.kill();
   }

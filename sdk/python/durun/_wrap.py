@@ -6,15 +6,18 @@ Duck-typed: neither package is imported. The calls journaled are
 and ``messages.create`` (Anthropic, ``AsyncAnthropic``); everything else on
 the client passes through untouched. A call's keyword arguments are the
 step's args (keep volatile values out of them). What comes back, on the
-first run and on a replay alike, is the response as the journal holds it:
-an object whose attributes and items are the response's fields
-(``reply.choices[0].message.content``, ``message.content[0].text``,
-``response.output_text``), with ``model_dump()`` for the dict. A stream
+first run and on a replay alike, is the client's own response type
+(``ChatCompletion``, ``Response``, ``Message``), rebuilt from the recorded
+JSON as the client itself builds it from an HTTP body: ``isinstance``,
+``to_json()``, ``output_text`` and the rest work as without durun. A
+client whose package durun does not know gets a ``Recorded`` view: the
+fields as attributes and items, ``model_dump()`` for the dict. A stream
 (``stream=True``) is consumed inside the step, journaled chunk by chunk,
 and handed back as an iterator (async iterator for async clients) over
-the same chunks.
+the same chunks, each of the client's chunk or event type.
 """
 
+import importlib
 import inspect
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
 
@@ -22,36 +25,48 @@ from . import _arun_step, _run_step, usage
 
 _ENDPOINTS = {("chat", "completions", "create"), ("responses", "create"), ("messages", "create")}
 
+# The response types of each endpoint, by the client's package: (module,
+# answer type, stream chunk type). The packages build these from JSON with
+# their own `_models.construct_type`, and so does durun.
+_TYPES = {
+    ("openai", ("chat", "completions", "create")): ("openai.types.chat", "ChatCompletion", "ChatCompletionChunk"),
+    ("openai", ("responses", "create")): ("openai.types.responses", "Response", "ResponseStreamEvent"),
+    ("anthropic", ("messages", "create")): ("anthropic.types", "Message", "RawMessageStreamEvent"),
+}
+
 
 def wrap(client: Any, provider: Optional[str] = None) -> Any:
     """Journals the model calls of ``client`` (OpenAI or Anthropic, sync or
     async). Steps are named ``PROVIDER.PATH``, like
     ``openai.chat.completions.create``; ``provider`` defaults to the
     client's package name."""
-    name = provider or type(client).__module__.split(".")[0]
+    package = type(client).__module__.split(".")[0]
+    name = provider or package
     # The clients' own methods hide behind decorators that are not
     # coroutine functions: the client's class says which kind it is.
     is_async = type(client).__name__.startswith("Async")
-    return _Proxy(client, (), name, is_async)
+    return _Proxy(client, (), name, is_async, package)
 
 
 class _Proxy:
     """The client, or a resource on the way to a journaled endpoint."""
 
-    def __init__(self, target: Any, path: Tuple[str, ...], provider: str, is_async: bool) -> None:
+    def __init__(self, target: Any, path: Tuple[str, ...], provider: str, is_async: bool, package: str) -> None:
         self._target = target
         self._path = path
         self._provider = provider
         self._async = is_async
+        self._package = package
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._target, attr)
         path = self._path + (attr,)
         if path in _ENDPOINTS and callable(value):
             name = f"{self._provider}.{'.'.join(path)}"
-            return _journaled(value, name, self._async or inspect.iscoroutinefunction(value))
+            build = _Builder(self._package, path)
+            return _journaled(value, name, self._async or inspect.iscoroutinefunction(value), build)
         if any(endpoint[:len(path)] == path for endpoint in _ENDPOINTS):
-            return _Proxy(value, path, self._provider, self._async)
+            return _Proxy(value, path, self._provider, self._async, self._package)
         return value
 
     def __repr__(self) -> str:
@@ -81,7 +96,42 @@ def _stream_usage(chunks: List[Dict[str, Any]]) -> Tuple[int, int]:
     return tokens_in, tokens_out
 
 
-def _journaled(create: Any, name: str, is_async: bool) -> Any:
+class _Builder:
+    """Rebuilds recorded JSON as the client's own response types, or as a
+    ``Recorded`` view when the package or its types cannot be found."""
+
+    def __init__(self, package: str, path: Tuple[str, ...]) -> None:
+        self._answer: Any = None
+        self._chunk: Any = None
+        self._construct: Any = None
+        found = _TYPES.get((package, path))
+        if found is None:
+            return
+        module, answer, chunk = found
+        try:
+            types = importlib.import_module(module)
+            self._construct = getattr(importlib.import_module(f"{package}._models"), "construct_type")
+            self._answer = getattr(types, answer)
+            self._chunk = getattr(types, chunk)
+        except (ImportError, AttributeError):
+            self._construct = None
+
+    def _build(self, kind: Any, value: Any) -> Any:
+        if self._construct is not None and isinstance(value, dict):
+            try:
+                return self._construct(type_=kind, value=value)
+            except Exception:  # a shape the types refuse: the view still reads it
+                pass
+        return _view(value)
+
+    def answer(self, value: Any) -> Any:
+        return self._build(self._answer, value)
+
+    def chunks(self, values: List[Any]) -> List[Any]:
+        return [self._build(self._chunk, value) for value in values]
+
+
+def _journaled(create: Any, name: str, is_async: bool, build: _Builder) -> Any:
     if is_async:
         async def acreate(*args: Any, **kwargs: Any) -> Any:
             if args:
@@ -98,8 +148,8 @@ def _journaled(create: Any, name: str, is_async: bool) -> Any:
 
             recorded = await _arun_step(name, kwargs, run, "read")
             if streaming:
-                return _AStream(recorded["stream"])
-            return _view(recorded)
+                return _AStream(build.chunks(recorded["stream"]))
+            return build.answer(recorded)
 
         return acreate
 
@@ -118,8 +168,8 @@ def _journaled(create: Any, name: str, is_async: bool) -> Any:
 
         recorded = _run_step(name, kwargs, run, "read")
         if streaming:
-            return _Stream(recorded["stream"])
-        return _view(recorded)
+            return _Stream(build.chunks(recorded["stream"]))
+        return build.answer(recorded)
 
     return create_sync
 
@@ -173,7 +223,7 @@ class _Stream:
     """A consumed stream, replayed chunk by chunk."""
 
     def __init__(self, chunks: List[Any]) -> None:
-        self._chunks = [_view(chunk) for chunk in chunks]
+        self._chunks = chunks
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._chunks)
