@@ -254,3 +254,43 @@ fn a_postgresql_server_that_refuses_says_why() {
         "{stderr}"
     );
 }
+
+/// The commands a message suggests name the journal the command line
+/// named: without it they would act on another journal.
+#[test]
+fn hints_name_the_journal_the_command_line_named() {
+    let env = TestEnv::new();
+    let output = env
+        .command()
+        .env_remove("DURUN_JOURNAL")
+        .args([
+            "--journal",
+            "hitl.db",
+            "run",
+            "--task",
+            "t",
+            "--",
+            "sh",
+            "-c",
+            "durun step a -- true; exit 4",
+        ])
+        .output()
+        .expect("durun");
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("continue with `durun --journal hitl.db resume t`"),
+        "{}",
+        text(&output.stderr)
+    );
+    let missing = env
+        .command()
+        .env_remove("DURUN_JOURNAL")
+        .args(["--journal", "hitl.db", "resume", "nope"])
+        .output()
+        .expect("durun");
+    assert!(
+        text(&missing.stderr).contains("`durun --journal hitl.db inspect` lists the tasks"),
+        "{}",
+        text(&missing.stderr)
+    );
+}

@@ -156,6 +156,11 @@ fn a_rejection_reaches_the_agent_as_false() {
     assert_eq!(first.status.code(), Some(77));
     let rejected = env.durun(&["reject", "t", "--reason", "not today"]);
     assert!(rejected.status.success(), "{}", text(&rejected.stderr));
+    assert!(
+        text(&rejected.stderr).starts_with("durun: rejected task t (the signal `approval`)"),
+        "{}",
+        text(&rejected.stderr)
+    );
     assert!(env.durun(&["resume", "t"]).status.success());
     let task = env.inspect("t");
     assert_eq!(task["task"]["output"], json!([false]));
@@ -166,6 +171,56 @@ fn a_rejection_reaches_the_agent_as_false() {
     // Nothing waits any more: approve has nothing to answer.
     let stray = env.durun(&["approve", "t"]);
     assert_eq!(stray.status.code(), Some(64), "{}", text(&stray.stderr));
+}
+
+/// `--data` past what one argument may hold (Linux caps it at 128 KiB):
+/// `@FILE` and `@-` read the JSON from a file or standard input.
+#[test]
+fn signal_data_comes_from_a_file_or_standard_input() {
+    use std::io::Write as _;
+    let env = waiter_env();
+    let plan = json!([{"wait": "a"}, {"wait": "b"}]);
+    let parked = run(
+        &env,
+        &waiter_args(&env, "t", &plan, &["--park-after", "0s"]),
+    );
+    assert_eq!(parked.status.code(), Some(77), "{}", text(&parked.stderr));
+    let big = "x".repeat(200 * 1024);
+    env.write("payload.json", &json!({"diff": big}).to_string());
+    let from_file = env.durun(&["signal", "t", "a", "--data", "@payload.json"]);
+    assert!(from_file.status.success(), "{}", text(&from_file.stderr));
+    let mut from_stdin = env
+        .command()
+        .args(["signal", "t", "b", "--data", "@-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("durun signal");
+    from_stdin
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(br#"{"from": "stdin"}"#)
+        .expect("write");
+    let done = from_stdin.wait_with_output().expect("signal");
+    assert!(done.status.success(), "{}", text(&done.stderr));
+    let missing = env.durun(&["signal", "t", "a", "--data", "@no-such-file.json"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("cannot read no-such-file.json"),
+        "{}",
+        text(&missing.stderr)
+    );
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let task = env.inspect("t");
+    assert_eq!(
+        task["task"]["output"][0]["data"]["diff"]
+            .as_str()
+            .map(str::len),
+        Some(200 * 1024)
+    );
+    assert_eq!(task["task"]["output"][1]["data"], json!({"from": "stdin"}));
 }
 
 #[test]
