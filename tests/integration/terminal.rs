@@ -167,3 +167,33 @@ talker.join()
     assert_eq!(agent_lines, 3000, "an agent line was cut:\n{stderr}");
     assert_eq!(step_lines, 400, "a step line was cut:\n{stderr}");
 }
+
+/// A tool's error text and a signal's name reach the terminal escaped:
+/// an OSC title or an SGR colour from a tool is shown, never obeyed.
+#[test]
+fn a_tools_error_text_and_a_signal_name_are_escaped() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        "[tools.evil]\neffect = \"read\"\nretries = 0\ncommand = [\"sh\", \"-c\", \"printf 'boom \\\\033]0;owned\\\\007 \\\\033[31mred' >&2; exit 1\"]\n",
+    );
+    let output = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "sh",
+        "-c",
+        "durun call evil; exit 0",
+    ]);
+    let stderr = text(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("durun: call evil failed"))
+        .unwrap_or_else(|| panic!("no failure line: {stderr:?}"));
+    assert!(!line.contains('\u{1b}'), "raw escape in {line:?}");
+    assert!(line.contains("\\x1b]0;owned\\x07"), "{line:?}");
+    let sent = env.durun(&["signal", "t", "n\u{1b}]0;X\u{7}"]);
+    let stderr = text(&sent.stderr);
+    assert!(!stderr.contains('\u{1b}'), "raw escape in {stderr:?}");
+}

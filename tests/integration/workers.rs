@@ -230,6 +230,11 @@ fn sigterm_drains_a_worker_and_another_takes_its_task_over() {
         worker_log(&env, "a")
     );
     assert_eq!(status(&env, "t"), "interrupted", "left resumable");
+    let log = worker_log(&env, "a");
+    assert!(
+        log.contains("drains: stopping task t resumably") && log.contains("stopped"),
+        "{log}"
+    );
     let mut b = worker(&env, "b", &[]);
     std::fs::write(env.path("release"), "").expect("release");
     wait_for("b to complete it", Duration::from_secs(30), || {
