@@ -14,6 +14,7 @@ pub mod exit_code;
 mod journal;
 mod json_text;
 mod lease;
+mod names;
 mod os;
 mod protocol;
 mod report;
@@ -24,6 +25,7 @@ mod supervisor;
 mod task;
 #[cfg(test)]
 mod test_helpers;
+mod usage;
 
 use std::ffi::OsString;
 

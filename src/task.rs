@@ -11,6 +11,7 @@ use crate::journal::{
     self, Journal, Location, NewTask, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::lease;
+pub(crate) use crate::names::{check_task_id, check_word};
 use crate::settings::Settings;
 
 /// A new task `id` of `argv`, started in `cwd`: the config `--config`
@@ -205,38 +206,6 @@ pub(crate) fn unknown_task(id: &str, location: &Location) -> Failure {
     let place = location.describe();
     Failure::config(format!("no task {id} in {place}"))
         .hint("`durun inspect` lists the tasks; --journal or DURUN_JOURNAL chooses the journal")
-}
-
-pub(crate) fn check_task_id(id: &str) -> anyhow::Result<()> {
-    check_word("task id", id, 128, &['-', '_', '.', ':'])
-}
-
-/// Names that go into the journal, SQL parameters and logs (task ids,
-/// queue names): 1 to `most` letters, digits and the `extra` characters.
-pub(crate) fn check_word(
-    kind: &str,
-    text: &str,
-    most: usize,
-    extra: &[char],
-) -> anyhow::Result<()> {
-    let fine = !text.is_empty()
-        && text.len() <= most
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c));
-    if fine {
-        return Ok(());
-    }
-    let shown: Vec<String> = extra.iter().map(|c| format!("`{c}`")).collect();
-    let (last, rest) = shown.split_last().expect("some extra characters");
-    Err(
-        Failure::new(exit_code::USAGE, format!("invalid {kind} {text:?}"))
-            .hint(format!(
-                "a {kind} is 1 to {most} characters of letters, digits, {} and {last}",
-                rest.join(", ")
-            ))
-            .into(),
-    )
 }
 
 /// A new id that sorts by time: `20261129-121608-3fa9c2`.

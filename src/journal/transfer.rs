@@ -86,7 +86,7 @@ pub(crate) fn check_row(kind: &str, row: &Map<String, Value>) -> Result<(), Stri
     match kind {
         "task" => {
             let id = text("id").unwrap_or_default();
-            crate::task::check_task_id(id).map_err(|err| {
+            crate::names::check_task_id(id).map_err(|err| {
                 format!(
                     "{err} ({})",
                     crate::error::failure_of(&err)

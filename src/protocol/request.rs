@@ -210,7 +210,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             usage: match optional(&mut object, "usage") {
                 None => None,
                 Some(usage @ Value::Object(_)) => {
-                    crate::executor::check_usage(&usage).map_err(fail)?;
+                    crate::usage::check_usage(&usage).map_err(fail)?;
                     Some(usage)
                 }
                 Some(_) => return Err(fail("`usage` must be an object".to_owned())),

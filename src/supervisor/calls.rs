@@ -154,7 +154,7 @@ impl Supervisor<'_> {
             }
             executor::Outcome::Done { output, usage } => {
                 record.status = StepStatus::Committed;
-                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
                 record.usage = usage.as_ref().map(JsonText::from_value);
                 record.output = Some(JsonText::from_value(&output));
             }

@@ -19,7 +19,6 @@ use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
 use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::Failure;
-use crate::executor;
 use crate::exit_code;
 use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
@@ -399,7 +398,7 @@ impl Supervisor<'_> {
         match result {
             Ok((output, usage)) => {
                 record.status = StepStatus::Committed;
-                record.tokens = usage.as_ref().map_or(0, executor::tokens_of);
+                record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
                 record.usage = usage.as_ref().map(JsonText::from_value);
                 record.output = Some(JsonText::from_value(&output));
             }
