@@ -3,6 +3,9 @@
 //! `run` parses the command line, dispatches to one of `commands`, prints an
 //! error as `durun: …` and chooses the exit code in one place.
 
+#[cfg(not(target_os = "linux"))]
+compile_error!("durun runs on Linux: it relies on the parent-death signal, /proc and clone");
+
 mod cli;
 mod clock;
 mod commands;

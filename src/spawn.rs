@@ -10,13 +10,21 @@
 //! CLONE_VFORK)`: the child runs on a stack of its own in durun's memory
 //! while durun waits, sets the signal, its stdio and directory, and execs.
 //!
+//! The child starts as `std::process::Command` would start it: signals
+//! ignored by whoever started durun stay ignored (`trap '' QUIT` holds for
+//! the agent too), SIGPIPE is back to its default (Rust ignores it in
+//! durun), and the signal mask is empty. Linux only (`clone`, the
+//! parent-death signal), as durun is.
+//!
 //! # Invariant
 //!
 //! Between `clone` and `exec` the child makes only async-signal-safe calls
-//! and touches no memory but [`ChildArgs`], which the parent prepared and
-//! keeps alive (the parent is suspended until the child execs or exits).
-//! All signals are blocked across `clone`, and the child resets every
-//! handler to its default before it unblocks them, so no handler of
+//! and touches no memory but [`ChildArgs`] and its own stack, which the
+//! parent prepared and keeps alive (the parent is suspended until the
+//! child execs or exits). The stack has a guard page below it: an
+//! overflow faults instead of writing over durun's heap. All signals are
+//! blocked across `clone`, and the child resets every handler durun
+//! installed to its default before it unblocks them, so no handler of
 //! durun's runs in the child.
 
 use std::ffi::{CString, OsString};
@@ -57,7 +65,7 @@ struct ChildArgs {
     /// -1: the child keeps durun's stderr.
     stderr: RawFd,
     parent: libc::pid_t,
-    /// The signal mask to restore in the child before `exec`.
+    /// durun's signal mask, restored in the parent after `clone`.
     mask: libc::sigset_t,
     /// Set by the child when it could not exec: an errno.
     error: libc::c_int,
@@ -141,13 +149,12 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         error: 0,
     };
     // The child's stack: it makes a few system calls and execs.
-    let mut stack = vec![0u8; 128 * 1024];
+    let stack = Stack::new(128 * 1024)?;
     // SAFETY: see the module's invariant. The stack and `args` outlive the
     // child's use of them: with CLONE_VFORK, clone returns only once the
     // child has exec'd or exited.
     let pid = unsafe {
-        let top = stack.as_mut_ptr().add(stack.len());
-        let top = top.sub(top as usize % 16);
+        let top = stack.top();
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&raw mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut args.mask);
@@ -192,17 +199,27 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // suspended parent; every call is async-signal-safe.
     unsafe {
         let args = &mut *arg.cast::<ChildArgs>();
-        // durun's handlers (and its ignored SIGPIPE) are not the agent's.
+        // durun's handlers and its ignored SIGPIPE are not the agent's; a
+        // signal ignored by whoever started durun stays ignored, as exec
+        // and std::process::Command leave it.
         for signal in 1..65 {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+                continue;
+            }
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &raw mut old) != 0 {
+                continue;
+            }
+            if old.sa_sigaction != libc::SIG_DFL
+                && (old.sa_sigaction != libc::SIG_IGN || signal == libc::SIGPIPE)
+            {
                 libc::signal(signal, libc::SIG_DFL);
             }
         }
-        libc::pthread_sigmask(
-            libc::SIG_SETMASK,
-            &raw const args.mask,
-            std::ptr::null_mut(),
-        );
+        // The agent starts with no signal blocked, as std starts a child.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail(args, *libc::__errno_location());
         }
@@ -238,6 +255,55 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             error = libc::EACCES;
         }
         fail(args, error)
+    }
+}
+
+/// A stack for the child, with a guard page below it.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new(size: usize) -> io::Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = size.div_ceil(page) * page + page;
+        // SAFETY: a fresh anonymous mapping, owned by this Stack.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Self { base, len };
+        // The lowest page faults: a stack grows down into it.
+        // SAFETY: the first page of the mapping made above.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The top of the stack, 16-byte aligned.
+    fn top(&self) -> *mut u8 {
+        // SAFETY: one past the end of the mapping, as a stack top is.
+        let top = unsafe { self.base.cast::<u8>().add(self.len) };
+        top.wrapping_sub(top as usize % 16)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used by any child.
+        unsafe { libc::munmap(self.base, self.len) };
     }
 }
 

@@ -549,3 +549,53 @@ fn socket_directories_of_killed_runs_are_swept() {
     assert!(next.wait().expect("the run").success());
     assert_eq!(std::fs::read_dir(&tmp).expect("tmp").count(), 0);
 }
+
+/// The agent starts as `std::process::Command` starts a child: a signal
+/// ignored by whoever started durun stays ignored (`trap '' QUIT`),
+/// SIGPIPE is back to its default, and no signal is blocked.
+#[test]
+fn the_agent_starts_with_the_signals_a_child_should_have() {
+    use std::os::unix::process::CommandExt as _;
+    let env = TestEnv::new();
+    let mut command = env.command();
+    command.args([
+        "run",
+        "-q",
+        "--",
+        "sh",
+        "-c",
+        "grep -E '^Sig(Ign|Blk):' /proc/self/status",
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+            let mut blocked: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut blocked);
+            libc::sigaddset(&raw mut blocked, libc::SIGUSR2);
+            libc::sigprocmask(libc::SIG_BLOCK, &raw const blocked, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let output = command.output().expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let mask = |name: &str| {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).expect("a mask"), 16).expect("hex")
+    };
+    let bit = |signal: i32| 1u64 << (signal - 1);
+    let ignored = mask("SigIgn:");
+    assert_ne!(ignored & bit(libc::SIGQUIT), 0, "SIGQUIT ignored: {stdout}");
+    assert_ne!(ignored & bit(libc::SIGUSR1), 0, "SIGUSR1 ignored: {stdout}");
+    assert_eq!(
+        ignored & bit(libc::SIGPIPE),
+        0,
+        "SIGPIPE at its default: {stdout}"
+    );
+    assert_eq!(mask("SigBlk:"), 0, "nothing blocked: {stdout}");
+}
