@@ -68,12 +68,24 @@ pub(crate) struct Cancel {
     cancelled: AtomicBool,
     /// The process group of the running attempt, 0 when none runs.
     pgid: AtomicU32,
+    /// Wakes a backoff sleeping between two tries.
+    wake: (std::sync::Mutex<()>, std::sync::Condvar),
 }
 
 impl Cancel {
     /// Stops the tool: SIGKILL to its whole process group.
     pub(crate) fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        {
+            // Under the lock: a sleeper between its check and its wait
+            // cannot miss the wake-up.
+            let _held = self
+                .wake
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.cancelled.store(true, Ordering::SeqCst);
+        }
+        self.wake.1.notify_all();
         let pgid = self.pgid.load(Ordering::SeqCst);
         if pgid != 0 {
             os::signal_group(pgid, libc::SIGKILL);
@@ -97,8 +109,14 @@ impl Cancel {
     }
 }
 
+/// The longest wait between two tries: the backoff's limit, and the most
+/// a `Retry-After` is obeyed (a 429 asking for a day would otherwise park
+/// the call a day).
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 /// Runs the tool, retrying failures `tool.retries` times with exponential
-/// backoff; every try carries the same idempotency key.
+/// backoff; every try carries the same idempotency key. A `Retry-After`
+/// is obeyed up to [`MAX_BACKOFF`].
 pub(crate) fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
     let mut attempt = invocation.attempt;
     let mut delay = Duration::from_millis(250);
@@ -119,7 +137,7 @@ pub(crate) fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
                 retryable: true,
                 retry_after,
                 ..
-            } if retries_left => retry_after.unwrap_or_else(|| jittered(delay)),
+            } if retries_left => wait_before_retry(*retry_after, delay),
             _ => {
                 return Finished {
                     outcome,
@@ -134,7 +152,7 @@ pub(crate) fn run(invocation: &Invocation, cancel: &Cancel) -> Finished {
             };
         }
         attempt += 1;
-        delay = (delay * 2).min(Duration::from_secs(30));
+        delay = (delay * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -147,18 +165,33 @@ fn jittered(delay: Duration) -> Duration {
     delay.mul_f64(0.5 + f64::from(nanos % 1000) / 1000.0)
 }
 
-/// Sleeps `delay`; false if cancelled meanwhile.
+/// How long to wait before the next try: what a `Retry-After` asked, up
+/// to [`MAX_BACKOFF`], else the backoff `delay`, jittered.
+fn wait_before_retry(retry_after: Option<Duration>, delay: Duration) -> Duration {
+    retry_after.map_or_else(|| jittered(delay), |asked| asked.min(MAX_BACKOFF))
+}
+
+/// Sleeps `delay`, woken at once by a cancel; false if cancelled.
 fn sleep_unless_cancelled(delay: Duration, cancel: &Cancel) -> bool {
-    let step = Duration::from_millis(20);
-    let mut slept = Duration::ZERO;
-    while slept < delay {
-        if cancel.is_cancelled() {
-            return false;
+    let deadline = std::time::Instant::now() + delay;
+    let mut held = cancel
+        .wake
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    while !cancel.is_cancelled() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
         }
-        std::thread::sleep(step);
-        slept += step;
+        held = cancel
+            .wake
+            .1
+            .wait_timeout(held, left)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
     }
-    !cancel.is_cancelled()
+    false
 }
 
 /// A tool's answer as its `output` mode reads it: the text itself, or the
@@ -179,5 +212,44 @@ fn read_output(
             }
             Err(err) => Err((text, err)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_after_is_obeyed_up_to_the_backoffs_limit() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            wait_before_retry(Some(day), Duration::from_millis(250)),
+            MAX_BACKOFF
+        );
+        assert_eq!(
+            wait_before_retry(Some(Duration::from_secs(2)), Duration::from_millis(250)),
+            Duration::from_secs(2)
+        );
+        let jittered = wait_before_retry(None, Duration::from_secs(1));
+        assert!(jittered >= Duration::from_millis(500) && jittered <= Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_cancel_wakes_a_backoff_at_once() {
+        let cancel = std::sync::Arc::new(Cancel::default());
+        let canceller = std::sync::Arc::clone(&cancel);
+        let started = std::time::Instant::now();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            canceller.cancel();
+        });
+        assert!(!sleep_unless_cancelled(Duration::from_secs(60), &cancel));
+        thread.join().expect("canceller");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(sleep_unless_cancelled(Duration::ZERO, &Cancel::default()));
     }
 }

@@ -186,7 +186,7 @@ fn the_agents_exit_code_passes_through() {
     let env = TestEnv::new();
     let output = env.durun(&["run", "--", "python3", "-c", "import sys, os; print(os.environ['DURUN_RUN'], os.environ['DURUN_PROTOCOL'], len(os.environ['DURUN_TASK_ID'])); sys.exit(5)"]);
     assert_eq!(output.status.code(), Some(5));
-    assert_eq!(text(&output.stdout), "1 1 22\n");
+    assert_eq!(text(&output.stdout), "1 1 32\n");
     let output = env.durun(&["run", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(output.status.code(), Some(128 + libc::SIGTERM));
 }
