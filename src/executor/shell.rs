@@ -1,7 +1,6 @@
 //! One attempt of a command tool, through duct.
 
 use std::io::Read;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -78,7 +77,7 @@ pub(super) fn run_once(
     // readers see the end of output when the tool's processes are gone.
     drop(expression);
     let handle = match started {
-        Ok(handle) => std::sync::Arc::new(handle),
+        Ok(handle) => handle,
         Err(err) => {
             return failed(
                 ErrorCode::ToolFailed,
@@ -94,25 +93,23 @@ pub(super) fn run_once(
     let mut timed_out = false;
     let result = match tool.timeout {
         None => handle.wait().cloned(),
-        Some(timeout) => {
-            let (tx, rx) = mpsc::channel();
-            let waiter = std::sync::Arc::clone(&handle);
-            std::thread::spawn(move || {
-                let _ = tx.send(waiter.wait().cloned());
-            });
-            match rx.recv_timeout(timeout) {
-                Ok(result) => result,
-                Err(_) => {
-                    timed_out = true;
-                    os::signal_group(pgid, libc::SIGTERM);
-                    rx.recv_timeout(KILL_GRACE).unwrap_or_else(|_| {
+        Some(timeout) => match handle.wait_timeout(timeout) {
+            Ok(Some(output)) => Ok(output.clone()),
+            Ok(None) => {
+                // SIGTERM to the whole group, then SIGKILL after a grace.
+                timed_out = true;
+                os::signal_group(pgid, libc::SIGTERM);
+                match handle.wait_timeout(KILL_GRACE) {
+                    Ok(Some(output)) => Ok(output.clone()),
+                    Ok(None) => {
                         os::signal_group(pgid, libc::SIGKILL);
-                        rx.recv()
-                            .unwrap_or_else(|_| Err(std::io::Error::other("tool waiter vanished")))
-                    })
+                        handle.wait().cloned()
+                    }
+                    Err(err) => Err(err),
                 }
             }
-        }
+            Err(err) => Err(err),
+        },
     };
     // Whatever the tool left running in its group goes with it: no tool
     // process outlives its step (and holds its output pipes open).
