@@ -459,6 +459,11 @@ fn sqlite_tells_the_story() {
 #[test]
 fn postgresql_tells_the_story() {
     let Ok(base) = std::env::var("DURUN_TEST_POSTGRES") else {
+        // CI says PostgreSQL is required: its absence is a failure there.
+        assert!(
+            std::env::var_os("DURUN_REQUIRE_POSTGRES").is_none(),
+            "DURUN_REQUIRE_POSTGRES is set and DURUN_TEST_POSTGRES is not"
+        );
         eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
         return;
     };
