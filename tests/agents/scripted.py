@@ -12,7 +12,9 @@ before any answer is read), or {"begin": NAME, "args": {...}, "effect": E,
   {"read": true}           POST args to $API_URL as a read (creates nothing)
   {"value": V}             commit V
   {"sleep_ms": N}          sleep N ms, then commit "slept"
-  {"wait_for": PATH}       wait until PATH exists, then commit "waited"
+  {"wait_for": PATH}       write PATH.waiting (the step's begin was
+                           answered), wait until PATH exists, then commit
+                           "waited"
   {"exit_unless": PATH, "code": N}  exit N at once unless PATH exists
 At the end it sends `result` with every step's output and exits 0. A
 response that is not ok makes it exit 3.
@@ -77,6 +79,8 @@ def perform(action, args, opened):
         time.sleep(action["sleep_ms"] / 1000)
         return "slept", None
     if "wait_for" in action:
+        # A test waits on this file, not on a guess of how long it takes.
+        open(action["wait_for"] + ".waiting", "w").close()
         while not os.path.exists(action["wait_for"]):
             time.sleep(0.02)
         return "waited", None

@@ -58,8 +58,10 @@ fn start_at_gate(env: &TestEnv, api: &FakeApi, agent: &[String]) -> std::process
         Duration::from_secs(30),
         || api.seen().len() == 2,
     );
-    // The gate step's `begin` is answered within moments of the create.
-    std::thread::sleep(Duration::from_millis(200));
+    // The gate step's `begin` was answered: the agent says so.
+    wait_for("the gate step to open", Duration::from_secs(30), || {
+        env.path("gate.waiting").exists()
+    });
     first
 }
 

@@ -381,19 +381,29 @@ fn follow_prints_steps_as_a_running_task_makes_them() {
     args.extend(agent.iter().map(String::as_str));
     let mut runner = env.spawn(&args, "run");
     crate::env::read_pid(&env.path("agent.pid"));
-    let follower = env
+    let mut follower = env
         .command()
         .args(["inspect", "live", "--follow"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("follow");
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    // The follower has seen the task running once it printed its first
+    // step: only then does the task go on.
+    let mut reader = std::io::BufReader::new(follower.stdout.take().expect("stdout"));
+    let mut seen = String::new();
+    for _ in 0..2 {
+        std::io::BufRead::read_line(&mut reader, &mut seen).expect("a line");
+    }
     std::fs::write(env.path("go"), "").expect("go");
     assert!(runner.wait().expect("runner").success());
-    let output = follower
-        .wait_with_output()
-        .expect("follower ends when the task does");
-    let text = text(&output.stdout);
+    std::io::Read::read_to_string(&mut reader, &mut seen).expect("the rest");
+    assert!(
+        follower
+            .wait()
+            .expect("follower ends when the task does")
+            .success()
+    );
+    let text = seen;
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "following task live (running)");
     assert!(

@@ -40,7 +40,10 @@ fn a_journal_deleted_under_a_live_run_stops_it_with_74() {
     args.extend(agent.iter().map(String::as_str));
     let mut durun = env.spawn(&args, "run");
     read_pid(&env.path("agent.pid"));
-    std::thread::sleep(Duration::from_millis(300));
+    // Step one is committed and the gate step open: the agent says so.
+    crate::env::wait_for("the gate step to open", Duration::from_secs(30), || {
+        gate.with_extension("waiting").exists()
+    });
     std::fs::remove_file(&env.journal).expect("delete the journal");
     std::fs::write(&gate, "").expect("open the gate");
     let status = wait_exit(&mut durun, Duration::from_secs(30));
