@@ -160,6 +160,17 @@ pub(crate) enum Command {
 
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub new: NewTaskArgs,
+
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// What a new task is made of, for `run` and `submit`: its id, its tools
+/// and its command.
+#[derive(Args, Debug)]
+pub(crate) struct NewTaskArgs {
     /// The task's id [default: a new one]
     #[arg(long, value_name = "ID")]
     pub task: Option<String>,
@@ -172,9 +183,6 @@ pub(crate) struct RunArgs {
         value_name = "FILE"
     )]
     pub config: Option<PathBuf>,
-
-    #[command(flatten)]
-    pub limits: Limits,
 
     /// The agent command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
@@ -364,30 +372,16 @@ pub(crate) struct CallArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
-    /// The task's id [default: a new one]
-    #[arg(long, value_name = "ID")]
-    pub task: Option<String>,
+    #[command(flatten)]
+    pub new: NewTaskArgs,
 
     /// The queue the task waits in
     #[arg(long, value_name = "QUEUE", default_value = "default")]
     pub queue: String,
 
-    /// The tools file [default: ./durun.toml if it exists]
-    #[arg(
-        long,
-        env = "DURUN_CONFIG",
-        hide_env_values = true,
-        value_name = "FILE"
-    )]
-    pub config: Option<PathBuf>,
-
     /// The task's token budget over all its runs
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_tokens: Option<u64>,
-
-    /// The agent command and its arguments
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug)]

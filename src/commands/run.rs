@@ -11,14 +11,14 @@ use crate::settings::Settings;
 use crate::task::{check_task_id, new_task_id, shell_words};
 
 pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
-    if let Some(id) = &args.task {
+    if let Some(id) = &args.new.task {
         check_task_id(id)?;
     }
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
 
-    let existing = match &args.task {
+    let existing = match &args.new.task {
         Some(id) => journal.task(id)?,
         None => None,
     };
@@ -27,10 +27,10 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         task
     } else {
         let task = crate::task::new_task(
-            args.task.clone().unwrap_or_else(new_task_id),
-            &args.command,
+            args.new.task.clone().unwrap_or_else(new_task_id),
+            &args.new.command,
             &cwd,
-            args.config.as_deref(),
+            args.new.config.as_deref(),
             args.limits.max_tokens,
             None,
             settings,
@@ -51,7 +51,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             .context("the task vanished right after it was created")?
     };
     eprintln!("{}", task.id);
-    if task.argv != args.command {
+    if task.argv != args.new.command {
         return Err(Failure::config(format!(
             "task {} was started with another command: {}",
             task.id,

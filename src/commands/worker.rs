@@ -31,13 +31,13 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     check_queue(&args.queue)?;
-    if let Some(id) = &args.task {
+    if let Some(id) = &args.new.task {
         check_task_id(id)?;
     }
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
-    let id = args.task.clone().unwrap_or_else(new_task_id);
+    let id = args.new.task.clone().unwrap_or_else(new_task_id);
     if journal.task(&id)?.is_some() {
         return Err(Failure::config(format!("task {id} exists already"))
             .hint("submit it under another --task id, or `durun resume` it")
@@ -45,9 +45,9 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     }
     let task = crate::task::new_task(
         id.clone(),
-        &args.command,
+        &args.new.command,
         &cwd,
-        args.config.as_deref(),
+        args.new.config.as_deref(),
         args.max_tokens,
         Some(args.queue.clone()),
         settings,
