@@ -686,7 +686,7 @@ mod tests {
         else {
             panic!("run parses");
         };
-        assert_eq!(run.command, ["python3", "-u", "agent.py", "--task", "x"]);
-        assert_eq!(run.task, None);
+        assert_eq!(run.new.command, ["python3", "-u", "agent.py", "--task", "x"]);
+        assert_eq!(run.new.task, None);
     }
 }
