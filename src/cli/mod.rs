@@ -1,0 +1,263 @@
+//! The command line. The `///` comments are the help text.
+
+use clap::{Args, Parser, Subcommand};
+
+mod args;
+mod values;
+
+pub(crate) use args::*;
+
+/// Run an AI agent so that it survives a crash.
+///
+/// durun starts the agent as a child and journals every step it asks for
+/// (over JSON lines on the agent's stdin/stdout) before the step runs. After a
+/// crash, `durun resume` replays the finished steps from the journal, with no
+/// LLM call and no repeated side effect, and retries the step in flight with
+/// the same idempotency key.
+#[derive(Parser, Debug)]
+#[command(
+    name = "durun",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(
+    after_help = crate::exit_code::help()
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct GlobalArgs {
+    /// The journal file [default: $XDG_STATE_HOME/durun/journal.db]
+    #[arg(
+        long,
+        global = true,
+        env = "DURUN_JOURNAL",
+        hide_env_values = true,
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
+    pub journal: Option<String>,
+
+    /// Print no progress on stderr
+    #[arg(short, long, global = true, help_heading = "Global options")]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Run an agent command as a durable task
+    ///
+    /// Prints the task id on stderr first. With `--task ID` of a task that
+    /// exists, resumes it if it did not finish and exits 0 if it completed, so
+    /// a retried CI job picks up where the failed one stopped.
+    #[command(after_help = "Examples:
+  durun run -- python3 agent.py
+  durun run --task \"release-$CI_PIPELINE_ID\" -- ./agent.sh --target prod
+  DURUN_SYNC=normal durun run -- python3 agent.py   (faster steps, not power-cut safe)")]
+    Run(RunArgs),
+    /// Relaunch an unfinished task, replaying the steps it finished
+    Resume(ResumeArgs),
+    /// Show tasks, or one task's runs and steps
+    Inspect(InspectArgs),
+    /// Settle a step in doubt by hand: run it again, or record what happened
+    ///
+    /// A step is in doubt when a run died while its side effect was under
+    /// way. Every resolution is kept in the journal.
+    #[command(after_help = "Examples:
+  durun resolve t42 4 --retry                      the API never saw it: run it again
+  durun resolve t42 4 --output '{\"url\": \"...\"}'    it happened: this is what it returned
+  durun resolve t42 4 --fail 'declined by hand'    it must not happen: record a failure")]
+    Resolve(ResolveArgs),
+    /// Stop a task for good: its runner ends the agent, and it never resumes
+    Cancel(CancelArgs),
+    /// Delete finished tasks (completed, failed, cancelled) from the journal
+    Gc(GcArgs),
+    /// Run a command as a journaled step of the running task (shell agents)
+    ///
+    /// Inside `durun run`, a step the journal already holds is not run
+    /// again: its recorded stdout is printed and its exit code returned.
+    /// Otherwise CMD runs with DURUN_IDEMPOTENCY_KEY, DURUN_STEP and
+    /// DURUN_ATTEMPT set, its stdout is recorded as it passes through, and
+    /// `durun step` exits with its code. Outside a run CMD simply runs.
+    #[command(
+        after_help = "Example, in a script run by `durun run -- bash deploy.sh`:
+  plan=$(durun step plan -- ./ask-llm.sh \"plan the release\")
+  durun step tag --effect mutate --args '{\"version\": \"1.4.0\"}' -- git push origin v1.4.0"
+    )]
+    Step(StepArgs),
+    /// Call a tool from the task's durun.toml and print its output as JSON
+    ///
+    /// Exits 0 with the output on stdout, or 1 with the error on stderr.
+    /// Outside `durun run` the tool from ./durun.toml (or DURUN_CONFIG) runs
+    /// once, journaled nowhere, so a script works with or without durun.
+    Call(CallArgs),
+    /// Wait for a signal, as a journaled step of the running task (shell agents)
+    ///
+    /// Prints the signal as JSON on stdout: {"signal", "data", "by", "at"}.
+    /// A recorded wait prints its recorded signal at once. Works inside
+    /// `durun run` only.
+    #[command(
+        after_help = "Example, in a script run by `durun run -- bash deploy.sh`:
+  answer=$(durun wait approve-deploy --data \"$(cat plan.json)\" --timeout 48h)
+  [ \"$(echo \"$answer\" | jq .data.approved)\" = true ] || exit 1"
+    )]
+    Wait(WaitArgs),
+    /// Sleep durably, as a journaled step of the running task (shell agents)
+    ///
+    /// The wake time is fixed the first time the step runs: a resumed task
+    /// sleeps only what is left. A long sleep parks the task (exit 77).
+    /// Outside `durun run` it simply sleeps.
+    Sleep(SleepArgs),
+    /// Send a signal to a task: a live runner takes it at once, a parked task on resume
+    #[command(after_help = "Examples:
+  durun signal t42 ci-passed --data '{\"sha\": \"4f2a9c1\"}'
+  durun signal t42 webhook --id \"$DELIVERY_ID\" --data @payload.json   (the same --id twice is kept once)")]
+    Signal(SignalArgs),
+    /// Approve what a task waits for: a signal to its waiting step, {"approved": true}
+    Approve(ApproveArgs),
+    /// Turn down what a task waits for: a signal to its waiting step, {"approved": false}
+    Reject(RejectArgs),
+    /// Write a task, every row of it, as JSON lines (to move it to another journal)
+    #[command(
+        after_help = "Example, a CI job that failed hands its task to the retry:
+  durun export \"$TASK\" -o durun-task.jsonl      (upload as an artifact)
+  durun import durun-task.jsonl && durun resume \"$TASK\"   (in the retried job)"
+    )]
+    Export(ExportArgs),
+    /// Load a task written by `durun export` into this journal
+    Import(ImportArgs),
+    /// Copy a task's steps before step N into a new task that runs from step N
+    ///
+    /// The new task has the same command, directory and config; its first
+    /// N-1 steps replay from the copy, the rest run anew. The original is
+    /// not changed (unlike `resume --from-step`). Prints the new id.
+    Fork(ForkArgs),
+    /// Queue a task for a worker to run; prints its id on stdout
+    #[command(after_help = "Examples:
+  durun submit -- python3 agent.py --repo acme/web
+  id=$(durun submit --queue nightly --task \"digest-$(date +%F)\" -- ./digest.sh)")]
+    Submit(SubmitArgs),
+    /// Run queued tasks, and interrupted, signalled and woken ones, until SIGTERM
+    ///
+    /// Claims tasks of its queues, N at a time, and runs each as `durun
+    /// resume` would, in the task's recorded directory. Any number of
+    /// workers on any number of hosts share one PostgreSQL journal; each
+    /// task goes to one of them. On SIGTERM or SIGINT it stops claiming,
+    /// stops its tasks resumably (another worker takes them over) and exits 0.
+    #[command(after_help = "Examples:
+  durun --journal postgres://durun@db/durun worker --jobs 4
+  durun worker --queue nightly --queue default --config workers.toml   ([queues.nightly] concurrency = 2)")]
+    Worker(WorkerArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+    /// Write the man page and completion scripts into a directory
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_command_lines() {
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let cases: &[(&str, bool)] = &[
+            ("durun run -- python3 agent.py", true),
+            ("durun run python3 -u agent.py --flag", true),
+            ("durun run --task t1 --config d.toml -- ./agent", true),
+            ("durun -q --journal /tmp/j.db run -- true", true),
+            ("durun run --journal /tmp/j.db -- true", true),
+            ("durun run", false),
+            ("durun resume t1", true),
+            ("durun resume", false),
+            ("durun resume t1 --from-step 3", true),
+            ("durun resume t1 --from-step 0", false),
+            ("durun resume --all", true),
+            ("durun resume --all --jobs 4", true),
+            ("durun resume t1 --all", false),
+            ("durun resolve t1 4 --retry", true),
+            ("durun resolve t1 4 --output {}", true),
+            ("durun resolve t1 4 --fail gone", true),
+            ("durun resolve t1 4", false),
+            ("durun resolve t1 4 --retry --fail x", false),
+            ("durun cancel t1", true),
+            ("durun gc --older-than 30d", true),
+            ("durun gc --older-than soon", false),
+            ("durun gc", false),
+            ("durun inspect", true),
+            ("durun inspect t1 --json", true),
+            ("durun inspect t1 --step 3", true),
+            ("durun inspect --step 3", false),
+            ("durun inspect t1 --follow", true),
+            ("durun inspect t1 --follow --json", false),
+            ("durun inspect --status failed --limit 5", true),
+            ("durun inspect t1 --status failed", false),
+            ("durun inspect --status bogus", false),
+            ("durun completions zsh", true),
+            ("durun step build -- make all", true),
+            ("durun step build --effect mutate --args {} -- make", true),
+            ("durun step build --effect write -- make", false),
+            ("durun step build", false),
+            ("durun call create_pr --args {}", true),
+            ("durun call", false),
+            ("durun completions tcsh", false),
+            ("durun wait approve", true),
+            ("durun wait approve --data {} --timeout 48h", true),
+            ("durun sleep 90s", true),
+            ("durun sleep --until 2026-12-01T09:00:00Z", true),
+            ("durun sleep", false),
+            ("durun sleep soon", false),
+            ("durun signal t1 go --data 1 --id a", true),
+            ("durun signal t1", false),
+            ("durun approve t1", true),
+            ("durun reject t1 --reason no", true),
+            ("durun export t1 -o f.jsonl", true),
+            ("durun import f.jsonl --task t2 --replace", true),
+            ("durun fork t1 --from-step 3", true),
+            ("durun fork t1 --from-step 3 --task t2", true),
+            ("durun fork t1", false),
+            ("durun run --max-tokens 1000 --park-after 0s -- true", true),
+            ("durun submit -- python3 agent.py", true),
+            (
+                "durun submit --queue q --task t1 --max-tokens 5 -- ./a",
+                true,
+            ),
+            ("durun submit", false),
+            ("durun worker", true),
+            ("durun worker --queue a --queue b --jobs 4", true),
+            ("durun worker --jobs 0", false),
+            ("durun inspect --workers", true),
+            ("durun inspect t1 --workers", false),
+            ("durun resume t1 --max-tokens 5000", true),
+            ("durun frobnicate", false),
+        ];
+        for (line, ok) in cases {
+            assert_eq!(parse(line).is_ok(), *ok, "{line}");
+        }
+        let Ok(Cli {
+            command: Command::Run(run),
+            ..
+        }) = parse("durun run python3 -u agent.py --task x")
+        else {
+            panic!("run parses");
+        };
+        assert_eq!(
+            run.new.command,
+            ["python3", "-u", "agent.py", "--task", "x"]
+        );
+        assert_eq!(run.new.task, None);
+    }
+}
