@@ -7,6 +7,7 @@
 //! locks the task's row (`FOR UPDATE`), so of two runners racing for one
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
+mod open;
 mod queue;
 mod rows;
 mod schema;
@@ -22,7 +23,9 @@ use serde_json::Value;
 use rows::{
     TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row, write_stats, write_step,
 };
-use schema::{MIGRATIONS, NOW_MS, VERSION};
+use schema::NOW_MS;
+
+pub(crate) use open::describe;
 
 use super::rows::STEP_COLUMNS;
 use super::{
@@ -33,7 +36,6 @@ use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
-use crate::settings::Settings;
 
 pub(crate) struct PostgresJournal {
     client: Client,
@@ -50,114 +52,6 @@ pub(crate) struct PostgresJournal {
 fn channel(task: &str) -> String {
     let hash = crate::step_key::args_hash(task);
     format!("durun_task_{}", &hash[..24])
-}
-
-/// What the server said, for messages: `postgres::Error` prints only its
-/// kind ("db error"), the reason is in its source.
-pub(crate) fn reason(err: &postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => db.message().to_owned(),
-        None => {
-            let mut text = err.to_string();
-            let mut cause = std::error::Error::source(err);
-            while let Some(inner) = cause {
-                text.push_str(": ");
-                text.push_str(&inner.to_string());
-                cause = inner.source();
-            }
-            text
-        }
-    }
-}
-
-/// How a PostgreSQL URL is named in messages: host, port and database,
-/// never the user or password.
-pub(crate) fn describe(url: &str) -> String {
-    match url.parse::<postgres::Config>() {
-        Ok(config) => {
-            let host = match config.get_hosts().first() {
-                Some(postgres::config::Host::Tcp(host)) => host.clone(),
-                #[cfg(unix)]
-                Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
-                None => "localhost".to_owned(),
-            };
-            let port = config.get_ports().first().copied().unwrap_or(5432);
-            format!(
-                "the PostgreSQL journal at {host}:{port}/{}",
-                config.get_dbname().unwrap_or("postgres")
-            )
-        }
-        Err(_) => "the PostgreSQL journal".to_owned(),
-    }
-}
-
-impl PostgresJournal {
-    pub(crate) fn open(url: &str, write: bool, settings: &Settings) -> Result<Self> {
-        let config: postgres::Config = url.parse().map_err(|err| {
-            Failure::config(format!("the journal URL is not a PostgreSQL URL: {err}"))
-                .hint("postgres://USER@HOST:PORT/DATABASE, e.g. postgres://postgres@127.0.0.1/test")
-        })?;
-        let client = config.connect(NoTls).map_err(|err| {
-            Failure::journal(format!("cannot reach {}: {}", describe(url), reason(&err)))
-                .hint("check that the server runs and accepts this user, or choose another journal with --journal")
-        })?;
-        // A runner paused inside a transaction (SIGSTOP, a frozen VM)
-        // would hold its row locks and block every takeover until it came
-        // back: the server ends such a session after half the stale time,
-        // before anyone may take the task over. durun's own transactions
-        // never wait on the client that long.
-        let idle = (settings.lease.stale / 2).max(Duration::from_secs(1));
-        let mut client = client;
-        client
-            .batch_execute(&format!(
-                "SET idle_in_transaction_session_timeout = {}",
-                idle.as_millis()
-            ))
-            .map_err(|err| {
-                Failure::journal(format!("cannot set up {}: {}", describe(url), reason(&err)))
-            })?;
-        let mut journal = Self {
-            client,
-            config,
-            listening: false,
-            stale: settings.lease.stale,
-        };
-        journal.migrate(write)?;
-        Ok(journal)
-    }
-
-    fn migrate(&mut self, write: bool) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        // One migrating durun at a time, whatever the schema holds.
-        tx.execute("SELECT pg_advisory_xact_lock(7238312)", &[])?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS durun_schema (version INTEGER NOT NULL)")?;
-        let version: Option<i32> = tx
-            .query_opt("SELECT max(version) FROM durun_schema", &[])?
-            .and_then(|row| row.get(0));
-        let version = version.unwrap_or(0);
-        if version > VERSION {
-            if write {
-                return Err(Failure::journal(format!(
-                    "the PostgreSQL journal was written by a newer durun (format {version}; this durun knows up to {VERSION})"
-                ))
-                .hint("upgrade durun to use this journal")
-                .into());
-            }
-        } else if version < VERSION {
-            for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                tx.batch_execute(sql).with_context(|| {
-                    format!("failed to migrate the journal to format {}", index + 1)
-                })?;
-            }
-            tx.execute("DELETE FROM durun_schema", &[])?;
-            tx.execute(
-                "INSERT INTO durun_schema (version) VALUES ($1)",
-                &[&VERSION],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
 }
 
 impl PostgresJournal {
