@@ -328,7 +328,10 @@ fn split_brain_torture() {
         plan["pidfile"] = json!(env.path("agent.pid"));
         let agent = env.scripted_agent("plan.json", &plan);
         let mut first = env.spawn_on("host-a", &run_args("t", &agent), "a");
-        std::thread::sleep(Duration::from_millis(50 + rng.below(900)));
+        // A holds the lease once its agent runs: a pause before that (a
+        // runner still opening the journal) is not a split brain.
+        read_pid(&env.path("agent.pid"));
+        std::thread::sleep(Duration::from_millis(rng.below(900)));
         if first.try_wait().expect("try_wait").is_some() {
             // It finished before the pause: nothing to take over.
             continue;
