@@ -262,8 +262,8 @@ pub(crate) struct WaitArgs {
     pub data: Option<serde_json::Value>,
 
     /// Fail the step if no signal came this long after it first waited, like `48h`
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]

@@ -11,6 +11,8 @@ use serde_json::{Map, Value, json};
 use crate::cli::{CallArgs, SleepArgs, StepArgs, WaitArgs};
 use crate::error::Failure;
 use crate::exit_code;
+use crate::protocol::ErrorCode;
+use crate::protocol::client::{Answer, Envelope, Outgoing};
 use crate::report::say;
 use crate::settings::Settings;
 
@@ -46,10 +48,12 @@ impl Client {
         }))
     }
 
-    fn request(&mut self, mut message: Value) -> Result<Value> {
+    fn request(&mut self, request: &Outgoing<'_>) -> Result<Answer> {
         self.next_id += 1;
-        message["id"] = json!(self.next_id);
-        let mut line = serde_json::to_vec(&message)?;
+        let mut line = serde_json::to_vec(&Envelope {
+            id: self.next_id,
+            request,
+        })?;
         line.push(b'\n');
         self.writer
             .write_all(&line)
@@ -71,23 +75,15 @@ impl Client {
 }
 
 /// The exit code for an error answer durun gave this client.
-fn error_exit(answer: &Value) -> i32 {
-    match answer["error"]["code"].as_str() {
-        Some("divergence") => exit_code::DIVERGENCE,
-        Some("journal") => exit_code::JOURNAL,
-        Some("bad_request" | "unknown_tool") => exit_code::USAGE,
-        Some("cancelled") => exit_code::from_signal(libc::SIGTERM),
-        Some("budget_exceeded") => exit_code::OVER_BUDGET,
+fn error_exit(answer: &Answer) -> i32 {
+    match answer.code() {
+        Some(ErrorCode::Divergence) => exit_code::DIVERGENCE,
+        Some(ErrorCode::Journal) => exit_code::JOURNAL,
+        Some(ErrorCode::BadRequest | ErrorCode::UnknownTool) => exit_code::USAGE,
+        Some(ErrorCode::Cancelled) => exit_code::from_signal(libc::SIGTERM),
+        Some(ErrorCode::BudgetExceeded) => exit_code::OVER_BUDGET,
         _ => 1,
     }
-}
-
-fn error_message(answer: &Value) -> String {
-    format!(
-        "{}: {}",
-        answer["error"]["code"].as_str().unwrap_or("error"),
-        answer["error"]["message"].as_str().unwrap_or("no message")
-    )
 }
 
 pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
@@ -116,33 +112,33 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         // Outside a run the script works as if durun were not there.
         return Ok(run_plain(&args.command));
     };
-    let answer = client.request(json!({
-        "op": "begin",
-        "name": args.name,
-        "args": step_args,
-        "effect": args.effect,
-    }))?;
-    if answer["replayed"] == true {
+    let step_args = Value::Object(step_args);
+    let answer = client.request(&Outgoing::Begin {
+        name: &args.name,
+        args: &step_args,
+        effect: &args.effect,
+    })?;
+    if answer.replayed {
         // Recorded: print what it printed, exit as it exited.
-        let output = &answer["output"];
+        let output = &answer.output;
         let recorded = recorded_stdout(output)?;
         let mut out = std::io::stdout().lock();
         out.write_all(&recorded)?;
         out.flush()?;
         let code = output["exit_code"]
             .as_i64()
-            .unwrap_or(i64::from(answer["ok"] != true));
+            .unwrap_or(i64::from(!answer.ok));
         return Ok(i32::try_from(code).unwrap_or(1));
     }
-    if answer["ok"] != true {
+    if !answer.ok {
         say(&format!(
             "step {} refused: {}",
             args.name,
-            error_message(&answer)
+            answer.error_text()
         ));
         return Ok(error_exit(&answer));
     }
-    let step = answer["step"].as_u64().unwrap_or(0);
+    let step = answer.step.unwrap_or(0);
     if let Some(file) = &args.usage_json {
         // What an earlier step left there is not this step's usage.
         let _ = std::fs::remove_file(file);
@@ -154,17 +150,26 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         output["truncated"] = json!(true);
     }
     let usage = usage_of(args.usage_json.as_deref(), &stdout)?;
+    let error = format!("exit status {code}");
     let closing = if code == 0 {
-        json!({"op": "commit", "step": step, "output": output, "usage": usage})
+        Outgoing::Commit {
+            step,
+            output: &output,
+            usage: &usage,
+        }
     } else {
-        json!({"op": "fail", "step": step, "error": format!("exit status {code}"), "output": output})
+        Outgoing::Fail {
+            step,
+            error: &error,
+            output: &output,
+        }
     };
-    let closed = client.request(closing)?;
-    if closed["ok"] != true {
+    let closed = client.request(&closing)?;
+    if !closed.ok {
         say(&format!(
             "step {} could not be recorded: {}",
             args.name,
-            error_message(&closed)
+            closed.error_text()
         ));
         return Ok(error_exit(&closed));
     }
@@ -244,15 +249,15 @@ fn recorded_stdout(output: &Value) -> Result<Vec<u8>> {
 
 /// Runs `argv` with the step's identity, passing its stdout through and
 /// recording it; returns its exit code (128+N for signal N).
-fn run_recorded(argv: &[String], answer: &Value) -> Result<(i32, Vec<u8>, bool)> {
+fn run_recorded(argv: &[String], answer: &Answer) -> Result<(i32, Vec<u8>, bool)> {
     let mut child = match Command::new(&argv[0])
         .args(&argv[1..])
         .env(
             "DURUN_IDEMPOTENCY_KEY",
-            answer["idempotency_key"].as_str().unwrap_or_default(),
+            answer.idempotency_key.as_deref().unwrap_or_default(),
         )
-        .env("DURUN_STEP", answer["step"].to_string())
-        .env("DURUN_ATTEMPT", answer["attempt"].to_string())
+        .env("DURUN_STEP", answer.step.unwrap_or(0).to_string())
+        .env("DURUN_ATTEMPT", answer.attempt.unwrap_or(1).to_string())
         .stdout(Stdio::piped())
         .spawn()
     {
@@ -305,12 +310,19 @@ pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
         // nowhere: an agent works without durun as it does with it.
         return call_standalone(&args.tool, tool_args, args.json, settings);
     };
-    let answer = client.request(json!({"op": "call", "tool": args.tool, "args": tool_args}))?;
-    if answer["ok"] == true {
-        return print_output(&answer["output"], args.json);
+    let answer = client.request(&Outgoing::Call {
+        tool: &args.tool,
+        args: &tool_args,
+    })?;
+    if answer.ok {
+        return print_output(&answer.output, args.json);
     }
-    let code = answer["error"]["code"].as_str().unwrap_or("error");
-    let message = answer["error"]["message"].as_str().unwrap_or("no message");
+    let (code, message) = answer
+        .error
+        .as_ref()
+        .map_or(("error", "no message"), |error| {
+            (error.code.as_str(), error.message.as_str())
+        });
     Ok(call_failed(&args.tool, code, message, args.json))
 }
 
@@ -340,12 +352,6 @@ fn call_failed(tool: &str, code: &str, message: &str, answer: bool) -> i32 {
 
 pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
     let data = args.data.clone().unwrap_or(Value::Null);
-    if let Some(timeout) = &args.timeout {
-        humantime::parse_duration(timeout).map_err(|err| {
-            Failure::new(exit_code::USAGE, format!("--timeout {timeout:?}: {err}"))
-                .hint("a duration like 48h, 30m or 90s")
-        })?;
-    }
     let Some(mut client) = Client::connect(settings)? else {
         return Err(
             Failure::config(format!("durun wait {} needs a running durun", args.name))
@@ -353,26 +359,38 @@ pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
                 .into(),
         );
     };
-    let answer = client
-        .request(json!({"op": "wait", "name": args.name, "data": data, "timeout": args.timeout}))?;
-    if answer["ok"] == true {
+    let answer = client.request(&Outgoing::Wait {
+        name: &args.name,
+        data: &data,
+        // As humantime writes it, the protocol reads it back exactly.
+        timeout: args
+            .timeout
+            .map(|timeout| humantime::format_duration(timeout).to_string()),
+    })?;
+    if answer.ok {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &answer["output"])?;
+        serde_json::to_writer(&mut out, &answer.output)?;
         writeln!(out)?;
         return Ok(0);
     }
     say(&format!(
         "wait {} ended: {}",
         args.name,
-        error_message(&answer)
+        answer.error_text()
     ));
     Ok(error_exit(&answer))
 }
 
 pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
     let request = match (&args.duration, &args.until) {
-        (Some(duration), _) => json!({"op": "sleep", "seconds": duration.as_secs_f64()}),
-        (None, Some(until)) => json!({"op": "sleep", "until": until}),
+        (Some(duration), _) => Outgoing::Sleep {
+            seconds: Some(duration.as_secs_f64()),
+            until: None,
+        },
+        (None, Some(until)) => Outgoing::Sleep {
+            seconds: None,
+            until: Some(until),
+        },
         (None, None) => unreachable!("clap requires one"),
     };
     let Some(mut client) = Client::connect(settings)? else {
@@ -388,11 +406,11 @@ pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
         std::thread::sleep(duration);
         return Ok(0);
     };
-    let answer = client.request(request)?;
-    if answer["ok"] == true {
+    let answer = client.request(&request)?;
+    if answer.ok {
         return Ok(0);
     }
-    say(&format!("sleep ended: {}", error_message(&answer)));
+    say(&format!("sleep ended: {}", answer.error_text()));
     Ok(error_exit(&answer))
 }
 

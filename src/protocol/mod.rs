@@ -39,6 +39,7 @@
 //! under `arbitrary_precision` (which the step key needs), and a hand decoder
 //! names the exact member that is wrong.
 
+pub(crate) mod client;
 mod lenient;
 mod request;
 mod response;

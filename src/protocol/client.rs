@@ -1,0 +1,138 @@
+//! The protocol from the agent's side, typed: what `durun step`, `durun
+//! call`, `durun wait` and `durun sleep` send over `DURUN_SOCKET` and what
+//! they read back.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::ErrorCode;
+
+/// A request, without its `id` (the client numbers them).
+#[derive(Serialize, Debug)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub(crate) enum Outgoing<'a> {
+    Begin {
+        name: &'a str,
+        args: &'a Value,
+        effect: &'a str,
+    },
+    Commit {
+        step: u64,
+        output: &'a Value,
+        usage: &'a Value,
+    },
+    Fail {
+        step: u64,
+        error: &'a str,
+        output: &'a Value,
+    },
+    Call {
+        tool: &'a str,
+        args: &'a Value,
+    },
+    Wait {
+        name: &'a str,
+        data: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout: Option<String>,
+    },
+    Sleep {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seconds: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        until: Option<&'a str>,
+    },
+}
+
+/// A request on the wire: its `id` and the request.
+#[derive(Serialize)]
+pub(crate) struct Envelope<'a> {
+    pub(crate) id: u64,
+    #[serde(flatten)]
+    pub(crate) request: &'a Outgoing<'a>,
+}
+
+/// durun's answer, as the agent reads it.
+#[derive(Deserialize, Debug, Default)]
+pub(crate) struct Answer {
+    pub(crate) ok: bool,
+    #[serde(default)]
+    pub(crate) step: Option<u64>,
+    #[serde(default)]
+    pub(crate) replayed: bool,
+    #[serde(default)]
+    pub(crate) attempt: Option<u32>,
+    #[serde(default)]
+    pub(crate) idempotency_key: Option<String>,
+    #[serde(default)]
+    pub(crate) output: Value,
+    #[serde(default)]
+    pub(crate) error: Option<AnswerError>,
+}
+
+#[derive(Deserialize, Debug)]
+pub(crate) struct AnswerError {
+    pub(crate) code: String,
+    #[serde(default)]
+    pub(crate) message: String,
+}
+
+impl Answer {
+    /// The error's code, if durun named one it knows.
+    pub(crate) fn code(&self) -> Option<ErrorCode> {
+        self.error
+            .as_ref()
+            .and_then(|error| ErrorCode::parse(&error.code))
+    }
+
+    /// `code: message`, for a `durun:` line.
+    pub(crate) fn error_text(&self) -> String {
+        match &self.error {
+            Some(error) => format!("{}: {}", error.code, error.message),
+            None => "error: no message".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_are_written_as_the_protocol_reads_them() {
+        let args = json!({"argv": ["true"]});
+        let begin = Outgoing::Begin {
+            name: "s",
+            args: &args,
+            effect: "read",
+        };
+        let line = serde_json::to_value(Envelope {
+            id: 7,
+            request: &begin,
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            json!({"op": "begin", "id": 7, "name": "s", "args": {"argv": ["true"]}, "effect": "read"})
+        );
+        let sleep = Outgoing::Sleep {
+            seconds: Some(1.5),
+            until: None,
+        };
+        assert_eq!(
+            serde_json::to_value(Envelope {
+                id: 1,
+                request: &sleep
+            })
+            .unwrap(),
+            json!({"op": "sleep", "id": 1, "seconds": 1.5})
+        );
+        let answer: Answer = serde_json::from_str(
+            r#"{"id":1,"ok":false,"step":3,"error":{"code":"divergence","message":"m"}}"#,
+        )
+        .unwrap();
+        assert_eq!(answer.code(), Some(ErrorCode::Divergence));
+        assert_eq!(answer.error_text(), "divergence: m");
+    }
+}
