@@ -11,12 +11,12 @@ use crate::exit_code;
 /// the chain for the first `Failure` (or a storage error) to pick the code.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    pub code: i32,
-    pub message: String,
+    pub(crate) code: i32,
+    pub(crate) message: String,
     /// Lines printed under the first one (a diff, a list of steps).
-    pub details: Option<String>,
+    pub(crate) details: Option<String>,
     /// What the user can do about it, printed as `hint: …`.
-    pub hint: Option<String>,
+    pub(crate) hint: Option<String>,
 }
 
 impl Failure {

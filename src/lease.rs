@@ -10,19 +10,19 @@ use std::time::Duration;
 /// A lease as the journal holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lease {
-    pub host: String,
-    pub pid: u32,
-    pub pid_start: Option<u64>,
-    pub heartbeat_ms: i64,
-    pub run: u32,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) pid_start: Option<u64>,
+    pub(crate) heartbeat_ms: i64,
+    pub(crate) run: u32,
 }
 
 /// This process, as it would hold a lease.
 #[derive(Debug, Clone)]
 pub(crate) struct Holder {
-    pub host: String,
-    pub pid: u32,
-    pub pid_start: Option<u64>,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) pid_start: Option<u64>,
 }
 
 impl Holder {

@@ -11,10 +11,10 @@ use super::values::{
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
-    pub new: NewTaskArgs,
+    pub(crate) new: NewTaskArgs,
 
     #[command(flatten)]
-    pub limits: Limits,
+    pub(crate) limits: Limits,
 }
 
 /// What a new task is made of, for `run` and `submit`: its id, its tools
@@ -23,7 +23,7 @@ pub(crate) struct RunArgs {
 pub(crate) struct NewTaskArgs {
     /// The task's id [default: a new one]
     #[arg(long, value_name = "ID")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 
     /// The tools file [default: ./durun.toml if it exists]
     #[arg(
@@ -32,11 +32,11 @@ pub(crate) struct NewTaskArgs {
         hide_env_values = true,
         value_name = "FILE"
     )]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// The agent command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 /// What `run` and `resume` may bound: waiting and tokens.
@@ -46,13 +46,13 @@ pub(crate) struct Limits {
     /// all its runs (replayed steps cost nothing); on `resume`, raises or
     /// sets the budget [default: `[budget] max_tokens` in durun.toml]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
 
     /// How long a `wait` or `sleep` step is waited on live before durun
     /// parks the task and exits 77 (`0s`: at once) [default: `[wait]
     /// park_after` in durun.toml, else 60s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub park_after: Option<std::time::Duration>,
+    pub(crate) park_after: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -64,25 +64,25 @@ pub(crate) struct ResumeArgs {
         required_unless_present = "all",
         conflicts_with = "all"
     )]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 
     /// Discard steps N and later from replay (kept in the journal as
     /// `discarded`) and run them anew; lists the `mutate` steps among them
     /// that already took effect
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all", add = step_numbers())]
-    pub from_step: Option<u64>,
+    pub(crate) from_step: Option<u64>,
 
     /// Resume every interrupted task (its runner is gone), the entry point
     /// for a daemon restarted by systemd or a pool of workers
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
 
     /// With --all: how many tasks run at once [default: 1]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub jobs: Option<u32>,
+    pub(crate) jobs: Option<u32>,
 
     #[command(flatten)]
-    pub limits: Limits,
+    pub(crate) limits: Limits,
 }
 
 #[derive(Args, Debug)]
@@ -90,72 +90,72 @@ pub(crate) struct ResumeArgs {
 pub(crate) struct ResolveArgs {
     /// The task
     #[arg(value_name = "TASK", add = task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// The step number
     #[arg(value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
-    pub step: u64,
+    pub(crate) step: u64,
 
     /// Run the step again on the next resume
     #[arg(long)]
-    pub retry: bool,
+    pub(crate) retry: bool,
 
     /// The step took effect: record this JSON as its output; @FILE reads a file, @- standard input
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub output: Option<serde_json::Value>,
+    pub(crate) output: Option<serde_json::Value>,
 
     /// The step did not take effect: record it as failed with this message
     #[arg(long, value_name = "MESSAGE")]
-    pub fail: Option<String>,
+    pub(crate) fail: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct CancelArgs {
     /// The task to cancel
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct GcArgs {
     /// Delete tasks finished longer ago than this, like `30d` or `12h`
     #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
-    pub older_than: std::time::Duration,
+    pub(crate) older_than: std::time::Duration,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct InspectArgs {
     /// The task to show [default: list the tasks, newest first]
     #[arg(value_name = "TASK", add = task_ids())]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 
     /// Print JSON for scripts (the shape is part of durun's contract)
     #[arg(long, conflicts_with = "follow")]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Show one step whole: args, output, error, key and timings
     #[arg(long, value_name = "N", requires = "task", value_parser = clap::value_parser!(u64).range(1..))]
-    pub step: Option<u64>,
+    pub(crate) step: Option<u64>,
 
     /// Print the task's steps as they happen, until it stops running
     #[arg(long, requires = "task", conflicts_with = "step")]
-    pub follow: bool,
+    pub(crate) follow: bool,
 
     /// Show every step of a long task, not only the last 500
     #[arg(long, requires = "task", conflicts_with_all = ["step", "follow", "json"])]
-    pub all: bool,
+    pub(crate) all: bool,
 
     /// List only tasks with this status
     #[arg(long, value_name = "STATUS", conflicts_with = "task")]
-    pub status: Option<StatusFilter>,
+    pub(crate) status: Option<StatusFilter>,
 
     /// List at most this many tasks
     #[arg(long, value_name = "N", conflicts_with = "task")]
-    pub limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
 
     /// List the live workers, their queues, heartbeats and tasks
     #[arg(long, conflicts_with_all = ["task", "status", "limit"])]
-    pub workers: bool,
+    pub(crate) workers: bool,
 }
 
 /// The statuses `inspect --status` filters on.
@@ -181,89 +181,89 @@ pub(crate) enum StatusFilter {
 pub(crate) struct StepArgs {
     /// The step's name
     #[arg(value_name = "NAME")]
-    pub name: String,
+    pub(crate) name: String,
 
     /// `read` (safe to repeat) or `mutate` (changes the world)
     #[arg(long, value_name = "EFFECT", default_value = "read", value_parser = ["read", "mutate"])]
-    pub effect: String,
+    pub(crate) effect: String,
 
     /// More of the step's identity, as a JSON object merged into its args; @FILE reads a file, @- standard input
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub args: Option<serde_json::Value>,
+    pub(crate) args: Option<serde_json::Value>,
 
     /// A file the command writes its token usage to, as JSON like
     /// {"input_tokens": 812, "output_tokens": 96} [default: a `usage`
     /// member of the command's stdout, if it prints a JSON object]
     #[arg(long, value_name = "FILE")]
-    pub usage_json: Option<PathBuf>,
+    pub(crate) usage_json: Option<PathBuf>,
 
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct CallArgs {
     /// The tool, as named in durun.toml
     #[arg(value_name = "TOOL")]
-    pub tool: String,
+    pub(crate) tool: String,
 
     /// The tool's args, as JSON; @FILE reads a file, @- standard input [default: {}]
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub args: Option<serde_json::Value>,
+    pub(crate) args: Option<serde_json::Value>,
 
     /// Answer with one JSON object on stdout, failures too: {"ok": true,
     /// "output": …} or {"ok": false, "error": {"code": …, "message": …}};
     /// the code is `not_under_durun` outside a run when durun.toml has no
     /// such tool. For SDKs and scripts that must tell failures apart.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
     #[command(flatten)]
-    pub new: NewTaskArgs,
+    pub(crate) new: NewTaskArgs,
 
     /// The queue the task waits in
     #[arg(long, value_name = "QUEUE", default_value = "default")]
-    pub queue: String,
+    pub(crate) queue: String,
 
     /// The task's token budget over all its runs
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct WorkerArgs {
     /// A queue to take tasks from (repeat for several) [default: default]
     #[arg(long = "queue", value_name = "QUEUE")]
-    pub queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
 
     /// How many tasks this worker runs at once
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub jobs: u32,
+    pub(crate) jobs: u32,
 
     /// A file with `[queues.NAME] concurrency = N`: at most N tasks of a
     /// queue run at once, over all workers [default: ./durun.toml if it
     /// exists]
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct WaitArgs {
     /// The signal's name
     #[arg(value_name = "NAME")]
-    pub name: String,
+    pub(crate) name: String,
 
     /// What the waiter shows the sender (part of the step's identity), as JSON; @FILE reads a file, @- standard input
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub data: Option<serde_json::Value>,
+    pub(crate) data: Option<serde_json::Value>,
 
     /// Fail the step if no signal came this long after it first waited, like `48h`
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub timeout: Option<std::time::Duration>,
+    pub(crate) timeout: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -271,110 +271,110 @@ pub(crate) struct WaitArgs {
 pub(crate) struct SleepArgs {
     /// How long, like `90s`, `2h` or `1d`
     #[arg(value_name = "DURATION", value_parser = sleep_duration)]
-    pub duration: Option<std::time::Duration>,
+    pub(crate) duration: Option<std::time::Duration>,
 
     /// Until this time, RFC 3339 in UTC like 2026-12-01T09:00:00Z
     #[arg(long, value_name = "TIME", value_parser = time_text)]
-    pub until: Option<String>,
+    pub(crate) until: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct SignalArgs {
     /// The task
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// The signal's name: a `wait` step of that name takes it
     #[arg(value_name = "NAME")]
-    pub name: String,
+    pub(crate) name: String,
 
     /// The signal's data, as JSON; @FILE reads a file, @- standard input [default: null]
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub data: Option<serde_json::Value>,
+    pub(crate) data: Option<serde_json::Value>,
 
     /// An id for the signal: sending the same id twice records it once
     #[arg(long, value_name = "ID")]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct ApproveArgs {
     /// The task
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// More data for the agent, a JSON object merged into {"approved": true}; @FILE reads a file, @- standard input
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
-    pub data: Option<serde_json::Value>,
+    pub(crate) data: Option<serde_json::Value>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct RejectArgs {
     /// The task
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// Why, for the agent: {"approved": false, "reason": TEXT}
     #[arg(long, value_name = "TEXT")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct ExportArgs {
     /// The task
     #[arg(value_name = "TASK", add = task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// Write to this file (created 0600) [default: standard output]
     #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct ImportArgs {
     /// A file `durun export` wrote (`-`: standard input)
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 
     /// Import it under this id instead [default: the id it was exported with]
     #[arg(long, value_name = "NEW_ID")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 
     /// Overwrite a task of the same id in this journal
     #[arg(long)]
-    pub replace: bool,
+    pub(crate) replace: bool,
 
     /// Queue it for `durun worker` [default: it waits, interrupted, for
     /// `durun resume`; an import never hands a task to workers unasked]
     #[arg(long, value_name = "QUEUE")]
-    pub queue: Option<String>,
+    pub(crate) queue: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct ForkArgs {
     /// The task to copy
     #[arg(value_name = "TASK", add = task_ids())]
-    pub task: String,
+    pub(crate) task: String,
 
     /// The first step the new task runs anew; steps before it are copied
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), add = step_numbers())]
-    pub from_step: u64,
+    pub(crate) from_step: u64,
 
     /// The new task's id [default: a new one]
     #[arg(long = "task", value_name = "NEW_ID")]
-    pub new_task: Option<String>,
+    pub(crate) new_task: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
+    pub(crate) shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {
     /// The directory to write `man/` and `completions/` into
     #[arg(long, value_name = "DIR", default_value = ".")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
 }

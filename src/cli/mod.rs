@@ -26,9 +26,9 @@ pub(crate) use args::*;
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
-    pub global: GlobalArgs,
+    pub(crate) global: GlobalArgs,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -42,11 +42,11 @@ pub(crate) struct GlobalArgs {
         value_name = "PATH",
         help_heading = "Global options"
     )]
-    pub journal: Option<String>,
+    pub(crate) journal: Option<String>,
 
     /// Print no progress on stderr
     #[arg(short, long, global = true, help_heading = "Global options")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -56,31 +56,31 @@ impl SyncMode {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
     /// The text it was read from, recorded with the task.
-    pub source: String,
-    pub sync: Option<SyncMode>,
-    pub tools: BTreeMap<String, Arc<Tool>>,
+    pub(crate) source: String,
+    pub(crate) sync: Option<SyncMode>,
+    pub(crate) tools: BTreeMap<String, Arc<Tool>>,
     /// `[wait] park_after`: how long a wait is waited on live.
-    pub park_after: Option<Duration>,
+    pub(crate) park_after: Option<Duration>,
     /// `[budget] max_tokens`.
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     /// `[queues.NAME] concurrency`: a worker's limits per queue.
-    pub queues: BTreeMap<String, u32>,
+    pub(crate) queues: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Tool {
-    pub name: String,
-    pub effect: Effect,
+    pub(crate) name: String,
+    pub(crate) effect: Effect,
     /// What runs: a command or an HTTP request.
-    pub kind: ToolKind,
-    pub output: OutputMode,
-    pub timeout: Option<Duration>,
+    pub(crate) kind: ToolKind,
+    pub(crate) output: OutputMode,
+    pub(crate) timeout: Option<Duration>,
     /// More attempts after a failure, with backoff.
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// Whether a step left in doubt by a dead run is retried on resume
     /// (`retry`, for tools that honour the idempotency key) or waits for
     /// `durun resolve` (`ask`, for tools that do not).
-    pub in_doubt: InDoubt,
+    pub(crate) in_doubt: InDoubt,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -98,13 +98,13 @@ pub(crate) enum ToolKind {
 /// `Idempotency-Key` header.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HttpSpec {
-    pub method: String,
+    pub(crate) method: String,
     /// May hold `{name}` placeholders, like a command's argv, and
     /// `${VAR}` / `${VAR:-default}` from the environment.
-    pub url: String,
+    pub(crate) url: String,
     /// Values may hold `${VAR}`, read from the environment at each call and
     /// never journaled.
-    pub headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]

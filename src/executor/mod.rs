@@ -23,15 +23,15 @@ use crate::protocol::ErrorCode;
 /// One step's call of one tool.
 #[derive(Debug, Clone)]
 pub(crate) struct Invocation {
-    pub tool: Arc<Tool>,
-    pub args: Value,
-    pub task_id: String,
-    pub run: u32,
-    pub step: u64,
+    pub(crate) tool: Arc<Tool>,
+    pub(crate) args: Value,
+    pub(crate) task_id: String,
+    pub(crate) run: u32,
+    pub(crate) step: u64,
     /// The attempt number of the first try in this invocation.
-    pub attempt: u32,
-    pub idempotency_key: String,
-    pub cwd: PathBuf,
+    pub(crate) attempt: u32,
+    pub(crate) idempotency_key: String,
+    pub(crate) cwd: PathBuf,
 }
 
 /// How a tool call ended.
@@ -57,9 +57,9 @@ pub(crate) enum Outcome {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Finished {
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// The attempt number of the last try.
-    pub last_attempt: u32,
+    pub(crate) last_attempt: u32,
 }
 
 /// Lets the supervisor stop a running tool from another thread.

@@ -93,66 +93,66 @@ text_enum!(StepStatus {
 /// A task as `run` creates it.
 #[derive(Debug, Clone)]
 pub(crate) struct NewTask {
-    pub id: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
+    pub(crate) id: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) cwd: String,
     /// The text of the `durun.toml` the task started with.
-    pub config: Option<String>,
-    pub config_path: Option<String>,
-    pub sync: SyncMode,
-    pub created_at: String,
+    pub(crate) config: Option<String>,
+    pub(crate) config_path: Option<String>,
+    pub(crate) sync: SyncMode,
+    pub(crate) created_at: String,
     /// The token budget (SPEC 9), if any.
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     /// `submit`: the queue the task waits in, `queued`, for a worker.
-    pub queue: Option<String>,
+    pub(crate) queue: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct TaskRecord {
-    pub id: String,
+    pub(crate) id: String,
     /// As stored: `running` even when its runner died (see `lease`).
-    pub status: TaskStatus,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub config: Option<String>,
-    pub config_path: Option<String>,
-    pub sync: SyncMode,
-    pub exit_code: Option<i32>,
-    pub output: Option<Value>,
-    pub runs: u32,
-    pub lease: Option<Lease>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub(crate) status: TaskStatus,
+    pub(crate) argv: Vec<String>,
+    pub(crate) cwd: String,
+    pub(crate) config: Option<String>,
+    pub(crate) config_path: Option<String>,
+    pub(crate) sync: SyncMode,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) output: Option<Value>,
+    pub(crate) runs: u32,
+    pub(crate) lease: Option<Lease>,
+    pub(crate) created_at: String,
+    pub(crate) updated_at: String,
     /// Steps that take part in replay.
-    pub steps: u64,
-    pub tokens_spent: u64,
-    pub tokens_saved: u64,
+    pub(crate) steps: u64,
+    pub(crate) tokens_spent: u64,
+    pub(crate) tokens_saved: u64,
     /// The token budget over all runs, if any.
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     /// The queue of a submitted task.
-    pub queue: Option<String>,
+    pub(crate) queue: Option<String>,
     /// When the task was imported (SPEC 10), if it was.
-    pub imported_at: Option<String>,
+    pub(crate) imported_at: Option<String>,
 }
 
 /// What one run did, as counted while it ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RunStats {
-    pub replayed_steps: u64,
-    pub executed_steps: u64,
-    pub tokens_spent: u64,
-    pub tokens_saved: u64,
+    pub(crate) replayed_steps: u64,
+    pub(crate) executed_steps: u64,
+    pub(crate) tokens_spent: u64,
+    pub(crate) tokens_saved: u64,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct RunRecord {
-    pub run: u32,
-    pub host: String,
-    pub pid: u32,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    pub exit_code: Option<i32>,
-    pub stats: RunStats,
+    pub(crate) run: u32,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: Option<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) stats: RunStats,
 }
 
 #[derive(Debug, Clone)]
@@ -170,65 +170,65 @@ pub(crate) enum RunStart {
 
 #[derive(Debug, Clone)]
 pub(crate) struct RunEnd {
-    pub status: TaskStatus,
-    pub exit_code: Option<i32>,
-    pub finished_at: String,
+    pub(crate) status: TaskStatus,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) finished_at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StepError {
     /// The protocol error code the step failed with.
-    pub code: ErrorCode,
-    pub message: String,
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct StepRecord {
-    pub step: u64,
+    pub(crate) step: u64,
     /// The tool of a `call`, the name of a `begin`.
-    pub name: String,
-    pub kind: StepKind,
-    pub effect: Effect,
-    pub args: JsonText,
-    pub args_hash: String,
-    pub idempotency_key: String,
-    pub status: StepStatus,
-    pub attempts: u32,
-    pub output: Option<JsonText>,
-    pub error: Option<StepError>,
-    pub usage: Option<JsonText>,
+    pub(crate) name: String,
+    pub(crate) kind: StepKind,
+    pub(crate) effect: Effect,
+    pub(crate) args: JsonText,
+    pub(crate) args_hash: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) status: StepStatus,
+    pub(crate) attempts: u32,
+    pub(crate) output: Option<JsonText>,
+    pub(crate) error: Option<StepError>,
+    pub(crate) usage: Option<JsonText>,
     /// Input plus output tokens from `usage`.
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// The run that last wrote the step.
-    pub run: u32,
-    pub created_at: String,
+    pub(crate) run: u32,
+    pub(crate) created_at: String,
     /// When its latest attempt started.
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: Option<String>,
     /// How an operator settled the step, if one did.
-    pub resolution: Option<ResolutionKind>,
+    pub(crate) resolution: Option<ResolutionKind>,
     /// For a failed step: the first step number the agent could open after
     /// its failure reached it. A failure replays only if the journal holds
     /// a step from there on (the agent went on knowing of it); otherwise
     /// it runs again (SPEC 3.2).
-    pub seen_from: Option<u64>,
+    pub(crate) seen_from: Option<u64>,
     /// A `sleep` step's wake time, or a `wait` step's timeout, fixed when
     /// the step is first opened (RFC 3339).
-    pub wake_at: Option<String>,
+    pub(crate) wake_at: Option<String>,
 }
 
 /// A signal sent to a task (SPEC 8), as the journal keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SignalRecord {
-    pub name: String,
-    pub data: Value,
+    pub(crate) name: String,
+    pub(crate) data: Value,
     /// The sender's id for it (`--id`): the same id twice is kept once.
-    pub signal_id: Option<String>,
+    pub(crate) signal_id: Option<String>,
     /// `user@host` of the sender.
-    pub sent_by: String,
-    pub sent_at: String,
+    pub(crate) sent_by: String,
+    pub(crate) sent_at: String,
     /// The `wait` step that took it.
-    pub taken_by: Option<u64>,
+    pub(crate) taken_by: Option<u64>,
 }
 
 impl SignalRecord {
@@ -281,10 +281,10 @@ text_enum!(ResolutionKind {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Resolution {
-    pub action: ResolutionAction,
+    pub(crate) action: ResolutionAction,
     /// `user@host` of the operator.
-    pub by: String,
-    pub at: String,
+    pub(crate) by: String,
+    pub(crate) at: String,
 }
 
 /// What a resolution does to its step, the same on every backend; returns
@@ -320,25 +320,25 @@ pub(crate) fn apply_resolution(record: &mut StepRecord, resolution: &Resolution)
 /// holds them: what `export` writes and `import` and `fork` load.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TaskRows {
-    pub task: serde_json::Map<String, Value>,
-    pub runs: Vec<serde_json::Map<String, Value>>,
-    pub steps: Vec<serde_json::Map<String, Value>>,
-    pub signals: Vec<serde_json::Map<String, Value>>,
-    pub resolutions: Vec<serde_json::Map<String, Value>>,
+    pub(crate) task: serde_json::Map<String, Value>,
+    pub(crate) runs: Vec<serde_json::Map<String, Value>>,
+    pub(crate) steps: Vec<serde_json::Map<String, Value>>,
+    pub(crate) signals: Vec<serde_json::Map<String, Value>>,
+    pub(crate) resolutions: Vec<serde_json::Map<String, Value>>,
 }
 
 /// A worker as the journal lists it (SPEC 11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkerRecord {
     /// `host:pid`.
-    pub id: String,
-    pub host: String,
-    pub pid: u32,
-    pub queues: Vec<String>,
-    pub jobs: u32,
-    pub started_at: String,
+    pub(crate) id: String,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) queues: Vec<String>,
+    pub(crate) jobs: u32,
+    pub(crate) started_at: String,
     /// Milliseconds since the epoch, on the journal's clock.
-    pub heartbeat_ms: i64,
+    pub(crate) heartbeat_ms: i64,
     /// The tasks it runs now.
-    pub tasks: Vec<String>,
+    pub(crate) tasks: Vec<String>,
 }

@@ -199,9 +199,9 @@ pub(crate) trait Queue {
 /// One row of a [`Journal::put_steps`] write.
 #[derive(Clone, Copy)]
 pub(crate) struct StepWrite<'a> {
-    pub record: &'a StepRecord,
+    pub(crate) record: &'a StepRecord,
     /// The row is new (an insert), not an update of the step's row.
-    pub fresh: bool,
+    pub(crate) fresh: bool,
 }
 
 /// How a command means to use the journal.

@@ -108,31 +108,31 @@ impl Serialize for ErrorCode {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub(crate) struct ErrorBody {
-    pub code: ErrorCode,
-    pub message: String,
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
 }
 
 /// One response line to the agent.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Response {
-    pub id: Value,
-    pub ok: bool,
+    pub(crate) id: Value,
+    pub(crate) ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<u64>,
+    pub(crate) step: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub replayed: Option<bool>,
+    pub(crate) replayed: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub in_doubt: Option<bool>,
+    pub(crate) in_doubt: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<JsonText>,
+    pub(crate) output: Option<JsonText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub idempotency_key: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patched: Option<bool>,
+    pub(crate) patched: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorBody>,
+    pub(crate) error: Option<ErrorBody>,
 }
 
 impl Response {

@@ -32,10 +32,10 @@ impl Tone {
 }
 
 pub(crate) struct Column {
-    pub title: &'static str,
+    pub(crate) title: &'static str,
     /// May be cut to fit.
-    pub flexible: bool,
-    pub right: bool,
+    pub(crate) flexible: bool,
+    pub(crate) right: bool,
 }
 
 impl Column {
@@ -67,8 +67,8 @@ impl Column {
 /// Where output goes: its width and whether it takes color.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Style {
-    pub width: usize,
-    pub color: bool,
+    pub(crate) width: usize,
+    pub(crate) color: bool,
 }
 
 impl Style {

@@ -31,7 +31,7 @@ const ANSWER_BOUND: usize = 4 * 1024 * 1024;
 /// The socket's directory, removed when the run ends.
 pub(super) struct SocketDir {
     dir: PathBuf,
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Drop for SocketDir {

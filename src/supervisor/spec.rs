@@ -26,38 +26,38 @@ pub(super) const OUTPUT_STALL: Duration = Duration::from_secs(5);
 
 /// What the supervisor needs to know about the run.
 pub(crate) struct RunSpec<'a> {
-    pub task_id: &'a str,
-    pub run: u32,
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
-    pub tools: &'a BTreeMap<String, Arc<Tool>>,
+    pub(crate) task_id: &'a str,
+    pub(crate) run: u32,
+    pub(crate) argv: &'a [String],
+    pub(crate) cwd: &'a Path,
+    pub(crate) tools: &'a BTreeMap<String, Arc<Tool>>,
     /// [`crate::os::boot_clock`] just before the lease was taken: the run's
     /// first heartbeat.
-    pub leased_at: Duration,
-    pub lease: LeaseTimes,
+    pub(crate) leased_at: Duration,
+    pub(crate) lease: LeaseTimes,
     /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
-    pub runtime_dir: Option<std::path::PathBuf>,
+    pub(crate) runtime_dir: Option<std::path::PathBuf>,
     /// How long a `wait` or `sleep` is waited on live before the run
     /// parks (SPEC 8).
-    pub park_after: Duration,
+    pub(crate) park_after: Duration,
     /// The task's token budget (SPEC 9).
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     /// Tokens the task's earlier runs spent.
-    pub tokens_before: u64,
+    pub(crate) tokens_before: u64,
 }
 
 /// How the run ended.
 pub(crate) struct Outcome {
-    pub status: TaskStatus,
-    pub exit_code: i32,
-    pub stats: RunStats,
+    pub(crate) status: TaskStatus,
+    pub(crate) exit_code: i32,
+    pub(crate) stats: RunStats,
     /// Why durun ended the run itself (divergence, a journal failure, an
     /// agent that could not start): printed after the run is recorded.
-    pub failure: Option<anyhow::Error>,
+    pub(crate) failure: Option<anyhow::Error>,
     /// The agent's prints still on their way to durun's stdout: finished
     /// after the run is recorded, so a slow reader never holds up the
     /// journal.
-    pub output: Option<Output>,
+    pub(crate) output: Option<Output>,
 }
 
 /// The rest of the agent's prints.
