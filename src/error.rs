@@ -5,13 +5,56 @@ use std::fmt;
 
 use crate::exit_code;
 
+/// What kind of failure it is: each kind has one exit code (SPEC 7),
+/// chosen here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The command line is wrong.
+    Usage,
+    /// A bad config, an unknown task, a refused import.
+    Config,
+    /// The agent's path changed since the journal was written.
+    Divergence,
+    /// A bug, or a fault durun has no better word for.
+    Internal,
+    /// The journal could not be created, opened, read or written.
+    Journal,
+    /// A live runner holds the task.
+    Locked,
+    /// A step in doubt waits for `durun resolve`.
+    InDoubt,
+    /// The task is parked until a signal or a time.
+    Parked,
+    /// The task's token budget is spent.
+    OverBudget,
+    /// The agent's command cannot be started.
+    CannotStart,
+}
+
+impl Kind {
+    pub(crate) fn exit_code(self) -> i32 {
+        match self {
+            Self::Usage => exit_code::USAGE,
+            Self::Config => exit_code::CONFIG,
+            Self::Divergence => exit_code::DIVERGENCE,
+            Self::Internal => exit_code::INTERNAL,
+            Self::Journal => exit_code::JOURNAL,
+            Self::Locked => exit_code::LOCKED,
+            Self::InDoubt => exit_code::IN_DOUBT,
+            Self::Parked => exit_code::PARKED,
+            Self::OverBudget => exit_code::OVER_BUDGET,
+            Self::CannotStart => exit_code::CANNOT_START,
+        }
+    }
+}
+
 /// An error whose exit code is not the generic internal-error code.
 ///
 /// Everything else travels as `anyhow::Error` with context; `lib::run` walks
 /// the chain for the first `Failure` (or a storage error) to pick the code.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    pub(crate) code: i32,
+    pub(crate) kind: Kind,
     pub(crate) message: String,
     /// Lines printed under the first one (a diff, a list of steps).
     pub(crate) details: Option<String>,
@@ -20,9 +63,9 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    pub(crate) fn new(code: i32, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Self {
         Self {
-            code,
+            kind,
             message: message.into(),
             details: None,
             hint: None,
@@ -42,11 +85,20 @@ impl Failure {
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Self {
-        Self::new(exit_code::CONFIG, message)
+        Self::new(Kind::Config, message)
     }
 
     pub(crate) fn journal(message: impl Into<String>) -> Self {
-        Self::new(exit_code::JOURNAL, message)
+        Self::new(Kind::Journal, message)
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self::new(Kind::Usage, message)
+    }
+
+    /// The exit code this failure ends the command with.
+    pub(crate) fn exit_code(&self) -> i32 {
+        self.kind.exit_code()
     }
 }
 
@@ -69,7 +121,7 @@ pub(crate) fn failure_of(err: &anyhow::Error) -> Option<&Failure> {
 /// errors mean the journal failed, anything else is an internal error.
 pub(crate) fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(failure) = failure_of(err) {
-        return failure.code;
+        return failure.exit_code();
     }
     for cause in err.chain() {
         if cause.downcast_ref::<rusqlite::Error>().is_some()

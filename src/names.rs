@@ -3,7 +3,6 @@
 //! line, an import).
 
 use crate::error::Failure;
-use crate::exit_code;
 
 pub(crate) fn check_task_id(id: &str) -> anyhow::Result<()> {
     check_word("task id", id, 128, &['-', '_', '.', ':'])
@@ -27,12 +26,10 @@ pub(crate) fn check_word(
     }
     let shown: Vec<String> = extra.iter().map(|c| format!("`{c}`")).collect();
     let (last, rest) = shown.split_last().expect("some extra characters");
-    Err(
-        Failure::new(exit_code::USAGE, format!("invalid {kind} {text:?}"))
-            .hint(format!(
-                "a {kind} is 1 to {most} characters of letters, digits, {} and {last}",
-                rest.join(", ")
-            ))
-            .into(),
-    )
+    Err(Failure::usage(format!("invalid {kind} {text:?}"))
+        .hint(format!(
+            "a {kind} is 1 to {most} characters of letters, digits, {} and {last}",
+            rest.join(", ")
+        ))
+        .into())
 }

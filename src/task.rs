@@ -5,8 +5,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::config::{Config, SyncMode};
-use crate::error::Failure;
-use crate::exit_code;
+use crate::error::{Failure, Kind};
 use crate::journal::{
     self, Journal, Location, NewTask, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
@@ -160,8 +159,7 @@ pub(crate) fn still_parked(
 pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
     let number = step.step;
     match step.kind {
-        StepKind::Sleep => Failure::new(
-            exit_code::PARKED,
+        StepKind::Sleep => Failure::new(Kind::Parked,
             format!(
                 "task {task} sleeps until {} (step {number}); it is parked, not failed",
                 step.wake_at.as_deref().unwrap_or("?")
@@ -170,8 +168,7 @@ pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
         .hint(format!(
             "`durun resume {task}` continues it once that time has come (before, it parks again at once); `durun resume --all` from a timer picks it up"
         )),
-        _ => Failure::new(
-            exit_code::PARKED,
+        _ => Failure::new(Kind::Parked,
             format!(
                 "task {task} waits for the signal `{}` (step {number}); it is parked, not failed",
                 step.name

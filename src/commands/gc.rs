@@ -6,7 +6,6 @@ use anyhow::Result;
 
 use crate::cli::GcArgs;
 use crate::error::Failure;
-use crate::exit_code;
 use crate::journal::{Access, Location};
 use crate::settings::Settings;
 
@@ -15,13 +14,10 @@ pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
         .checked_sub(args.older_than)
         .filter(|cutoff| *cutoff >= SystemTime::UNIX_EPOCH)
         .ok_or_else(|| {
-            Failure::new(
-                exit_code::USAGE,
-                format!(
-                    "--older-than {} reaches back before 1970, older than any task",
-                    humantime::format_duration(args.older_than)
-                ),
-            )
+            Failure::usage(format!(
+                "--older-than {} reaches back before 1970, older than any task",
+                humantime::format_duration(args.older_than)
+            ))
             .hint("use an age like 30d or 1y")
         })?;
     let cutoff = humantime::format_rfc3339_millis(cutoff).to_string();

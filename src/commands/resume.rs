@@ -12,11 +12,9 @@ use crate::task::unknown_task;
 
 pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
     if args.jobs.is_some() && !args.all {
-        return Err(
-            Failure::new(crate::exit_code::USAGE, "--jobs goes with --all")
-                .hint("durun resume --all --jobs 4")
-                .into(),
-        );
+        return Err(Failure::usage("--jobs goes with --all")
+            .hint("durun resume --all --jobs 4")
+            .into());
     }
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;

@@ -8,7 +8,6 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::{ApproveArgs, RejectArgs, SignalArgs};
 use crate::error::Failure;
-use crate::exit_code;
 use crate::journal::{self, Access, Journal, Location, SignalRecord, StepKind};
 use crate::settings::Settings;
 use crate::task::{shown_status, unknown_task};
@@ -36,9 +35,7 @@ pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
                 data.extend(extra.into_iter().filter(|(key, _)| key != "approved"));
             }
             _ => {
-                return Err(Failure::new(
-                    exit_code::USAGE,
-                    "--data of `approve` must be a JSON object",
+                return Err(Failure::usage("--data of `approve` must be a JSON object",
                 )
                 .hint("it is merged into {\"approved\": true}, e.g. --data '{\"comment\": \"ship it\"}'")
                 .into());

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use serde_json::{Map, Value, json};
 
 use crate::cli::{CallArgs, SleepArgs, StepArgs, WaitArgs};
-use crate::error::Failure;
+use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::protocol::ErrorCode;
 use crate::protocol::client::{Answer, Envelope, Outgoing};
@@ -32,13 +32,10 @@ impl Client {
             return Ok(None);
         };
         let stream = UnixStream::connect(path).map_err(|err| {
-            Failure::new(
-                exit_code::JOURNAL,
-                format!(
-                    "cannot reach the running durun at {}: {err}",
-                    path.display()
-                ),
-            )
+            Failure::journal(format!(
+                "cannot reach the running durun at {}: {err}",
+                path.display()
+            ))
             .hint("durun step and durun call work inside the `durun run` that started this script")
         })?;
         Ok(Some(Self {
@@ -63,12 +60,11 @@ impl Client {
             .read_line(&mut answer)
             .context("failed to read durun's answer")?;
         if answer.is_empty() {
-            return Err(Failure::new(
-                exit_code::INTERNAL,
-                "durun closed the socket without answering",
-            )
-            .hint("the run may be stopping; see its output")
-            .into());
+            return Err(
+                Failure::new(Kind::Internal, "durun closed the socket without answering")
+                    .hint("the run may be stopping; see its output")
+                    .into(),
+            );
         }
         serde_json::from_str(&answer).context("durun's answer is not JSON")
     }
@@ -100,12 +96,11 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
             );
         }
         Some(other) => {
-            return Err(Failure::new(
-                exit_code::USAGE,
-                format!("--args is not a JSON object: {other}"),
-            )
-            .hint("for example --args '{\"version\": \"1.4.0\"}'")
-            .into());
+            return Err(
+                Failure::usage(format!("--args is not a JSON object: {other}"))
+                    .hint("for example --args '{\"version\": \"1.4.0\"}'")
+                    .into(),
+            );
         }
     }
     let Some(mut client) = Client::connect(settings)? else {
@@ -193,13 +188,10 @@ fn usage_of(file: Option<&std::path::Path>, stdout: &[u8]) -> Result<Value> {
                 .get("usage")
                 .cloned()
                 .unwrap_or(Value::Object(object))),
-            _ => Err(Failure::new(
-                exit_code::USAGE,
-                format!(
-                    "{} does not hold a JSON object of token usage",
-                    file.display()
-                ),
-            )
+            _ => Err(Failure::usage(format!(
+                "{} does not hold a JSON object of token usage",
+                file.display()
+            ))
             .hint("write e.g. {\"input_tokens\": 812, \"output_tokens\": 96}")
             .into()),
         };
@@ -431,7 +423,7 @@ fn call_standalone(tool: &str, args: Value, answer: bool, settings: &Settings) -
                 json!({"ok": false, "error": {"code": "not_under_durun", "message": message}});
             println!("{line}");
         }
-        return Err(Failure::new(exit_code::CONFIG, message)
+        return Err(Failure::config(message)
             .hint("run the script with `durun run -- …`, or declare the tool in durun.toml")
             .into());
     };

@@ -10,7 +10,7 @@
 use anyhow::Error;
 use rusqlite::ErrorCode;
 
-use crate::error::Failure;
+use crate::error::{Failure, Kind};
 
 /// The journal this process opened, as messages name it.
 static PLACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -53,7 +53,7 @@ fn explain_at(place: &str, err: Error) -> Error {
                     .hint("a cancelled task never runs again; start the agent as a new task")
             }
             super::Standing::Held | super::Standing::Lost => Failure::new(
-                crate::exit_code::LOCKED,
+                Kind::Locked,
                 "another run took the task over while this command worked on it",
             )
             .hint("see who holds it with `durun inspect TASK`"),

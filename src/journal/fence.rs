@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::error::Failure;
+use crate::error::{Failure, Kind};
 use crate::lease::Lease;
 
 /// Where a run stands with its task's lease.
@@ -65,7 +65,7 @@ pub(crate) fn standing_of(lease_run: Option<u32>, cancelled: bool, run: u32) -> 
 /// The error for a task a live runner holds (exit 75).
 pub(crate) fn locked(task: &str, lease: &Lease) -> Failure {
     Failure::new(
-        crate::exit_code::LOCKED,
+        Kind::Locked,
         format!(
             "task {task} is being run by another durun (pid {} on {}, run {})",
             lease.pid, lease.host, lease.run

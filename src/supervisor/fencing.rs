@@ -15,8 +15,7 @@ use serde_json::Value;
 
 use super::inbox::AGENT;
 use super::state::{Deferred, Stop, Supervisor, Then};
-use crate::error::Failure;
-use crate::exit_code;
+use crate::error::{Failure, Kind};
 use crate::journal::Standing;
 use crate::os;
 use crate::report::Event as Report;
@@ -108,7 +107,7 @@ impl Supervisor<'_> {
         self.io.sent = 0;
         self.writers.clear();
         self.kill_at = None;
-        let failure = Failure::new(exit_code::LOCKED, message).hint(format!(
+        let failure = Failure::new(Kind::Locked, message).hint(format!(
             "`durun inspect {}` shows who runs it now; this run's steps up to here are in the journal",
             self.spec.task_id
         ));

@@ -41,7 +41,7 @@ use super::lines::Chunk;
 use super::recorded::Recorded;
 use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
 use super::state::{Committer, Deferred, Supervisor};
-use crate::error::Failure;
+use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
 use crate::os;
@@ -82,7 +82,7 @@ pub(crate) fn supervise(
             signals_handle.close();
             let failure = if spec.cwd.is_dir() {
                 Failure::new(
-                    exit_code::CANNOT_START,
+                    Kind::CannotStart,
                     format!("cannot start `{}`: {err}", spec.argv[0]),
                 )
                 .hint(format!(
@@ -92,8 +92,7 @@ pub(crate) fn supervise(
             } else {
                 // A task submitted on one host and taken by a worker on
                 // another that lacks its directory.
-                Failure::new(
-                    exit_code::CANNOT_START,
+                Failure::new(Kind::CannotStart,
                     format!(
                         "cannot start `{}`: the task's directory {} does not exist on this host",
                         spec.argv[0],

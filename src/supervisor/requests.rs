@@ -18,8 +18,7 @@ use serde_json::Value;
 use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
 use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
-use crate::error::Failure;
-use crate::exit_code;
+use crate::error::{Failure, Kind};
 use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Request, Response};
@@ -327,8 +326,7 @@ impl Supervisor<'_> {
                 details.push_str(&line);
             }
         }
-        let failure = Failure::new(
-            exit_code::DIVERGENCE,
+        let failure = Failure::new(Kind::Divergence,
             format!(
                 "step {step} of task {} diverged from the journal: the agent took another path since it was recorded",
                 self.spec.task_id
@@ -356,8 +354,7 @@ impl Supervisor<'_> {
             )
             .step(step),
         );
-        let failure = Failure::new(
-            exit_code::IN_DOUBT,
+        let failure = Failure::new(Kind::InDoubt,
             format!(
                 "step {step} ({}) of task {task} may or may not have taken effect, and its tool is `in_doubt = \"ask\"`",
                 record.name

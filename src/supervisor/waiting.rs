@@ -15,8 +15,7 @@ use serde_json::{Value, json};
 
 use super::inbox::Conn;
 use super::state::{Deferred, Stop, Supervisor, Then, Waiter, Wanted};
-use crate::error::Failure;
-use crate::exit_code;
+use crate::error::{Failure, Kind};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response, Wake};
@@ -287,8 +286,7 @@ impl Supervisor<'_> {
             )
             .step(step),
         );
-        let failure = Failure::new(
-            exit_code::OVER_BUDGET,
+        let failure = Failure::new(Kind::OverBudget,
             format!("task {task} spent its token budget: {spent} of {max} tokens; step {step} did not start"),
         )
         .hint(format!(
