@@ -1,27 +1,28 @@
 //! The few Unix calls durun needs: parent-death signals, process groups,
-//! sending signals, and waiting on pipes.
+//! sending signals, and waiting on pipes. Safe wrappers (rustix) wherever
+//! one exists; the one `unsafe` left is `pre_exec`, whose closure runs
+//! between fork and exec.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
+
+use rustix::event::PollFd;
+pub(crate) use rustix::event::PollFlags;
+use rustix::process::{Pid, Signal};
 
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and calls only
-    // async-signal-safe functions (prctl, getppid).
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs between fork and exec and makes only raw
+    // system calls (prctl, getppid), which are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
-            #[cfg(target_os = "linux")]
-            {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died before prctl took effect.
-            if libc::getppid() as u32 != parent {
+            if rustix::process::getppid() != Some(parent) {
                 return Err(io::Error::other("durun exited while starting the process"));
             }
             Ok(())
@@ -38,25 +39,22 @@ pub(crate) fn own_process_group(command: &mut Command) {
 /// Sends `signal` to one process. A process that is already gone is fine.
 pub(crate) fn signal_process(pid: u32, signal: i32) {
     // pid 0 would mean durun's own process group.
-    if pid == 0 {
-        return;
-    }
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
+    if let (Some(pid), Some(signal)) = (pid_of(pid), Signal::from_named_raw(signal)) {
+        let _ = rustix::process::kill_process(pid, signal);
     }
 }
 
 /// Sends `signal` to every process in the group `pgid`.
 pub(crate) fn signal_group(pgid: u32, signal: i32) {
     // Group 0 would mean durun's own.
-    if pgid == 0 {
-        return;
+    if let (Some(pgid), Some(signal)) = (pid_of(pgid), Signal::from_named_raw(signal)) {
+        let _ = rustix::process::kill_process_group(pgid, signal);
     }
-    // SAFETY: killpg has no memory-safety preconditions.
-    unsafe {
-        libc::killpg(pgid as libc::pid_t, signal);
-    }
+}
+
+/// A positive pid; 0 and what does not fit are none.
+fn pid_of(pid: u32) -> Option<Pid> {
+    i32::try_from(pid).ok().and_then(Pid::from_raw)
 }
 
 /// Whether fd 0 is a terminal.
@@ -68,95 +66,64 @@ pub(crate) fn stdin_is_terminal() -> bool {
 /// A pipe whose two ends are non-blocking and closed on exec: other threads
 /// write a byte to the second to wake a `poll` on the first.
 pub(crate) fn wake_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array it is given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both are open descriptors that we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    use rustix::pipe::PipeFlags;
+    Ok(rustix::pipe::pipe_with(
+        PipeFlags::NONBLOCK | PipeFlags::CLOEXEC,
+    )?)
 }
 
 /// Makes reads and writes on `fd` return `WouldBlock` instead of waiting.
-pub(crate) fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
-    let fd = fd.as_raw_fd();
-    // SAFETY: fcntl on a descriptor the caller keeps open.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+pub(crate) fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
+    Ok(rustix::io::ioctl_fionbio(fd, true)?)
 }
 
 /// Waits until one of `fds` is ready or `timeout` passes; an interrupted
 /// wait counts as a timeout.
-pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<()> {
-    let millis = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // A timeout under a millisecond still waits (0 would only peek).
-    let millis = if millis == 0 && !timeout.is_zero() {
-        1
-    } else {
-        millis
+pub(crate) fn poll(fds: &mut [PollFd<'_>], timeout: std::time::Duration) -> io::Result<()> {
+    let timeout = rustix::time::Timespec {
+        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(timeout.subsec_nanos()),
     };
-    // SAFETY: the slice is valid for its length for the whole call.
-    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
-    if ready < 0 {
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
+    match rustix::event::poll(fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(err) => Err(err.into()),
     }
-    Ok(())
+}
+
+/// A descriptor to poll for `flags`.
+pub(crate) fn poll_fd(fd: &impl AsFd, flags: PollFlags) -> PollFd<'_> {
+    PollFd::new(fd, flags)
 }
 
 /// Time since boot, counting time the machine was suspended: a lease must
 /// age across a laptop lid or a paused VM, which `Instant` does not see.
 pub(crate) fn boot_clock() -> std::time::Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the given pointer.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut now) } == 0;
-    if !ok {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    std::time::Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Whether the file system that holds (or would hold) `path` is mounted
 /// read-only.
 pub(crate) fn read_only_mount(path: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt as _;
     let existing = path
         .ancestors()
         .find(|ancestor| !ancestor.as_os_str().is_empty() && ancestor.exists())
         .unwrap_or(std::path::Path::new("."));
-    let Ok(c_path) = std::ffi::CString::new(existing.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c_path` is a valid C string and `stat` is writable memory of
-    // the right size; statvfs initializes it when it returns 0.
-    let ok = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) } == 0;
-    // SAFETY: initialized by the successful call above.
-    ok && unsafe { stat.assume_init() }.f_flag & libc::ST_RDONLY != 0
+    rustix::fs::statvfs(existing)
+        .is_ok_and(|stat| stat.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
 }
 
 /// Writes one byte to a wake pipe. A full pipe already wakes its reader,
 /// and a pipe whose read end lives cannot fail otherwise.
-pub(crate) fn wake(fd: &impl AsRawFd) {
-    // SAFETY: a one-byte write from a live buffer to an open descriptor.
-    unsafe {
-        libc::write(fd.as_raw_fd(), b"!".as_ptr().cast(), 1);
-    }
+pub(crate) fn wake(fd: impl AsFd) {
+    let _ = rustix::io::write(fd, b"!");
 }
 
 /// Reads a non-blocking wake pipe empty.
-pub(crate) fn drain(fd: &impl AsRawFd) {
+pub(crate) fn drain(fd: impl AsFd) {
     let mut buffer = [0u8; 256];
-    // SAFETY: reads into a live buffer of the given size.
-    while unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) } > 0 {}
+    while rustix::io::read(&fd, &mut buffer).is_ok_and(|n| n > 0) {}
 }

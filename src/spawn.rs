@@ -29,7 +29,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
 use std::process::{ChildStderr, ChildStdin, ChildStdout};
@@ -353,13 +353,8 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
 
 /// A pipe, both ends close-on-exec: (read, write).
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (read, write) = std::io::pipe()?;
+    Ok((read.into(), write.into()))
 }
 
 /// `fd`, moved above 2 if it is one of the standard descriptors (durun
@@ -369,11 +364,5 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    // SAFETY: duplicates a valid descriptor to a new one.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if moved < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fcntl returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
 }

@@ -96,15 +96,9 @@ impl Style {
 
 /// The terminal's width, if stdout is one.
 fn terminal_width() -> Option<usize> {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes a winsize into the struct we pass.
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    (ok && size.ws_col > 0).then_some(usize::from(size.ws_col))
+    terminal_size::terminal_size_of(std::io::stdout())
+        .map(|(terminal_size::Width(width), _)| usize::from(width))
+        .filter(|width| *width > 0)
 }
 
 /// `text` cut to `width` characters, ending with `…` if cut; line breaks

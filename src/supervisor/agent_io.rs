@@ -9,13 +9,14 @@
 //! is dropped and none overtakes another.
 
 use std::io::{BufReader, Write as _};
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::{ChildStdin, ChildStdout};
 use std::time::{Duration, Instant};
 
 use super::lines::LineReader;
 use super::passthrough::Passthrough;
 use crate::os;
+use crate::os::PollFlags;
 use crate::protocol::Response;
 
 /// How long the loop looks for the agent's next request before it sleeps.
@@ -54,40 +55,36 @@ impl AgentIo {
         } else {
             wait
         };
+        let spin_until = self.answered_at.take().map(|at| at + SPIN);
+        let stdin = match &self.stdin {
+            Some(stdin) if self.sent < self.out.len() => Some(stdin),
+            _ => None,
+        };
+        // The wake pipe first; the agent's stdout when durun reads, its
+        // stdin when answers wait for room.
         let mut fds = [
-            libc::pollfd {
-                fd: self.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                // A negative descriptor is skipped.
-                fd: if read {
-                    self.reader.get_ref().as_raw_fd()
-                } else {
-                    -1
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: match &self.stdin {
-                    Some(stdin) if self.sent < self.out.len() => stdin.as_raw_fd(),
-                    _ => -1,
-                },
-                events: libc::POLLOUT,
-                revents: 0,
-            },
+            os::poll_fd(&self.wake, PollFlags::IN),
+            os::poll_fd(&self.wake, PollFlags::empty()),
+            os::poll_fd(&self.wake, PollFlags::empty()),
         ];
+        let mut count = 1;
+        if read {
+            fds[count] = os::poll_fd(self.reader.get_ref(), PollFlags::IN);
+            count += 1;
+        }
+        if let Some(stdin) = stdin {
+            fds[count] = os::poll_fd(stdin, PollFlags::OUT);
+            count += 1;
+        }
+        let fds = &mut fds[..count];
         // Right after an answer, the agent's next request usually comes
         // within microseconds: look for it briefly before sleeping, since a
         // wake-up from sleep costs tens of microseconds on many machines.
-        let spin_until = self.answered_at.take().map(|at| at + SPIN);
         let mut ready = false;
         if let Some(until) = spin_until {
             while Instant::now() < until {
-                if os::poll(&mut fds, Duration::ZERO).is_ok()
-                    && fds.iter().any(|fd| fd.revents != 0)
+                if os::poll(fds, Duration::ZERO).is_ok()
+                    && fds.iter().any(|fd| !fd.revents().is_empty())
                 {
                     ready = true;
                     break;
@@ -96,12 +93,12 @@ impl AgentIo {
                 std::thread::yield_now();
             }
         }
-        if !ready && os::poll(&mut fds, wait).is_err() {
+        if !ready && os::poll(fds, wait).is_err() {
             // Not expected for valid descriptors; a short sleep keeps a
             // failing poll from spinning.
             std::thread::sleep(Duration::from_millis(10));
         }
-        if fds[0].revents != 0 {
+        if !fds[0].revents().is_empty() {
             os::drain(&self.wake);
         }
     }
@@ -126,12 +123,8 @@ impl AgentIo {
         if self.reader.has_buffered() {
             return true;
         }
-        let mut fds = [libc::pollfd {
-            fd: self.reader.get_ref().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        os::poll(&mut fds, Duration::ZERO).is_ok() && fds[0].revents & libc::POLLIN != 0
+        let mut fds = [os::poll_fd(self.reader.get_ref(), PollFlags::IN)];
+        os::poll(&mut fds, Duration::ZERO).is_ok() && fds[0].revents().contains(PollFlags::IN)
     }
 
     /// Hands the held print to the copier if it has room; true when none

@@ -42,19 +42,22 @@ pub(super) fn spawn_agent(
 /// Waits for the agent on a thread of its own and tells the loop its exit.
 pub(super) fn spawn_exit_waiter(pid: u32, events: Events) {
     use std::os::unix::process::ExitStatusExt as _;
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return;
+    };
     std::thread::spawn(move || {
         loop {
-            let mut status = 0;
-            // SAFETY: waits for durun's own child, which nothing else reaps.
-            let waited = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut status, 0) };
-            if waited == pid as libc::pid_t {
-                let _ = events.send(Event::Exited(std::process::ExitStatus::from_raw(status)));
-                return;
-            }
-            if waited < 0
-                && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-            {
-                return;
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, status))) => {
+                    let status = std::process::ExitStatus::from_raw(status.as_raw());
+                    let _ = events.send(Event::Exited(status));
+                    return;
+                }
+                Ok(None) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
             }
         }
     });

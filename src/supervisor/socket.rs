@@ -76,8 +76,7 @@ fn sweep(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
@@ -85,16 +84,15 @@ fn sweep(base: &Path) {
             .and_then(|name| name.strip_prefix("durun-"))
             .and_then(|rest| rest.split_once('-'))
             .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
         else {
             continue;
         };
         let ours = entry
             .metadata()
             .is_ok_and(|meta| meta.is_dir() && meta.uid() == me);
-        // SAFETY: kill with signal 0 only asks whether the pid exists.
-        let gone = pid > 0
-            && unsafe { libc::kill(pid, 0) } == -1
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // Signal 0 only asks whether the pid exists.
+        let gone = rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH);
         if ours && gone {
             let _ = std::fs::remove_dir_all(entry.path());
         }
