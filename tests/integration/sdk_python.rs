@@ -488,6 +488,15 @@ fn a_refused_commit_is_raised_at_the_next_request_or_reported_at_exit() {
         wait_for("the agent's first step", Duration::from_secs(20), || {
             env.path("ready").exists()
         });
+        // Step a's commit was posted, not waited for: it must be durable
+        // before the lock, or it is the one refused.
+        wait_for("step a to be durable", Duration::from_secs(20), || {
+            env.durun(&["inspect", "t", "--json"])
+                .status
+                .success()
+                .then(|| env.inspect("t")["steps"][0]["status"] == "committed")
+                .unwrap_or(false)
+        });
         let holder = rusqlite::Connection::open(&env.journal).expect("open the journal");
         holder
             .execute_batch("BEGIN IMMEDIATE; UPDATE tasks SET cwd = cwd;")

@@ -130,15 +130,19 @@ test("a commit durun refuses is thrown at the next request, or reported at exit"
     const box = sandbox();
     const path = agent(box, `
 import { existsSync, writeFileSync } from "node:fs";
-// durun stops the run when its journal fails: stay to hear why.
-process.on("SIGTERM", () => {});
+// durun stops the run when its journal fails (after it answered the
+// refused commit): stay to hear why.
+let stopped = false;
+process.on("SIGTERM", () => { stopped = true; });
 await durun.step("a", {}, () => 1);
 writeFileSync("ready", "");
 while (!existsSync("go")) await new Promise((resolve) => setTimeout(resolve, 10));
 // Resolves at once: its commit is posted, and durun will refuse it.
 console.error("value", await durun.step("b", {}, () => 2));
 if (process.env.SCENARIO === "next") {
-  await new Promise((resolve) => setTimeout(resolve, 1000));
+  // The next request goes out once durun has refused the commit and
+  // stopped the run, however slow the machine.
+  for (let i = 0; i < 3000 && !stopped; i++) await new Promise((resolve) => setTimeout(resolve, 10));
   try {
     await durun.step("c", {}, () => 3);
   } catch (err) {
@@ -155,6 +159,13 @@ if (process.env.SCENARIO === "next") {
     run.stderr.on("data", (chunk) => (stderr += chunk));
     const exited = new Promise((resolve) => run.on("exit", resolve));
     while (!existsSync(join(box.dir, "ready"))) await new Promise((resolve) => setTimeout(resolve, 10));
+    // Step a's commit was posted, not waited for: it must be durable
+    // before the lock, or it is the one refused.
+    for (let i = 0; i < 2000; i++) {
+      const shown = durun(box, ["inspect", "t", "--json"]);
+      if (shown.code === 0 && JSON.parse(shown.stdout).steps[0]?.status === "committed") break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     // Another process holds the journal's write lock past durun's busy timeout.
     const holder = spawn("python3", ["-c", `
 import sqlite3, sys

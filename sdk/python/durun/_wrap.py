@@ -21,7 +21,7 @@ import importlib
 import inspect
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
 
-from . import _arun_step, _run_step, usage
+from ._steps import _arun_step, _run_step, usage
 
 _ENDPOINTS = {("chat", "completions", "create"), ("responses", "create"), ("messages", "create")}
 

@@ -1,0 +1,350 @@
+"""The channel: requests out on the real stdout, answers in on stdin,
+shared by threads and an event loop."""
+
+import asyncio
+import atexit
+import itertools
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, cast
+
+from ._types import Answer
+from ._errors import Cancelled, DurunError, _error
+from ._values import _line
+
+
+# The channel: requests out on the real stdout, answers in on stdin.
+
+#: How long a reader looks for an answer before it sleeps (seconds): an
+#: answer durun gives from memory (a `read` step's begin, a replayed step)
+#: comes within a round trip; one that waits for a commit (a `mutate`
+#: step's begin), within an fsync. Sleeping and being woken costs tens of
+#: microseconds on many machines (more on a VM, whose idle core halts).
+_SPIN = 50e-6
+_SPIN_DURABLE = 1e-3
+
+
+class _Waiter:
+    """Where one answer goes: a thread that waits for it (on the channel's
+    condition, or reading stdin itself), or an asyncio future in its loop."""
+
+    __slots__ = ("future", "loop", "answer", "spin")
+
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, spin: float = 0.0) -> None:
+        self.loop = loop
+        # How long its reader looks for the answer before it sleeps.
+        self.spin = spin
+        self.future: Optional["asyncio.Future[Answer]"] = loop.create_future() if loop else None
+        self.answer: Optional[Answer] = None
+
+    def deliver(self, answer: Answer) -> None:
+        """With the channel's lock held (whose condition wakes threads)."""
+        self.answer = answer
+        if self.loop is not None and self.future is not None:
+            future = self.future
+
+            def resolve() -> None:
+                if not future.done():
+                    future.set_result(answer)
+
+            self.loop.call_soon_threadsafe(resolve)
+
+
+class _Channel:
+    """Requests out on the protocol fd, answers in on stdin, matched by id;
+    safe to use from many threads and event loops at once.
+
+    A thread that waits for an answer reads stdin itself (one thread at a
+    time, handing other threads' answers to them), so a plain loop of
+    steps costs no hand-off between threads. Once an event loop waits for
+    an answer, a reader thread takes over the reading for good: a future
+    has no thread of its own to read with.
+
+    A step's ``commit`` is posted, not awaited: the step's value is
+    returned at once and its answer checked when it comes. A failed commit
+    is raised by the next request, by ``result`` or at exit (``settle``);
+    durun makes every commit durable before the intent of any ``mutate``
+    step opened after it, so nothing a later side effect relies on can be
+    lost."""
+
+    def __init__(self) -> None:
+        # Keep the real stdout for the protocol, then point fd 1 (and so
+        # print, and subprocesses) at stderr.
+        sys.stdout.flush()
+        self._out = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self._fd = os.dup(0)
+        self._buffer = bytearray()
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        # Signalled when an answer is handed over or the reading is free.
+        self._turn = threading.Condition(self._lock)
+        # Threads asleep on `_turn`: with none (a plain loop of steps), an
+        # answer wakes no one and costs no notify.
+        self._sleepers = 0
+        self._waiting: Dict[int, _Waiter] = {}
+        # Posted requests whose answers have not come yet: their steps.
+        self._posted: Dict[int, Any] = {}
+        # The first posted request durun refused: raised from then on.
+        self._refused: Optional[Answer] = None
+        self._reader: Optional[threading.Thread] = None
+        # A waiting thread is reading stdin now.
+        self._leading = False
+        # Why the reading stopped, once it has: every later request gets it.
+        self._gone: Optional[str] = None
+        # durun answered `cancelled`: the run is stopping.
+        self.stopping = False
+
+    def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
+             posted: bool = False, bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
+        """Writes every message, in order, before any answer is awaited:
+        the order of the lines is the order of the steps. `bodies`, if
+        given, are the messages already made lines (by `_line`)."""
+        if bodies is None:
+            bodies = [_line(message) for message in messages]
+        with self._lock:
+            self._raise_refused()
+            lines = []
+            for message, body in zip(messages, bodies):
+                message["id"] = next(self._ids)
+                lines.append(b'{"id":%d,%s' % (message["id"], body[1:]))
+            waiters = []
+            out = []
+            for message, line in zip(messages, lines):
+                waiter = _Waiter(loop, _SPIN if spin is None else spin)
+                waiters.append(waiter)
+                if self._gone is not None:
+                    waiter.deliver(self._failure(message["id"]))
+                    continue
+                self._waiting[message["id"]] = waiter
+                if posted:
+                    self._posted[message["id"]] = message.get("step")
+                out.append(line)
+            data = b"".join(out)
+            while data:
+                data = data[os.write(self._out, data):]
+            if loop is not None and not self._leading:
+                self._start_reader()
+        return waiters
+
+    def post(self, message: Dict[str, Any], body: bytes) -> None:
+        """Sends a request whose answer no one waits for (see the class)."""
+        self.send([message], posted=True, bodies=[body])
+
+    def settle(self) -> None:
+        """Waits for the answer of every posted request; raises the first
+        refusal."""
+        while True:
+            with self._lock:
+                pending = next((self._waiting.get(posted) for posted in self._posted), None)
+            if pending is None:
+                break
+            self._await(pending)
+        with self._lock:
+            self._raise_refused()
+
+    def _start_reader(self) -> None:
+        """With the lock held: a thread to read for the futures."""
+        if self._reader is None and self._gone is None:
+            self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
+            self._reader.start()
+
+    def request(self, message: Dict[str, Any], spin: Optional[float] = None) -> Answer:
+        return self.request_all([message], spin)[0]
+
+    def request_all(self, messages: List[Dict[str, Any]], spin: Optional[float] = None) -> List[Answer]:
+        waiters = self.send(messages, spin=spin)
+        for waiter in waiters:
+            self._await(waiter)
+        self._raise_refused()
+        return [cast(Answer, waiter.answer) for waiter in waiters]
+
+    def _raise_refused(self) -> None:
+        """A refusal read while waiting is raised by the request that waited:
+        durun's answer to it (most often `cancelled`, the run stopping) is
+        a consequence."""
+        if self._refused is not None:
+            raise _error(self._refused)
+
+    def _await(self, waiter: _Waiter) -> None:
+        """Waits for `waiter`'s answer, reading stdin itself when no one
+        else does."""
+        while waiter.answer is None:
+            with self._lock:
+                while waiter.answer is None and (self._leading or self._reader is not None):
+                    self._sleepers += 1
+                    self._turn.wait()
+                    self._sleepers -= 1
+                if waiter.answer is not None:
+                    return
+                self._leading = True
+            try:
+                while waiter.answer is None and self._read_one(waiter.spin):
+                    pass
+            finally:
+                with self._lock:
+                    self._leading = False
+                    # Futures still waiting need a reader of their own now.
+                    if any(other.loop is not None for other in self._waiting.values()):
+                        self._start_reader()
+                    self._wake()
+
+    async def arequest(self, message: Dict[str, Any]) -> Answer:
+        return (await self.arequest_all([message]))[0]
+
+    async def arequest_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
+        waiters = self.send(messages, asyncio.get_running_loop())
+        answers = [await cast("asyncio.Future[Answer]", waiter.future) for waiter in waiters]
+        self._raise_refused()
+        return answers
+
+    def _failure(self, request_id: int) -> Answer:
+        return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
+
+    def _readline(self, spin: float) -> bytes:
+        """The next line from durun (empty at the end). Right after a
+        request its answer usually comes within microseconds: the reader
+        looks for it briefly before it sleeps, since a wake-up from sleep
+        costs more than the answer itself."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end + 1])
+                del self._buffer[:end + 1]
+                return line
+            deadline = time.perf_counter() + spin
+            while not self._poll.poll(0) and time.perf_counter() < deadline:
+                pass
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                return b""
+            self._buffer += chunk
+
+    def _read_one(self, spin: float = _SPIN) -> bool:
+        """Reads one answer and hands it over; False once stdin is done
+        (every waiter then gets an error, now and later)."""
+        try:
+            line = self._readline(spin)
+            if not line:
+                return self._close("durun closed the protocol")
+            answer = json.loads(line.decode("utf-8"))
+        except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
+            return self._close(f"the SDK could not read durun's answer: {exc}")
+        if (answer.get("error") or {}).get("code") == "cancelled":
+            self.stopping = True
+        with self._lock:
+            waiter = self._waiting.pop(answer.get("id"), None)
+            if waiter is not None:
+                if answer["id"] in self._posted:
+                    # No one waits for it (a pipelined commit): checked here.
+                    step = self._posted.pop(answer["id"])
+                    if not answer.get("ok") and self._refused is None:
+                        self._refused = {**answer, "step": answer.get("step", step)}
+                waiter.deliver(answer)
+            self._wake()
+        return True
+
+    def _wake(self) -> None:
+        """With the lock held: wakes the threads waiting on `_turn`."""
+        if self._sleepers:
+            self._turn.notify_all()
+
+    def _close(self, why: str) -> bool:
+        with self._lock:
+            self._gone = why
+            waiting = list(self._waiting.items())
+            self._waiting.clear()
+            self._posted.clear()
+            for request_id, waiter in waiting:
+                waiter.deliver(self._failure(request_id))
+            self._turn.notify_all()
+        return False
+
+    def _read(self) -> None:
+        while self._read_one():
+            pass
+
+
+
+_channel: Optional[_Channel] = None
+_channel_lock = threading.Lock()
+
+
+def active() -> bool:
+    """Whether the script runs under durun."""
+    return os.environ.get("DURUN_PROTOCOL") == "1"
+
+
+def _stop_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """An excepthook that shows a stop as one line. Python still exits as
+    SIGINT says (130) after a KeyboardInterrupt."""
+
+    def show(kind: Any, value: BaseException, traceback: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt) or (issubclass(kind, Cancelled) and _stopping()):
+            try:
+                # A second SIGINT (durun passes one on) must not break this
+                # line or the shutdown; Python still ends by SIGINT (130).
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            except ValueError:
+                pass
+            task = os.environ.get("DURUN_TASK_ID", "")
+            sys.stderr.write(f"durun: the agent was stopped; `durun resume {task}` continues the task\n")
+            return
+        hook(kind, value, traceback)
+
+    return show
+
+
+def _stopping() -> bool:
+    return _channel is not None and _channel.stopping
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGINT under durun: the first one stops the script; later ones, which
+    a Ctrl-C delivers (the terminal and durun both send one), are ignored
+    so that they cannot break the stop halfway with a second traceback.
+    durun kills an agent that does not exit in time."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _get_channel() -> _Channel:
+    global _channel
+    if _channel is not None:
+        return _channel
+    with _channel_lock:
+        if _channel is None:
+            _channel = _Channel()
+            atexit.register(_settle_at_exit)
+            sys.excepthook = _stop_hook(sys.excepthook)
+            # Only Python's own handler is replaced, and only where signal
+            # handlers can be set (the main thread).
+            if (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+                signal.signal(signal.SIGINT, _interrupted)
+        return _channel
+
+
+def _settle_at_exit() -> None:
+    """A script that ends waits for its posted commits; a refused one is
+    reported, never lost."""
+    if _channel is None:
+        return
+    try:
+        _channel.settle()
+    except DurunError as exc:
+        sys.stderr.write(f"durun: the commit of step {exc.step} was refused: {exc}\n")
+
+
+def _checked(answer: Answer) -> Answer:
+    if not answer["ok"]:
+        raise _error(answer)
+    return answer

@@ -1,0 +1,306 @@
+"""Steps: `durun.step`, its context, retries, and the async form."""
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import itertools
+import threading
+import time
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar, cast, overload
+
+from ._types import Answer, F, T
+from ._errors import DurunError, Timeout
+from ._values import _encode, _line
+from ._channel import _SPIN, _SPIN_DURABLE, _checked, _get_channel, active
+
+
+# Steps.
+
+class StepContext:
+    """What a running step knows about itself."""
+
+    def __init__(self, step: int, idempotency_key: str, attempt: int, in_doubt: bool) -> None:
+        self.step = step
+        self.idempotency_key = idempotency_key
+        self.attempt = attempt
+        self.in_doubt = in_doubt
+        self.usage: Optional[Dict[str, int]] = None
+
+    @classmethod
+    def _opened(cls, answer: Answer) -> "StepContext":
+        """The step a `begin` answer opened."""
+        return cls(answer["step"], answer.get("idempotency_key", ""), answer.get("attempt", 1),
+                   answer.get("in_doubt", False))
+
+    def _retried(self, answer: Answer) -> "StepContext":
+        """The same step's next attempt, from the `retry` answer (same key)."""
+        return StepContext(self.step, self.idempotency_key, answer.get("attempt", self.attempt + 1), False)
+
+
+# A context variable: each thread and each asyncio task sees its own step.
+_current: "contextvars.ContextVar[Optional[StepContext]]" = contextvars.ContextVar("durun_step", default=None)
+
+
+def current() -> Optional[StepContext]:
+    """The step running in this thread or asyncio task, or None."""
+    return _current.get()
+
+
+def usage(input_tokens: int = 0, output_tokens: int = 0) -> None:
+    """Records the token usage of the step running here."""
+    context = current()
+    if context is not None:
+        context.usage = {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens)}
+
+
+def _usage_of(value: Any) -> Optional[Dict[str, Any]]:
+    """Token usage found in an LLM-shaped answer (OpenAI or Anthropic)."""
+    found = value.get("usage") if isinstance(value, dict) else None
+    if isinstance(found, dict) and any(k in found for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")):
+        return found
+    return None
+
+
+class _Policy:
+    """How a step retries: ``retries`` more attempts after a failure,
+    ``backoff`` seconds before the first (doubling), ``timeout`` seconds per
+    attempt."""
+
+    def __init__(self, retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> None:
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+
+    def delay(self, attempt: int) -> float:
+        return float(self.backoff * (2 ** max(0, attempt - 1)))
+
+
+_NO_RETRIES = _Policy()
+
+
+def _failure_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _begin(name: str, args: Any, effect: str) -> Dict[str, Any]:
+    return {"op": "begin", "name": name, "args": _encode(args, f"the args of step {name!r}"), "effect": effect}
+
+
+def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], bytes, Any]:
+    """The commit of a step that returned ``value``, as a message and its
+    line, and the value as stored; TypeError or ValueError when it cannot
+    be journaled."""
+    stored = _encode(value, f"the value step {name!r} returned")
+    commit = {"op": "commit", "step": context.step, "output": stored, "usage": context.usage or _usage_of(stored)}
+    return commit, _line(commit), stored
+
+
+def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
+    """Runs fn, in a helper thread when it has a time limit (a thread cannot
+    be killed: past the limit it is left to finish, unheard)."""
+    if timeout is None:
+        return fn()
+    outcome: Dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(fn)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"durun-step-{name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise Timeout(f"step {name!r} ran past its timeout of {timeout}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return cast(T, outcome["value"])
+
+
+def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _Policy = _NO_RETRIES) -> T:
+    if not active():
+        # Without durun the step simply runs (with its retries).
+        for attempt in itertools.count(1):
+            try:
+                return _run_sync(fn, policy.timeout, name)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:
+                if attempt > policy.retries:
+                    raise
+                time.sleep(policy.delay(attempt))
+    channel = _get_channel()
+    opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
+    if opened.get("replayed"):
+        # The recorded value of the step: what fn returned when it ran.
+        return cast(T, opened["output"])
+    context = StepContext._opened(opened)
+    tries = 0
+    while True:
+        tries += 1
+        token = _current.set(context)
+        try:
+            value = _run_sync(fn, policy.timeout, name)
+        except (KeyboardInterrupt, SystemExit):
+            # A stop is not the step's failure: the step stays open, and a
+            # resume runs it again.
+            raise
+        except BaseException as exc:
+            _checked(channel.request({"op": "fail", "step": context.step, "error": _failure_text(exc)}))
+            if tries > policy.retries or isinstance(exc, DurunError) and not isinstance(exc, Timeout):
+                raise
+            time.sleep(policy.delay(tries))
+            # The next attempt, journaled, with the same key.
+            reopened = _checked(channel.request({"op": "retry", "step": context.step}))
+            context = context._retried(reopened)
+            continue
+        finally:
+            _current.reset(token)
+        if inspect.isawaitable(value):
+            # A lambda around a coroutine: the sync path cannot await it.
+            getattr(value, "close", lambda: None)()
+            message = (f"durun: step {name!r} returned an awaitable: pass an `async def` function "
+                       "(`durun.step(name, args, async_fn)` then returns an awaitable), not a lambda around one")
+            channel.request({"op": "fail", "step": context.step, "error": message})
+            raise TypeError(message)
+        try:
+            commit, body, stored = _closing(name, context, value)
+        except (TypeError, ValueError) as exc:
+            channel.request({"op": "fail", "step": context.step, "error": str(exc)})
+            raise TypeError(str(exc)) from exc
+        # Posted: the agent goes on while durun writes it (see _Channel).
+        channel.post(commit, body)
+        # What the journal holds, as a replay will give it.
+        return cast(T, stored)
+
+
+async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effect: str,
+                     policy: _Policy = _NO_RETRIES) -> T:
+    async def attempt_once() -> T:
+        if policy.timeout is None:
+            return await fn()
+        try:
+            return await asyncio.wait_for(fn(), policy.timeout)
+        except asyncio.TimeoutError:
+            raise Timeout(f"step {name!r} ran past its timeout of {policy.timeout}s") from None
+
+    if not active():
+        for attempt in itertools.count(1):
+            try:
+                return await attempt_once()
+            except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+                raise
+            except Exception:
+                if attempt > policy.retries:
+                    raise
+                await asyncio.sleep(policy.delay(attempt))
+    channel = _get_channel()
+    opened = _checked(await channel.arequest(_begin(name, args, effect)))
+    if opened.get("replayed"):
+        return cast(T, opened["output"])
+    context = StepContext._opened(opened)
+    tries = 0
+    while True:
+        tries += 1
+        token = _current.set(context)
+        try:
+            value = await attempt_once()
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            _checked(await channel.arequest({"op": "fail", "step": context.step, "error": _failure_text(exc)}))
+            if tries > policy.retries or isinstance(exc, DurunError) and not isinstance(exc, Timeout):
+                raise
+            await asyncio.sleep(policy.delay(tries))
+            reopened = _checked(await channel.arequest({"op": "retry", "step": context.step}))
+            context = context._retried(reopened)
+            continue
+        finally:
+            _current.reset(token)
+        try:
+            commit, body, stored = _closing(name, context, value)
+        except (TypeError, ValueError) as exc:
+            await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
+            raise TypeError(str(exc)) from exc
+        channel.post(commit, body)
+        return cast(T, stored)
+
+
+def _call_args(function: Callable[..., Any], signature: inspect.Signature, chosen: Any,
+               call_args: Tuple[Any, ...], call_kwargs: Dict[str, Any]) -> Any:
+    """A decorated call's step args: ``chosen(...)`` if it is callable,
+    else the call's arguments (without ``self``/``cls``) over ``chosen``."""
+    bound = signature.bind(*call_args, **call_kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    params = list(signature.parameters)
+    own = bool(params) and params[0] in ("self", "cls") and "." in function.__qualname__
+    if own:
+        arguments.pop(params[0], None)
+        call_args = call_args[1:]
+    if callable(chosen):
+        return chosen(*call_args, **call_kwargs)
+    step_args = dict(chosen or {})
+    for key, value in arguments.items():
+        kind = signature.parameters[key].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            step_args.update(value)
+        else:
+            step_args[key] = value
+    return step_args
+
+
+@overload
+def step(name: str, args: Any = None, fn: None = None, effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> Callable[[F], F]: ...
+
+
+@overload
+def step(name: str, args: Any, fn: Callable[[], T], effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> T: ...
+
+
+def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> Any:
+    """Runs ``fn()`` as journaled step ``name`` unless the journal holds it.
+
+    ``durun.step(name, args, fn)`` returns fn's value, or the recorded one
+    (an ``async`` fn gives an awaitable). ``@durun.step(name)`` on a
+    function, method or ``async def`` makes each call a step whose args are
+    the call's arguments without ``self``/``cls``; ``args=`` a dict adds to
+    them, ``args=`` a callable taking the call's arguments chooses them
+    (leave out a client or a logger). ``retries``, ``backoff`` (seconds,
+    doubling) and ``timeout`` (seconds per attempt) retry a failing step:
+    every attempt is journaled under the same idempotency key.
+    """
+    if effect not in ("read", "mutate"):
+        raise ValueError("effect must be 'read' or 'mutate'")
+    policy = _Policy(retries, backoff, timeout)
+    if fn is not None:
+        if inspect.iscoroutinefunction(fn):
+            return _arun_step(name, {} if args is None else args, fn, effect, policy)
+        return _run_step(name, {} if args is None else args, fn, effect, policy)
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+        if inspect.iscoroutinefunction(function):
+            @functools.wraps(function)
+            async def awrapper(*call_args: Any, **call_kwargs: Any) -> Any:
+                step_args = _call_args(function, signature, args, call_args, call_kwargs)
+                return await _arun_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect, policy)
+
+            return awrapper
+
+        @functools.wraps(function)
+        def wrapper(*call_args: Any, **call_kwargs: Any) -> Any:
+            step_args = _call_args(function, signature, args, call_args, call_kwargs)
+            return _run_step(name, step_args, lambda: function(*call_args, **call_kwargs), effect, policy)
+
+        return wrapper
+
+    return decorate
