@@ -610,17 +610,21 @@ fn an_exported_task_resumes_in_another_journal_with_the_same_keys() {
     );
 }
 
-#[test]
-fn a_truncated_or_altered_export_is_refused_and_writes_nothing() {
-    let env = waiter_env();
+/// Task `t` of two steps, run to its end and exported.
+fn two_step_export(env: &TestEnv) -> String {
     let plan = json!([{"step": "one"}, {"step": "two"}]);
     assert!(
-        run(&env, &waiter_args(&env, "t", &plan, &[]))
+        run(env, &waiter_args(env, "t", &plan, &[]))
             .status
             .success()
     );
-    let exported = env.durun(&["export", "t"]);
-    let whole = text(&exported.stdout);
+    text(&env.durun(&["export", "t"]).stdout)
+}
+
+#[test]
+fn a_truncated_or_altered_export_is_refused_and_writes_nothing() {
+    let env = waiter_env();
+    let whole = two_step_export(&env);
     let other = waiter_env();
     let truncated = &whole[..whole.len() / 2];
     let altered = whole.replacen("\"one\"", "\"0ne\"", 1);
@@ -672,14 +676,7 @@ fn sealed(lines: &[Value]) -> String {
 #[test]
 fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     let env = waiter_env();
-    let plan = json!([{"step": "one"}, {"step": "two"}]);
-    assert!(
-        run(&env, &waiter_args(&env, "t", &plan, &[]))
-            .status
-            .success()
-    );
-    let exported = env.durun(&["export", "t"]);
-    let mut lines: Vec<Value> = text(&exported.stdout)
+    let mut lines: Vec<Value> = two_step_export(&env)
         .lines()
         .map(|line| serde_json::from_str(line).expect("JSON line"))
         .collect();
