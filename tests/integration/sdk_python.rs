@@ -491,11 +491,9 @@ fn a_refused_commit_is_raised_at_the_next_request_or_reported_at_exit() {
         // Step a's commit was posted, not waited for: it must be durable
         // before the lock, or it is the one refused.
         wait_for("step a to be durable", Duration::from_secs(20), || {
-            env.durun(&["inspect", "t", "--json"])
-                .status
-                .success()
-                .then(|| env.inspect("t")["steps"][0]["status"] == "committed")
-                .unwrap_or(false)
+            let shown = env.durun(&["inspect", "t", "--json"]);
+            serde_json::from_slice::<Value>(&shown.stdout)
+                .is_ok_and(|task| task["steps"][0]["status"] == "committed")
         });
         let holder = rusqlite::Connection::open(&env.journal).expect("open the journal");
         holder
