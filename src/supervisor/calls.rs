@@ -62,7 +62,7 @@ impl Supervisor<'_> {
         };
         if record.effect == Effect::Mutate {
             // Write-ahead: the tool starts once the intent is durable.
-            self.batch.push(Deferred {
+            self.outbox.batch.push(Deferred {
                 conn,
                 record,
                 fresh,
@@ -118,7 +118,7 @@ impl Supervisor<'_> {
             );
             return;
         }
-        self.calls.insert(
+        self.steps.calling(
             step,
             CallInFlight {
                 conn,
@@ -133,7 +133,7 @@ impl Supervisor<'_> {
     }
 
     pub(super) fn on_tool_done(&mut self, step: u64, finished: Finished) {
-        let Some(call) = self.calls.remove(&step) else {
+        let Some(call) = self.steps.calls.remove(&step) else {
             return;
         };
         let conn = call.conn;

@@ -89,11 +89,11 @@ impl<'a> Supervisor<'a> {
     /// Writes the batch, if it has steps and the journal is home: on the
     /// loop when someone waits for it, else on the committer thread.
     fn lend(&mut self) {
-        if self.batch.is_empty() || self.in_flight() {
+        if self.outbox.batch.is_empty() || self.in_flight() {
             return;
         }
-        let mut batch = std::mem::take(&mut self.batch);
-        if self.fenced {
+        let mut batch = std::mem::take(&mut self.outbox.batch);
+        if self.holding.fenced {
             return;
         }
         let mut stats = self.stats;
@@ -108,7 +108,7 @@ impl<'a> Supervisor<'a> {
                 {
                     // Answered right after this commit: a step the agent
                     // opens from here on, it opens knowing of the failure.
-                    deferred.record.seen_from = Some(self.next_step);
+                    deferred.record.seen_from = Some(self.steps.next_step);
                 }
             }
         }
@@ -116,7 +116,7 @@ impl<'a> Supervisor<'a> {
         let agent_commit = batch.iter().any(Deferred::is_agent_commit);
         // No one waits for what the batch holds: a pipelining agent's
         // commits, written while the loop goes on.
-        let off_the_loop = self.pipelined && batch.iter().all(Deferred::is_agent_commit);
+        let off_the_loop = self.outbox.pipelined && batch.iter().all(Deferred::is_agent_commit);
         let journal = self.journal.take().expect("the journal is home");
         let job = Job {
             journal,
@@ -130,8 +130,12 @@ impl<'a> Supervisor<'a> {
             // only add two wake-ups to the wait.
             let landed = write(job, self.spec.task_id, self.spec.run);
             self.take_landed(landed);
-            if agent_commit && !self.pipelined && !self.fenced && self.io.agent_has_more() {
-                self.pipelined = true;
+            if agent_commit
+                && !self.outbox.pipelined
+                && !self.holding.fenced
+                && self.io.agent_has_more()
+            {
+                self.outbox.pipelined = true;
             }
             return;
         }
@@ -167,7 +171,7 @@ impl<'a> Supervisor<'a> {
             standing,
         } = landed;
         self.journal = Some(journal);
-        if self.fenced {
+        if self.holding.fenced {
             return;
         }
         match written {
@@ -213,7 +217,7 @@ impl<'a> Supervisor<'a> {
         let Deferred {
             conn, record, then, ..
         } = deferred;
-        self.last_recorded = self.last_recorded.max(record.step);
+        self.steps.last_recorded = self.steps.last_recorded.max(record.step);
         match then {
             Then::Marked => {}
             Then::Finished { id, started } => self.answer_finished(conn, id, &record, started),
@@ -224,7 +228,7 @@ impl<'a> Supervisor<'a> {
                 self.respond(conn, &response);
             }
             Then::Call { id, tool, args } => {
-                if self.stop.is_some() || !self.check_renewal() {
+                if self.ending.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: the step is in doubt and runs
                     // again, with its key, on resume.
                     self.refuse_start(conn, id, record.step);
@@ -247,7 +251,7 @@ impl<'a> Supervisor<'a> {
     ) {
         record.finished_at = Some(crate::journal::now());
         self.tokens_finished += record.tokens;
-        self.batch.push(Deferred {
+        self.outbox.batch.push(Deferred {
             conn,
             record,
             fresh,

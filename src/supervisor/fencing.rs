@@ -31,10 +31,10 @@ impl Supervisor<'_> {
     /// False, and the run fenced, when the lease has gone unrenewed for
     /// half the stale time: another host may be about to take it over.
     pub(super) fn check_renewal(&mut self) -> bool {
-        if self.fenced {
+        if self.holding.fenced {
             return false;
         }
-        let unrenewed = os::boot_clock().saturating_sub(self.renewed_at);
+        let unrenewed = os::boot_clock().saturating_sub(self.holding.renewed_at);
         if unrenewed < self.spec.lease.stale / 2 {
             return true;
         }
@@ -51,10 +51,10 @@ impl Supervisor<'_> {
     /// takeover nor a cancel came (a cheap look, see
     /// [`crate::journal::Journal::watch`]).
     pub(super) fn may_start(&mut self) -> bool {
-        if !self.check_renewal() || self.stop.is_some() {
+        if !self.check_renewal() || self.ending.stop.is_some() {
             return false;
         }
-        self.last_watch = Instant::now();
+        self.holding.last_watch = Instant::now();
         let Some(journal) = self.journal.as_deref_mut() else {
             // The committer looks right after the batch in flight.
             return true;
@@ -87,69 +87,69 @@ impl Supervisor<'_> {
     /// The run lost its lease: the agent and its tools are killed at once,
     /// no answer reaches them, and nothing more is written (exit 75).
     fn fence(&mut self, message: String) {
-        if self.fenced {
+        if self.holding.fenced {
             return;
         }
-        self.fenced = true;
-        if self.exited.is_none() {
+        self.holding.fenced = true;
+        if self.ending.exited.is_none() {
             os::signal_process(self.child_pid, libc::SIGKILL);
         }
-        for call in self.calls.values() {
+        for call in self.steps.calls.values() {
             call.cancel.cancel();
         }
         // An HTTP call cannot be stopped mid-request; its answer is dropped.
-        self.calls.clear();
-        self.open.clear();
-        self.waits.clear();
-        self.batch.clear();
+        self.steps.calls.clear();
+        self.steps.open.clear();
+        self.steps.waits.clear();
+        self.outbox.batch.clear();
         self.io.stdin = None;
         self.io.out.clear();
         self.io.sent = 0;
-        self.writers.clear();
-        self.kill_at = None;
+        self.outbox.writers.clear();
+        self.ending.kill_at = None;
         let failure = Failure::new(Kind::Locked, message).hint(format!(
             "`durun inspect {}` shows who runs it now; this run's steps up to here are in the journal",
             self.spec.task_id
         ));
-        self.stop = Some(Stop::Failure(failure.into()));
+        self.ending.stop = Some(Stop::Failure(failure.into()));
     }
 
     /// Timers: the kill after a stop's grace period, the marks of long
     /// steps, the look for a cancel or a takeover, the heartbeat.
     pub(super) fn tick(&mut self) {
-        if let Some(kill_at) = self.kill_at
+        if let Some(kill_at) = self.ending.kill_at
             && Instant::now() >= kill_at
-            && self.exited.is_none()
+            && self.ending.exited.is_none()
         {
             os::signal_process(self.child_pid, libc::SIGKILL);
-            self.kill_at = None;
+            self.ending.kill_at = None;
         }
-        if self.fenced {
+        if self.holding.fenced {
             return;
         }
         self.mark_long_steps();
-        if self.stop.is_none() && self.last_watch.elapsed() >= WATCH_EVERY {
-            self.last_watch = Instant::now();
+        if self.ending.stop.is_none() && self.holding.last_watch.elapsed() >= WATCH_EVERY {
+            self.holding.last_watch = Instant::now();
             if let Some(journal) = self.journal.as_deref_mut()
                 && let Ok(standing) = journal.watch(self.spec.task_id, self.spec.run)
             {
                 self.on_standing(standing);
             }
         }
-        if self.last_heartbeat.elapsed() >= self.spec.lease.heartbeat {
+        if self.holding.last_heartbeat.elapsed() >= self.spec.lease.heartbeat {
             self.heartbeat();
         }
         self.tick_waits();
     }
 
     fn heartbeat(&mut self) {
-        self.last_heartbeat = Instant::now();
+        self.holding.last_heartbeat = Instant::now();
         let sent_at = os::boot_clock();
         let (task, run) = (self.spec.task_id, self.spec.run);
         match self.journal().heartbeat(task, run) {
             Ok(standing) => {
                 if standing != Standing::Lost {
-                    self.renewed_at = sent_at;
+                    self.holding.renewed_at = sent_at;
                 }
                 self.on_standing(standing);
             }
@@ -169,17 +169,17 @@ impl Supervisor<'_> {
     /// without one, as `pending`: if the run dies now, `inspect` shows the
     /// step it died in, and a resume runs it again as its next attempt.
     fn mark_long_steps(&mut self) {
-        if self.stop.is_some() {
+        if self.ending.stop.is_some() {
             return;
         }
         let mut marks = Vec::new();
-        for open in self.open.values_mut() {
+        for open in self.steps.open.values_mut() {
             if open.fresh && open.started.elapsed() >= MARK_AFTER {
                 open.fresh = false;
                 marks.push(open.record.clone());
             }
         }
-        for call in self.calls.values_mut() {
+        for call in self.steps.calls.values_mut() {
             if call.fresh && call.started.elapsed() >= MARK_AFTER {
                 call.fresh = false;
                 marks.push(call.record.clone());
@@ -188,12 +188,14 @@ impl Supervisor<'_> {
         if marks.is_empty() {
             return;
         }
-        self.batch.extend(marks.into_iter().map(|record| Deferred {
-            conn: AGENT,
-            record,
-            fresh: true,
-            then: Then::Marked,
-        }));
+        self.outbox
+            .batch
+            .extend(marks.into_iter().map(|record| Deferred {
+                conn: AGENT,
+                record,
+                fresh: true,
+                then: Then::Marked,
+            }));
         self.flush();
     }
 }

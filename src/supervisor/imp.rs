@@ -29,7 +29,6 @@
 //! lease is renewed and fenced in `fencing`; a stop (a signal, a
 //! divergence, a journal failure) is handled in `stopping`.
 
-use std::collections::HashMap;
 use std::sync::mpsc::{self, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -38,9 +37,8 @@ use serde_json::Value;
 use super::agent_io::AgentIo;
 use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
-use super::recorded::Recorded;
 use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use super::state::{Committer, Deferred, Supervisor};
+use super::state::{Committer, Deferred, Ending, Holding, Outbox, Steps, Supervisor};
 use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
@@ -136,33 +134,16 @@ pub(crate) fn supervise(
                 landed: landed_rx,
             },
             reporter,
-            recorded: Recorded::new(last_recorded),
-            last_recorded,
-            next_step: 1,
-            open: HashMap::new(),
-            calls: HashMap::new(),
+            steps: Steps::new(last_recorded),
             stats: RunStats::default(),
-            writers: HashMap::new(),
             io,
-            batch: Vec::new(),
-            pipelined: false,
+            outbox: Outbox::default(),
             tokens_finished: 0,
             events_tx,
             child_pid,
             interactive: os::stdin_is_terminal(),
-            stop: None,
-            signal: None,
-            kill_at: None,
-            exited: None,
-            exited_at: None,
-            stdout_closed: false,
-            last_heartbeat: Instant::now(),
-            renewed_at: spec.leased_at,
-            fenced: false,
-            last_watch: Instant::now(),
-            failed: HashMap::new(),
-            waits: HashMap::new(),
-            last_signal_look: Instant::now(),
+            ending: Ending::default(),
+            holding: Holding::new(spec.leased_at),
         };
         supervisor.serve(&events);
         // The journal comes home before the run's end is recorded; the
@@ -185,14 +166,15 @@ impl Supervisor<'_> {
                 return;
             }
             let mut wait = Duration::from_millis(500).min(self.spec.lease.heartbeat);
-            if let Some(kill_at) = self.kill_at {
+            if let Some(kill_at) = self.ending.kill_at {
                 wait = wait.min(kill_at.saturating_duration_since(Instant::now()));
             }
             if let Some(bound) = self.wait_bound() {
                 wait = wait.min(bound);
             }
-            let read =
-                !self.stdout_closed && self.io.release_held() && self.io.unread() < ANSWER_BOUND;
+            let read = !self.ending.stdout_closed
+                && self.io.release_held()
+                && self.io.unread() < ANSWER_BOUND;
             self.io.wait(wait, read);
             // A pause (SIGSTOP, a suspended machine) may have outlasted
             // the lease: look before acting on anything.
@@ -231,32 +213,34 @@ impl Supervisor<'_> {
     /// no one waits for, and nothing is being committed: the batch may wait
     /// a moment for more.
     fn only_commits_wait(&self) -> bool {
-        self.pipelined
+        self.outbox.pipelined
             && !self.in_flight()
-            && !self.batch.is_empty()
-            && self.batch.iter().all(Deferred::is_agent_commit)
+            && !self.outbox.batch.is_empty()
+            && self.outbox.batch.iter().all(Deferred::is_agent_commit)
     }
 
     /// Whether the run is over: the agent exited, its prints are all read
     /// (or a leftover process holds its stdout silently past a grace
     /// period), and no tool runs.
     fn finished(&self) -> bool {
-        let Some(exited_at) = self.exited_at else {
+        let Some(exited_at) = self.ending.exited_at else {
             return false;
         };
         // A run stopped by a signal does not wait on a reader of durun's
         // stdout that never reads.
         let quiet = exited_at.elapsed() >= DRAIN_GRACE
-            && (self.signal.is_some()
+            && (self.ending.signal.is_some()
                 || (self.io.read_at.elapsed() >= DRAIN_GRACE && self.io.held.is_none()));
-        (self.stdout_closed || quiet || self.fenced) && self.calls.is_empty() && !self.in_flight()
+        (self.ending.stdout_closed || quiet || self.holding.fenced)
+            && self.steps.calls.is_empty()
+            && !self.in_flight()
     }
 
     /// Handles the lines the agent's stdout holds now (a bounded number, so
     /// a flood cannot starve the other events).
     fn read_agent(&mut self) {
         for _ in 0..4096 {
-            if self.fenced {
+            if self.holding.fenced {
                 return;
             }
             let chunk = self.io.reader.next_line();
@@ -292,7 +276,7 @@ impl Supervisor<'_> {
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Ok(None) | Err(_) => {
-                    self.stdout_closed = true;
+                    self.ending.stdout_closed = true;
                     return;
                 }
             }
@@ -302,7 +286,7 @@ impl Supervisor<'_> {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Line(conn, Line::Request(request))
-                if self.exited.is_some() && !request.closes_a_step() =>
+                if self.ending.exited.is_some() && !request.closes_a_step() =>
             {
                 // What the agent left running may not open steps for a
                 // task whose run is ending. A step it closed is recorded:
@@ -333,10 +317,10 @@ impl Supervisor<'_> {
                 );
             }
             Event::Connected(conn, writer) => {
-                self.writers.insert(conn, writer);
+                self.outbox.writers.insert(conn, writer);
             }
             Event::Disconnected(conn) => {
-                self.writers.remove(&conn);
+                self.outbox.writers.remove(&conn);
             }
             Event::Oversized(conn, id) => {
                 let message = format!(
@@ -346,9 +330,9 @@ impl Supervisor<'_> {
                 self.respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
             }
             Event::Exited(status) => {
-                self.exited = Some(status);
-                self.exited_at = Some(Instant::now());
-                self.kill_at = None;
+                self.ending.exited = Some(status);
+                self.ending.exited_at = Some(Instant::now());
+                self.ending.kill_at = None;
             }
             Event::ToolDone { step, finished } => self.on_tool_done(step, finished),
             Event::Signal(signal) => self.on_signal(signal),
@@ -360,12 +344,12 @@ impl Supervisor<'_> {
     /// Answers on connection `conn`; nothing goes out once the run is
     /// fenced.
     pub(super) fn respond(&mut self, conn: Conn, response: &Response) {
-        if self.fenced {
+        if self.holding.fenced {
             return;
         }
         if conn == AGENT {
             self.io.push(response);
-        } else if let Some(writer) = self.writers.get(&conn) {
+        } else if let Some(writer) = self.outbox.writers.get(&conn) {
             writer.send(response.to_line());
         }
     }
@@ -380,7 +364,7 @@ impl Supervisor<'_> {
             failure,
             output: Some(Output {
                 passthrough: self.io.passthrough,
-                stall: self.signal.map(|_| OUTPUT_STALL),
+                stall: self.ending.signal.map(|_| OUTPUT_STALL),
                 stderr_done: None,
             }),
         }

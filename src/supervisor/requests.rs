@@ -30,7 +30,7 @@ const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl Supervisor<'_> {
     pub(super) fn on_request(&mut self, conn: Conn, request: Request) {
-        if self.stop.is_some() {
+        if self.ending.stop.is_some() {
             self.respond(
                 conn,
                 &Response::error(
@@ -73,7 +73,7 @@ impl Supervisor<'_> {
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.
                 self.flush();
-                if self.fenced {
+                if self.holding.fenced {
                     return;
                 }
                 let (task, run) = (self.spec.task_id, self.spec.run);
@@ -88,12 +88,14 @@ impl Supervisor<'_> {
     /// The step the journal held at `step` when the run started, if any;
     /// read from the journal only once a page of them is used up.
     pub(super) fn recorded_step(&mut self, step: u64) -> anyhow::Result<Option<StepRecord>> {
-        if self.recorded.needs_page(step) {
+        if self.steps.recorded.needs_page(step) {
             self.settle();
             let journal = self.journal.as_deref_mut().expect("the journal is home");
-            self.recorded.read_page(journal, self.spec.task_id, step)?;
+            self.steps
+                .recorded
+                .read_page(journal, self.spec.task_id, step)?;
         }
-        Ok(self.recorded.take(step))
+        Ok(self.steps.recorded.take(step))
     }
 
     /// Answers a step that may not start because the run is stopping.
@@ -133,7 +135,7 @@ impl Supervisor<'_> {
         if record.effect == Effect::Mutate {
             // Write-ahead: the agent hears of the step once its intent is
             // durable.
-            self.batch.push(Deferred {
+            self.outbox.batch.push(Deferred {
                 conn,
                 record,
                 fresh,
@@ -160,7 +162,7 @@ impl Supervisor<'_> {
         response.attempt = Some(record.attempts);
         response.idempotency_key = Some(record.idempotency_key.clone());
         response.in_doubt = in_doubt.then_some(true);
-        self.open.insert(
+        self.steps.opened(
             record.step,
             OpenStep {
                 record,
@@ -180,8 +182,8 @@ impl Supervisor<'_> {
         id: &Value,
         wanted: Wanted<'_>,
     ) -> Option<(StepRecord, bool, bool)> {
-        let step = self.next_step;
-        self.next_step += 1;
+        let step = self.steps.next_step;
+        self.steps.next_step += 1;
         let args_hash = step_key::args_hash(wanted.canonical);
         let recorded = match self.recorded_step(step) {
             Ok(recorded) => recorded,
@@ -196,7 +198,7 @@ impl Supervisor<'_> {
             ask_first: wanted.ask_first,
         };
         let (mut record, fresh, in_doubt) = match (
-            decide(recorded.as_ref(), &asked, self.last_recorded),
+            decide(recorded.as_ref(), &asked, self.steps.last_recorded),
             recorded,
         ) {
             (Decision::Run, _) | (_, None) => {
@@ -380,8 +382,8 @@ impl Supervisor<'_> {
         step: u64,
         result: Result<(Value, Option<Value>), (String, Option<Value>)>,
     ) {
-        let Some(open) = self.open.remove(&step) else {
-            let message = if self.calls.contains_key(&step) {
+        let Some(open) = self.steps.open.remove(&step) else {
+            let message = if self.steps.calls.contains_key(&step) {
                 format!("step {step} is a `call`: durun closes it when the tool ends")
             } else {
                 format!("step {step} is not open: commit or fail a step once, after its `begin`")
@@ -407,13 +409,13 @@ impl Supervisor<'_> {
                 });
                 record.output = output.as_ref().map(JsonText::from_value);
                 // The agent reported the failure: it knows of it from here.
-                record.seen_from = Some(self.next_step);
-                if self.failed.len() >= MAX_RETRYABLE
-                    && let Some(oldest) = self.failed.keys().min().copied()
+                record.seen_from = Some(self.steps.next_step);
+                if self.steps.failed.len() >= MAX_RETRYABLE
+                    && let Some(oldest) = self.steps.failed.keys().min().copied()
                 {
-                    self.failed.remove(&oldest);
+                    self.steps.failed.remove(&oldest);
                 }
-                self.failed.insert(step, record.clone());
+                self.steps.failed.insert(step, record.clone());
             }
         }
         self.finish_step(conn, id, record, open.fresh, open.started);
@@ -425,7 +427,7 @@ impl Supervisor<'_> {
     /// nothing at this point or holds this patch (true); where it holds
     /// another step, the task's older path, nothing is consumed (false).
     fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
-        let step = self.next_step;
+        let step = self.steps.next_step;
         let recorded = match self.recorded_step(step) {
             Ok(recorded) => recorded,
             Err(err) => return self.journal_failed(conn, &id, err),
@@ -436,13 +438,13 @@ impl Supervisor<'_> {
         match recorded {
             Some(record) if !is_this_patch(&record) => {
                 // An older path: the request takes no step number.
-                self.recorded.put_back(record);
+                self.steps.recorded.put_back(record);
                 let mut response = Response::ok(id);
                 response.patched = Some(false);
                 self.respond(conn, &response);
             }
             Some(record) => {
-                self.next_step += 1;
+                self.steps.next_step += 1;
                 self.stats.replayed_steps += 1;
                 let mut response = Response::ok(id).step(record.step);
                 response.patched = Some(true);
@@ -464,7 +466,7 @@ impl Supervisor<'_> {
                 record.status = StepStatus::Committed;
                 record.output = Some(JsonText::from_value(&Value::Bool(true)));
                 record.finished_at = Some(journal::now());
-                self.batch.push(Deferred {
+                self.outbox.batch.push(Deferred {
                     conn,
                     record,
                     fresh,
@@ -486,7 +488,7 @@ impl Supervisor<'_> {
     /// with the same key (the agent's own retries: each attempt is in the
     /// journal).
     fn on_retry(&mut self, conn: Conn, id: Value, step: u64) {
-        let Some(record) = self.failed.remove(&step) else {
+        let Some(record) = self.steps.failed.remove(&step) else {
             return self.respond(
                 conn,
                 &Response::error(
@@ -508,7 +510,7 @@ impl Supervisor<'_> {
         });
         if record.effect == Effect::Mutate {
             // The new attempt's intent is durable before the agent runs it.
-            self.batch.push(Deferred {
+            self.outbox.batch.push(Deferred {
                 conn,
                 record,
                 fresh: false,

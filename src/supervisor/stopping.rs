@@ -103,49 +103,50 @@ impl Supervisor<'_> {
     /// Ends the run early: the agent gets SIGTERM, then SIGKILL after a
     /// grace period; running tools are killed.
     pub(super) fn stop(&mut self, stop: Stop) {
-        if self.stop.is_some() {
+        if self.ending.stop.is_some() {
             return;
         }
-        if !matches!(stop, Stop::Signal) && self.exited.is_none() {
+        if !matches!(stop, Stop::Signal) && self.ending.exited.is_none() {
             os::signal_process(self.child_pid, libc::SIGTERM);
-            self.kill_at = Some(Instant::now() + STOP_GRACE);
+            self.ending.kill_at = Some(Instant::now() + STOP_GRACE);
         }
-        for call in self.calls.values() {
+        for call in self.steps.calls.values() {
             call.cancel.cancel();
         }
         // An HTTP call cannot be stopped mid-request: it is answered now and
         // left to finish on its own (its step stays in doubt).
         let http: Vec<u64> = self
+            .steps
             .calls
             .iter()
             .filter(|(_, call)| call.http)
             .map(|(step, _)| *step)
             .collect();
         for step in http {
-            if let Some(call) = self.calls.remove(&step) {
+            if let Some(call) = self.steps.calls.remove(&step) {
                 self.refuse_start(call.conn, call.id, step);
             }
         }
-        self.stop = Some(stop);
+        self.ending.stop = Some(stop);
     }
 
     pub(super) fn on_signal(&mut self, signal: i32) {
-        if self.signal.is_some() {
+        if self.ending.signal.is_some() {
             // A second signal: stop waiting.
-            if self.exited.is_none() {
+            if self.ending.exited.is_none() {
                 os::signal_process(self.child_pid, libc::SIGKILL);
             }
             return;
         }
-        self.signal = Some(signal);
+        self.ending.signal = Some(signal);
         // A Ctrl-C at a terminal reaches the agent directly (it shares
         // durun's process group); anything else is passed on.
         let from_terminal = signal == libc::SIGINT && self.interactive;
-        if !from_terminal && self.exited.is_none() {
+        if !from_terminal && self.ending.exited.is_none() {
             os::signal_process(self.child_pid, signal);
         }
-        if self.exited.is_none() {
-            self.kill_at = Some(Instant::now() + SIGNAL_GRACE);
+        if self.ending.exited.is_none() {
+            self.ending.kill_at = Some(Instant::now() + SIGNAL_GRACE);
         }
         self.stop(Stop::Signal);
     }
@@ -153,10 +154,10 @@ impl Supervisor<'_> {
     /// The task's status, durun's exit code, and why durun ended the run
     /// itself, if it did.
     pub(super) fn ending(&mut self) -> (TaskStatus, i32, Option<anyhow::Error>) {
-        let (status, exit_code) = match self.exited {
+        let (status, exit_code) = match self.ending.exited {
             Some(status) => match (status.code(), status.signal()) {
                 (Some(0), _) => (TaskStatus::Completed, 0),
-                (Some(code), _) if self.signal.is_some() => (TaskStatus::Interrupted, code),
+                (Some(code), _) if self.ending.signal.is_some() => (TaskStatus::Interrupted, code),
                 (Some(code), _) => (TaskStatus::Failed, code),
                 (None, Some(signal)) => (TaskStatus::Interrupted, exit_code::from_signal(signal)),
                 (None, None) => (TaskStatus::Failed, exit_code::INTERNAL),
@@ -164,14 +165,18 @@ impl Supervisor<'_> {
             // The agent never reported its exit (it hung past every grace).
             None => (TaskStatus::Interrupted, exit_code::INTERNAL),
         };
-        match self.stop.take() {
+        match self.ending.stop.take() {
             // A fenced run leaves the task to whoever holds it; a run that
             // lost its journal's server leaves it to the next resume.
-            Some(Stop::Failure(err)) if self.fenced || crate::journal::connection_lost(&err) => (
-                TaskStatus::Interrupted,
-                crate::error::exit_code_of(&err),
-                Some(err),
-            ),
+            Some(Stop::Failure(err))
+                if self.holding.fenced || crate::journal::connection_lost(&err) =>
+            {
+                (
+                    TaskStatus::Interrupted,
+                    crate::error::exit_code_of(&err),
+                    Some(err),
+                )
+            }
             Some(Stop::Failure(err)) => (
                 TaskStatus::Failed,
                 crate::error::exit_code_of(&err),

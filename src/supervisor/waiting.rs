@@ -47,7 +47,7 @@ impl Supervisor<'_> {
         let waiter = Waiter::new(conn, id, record);
         // What the agent finished before it is recorded first.
         self.flush();
-        if self.stop.is_some() || !self.may_start() {
+        if self.ending.stop.is_some() || !self.may_start() {
             return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
         }
         self.look_for_signal(waiter, fresh);
@@ -76,14 +76,14 @@ impl Supervisor<'_> {
             return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
         }
         if fresh {
-            self.batch.push(Deferred {
+            self.outbox.batch.push(Deferred {
                 conn: waiter.conn,
                 record: waiter.record.clone(),
                 fresh: true,
                 then: Then::Marked,
             });
             self.flush();
-            if self.stop.is_some() {
+            if self.ending.stop.is_some() {
                 return;
             }
         }
@@ -91,7 +91,7 @@ impl Supervisor<'_> {
         if left > self.spec.park_after {
             self.park(waiter);
         } else {
-            self.waits.insert(waiter.record.step, waiter);
+            self.steps.waiting(waiter.record.step, waiter);
         }
     }
 
@@ -155,15 +155,15 @@ impl Supervisor<'_> {
         {
             Ok(Some(_)) => {
                 self.stats.executed_steps += 1;
-                self.last_recorded = self.last_recorded.max(waiter.record.step);
+                self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
                 self.answer_finished(waiter.conn, waiter.id, &waiter.record, waiter.since);
             }
             Ok(None) => {
-                self.last_recorded = self.last_recorded.max(waiter.record.step);
+                self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
                 if waiter.since.elapsed() >= self.spec.park_after {
                     self.park(waiter);
                 } else {
-                    self.waits.insert(waiter.record.step, waiter);
+                    self.steps.waiting(waiter.record.step, waiter);
                 }
             }
             Err(err) => self.write_failed(waiter.conn, &waiter.id, err),
@@ -181,27 +181,27 @@ impl Supervisor<'_> {
     /// Timers of the steps that wait live: a sleep's time, a wait's
     /// timeout, a look for signals, and parking after `park_after`.
     pub(super) fn tick_waits(&mut self) {
-        if self.waits.is_empty() || self.stop.is_some() || self.fenced {
+        if self.steps.waits.is_empty() || self.ending.stop.is_some() || self.holding.fenced {
             return;
         }
-        let look = self.last_signal_look.elapsed() >= SIGNAL_LOOK;
+        let look = self.holding.last_signal_look.elapsed() >= SIGNAL_LOOK;
         if look {
-            self.last_signal_look = Instant::now();
+            self.holding.last_signal_look = Instant::now();
         }
-        let mut steps: Vec<u64> = self.waits.keys().copied().collect();
+        let mut steps: Vec<u64> = self.steps.waits.keys().copied().collect();
         steps.sort_unstable();
         for step in steps {
-            if self.stop.is_some() {
+            if self.ending.stop.is_some() {
                 return;
             }
-            let Some(waiter) = self.waits.remove(&step) else {
+            let Some(waiter) = self.steps.waits.remove(&step) else {
                 continue;
             };
             let due = waiter.until.is_some_and(|until| SystemTime::now() >= until);
             match waiter.record.kind {
                 StepKind::Sleep if due => self.wake(waiter, false),
                 StepKind::Sleep => {
-                    self.waits.insert(step, waiter);
+                    self.steps.waiting(step, waiter);
                 }
                 _ if due || waiter.since.elapsed() >= self.spec.park_after => {
                     self.look_for_signal(waiter, false);
@@ -211,13 +211,13 @@ impl Supervisor<'_> {
                     match self.journal().signal_waiting(task, &waiter.record.name) {
                         Ok(true) => self.look_for_signal(waiter, false),
                         Ok(false) => {
-                            self.waits.insert(step, waiter);
+                            self.steps.waiting(step, waiter);
                         }
                         Err(err) => self.journal_failed(waiter.conn, &waiter.id, err),
                     }
                 }
                 _ => {
-                    self.waits.insert(step, waiter);
+                    self.steps.waiting(step, waiter);
                 }
             }
         }
@@ -226,12 +226,12 @@ impl Supervisor<'_> {
 
     /// How long the loop may sleep before a waiting step needs it.
     pub(super) fn wait_bound(&self) -> Option<Duration> {
-        if self.waits.is_empty() {
+        if self.steps.waits.is_empty() {
             return None;
         }
         let now = SystemTime::now();
         let mut bound = SIGNAL_LOOK;
-        for waiter in self.waits.values() {
+        for waiter in self.steps.waits.values() {
             if let Some(until) = waiter.until {
                 bound = bound.min(until.duration_since(now).unwrap_or_default());
             }

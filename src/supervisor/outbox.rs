@@ -1,0 +1,79 @@
+//! What waits to be written: the steps of the next commit, and where
+//! answers go.
+//!
+//! # Invariant
+//!
+//! A step in `batch` is answered only after the batch's commit (its
+//! continuation runs then); `pipelined` once set stays set for the run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::inbox::{Answers, Conn};
+use crate::config::Tool;
+use crate::journal::{StepKind, StepRecord};
+
+#[derive(Default)]
+pub(super) struct Outbox {
+    /// Where answers go, by socket connection (the agent's go to `io`).
+    pub(super) writers: HashMap<Conn, Answers>,
+    /// Steps to write in the next commit.
+    pub(super) batch: Vec<Deferred>,
+    /// The agent asked for more before a commit of its own was answered:
+    /// it does not wait for its commits, so they are written off the loop.
+    pub(super) pipelined: bool,
+}
+
+/// A journal write that waits for the batch's commit, and what follows it.
+pub(super) struct Deferred {
+    /// The connection the continuation answers on.
+    pub(super) conn: Conn,
+    pub(super) record: StepRecord,
+    /// The row is new (an insert), not an update.
+    pub(super) fresh: bool,
+    pub(super) then: Then,
+}
+
+impl Deferred {
+    /// The agent's own `commit` of a step: a pipelining agent does not
+    /// wait for its answer.
+    pub(super) fn is_agent_commit(&self) -> bool {
+        self.conn == super::inbox::AGENT
+            && self.record.kind == StepKind::Begin
+            && matches!(self.then, Then::Finished { .. })
+    }
+}
+
+/// What follows a write once it is durable.
+pub(super) enum Then {
+    /// A long `read` step is written as in flight: nothing.
+    Marked,
+    /// The step finished: answer it.
+    Finished { id: Value, started: Instant },
+    /// A `mutate` begin's intent is written: answer the begin.
+    Opened { id: Value, in_doubt: bool },
+    /// A patch's marker is written: answer `patched: true`.
+    Patched { id: Value },
+    /// A `mutate` call's intent is written: start its tool.
+    Call {
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+    },
+}
+
+impl Then {
+    /// The request the write answers; `null` for none.
+    pub(super) fn into_id(self) -> Value {
+        match self {
+            Then::Finished { id, .. }
+            | Then::Opened { id, .. }
+            | Then::Call { id, .. }
+            | Then::Patched { id } => id,
+            Then::Marked => Value::Null,
+        }
+    }
+}
