@@ -58,7 +58,9 @@ pub(crate) struct Settings {
     /// name, this process).
     pub(crate) holder: Holder,
     pub(crate) busy_timeout: Duration,
-    /// `DURUN_TEST_NOW`: the time `inspect` measures ages from, for tests.
+    /// `DURUN_TEST_NOW`: the time `inspect` measures ages from and waits
+    /// and sleeps take as now, for tests: a test can pretend a sleep's
+    /// time has come without sleeping.
     fixed_now: Option<SystemTime>,
     /// `USER` (or `LOGNAME`): who the operator is, for the record.
     user: Option<String>,
@@ -149,8 +151,13 @@ impl Settings {
         )
     }
 
-    /// Now, as `inspect` measures ages.
+    /// Now, as `inspect` measures ages and waits and sleeps see it.
     pub(crate) fn now(&self) -> SystemTime {
         self.fixed_now.unwrap_or_else(SystemTime::now)
+    }
+
+    /// The time `DURUN_TEST_NOW` fixes, if set.
+    pub(crate) fn fixed_now(&self) -> Option<SystemTime> {
+        self.fixed_now
     }
 }

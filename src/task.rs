@@ -132,11 +132,15 @@ pub(crate) fn wake_time(step: &StepRecord) -> Option<SystemTime> {
 
 /// Whether a parked task would go on if started now: its signal came or
 /// its time did. A task parked on no step it can find is ready.
-pub(crate) fn is_ready(journal: &mut dyn Journal, task: &TaskRecord) -> anyhow::Result<bool> {
+pub(crate) fn is_ready(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    now: SystemTime,
+) -> anyhow::Result<bool> {
     let Some(step) = waiting_step(journal, &task.id)? else {
         return Ok(true);
     };
-    let due = wake_time(&step).is_some_and(|at| SystemTime::now() >= at);
+    let due = wake_time(&step).is_some_and(|at| now >= at);
     Ok(match step.kind {
         StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
         _ => due,
@@ -148,8 +152,9 @@ pub(crate) fn is_ready(journal: &mut dyn Journal, task: &TaskRecord) -> anyhow::
 pub(crate) fn still_parked(
     journal: &mut dyn Journal,
     task: &TaskRecord,
+    now: SystemTime,
 ) -> anyhow::Result<Option<Failure>> {
-    if is_ready(journal, task)? {
+    if is_ready(journal, task, now)? {
         return Ok(None);
     }
     Ok(waiting_step(journal, &task.id)?.map(|step| parked_notice(&task.id, &step)))

@@ -74,7 +74,7 @@ fn resume_all(
             }
             // Parked tasks whose signal or time came; the others wait on.
             status if status.is_parked() => {
-                if crate::task::is_ready(journal, &task)? {
+                if crate::task::is_ready(journal, &task, settings.now())? {
                     ready += 1;
                     pending.push_back(task.id);
                 } else {

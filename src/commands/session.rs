@@ -34,7 +34,7 @@ pub(super) fn drive(
     // once, without starting its agent.
     if task.status.is_parked()
         && from_step.is_none()
-        && let Some(parked) = crate::task::still_parked(journal, task)?
+        && let Some(parked) = crate::task::still_parked(journal, task, settings.now())?
     {
         return Err(parked.into());
     }
@@ -70,6 +70,7 @@ pub(super) fn drive(
             .unwrap_or(DEFAULT_PARK_AFTER),
         max_tokens: task.max_tokens,
         tokens_before: task.tokens_spent,
+        fixed_now: settings.fixed_now(),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

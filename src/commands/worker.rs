@@ -255,7 +255,9 @@ impl Worker<'_> {
                     self.settings.lease.stale,
                 )
             }),
-            status if status.is_parked() => crate::task::is_ready(journal, task)?,
+            status if status.is_parked() => {
+                crate::task::is_ready(journal, task, self.settings.now())?
+            }
             _ => false,
         })
     }

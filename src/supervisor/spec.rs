@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::passthrough::Passthrough;
 use crate::config::Tool;
@@ -44,6 +44,16 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) max_tokens: Option<u64>,
     /// Tokens the task's earlier runs spent.
     pub(crate) tokens_before: u64,
+    /// The time waits and sleeps take as now (`DURUN_TEST_NOW`, for
+    /// tests); the system clock when `None`.
+    pub(crate) fixed_now: Option<SystemTime>,
+}
+
+impl RunSpec<'_> {
+    /// Now, as waits and sleeps see it.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.fixed_now.unwrap_or_else(SystemTime::now)
+    }
 }
 
 /// How the run ended.

@@ -41,8 +41,7 @@ impl Supervisor<'_> {
             return;
         };
         if fresh {
-            record.wake_at =
-                timeout.map(|timeout| crate::clock::stamp(SystemTime::now() + timeout));
+            record.wake_at = timeout.map(|timeout| crate::clock::stamp(self.spec.now() + timeout));
         }
         let waiter = Waiter::new(conn, id, record);
         // What the agent finished before it is recorded first.
@@ -62,14 +61,14 @@ impl Supervisor<'_> {
         // The wake time is fixed when the step is first opened.
         if record.wake_at.is_none() {
             let at = match wake {
-                Wake::After(duration) => SystemTime::now() + duration,
+                Wake::After(duration) => self.spec.now() + duration,
                 Wake::At(at) => at,
             };
             record.wake_at = Some(crate::clock::stamp(at));
         }
         let waiter = Waiter::new(conn, id, record);
         let until = waiter.until.unwrap_or_else(SystemTime::now);
-        if SystemTime::now() >= until {
+        if self.spec.now() >= until {
             return self.wake(waiter, fresh);
         }
         if !self.may_start() {
@@ -87,7 +86,7 @@ impl Supervisor<'_> {
                 return;
             }
         }
-        let left = until.duration_since(SystemTime::now()).unwrap_or_default();
+        let left = until.duration_since(self.spec.now()).unwrap_or_default();
         if left > self.spec.park_after {
             self.park(waiter);
         } else {
@@ -133,7 +132,7 @@ impl Supervisor<'_> {
     /// keeps the step waiting (written `waiting` if new), or fails it if
     /// its timeout passed.
     fn look_for_signal(&mut self, mut waiter: Waiter, fresh: bool) {
-        if waiter.until.is_some_and(|until| SystemTime::now() >= until) {
+        if waiter.until.is_some_and(|until| self.spec.now() >= until) {
             let mut record = waiter.record;
             record.status = StepStatus::Failed;
             record.error = Some(StepError {
@@ -197,7 +196,7 @@ impl Supervisor<'_> {
             let Some(waiter) = self.steps.waits.remove(&step) else {
                 continue;
             };
-            let due = waiter.until.is_some_and(|until| SystemTime::now() >= until);
+            let due = waiter.until.is_some_and(|until| self.spec.now() >= until);
             match waiter.record.kind {
                 StepKind::Sleep if due => self.wake(waiter, false),
                 StepKind::Sleep => {
@@ -229,7 +228,7 @@ impl Supervisor<'_> {
         if self.steps.waits.is_empty() {
             return None;
         }
-        let now = SystemTime::now();
+        let now = self.spec.now();
         let mut bound = SIGNAL_LOOK;
         for waiter in self.steps.waits.values() {
             if let Some(until) = waiter.until {

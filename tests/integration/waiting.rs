@@ -354,8 +354,18 @@ fn a_short_sleep_is_waited_live_and_a_long_one_parks_until_its_time() {
     let early = env.durun(&["resume", "long"]);
     assert_eq!(early.status.code(), Some(77));
     assert_eq!(ran(&env), ["after", "before"]);
-    std::thread::sleep(Duration::from_secs(3));
-    let woke = env.durun(&["resume", "long"]);
+    // Its time come (the clock durun reads set past it, not slept to).
+    let later = humantime::format_rfc3339_millis(
+        humantime::parse_rfc3339_weak(until.trim_end_matches('Z')).expect("a time")
+            + Duration::from_secs(1),
+    )
+    .to_string();
+    let woke = env
+        .command()
+        .env("DURUN_TEST_NOW", &later)
+        .args(["resume", "long"])
+        .output()
+        .expect("durun");
     assert!(woke.status.success(), "{}", text(&woke.stderr));
     let task = env.inspect("long");
     assert_eq!(
@@ -383,8 +393,17 @@ fn resume_all_starts_only_the_parked_tasks_that_are_ready() {
     );
     assert_eq!(parked.status.code(), Some(77));
     assert!(env.durun(&["signal", "signalled", "go"]).status.success());
-    std::thread::sleep(Duration::from_millis(1100));
-    let all = env.durun(&["resume", "--all"]);
+    // A minute on: the sleep's time has come (the clock durun reads, not
+    // a real minute).
+    let later =
+        humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(60))
+            .to_string();
+    let all = env
+        .command()
+        .env("DURUN_TEST_NOW", &later)
+        .args(["resume", "--all"])
+        .output()
+        .expect("durun");
     assert!(all.status.success(), "{}", text(&all.stderr));
     assert!(
         text(&all.stderr).contains("1 parked task still waits"),
@@ -803,6 +822,10 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     let task = other.inspect("t");
     assert_eq!(task["task"]["status"], "interrupted");
     assert_eq!(task["task"]["queue"], Value::Null);
+    // A worker that has taken a task queued after it has looked at the
+    // imported one, which is older, and left it.
+    let probe = other.durun(&["-q", "submit", "--task", "probe", "--", "true"]);
+    assert!(probe.status.success(), "{}", text(&probe.stderr));
     let mut worker = other
         .command()
         .args(["worker"])
@@ -810,8 +833,12 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("a worker");
-    std::thread::sleep(Duration::from_millis(2500));
-    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    wait_for(
+        "the worker to run the probe",
+        Duration::from_secs(30),
+        || other.inspect("probe")["task"]["status"] == "completed",
+    );
+    crate::env::signal(worker.id() as i32, libc::SIGTERM);
     worker.wait().expect("the worker ends");
     assert!(
         !pwned.exists(),
