@@ -11,6 +11,7 @@ mod location;
 pub(crate) mod postgres;
 mod records;
 mod rows;
+mod sql;
 pub(crate) mod sqlite;
 mod store;
 #[cfg(test)]

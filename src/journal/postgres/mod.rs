@@ -34,6 +34,7 @@ use super::{
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
+use crate::journal::sql;
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
 
@@ -59,16 +60,19 @@ impl PostgresJournal {
     fn record_end(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
         let mut tx = self.client.transaction()?;
         tx.execute(
-            "UPDATE runs SET finished_at = $3, exit_code = $4 WHERE task_id = $1 AND run = $2",
+            sql::END_RUN.postgres(),
             &[&task, &(run as i32), &end.finished_at, &end.exit_code],
         )?;
         write_stats(&mut tx, task, run, stats)?;
         tx.execute(
-            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
-                 exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
-                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
-             WHERE id = $1 AND lease_run = $2",
-            &[&task, &(run as i32), &end.status.as_str(), &end.exit_code, &end.finished_at],
+            sql::END_TASK_RUN.postgres(),
+            &[
+                &task,
+                &(run as i32),
+                &end.status.as_str(),
+                &end.exit_code,
+                &end.finished_at,
+            ],
         )?;
         // A worker may take over what this run left (interrupted, parked).
         tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
@@ -132,12 +136,7 @@ impl Journal for PostgresJournal {
     }
 
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let rows = self.client.query(
-            "SELECT run, host, pid, started_at, finished_at, exit_code,
-                    replayed_steps, executed_steps, tokens_spent, tokens_saved
-             FROM runs WHERE task_id = $1 ORDER BY run",
-            &[&task],
-        )?;
+        let rows = self.client.query(sql::RUNS_OF_TASK.postgres(), &[&task])?;
         Ok(rows
             .iter()
             .map(|row| RunRecord {
@@ -234,7 +233,7 @@ impl Journal for PostgresJournal {
             &[&task, &run, &me.host, &pid, &pid_start, &now],
         )?;
         tx.execute(
-            "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $5)",
+            sql::INSERT_RUN.postgres(),
             &[&task, &run, &me.host, &pid, &now],
         )?;
         if taken_over.is_some() {
@@ -284,10 +283,7 @@ impl Journal for PostgresJournal {
         if !heard {
             return Ok(Standing::Held);
         }
-        let row = self.client.query_opt(
-            "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1",
-            &[&task],
-        )?;
+        let row = self.client.query_opt(sql::STANDING.postgres(), &[&task])?;
         Ok(match row {
             Some(row) => super::standing_of(
                 row.get::<_, Option<i32>>(0).map(|run| run as u32),
@@ -300,21 +296,16 @@ impl Journal for PostgresJournal {
 
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
         let rows = self.client.query(
-            &format!(
-                "SELECT {STEP_COLUMNS} FROM steps
-                 WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
-                 ORDER BY step_index LIMIT $3"
-            ),
+            sql::STEPS_PAGE.postgres(),
             &[&task, &(after as i64), &(limit as i64)],
         )?;
         rows.iter().map(step_from_row).collect()
     }
 
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
-        let row = self.client.query_one(
-            "SELECT count(*), max(step_index) FROM steps WHERE task_id = $1 AND status <> 'discarded'",
-            &[&task],
-        )?;
+        let row = self
+            .client
+            .query_one(sql::REPLAY_BOUNDS.postgres(), &[&task])?;
         let last: Option<i64> = row.get(1);
         Ok((row.get::<_, i64>(0) as u64, last.unwrap_or(0) as u64))
     }
@@ -352,7 +343,7 @@ impl Journal for PostgresJournal {
         let mut tx = self.client.transaction()?;
         fence(&mut tx, task, run, false)?;
         tx.execute(
-            "UPDATE tasks SET output = $2, updated_at = $3 WHERE id = $1",
+            sql::SET_OUTPUT.postgres(),
             &[&task, &serde_json::to_string(output)?, &super::now()],
         )?;
         tx.commit()?;
@@ -383,10 +374,7 @@ impl Journal for PostgresJournal {
             &[&task, &(step as i64)],
         )?;
         let discarded = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        tx.execute(
-            "UPDATE steps SET status = 'discarded' WHERE task_id = $1 AND step_index >= $2 AND status <> 'discarded'",
-            &[&task, &(step as i64)],
-        )?;
+        tx.execute(sql::DISCARD_FROM.postgres(), &[&task, &(step as i64)])?;
         tx.commit()?;
         Ok(discarded)
     }
@@ -404,10 +392,7 @@ impl Journal for PostgresJournal {
         {
             return Err(super::locked(task, &lease).into());
         }
-        let row = tx.query_opt(
-            &format!("SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'"),
-            &[&task, &(step as i64)],
-        )?;
+        let row = tx.query_opt(sql::LIVE_STEP.postgres(), &[&task, &(step as i64)])?;
         let Some(row) = row else {
             return Err(Failure::config(format!("task {task} has no step {step}"))
                 .hint(format!("`durun inspect {task}` lists its steps"))
@@ -420,8 +405,7 @@ impl Journal for PostgresJournal {
             None => (None, None),
         };
         tx.execute(
-            "UPDATE steps SET status = $3, output = $4, error_code = $5, error = $6, finished_at = $7, resolution = $8
-             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+            sql::RESOLVE_STEP.postgres(),
             &[
                 &task,
                 &(step as i64),
@@ -434,8 +418,7 @@ impl Journal for PostgresJournal {
             ],
         )?;
         tx.execute(
-            "INSERT INTO resolutions (task_id, step_index, action, value, resolved_by, resolved_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            sql::INSERT_RESOLUTION.postgres(),
             &[
                 &task,
                 &(step as i64),
@@ -457,20 +440,10 @@ impl Journal for PostgresJournal {
         if live {
             // The runner keeps its lease to record what finishes, but may
             // open no step: every write it makes checks this mark.
-            tx.execute(
-                "UPDATE tasks SET status = 'cancelled', updated_at = $2,
-                     cancel_requested_at = coalesce(cancel_requested_at, $2)
-                 WHERE id = $1",
-                &[&task, &now],
-            )?;
+            tx.execute(sql::CANCEL_HELD.postgres(), &[&task, &now])?;
             tx.execute("SELECT pg_notify($1, 'cancel')", &[&channel(task)])?;
         } else {
-            tx.execute(
-                "UPDATE tasks SET status = 'cancelled', cancel_requested_at = $2, updated_at = $2, lease_host = NULL,
-                     lease_pid = NULL, lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
-                 WHERE id = $1",
-                &[&task, &now],
-            )?;
+            tx.execute(sql::CANCEL_FREE.postgres(), &[&task, &now])?;
         }
         tx.commit()?;
         Ok(live)
@@ -491,7 +464,7 @@ impl Journal for PostgresJournal {
             {
                 continue;
             }
-            tx.execute("DELETE FROM tasks WHERE id = $1", &[&id])?;
+            tx.execute(sql::DELETE_TASK.postgres(), &[&id])?;
             removed.push(id);
         }
         tx.commit()?;
@@ -499,18 +472,15 @@ impl Journal for PostgresJournal {
     }
 
     fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
-        let removed = self.client.execute(
-            "DELETE FROM tasks WHERE id = $1 AND runs = 1 AND status = 'failed'
-                 AND NOT EXISTS (SELECT 1 FROM steps WHERE task_id = $1)
-                 AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = $1)",
-            &[&task],
-        )?;
+        let removed = self
+            .client
+            .execute(sql::FORGET_UNSTARTED.postgres(), &[&task])?;
         Ok(removed > 0)
     }
 
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
         self.client.execute(
-            "UPDATE tasks SET max_tokens = $2 WHERE id = $1",
+            sql::SET_MAX_TOKENS.postgres(),
             &[&task, &max_tokens.map(|max| max as i64)],
         )?;
         Ok(())

@@ -8,6 +8,7 @@ use super::PostgresJournal;
 use super::rows::TASK_COLUMNS;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
+use crate::journal::sql;
 use crate::journal::{Queue, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
@@ -83,10 +84,8 @@ impl Queue for PostgresJournal {
     }
 
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        self.client.execute(
-            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = $1 AND claimed_by = $2",
-            &[&task, &worker],
-        )?;
+        self.client
+            .execute(sql::RELEASE_CLAIM.postgres(), &[&task, &worker])?;
         Ok(())
     }
 
@@ -115,11 +114,8 @@ impl Queue for PostgresJournal {
 
     fn worker_gone(&mut self, worker: &str) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        tx.execute("DELETE FROM workers WHERE id = $1", &[&worker])?;
-        tx.execute(
-            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1",
-            &[&worker],
-        )?;
+        tx.execute(sql::DELETE_WORKER.postgres(), &[&worker])?;
+        tx.execute(sql::RELEASE_CLAIMS_OF.postgres(), &[&worker])?;
         tx.execute("SELECT pg_notify('durun_work', 'worker')", &[])?;
         tx.commit()?;
         Ok(())

@@ -8,6 +8,7 @@ use postgres::{Row, Transaction};
 use super::schema::NOW_MS;
 pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
 use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::sql;
 use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
 use crate::json_text::JsonText;
 use crate::lease::Lease;
@@ -120,10 +121,7 @@ pub(super) fn write_step(
     let seen_from = step.seen_from.map(|step| step as i64);
     if fresh {
         tx.execute(
-            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
-                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from, wake_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+            sql::INSERT_STEP.postgres(),
             &[
                 &task,
                 &index,
@@ -151,10 +149,7 @@ pub(super) fn write_step(
         )?;
     } else {
         let changed = tx.execute(
-            "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
-                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
-                 seen_from = $14, wake_at = $15
-             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+            sql::UPDATE_STEP.postgres(),
             &[
                 &task,
                 &index,
@@ -189,8 +184,7 @@ pub(super) fn write_stats(
     stats: &RunStats,
 ) -> Result<()> {
     tx.execute(
-        "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
-         WHERE task_id = $1 AND run = $2",
+        sql::WRITE_STATS.postgres(),
         &[
             &task,
             &(run as i32),

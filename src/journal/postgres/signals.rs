@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use super::rows::{SIGNAL_COLUMNS, fence, signal_at, write_step};
 use super::{PostgresJournal, channel};
+use crate::journal::sql;
 use crate::journal::{SignalRecord, Signals, StepRecord};
 
 impl Signals for PostgresJournal {
@@ -33,18 +34,16 @@ impl Signals for PostgresJournal {
     }
 
     fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let rows = self.client.query(
-            &format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"),
-            &[&task],
-        )?;
+        let rows = self
+            .client
+            .query(sql::SIGNALS_OF_TASK.postgres(), &[&task])?;
         rows.iter().map(|row| signal_at(row, 0).record()).collect()
     }
 
     fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
-        let row = self.client.query_one(
-            "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = $1 AND name = $2 AND taken_by IS NULL)",
-            &[&task, &name],
-        )?;
+        let row = self
+            .client
+            .query_one(sql::SIGNAL_WAITING.postgres(), &[&task, &name])?;
         Ok(row.get(0))
     }
 
@@ -71,7 +70,7 @@ impl Signals for PostgresJournal {
                 let mut signal = signal_at(&row, 1).record()?;
                 signal.taken_by = Some(step.step);
                 tx.execute(
-                    "UPDATE signals SET taken_by = $2 WHERE id = $1",
+                    sql::TAKE_SIGNAL.postgres(),
                     &[&row.get::<_, i64>(0), &(step.step as i64)],
                 )?;
                 crate::journal::take_into(step, &signal);

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::PostgresJournal;
 use super::rows::lease_of;
+use crate::journal::sql;
 use crate::journal::{TaskRows, Transfer};
 use crate::lease::{self, Holder};
 
@@ -56,7 +57,7 @@ impl Transfer for PostgresJournal {
         let mut tx = self.client.transaction()?;
         let (lease, server_now) = lease_of(&mut tx, &id)?;
         let exists = tx
-            .query_one("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)", &[&id])?
+            .query_one(sql::TASK_EXISTS.postgres(), &[&id])?
             .get::<_, bool>(0);
         if exists {
             if !replace {
@@ -67,7 +68,7 @@ impl Transfer for PostgresJournal {
             {
                 return Err(crate::journal::locked(&id, &lease).into());
             }
-            tx.execute("DELETE FROM tasks WHERE id = $1", &[&id])?;
+            tx.execute(sql::DELETE_TASK.postgres(), &[&id])?;
         }
         for (table, objects) in [
             ("tasks", std::slice::from_ref(&rows.task)),

@@ -29,6 +29,7 @@ use super::{
 };
 use crate::config::SyncMode;
 use crate::error::Failure;
+use crate::journal::sql;
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder, Lease};
 
@@ -83,11 +84,7 @@ impl Journal for SqliteJournal {
     }
 
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let mut statement = self.conn.prepare_cached(
-            "SELECT run, host, pid, started_at, finished_at, exit_code,
-                    replayed_steps, executed_steps, tokens_spent, tokens_saved
-             FROM runs WHERE task_id = ?1 ORDER BY run",
-        )?;
+        let mut statement = self.conn.prepare_cached(sql::RUNS_OF_TASK.sqlite())?;
         let runs = statement
             .query_map([task], |row| {
                 Ok(RunRecord {
@@ -198,7 +195,7 @@ impl Journal for SqliteJournal {
             params![task, run, me.host, me.pid, me.pid_start.map(|start| start as i64), now_ms, now],
         )?;
         tx.execute(
-            "INSERT INTO runs (task_id, run, host, pid, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            sql::INSERT_RUN.sqlite(),
             params![task, run, me.host, me.pid, now],
         )?;
         tx.commit()?;
@@ -245,11 +242,7 @@ impl Journal for SqliteJournal {
     }
 
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps
-             WHERE task_id = ?1 AND status <> 'discarded' AND step_index > ?2
-             ORDER BY step_index LIMIT ?3"
-        ))?;
+        let mut statement = self.conn.prepare_cached(sql::STEPS_PAGE.sqlite())?;
         let mut rows = statement.query(params![task, after as i64, limit as i64])?;
         let mut steps = Vec::with_capacity(limit.min(4096));
         while let Some(row) = rows.next()? {
@@ -261,9 +254,7 @@ impl Journal for SqliteJournal {
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
         let (count, last): (i64, Option<i64>) = self
             .conn
-            .prepare_cached(
-                "SELECT count(*), max(step_index) FROM steps WHERE task_id = ?1 AND status <> 'discarded'",
-            )?
+            .prepare_cached(sql::REPLAY_BOUNDS.sqlite())?
             .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))?;
         Ok((count as u64, last.unwrap_or(0) as u64))
     }
@@ -308,7 +299,7 @@ impl Journal for SqliteJournal {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (lease_run, cancelled) = standing_columns(&tx, task)?;
         super::fence(lease_run, cancelled, run, false)?;
-        tx.prepare_cached("UPDATE tasks SET output = ?2, updated_at = ?3 WHERE id = ?1")?
+        tx.prepare_cached(sql::SET_OUTPUT.sqlite())?
             .execute(params![task, json_text(output), super::now()])?;
         tx.commit()?;
         self.check_identity()
@@ -319,18 +310,21 @@ impl Journal for SqliteJournal {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
-            "UPDATE runs SET finished_at = ?3, exit_code = ?4 WHERE task_id = ?1 AND run = ?2",
+            sql::END_RUN.sqlite(),
             params![task, run, end.finished_at, end.exit_code],
         )?;
         write_stats(&tx, task, run, stats)?;
         // Release the lease only if this run still holds it; a cancel that
         // came meanwhile decides the status.
         tx.execute(
-            "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE ?3 END,
-                 exit_code = ?4, updated_at = ?5, lease_host = NULL, lease_pid = NULL,
-                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
-             WHERE id = ?1 AND lease_run = ?2",
-            params![task, run, end.status.as_str(), end.exit_code, end.finished_at],
+            sql::END_TASK_RUN.sqlite(),
+            params![
+                task,
+                run,
+                end.status.as_str(),
+                end.exit_code,
+                end.finished_at
+            ],
         )?;
         tx.commit()?;
         Ok(())
@@ -353,10 +347,7 @@ impl Journal for SqliteJournal {
             }
             discarded
         };
-        tx.execute(
-            "UPDATE steps SET status = 'discarded' WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded'",
-            params![task, step as i64],
-        )?;
+        tx.execute(sql::DISCARD_FROM.sqlite(), params![task, step as i64])?;
         tx.commit()?;
         Ok(discarded)
     }
@@ -377,9 +368,7 @@ impl Journal for SqliteJournal {
             return Err(super::locked(task, &lease).into());
         }
         let mut record = {
-            let mut statement = tx.prepare_cached(&format!(
-                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'"
-            ))?;
+            let mut statement = tx.prepare_cached(sql::LIVE_STEP.sqlite())?;
             let mut rows = statement.query(params![task, step as i64])?;
             match rows.next()? {
                 Some(row) => step_from_row(row)?,
@@ -396,8 +385,7 @@ impl Journal for SqliteJournal {
             None => (None, None),
         };
         tx.execute(
-            "UPDATE steps SET status = ?3, output = ?4, error_code = ?5, error = ?6, finished_at = ?7, resolution = ?8
-             WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
+            sql::RESOLVE_STEP.sqlite(),
             params![
                 task,
                 step as i64,
@@ -410,8 +398,7 @@ impl Journal for SqliteJournal {
             ],
         )?;
         tx.execute(
-            "INSERT INTO resolutions (task_id, step_index, action, value, resolved_by, resolved_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            sql::INSERT_RESOLUTION.sqlite(),
             params![
                 task,
                 step as i64,
@@ -435,19 +422,9 @@ impl Journal for SqliteJournal {
         if live {
             // The runner keeps its lease to record what finishes, but may
             // open no step: every write it makes checks this mark.
-            tx.execute(
-                "UPDATE tasks SET status = 'cancelled', updated_at = ?2,
-                     cancel_requested_at = coalesce(cancel_requested_at, ?2)
-                 WHERE id = ?1",
-                params![task, now],
-            )?;
+            tx.execute(sql::CANCEL_HELD.sqlite(), params![task, now])?;
         } else {
-            tx.execute(
-                "UPDATE tasks SET status = 'cancelled', cancel_requested_at = ?2, updated_at = ?2, lease_host = NULL,
-                     lease_pid = NULL, lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
-                 WHERE id = ?1",
-                params![task, now],
-            )?;
+            tx.execute(sql::CANCEL_FREE.sqlite(), params![task, now])?;
         }
         tx.commit()?;
         Ok(live)
@@ -473,7 +450,7 @@ impl Journal for SqliteJournal {
             if lease.is_some_and(|lease| lease::is_live(&lease, me, now_ms, self.stale)) {
                 continue;
             }
-            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+            tx.execute(sql::DELETE_TASK.sqlite(), [&id])?;
             removed.push(id);
         }
         tx.commit()?;
@@ -483,18 +460,14 @@ impl Journal for SqliteJournal {
     fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
         let removed = self
             .conn
-            .prepare_cached(
-                "DELETE FROM tasks WHERE id = ?1 AND runs = 1 AND status = 'failed'
-                 AND NOT EXISTS (SELECT 1 FROM steps WHERE task_id = ?1)
-                 AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = ?1)",
-            )?
+            .prepare_cached(sql::FORGET_UNSTARTED.sqlite())?
             .execute([task])?;
         Ok(removed > 0)
     }
 
     fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
         self.conn
-            .prepare_cached("UPDATE tasks SET max_tokens = ?2 WHERE id = ?1")?
+            .prepare_cached(sql::SET_MAX_TOKENS.sqlite())?
             .execute(params![task, max_tokens.map(|max| max as i64)])?;
         self.check_identity()
     }

@@ -5,6 +5,7 @@ use rusqlite::{TransactionBehavior, params};
 
 use super::SqliteJournal;
 use super::rows::{TASK_COLUMNS, task_from_row};
+use crate::journal::sql;
 use crate::journal::{Queue, TaskRecord, WorkerRecord};
 
 impl Queue for SqliteJournal {
@@ -77,9 +78,7 @@ impl Queue for SqliteJournal {
 
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
         self.conn
-            .prepare_cached(
-                "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = ?1 AND claimed_by = ?2",
-            )?
+            .prepare_cached(sql::RELEASE_CLAIM.sqlite())?
             .execute(params![task, worker])?;
         Ok(())
     }
@@ -116,11 +115,8 @@ impl Queue for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute("DELETE FROM workers WHERE id = ?1", [worker])?;
-        tx.execute(
-            "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = ?1",
-            [worker],
-        )?;
+        tx.execute(sql::DELETE_WORKER.sqlite(), [worker])?;
+        tx.execute(sql::RELEASE_CLAIMS_OF.sqlite(), [worker])?;
         tx.commit()?;
         Ok(())
     }

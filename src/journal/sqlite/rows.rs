@@ -2,6 +2,7 @@
 //! and the statements that write a step, a run's counters, and read a
 //! task's lease.
 
+use crate::journal::sql;
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use serde_json::Value;
@@ -125,9 +126,7 @@ pub(super) fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Opt
 /// The task's lease holder (its run) and whether it was cancelled.
 pub(super) fn standing_columns(conn: &Connection, task: &str) -> Result<(Option<u32>, bool)> {
     let columns = conn
-        .prepare_cached(
-            "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = ?1",
-        )?
+        .prepare_cached(sql::STANDING.sqlite())?
         .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     Ok(columns.unwrap_or((None, false)))
@@ -148,44 +147,34 @@ pub(super) fn write_step(
         None => (None, None),
     };
     if fresh {
-        tx.prepare_cached(
-            "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
-                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from, wake_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
-        )?
-        .execute(params![
-            task,
-            step.step as i64,
-            step.name,
-            step.kind.as_str(),
-            step.effect.as_str(),
-            step.args.as_str(),
-            step.args_hash,
-            step.idempotency_key,
-            step.status.as_str(),
-            step.attempts,
-            output,
-            error_code,
-            error,
-            usage,
-            step.tokens as i64,
-            run,
-            step.created_at,
-            step.started_at,
-            step.finished_at,
-            step.resolution.map(ResolutionKind::as_str),
-            step.seen_from.map(|step| step as i64),
-            step.wake_at,
-        ])?;
+        tx.prepare_cached(sql::INSERT_STEP.sqlite())?
+            .execute(params![
+                task,
+                step.step as i64,
+                step.name,
+                step.kind.as_str(),
+                step.effect.as_str(),
+                step.args.as_str(),
+                step.args_hash,
+                step.idempotency_key,
+                step.status.as_str(),
+                step.attempts,
+                output,
+                error_code,
+                error,
+                usage,
+                step.tokens as i64,
+                run,
+                step.created_at,
+                step.started_at,
+                step.finished_at,
+                step.resolution.map(ResolutionKind::as_str),
+                step.seen_from.map(|step| step as i64),
+                step.wake_at,
+            ])?;
     } else {
         let changed = tx
-            .prepare_cached(
-                "UPDATE steps SET status = ?3, attempts = ?4, output = ?5, error_code = ?6, error = ?7,
-                     usage = ?8, tokens = ?9, run = ?10, started_at = ?11, finished_at = ?12, resolution = ?13,
-                     seen_from = ?14, wake_at = ?15
-                 WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'",
-            )?
+            .prepare_cached(sql::UPDATE_STEP.sqlite())?
             .execute(params![
                 task,
                 step.step as i64,
@@ -218,17 +207,14 @@ pub(super) fn write_stats(
     run: u32,
     stats: &RunStats,
 ) -> Result<()> {
-    tx.prepare_cached(
-        "UPDATE runs SET replayed_steps = ?3, executed_steps = ?4, tokens_spent = ?5, tokens_saved = ?6
-         WHERE task_id = ?1 AND run = ?2",
-    )?
-    .execute(params![
-        task,
-        run,
-        stats.replayed_steps as i64,
-        stats.executed_steps as i64,
-        stats.tokens_spent as i64,
-        stats.tokens_saved as i64,
-    ])?;
+    tx.prepare_cached(sql::WRITE_STATS.sqlite())?
+        .execute(params![
+            task,
+            run,
+            stats.replayed_steps as i64,
+            stats.executed_steps as i64,
+            stats.tokens_spent as i64,
+            stats.tokens_saved as i64,
+        ])?;
     Ok(())
 }

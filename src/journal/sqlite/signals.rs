@@ -8,6 +8,7 @@ use super::SqliteJournal;
 use super::rows::{
     SIGNAL_COLUMNS, json_text, signal_columns, signal_from_row, standing_columns, write_step,
 };
+use crate::journal::sql;
 use crate::journal::{SignalRecord, Signals, StepRecord};
 
 impl Signals for SqliteJournal {
@@ -33,9 +34,7 @@ impl Signals for SqliteJournal {
     }
 
     fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = ?1 ORDER BY id"
-        ))?;
+        let mut statement = self.conn.prepare_cached(sql::SIGNALS_OF_TASK.sqlite())?;
         let mut rows = statement.query([task])?;
         let mut signals = Vec::new();
         while let Some(row) = rows.next()? {
@@ -47,9 +46,7 @@ impl Signals for SqliteJournal {
     fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
         let waiting = self
             .conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = ?1 AND name = ?2 AND taken_by IS NULL)",
-            )?
+            .prepare_cached(sql::SIGNAL_WAITING.sqlite())?
             .query_row(params![task, name], |row| row.get(0))?;
         Ok(waiting)
     }
@@ -79,7 +76,7 @@ impl Signals for SqliteJournal {
             Some((id, signal)) => {
                 let mut signal = signal?;
                 signal.taken_by = Some(step.step);
-                tx.prepare_cached("UPDATE signals SET taken_by = ?2 WHERE id = ?1")?
+                tx.prepare_cached(sql::TAKE_SIGNAL.sqlite())?
                     .execute(params![id, step.step as i64])?;
                 crate::journal::take_into(step, &signal);
                 write_step(&tx, task, step, fresh, run)?;

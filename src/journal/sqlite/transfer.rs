@@ -11,6 +11,7 @@ use rusqlite::TransactionBehavior;
 
 use super::SqliteJournal;
 use super::rows::lease_of;
+use crate::journal::sql;
 use crate::journal::{TaskRows, Transfer};
 use crate::lease::{self, Holder};
 
@@ -104,11 +105,7 @@ impl Transfer for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let exists: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1)",
-            [&id],
-            |row| row.get(0),
-        )?;
+        let exists: bool = tx.query_row(sql::TASK_EXISTS.sqlite(), [&id], |row| row.get(0))?;
         if exists {
             if !replace {
                 return Err(crate::journal::transfer::exists(&id).into());
@@ -118,7 +115,7 @@ impl Transfer for SqliteJournal {
             {
                 return Err(crate::journal::locked(&id, &lease).into());
             }
-            tx.execute("DELETE FROM tasks WHERE id = ?1", [&id])?;
+            tx.execute(sql::DELETE_TASK.sqlite(), [&id])?;
         }
         insert(&tx, "tasks", std::slice::from_ref(&rows.task))?;
         insert(&tx, "runs", &rows.runs)?;

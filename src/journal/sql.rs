@@ -1,0 +1,250 @@
+//! The queries both backends run, written once: in PostgreSQL's `$N`
+//! placeholders, read by SQLite as `?N` (the same numbered parameters).
+//! The schema and the queries where the dialects differ (`greatest` and
+//! `max`, `FOR UPDATE`, `json_each` and `ANY`, `NOTIFY`, casts) stay with
+//! each backend.
+
+use std::sync::OnceLock;
+
+use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS};
+
+/// One query, as each backend reads it.
+pub(crate) struct Sql {
+    text: Text,
+    sqlite: OnceLock<String>,
+}
+
+/// A query's text in `$N` form: as written, or made once from the column
+/// lists both backends share.
+enum Text {
+    Written(&'static str),
+    Made(fn() -> String, OnceLock<String>),
+}
+
+impl Sql {
+    const fn new(postgres: &'static str) -> Self {
+        Self {
+            text: Text::Written(postgres),
+            sqlite: OnceLock::new(),
+        }
+    }
+
+    const fn made(make: fn() -> String) -> Self {
+        Self {
+            text: Text::Made(make, OnceLock::new()),
+            sqlite: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn postgres(&self) -> &str {
+        match &self.text {
+            Text::Written(text) => text,
+            Text::Made(make, made) => made.get_or_init(make),
+        }
+    }
+
+    /// `?N` for `$N`, made once.
+    pub(crate) fn sqlite(&self) -> &str {
+        self.sqlite
+            .get_or_init(|| self.postgres().replace('$', "?"))
+    }
+}
+
+/// A task's signals, oldest first.
+pub(crate) static SIGNALS_OF_TASK: Sql =
+    Sql::made(|| format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"));
+
+/// A page of a task's live steps, after a step number.
+pub(crate) static STEPS_PAGE: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps
+         WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
+         ORDER BY step_index LIMIT $3"
+    )
+});
+
+/// One live step.
+pub(crate) static LIVE_STEP: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'"
+    )
+});
+
+/// Whether a signal of a name waits, untaken.
+pub(crate) static SIGNAL_WAITING: Sql = Sql::new(
+    "SELECT EXISTS (SELECT 1 FROM signals WHERE task_id = $1 AND name = $2 AND taken_by IS NULL)",
+);
+
+/// A signal taken by a step.
+pub(crate) static TAKE_SIGNAL: Sql = Sql::new("UPDATE signals SET taken_by = $2 WHERE id = $1");
+
+/// A worker gives up its claim on a task.
+pub(crate) static RELEASE_CLAIM: Sql = Sql::new(
+    "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = $1 AND claimed_by = $2",
+);
+
+/// A worker leaves the list.
+pub(crate) static DELETE_WORKER: Sql = Sql::new("DELETE FROM workers WHERE id = $1");
+
+/// Every claim of a worker that left.
+pub(crate) static RELEASE_CLAIMS_OF: Sql =
+    Sql::new("UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1");
+
+/// A task's runs, in order.
+pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
+    "SELECT run, host, pid, started_at, finished_at, exit_code,
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved
+             FROM runs WHERE task_id = $1 ORDER BY run",
+);
+
+/// A run starts.
+pub(crate) static INSERT_RUN: Sql =
+    Sql::new("INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $5)");
+
+/// How many live steps a task has, and the highest number.
+pub(crate) static REPLAY_BOUNDS: Sql = Sql::new(
+    "SELECT count(*), max(step_index) FROM steps WHERE task_id = $1 AND status <> 'discarded'",
+);
+
+/// The task's result.
+pub(crate) static SET_OUTPUT: Sql =
+    Sql::new("UPDATE tasks SET output = $2, updated_at = $3 WHERE id = $1");
+
+/// A run's end.
+pub(crate) static END_RUN: Sql =
+    Sql::new("UPDATE runs SET finished_at = $3, exit_code = $4 WHERE task_id = $1 AND run = $2");
+
+/// The task's status after a run, and its lease released, if this run holds it.
+pub(crate) static END_TASK_RUN: Sql = Sql::new(
+    "UPDATE tasks SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE $3 END,
+                 exit_code = $4, updated_at = $5, lease_host = NULL, lease_pid = NULL,
+                 lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+             WHERE id = $1 AND lease_run = $2",
+);
+
+/// Steps N and later out of replay (`resume --from-step`).
+pub(crate) static DISCARD_FROM: Sql = Sql::new(
+    "UPDATE steps SET status = 'discarded' WHERE task_id = $1 AND step_index >= $2 AND status <> 'discarded'",
+);
+
+/// A step settled by `durun resolve`.
+pub(crate) static RESOLVE_STEP: Sql = Sql::new(
+    "UPDATE steps SET status = $3, output = $4, error_code = $5, error = $6, finished_at = $7, resolution = $8
+             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+);
+
+/// The record of a resolution.
+pub(crate) static INSERT_RESOLUTION: Sql = Sql::new(
+    "INSERT INTO resolutions (task_id, step_index, action, value, resolved_by, resolved_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+);
+
+/// A cancel of a task a live runner holds: it stops at its next look.
+pub(crate) static CANCEL_HELD: Sql = Sql::new(
+    "UPDATE tasks SET status = 'cancelled', updated_at = $2,
+                     cancel_requested_at = coalesce(cancel_requested_at, $2)
+                 WHERE id = $1",
+);
+
+/// A cancel of a task no live runner holds: its lease is cleared.
+pub(crate) static CANCEL_FREE: Sql = Sql::new(
+    "UPDATE tasks SET status = 'cancelled', cancel_requested_at = $2, updated_at = $2, lease_host = NULL,
+                     lease_pid = NULL, lease_pid_start = NULL, lease_heartbeat = NULL, lease_run = NULL
+                 WHERE id = $1",
+);
+
+/// A task, and its rows with it (ON DELETE CASCADE).
+pub(crate) static DELETE_TASK: Sql = Sql::new("DELETE FROM tasks WHERE id = $1");
+
+/// A task whose agent never started.
+pub(crate) static FORGET_UNSTARTED: Sql = Sql::new(
+    "DELETE FROM tasks WHERE id = $1 AND runs = 1 AND status = 'failed'
+                 AND NOT EXISTS (SELECT 1 FROM steps WHERE task_id = $1)
+                 AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = $1)",
+);
+
+/// The task's token budget.
+pub(crate) static SET_MAX_TOKENS: Sql = Sql::new("UPDATE tasks SET max_tokens = $2 WHERE id = $1");
+
+/// Who holds the task, and whether it was cancelled.
+pub(crate) static STANDING: Sql =
+    Sql::new("SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1");
+
+/// A new step row.
+pub(crate) static INSERT_STEP: Sql = Sql::new(
+    "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
+                 status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
+                 finished_at, resolution, seen_from, wake_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+);
+
+/// A step's row as it stands now.
+pub(crate) static UPDATE_STEP: Sql = Sql::new(
+    "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
+                 usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
+                 seen_from = $14, wake_at = $15
+             WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
+);
+
+/// A run's counters.
+pub(crate) static WRITE_STATS: Sql = Sql::new(
+    "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
+         WHERE task_id = $1 AND run = $2",
+);
+
+/// Whether a task is there.
+pub(crate) static TASK_EXISTS: Sql = Sql::new("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dollar_is_a_numbered_placeholder() {
+        for sql in [
+            &SIGNALS_OF_TASK,
+            &STEPS_PAGE,
+            &LIVE_STEP,
+            &SIGNAL_WAITING,
+            &TAKE_SIGNAL,
+            &RELEASE_CLAIM,
+            &DELETE_WORKER,
+            &RELEASE_CLAIMS_OF,
+            &RUNS_OF_TASK,
+            &INSERT_RUN,
+            &REPLAY_BOUNDS,
+            &SET_OUTPUT,
+            &END_RUN,
+            &END_TASK_RUN,
+            &DISCARD_FROM,
+            &RESOLVE_STEP,
+            &INSERT_RESOLUTION,
+            &CANCEL_HELD,
+            &CANCEL_FREE,
+            &DELETE_TASK,
+            &FORGET_UNSTARTED,
+            &SET_MAX_TOKENS,
+            &STANDING,
+            &INSERT_STEP,
+            &UPDATE_STEP,
+            &WRITE_STATS,
+            &TASK_EXISTS,
+        ] {
+            let text = sql.postgres();
+            for (at, _) in text.match_indices('$') {
+                assert!(
+                    text[at + 1..].starts_with(|c: char| c.is_ascii_digit()),
+                    "{text}"
+                );
+            }
+            assert!(!sql.sqlite().contains('$'), "{}", sql.sqlite());
+        }
+        assert_eq!(
+            TAKE_SIGNAL.sqlite(),
+            TAKE_SIGNAL
+                .postgres()
+                .replace("$2", "?2")
+                .replace("$1", "?1")
+        );
+    }
+}
