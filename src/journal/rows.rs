@@ -149,6 +149,29 @@ impl TaskColumns<'_> {
 }
 
 /// The signal columns every backend selects, in this order.
+/// The text columns of a step's row, as both backends write them.
+pub(crate) struct StepTexts<'a> {
+    pub(crate) output: Option<&'a str>,
+    pub(crate) usage: Option<&'a str>,
+    pub(crate) error_code: Option<&'static str>,
+    pub(crate) error: Option<&'a str>,
+}
+
+impl<'a> StepTexts<'a> {
+    pub(crate) fn of(step: &'a StepRecord) -> Self {
+        let (error_code, error) = match &step.error {
+            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
+            None => (None, None),
+        };
+        Self {
+            output: step.output.as_ref().map(crate::json_text::JsonText::as_str),
+            usage: step.usage.as_ref().map(crate::json_text::JsonText::as_str),
+            error_code,
+            error,
+        }
+    }
+}
+
 pub(crate) const SIGNAL_COLUMNS: &str = "name, data, signal_id, sent_by, sent_at, taken_by";
 
 /// A signal row as read, before its data is checked.

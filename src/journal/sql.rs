@@ -50,6 +50,31 @@ impl Sql {
     }
 }
 
+/// A task's steps in order, the discarded ones too if asked (after the
+/// live ones, in separate statements, so that the live ones use the
+/// partial index), or the last `$2` of them; in `$N` form.
+pub(crate) fn steps_of_task(discarded: bool, last: bool) -> String {
+    let live =
+        format!("SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status <> 'discarded'");
+    let body = if discarded {
+        format!(
+            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status = 'discarded'"
+        )
+    } else {
+        live
+    };
+    if last {
+        // The last rows, still in order.
+        format!(
+            "SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT $2) AS tail ORDER BY step_index, id"
+        )
+    } else if discarded {
+        format!("{body} ORDER BY step_index, id")
+    } else {
+        format!("{body} ORDER BY step_index")
+    }
+}
+
 /// A task's signals, oldest first.
 pub(crate) static SIGNALS_OF_TASK: Sql =
     Sql::made(|| format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"));

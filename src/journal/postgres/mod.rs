@@ -163,19 +163,10 @@ impl Journal for PostgresJournal {
         last: Option<usize>,
         visit: &mut dyn FnMut(StepRecord) -> Result<()>,
     ) -> Result<()> {
-        let live = format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status <> 'discarded'"
-        );
-        let all = format!(
-            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND status = 'discarded'"
-        );
-        let body = if discarded { all } else { live };
+        let sql = sql::steps_of_task(discarded, last.is_some());
         let rows = match last {
-            Some(last) => self.client.query(
-                &format!("SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT $2) AS tail ORDER BY step_index, id"),
-                &[&task, &(last as i64)],
-            )?,
-            None => self.client.query(&format!("{body} ORDER BY step_index, id"), &[&task])?,
+            Some(last) => self.client.query(&sql, &[&task, &(last as i64)])?,
+            None => self.client.query(&sql, &[&task])?,
         };
         for row in &rows {
             visit(step_from_row(row)?)?;

@@ -7,10 +7,9 @@ use postgres::{Row, Transaction};
 
 use super::schema::NOW_MS;
 pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
-use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::rows::{self, SignalColumns, StepColumns, StepTexts, TaskColumns};
 use crate::journal::sql;
 use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
-use crate::json_text::JsonText;
 use crate::lease::Lease;
 
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
@@ -108,12 +107,12 @@ pub(super) fn write_step(
     fresh: bool,
     run: u32,
 ) -> Result<()> {
-    let output = step.output.as_ref().map(JsonText::as_str);
-    let usage = step.usage.as_ref().map(JsonText::as_str);
-    let (error_code, error) = match &step.error {
-        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-        None => (None, None),
-    };
+    let StepTexts {
+        output,
+        usage,
+        error_code,
+        error,
+    } = StepTexts::of(step);
     let index = step.step as i64;
     let attempts = step.attempts as i32;
     let tokens = step.tokens as i64;

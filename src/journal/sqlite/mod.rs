@@ -113,22 +113,7 @@ impl Journal for SqliteJournal {
         last: Option<usize>,
         visit: &mut dyn FnMut(StepRecord) -> Result<()>,
     ) -> Result<()> {
-        // Separate statements, so that replay's uses the partial index.
-        let live = format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status <> 'discarded'"
-        );
-        let all = format!(
-            "{live} UNION ALL SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND status = 'discarded'"
-        );
-        let body = if discarded { all } else { live };
-        let sql = match last {
-            // The last rows, still in order.
-            Some(_) => format!(
-                "SELECT * FROM ({body} ORDER BY step_index DESC, id DESC LIMIT ?2) ORDER BY step_index, id"
-            ),
-            None if discarded => format!("{body} ORDER BY step_index, id"),
-            None => format!("{body} ORDER BY step_index"),
-        };
+        let sql = sql::steps_of_task(discarded, last.is_some()).replace('$', "?");
         let mut statement = self.conn.prepare_cached(&sql)?;
         let mut rows = match last {
             Some(last) => statement.query(params![task, last as i64])?,

@@ -8,9 +8,8 @@ use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use serde_json::Value;
 
 pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
-use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::rows::{self, SignalColumns, StepColumns, StepTexts, TaskColumns};
 use crate::journal::{ResolutionKind, RunStats, SignalRecord, StepRecord, TaskRecord};
-use crate::json_text::JsonText;
 use crate::lease::Lease;
 
 pub(super) fn json_text(value: &Value) -> String {
@@ -140,12 +139,12 @@ pub(super) fn write_step(
     fresh: bool,
     run: u32,
 ) -> Result<()> {
-    let output = step.output.as_ref().map(JsonText::as_str);
-    let usage = step.usage.as_ref().map(JsonText::as_str);
-    let (error_code, error) = match &step.error {
-        Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-        None => (None, None),
-    };
+    let StepTexts {
+        output,
+        usage,
+        error_code,
+        error,
+    } = StepTexts::of(step);
     if fresh {
         tx.prepare_cached(sql::INSERT_STEP.sqlite())?
             .execute(params![
