@@ -342,3 +342,33 @@ pub(crate) struct WorkerRecord {
     /// The tasks it runs now.
     pub(crate) tasks: Vec<String>,
 }
+
+#[cfg(test)]
+impl StepRecord {
+    /// Step `n`, a `mutate` `begin` named `llm` with status `status`:
+    /// tests change what they need of it.
+    pub(crate) fn sample(n: u64, status: StepStatus) -> Self {
+        Self {
+            step: n,
+            name: "llm".into(),
+            kind: StepKind::Begin,
+            effect: Effect::Mutate,
+            args: JsonText::null(),
+            args_hash: "h".into(),
+            idempotency_key: "k".into(),
+            status,
+            attempts: 1,
+            output: None,
+            error: None,
+            usage: None,
+            tokens: 0,
+            run: 1,
+            created_at: String::new(),
+            started_at: String::new(),
+            finished_at: None,
+            resolution: None,
+            seen_from: None,
+            wake_at: None,
+        }
+    }
+}

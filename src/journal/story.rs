@@ -9,7 +9,6 @@ use super::*;
 use crate::config::SyncMode;
 use crate::json_text::JsonText;
 use crate::lease::Holder;
-use crate::protocol::Effect;
 use crate::settings::Settings;
 
 fn task(id: &str) -> NewTask {
@@ -28,26 +27,10 @@ fn task(id: &str) -> NewTask {
 
 fn step(n: u64, status: StepStatus) -> StepRecord {
     StepRecord {
-        step: n,
-        name: "llm".into(),
-        kind: StepKind::Begin,
-        effect: Effect::Mutate,
         args: JsonText::from_value(&json!({"big": 123_456_789_012_345_678_u64, "f": 1.5})),
-        args_hash: "h".into(),
-        idempotency_key: "k".into(),
-        status,
-        attempts: 1,
-        output: None,
-        error: None,
-        usage: None,
-        tokens: 0,
-        run: 1,
         created_at: now(),
         started_at: now(),
-        finished_at: None,
-        resolution: None,
-        seen_from: None,
-        wake_at: None,
+        ..StepRecord::sample(n, status)
     }
 }
 

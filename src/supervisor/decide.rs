@@ -86,31 +86,12 @@ fn failure_replays(recorded: &StepRecord, last_recorded: u64) -> bool {
 mod tests {
     use super::*;
     use crate::journal::{StepKind, StepRecord};
-    use crate::json_text::JsonText;
-    use crate::protocol::Effect;
 
     fn record(status: StepStatus) -> StepRecord {
         StepRecord {
-            step: 4,
             name: "create_pr".into(),
             kind: StepKind::Call,
-            effect: Effect::Mutate,
-            args: JsonText::null(),
-            args_hash: "h".into(),
-            idempotency_key: "k".into(),
-            status,
-            attempts: 1,
-            output: None,
-            error: None,
-            usage: None,
-            tokens: 0,
-            run: 1,
-            created_at: String::new(),
-            started_at: String::new(),
-            finished_at: None,
-            resolution: None,
-            seen_from: None,
-            wake_at: None,
+            ..StepRecord::sample(4, status)
         }
     }
 
