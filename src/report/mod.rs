@@ -234,6 +234,27 @@ pub(crate) fn next_move(
     }
 }
 
+/// The lines a run ends with: its summary, and what to type next if
+/// anything, each `[durun] …` and ended by a newline.
+pub(crate) fn closing(
+    task: &str,
+    status: TaskStatus,
+    exit_code: i32,
+    stats: &RunStats,
+    elapsed: Duration,
+    kept: bool,
+) -> String {
+    let mut text = format!(
+        "[durun] task {task} {}\n",
+        summary(status, exit_code, stats, elapsed)
+    );
+    if let Some(next) = next_move(task, status, exit_code, stats, kept) {
+        use std::fmt::Write as _;
+        let _ = writeln!(text, "[durun] {next}");
+    }
+    text
+}
+
 /// The closing line of a run.
 pub(crate) fn summary(
     status: TaskStatus,

@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 
-use super::{Event, Reporter, short_duration, summary, thousands};
+use super::{Event, Reporter, short_duration, thousands};
 use crate::journal::StepStatus;
 
 /// Consecutive replayed steps are folded into one line, so a resume of a
@@ -98,17 +98,9 @@ impl Plain {
                 stats,
                 elapsed,
                 kept,
-            } => writeln!(
-                out,
-                "[durun] task {task} {}",
-                summary(*status, *exit_code, stats, *elapsed)
-            )
-            .and_then(|()| {
-                match super::next_move(task, *status, *exit_code, stats, *kept) {
-                    Some(next) => writeln!(out, "[durun] {next}"),
-                    None => Ok(()),
-                }
-            }),
+            } => out.write_all(
+                super::closing(task, *status, *exit_code, stats, *elapsed, *kept).as_bytes(),
+            ),
         };
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{Event, Reporter, summary};
+use super::{Event, Reporter};
 use crate::journal::StepStatus;
 
 pub(crate) struct Progress {
@@ -97,13 +97,10 @@ impl Reporter for Progress {
                 kept,
             } => {
                 self.bar.finish_and_clear();
-                eprintln!(
-                    "[durun] task {task} {}",
-                    summary(*status, *exit_code, stats, *elapsed)
+                eprint!(
+                    "{}",
+                    super::closing(task, *status, *exit_code, stats, *elapsed, *kept)
                 );
-                if let Some(next) = super::next_move(task, *status, *exit_code, stats, *kept) {
-                    eprintln!("[durun] {next}");
-                }
             }
         }
     }
