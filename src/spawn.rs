@@ -366,3 +366,39 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child's stack has a page below it that no one may touch: an
+    /// overflow faults instead of writing over durun's memory.
+    #[test]
+    fn the_childs_stack_has_a_guard_page() {
+        let stack = Stack::new(128 * 1024).expect("a stack");
+        let base = stack.base as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let region = |line: &str| -> Option<(usize, usize, String)> {
+            let mut fields = line.split_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            Some((
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+                fields.next()?.to_owned(),
+            ))
+        };
+        let regions: Vec<(usize, usize, String)> = maps.lines().filter_map(region).collect();
+        let guard = regions
+            .iter()
+            .find(|(start, _, _)| *start == base)
+            .expect("the mapping's first page");
+        assert_eq!(guard.2, "---p", "the first page is not accessible: {maps}");
+        let usable = regions
+            .iter()
+            .find(|(start, _, _)| *start == guard.1)
+            .expect("the stack above it");
+        assert!(usable.2.starts_with("rw"), "{maps}");
+        assert!(stack.top() as usize <= base + stack.len);
+        assert_eq!(stack.top() as usize % 16, 0);
+    }
+}
