@@ -64,9 +64,24 @@ pub(crate) fn is_live(lease: &Lease, me: &Holder, now_ms: i64, stale: Duration) 
     }
 }
 
-/// Whether process `pid` of this host lives (and is no zombie).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    proc_stat(pid).is_some_and(|stat| !stat.zombie)
+/// When process `pid` of this host started, on the wall clock (to the
+/// kernel's tick); `None` when it is gone or a zombie. A pid reused by
+/// another process shows a later start than its first owner's.
+pub(crate) fn process_started(pid: u32) -> Option<std::time::SystemTime> {
+    let stat = proc_stat(pid).filter(|stat| !stat.zombie)?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let ticks = rustix::param::clock_ticks_per_second().max(1);
+    Some(
+        std::time::UNIX_EPOCH
+            + Duration::from_secs(boot)
+            + Duration::from_secs_f64(stat.start as f64 / ticks as f64),
+    )
 }
 
 struct ProcStat {
@@ -92,6 +107,24 @@ mod tests {
     use super::*;
 
     const STALE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_process_started_before_now_and_a_dead_one_not_at_all() {
+        let started = process_started(std::process::id()).expect("this process");
+        let now = std::time::SystemTime::now();
+        // btime is in whole seconds: allow for it.
+        assert!(
+            started <= now + Duration::from_secs(2),
+            "{started:?} after {now:?}"
+        );
+        assert!(now.duration_since(started).unwrap_or_default() < Duration::from_secs(24 * 3600));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        assert_eq!(process_started(pid), None);
+    }
 
     #[test]
     fn this_process_is_live_and_a_dead_one_is_not() {

@@ -190,15 +190,22 @@ impl Worker<'_> {
     }
 
     /// Frees the claims of workers on this host whose process is gone (a
-    /// SIGKILL, an OOM kill): their tasks go to a live worker at once,
-    /// not after the stale time (SPEC 16, "Takeover"). Their runs died
-    /// with them, so the tasks' leases are free as well.
+    /// SIGKILL, an OOM kill), or whose pid another process took since:
+    /// their tasks go to a live worker at once, not after the stale time
+    /// (SPEC 16, "Takeover"). Their runs died with them, so the tasks'
+    /// leases are free as well.
     fn free_claims_of_dead_workers(&mut self, journal: &mut dyn Journal) -> Result<()> {
         for other in journal.workers()? {
-            if other.host == self.record.host
-                && other.id != self.record.id
-                && !lease::process_alive(other.pid)
-            {
+            if other.host != self.record.host || other.id == self.record.id {
+                continue;
+            }
+            // A process that started well after the worker recorded its
+            // start is another one, with the dead worker's pid.
+            let recorded = crate::clock::parse(&other.started_at);
+            let alive = lease::process_started(other.pid).is_some_and(|started| {
+                recorded.is_none_or(|recorded| started <= recorded + Duration::from_secs(5))
+            });
+            if !alive {
                 journal.worker_gone(&other.id)?;
                 crate::report::say(&format!(
                     "worker {}: worker {} on this host is gone; its tasks are free",

@@ -497,3 +497,53 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
     let logs = worker_log(&env, "w1") + &worker_log(&env, "w2");
     assert!(logs.contains("reconnecting"), "{logs}");
 }
+
+/// A worker's pid taken by another process since (the worker died, the
+/// pid was reused): its claims are freed at once too, by the start time.
+#[test]
+fn a_worker_whose_pid_was_reused_frees_its_tasks_at_once() {
+    let api = FakeApi::start();
+    let mut env = TestEnv::new();
+    if env.postgres.is_some() {
+        // The dead worker's row is written with SQLite's client; the
+        // decision is the same code on both backends.
+        return;
+    }
+    env.set("API_URL", &api.url);
+    env.set("DURUN_LEASE_STALE_MS", "60000");
+    let plan = json!({"steps": [{"begin": "one", "args": {}, "do": {"value": 1}}]});
+    submit(&env, "t", &plan, &[]);
+    // A worker that claimed t and died; its pid now belongs to this test
+    // process, which started long after the worker's recorded start.
+    let pid = std::process::id();
+    let db = rusqlite::Connection::open(&env.journal).expect("open the journal");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    db.execute(
+        "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
+         VALUES (?1, 'h', ?2, '[\"default\"]', 1, '2000-01-01T00:00:00.000Z', ?3, '[\"t\"]')",
+        rusqlite::params![format!("h:{pid}"), pid, now_ms],
+    )
+    .expect("the dead worker's row");
+    db.execute(
+        "UPDATE tasks SET claimed_by = ?1, claimed_at = ?2 WHERE id = 't'",
+        rusqlite::params![format!("h:{pid}"), now_ms],
+    )
+    .expect("its claim");
+    drop(db);
+    let mut w = worker(&env, "h", &[]);
+    let started = Instant::now();
+    wait_for("the task to complete", Duration::from_secs(30), || {
+        status(&env, "t") == "completed"
+    });
+    let took = started.elapsed();
+    assert!(stop(&mut w).success());
+    assert!(took < Duration::from_secs(20), "the claim held {took:?}");
+    assert!(
+        worker_log(&env, "h").contains(&format!("worker h:{pid} on this host is gone")),
+        "{}",
+        worker_log(&env, "h")
+    );
+}
