@@ -40,12 +40,49 @@ the environment) steps simply run and ``call`` runs the tool through
 ``durun call`` from ``durun.toml``, journaled nowhere.
 """
 
-from ._errors import BadRequest as BadRequest, BudgetExceeded as BudgetExceeded, Cancelled as Cancelled, Divergence as Divergence, DurunError as DurunError, JournalError as JournalError, NotUnderDurun as NotUnderDurun, Timeout as Timeout, ToolFailed as ToolFailed, UnknownTool as UnknownTool
-from ._channel import active as active, _get_channel as _get_channel
-from ._steps import StepContext as StepContext, current as current, step as step, usage as usage, _arun_step as _arun_step, _run_step as _run_step
-from ._tools import acall as acall, acall_all as acall_all, call as call, call_all as call_all, result as result
-from ._waiting import approval as approval, asleep as asleep, await_approval as await_approval, await_signal as await_signal, sleep as sleep, wait as wait
-from ._stable import now as now, patched as patched, random as random, uuid as uuid
+from ._errors import (
+    BadRequest as BadRequest,
+    BudgetExceeded as BudgetExceeded,
+    Cancelled as Cancelled,
+    Divergence as Divergence,
+    DurunError as DurunError,
+    JournalError as JournalError,
+    NotUnderDurun as NotUnderDurun,
+    Timeout as Timeout,
+    ToolFailed as ToolFailed,
+    UnknownTool as UnknownTool,
+)
+from ._channel import (
+    active as active,
+    _get_channel as _get_channel,
+)
+from ._steps import (
+    StepContext as StepContext,
+    current as current,
+    step as step,
+    usage as usage,
+)
+from ._tools import (
+    acall as acall,
+    acall_all as acall_all,
+    call as call,
+    call_all as call_all,
+    result as result,
+)
+from ._waiting import (
+    approval as approval,
+    asleep as asleep,
+    await_approval as await_approval,
+    await_signal as await_signal,
+    sleep as sleep,
+    wait as wait,
+)
+from ._stable import (
+    now as now,
+    patched as patched,
+    random as random,
+    uuid as uuid,
+)
 
 __all__ = [
     "step", "call", "call_all", "acall", "acall_all", "result", "current", "usage", "active",

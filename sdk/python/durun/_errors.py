@@ -1,6 +1,5 @@
 """Typed errors: each error code of the protocol as an exception class."""
 
-
 from typing import Any, Dict, Optional
 
 from ._types import Answer

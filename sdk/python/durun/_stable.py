@@ -8,8 +8,6 @@ from ._channel import _checked, _get_channel, active
 from ._steps import step
 
 
-# Values that must not change between runs, and code that does.
-
 def now() -> datetime.datetime:
     """The time, journaled: the first run's, on every replay (an aware UTC
     datetime). Put this, not ``datetime.now()``, in what a step depends on."""

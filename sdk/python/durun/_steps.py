@@ -7,7 +7,7 @@ import inspect
 import itertools
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar, cast, overload
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overload
 
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout

@@ -10,8 +10,6 @@ from ._values import _encode
 from ._channel import _checked, _get_channel, active
 
 
-# Tools.
-
 def _standalone(tool: str, args: Dict[str, Any]) -> Any:
     """A tool outside durun: ``durun call`` runs it from durun.toml, once,
     journaled nowhere."""

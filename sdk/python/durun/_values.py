@@ -7,8 +7,6 @@ import sys
 from typing import Any, Dict
 
 
-# Values: what a step may take and return.
-
 _warned_tuples: "set[str]" = set()
 
 

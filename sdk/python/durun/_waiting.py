@@ -2,7 +2,6 @@
 
 import asyncio
 import datetime
-import signal
 import time
 from typing import Any, Dict, Tuple, cast
 
@@ -10,8 +9,6 @@ from ._errors import NotUnderDurun
 from ._values import _encode
 from ._channel import _checked, _get_channel, active
 
-
-# Waiting for people and time.
 
 def _seconds(value: Any) -> float:
     if isinstance(value, datetime.timedelta):
