@@ -8,14 +8,13 @@ pub(crate) fn check_task_id(id: &str) -> anyhow::Result<()> {
     check_word("task id", id, 128, &['-', '_', '.', ':'])
 }
 
+pub(crate) fn check_queue(queue: &str) -> anyhow::Result<()> {
+    check_word("queue name", queue, 64, &['-', '_', '.'])
+}
+
 /// Names that go into the journal, SQL parameters and logs (task ids,
 /// queue names): 1 to `most` letters, digits and the `extra` characters.
-pub(crate) fn check_word(
-    kind: &str,
-    text: &str,
-    most: usize,
-    extra: &[char],
-) -> anyhow::Result<()> {
+fn check_word(kind: &str, text: &str, most: usize, extra: &[char]) -> anyhow::Result<()> {
     let fine = !text.is_empty()
         && text.len() <= most
         && text

@@ -10,7 +10,7 @@ use crate::journal::{
     self, Journal, Location, NewTask, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
 use crate::lease;
-pub(crate) use crate::names::{check_task_id, check_word};
+pub(crate) use crate::names::{check_queue, check_task_id};
 use crate::settings::Settings;
 
 /// A new task `id` of `argv`, started in `cwd`: the config `--config`
@@ -67,6 +67,13 @@ pub(crate) struct Shown {
     pub(crate) status: TaskStatus,
     pub(crate) waiting: Option<StepRecord>,
     pub(crate) live: bool,
+}
+
+impl Shown {
+    /// Whether a live runner drives the task (running, or waiting live).
+    pub(crate) fn driven(&self) -> bool {
+        self.status == TaskStatus::Running || self.live
+    }
 }
 
 /// How `task` looks now: a running task whose agent waits live on a
@@ -184,6 +191,12 @@ pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
             step.name
         )),
     }
+}
+
+/// What a task runs and where, for a person about to run what a file
+/// said: `` `python3 agent.py` in /srv/agent ``.
+pub(crate) fn runs_in(argv: &[String], cwd: &str) -> String {
+    format!("`{}` in {cwd}", shell_words(argv))
 }
 
 /// An argv as a person would type it.

@@ -37,10 +37,9 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
         let runs = journal.runs(&task.id)?;
         if runs.iter().all(|run| run.started_at < *imported_at) {
             crate::report::say(&format!(
-                "task {} was imported {imported_at}; it runs `{}` in {}",
+                "task {} was imported {imported_at}; it runs {}",
                 task.id,
-                crate::task::shell_words(&task.argv),
-                task.cwd
+                crate::task::runs_in(&task.argv, &task.cwd)
             ));
         }
     }

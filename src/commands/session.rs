@@ -98,7 +98,13 @@ pub(super) fn drive(
         && outcome.failure.is_some()
         && outcome.stats.executed_steps == 0
         && outcome.stats.replayed_steps == 0;
-    let kept = !(unstarted && journal.forget_unstarted(&task.id).unwrap_or(false));
+    let journaled = if unstarted && journal.forget_unstarted(&task.id).unwrap_or(false) {
+        report::Journaled::Removed
+    } else if task.steps == 0 && outcome.stats.executed_steps == 0 {
+        report::Journaled::Nothing
+    } else {
+        report::Journaled::Steps
+    };
     let mut output = outcome.output;
     if let Some(output) = &mut output {
         output.finish_stderr();
@@ -109,7 +115,7 @@ pub(super) fn drive(
         exit_code: outcome.exit_code,
         stats: &outcome.stats,
         elapsed: started.elapsed(),
-        kept,
+        journaled,
     });
     if let Some(output) = output {
         output.finish();

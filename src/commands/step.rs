@@ -336,10 +336,17 @@ fn print_output(output: &Value, answer: bool) -> Result<i32> {
 fn call_failed(tool: &str, code: &str, message: &str, answer: bool) -> i32 {
     say(&format!("call {tool} failed: {code}: {message}"));
     if answer {
-        let line = json!({"ok": false, "error": {"code": code, "message": message}});
-        println!("{line}");
+        print_error(code, message);
     }
     1
+}
+
+/// `--json`'s answer for a failure: `{"ok": false, "error": {…}}`.
+fn print_error(code: &str, message: &str) {
+    println!(
+        "{}",
+        json!({"ok": false, "error": {"code": code, "message": message}})
+    );
 }
 
 pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
@@ -360,10 +367,7 @@ pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
             .map(|timeout| humantime::format_duration(timeout).to_string()),
     })?;
     if answer.ok {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &answer.output)?;
-        writeln!(out)?;
-        return Ok(0);
+        return print_output(&answer.output, false);
     }
     say(&format!(
         "wait {} ended: {}",
@@ -419,9 +423,7 @@ fn call_standalone(tool: &str, args: Value, answer: bool, settings: &Settings) -
         );
         let message = format!("durun call {tool}: not inside a run, and {place}");
         if answer {
-            let line =
-                json!({"ok": false, "error": {"code": "not_under_durun", "message": message}});
-            println!("{line}");
+            print_error("not_under_durun", &message);
         }
         return Err(Failure::config(message)
             .hint("run the script with `durun run -- …`, or declare the tool in durun.toml")

@@ -76,21 +76,14 @@ pub(crate) fn import(args: &ImportArgs, settings: &Settings) -> Result<i32> {
     release(&mut rows.task);
     // Only a person hands an imported task to workers, by naming a queue:
     // a file must not start a command on every worker of this journal.
-    let status = rows.task.get("status").and_then(Value::as_str);
     if let Some(queue) = &args.queue {
-        crate::task::check_word("queue name", queue, 64, &['-', '_', '.'])?;
+        crate::task::check_queue(queue)?;
+        let status = rows.task.get("status").and_then(Value::as_str);
         if !matches!(status, Some("completed" | "cancelled")) {
             rows.task.insert("status".to_owned(), json!("queued"));
         }
-    } else if status == Some("queued") {
-        rows.task.insert("status".to_owned(), json!("interrupted"));
     }
     rows.task.insert("queue".to_owned(), json!(args.queue));
-    for column in ["claimed_by", "claimed_at"] {
-        if rows.task.contains_key(column) {
-            rows.task.insert(column.to_owned(), Value::Null);
-        }
-    }
     rows.task
         .insert("imported_at".to_owned(), json!(journal::now()));
     let id = journal::task_id(&rows)?;
@@ -285,10 +278,7 @@ fn say_what_it_runs(task: &Map<String, Value>) {
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default();
     let cwd = task.get("cwd").and_then(Value::as_str).unwrap_or("?");
-    crate::report::say(&format!(
-        "it runs `{}` in {cwd}",
-        crate::task::shell_words(&argv)
-    ));
+    crate::report::say(&format!("it runs {}", crate::task::runs_in(&argv, cwd)));
 }
 
 /// Gives the rows another task id.
@@ -305,7 +295,8 @@ fn rename(rows: &mut TaskRows, id: &str) {
     }
 }
 
-/// Clears the lease: a `running` task becomes `interrupted`, resumable.
+/// Clears the lease and any worker's claim: whatever ran it is gone, and
+/// a `running` or `queued` task becomes `interrupted`, resumable by hand.
 fn release(task: &mut Map<String, Value>) {
     for column in [
         "lease_host",
@@ -313,12 +304,17 @@ fn release(task: &mut Map<String, Value>) {
         "lease_pid_start",
         "lease_heartbeat",
         "lease_run",
+        "claimed_by",
+        "claimed_at",
     ] {
         if task.contains_key(column) {
             task.insert(column.to_owned(), Value::Null);
         }
     }
-    if task.get("status") == Some(&json!("running")) {
+    if matches!(
+        task.get("status").and_then(Value::as_str),
+        Some("running" | "queued")
+    ) {
         task.insert("status".to_owned(), json!("interrupted"));
     }
 }

@@ -47,10 +47,21 @@ pub(crate) enum Event<'a> {
         exit_code: i32,
         stats: &'a RunStats,
         elapsed: Duration,
-        /// False when the task was removed: its agent could not be
-        /// started, so there is nothing to resume.
-        kept: bool,
+        /// What the task holds now, which decides what to type next.
+        journaled: Journaled,
     },
+}
+
+/// What a task holds once a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Journaled {
+    /// Steps: a resume replays them.
+    Steps,
+    /// No step, in this run or before it: a resume would only start the
+    /// agent again as it was.
+    Nothing,
+    /// The task was removed: its agent could not be started.
+    Removed,
 }
 
 /// Writes bytes of the agent's stderr where a person sees them.
@@ -207,21 +218,22 @@ pub(crate) fn next_move(
     task: &str,
     status: TaskStatus,
     exit_code: i32,
-    stats: &RunStats,
-    kept: bool,
+    journaled: Journaled,
 ) -> Option<String> {
-    if !kept {
-        return Some(
-            "the agent could not be started: no task was kept; fix the command and run it again"
-                .to_owned(),
-        );
-    }
-    if status == TaskStatus::Failed && stats.executed_steps == 0 && stats.replayed_steps == 0 {
-        // Nothing journaled: a resume would only start it again as it was.
-        return Some(
-            "the agent ended before its first step: nothing was journaled; fix it and run it again"
-                .to_owned(),
-        );
+    match journaled {
+        Journaled::Removed => {
+            return Some(
+                "the agent could not be started: no task was kept; fix the command and run it again"
+                    .to_owned(),
+            );
+        }
+        Journaled::Nothing if status == TaskStatus::Failed => {
+            return Some(
+                "the agent ended before its first step: nothing was journaled; fix it and run it again"
+                    .to_owned(),
+            );
+        }
+        _ => {}
     }
     match (status, exit_code) {
         // The error that follows names the way out (`--from-step N`, the
@@ -242,13 +254,13 @@ pub(crate) fn closing(
     exit_code: i32,
     stats: &RunStats,
     elapsed: Duration,
-    kept: bool,
+    journaled: Journaled,
 ) -> String {
     let mut text = format!(
         "[durun] task {task} {}\n",
         summary(status, exit_code, stats, elapsed)
     );
-    if let Some(next) = next_move(task, status, exit_code, stats, kept) {
+    if let Some(next) = next_move(task, status, exit_code, journaled) {
         use std::fmt::Write as _;
         let _ = writeln!(text, "[durun] {next}");
     }

@@ -97,9 +97,9 @@ impl Plain {
                 exit_code,
                 stats,
                 elapsed,
-                kept,
+                journaled,
             } => out.write_all(
-                super::closing(task, *status, *exit_code, stats, *elapsed, *kept).as_bytes(),
+                super::closing(task, *status, *exit_code, stats, *elapsed, *journaled).as_bytes(),
             ),
         };
     }

@@ -94,12 +94,12 @@ impl Reporter for Progress {
                 exit_code,
                 stats,
                 elapsed,
-                kept,
+                journaled,
             } => {
                 self.bar.finish_and_clear();
                 eprint!(
                     "{}",
-                    super::closing(task, *status, *exit_code, stats, *elapsed, *kept)
+                    super::closing(task, *status, *exit_code, stats, *elapsed, *journaled)
                 );
             }
         }

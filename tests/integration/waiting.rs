@@ -810,7 +810,9 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
         lines[0]["task"]["status"] = json!("queued");
         lines[0]["task"]["queue"] = json!("default");
         lines[0]["task"]["argv"] = json!(
-            serde_json::to_string(&["sh", "-c", &format!("touch {}", pwned.display())]).unwrap()
+            // It fails, so that a second resume runs it again.
+            serde_json::to_string(&["sh", "-c", &format!("touch {}; exit 3", pwned.display())])
+                .unwrap()
         );
     });
     other.write("queued.jsonl", &queued);
@@ -851,15 +853,24 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     assert_eq!(other.inspect("t")["task"]["queue"], "ci");
     let resumed = other.durun(&["resume", "t"]);
     let stderr = text(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains("was imported") && stderr.contains("it runs `sh -c 'touch "),
         "{stderr}"
     );
     assert!(pwned.exists());
-    let later = text(&other.durun(&["resume", "t"]).stderr);
+    // The next resume runs it again, and says nothing of the import.
+    let later = other.durun(&["resume", "t"]);
+    let stderr = text(&later.stderr);
+    assert_eq!(later.status.code(), Some(3), "{stderr}");
     assert!(
-        !later.contains("was imported"),
-        "only the first resume: {later}"
+        !stderr.contains("was imported"),
+        "only the first resume: {stderr}"
+    );
+    // It holds steps: a run that made none is still resumable.
+    assert!(
+        stderr.contains("continue with `durun resume t`"),
+        "{stderr}"
     );
 
     // A completed task is not "continued".

@@ -17,6 +17,7 @@ and handed back as an iterator (async iterator for async clients) over
 the same chunks, each of the client's chunk or event type.
 """
 
+import functools
 import importlib
 import inspect
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
@@ -63,7 +64,7 @@ class _Proxy:
         path = self._path + (attr,)
         if path in _ENDPOINTS and callable(value):
             name = f"{self._provider}.{'.'.join(path)}"
-            build = _Builder(self._package, path)
+            build = _builder(self._package, path)
             return _journaled(value, name, self._async or inspect.iscoroutinefunction(value), build)
         if any(endpoint[:len(path)] == path for endpoint in _ENDPOINTS):
             return _Proxy(value, path, self._provider, self._async, self._package)
@@ -129,6 +130,12 @@ class _Builder:
 
     def chunks(self, values: List[Any]) -> List[Any]:
         return [self._build(self._chunk, value) for value in values]
+
+
+@functools.lru_cache(maxsize=None)
+def _builder(package: str, path: Tuple[str, ...]) -> _Builder:
+    """One builder per endpoint: its types are looked up once."""
+    return _Builder(package, path)
 
 
 def _journaled(create: Any, name: str, is_async: bool, build: _Builder) -> Any:

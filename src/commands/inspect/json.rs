@@ -4,9 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::journal::{
-    ResolutionKind, RunRecord, SignalRecord, StepKind, StepRecord, TaskRecord, TaskStatus,
-};
+use crate::journal::{ResolutionKind, RunRecord, SignalRecord, StepKind, StepRecord, TaskRecord};
 use crate::json_text::JsonText;
 use crate::task::Shown;
 
@@ -34,7 +32,7 @@ pub(super) fn worker_json(
 /// also while it keeps the agent waiting.
 fn held_by(task: &TaskRecord, shown: &Shown) -> Value {
     match &task.lease {
-        Some(lease) if shown.status == TaskStatus::Running || shown.live => {
+        Some(lease) if shown.driven() => {
             json!({"host": lease.host, "pid": lease.pid, "run": lease.run})
         }
         _ => Value::Null,

@@ -130,7 +130,8 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             return Ok(0);
         }
         let matching: Vec<&StepRecord> = steps.iter().collect();
-        let status = shown(journal.as_mut(), &task, settings)?.status;
+        // A live runner's pending step is pending, else interrupted.
+        let driven = crate::task::shown_status(&task, settings) == TaskStatus::Running;
         if matching.is_empty() {
             return Err(
                 crate::error::Failure::config(format!("task {id} has no step {n}"))
@@ -142,7 +143,7 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             if i > 0 {
                 writeln!(out)?;
             }
-            out.write_all(views::step_view(&style, &task, status, step, now).as_bytes())?;
+            out.write_all(views::step_view(&style, &task, driven, step, now).as_bytes())?;
         }
     } else {
         let total = journal.count_steps(id)?;

@@ -36,8 +36,8 @@ pub(super) fn step_tone(status: StepStatus) -> Tone {
 
 /// A step's state for people: a `pending` step of a task no runner drives
 /// is the step its last run died in, `interrupted`.
-fn step_state(step: &StepRecord, task: TaskStatus) -> &'static str {
-    if step.status == StepStatus::Pending && task != TaskStatus::Running {
+fn step_state(step: &StepRecord, driven: bool) -> &'static str {
+    if step.status == StepStatus::Pending && !driven {
         "interrupted"
     } else {
         step.status.as_str()
@@ -332,7 +332,10 @@ pub(super) fn task_view(
                 plain(&step.name),
                 plain(step.kind.as_str()),
                 plain(step.effect.as_str()),
-                (step_state(step, status).to_owned(), step_tone(step.status)),
+                (
+                    step_state(step, shown.driven()).to_owned(),
+                    step_tone(step.status),
+                ),
                 plain(step.attempts.to_string()),
                 plain(took),
                 plain(if step.tokens > 0 {
@@ -363,7 +366,7 @@ fn indented(text: &str) -> String {
 pub(super) fn step_view(
     style: &Style,
     task: &TaskRecord,
-    status: TaskStatus,
+    driven: bool,
     step: &StepRecord,
     now: SystemTime,
 ) -> String {
@@ -389,7 +392,7 @@ pub(super) fn step_view(
     let _ = writeln!(
         out,
         "status      {} after {attempts}",
-        style.paint(step_tone(step.status), step_state(step, status))
+        style.paint(step_tone(step.status), step_state(step, driven))
     );
     if let Some(resolution) = &step.resolution {
         let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
