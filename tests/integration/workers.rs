@@ -140,31 +140,10 @@ fn a_pool_runs_every_task_once_though_workers_are_killed_and_paused() {
     });
     let group = -(w2.id() as i32);
     crate::env::signal(group, libc::SIGSTOP);
-    // The tasks w2's frozen runs hold: the others take them over once the
-    // leases are stale. Wait for that, not for a guess of how long it takes.
-    let held_by_w2 = |env: &TestEnv| -> Vec<String> {
-        let listed = env.durun(&["inspect", "--json"]);
-        serde_json::from_slice::<Value>(&listed.stdout)
-            .ok()
-            .and_then(|listed| listed["tasks"].as_array().cloned())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|task| task["held_by"]["host"] == "w2")
-            .filter_map(|task| task["id"].as_str().map(str::to_owned))
-            .collect()
-    };
-    let frozen = held_by_w2(&env);
-    wait_for(
-        "w3 to take w2's tasks over",
-        Duration::from_secs(60),
-        || {
-            frozen.iter().all(|id| {
-                env.inspect(id)["task"]["runs"]
-                    .as_array()
-                    .is_some_and(|runs| runs.iter().any(|run| run["host"] == "w3"))
-            })
-        },
-    );
+    // Paused past the stale time (1.5 s here). This waits on the clock,
+    // not on a takeover it could watch: a frozen process may hold SQLite's
+    // write lock, and then no takeover happens until it is continued.
+    std::thread::sleep(Duration::from_millis(2500));
     crate::env::signal(group, libc::SIGCONT);
     wait_for("every task to complete", Duration::from_secs(120), || {
         all_completed(&env, &ids)
