@@ -20,6 +20,7 @@ mod lease;
 mod names;
 mod os;
 mod protocol;
+mod proxy;
 mod report;
 mod settings;
 mod spawn;

@@ -53,7 +53,12 @@ pub(crate) fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
 
 /// SHA-256 hex of the canonical args: equal args, equal hash.
 pub(crate) fn args_hash(canonical_args: &str) -> String {
-    hex(&Sha256::digest(canonical_args.as_bytes()))
+    sha256_hex(canonical_args.as_bytes())
+}
+
+/// SHA-256 hex of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
 }
 
 /// SHA-256 hex of `"{task}:{step}:{canonical args}"`.

@@ -55,6 +55,25 @@ pub(crate) fn tokens_of(usage: &Value) -> u64 {
     }
 }
 
+/// Several usages as one, in Anthropic's shape; `None` for none.
+pub(crate) fn sum(usages: &[Value]) -> Option<Value> {
+    if usages.is_empty() {
+        return None;
+    }
+    let (mut input, mut output) = (0u64, 0u64);
+    for usage in usages {
+        let total = tokens_of(usage);
+        let out = ["output_tokens", "completion_tokens"]
+            .iter()
+            .find_map(|name| usage.get(*name).and_then(token_count))
+            .unwrap_or(0)
+            .min(total);
+        input = input.saturating_add(total - out);
+        output = output.saturating_add(out);
+    }
+    Some(serde_json::json!({"input_tokens": input, "output_tokens": output}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

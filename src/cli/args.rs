@@ -53,6 +53,13 @@ pub(crate) struct Limits {
     /// park_after` in durun.toml, else 60s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) park_after: Option<std::time::Duration>,
+
+    /// Do not start the model/API proxy: the agent's OPENAI_BASE_URL and
+    /// ANTHROPIC_BASE_URL are left as they are and its model calls are
+    /// not journaled unless it journals them itself [default: `[proxy]
+    /// enabled` in durun.toml, else on]
+    #[arg(long)]
+    pub(crate) no_proxy: bool,
 }
 
 #[derive(Args, Debug)]

@@ -71,6 +71,7 @@ pub(super) fn drive(
         max_tokens: task.max_tokens,
         tokens_before: task.tokens_spent,
         fixed_now: settings.fixed_now(),
+        proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

@@ -18,9 +18,11 @@ use crate::error::Failure;
 use crate::protocol::Effect;
 
 mod expand;
+mod proxy;
 
 use expand::{Piece, parse_template};
 pub(crate) use expand::{Secrets, expand_env_noting};
+pub(crate) use proxy::{MODEL_ROUTES, ProxyConfig, RouteConfig, check_upstream};
 
 /// The file `run` looks for in its working directory.
 pub(crate) const FILE_NAME: &str = "durun.toml";
@@ -65,6 +67,8 @@ pub(crate) struct Config {
     pub(crate) max_tokens: Option<u64>,
     /// `[queues.NAME] concurrency`: a worker's limits per queue.
     pub(crate) queues: BTreeMap<String, u32>,
+    /// `[proxy]`: the model/API proxy (SPEC 12).
+    pub(crate) proxy: ProxyConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +145,8 @@ struct RawConfig {
     budget: RawBudget,
     #[serde(default)]
     queues: BTreeMap<String, RawQueue>,
+    #[serde(default)]
+    proxy: proxy::RawProxy,
 }
 
 #[derive(Deserialize)]
@@ -228,6 +234,7 @@ impl Config {
                 })
             })
             .transpose()?;
+        let proxy = raw.proxy.check().map_err(Failure::config)?;
         Ok(Self {
             source: text.to_owned(),
             sync: raw.journal.sync,
@@ -239,6 +246,7 @@ impl Config {
                 .into_iter()
                 .map(|(name, queue)| (name, queue.concurrency))
                 .collect(),
+            proxy,
         })
     }
 }

@@ -70,8 +70,21 @@ pub(crate) enum StepKind {
     Wait,
     /// Waits for a time.
     Sleep,
+    /// A request through the model/API proxy (SPEC 12), replayed by
+    /// content, not position.
+    Proxy,
+    /// An MCP `tools/call` (SPEC 13), replayed by content.
+    Mcp,
 }
-text_enum!(StepKind { Call => "call", Begin => "begin", Wait => "wait", Sleep => "sleep" });
+text_enum!(StepKind { Call => "call", Begin => "begin", Wait => "wait", Sleep => "sleep", Proxy => "proxy", Mcp => "mcp" });
+
+impl StepKind {
+    /// Replayed by content (a request matched by name and args), not by
+    /// its place among the agent's protocol steps.
+    pub(crate) fn by_content(self) -> bool {
+        matches!(self, StepKind::Proxy | StepKind::Mcp)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepStatus {

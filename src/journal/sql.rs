@@ -88,6 +88,15 @@ pub(crate) static STEPS_PAGE: Sql = Sql::made(|| {
     )
 });
 
+/// The live steps replayed by content (proxy and MCP requests), in order.
+pub(crate) static STEPS_BY_CONTENT: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps
+         WHERE task_id = $1 AND status <> 'discarded' AND kind IN ('proxy', 'mcp')
+         ORDER BY step_index"
+    )
+});
+
 /// One live step.
 pub(crate) static LIVE_STEP: Sql = Sql::made(|| {
     format!(
@@ -229,6 +238,7 @@ mod tests {
         for sql in [
             &SIGNALS_OF_TASK,
             &STEPS_PAGE,
+            &STEPS_BY_CONTENT,
             &LIVE_STEP,
             &SIGNAL_WAITING,
             &TAKE_SIGNAL,

@@ -22,17 +22,25 @@ use crate::spawn::{self, Plan, Spawned};
 pub(super) fn spawn_agent(
     spec: &RunSpec<'_>,
     socket: &Path,
+    proxy: &[(String, String)],
     copier: bool,
 ) -> std::io::Result<Spawned> {
+    let mut env = vec![
+        ("DURUN_TASK_ID", spec.task_id.into()),
+        ("DURUN_RUN", spec.run.to_string().into()),
+        ("DURUN_PROTOCOL", protocol::VERSION.to_string().into()),
+        ("DURUN_SOCKET", socket.as_os_str().to_owned()),
+    ];
+    // The model clients' base URLs point at the run's proxy.
+    env.extend(
+        proxy
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.into())),
+    );
     spawn::spawn(&Plan {
         argv: spec.argv,
         cwd: spec.cwd,
-        env: vec![
-            ("DURUN_TASK_ID", spec.task_id.into()),
-            ("DURUN_RUN", spec.run.to_string().into()),
-            ("DURUN_PROTOCOL", protocol::VERSION.to_string().into()),
-            ("DURUN_SOCKET", socket.as_os_str().to_owned()),
-        ],
+        env,
         // On a terminal the agent's stderr goes through the progress line;
         // elsewhere it is the agent's own, untouched.
         pipe_stderr: copier,

@@ -99,12 +99,14 @@ impl<'a> Supervisor<'a> {
         let mut stats = self.stats;
         let mut finished = false;
         for deferred in &mut batch {
-            if let Then::Finished { .. } = deferred.then {
+            if deferred.then.finishes() {
                 finished = true;
                 stats.executed_steps += 1;
                 stats.tokens_spent += deferred.record.tokens;
-                if deferred.record.kind != StepKind::Begin
-                    && deferred.record.status == StepStatus::Failed
+                if !matches!(
+                    deferred.record.kind,
+                    StepKind::Begin | StepKind::Proxy | StepKind::Mcp
+                ) && deferred.record.status == StepStatus::Failed
                 {
                     // Answered right after this commit: a step the agent
                     // opens from here on, it opens knowing of the failure.
@@ -227,6 +229,7 @@ impl<'a> Supervisor<'a> {
                 response.patched = Some(true);
                 self.respond(conn, &response);
             }
+            Then::Proxied(then) => self.carry_on_proxied(record, then),
             Then::Call { id, tool, args } => {
                 if self.ending.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: the step is in doubt and runs
@@ -277,7 +280,7 @@ impl<'a> Supervisor<'a> {
         });
         let step = record.step;
         let response = match (record.kind, record.status) {
-            (StepKind::Begin, _) => Response::ok(id).step(step),
+            (StepKind::Begin | StepKind::Proxy | StepKind::Mcp, _) => Response::ok(id).step(step),
             (StepKind::Call | StepKind::Wait | StepKind::Sleep, StepStatus::Committed) => {
                 let mut response = Response::ok(id).step(step);
                 response.replayed = Some(false);

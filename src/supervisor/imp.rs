@@ -73,8 +73,30 @@ pub(crate) fn supervise(
 
     let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
+    let proxy = match spec.proxy {
+        Some(config) => {
+            let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
+            let events = events_tx.clone();
+            let inbox: crate::proxy::Inbox =
+                Box::new(move |message| events.send(Event::Proxy(message)).is_ok());
+            Some(
+                crate::proxy::Proxy::start(routes, inbox)
+                    .map_err(|err| anyhow::anyhow!("failed to start the model proxy: {err}"))?,
+            )
+        }
+        None => None,
+    };
+    let proxy_env = proxy
+        .as_ref()
+        .map(crate::proxy::Proxy::env)
+        .unwrap_or_default();
     let copier = reporter.stderr_copier();
-    let mut child = match super::child::spawn_agent(spec, &socket.path, copier.is_some()) {
+    let mut child = match super::child::spawn_agent(
+        spec,
+        &socket.path,
+        &proxy_env,
+        copier.is_some(),
+    ) {
         Ok(child) => child,
         Err(err) => {
             signals_handle.close();
@@ -146,12 +168,14 @@ pub(crate) fn supervise(
             holding: Holding::new(spec.leased_at),
         };
         supervisor.serve(&events);
+        supervisor.report_unreplayed();
         // The journal comes home before the run's end is recorded; the
         // committer ends with its channel.
         supervisor.journal();
         anyhow::Ok(supervisor.outcome())
     })?;
     signals_handle.close();
+    drop(proxy);
     drop(socket);
     if let Some(output) = &mut outcome.output {
         output.stderr_done = stderr_done;
@@ -338,6 +362,7 @@ impl Supervisor<'_> {
             Event::Signal(signal) => self.on_signal(signal),
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}
+            Event::Proxy(message) => self.on_proxy(message),
         }
     }
 

@@ -25,6 +25,10 @@ pub(super) type Conn = usize;
 /// The agent's own connection.
 pub(super) const AGENT: Conn = 0;
 
+/// The model/API proxy: it answers through its own channels, never a
+/// connection's.
+pub(super) const PROXY: Conn = usize::MAX;
+
 pub(super) enum Event {
     Line(Conn, Line),
     /// A client connected to the socket; its answers go to this outbox.
@@ -39,6 +43,8 @@ pub(super) enum Event {
     Signal(i32),
     /// The committer sent a batch back.
     Landed,
+    /// A request through the model/API proxy, or its end.
+    Proxy(crate::proxy::ToLoop),
 }
 
 /// Sends [`Event`]s to the loop and wakes it.

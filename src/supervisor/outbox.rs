@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use super::inbox::{Answers, Conn};
 use crate::config::Tool;
 use crate::journal::{StepKind, StepRecord};
+use crate::proxy::Verdict;
 
 #[derive(Default)]
 pub(super) struct Outbox {
@@ -63,17 +65,42 @@ pub(super) enum Then {
         tool: Arc<Tool>,
         args: Value,
     },
+    /// A proxy request's intent or answer is written.
+    Proxied(ProxyThen),
 }
 
 impl Then {
-    /// The request the write answers; `null` for none.
+    /// The request the write answers; `null` for none (a proxy request
+    /// hears of a failed write when its reply is dropped).
     pub(super) fn into_id(self) -> Value {
         match self {
             Then::Finished { id, .. }
             | Then::Opened { id, .. }
             | Then::Call { id, .. }
             | Then::Patched { id } => id,
-            Then::Marked => Value::Null,
+            Then::Marked | Then::Proxied(_) => Value::Null,
         }
     }
+
+    /// Whether the write finishes a step (the run counts it).
+    pub(super) fn finishes(&self) -> bool {
+        matches!(
+            self,
+            Then::Finished { .. } | Then::Proxied(ProxyThen::Done { .. })
+        )
+    }
+}
+
+/// What follows a proxy step's write once it is durable.
+pub(super) enum ProxyThen {
+    /// A `mutate` request's intent is written: forward it.
+    Forward {
+        reply: oneshot::Sender<Verdict>,
+        in_doubt: bool,
+    },
+    /// Its answer is written: let the agent have the end of it.
+    Done {
+        reply: oneshot::Sender<()>,
+        started: Instant,
+    },
 }

@@ -85,9 +85,11 @@ impl Supervisor<'_> {
         }
     }
 
-    /// The step the journal held at `step` when the run started, if any;
-    /// read from the journal only once a page of them is used up.
-    pub(super) fn recorded_step(&mut self, step: u64) -> anyhow::Result<Option<StepRecord>> {
+    /// The number of the agent's next recorded protocol step, if the
+    /// journal holds one (steps replayed by content are passed over); read
+    /// from the journal only once a page of them is used up.
+    pub(super) fn next_recorded(&mut self) -> anyhow::Result<Option<u64>> {
+        let step = self.steps.next_step;
         if self.steps.recorded.needs_page(step) {
             self.settle();
             let journal = self.journal.as_deref_mut().expect("the journal is home");
@@ -95,7 +97,7 @@ impl Supervisor<'_> {
                 .recorded
                 .read_page(journal, self.spec.task_id, step)?;
         }
-        Ok(self.steps.recorded.take(step))
+        Ok(self.steps.recorded.next_at(step))
     }
 
     /// Answers a step that may not start because the run is stopping.
@@ -168,6 +170,7 @@ impl Supervisor<'_> {
                 record,
                 fresh,
                 started: Instant::now(),
+                proxied: Vec::new(),
             },
         );
         self.respond(conn, &response);
@@ -182,16 +185,17 @@ impl Supervisor<'_> {
         id: &Value,
         wanted: Wanted<'_>,
     ) -> Option<(StepRecord, bool, bool)> {
-        let step = self.steps.next_step;
-        self.steps.next_step += 1;
-        let args_hash = step_key::args_hash(wanted.canonical);
-        let recorded = match self.recorded_step(step) {
-            Ok(recorded) => recorded,
+        let step = match self.next_recorded() {
+            Ok(Some(step)) => step,
+            Ok(None) => self.steps.new_number(self.steps.next_step),
             Err(err) => {
                 self.journal_failed(conn, id, err);
                 return None;
             }
         };
+        self.steps.next_step = step + 1;
+        let args_hash = step_key::args_hash(wanted.canonical);
+        let recorded = self.steps.recorded.take(step);
         let asked = Asked {
             name: wanted.name,
             args_hash: &args_hash,
@@ -249,7 +253,12 @@ impl Supervisor<'_> {
     }
 
     /// The row of a step the journal does not hold yet: attempt 1.
-    fn new_record(&self, step: u64, wanted: &Wanted<'_>, args_hash: String) -> StepRecord {
+    pub(super) fn new_record(
+        &self,
+        step: u64,
+        wanted: &Wanted<'_>,
+        args_hash: String,
+    ) -> StepRecord {
         let now = journal::now();
         StepRecord {
             step,
@@ -277,7 +286,7 @@ impl Supervisor<'_> {
 
     /// A recorded step run again (a run died inside it, or the agent died
     /// on its failure): the next attempt, the same key.
-    fn next_attempt(&mut self, mut record: StepRecord) -> StepRecord {
+    pub(super) fn next_attempt(&mut self, mut record: StepRecord) -> StepRecord {
         if record.effect == Effect::Mutate && older_than(&record.created_at, KEY_MEMORY) {
             let message = format!(
                 "step {} ({}) is retried more than 24 hours after its first attempt; \
@@ -396,6 +405,9 @@ impl Supervisor<'_> {
         let mut record = open.record;
         match result {
             Ok((output, usage)) => {
+                // The agent's own count, else that of the model calls the
+                // proxy saw while the step was open: counted once.
+                let usage = usage.or_else(|| crate::usage::sum(&open.proxied));
                 record.status = StepStatus::Committed;
                 record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
                 record.usage = usage.as_ref().map(JsonText::from_value);
@@ -427,9 +439,8 @@ impl Supervisor<'_> {
     /// nothing at this point or holds this patch (true); where it holds
     /// another step, the task's older path, nothing is consumed (false).
     fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
-        let step = self.steps.next_step;
-        let recorded = match self.recorded_step(step) {
-            Ok(recorded) => recorded,
+        let recorded = match self.next_recorded() {
+            Ok(step) => step.and_then(|step| self.steps.recorded.take(step)),
             Err(err) => return self.journal_failed(conn, &id, err),
         };
         let args = serde_json::json!({ "patch": name });
@@ -444,7 +455,7 @@ impl Supervisor<'_> {
                 self.respond(conn, &response);
             }
             Some(record) => {
-                self.steps.next_step += 1;
+                self.steps.next_step = record.step + 1;
                 self.stats.replayed_steps += 1;
                 let mut response = Response::ok(id).step(record.step);
                 response.patched = Some(true);

@@ -47,6 +47,8 @@ pub(crate) struct RunSpec<'a> {
     /// The time waits and sleeps take as now (`DURUN_TEST_NOW`, for
     /// tests); the system clock when `None`.
     pub(crate) fixed_now: Option<SystemTime>,
+    /// The model/API proxy's routes (SPEC 12); `None` when it is off.
+    pub(crate) proxy: Option<&'a crate::config::ProxyConfig>,
 }
 
 impl RunSpec<'_> {

@@ -12,7 +12,7 @@ use super::agent_io::AgentIo;
 pub(super) use super::ending::{Ending, Stop};
 pub(super) use super::holding::Holding;
 use super::inbox::Events;
-pub(super) use super::outbox::{Deferred, Outbox, Then};
+pub(super) use super::outbox::{Deferred, Outbox, ProxyThen, Then};
 use super::spec::RunSpec;
 pub(super) use super::steps::{CallInFlight, OpenStep, Steps, Waiter};
 use crate::journal::{Journal, RunStats, Standing, StepKind};

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::contents::Contents;
 use super::inbox::Conn;
 use super::recorded::Recorded;
 use crate::executor::Cancel;
@@ -26,7 +27,12 @@ pub(super) struct Steps {
     pub(super) recorded: Recorded,
     /// The highest step number in the journal.
     pub(super) last_recorded: u64,
+    /// One past the agent's last protocol step.
     pub(super) next_step: u64,
+    /// One past every step number the journal held or this run gave.
+    next_new: u64,
+    /// Steps replayed by content: proxy and MCP requests.
+    pub(super) contents: Contents,
     /// Steps the agent began and has not closed yet.
     pub(super) open: HashMap<u64, OpenStep>,
     /// `call`s whose tool runs.
@@ -43,11 +49,20 @@ impl Steps {
             recorded: Recorded::new(last_recorded),
             last_recorded,
             next_step: 1,
+            next_new: last_recorded + 1,
+            contents: Contents::default(),
             open: HashMap::new(),
             calls: HashMap::new(),
             waits: HashMap::new(),
             failed: HashMap::new(),
         }
+    }
+
+    /// A step number no step holds, `at_least` or more.
+    pub(super) fn new_number(&mut self, at_least: u64) -> u64 {
+        let step = self.next_new.max(at_least);
+        self.next_new = step + 1;
+        step
     }
 
     /// Whether `step` is open, running or waited on.
@@ -93,6 +108,9 @@ pub(super) struct OpenStep {
     /// Its row is not written yet (a `read` step).
     pub(super) fresh: bool,
     pub(super) started: Instant,
+    /// The usage of model calls made through the proxy while it was open
+    /// (one call, one record: they are part of this step).
+    pub(super) proxied: Vec<Value>,
 }
 
 /// A `call` whose tool is running.

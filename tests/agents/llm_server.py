@@ -1,11 +1,13 @@
 """A fake OpenAI and Anthropic API on loopback, for the real client
 packages: chat completions (and their SSE stream), responses, messages
-(and their SSE stream). usage: llm_server.py PORT_FILE
+(and their SSE stream). usage: llm_server.py PORT_FILE [CERT KEY]
 
 Every request is counted by path and first prompt in PORT_FILE.count
-(JSON), so a test can tell whether a request was sent twice."""
+(JSON), so a test can tell whether a request was sent twice. With CERT
+KEY after PORT_FILE it serves HTTPS."""
 
 import json
+import os
 import sys
 import threading
 import time
@@ -47,6 +49,42 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def slow_stream(self, model):
+        """A chunked stream whose first event comes at once and the rest
+        only once PORT_FILE.release exists (or after 30 s): whether the
+        agent saw the first event before the end is written to
+        PORT_FILE.released."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data):
+            event = f"data: {data}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+
+        def delta(content, usage=None):
+            return json.dumps({"id": "s1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                               "choices": [] if usage else [{"index": 0, "delta": {"content": content},
+                                                             "finish_reason": None}],
+                               **({"usage": usage} if usage else {})})
+
+        chunk(delta("first "))
+        released = False
+        for _ in range(3000):
+            if os.path.exists(port_file + ".release"):
+                released = True
+                break
+            time.sleep(0.01)
+        with open(port_file + ".released", "w") as out:
+            out.write("yes" if released else "no")
+        chunk(delta("second"))
+        chunk(delta("", {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}))
+        chunk("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
         prompt = prompt_of(body)
@@ -57,6 +95,18 @@ class Handler(BaseHTTPRequestHandler):
                 json.dump(counts, out)
         text = f"echo: {prompt}"
         model = body.get("model", "m")
+        if prompt.startswith("status "):
+            # An error answer, as an API gives one.
+            status = int(prompt.split()[1])
+            data = json.dumps({"error": {"type": "fake", "message": f"status {status}"}}).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if prompt == "slow stream":
+            return self.slow_stream(model)
         if self.path.endswith("/chat/completions"):
             if body.get("stream"):
                 chunks = [("", {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
@@ -106,8 +156,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+if len(sys.argv) > 3:
+    # HTTPS with the given certificate and key.
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[2], sys.argv[3])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 with open(port_file + ".tmp", "w") as out:
     out.write(str(server.server_address[1]))
-import os
 os.rename(port_file + ".tmp", port_file)
+server.daemon_threads = True
 server.serve_forever()

@@ -15,6 +15,7 @@ mod keys;
 mod languages;
 mod lease;
 mod messages;
+mod proxy;
 mod recovery;
 mod run;
 mod sdk;

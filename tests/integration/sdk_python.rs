@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, agents_dir, path_with_durun, sdk_path, text, wait_for};
+use crate::servers::{LlmServer, llm_clients};
 
 const ECHO_TOOL: &str = "[tools.echo]\neffect = \"read\"\ncommand = [\"echo\", \"{text}\"]\n";
 
@@ -283,24 +284,6 @@ fn durun_step_counts_the_tokens_a_command_reports() {
     assert_eq!(task["task"]["tokens_spent"], 49);
 }
 
-/// Whether the real client packages are installed: `.ci/run` installs
-/// them and sets `DURUN_TEST_LLM_CLIENTS=1`, which makes their absence a
-/// failure.
-fn llm_clients() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import openai, anthropic"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
-            "DURUN_TEST_LLM_CLIENTS is set but `openai` and `anthropic` are not installed"
-        );
-        eprintln!("skipped: pip install openai anthropic to run it");
-    }
-    found
-}
-
 #[test]
 fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() {
     if !llm_clients() {
@@ -381,44 +364,6 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         .expect("saved");
     let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
     assert!(saved >= 600 && saved == spent, "saved {saved} of {spent}");
-}
-
-/// The fake OpenAI and Anthropic server, and its request counts.
-struct LlmServer {
-    child: std::process::Child,
-    port_file: std::path::PathBuf,
-}
-
-impl LlmServer {
-    fn start(env: &TestEnv) -> Self {
-        let port_file = env.path("llm.port");
-        let child = std::process::Command::new("python3")
-            .arg(agents_dir().join("llm_server.py"))
-            .arg(&port_file)
-            .spawn()
-            .expect("the fake LLM server");
-        wait_for("the fake LLM server", Duration::from_secs(20), || {
-            port_file.exists()
-        });
-        Self { child, port_file }
-    }
-
-    fn base(&self) -> String {
-        let port = std::fs::read_to_string(&self.port_file).expect("port");
-        format!("http://127.0.0.1:{port}")
-    }
-
-    fn counts(&self) -> Value {
-        let path = self.port_file.with_extension("port.count");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("counts")).expect("JSON")
-    }
-}
-
-impl Drop for LlmServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::env::{TestEnv, agents_dir, wait_for};
+
 fn serve(
     handler: impl Fn(&str, &HashMap<String, String>, Value) -> Value + Send + Sync + 'static,
 ) -> String {
@@ -221,5 +223,67 @@ impl FakeApi {
     /// Every request, reads included, in arrival order.
     pub(crate) fn seen(&self) -> Vec<Seen> {
         self.state.0.lock().expect("api state").seen.clone()
+    }
+}
+
+/// Whether the real client packages are installed: `.ci/run` installs
+/// them and sets `DURUN_TEST_LLM_CLIENTS=1`, which makes their absence a
+/// failure.
+pub(crate) fn llm_clients() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import openai, anthropic"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
+            "DURUN_TEST_LLM_CLIENTS is set but `openai` and `anthropic` are not installed"
+        );
+        eprintln!("skipped: pip install openai anthropic to run it");
+    }
+    found
+}
+
+/// The fake OpenAI and Anthropic server, and its request counts.
+pub(crate) struct LlmServer {
+    child: std::process::Child,
+    port_file: std::path::PathBuf,
+}
+
+impl LlmServer {
+    pub(crate) fn start(env: &TestEnv) -> Self {
+        Self::start_with(env, &[])
+    }
+
+    /// The server, with more arguments (a certificate and key: HTTPS).
+    pub(crate) fn start_with(env: &TestEnv, args: &[&std::path::Path]) -> Self {
+        let port_file = env.path("llm.port");
+        let child = std::process::Command::new("python3")
+            .arg(agents_dir().join("llm_server.py"))
+            .arg(&port_file)
+            .args(args)
+            .spawn()
+            .expect("the fake LLM server");
+        wait_for("the fake LLM server", Duration::from_secs(20), || {
+            port_file.exists()
+        });
+        Self { child, port_file }
+    }
+
+    pub(crate) fn base(&self) -> String {
+        let port = std::fs::read_to_string(&self.port_file).expect("port");
+        format!("http://127.0.0.1:{port}")
+    }
+
+    pub(crate) fn counts(&self) -> Value {
+        let path = self.port_file.with_extension("port.count");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("counts")).expect("JSON")
+    }
+}
+
+impl Drop for LlmServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -293,6 +293,13 @@ impl Journal for PostgresJournal {
         rows.iter().map(step_from_row).collect()
     }
 
+    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
+        let rows = self
+            .client
+            .query(sql::STEPS_BY_CONTENT.postgres(), &[&task])?;
+        rows.iter().map(step_from_row).collect()
+    }
+
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
         let row = self
             .client

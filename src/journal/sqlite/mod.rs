@@ -236,6 +236,16 @@ impl Journal for SqliteJournal {
         Ok(steps)
     }
 
+    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
+        let mut statement = self.conn.prepare_cached(sql::STEPS_BY_CONTENT.sqlite())?;
+        let mut rows = statement.query(params![task])?;
+        let mut steps = Vec::new();
+        while let Some(row) = rows.next()? {
+            steps.push(step_from_row(row)?);
+        }
+        Ok(steps)
+    }
+
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
         let (count, last): (i64, Option<i64>) = self
             .conn

@@ -1,0 +1,215 @@
+//! `[proxy]` in `durun.toml`: the model/API proxy's routes, what it
+//! leaves out of a request's identity, and which headers are secrets
+//! (SPEC 12).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::protocol::Effect;
+
+/// The two routes every run has, for the model clients.
+pub(crate) const MODEL_ROUTES: [&str; 2] = ["openai", "anthropic"];
+
+/// A validated `[proxy]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ProxyConfig {
+    /// `enabled = false` turns the proxy off for the task.
+    pub(crate) enabled: bool,
+    /// JSON pointers left out of a request's args before matching and keys.
+    pub(crate) ignore: Vec<String>,
+    /// `[proxy.openai] upstream`, `[proxy.anthropic] upstream`.
+    pub(crate) model_upstreams: BTreeMap<String, String>,
+    /// `[proxy.routes.NAME]`.
+    pub(crate) routes: BTreeMap<String, RouteConfig>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ignore: Vec::new(),
+            model_upstreams: BTreeMap::new(),
+            routes: BTreeMap::new(),
+        }
+    }
+}
+
+/// A custom route: an API the agent reaches through a variable it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RouteConfig {
+    /// The variable the agent's environment gets the route's URL in.
+    pub(crate) env: Option<String>,
+    pub(crate) upstream: String,
+    /// `"METHOD /path"` requests whose effect is not the method's default.
+    pub(crate) read: Vec<String>,
+    pub(crate) mutate: Vec<String>,
+}
+
+impl RouteConfig {
+    /// The effect of `METHOD /path` on this route: GET, HEAD and OPTIONS
+    /// read, the rest mutate, unless `read`/`mutate` say otherwise.
+    pub(crate) fn effect(&self, method: &str, path: &str) -> Effect {
+        let listed = |list: &[String]| {
+            list.iter().any(|entry| {
+                entry
+                    .split_once(' ')
+                    .is_some_and(|(m, p)| m.eq_ignore_ascii_case(method) && p == path)
+            })
+        };
+        if listed(&self.mutate) {
+            Effect::Mutate
+        } else if listed(&self.read) || matches!(method, "GET" | "HEAD" | "OPTIONS") {
+            Effect::Read
+        } else {
+            Effect::Mutate
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProxy {
+    enabled: Option<bool>,
+    #[serde(default)]
+    ignore: Vec<String>,
+    /// Accepted and checked: no request header is ever journaled, hashed
+    /// or shown, these included.
+    #[serde(default)]
+    secret_headers: Vec<String>,
+    openai: Option<RawUpstream>,
+    anthropic: Option<RawUpstream>,
+    #[serde(default)]
+    routes: BTreeMap<String, RawRoute>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    upstream: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    env: Option<String>,
+    upstream: String,
+    #[serde(default)]
+    read: Vec<String>,
+    #[serde(default)]
+    mutate: Vec<String>,
+}
+
+impl RawProxy {
+    pub(super) fn check(self) -> Result<ProxyConfig, String> {
+        for pointer in &self.ignore {
+            if !pointer.is_empty() && !pointer.starts_with('/') {
+                return Err(format!(
+                    "[proxy] ignore: {pointer:?} is not a JSON pointer (write \"/{pointer}\")"
+                ));
+            }
+        }
+        for header in &self.secret_headers {
+            if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(format!(
+                    "[proxy] secret_headers: {header:?} is not a header name"
+                ));
+            }
+        }
+        let mut model_upstreams = BTreeMap::new();
+        for (name, raw) in [("openai", self.openai), ("anthropic", self.anthropic)] {
+            if let Some(raw) = raw {
+                check_upstream(&raw.upstream)
+                    .map_err(|message| format!("[proxy.{name}] upstream: {message}"))?;
+                model_upstreams.insert(name.to_owned(), raw.upstream);
+            }
+        }
+        let mut routes = BTreeMap::new();
+        for (name, raw) in self.routes {
+            let at = format!("[proxy.routes.{name}]");
+            if MODEL_ROUTES.contains(&name.as_str()) {
+                return Err(format!(
+                    "{at}: `{name}` is a built-in route; set its upstream in [proxy.{name}]"
+                ));
+            }
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(format!(
+                    "{at}: a route's name is letters, digits, `-` and `_` (it is a URL path segment)"
+                ));
+            }
+            check_upstream(&raw.upstream).map_err(|message| format!("{at} upstream: {message}"))?;
+            if let Some(env) = &raw.env
+                && (env.is_empty()
+                    || env.starts_with(|c: char| c.is_ascii_digit())
+                    || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            {
+                return Err(format!("{at} env: {env:?} is not a variable name"));
+            }
+            for entry in raw.read.iter().chain(&raw.mutate) {
+                if !entry
+                    .split_once(' ')
+                    .is_some_and(|(method, path)| !method.is_empty() && path.starts_with('/'))
+                {
+                    return Err(format!(
+                        "{at}: {entry:?} is not \"METHOD /path\" (as in \"POST /search\")"
+                    ));
+                }
+            }
+            routes.insert(
+                name,
+                RouteConfig {
+                    env: raw.env,
+                    upstream: raw.upstream,
+                    read: raw.read,
+                    mutate: raw.mutate,
+                },
+            );
+        }
+        Ok(ProxyConfig {
+            enabled: self.enabled.unwrap_or(true),
+            ignore: self.ignore,
+            model_upstreams,
+            routes,
+        })
+    }
+}
+
+/// An upstream is an `http://` or `https://` URL.
+pub(crate) fn check_upstream(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
+            Ok(())
+        }
+        _ => Err(format!("{url:?} is not an http:// or https:// URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(read: &[&str], mutate: &[&str]) -> RouteConfig {
+        RouteConfig {
+            env: None,
+            upstream: "http://127.0.0.1:1".into(),
+            read: read.iter().map(|s| (*s).to_owned()).collect(),
+            mutate: mutate.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_route_reads_with_safe_methods_and_mutates_with_the_rest() {
+        let plain = route(&[], &[]);
+        assert_eq!(plain.effect("GET", "/repos"), Effect::Read);
+        assert_eq!(plain.effect("POST", "/repos"), Effect::Mutate);
+        assert_eq!(plain.effect("DELETE", "/repos/1"), Effect::Mutate);
+        let listed = route(&["POST /search"], &["GET /dispatch"]);
+        assert_eq!(listed.effect("POST", "/search"), Effect::Read);
+        assert_eq!(listed.effect("POST", "/search/more"), Effect::Mutate);
+        assert_eq!(listed.effect("GET", "/dispatch"), Effect::Mutate);
+    }
+}

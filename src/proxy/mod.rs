@@ -1,0 +1,157 @@
+//! The model/API proxy (SPEC 12): an HTTP server on 127.0.0.1 that a run
+//! points the agent's model clients at, through the base-URL variables
+//! they already read, so that an agent that never heard of durun has its
+//! model and API calls journaled.
+//!
+//! # Where it sits
+//!
+//! The proxy runs on a thread of its own with a small tokio runtime
+//! (hyper serves the agent, reqwest reaches the upstream). It owns no
+//! journal: each request is handed to the supervisor loop as a [`ToLoop`]
+//! message through the same inbox the socket uses, and the loop answers
+//! with a [`Verdict`] (replay this, forward as step N, refuse). When the
+//! answer is in, the proxy hands it to the loop again ([`ToLoop::Done`])
+//! and lets the agent have the end of it only once the loop says it is
+//! durable.
+//!
+//! # Invariant
+//!
+//! A request without the run's secret path segment is answered 404 and
+//! goes nowhere; the secret and the request's headers are never printed
+//! or journaled.
+
+mod recording;
+mod routes;
+mod serve;
+
+use std::io;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub(crate) use recording::{Answer, answer_output};
+pub(crate) use routes::Routes;
+
+use crate::protocol::Effect;
+
+/// What the proxy asks of the supervisor loop.
+pub(crate) enum ToLoop {
+    /// A request to journal: the loop says what to do with it.
+    Ask(Ask),
+    /// A forwarded request's end.
+    Done {
+        step: u64,
+        /// The step is the proxy's own, not an agent's step it belongs to.
+        own: bool,
+        end: End,
+        /// Answered once the end is durable; dropped if it cannot be.
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// A request, as a step.
+pub(crate) struct Ask {
+    /// `ROUTE METHOD PATH`.
+    pub(crate) name: String,
+    pub(crate) effect: Effect,
+    pub(crate) args: Value,
+    /// `args` in the canonical form keys are made of.
+    pub(crate) canonical: String,
+    pub(crate) reply: oneshot::Sender<Verdict>,
+}
+
+/// What the loop says to do with a request.
+pub(crate) enum Verdict {
+    /// Answer it from the journal; the step's output.
+    Replay(Value),
+    /// Forward it. `key`: a `mutate` step's idempotency key, sent as
+    /// `Idempotency-Key`. `own`: it is a step of its own, not part of an
+    /// agent's open step.
+    Forward {
+        step: u64,
+        key: Option<String>,
+        own: bool,
+    },
+    /// Answer it with this status and error, forwarding nothing.
+    Refuse {
+        status: u16,
+        kind: &'static str,
+        message: String,
+    },
+}
+
+/// How a forwarded request ended.
+pub(crate) enum End {
+    /// The upstream answered in full; a 2xx answer finishes the step, any
+    /// other is a failed attempt.
+    Answered {
+        answer: Answer,
+        usage: Option<Value>,
+    },
+    /// No full answer: the upstream could not be reached, or cut it off.
+    Lost { message: String },
+}
+
+/// How the proxy reaches the loop: `false` once the loop is gone.
+pub(crate) type Inbox = Box<dyn Fn(ToLoop) -> bool + Send + Sync>;
+
+/// A running proxy; it stops when dropped.
+pub(crate) struct Proxy {
+    /// `http://127.0.0.1:PORT/SECRET`.
+    base: String,
+    routes: Arc<Routes>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts the proxy on a free port of 127.0.0.1.
+    pub(crate) fn start(routes: Routes, inbox: Inbox) -> io::Result<Self> {
+        let secret = secret()?;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.set_nonblocking(true)?;
+        let base = format!("http://{}/{secret}", listener.local_addr()?);
+        let routes = Arc::new(routes);
+        let (stop, stopped) = oneshot::channel();
+        let thread = serve::spawn(listener, secret, Arc::clone(&routes), inbox, stopped)?;
+        Ok(Self {
+            base,
+            routes,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The variables the agent's environment gets: each route's base URL,
+    /// and `DURUN_PROXY`.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        let mut env = self.routes.env(&self.base);
+        env.push(("DURUN_PROXY".into(), self.base.clone()));
+        env
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// 192 random bits, as hex: the path segment every URL of a run's proxy
+/// starts with.
+fn secret() -> io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().fold(String::new(), |mut hex, byte| {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    }))
+}

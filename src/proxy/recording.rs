@@ -1,0 +1,246 @@
+//! What the journal keeps of a proxied request and its answer: the args a
+//! request is matched by, the answer as a step's output, and the tokens it
+//! spent.
+//!
+//! # Invariant
+//!
+//! Nothing from a request's headers is ever in the args or the output: a
+//! secret the agent sends (`authorization`, `x-api-key`, …) is forwarded
+//! and forgotten.
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+/// A recorded answer, as the agent gets it again on replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) content_type: Option<String>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Answer {
+    /// Whether it is an event stream (replayed as a stream).
+    pub(crate) fn is_stream(&self) -> bool {
+        self.content_type
+            .as_deref()
+            .is_some_and(|content_type| content_type.starts_with("text/event-stream"))
+    }
+}
+
+/// The args of a request (SPEC 12): its JSON body, or the body's hash and
+/// length when it is not JSON, and its query; `ignore`'s JSON pointers
+/// taken out of the body first.
+pub(crate) fn request_args(body: &[u8], query: &str, ignore: &[String]) -> Value {
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        // The default depth limit: a body nested deeper than any API
+        // takes is hashed, never recursed into.
+        match serde_json::from_slice::<Value>(body) {
+            Ok(mut value) => {
+                for pointer in ignore {
+                    remove_pointer(&mut value, pointer);
+                }
+                value
+            }
+            Err(_) => json!({
+                "sha256": crate::step_key::sha256_hex(body),
+                "bytes": body.len(),
+            }),
+        }
+    };
+    json!({ "body": body, "query": query })
+}
+
+/// Removes what `pointer` (RFC 6901) points at, if anything.
+fn remove_pointer(value: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.remove(&last);
+        }
+        Some(Value::Array(items)) => {
+            if let Ok(index) = last.parse::<usize>()
+                && index < items.len()
+            {
+                items.remove(index);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An answer as a step's output: its status, content type and body (JSON
+/// as JSON, other UTF-8 text as `text`, anything else as `base64`).
+pub(crate) fn answer_output(answer: &Answer) -> Value {
+    let mut output = Map::new();
+    output.insert("status".into(), answer.status.into());
+    output.insert(
+        "content_type".into(),
+        answer
+            .content_type
+            .clone()
+            .map_or(Value::Null, Value::String),
+    );
+    let json_body = !answer.is_stream() && !answer.body.is_empty();
+    match json_body
+        .then(|| serde_json::from_slice::<Value>(&answer.body).ok())
+        .flatten()
+    {
+        Some(body) => {
+            output.insert("body".into(), body);
+        }
+        None => match std::str::from_utf8(&answer.body) {
+            Ok(text) => {
+                output.insert("text".into(), text.into());
+            }
+            Err(_) => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&answer.body);
+                output.insert("base64".into(), encoded.into());
+            }
+        },
+    }
+    Value::Object(output)
+}
+
+/// The answer a step's output records.
+pub(crate) fn output_answer(output: &Value) -> Answer {
+    let body = if let Some(body) = output.get("body") {
+        serde_json::to_vec(body).expect("a JSON value serializes")
+    } else if let Some(text) = output.get("text").and_then(Value::as_str) {
+        text.as_bytes().to_vec()
+    } else if let Some(encoded) = output.get("base64").and_then(Value::as_str) {
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    Answer {
+        status: output
+            .get("status")
+            .and_then(Value::as_u64)
+            .and_then(|status| u16::try_from(status).ok())
+            .unwrap_or(200),
+        content_type: output
+            .get("content_type")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        body,
+    }
+}
+
+/// The token usage an OpenAI or Anthropic answer reports: `usage` in a
+/// JSON body, or gathered from an event stream's events (OpenAI's last
+/// chunk, Responses' `response.completed`, Anthropic's `message_start`
+/// and `message_delta`, later counts replacing earlier ones).
+pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
+    if !answer.is_stream() {
+        let body: Value = serde_json::from_slice(&answer.body).ok()?;
+        return body.get("usage").filter(|usage| usage.is_object()).cloned();
+    }
+    let text = String::from_utf8_lossy(&answer.body);
+    let mut merged = Map::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data.trim_start()) else {
+            continue;
+        };
+        let usage = event
+            .get("usage")
+            .or_else(|| event.pointer("/message/usage"))
+            .or_else(|| event.pointer("/response/usage"));
+        if let Some(Value::Object(usage)) = usage {
+            for (field, count) in usage {
+                if !count.is_null() {
+                    merged.insert(field.clone(), count.clone());
+                }
+            }
+        }
+    }
+    (!merged.is_empty()).then_some(Value::Object(merged))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_are_the_json_body_and_the_query_without_ignored_members() {
+        let body = br#"{"model":"m","metadata":{"ts":1},"messages":[{"a":1},{"b":2}]}"#;
+        assert_eq!(
+            request_args(body, "x=1", &["/metadata".into(), "/messages/0".into()]),
+            json!({"body": {"model": "m", "messages": [{"b": 2}]}, "query": "x=1"})
+        );
+        assert_eq!(
+            request_args(b"", "", &[]),
+            json!({"body": null, "query": ""})
+        );
+        let binary = request_args(b"\x00\x01not json", "", &[]);
+        assert_eq!(binary["body"]["bytes"], 10);
+        assert_eq!(binary["body"]["sha256"].as_str().unwrap().len(), 64);
+        // Deeper than the parser goes: hashed, not parsed.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(request_args(deep.as_bytes(), "", &[])["body"]["sha256"].is_string());
+    }
+
+    #[test]
+    fn an_answer_survives_the_journal() {
+        for answer in [
+            Answer {
+                status: 200,
+                content_type: Some("application/json".into()),
+                body: br#"{"id":"x","n":1.50}"#.to_vec(),
+            },
+            Answer {
+                status: 200,
+                content_type: Some("text/event-stream; charset=utf-8".into()),
+                body: b"data: {\"a\":1}\n\ndata: [DONE]\n\n".to_vec(),
+            },
+            Answer {
+                status: 201,
+                content_type: None,
+                body: vec![0, 159, 146, 150],
+            },
+        ] {
+            let output = answer_output(&answer);
+            let back = output_answer(&serde_json::from_str(&output.to_string()).unwrap());
+            assert_eq!(back, answer, "{output}");
+        }
+    }
+
+    #[test]
+    fn usage_is_read_from_bodies_and_streams() {
+        let plain = Answer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#.to_vec(),
+        };
+        assert_eq!(crate::usage::tokens_of(&usage_of(&plain).unwrap()), 7);
+        let anthropic = Answer {
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            body: concat!(
+                "event: message_start\n",
+                "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
+                "event: message_delta\n",
+                "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
+            )
+            .as_bytes()
+            .to_vec(),
+        };
+        assert_eq!(crate::usage::tokens_of(&usage_of(&anthropic).unwrap()), 40);
+        let responses = Answer {
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            body: b"data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\ndata: [DONE]\n\n".to_vec(),
+        };
+        assert_eq!(crate::usage::tokens_of(&usage_of(&responses).unwrap()), 11);
+    }
+}

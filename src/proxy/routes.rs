@@ -1,0 +1,168 @@
+//! The proxy's routes: the two model routes every run has, and the
+//! custom ones `durun.toml` adds, each with the upstream it forwards to.
+
+use std::collections::BTreeMap;
+
+use crate::config::{MODEL_ROUTES, ProxyConfig, RouteConfig};
+use crate::protocol::Effect;
+
+/// Every route of a run, with what a request on it is.
+pub(crate) struct Routes {
+    routes: BTreeMap<String, Route>,
+    pub(crate) ignore: Vec<String>,
+}
+
+pub(crate) struct Route {
+    /// The upstream's base URL, no `/` at its end.
+    pub(crate) upstream: String,
+    /// What follows the route's name in the agent's base URL (`/v1` for
+    /// OpenAI's clients, whose base holds it).
+    prefix: &'static str,
+    /// The variable the agent gets the route's URL in.
+    env: Option<String>,
+    /// A custom route's effects; `None` for a model route (all `read`).
+    custom: Option<RouteConfig>,
+}
+
+impl Route {
+    /// The effect of `METHOD PATH` on this route.
+    pub(crate) fn effect(&self, method: &str, path: &str) -> Effect {
+        match &self.custom {
+            None => Effect::Read,
+            Some(custom) => custom.effect(method, path),
+        }
+    }
+
+    /// The PATH of a step's name: what follows the route's base, if the
+    /// request is under it.
+    pub(crate) fn path<'p>(&self, rest: &'p str) -> Option<&'p str> {
+        let path = rest.strip_prefix(self.prefix)?;
+        if path.is_empty() {
+            Some("/")
+        } else {
+            path.starts_with('/').then_some(path)
+        }
+    }
+}
+
+impl Routes {
+    /// The routes of `config`, their upstreams resolved: `durun.toml`
+    /// first, then (for the model routes) the variable in `env`, then the
+    /// vendor's API.
+    pub(crate) fn new(config: &ProxyConfig, env: impl Fn(&str) -> Option<String>) -> Self {
+        let mut routes = BTreeMap::new();
+        for name in MODEL_ROUTES {
+            let (variable, default, prefix) = match name {
+                "openai" => ("OPENAI_BASE_URL", "https://api.openai.com/v1", "/v1"),
+                _ => ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", ""),
+            };
+            let upstream = config
+                .model_upstreams
+                .get(name)
+                .cloned()
+                .or_else(|| env(variable).filter(|url| crate::config::check_upstream(url).is_ok()))
+                .unwrap_or_else(|| default.to_owned());
+            routes.insert(
+                name.to_owned(),
+                Route {
+                    upstream: upstream.trim_end_matches('/').to_owned(),
+                    prefix,
+                    env: Some(variable.to_owned()),
+                    custom: None,
+                },
+            );
+        }
+        for (name, custom) in &config.routes {
+            routes.insert(
+                name.clone(),
+                Route {
+                    upstream: custom.upstream.trim_end_matches('/').to_owned(),
+                    prefix: "",
+                    env: custom.env.clone(),
+                    custom: Some(custom.clone()),
+                },
+            );
+        }
+        Self {
+            routes,
+            ignore: config.ignore.clone(),
+        }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Route> {
+        self.routes.get(name)
+    }
+
+    /// Each route's variable and URL under the proxy at `base`.
+    pub(super) fn env(&self, base: &str) -> Vec<(String, String)> {
+        self.routes
+            .iter()
+            .filter_map(|(name, route)| {
+                let variable = route.env.clone()?;
+                Some((variable, format!("{base}/{name}{}", route.prefix)))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstreams_come_from_the_config_then_the_environment_then_the_vendor() {
+        let mut config = ProxyConfig::default();
+        let routes = Routes::new(&config, |_| None);
+        assert_eq!(
+            routes.get("openai").unwrap().upstream,
+            "https://api.openai.com/v1"
+        );
+        assert_eq!(
+            routes.get("anthropic").unwrap().upstream,
+            "https://api.anthropic.com"
+        );
+        let env = |name: &str| {
+            (name == "OPENAI_BASE_URL").then(|| "https://gateway.example/openai/v1/".to_owned())
+        };
+        let routes = Routes::new(&config, env);
+        assert_eq!(
+            routes.get("openai").unwrap().upstream,
+            "https://gateway.example/openai/v1"
+        );
+        config
+            .model_upstreams
+            .insert("openai".into(), "http://127.0.0.1:9/v1".into());
+        let routes = Routes::new(&config, env);
+        assert_eq!(
+            routes.get("openai").unwrap().upstream,
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(
+            routes.env("http://127.0.0.1:1/s"),
+            [
+                (
+                    "ANTHROPIC_BASE_URL".to_owned(),
+                    "http://127.0.0.1:1/s/anthropic".to_owned()
+                ),
+                (
+                    "OPENAI_BASE_URL".to_owned(),
+                    "http://127.0.0.1:1/s/openai/v1".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_path_is_what_follows_the_routes_base() {
+        let routes = Routes::new(&ProxyConfig::default(), |_| None);
+        let openai = routes.get("openai").unwrap();
+        assert_eq!(
+            openai.path("/v1/chat/completions"),
+            Some("/chat/completions")
+        );
+        assert_eq!(openai.path("/v1x/chat"), None);
+        assert_eq!(openai.path("/chat/completions"), None);
+        let anthropic = routes.get("anthropic").unwrap();
+        assert_eq!(anthropic.path("/v1/messages"), Some("/v1/messages"));
+    }
+}

@@ -1,0 +1,538 @@
+//! The proxy's server: takes a request from the agent, asks the loop what
+//! it is, and answers it from the journal or forwards it upstream,
+//! relaying a stream chunk by chunk as it comes.
+//!
+//! # Invariant
+//!
+//! The agent has all of a finished answer only once its step is durable:
+//! a plain body is sent after the loop's word, and a stream's chunks go
+//! out as they arrive but its end (the last chunk of the HTTP message)
+//! only after it. A forwarded request is served by a task of its own, so
+//! an agent that goes away mid-answer does not stop the answer from being
+//! read to its end and recorded: the call is paid for, and a retry gets
+//! it from the journal.
+
+use std::convert::Infallible;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use super::recording::{self, Answer};
+use super::routes::Routes;
+use super::{Ask, End, Inbox, ToLoop, Verdict};
+
+/// The largest request body the proxy takes (the protocol's line limit).
+const MAX_BODY: usize = crate::protocol::MAX_LINE;
+/// The largest plain (not streamed) answer it records.
+const MAX_ANSWER: usize = 256 << 20;
+/// Chunks of a stream waiting for a slow agent before the upstream's
+/// reading waits too.
+const STREAM_BACKLOG: usize = 64;
+
+type Body = BoxBody<Bytes, io::Error>;
+
+/// Request headers never forwarded: they are about this hop, or (for
+/// `proxy-authorization`) for proxies, or set by the proxy itself.
+const NOT_FORWARDED: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    // The answer is recorded as it comes: ask for it uncompressed.
+    "accept-encoding",
+];
+
+/// Answer headers not passed back: about the upstream's hop.
+const NOT_RETURNED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "trailer",
+    "upgrade",
+];
+
+struct Shared {
+    secret: String,
+    routes: Arc<Routes>,
+    inbox: Inbox,
+    client: reqwest::Client,
+}
+
+/// Serves `listener` on a thread of its own until `stopped` fires.
+pub(super) fn spawn(
+    listener: std::net::TcpListener,
+    secret: String,
+    routes: Arc<Routes>,
+    inbox: Inbox,
+    stopped: oneshot::Receiver<()>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(io::Error::other)?;
+    let shared = Arc::new(Shared {
+        secret,
+        routes,
+        inbox,
+        client,
+    });
+    std::thread::Builder::new()
+        .name("durun-proxy".into())
+        .spawn(move || {
+            runtime.block_on(accept(listener, shared, stopped));
+            // In-flight exchanges end with the runtime.
+            runtime.shutdown_background();
+        })
+}
+
+async fn accept(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of descriptors for a moment: try again shortly.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(handle(request, shared).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// An error answer in the shape OpenAI's and Anthropic's clients read.
+fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
+    let body = json!({"error": {"type": kind, "message": message.into()}});
+    let mut response = Response::new(full(body.to_string().into_bytes()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// Whether `given` is the secret, in time that does not depend on where
+/// they differ.
+fn is_secret(given: &str, secret: &str) -> bool {
+    given.len() == secret.len()
+        && given
+            .bytes()
+            .zip(secret.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    let mut segments = path.trim_start_matches('/').splitn(3, '/');
+    let given = segments.next().unwrap_or_default();
+    if !is_secret(given, &shared.secret) {
+        // Not a word on what the URL should be.
+        return error(StatusCode::NOT_FOUND, "not_found", "not found");
+    }
+    let route_name = segments.next().unwrap_or_default().to_owned();
+    let rest = segments
+        .next()
+        .map(|rest| format!("/{rest}"))
+        .unwrap_or_default();
+    let Some(route) = shared.routes.get(&route_name) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("durun's proxy has no route `{route_name}`"),
+        );
+    };
+    let Some(path) = route.path(&rest).map(str::to_owned) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("`{rest}` is not under the base URL of route `{route_name}`"),
+        );
+    };
+    let method = request.method().clone();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let effect = route.effect(method.as_str(), &path);
+    let upstream = format!(
+        "{}{path}{}{query}",
+        route.upstream,
+        if query.is_empty() { "" } else { "?" }
+    );
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "the request body is over durun's {} MiB limit",
+                    MAX_BODY >> 20
+                ),
+            );
+        }
+        Err(err) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the request body could not be read: {err}"),
+            );
+        }
+    };
+    let args = recording::request_args(&body, &query, &shared.routes.ignore);
+    let canonical = match crate::step_key::canonical_json(&args) {
+        Ok(canonical) => canonical,
+        Err(err) => return error(StatusCode::BAD_REQUEST, "bad_request", err.to_string()),
+    };
+    let (reply, verdict) = oneshot::channel();
+    let ask = Ask {
+        name: format!("{route_name} {method} {path}"),
+        effect,
+        args,
+        canonical,
+        reply,
+    };
+    if !(shared.inbox)(ToLoop::Ask(ask)) {
+        return ended();
+    }
+    let Ok(verdict) = verdict.await else {
+        return ended();
+    };
+    match verdict {
+        Verdict::Replay(output) => replay(&recording::output_answer(&output)),
+        Verdict::Refuse {
+            status,
+            kind,
+            message,
+        } => error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            kind,
+            message,
+        ),
+        Verdict::Forward { step, key, own } => {
+            let forward = Forward {
+                route: route_name,
+                method,
+                url: upstream,
+                headers: parts.headers,
+                body,
+                key,
+                step,
+                own,
+            };
+            let (head, answer) = oneshot::channel();
+            tokio::spawn(exchange(Arc::clone(&shared), forward, head));
+            answer.await.unwrap_or_else(|_| ended())
+        }
+    }
+}
+
+/// The run is over or stopping: nothing is forwarded.
+fn ended() -> Response<Body> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "durun_stopping",
+        "durun's run is stopping or has ended; nothing was forwarded",
+    )
+}
+
+/// A recorded answer, as it came the first time (a stream as a stream).
+fn replay(answer: &Answer) -> Response<Body> {
+    let body = Bytes::from(answer.body.clone());
+    let body = if answer.is_stream() {
+        let frames = futures_util::stream::iter([Ok::<_, io::Error>(Frame::data(body))]);
+        StreamBody::new(frames).boxed()
+    } else {
+        full(body)
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    if let Some(content_type) = answer
+        .content_type
+        .as_deref()
+        .and_then(|value| HeaderValue::from_str(value).ok())
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, content_type);
+    }
+    response
+        .headers_mut()
+        .insert("x-durun-replayed", HeaderValue::from_static("true"));
+    response
+}
+
+/// A request to forward, as the loop numbered it.
+struct Forward {
+    route: String,
+    method: hyper::Method,
+    url: String,
+    headers: HeaderMap,
+    body: Bytes,
+    key: Option<String>,
+    step: u64,
+    own: bool,
+}
+
+/// Forwards a request, hands its answer's head to the agent through
+/// `head`, and records its end with the loop.
+async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<Response<Body>>) {
+    let Forward {
+        route,
+        method,
+        url,
+        headers,
+        body,
+        key,
+        step,
+        own,
+    } = forward;
+    let mut request = shared.client.request(method, &url).body(body);
+    for (name, value) in &headers {
+        let skip = NOT_FORWARDED.contains(&name.as_str())
+            || (key.is_some() && name.as_str() == "idempotency-key");
+        if !skip {
+            request = request.header(name, value);
+        }
+    }
+    if let Some(key) = &key {
+        request = request.header("idempotency-key", key.as_str());
+    }
+    let done = |end: End| {
+        let (reply, durable) = oneshot::channel();
+        let sent = (shared.inbox)(ToLoop::Done {
+            step,
+            own,
+            end,
+            reply,
+        });
+        async move { sent && durable.await.is_ok() }
+    };
+    let mut response = match request.send().await {
+        Ok(response) => response,
+        Err(err) => {
+            let message = format!(
+                "durun could not reach the upstream of route `{route}`: {}",
+                describe(&err)
+            );
+            done(End::Lost {
+                message: message.clone(),
+            })
+            .await;
+            let _ = head.send(error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                message,
+            ));
+            return;
+        }
+    };
+    let status = response.status();
+    let mut returned = HeaderMap::new();
+    for (name, value) in response.headers() {
+        if !NOT_RETURNED.contains(&name.as_str()) {
+            returned.append(name.clone(), value.clone());
+        }
+    }
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let streamed = content_type
+        .as_deref()
+        .is_some_and(|value| value.starts_with("text/event-stream"))
+        || response.content_length().is_none();
+    let respond = |body: Body| {
+        let mut answer = Response::new(body);
+        *answer.status_mut() = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::OK);
+        *answer.headers_mut() = returned.clone();
+        answer
+    };
+    let cut_off = |route: &str, err: &reqwest::Error| {
+        format!(
+            "the upstream of route `{route}` cut its answer off: {}",
+            describe(err)
+        )
+    };
+
+    if !status.is_success() || !streamed {
+        // A plain answer: the agent gets it once it is durable.
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_ANSWER => {
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(Some(_)) => {
+                    let message = format!(
+                        "the answer of route `{route}` is over durun's {} MiB limit",
+                        MAX_ANSWER >> 20
+                    );
+                    done(End::Lost {
+                        message: message.clone(),
+                    })
+                    .await;
+                    let _ = head.send(error(StatusCode::BAD_GATEWAY, "answer_too_large", message));
+                    return;
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    let message = cut_off(&route, &err);
+                    done(End::Lost {
+                        message: message.clone(),
+                    })
+                    .await;
+                    let _ = head.send(error(StatusCode::BAD_GATEWAY, "upstream_cut_off", message));
+                    return;
+                }
+            }
+        }
+        let answer = Answer {
+            status: status.as_u16(),
+            content_type,
+            body,
+        };
+        let usage = status
+            .is_success()
+            .then(|| recording::usage_of(&answer))
+            .flatten();
+        let body = Bytes::from(answer.body.clone());
+        if done(End::Answered { answer, usage }).await || !status.is_success() {
+            let _ = head.send(respond(full(body)));
+        } else {
+            let _ = head.send(not_journaled());
+        }
+        return;
+    }
+
+    // A stream: every chunk goes on as it comes; the end waits for the
+    // step to be durable.
+    let (frames, backlog) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(STREAM_BACKLOG);
+    let stream = futures_util::stream::unfold(backlog, |mut backlog| async move {
+        backlog.recv().await.map(|frame| (frame, backlog))
+    });
+    let _ = head.send(respond(StreamBody::new(stream).boxed()));
+    let mut body = Vec::new();
+    let mut agent_there = true;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                body.extend_from_slice(&chunk);
+                if agent_there {
+                    agent_there = frames.send(Ok(Frame::data(chunk))).await.is_ok();
+                }
+            }
+            Ok(None) => break,
+            Err(err) => {
+                let message = cut_off(&route, &err);
+                done(End::Lost {
+                    message: message.clone(),
+                })
+                .await;
+                let _ = frames.send(Err(io::Error::other(message))).await;
+                return;
+            }
+        }
+    }
+    let answer = Answer {
+        status: status.as_u16(),
+        content_type,
+        body,
+    };
+    let usage = recording::usage_of(&answer);
+    if !done(End::Answered { answer, usage }).await {
+        // Not durable: the agent must not take the answer as whole.
+        let _ = frames
+            .send(Err(io::Error::other("durun could not journal the answer")))
+            .await;
+    }
+}
+
+/// The loop could not make the answer durable (the run is stopping, the
+/// journal failed): the agent does not get it.
+fn not_journaled() -> Response<Body> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "durun_stopping",
+        "durun could not journal the answer (the run is stopping); the call is retried on resume",
+    )
+}
+
+/// An upstream error with its causes, one line.
+fn describe(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_is_compared_whole() {
+        assert!(is_secret("abc", "abc"));
+        assert!(!is_secret("abd", "abc"));
+        assert!(!is_secret("ab", "abc"));
+        assert!(!is_secret("", "abc"));
+    }
+
+    #[test]
+    fn hop_headers_are_not_forwarded() {
+        for name in NOT_FORWARDED.iter().chain(NOT_RETURNED) {
+            assert!(
+                hyper::header::HeaderName::from_bytes(name.as_bytes()).is_ok(),
+                "{name}"
+            );
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Steps replayed by content, not position (SPEC 12, 13): the proxy's and
+//! MCP's recorded requests, found by name and args, and those in flight.
+//!
+//! # Invariant
+//!
+//! A recorded step answers at most one request of a run (it is taken out
+//! when it does), the earliest of equal ones first; a step in flight is
+//! in `in_flight` until its end comes, then written or, for a `mutate`
+//! step cut off, kept to be retried with its key.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use crate::journal::{StepRecord, StepStatus};
+
+#[derive(Default)]
+pub(super) struct Contents {
+    /// Read from the journal (on the first request by content).
+    pub(super) loaded: bool,
+    /// Finished steps no request of this run has had, by name and args
+    /// hash, earliest first.
+    finished: HashMap<(String, String), VecDeque<StepRecord>>,
+    /// `mutate` steps a run died inside (or whose answer was cut off):
+    /// the same request runs them again with their key.
+    pending: HashMap<(String, String), VecDeque<StepRecord>>,
+    /// Requests forwarded, by step.
+    pub(super) in_flight: HashMap<u64, InFlight>,
+}
+
+/// A request forwarded as a step of its own.
+pub(super) struct InFlight {
+    pub(super) record: StepRecord,
+    /// Its row is not written yet (a `read` request).
+    pub(super) fresh: bool,
+    pub(super) started: Instant,
+}
+
+impl Contents {
+    /// Sorts the task's recorded steps by content into what replays and
+    /// what runs again.
+    pub(super) fn load(&mut self, recorded: Vec<StepRecord>) {
+        self.loaded = true;
+        for record in recorded {
+            let at = (record.name.clone(), record.args_hash.clone());
+            match record.status {
+                StepStatus::Committed => self.finished.entry(at).or_default().push_back(record),
+                StepStatus::Pending => self.keep_pending(record),
+                // A failed attempt is not a finished step: the request is
+                // new again.
+                _ => {}
+            }
+        }
+    }
+
+    /// The earliest finished step with this name and args that no
+    /// request of this run has had.
+    pub(super) fn take_finished(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
+        take(&mut self.finished, name, args_hash)
+    }
+
+    /// A `mutate` step with this name and args left in doubt.
+    pub(super) fn take_pending(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
+        take(&mut self.pending, name, args_hash)
+    }
+
+    /// Keeps a `mutate` step in doubt for the next equal request.
+    pub(super) fn keep_pending(&mut self, record: StepRecord) {
+        let at = (record.name.clone(), record.args_hash.clone());
+        self.pending.entry(at).or_default().push_back(record);
+    }
+
+    /// The recorded steps no request of this run has had, in order.
+    pub(super) fn unreplayed(&self) -> Vec<u64> {
+        let mut steps: Vec<u64> = self
+            .finished
+            .values()
+            .flatten()
+            .map(|record| record.step)
+            .collect();
+        steps.sort_unstable();
+        steps
+    }
+}
+
+fn take(
+    map: &mut HashMap<(String, String), VecDeque<StepRecord>>,
+    name: &str,
+    args_hash: &str,
+) -> Option<StepRecord> {
+    // Keyed by owned strings: a lookup builds the key once per request.
+    let at = (name.to_owned(), args_hash.to_owned());
+    let queue = map.get_mut(&at)?;
+    let record = queue.pop_front();
+    if queue.is_empty() {
+        map.remove(&at);
+    }
+    record
+}

@@ -1,0 +1,300 @@
+//! Requests through the model/API proxy become steps (SPEC 12): answered
+//! from the journal by content, forwarded as a step of their own, or
+//! counted as part of an agent's open step.
+//!
+//! # Invariant
+//!
+//! A recorded answer is given to at most one request of a run; a `mutate`
+//! request's intent is durable before it is forwarded, and a step in
+//! doubt goes out again only with its own key; an answer is durable
+//! before the proxy lets the agent have all of it.
+
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::contents::InFlight;
+use super::inbox::PROXY;
+use super::state::{Deferred, ProxyThen, Supervisor, Then, Wanted};
+use crate::journal::{StepError, StepKind, StepStatus};
+use crate::json_text::JsonText;
+use crate::protocol::{Effect, ErrorCode};
+use crate::proxy::{Ask, End, ToLoop, Verdict};
+use crate::report::Event as Report;
+use crate::step_key;
+
+impl Supervisor<'_> {
+    pub(super) fn on_proxy(&mut self, message: ToLoop) {
+        match message {
+            ToLoop::Ask(ask) => self.on_ask(ask),
+            ToLoop::Done {
+                step,
+                own,
+                end,
+                reply,
+            } => self.on_proxy_done(step, own, end, reply),
+        }
+    }
+
+    fn on_ask(&mut self, ask: Ask) {
+        if self.holding.fenced {
+            // The reply is dropped: the agent hears the run ended.
+            return;
+        }
+        if self.ending.stop.is_some() || self.ending.exited.is_some() {
+            let _ = ask.reply.send(stopping());
+            return;
+        }
+        if !self.steps.contents.loaded {
+            let task = self.spec.task_id;
+            match self.journal().steps_by_content(task) {
+                Ok(recorded) => self.steps.contents.load(recorded),
+                Err(err) => return self.journal_failed(PROXY, &Value::Null, err),
+            }
+        }
+        let args_hash = step_key::args_hash(&ask.canonical);
+        if let Some(record) = self.steps.contents.take_finished(&ask.name, &args_hash) {
+            self.stats.replayed_steps += 1;
+            self.stats.tokens_saved += record.tokens;
+            self.reporter.report(&Report::StepReplayed {
+                step: record.step,
+                name: &record.name,
+            });
+            let output = record.output.map_or(Value::Null, |output| output.value());
+            let _ = ask.reply.send(Verdict::Replay(output));
+            return;
+        }
+        // One call, one record: a request made inside a step the agent
+        // journals itself (an SDK's `wrap`) is part of that step.
+        if let Some(step) = self.steps.open.keys().max().copied() {
+            let _ = ask.reply.send(Verdict::Forward {
+                step,
+                key: None,
+                own: false,
+            });
+            return;
+        }
+        let (record, fresh, in_doubt) =
+            match self.steps.contents.take_pending(&ask.name, &args_hash) {
+                Some(record) => {
+                    if self.over_budget(PROXY, &Value::Null, record.step) {
+                        let _ = ask.reply.send(self.budget_refusal());
+                        return;
+                    }
+                    (self.next_attempt(record), false, true)
+                }
+                None => {
+                    let step = self.steps.new_number(0);
+                    if self.over_budget(PROXY, &Value::Null, step) {
+                        let _ = ask.reply.send(self.budget_refusal());
+                        return;
+                    }
+                    let wanted = Wanted {
+                        name: &ask.name,
+                        kind: StepKind::Proxy,
+                        effect: ask.effect,
+                        args: &ask.args,
+                        canonical: &ask.canonical,
+                        ask_first: false,
+                    };
+                    let mut record = self.new_record(step, &wanted, args_hash);
+                    record.effect = ask.effect;
+                    (record, true, false)
+                }
+            };
+        self.reporter.report(&Report::StepStarted {
+            step: record.step,
+            name: &record.name,
+            attempt: record.attempts,
+        });
+        if record.effect == Effect::Mutate {
+            // Write-ahead: forwarded once the intent is durable.
+            self.outbox.batch.push(Deferred {
+                conn: PROXY,
+                record,
+                fresh,
+                then: Then::Proxied(ProxyThen::Forward {
+                    reply: ask.reply,
+                    in_doubt,
+                }),
+            });
+        } else if self.may_start() {
+            self.forward(ask.reply, record, fresh);
+        } else {
+            let _ = ask.reply.send(stopping());
+        }
+    }
+
+    /// Sends a request on its way as step `record.step`.
+    fn forward(
+        &mut self,
+        reply: oneshot::Sender<Verdict>,
+        record: crate::journal::StepRecord,
+        fresh: bool,
+    ) {
+        let step = record.step;
+        let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
+        self.steps.contents.in_flight.insert(
+            step,
+            InFlight {
+                record,
+                fresh,
+                started: Instant::now(),
+            },
+        );
+        if reply
+            .send(Verdict::Forward {
+                step,
+                key,
+                own: true,
+            })
+            .is_err()
+        {
+            // The agent left before it was sent: a `mutate` step stays in
+            // doubt for an equal request.
+            self.lost(step);
+        }
+    }
+
+    /// A forwarded request that ended without an answer to record.
+    fn lost(&mut self, step: u64) {
+        if let Some(flight) = self.steps.contents.in_flight.remove(&step)
+            && !flight.fresh
+        {
+            self.steps.contents.keep_pending(flight.record);
+        }
+    }
+
+    fn on_proxy_done(&mut self, step: u64, own: bool, end: End, reply: oneshot::Sender<()>) {
+        if !own {
+            if let (
+                Some(open),
+                End::Answered {
+                    usage: Some(usage),
+                    answer,
+                },
+            ) = (self.steps.open.get_mut(&step), &end)
+                && (200..300).contains(&answer.status)
+            {
+                open.proxied.push(usage.clone());
+            }
+            let _ = reply.send(());
+            return;
+        }
+        let (answer, usage) = match end {
+            End::Answered { answer, usage } => (answer, usage),
+            End::Lost { message } => {
+                self.reporter.report(&Report::Warning(&format!(
+                    "step {step}: {message}; the agent was answered 502"
+                )));
+                self.lost(step);
+                let _ = reply.send(());
+                return;
+            }
+        };
+        let Some(flight) = self.steps.contents.in_flight.remove(&step) else {
+            return;
+        };
+        let mut record = flight.record;
+        record.finished_at = Some(crate::journal::now());
+        record.output = Some(JsonText::from_value(&crate::proxy::answer_output(&answer)));
+        if (200..300).contains(&answer.status) {
+            record.status = StepStatus::Committed;
+            record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
+            record.usage = usage.as_ref().map(JsonText::from_value);
+        } else {
+            // An attempt, never a finished step: the agent's own retry is
+            // a new request.
+            record.status = StepStatus::Failed;
+            record.error = Some(StepError {
+                code: ErrorCode::ToolFailed,
+                message: format!("HTTP {}", answer.status),
+            });
+        }
+        self.tokens_finished += record.tokens;
+        self.outbox.batch.push(Deferred {
+            conn: PROXY,
+            record,
+            fresh: flight.fresh,
+            then: Then::Proxied(ProxyThen::Done {
+                reply,
+                started: flight.started,
+            }),
+        });
+    }
+
+    /// What a durable proxy write waited for.
+    pub(super) fn carry_on_proxied(&mut self, record: crate::journal::StepRecord, then: ProxyThen) {
+        match then {
+            ProxyThen::Forward { reply, in_doubt } => {
+                if self.ending.stop.is_some() || !self.check_renewal() {
+                    // Its intent is recorded: in doubt, retried with its
+                    // key on resume.
+                    let _ = reply.send(stopping());
+                    return;
+                }
+                if in_doubt {
+                    self.reporter.report(&Report::Warning(&format!(
+                        "step {} ({}) is forwarded again with the same idempotency key: a run died inside it",
+                        record.step, record.name
+                    )));
+                }
+                self.forward(reply, record, false);
+            }
+            ProxyThen::Done { reply, started } => {
+                self.reporter.report(&Report::StepFinished {
+                    step: record.step,
+                    name: &record.name,
+                    status: record.status,
+                    elapsed: started.elapsed(),
+                    tokens: record.tokens,
+                    error: record.error.as_ref().map(|error| error.message.as_str()),
+                });
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Says which recorded requests no request of this run asked for: the
+    /// agent's path changed (a prompt that embeds the time, say). Not an
+    /// error; `[proxy] ignore` leaves such parts out of matching.
+    pub(super) fn report_unreplayed(&mut self) {
+        let unreplayed = self.steps.contents.unreplayed();
+        if unreplayed.is_empty() || self.ending.stop.is_some() {
+            return;
+        }
+        let list: Vec<String> = unreplayed.iter().map(u64::to_string).collect();
+        let message = format!(
+            "{} recorded request(s) were not replayed, no request of this run matched them (step {}): \
+             the agent's path changed, or a request embeds something that changes (a time, an id); \
+             `[proxy] ignore` in durun.toml leaves such parts out of matching",
+            unreplayed.len(),
+            list.join(", ")
+        );
+        self.reporter.report(&Report::Warning(&message));
+    }
+
+    /// The answer to a request over the task's token budget.
+    fn budget_refusal(&self) -> Verdict {
+        let spent = self.spec.tokens_before + self.tokens_finished;
+        Verdict::Refuse {
+            status: 429,
+            kind: "budget_exceeded",
+            message: format!(
+                "task {} has spent {spent} of its {} tokens; durun stops it (exit 78)",
+                self.spec.task_id,
+                self.spec.max_tokens.unwrap_or_default()
+            ),
+        }
+    }
+}
+
+fn stopping() -> Verdict {
+    Verdict::Refuse {
+        status: 503,
+        kind: "durun_stopping",
+        message: "durun's run is stopping; nothing was forwarded, and the task can be resumed"
+            .into(),
+    }
+}

@@ -1,0 +1,597 @@
+//! The model/API proxy (SPEC 12): unmodified agents on the real `openai`
+//! and `anthropic` packages and plain HTTP, their calls journaled by
+//! `durun run` alone, killed with SIGKILL and resumed.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::env::{TestEnv, agents_dir, text, wait_for};
+use crate::servers::{FakeApi, LlmServer, llm_clients};
+
+fn zero_code_agent() -> String {
+    agents_dir()
+        .join("zero_code.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// An environment whose model clients' upstream is the fake LLM server,
+/// set the way a user sets it (OPENAI_BASE_URL, ANTHROPIC_BASE_URL).
+fn llm_env() -> (TestEnv, LlmServer) {
+    let mut env = TestEnv::new();
+    let server = LlmServer::start(&env);
+    env.set("OPENAI_BASE_URL", format!("{}/v1", server.base()));
+    env.set("ANTHROPIC_BASE_URL", server.base());
+    (env, server)
+}
+
+/// The journal's file and its WAL, as text.
+fn journal_bytes(env: &TestEnv) -> String {
+    let mut bytes = std::fs::read(env.path("state/journal.db")).expect("the journal");
+    if let Ok(wal) = std::fs::read(env.path("state/journal.db-wal")) {
+        bytes.extend(wal);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+const SAID: &str = "echo: plan | echo: part a | echo: part b | echo: stream | echo: respond | echo: claude | echo: claude stream";
+
+#[test]
+fn an_unmodified_agent_killed_with_sigkill_resumes_without_sending_a_model_call_again() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, server) = llm_env();
+    let hold = env.path("hold");
+    env.set("HOLD_FILE", hold.to_string_lossy());
+    let agent = zero_code_agent();
+    let mut durun = env.spawn(&["run", "--task", "t", "--", "python3", &agent], "run");
+    wait_for("every model call", Duration::from_secs(60), || {
+        env.path("hold.reached").exists()
+    });
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    let before = server.counts();
+    assert_eq!(
+        before.as_object().map(serde_json::Map::len),
+        Some(7),
+        "{before}"
+    );
+
+    std::fs::write(&hold, "").expect("release");
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(
+        text(&resumed.stdout).trim(),
+        SAID,
+        "the same answers, replayed"
+    );
+    assert_eq!(server.counts(), before, "no model call was sent again");
+
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    let names: Vec<&str> = steps
+        .iter()
+        .map(|step| step["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names[0], "openai POST /chat/completions");
+    assert!(names.contains(&"openai POST /responses"), "{names:?}");
+    assert_eq!(names[6], "anthropic POST /v1/messages");
+    assert!(
+        steps
+            .iter()
+            .all(|step| step["kind"] == "proxy" && step["effect"] == "read")
+    );
+    assert_eq!(steps[0]["args"]["body"]["messages"][0]["content"], "plan");
+    assert_eq!(steps[0]["args"]["query"], "");
+    let resumed_run = &task["task"]["runs"][1];
+    assert_eq!(resumed_run["replayed_steps"], 7);
+    assert_eq!(resumed_run["executed_steps"], 0);
+    let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
+    assert_eq!(
+        spent,
+        120 * 3 + 60 + 37 + 48 * 2,
+        "usage of bodies and streams"
+    );
+    assert_eq!(resumed_run["tokens_saved"].as_u64(), Some(spent));
+}
+
+#[test]
+fn secrets_and_the_proxy_path_are_never_journaled_or_shown() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    let agent = env.write(
+        "agent.py",
+        r#"
+import os, urllib.request, urllib.error
+base = os.environ["DURUN_PROXY"]
+open("proxy-url", "w").write(base)
+# A request without the secret segment goes nowhere.
+port_base = base.rsplit("/", 1)[0]
+for url in (port_base + "/openai/v1/chat/completions", port_base + "/x/openai/v1/chat/completions"):
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"))
+        raise SystemExit("no 404 for " + url)
+    except urllib.error.HTTPError as err:
+        assert err.code == 404, err.code
+exec(open(os.environ["ZERO_CODE"]).read())
+"#,
+    );
+    let mut env = env;
+    env.set("ZERO_CODE", zero_code_agent());
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        server.counts().as_object().map(serde_json::Map::len),
+        Some(7),
+        "the 404s were not forwarded"
+    );
+    let proxy = std::fs::read_to_string(env.path("proxy-url")).expect("the proxy's URL");
+    let secret = proxy.rsplit('/').next().expect("the secret segment");
+    assert!(secret.len() >= 32, "at least 128 bits: {secret}");
+    assert!(proxy.starts_with("http://127.0.0.1:"), "{proxy}");
+    let inspect = env.durun(&["inspect", "t", "--step", "1"]);
+    let shown = format!(
+        "{}{}{}",
+        text(&run.stderr),
+        text(&inspect.stdout),
+        env.inspect("t")
+    );
+    let journal = journal_bytes(&env);
+    for secret in [secret, "sk-test-secret", "sk-ant-secret"] {
+        assert!(!shown.contains(secret), "{secret} shown");
+        assert!(!journal.contains(secret), "{secret} journaled");
+    }
+}
+
+#[test]
+fn a_custom_route_journals_a_post_before_it_and_sends_the_steps_key() {
+    let api = FakeApi::start();
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[proxy.routes.myapi]\nenv = \"MY_API\"\nupstream = \"{}\"\n",
+            api.url.trim_end_matches('/')
+        ),
+    );
+    let agent = agents_dir().join("api_agent.py");
+    // The POST's answer is held: its intent is durable, its effect done.
+    let mut durun = api.spawn_until_held(&env, "t", &["python3", &agent.to_string_lossy()]);
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2, "{task}");
+    assert_eq!(steps[0]["name"], "myapi GET /resources");
+    assert_eq!(steps[0]["effect"], "read");
+    assert_eq!(steps[0]["args"]["query"], "page=1");
+    assert_eq!(steps[1]["name"], "myapi POST /resources");
+    assert_eq!(steps[1]["effect"], "mutate");
+    assert_eq!(
+        steps[1]["status"], "pending",
+        "journaled before it was forwarded"
+    );
+    let key = steps[1]["idempotency_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    assert_eq!(
+        api.keys(),
+        std::slice::from_ref(&key),
+        "the step's key replaced the agent's"
+    );
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    api.release();
+
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(api.keys(), [key.clone(), key], "retried with the same key");
+    assert_eq!(api.resources(), 1, "one resource, not two");
+    let printed: Value = serde_json::from_slice(&resumed.stdout).expect("the agent's print");
+    assert_eq!(printed["created"]["id"], "res-1");
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][1]["status"], "committed");
+    assert_eq!(task["steps"][1]["attempts"], 2);
+    assert!(!journal_bytes(&env).contains("api-secret"));
+}
+
+#[test]
+fn a_stream_reaches_the_agent_chunk_by_chunk_and_a_cut_off_stream_is_sent_again() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, server) = llm_env();
+    let agent = agents_dir().join("slow_stream.py");
+    let agent = agent.to_string_lossy();
+    // The upstream holds its stream's end until the agent has its first
+    // chunk: a proxy that buffered would leave it waiting 30 s.
+    env.set("FIRST_FILE", env.path("llm.port.release").to_string_lossy());
+    let run = env.durun(&["run", "--task", "relayed", "--", "python3", &agent]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout).trim(), "first second");
+    let released = std::fs::read_to_string(env.path("llm.port.released")).expect("released");
+    assert_eq!(
+        released, "yes",
+        "the first chunk reached the agent before the end"
+    );
+    let task = env.inspect("relayed");
+    assert_eq!(task["steps"][0]["tokens"], 7, "the stream's usage");
+    std::fs::remove_file(env.path("llm.port.release")).expect("reset");
+
+    // Killed with the stream half sent: not a finished step.
+    env.set("FIRST_FILE", env.path("first").to_string_lossy());
+    let mut durun = env.spawn(&["run", "--task", "cut", "--", "python3", &agent], "run");
+    wait_for("the first chunk", Duration::from_secs(60), || {
+        env.path("first").exists()
+    });
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    assert_eq!(
+        env.inspect("cut")["steps"],
+        serde_json::json!([]),
+        "nothing finished"
+    );
+    std::fs::write(env.path("llm.port.release"), "").expect("release");
+    let resumed = env.durun(&["resume", "cut"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(text(&resumed.stdout).trim(), "first second");
+    assert_eq!(
+        server.counts()["/v1/chat/completions slow stream"],
+        3,
+        "the cut-off call was sent again"
+    );
+    let steps = env.inspect("cut")["steps"].clone();
+    assert_eq!(steps.as_array().map(Vec::len), Some(1), "{steps}");
+    assert_eq!(steps[0]["status"], "committed");
+}
+
+#[test]
+fn an_error_answer_is_passed_on_and_journaled_as_an_attempt_only() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    let agent = env.write(
+        "agent.py",
+        r#"
+import openai
+client = openai.OpenAI(api_key="k", max_retries=0)
+for attempt in range(2):
+    try:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "status 500"}])
+    except openai.InternalServerError as err:
+        print("500:", err.body["message"])
+unreachable = openai.OpenAI(api_key="k", max_retries=0, base_url=client.base_url)
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "500: status 500\n500: status 500\n");
+    assert_eq!(server.counts()["/v1/chat/completions status 500"], 2);
+    let steps = env.inspect("t")["steps"].clone();
+    let steps = steps.as_array().expect("steps");
+    assert_eq!(steps.len(), 2, "two attempts: {steps:?}");
+    assert!(steps.iter().all(|step| step["status"] == "failed"));
+    // A resume sends them again: a failed attempt is not a finished step.
+    let rerun = env.durun(&[
+        "run",
+        "--task",
+        "u",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(rerun.status.success());
+    assert_eq!(server.counts()["/v1/chat/completions status 500"], 4);
+}
+
+#[test]
+fn an_upstream_that_cannot_be_reached_gets_the_agent_a_502_naming_the_route() {
+    let mut env = TestEnv::new();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    env.set("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"));
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, urllib.request, urllib.error
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                 data=b'{"model": "m"}', method="POST")
+try:
+    urllib.request.urlopen(request)
+except urllib.error.HTTPError as err:
+    print(err.code, json.loads(err.read())["error"]["message"])
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let printed = text(&run.stdout);
+    assert!(
+        printed.starts_with("502 durun could not reach the upstream of route `openai`"),
+        "{printed}"
+    );
+    assert!(!printed.contains(&format!("127.0.0.1:{port}/")) || printed.contains("/v1"));
+    assert_eq!(env.inspect("t")["steps"], serde_json::json!([]));
+}
+
+#[test]
+fn the_budget_is_enforced_at_the_proxy() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    let agent = zero_code_agent();
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--max-tokens",
+        "100",
+        "--",
+        "python3",
+        &agent,
+    ]);
+    assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains("budget_exceeded") || stderr.contains("token budget"),
+        "{stderr}"
+    );
+    assert_eq!(
+        server.counts().as_object().map(serde_json::Map::len),
+        Some(1),
+        "only the first call went upstream"
+    );
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "over_budget");
+    assert_eq!(task["task"]["tokens_spent"], 120);
+}
+
+#[test]
+fn a_wrapped_client_through_the_proxy_is_one_step_counted_once() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, server) = llm_env();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    let agent = env.write(
+        "agent.py",
+        r#"
+import durun, openai
+client = durun.wrap(openai.OpenAI(api_key="k", max_retries=0))
+reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "plan"}])
+print(reply.choices[0].message.content)
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    // The SDK sends the agent's prints to stderr.
+    assert!(
+        text(&run.stderr).contains("echo: plan\n"),
+        "{}",
+        text(&run.stderr)
+    );
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "one call, one record: {steps:?}");
+    assert_eq!(steps[0]["kind"], "begin");
+    assert_eq!(task["task"]["tokens_spent"], 120, "counted once");
+    assert_eq!(server.counts()["/v1/chat/completions plan"], 1);
+}
+
+#[test]
+fn two_hundred_concurrent_requests_are_two_hundred_steps_replayed_on_resume() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    let agent = env.write(
+        "agent.py",
+        r#"
+import asyncio, openai, os, sys
+async def main():
+    client = openai.AsyncOpenAI(api_key="k", max_retries=0, timeout=120)
+    replies = await asyncio.gather(*[
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}])
+        for i in range(200)])
+    print(sum(reply.choices[0].message.content == f"echo: q{i}" for i, reply in enumerate(replies)))
+    if os.environ["DURUN_RUN"] == "1":
+        sys.exit(3)
+asyncio.run(main())
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "200\n");
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(text(&resumed.stdout), "200\n");
+    let counts = server.counts();
+    assert_eq!(counts.as_object().map(serde_json::Map::len), Some(200));
+    assert!(counts.as_object().unwrap().values().all(|count| count == 1));
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["runs"][1]["replayed_steps"], 200);
+}
+
+#[test]
+fn without_the_proxy_the_agents_variables_are_left_alone() {
+    let mut env = TestEnv::new();
+    env.set("OPENAI_BASE_URL", "http://127.0.0.1:9/v1");
+    let agent = env.write(
+        "agent.py",
+        "import os\nprint(os.environ.get('OPENAI_BASE_URL'), os.environ.get('DURUN_PROXY'))\n",
+    );
+    let off = env.durun(&[
+        "run",
+        "--no-proxy",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(off.status.success());
+    assert_eq!(text(&off.stdout), "http://127.0.0.1:9/v1 None\n");
+    env.write("durun.toml", "[proxy]\nenabled = false\n");
+    let off = env.durun(&["run", "--", "python3", &agent.to_string_lossy()]);
+    assert_eq!(text(&off.stdout), "http://127.0.0.1:9/v1 None\n");
+    std::fs::remove_file(env.path("durun.toml")).expect("rm");
+    let on = env.durun(&["run", "--", "python3", &agent.to_string_lossy()]);
+    let printed = text(&on.stdout);
+    assert!(printed.starts_with("http://127.0.0.1:"), "{printed}");
+    assert!(
+        printed.contains("/openai/v1 http://127.0.0.1:"),
+        "{printed}"
+    );
+}
+
+/// A certificate authority and a certificate for 127.0.0.1 it signed, made
+/// with openssl in `env`'s directory: (CA, certificate, key).
+fn test_ca(env: &TestEnv) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (ca, ca_key) = (env.path("ca.pem"), env.path("ca.key"));
+    let (cert, key, csr) = (
+        env.path("cert.pem"),
+        env.path("cert.key"),
+        env.path("cert.csr"),
+    );
+    let ext = env.write(
+        "ext.cnf",
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    );
+    let openssl = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            text(&output.stderr)
+        );
+    };
+    let s = |path: &std::path::Path| path.to_string_lossy().into_owned();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=durun test CA",
+        "-keyout",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &s(&key),
+        "-out",
+        &s(&csr),
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &s(&ext),
+        "-out",
+        &s(&cert),
+    ]);
+    (ca, cert, key)
+}
+
+#[test]
+fn an_https_upstream_is_trusted_through_ssl_cert_file() {
+    if !llm_clients() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let (ca, cert, key) = test_ca(&env);
+    let server = LlmServer::start_with(&env, &[&cert, &key]);
+    let base = server.base().replace("http://", "https://");
+    env.set("OPENAI_BASE_URL", format!("{base}/v1"));
+    let agent = env.write(
+        "agent.py",
+        r#"
+import openai
+client = openai.OpenAI(api_key="k", max_retries=0)
+print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "tls"}]).choices[0].message.content)
+"#,
+    );
+    let agent = agent.to_string_lossy();
+    // Not trusted: the system's roots do not know the test's CA.
+    let untrusted = env.durun(&["run", "--task", "u", "--", "python3", &agent]);
+    assert!(!untrusted.status.success());
+    assert!(
+        text(&untrusted.stderr).contains("upstream_unreachable")
+            || text(&untrusted.stderr).contains("502"),
+        "{}",
+        text(&untrusted.stderr)
+    );
+    assert!(
+        !env.path("llm.port.count").exists(),
+        "nothing reached the server"
+    );
+    env.set("SSL_CERT_FILE", ca.to_string_lossy());
+    let run = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "echo: tls\n");
+    assert_eq!(server.counts()["/v1/chat/completions tls"], 1);
+}
