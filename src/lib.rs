@@ -17,6 +17,7 @@ pub mod exit_code;
 mod journal;
 mod json_text;
 mod lease;
+mod mcp;
 mod names;
 mod os;
 mod protocol;
@@ -98,6 +99,7 @@ where
         Command::Gc(args) => commands::gc::exec(&args, &settings),
         Command::Step(args) => commands::step::exec(&args, &settings),
         Command::Call(args) => commands::step::call(&args, &settings),
+        Command::Mcp(args) => commands::mcp::exec(&args, &settings),
         Command::Wait(args) => commands::step::wait(&args, &settings),
         Command::Sleep(args) => commands::step::sleep(&args, &settings),
         Command::Signal(args) => commands::signal::signal(&args, &settings),

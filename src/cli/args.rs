@@ -210,6 +210,26 @@ pub(crate) struct StepArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct McpArgs {
+    /// The server's name in step names, `mcp NAME/TOOL`, and in durun.toml's
+    /// `[mcp.NAME]` [default: the name the server gives itself]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) name: Option<String>,
+
+    /// A server on the streamable HTTP transport, instead of a command
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub(crate) url: Option<String>,
+
+    /// The server's command and its arguments
+    #[arg(
+        trailing_var_arg = true,
+        value_name = "CMD",
+        required_unless_present = "url"
+    )]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct CallArgs {
     /// The tool, as named in durun.toml
     #[arg(value_name = "TOOL")]

@@ -97,6 +97,19 @@ pub(crate) enum Command {
     /// Outside `durun run` the tool from ./durun.toml (or DURUN_CONFIG) runs
     /// once, journaled nowhere, so a script works with or without durun.
     Call(CallArgs),
+    /// Put durun in front of an MCP server: its tool calls become steps of the run
+    ///
+    /// An MCP server on stdin/stdout (the stdio transport) that starts CMD
+    /// as the real server, or talks to URL (streamable HTTP), and relays
+    /// every message both ways. Inside `durun run` (found from
+    /// DURUN_SOCKET, else from the processes above it), each `tools/call`
+    /// is a step named `mcp NAME/TOOL`: replayed on resume, and journaled
+    /// before it is forwarded when the tool is not read-only, with its
+    /// idempotency key in `params._meta["io.durun/idempotency-key"]`.
+    /// Outside a run it only relays.
+    #[command(after_help = "Example, in an MCP client's config:
+  \"command\": \"durun\", \"args\": [\"mcp\", \"--\", \"npx\", \"-y\", \"@modelcontextprotocol/server-memory\"]")]
+    Mcp(McpArgs),
     /// Wait for a signal, as a journaled step of the running task (shell agents)
     ///
     /// Prints the signal as JSON on stdout: {"signal", "data", "by", "at"}.

@@ -1,73 +1,37 @@
 //! `durun step` and `durun call`: the protocol for shell agents, over
 //! `DURUN_SOCKET` (SPEC 2.5).
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::os::unix::net::UnixStream;
+use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result};
 use serde_json::{Map, Value, json};
 
 use crate::cli::{CallArgs, SleepArgs, StepArgs, WaitArgs};
-use crate::error::{Failure, Kind};
+use crate::error::Failure;
 use crate::exit_code;
 use crate::protocol::ErrorCode;
-use crate::protocol::client::{Answer, Envelope, Outgoing};
+use crate::protocol::client::{Answer, Connection, Outgoing};
 use crate::report::say;
 use crate::settings::Settings;
 
 /// The most stdout a step records; more still passes through.
 const RECORD_LIMIT: usize = 32 * 1024 * 1024;
 
-/// One connection to the running durun.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Client {
-    fn connect(settings: &Settings) -> Result<Option<Self>> {
-        let Some(path) = &settings.socket else {
-            return Ok(None);
-        };
-        let stream = UnixStream::connect(path).map_err(|err| {
-            Failure::journal(format!(
-                "cannot reach the running durun at {}: {err}",
-                path.display()
-            ))
-            .hint("durun step and durun call work inside the `durun run` that started this script")
-        })?;
-        Ok(Some(Self {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-            next_id: 0,
-        }))
-    }
-
-    fn request(&mut self, request: &Outgoing<'_>) -> Result<Answer> {
-        self.next_id += 1;
-        let mut line = serde_json::to_vec(&Envelope {
-            id: self.next_id,
-            request,
-        })?;
-        line.push(b'\n');
-        self.writer
-            .write_all(&line)
-            .context("failed to send the request to durun")?;
-        let mut answer = String::new();
-        self.reader
-            .read_line(&mut answer)
-            .context("failed to read durun's answer")?;
-        if answer.is_empty() {
-            return Err(
-                Failure::new(Kind::Internal, "durun closed the socket without answering")
-                    .hint("the run may be stopping; see its output")
-                    .into(),
-            );
-        }
-        serde_json::from_str(&answer).context("durun's answer is not JSON")
-    }
+/// A connection to the running durun, if this runs inside one.
+fn connect(settings: &Settings) -> Result<Option<Connection>> {
+    settings
+        .socket
+        .as_deref()
+        .map(|path| {
+            Connection::connect(path).map_err(|err| {
+                err.context(
+                    Failure::journal(format!("cannot reach the running durun at {}", path.display()))
+                        .hint("durun step and durun call work inside the `durun run` that started this script"),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// The exit code for an error answer durun gave this client.
@@ -103,7 +67,7 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
             );
         }
     }
-    let Some(mut client) = Client::connect(settings)? else {
+    let Some(mut client) = connect(settings)? else {
         // Outside a run the script works as if durun were not there.
         return Ok(run_plain(&args.command));
     };
@@ -112,6 +76,7 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
         name: &args.name,
         args: &step_args,
         effect: &args.effect,
+        kind: None,
     })?;
     if answer.replayed {
         // Recorded: print what it printed, exit as it exited.
@@ -297,7 +262,7 @@ fn run_plain(argv: &[String]) -> i32 {
 
 pub(crate) fn call(args: &CallArgs, settings: &Settings) -> Result<i32> {
     let tool_args = args.args.clone().unwrap_or_else(|| json!({}));
-    let Some(mut client) = Client::connect(settings)? else {
+    let Some(mut client) = connect(settings)? else {
         // Outside a run the tool runs as durun.toml says, once, journaled
         // nowhere: an agent works without durun as it does with it.
         return call_standalone(&args.tool, tool_args, args.json, settings);
@@ -351,7 +316,7 @@ fn print_error(code: &str, message: &str) {
 
 pub(crate) fn wait(args: &WaitArgs, settings: &Settings) -> Result<i32> {
     let data = args.data.clone().unwrap_or(Value::Null);
-    let Some(mut client) = Client::connect(settings)? else {
+    let Some(mut client) = connect(settings)? else {
         return Err(
             Failure::config(format!("durun wait {} needs a running durun", args.name))
                 .hint("run the script with `durun run -- …`; DURUN_SOCKET is not set")
@@ -389,7 +354,7 @@ pub(crate) fn sleep(args: &SleepArgs, settings: &Settings) -> Result<i32> {
         },
         (None, None) => unreachable!("clap requires one"),
     };
-    let Some(mut client) = Client::connect(settings)? else {
+    let Some(mut client) = connect(settings)? else {
         // Outside a run the script works as if durun were not there.
         let duration = match (&args.duration, &args.until) {
             (Some(duration), _) => *duration,

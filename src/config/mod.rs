@@ -69,6 +69,19 @@ pub(crate) struct Config {
     pub(crate) queues: BTreeMap<String, u32>,
     /// `[proxy]`: the model/API proxy (SPEC 12).
     pub(crate) proxy: ProxyConfig,
+    /// `[mcp.NAME]`: which of an MCP server's tools read and which mutate,
+    /// over its own annotations (SPEC 13).
+    pub(crate) mcp: BTreeMap<String, McpServerConfig>,
+}
+
+/// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpServerConfig {
+    #[serde(default)]
+    pub(crate) read: Vec<String>,
+    #[serde(default)]
+    pub(crate) mutate: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -147,6 +160,8 @@ struct RawConfig {
     queues: BTreeMap<String, RawQueue>,
     #[serde(default)]
     proxy: proxy::RawProxy,
+    #[serde(default)]
+    mcp: BTreeMap<String, McpServerConfig>,
 }
 
 #[derive(Deserialize)]
@@ -247,6 +262,7 @@ impl Config {
                 .map(|(name, queue)| (name, queue.concurrency))
                 .collect(),
             proxy,
+            mcp: raw.mcp,
         })
     }
 }

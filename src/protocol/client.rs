@@ -2,6 +2,11 @@
 //! call`, `durun wait` and `durun sleep` send over `DURUN_SOCKET` and what
 //! they read back.
 
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -15,6 +20,9 @@ pub(crate) enum Outgoing<'a> {
         name: &'a str,
         args: &'a Value,
         effect: &'a str,
+        /// `Some("mcp")`: replayed by content (`durun mcp`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<&'a str>,
     },
     Commit {
         step: u64,
@@ -50,6 +58,49 @@ pub(crate) struct Envelope<'a> {
     pub(crate) id: u64,
     #[serde(flatten)]
     pub(crate) request: &'a Outgoing<'a>,
+}
+
+/// One connection to the running durun, one request at a time.
+pub(crate) struct Connection {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Connection {
+    pub(crate) fn connect(path: &Path) -> Result<Self> {
+        let stream = UnixStream::connect(path)?;
+        Ok(Self {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+            next_id: 0,
+        })
+    }
+
+    pub(crate) fn request(&mut self, request: &Outgoing<'_>) -> Result<Answer> {
+        self.next_id += 1;
+        let mut line = serde_json::to_vec(&Envelope {
+            id: self.next_id,
+            request,
+        })?;
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .context("failed to send the request to durun")?;
+        let mut answer = String::new();
+        self.reader
+            .read_line(&mut answer)
+            .context("failed to read durun's answer")?;
+        if answer.is_empty() {
+            return Err(crate::error::Failure::new(
+                crate::error::Kind::Internal,
+                "durun closed the socket without answering",
+            )
+            .hint("the run may be stopping; see its output")
+            .into());
+        }
+        serde_json::from_str(&answer).context("durun's answer is not JSON")
+    }
 }
 
 /// durun's answer, as the agent reads it.
@@ -106,6 +157,7 @@ mod tests {
             name: "s",
             args: &args,
             effect: "read",
+            kind: None,
         };
         let line = serde_json::to_value(Envelope {
             id: 7,

@@ -1,6 +1,7 @@
-//! Requests through the model/API proxy become steps (SPEC 12): answered
-//! from the journal by content, forwarded as a step of their own, or
-//! counted as part of an agent's open step.
+//! Requests replayed by content become steps: the model/API proxy's (SPEC
+//! 12), answered from the journal, forwarded as a step of their own, or
+//! counted as part of an agent's open step; and MCP tool calls (SPEC 13),
+//! which `durun mcp` opens with a `begin` of kind `mcp`.
 //!
 //! # Invariant
 //!
@@ -15,11 +16,11 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::contents::InFlight;
-use super::inbox::PROXY;
+use super::inbox::{Conn, PROXY};
 use super::state::{Deferred, ProxyThen, Supervisor, Then, Wanted};
-use crate::journal::{StepError, StepKind, StepStatus};
+use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
-use crate::protocol::{Effect, ErrorCode};
+use crate::protocol::{Effect, ErrorCode, Response};
 use crate::proxy::{Ask, End, ToLoop, Verdict};
 use crate::report::Event as Report;
 use crate::step_key;
@@ -46,68 +47,40 @@ impl Supervisor<'_> {
             let _ = ask.reply.send(stopping());
             return;
         }
-        if !self.steps.contents.loaded {
-            let task = self.spec.task_id;
-            match self.journal().steps_by_content(task) {
-                Ok(recorded) => self.steps.contents.load(recorded),
-                Err(err) => return self.journal_failed(PROXY, &Value::Null, err),
+        let wanted = Wanted {
+            name: &ask.name,
+            kind: StepKind::Proxy,
+            effect: ask.effect,
+            args: &ask.args,
+            canonical: &ask.canonical,
+            ask_first: false,
+        };
+        let (record, fresh, in_doubt) = match self.by_content(PROXY, &Value::Null, &wanted) {
+            ByContent::Replay(record) => {
+                let output = record.output.map_or(Value::Null, |output| output.value());
+                let _ = ask.reply.send(Verdict::Replay(output));
+                return;
             }
-        }
-        let args_hash = step_key::args_hash(&ask.canonical);
-        if let Some(record) = self.steps.contents.take_finished(&ask.name, &args_hash) {
-            self.stats.replayed_steps += 1;
-            self.stats.tokens_saved += record.tokens;
-            self.reporter.report(&Report::StepReplayed {
-                step: record.step,
-                name: &record.name,
-            });
-            let output = record.output.map_or(Value::Null, |output| output.value());
-            let _ = ask.reply.send(Verdict::Replay(output));
-            return;
-        }
-        // One call, one record: a request made inside a step the agent
-        // journals itself (an SDK's `wrap`) is part of that step.
-        if let Some(step) = self.steps.open.keys().max().copied() {
-            let _ = ask.reply.send(Verdict::Forward {
-                step,
-                key: None,
-                own: false,
-            });
-            return;
-        }
-        let (record, fresh, in_doubt) =
-            match self.steps.contents.take_pending(&ask.name, &args_hash) {
-                Some(record) => {
-                    if self.over_budget(PROXY, &Value::Null, record.step) {
-                        let _ = ask.reply.send(self.budget_refusal());
-                        return;
-                    }
-                    (self.next_attempt(record), false, true)
-                }
-                None => {
-                    let step = self.steps.new_number(0);
-                    if self.over_budget(PROXY, &Value::Null, step) {
-                        let _ = ask.reply.send(self.budget_refusal());
-                        return;
-                    }
-                    let wanted = Wanted {
-                        name: &ask.name,
-                        kind: StepKind::Proxy,
-                        effect: ask.effect,
-                        args: &ask.args,
-                        canonical: &ask.canonical,
-                        ask_first: false,
-                    };
-                    let mut record = self.new_record(step, &wanted, args_hash);
-                    record.effect = ask.effect;
-                    (record, true, false)
-                }
-            };
-        self.reporter.report(&Report::StepStarted {
-            step: record.step,
-            name: &record.name,
-            attempt: record.attempts,
-        });
+            ByContent::Run {
+                record,
+                fresh,
+                in_doubt,
+            } => (record, fresh, in_doubt),
+            ByContent::OpenStep(step) => {
+                let _ = ask.reply.send(Verdict::Forward {
+                    step,
+                    key: None,
+                    own: false,
+                });
+                return;
+            }
+            ByContent::OverBudget => {
+                let _ = ask.reply.send(self.budget_refusal());
+                return;
+            }
+            // The reply is dropped: the run stops.
+            ByContent::Failed => return,
+        };
         if record.effect == Effect::Mutate {
             // Write-ahead: forwarded once the intent is durable.
             self.outbox.batch.push(Deferred {
@@ -126,13 +99,129 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Sends a request on its way as step `record.step`.
-    fn forward(
+    /// A `begin` of an MCP tool call (`durun mcp`): replayed by content,
+    /// else opened as a step the caller closes with `commit` or `fail`.
+    pub(super) fn on_mcp_begin(
         &mut self,
-        reply: oneshot::Sender<Verdict>,
-        record: crate::journal::StepRecord,
-        fresh: bool,
+        conn: Conn,
+        id: Value,
+        name: &str,
+        args: &Value,
+        effect: Effect,
     ) {
+        let canonical = match step_key::canonical_json(args) {
+            Ok(canonical) => canonical,
+            Err(err) => {
+                return self.respond(
+                    conn,
+                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
+                );
+            }
+        };
+        let wanted = Wanted {
+            name,
+            kind: StepKind::Mcp,
+            effect,
+            args,
+            canonical: &canonical,
+            ask_first: false,
+        };
+        match self.by_content(conn, &id, &wanted) {
+            ByContent::Replay(record) => {
+                self.respond(conn, &super::requests::replay_response(id, record));
+            }
+            ByContent::Run {
+                record,
+                fresh,
+                in_doubt,
+            } => {
+                if record.effect == Effect::Mutate {
+                    self.outbox.batch.push(Deferred {
+                        conn,
+                        record,
+                        fresh,
+                        then: Then::Opened { id, in_doubt },
+                    });
+                } else if self.may_start() {
+                    self.opened(conn, id, record, fresh, in_doubt);
+                } else {
+                    self.refuse_start(conn, id, record.step);
+                }
+            }
+            // Answered already (over budget, a journal failure).
+            ByContent::OpenStep(_) | ByContent::OverBudget | ByContent::Failed => {}
+        }
+    }
+
+    /// What a request replayed by content meets: a recorded answer no
+    /// request of this run had, a `mutate` step in doubt (run again with
+    /// its key), an agent's open step it is part of (proxy requests only),
+    /// or nothing (a new step).
+    fn by_content(&mut self, conn: Conn, id: &Value, wanted: &Wanted<'_>) -> ByContent {
+        if !self.steps.contents.loaded {
+            let task = self.spec.task_id;
+            match self.journal().steps_by_content(task) {
+                Ok(recorded) => self.steps.contents.load(recorded),
+                Err(err) => {
+                    self.journal_failed(conn, id, err);
+                    return ByContent::Failed;
+                }
+            }
+        }
+        let args_hash = step_key::args_hash(wanted.canonical);
+        if let Some(record) = self.steps.contents.take_finished(wanted.name, &args_hash) {
+            self.stats.replayed_steps += 1;
+            self.stats.tokens_saved += record.tokens;
+            self.reporter.report(&Report::StepReplayed {
+                step: record.step,
+                name: &record.name,
+            });
+            return ByContent::Replay(record);
+        }
+        // One call, one record: a request made inside a step the agent
+        // journals itself (an SDK's `wrap`) is part of that step.
+        if wanted.kind == StepKind::Proxy
+            && let Some(step) = self
+                .steps
+                .open
+                .iter()
+                .filter(|(_, open)| open.record.kind == StepKind::Begin)
+                .map(|(step, _)| *step)
+                .max()
+        {
+            return ByContent::OpenStep(step);
+        }
+        let (mut record, fresh, in_doubt) =
+            match self.steps.contents.take_pending(wanted.name, &args_hash) {
+                Some(record) => {
+                    if self.over_budget(conn, id, record.step) {
+                        return ByContent::OverBudget;
+                    }
+                    (self.next_attempt(record), false, true)
+                }
+                None => {
+                    let step = self.steps.new_number(0);
+                    if self.over_budget(conn, id, step) {
+                        return ByContent::OverBudget;
+                    }
+                    (self.new_record(step, wanted, args_hash), true, false)
+                }
+            };
+        record.effect = wanted.effect;
+        self.reporter.report(&Report::StepStarted {
+            step: record.step,
+            name: &record.name,
+            attempt: record.attempts,
+        });
+        ByContent::Run {
+            record,
+            fresh,
+            in_doubt,
+        }
+    }
+
+    /// Sends a request on its way as step `record.step`.
+    fn forward(&mut self, reply: oneshot::Sender<Verdict>, record: StepRecord, fresh: bool) {
         let step = record.step;
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         self.steps.contents.in_flight.insert(
@@ -225,7 +314,7 @@ impl Supervisor<'_> {
     }
 
     /// What a durable proxy write waited for.
-    pub(super) fn carry_on_proxied(&mut self, record: crate::journal::StepRecord, then: ProxyThen) {
+    pub(super) fn carry_on_proxied(&mut self, record: StepRecord, then: ProxyThen) {
         match then {
             ProxyThen::Forward { reply, in_doubt } => {
                 if self.ending.stop.is_some() || !self.check_renewal() {
@@ -288,6 +377,22 @@ impl Supervisor<'_> {
             ),
         }
     }
+}
+
+/// What a request replayed by content meets.
+enum ByContent {
+    Replay(StepRecord),
+    Run {
+        record: StepRecord,
+        fresh: bool,
+        in_doubt: bool,
+    },
+    /// Part of the agent's open step N.
+    OpenStep(u64),
+    /// Answered: over the budget; the run stops.
+    OverBudget,
+    /// Answered: the journal failed; the run stops.
+    Failed,
 }
 
 fn stopping() -> Verdict {

@@ -48,7 +48,15 @@ impl Supervisor<'_> {
                 name,
                 args,
                 effect,
+                mcp: false,
             } => self.on_begin(conn, id, &name, &args, effect.unwrap_or(Effect::Read)),
+            Request::Begin {
+                id,
+                name,
+                args,
+                effect,
+                mcp: true,
+            } => self.on_mcp_begin(conn, id, &name, &args, effect.unwrap_or(Effect::Mutate)),
             Request::Commit {
                 id,
                 step,
@@ -539,7 +547,7 @@ impl Supervisor<'_> {
 }
 
 /// The answer to a step the journal holds: its output, or its failure.
-fn replay_response(id: Value, recorded: StepRecord) -> Response {
+pub(super) fn replay_response(id: Value, recorded: StepRecord) -> Response {
     let mut response = match (&recorded.status, &recorded.error) {
         (StepStatus::Failed, Some(error)) => {
             Response::error(id, error.code, error.message.as_str())

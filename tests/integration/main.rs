@@ -14,6 +14,7 @@ mod journal_file;
 mod keys;
 mod languages;
 mod lease;
+mod mcp;
 mod messages;
 mod proxy;
 mod recovery;

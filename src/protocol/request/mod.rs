@@ -23,6 +23,9 @@ pub(crate) enum Request {
         name: String,
         args: Value,
         effect: Option<Effect>,
+        /// `"kind": "mcp"`: an MCP tool call (`durun mcp`), replayed by
+        /// content, not position (SPEC 13).
+        mcp: bool,
     },
     Commit {
         id: Value,
@@ -201,6 +204,17 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
                     ))
                 })?),
                 Some(_) => return Err(fail("`effect` must be a string".to_owned())),
+            },
+            mcp: match optional(&mut object, "kind") {
+                None => false,
+                Some(Value::String(kind)) if kind == "mcp" => true,
+                Some(Value::String(kind)) if kind == "begin" => false,
+                Some(_) => {
+                    return Err(fail(
+                        "`kind` must be \"begin\" or \"mcp\" (an MCP tool call, as `durun mcp` sends)"
+                            .to_owned(),
+                    ));
+                }
             },
             id: id.clone(),
         },

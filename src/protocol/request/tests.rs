@@ -52,7 +52,18 @@ fn decodes_every_op() {
             id: json!("a"),
             name: "n".into(),
             args: Value::Null,
-            effect: Some(Effect::Mutate)
+            effect: Some(Effect::Mutate),
+            mcp: false,
+        }
+    );
+    assert_eq!(
+        request(r#"{"op":"begin","id":"a","name":"mcp s/t","kind":"mcp"}"#),
+        Request::Begin {
+            id: json!("a"),
+            name: "mcp s/t".into(),
+            args: json!({}),
+            effect: None,
+            mcp: true,
         }
     );
     assert_eq!(

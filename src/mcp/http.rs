@@ -1,0 +1,140 @@
+//! The streamable HTTP transport: each message from the client is POSTed
+//! to the server's URL; its answer comes back as JSON or as an event
+//! stream of messages.
+
+use std::io::BufRead as _;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::stdio::for_each_line;
+use super::{Journaling, ToClient};
+
+/// Relays between this process's stdin/stdout and the server at `url`
+/// until the client closes its end.
+pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClient) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let server = Arc::new(Server {
+        url: url.to_owned(),
+        agent,
+        session: Mutex::new(None),
+        journaling,
+        client: client.clone(),
+    });
+    let mut posts = Vec::new();
+    for_each_line(std::io::stdin().lock(), |message| {
+        let Some(forward) = server.journaling.on_client_message(message, client) else {
+            return true;
+        };
+        let parsed: Value = serde_json::from_slice(&forward).unwrap_or(Value::Null);
+        if parsed.get("method").and_then(Value::as_str) == Some("initialize") {
+            // The session starts with its answer: nothing goes before it.
+            server.post(&forward, &parsed);
+        } else {
+            let server = Arc::clone(&server);
+            posts.push(std::thread::spawn(move || server.post(&forward, &parsed)));
+        }
+        true
+    });
+    for post in posts {
+        let _ = post.join();
+    }
+}
+
+struct Server {
+    url: String,
+    agent: ureq::Agent,
+    /// `Mcp-Session-Id`, once the server gave one.
+    session: Mutex<Option<String>>,
+    journaling: Arc<Journaling>,
+    client: ToClient,
+}
+
+impl Server {
+    fn post(&self, message: &[u8], parsed: &Value) {
+        let id = parsed.get("id").filter(|id| !id.is_null());
+        let mut request = ureq::http::Request::builder()
+            .method("POST")
+            .uri(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(session) = self.session.lock().expect("session lock").as_deref() {
+            request = request.header("mcp-session-id", session);
+        }
+        let answer = request
+            .body(message.to_vec())
+            .map_err(anyhow::Error::from)
+            .and_then(|request| self.agent.run(request).map_err(anyhow::Error::from));
+        let response = match answer {
+            Ok(response) => response,
+            Err(err) => {
+                if let Some(id) = id {
+                    self.client
+                        .error(id, &format!("durun could not reach the MCP server: {err}"));
+                }
+                return;
+            }
+        };
+        if let Some(session) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|value| value.to_str().ok())
+        {
+            *self.session.lock().expect("session lock") = Some(session.to_owned());
+        }
+        let status = response.status().as_u16();
+        let event_stream = response
+            .headers()
+            .get("content-type")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("text/event-stream"));
+        if !(200..300).contains(&status) {
+            if let Some(id) = id {
+                self.client
+                    .error(id, &format!("the MCP server answered HTTP {status}"));
+            }
+            return;
+        }
+        let mut body = std::io::BufReader::new(response.into_body().into_reader());
+        if event_stream {
+            // Each event's data is one message.
+            let mut data = Vec::new();
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match body.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let text = line.trim_ascii_end();
+                if text.is_empty() {
+                    if !data.is_empty() {
+                        self.deliver(std::mem::take(&mut data));
+                    }
+                } else if let Some(more) = text.strip_prefix(b"data:") {
+                    if !data.is_empty() {
+                        data.push(b'\n');
+                    }
+                    data.extend_from_slice(more.trim_ascii_start());
+                }
+            }
+            if !data.is_empty() {
+                self.deliver(data);
+            }
+        } else {
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut body, &mut bytes);
+            if !bytes.trim_ascii().is_empty() {
+                self.deliver(bytes.trim_ascii().to_vec());
+            }
+        }
+    }
+
+    fn deliver(&self, message: Vec<u8>) {
+        self.client
+            .send(&self.journaling.on_server_message(message));
+    }
+}

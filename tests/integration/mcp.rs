@@ -1,0 +1,291 @@
+//! `durun mcp` (SPEC 13) in front of real MCP servers: a FastMCP server
+//! (the official `mcp` Python SDK) over stdio and streamable HTTP, and the
+//! reference memory server from npm, driven by the official `mcp` client.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, agents_dir, read_json_lines, text, wait_for};
+
+/// Whether the `mcp` package is installed: `.ci/run` installs it and sets
+/// `DURUN_TEST_MCP=1`, which makes its absence a failure.
+fn mcp_sdk() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import mcp.server.fastmcp, mcp.client.stdio"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_MCP").is_err(),
+            "DURUN_TEST_MCP is set but the `mcp` package is not installed"
+        );
+        eprintln!("skipped: pip install 'mcp<2' to run it");
+    }
+    found
+}
+
+fn agent() -> String {
+    agents_dir()
+        .join("mcp_agent.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn server() -> String {
+    agents_dir()
+        .join("mcp_server.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn mcp_env() -> TestEnv {
+    let mut env = TestEnv::new();
+    env.set(
+        "DURUN_BIN",
+        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
+    );
+    env
+}
+
+#[test]
+fn a_mutating_tool_killed_mid_call_is_retried_with_the_same_key_and_reads_replay() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = mcp_env();
+    let calls = env.path("calls.jsonl");
+    let hold = env.path("hold");
+    env.set(
+        "MCP_SERVER",
+        json!(["python3", server(), "stdio", calls, hold]).to_string(),
+    );
+    let mut durun = env.spawn(&["run", "--task", "t", "--", "python3", &agent()], "run");
+    wait_for("the create_issue call", Duration::from_secs(60), || {
+        env.path("hold.reached").exists()
+    });
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][0]["name"], "mcp tracker/lookup");
+    assert_eq!(task["steps"][0]["effect"], "read", "readOnlyHint");
+    assert_eq!(task["steps"][1]["name"], "mcp tracker/create_issue");
+    assert_eq!(task["steps"][1]["effect"], "mutate");
+    assert_eq!(
+        task["steps"][1]["status"], "pending",
+        "journaled before the call"
+    );
+    let key = task["steps"][1]["idempotency_key"].clone();
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    std::fs::write(&hold, "").expect("release");
+
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let printed: Value = serde_json::from_slice(&resumed.stdout).expect("the agent's print");
+    assert_eq!(
+        printed["got"],
+        json!([["facts about crashes"], ["issue-1"]])
+    );
+    let seen = read_json_lines(&calls);
+    let lookups = seen.iter().filter(|call| call["tool"] == "lookup").count();
+    assert_eq!(lookups, 1, "the lookup replayed: {seen:?}");
+    let creates: Vec<&Value> = seen
+        .iter()
+        .filter(|call| call["tool"] == "create_issue")
+        .collect();
+    assert_eq!(creates.len(), 2, "{seen:?}");
+    assert!(
+        creates.iter().all(|call| call["key"] == key),
+        "the same key both times: {seen:?}"
+    );
+    assert_eq!(seen[0]["key"], Value::Null, "a read carries no key");
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][1]["status"], "committed");
+    assert_eq!(task["steps"][1]["attempts"], 2);
+    assert_eq!(task["steps"][1]["output"]["content"][0]["text"], "issue-1");
+}
+
+#[test]
+fn the_streamable_http_transport_and_durun_toml_overrides() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = mcp_env();
+    let port_file = env.path("mcp.port");
+    let calls = env.path("calls.jsonl");
+    let mut server = std::process::Command::new("python3")
+        .args([
+            server(),
+            "http".into(),
+            port_file.to_string_lossy().into_owned(),
+        ])
+        .arg(&calls)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the MCP server");
+    wait_for("the MCP server", Duration::from_secs(30), || {
+        port_file.exists()
+    });
+    let port = std::fs::read_to_string(&port_file).expect("port");
+    env.set("MCP_URL", format!("http://127.0.0.1:{port}/mcp"));
+    // An operator who knows better than the server's annotations.
+    env.write(
+        "durun.toml",
+        "[mcp.tracker]\nmutate = [\"lookup\"]\nread = [\"create_issue\"]\n",
+    );
+    let run = env.durun(&["run", "--task", "t", "--", "python3", &agent()]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let printed: Value = serde_json::from_slice(&run.stdout).expect("the agent's print");
+    assert_eq!(
+        printed["got"],
+        json!([["facts about crashes"], ["issue-1"]])
+    );
+    let task = env.inspect("t");
+    assert_eq!(task["steps"][0]["effect"], "mutate");
+    assert_eq!(task["steps"][1]["effect"], "read");
+    let seen = read_json_lines(&calls);
+    assert_eq!(seen[0]["key"], task["steps"][0]["idempotency_key"]);
+    assert_eq!(seen[1]["key"], Value::Null);
+}
+
+#[test]
+fn outside_a_run_it_relays_and_says_so_once() {
+    if !mcp_sdk() {
+        return;
+    }
+    let env = mcp_env();
+    let calls = env.path("calls.jsonl");
+    let input = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "create_issue", "arguments": {"title": "x"}}}),
+    ]
+    .iter()
+    .fold(String::new(), |mut lines, message| {
+        lines.push_str(&message.to_string());
+        lines.push('\n');
+        lines
+    });
+    let output = env
+        .command()
+        .args(["mcp", "--", "python3", &server(), "stdio"])
+        .arg(&calls)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(input.as_bytes())?;
+            // The answers come before the end of input.
+            wait_for("the call", Duration::from_secs(30), || calls.exists());
+            std::thread::sleep(Duration::from_millis(300));
+            drop(stdin);
+            child.wait_with_output()
+        })
+        .expect("durun mcp");
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        stderr.matches("not inside a durun run").count(),
+        1,
+        "{stderr}"
+    );
+    let answers: Vec<Value> = text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON-RPC"))
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["result"]["serverInfo"]["name"], "tracker");
+    assert_eq!(answers[1]["result"]["content"][0]["text"], "issue-1");
+    assert_eq!(
+        read_json_lines(&calls)[0]["key"],
+        Value::Null,
+        "no key outside a run"
+    );
+}
+
+/// The reference memory server from npm, which `.ci/run` installs and
+/// names in `DURUN_TEST_MCP_MEMORY` (its entry point).
+#[test]
+fn the_npm_memory_server_behind_durun_mcp_replays_on_resume() {
+    if !mcp_sdk() {
+        return;
+    }
+    let Ok(memory) = std::env::var("DURUN_TEST_MCP_MEMORY") else {
+        assert!(
+            std::env::var("DURUN_TEST_MCP").is_err(),
+            "DURUN_TEST_MCP is set but DURUN_TEST_MCP_MEMORY is not"
+        );
+        eprintln!(
+            "skipped: set DURUN_TEST_MCP_MEMORY to @modelcontextprotocol/server-memory's dist/index.js"
+        );
+        return;
+    };
+    let mut env = mcp_env();
+    let store = env.path("memory.jsonl");
+    env.set(
+        "MCP_SERVER",
+        json!([
+            "env",
+            format!("MEMORY_FILE_PATH={}", store.display()),
+            "node",
+            memory
+        ])
+        .to_string(),
+    );
+    env.set(
+        "MCP_CALLS",
+        json!([
+            ["create_entities", {"entities": [{"name": "durun", "entityType": "tool", "observations": ["journals steps"]}]}],
+            ["read_graph", {}],
+        ])
+        .to_string(),
+    );
+    let agent = env.write(
+        "agent.py",
+        &format!(
+            "import os, runpy\nrunpy.run_path({:?})\nif os.environ['DURUN_RUN'] == '1':\n    raise SystemExit(3)\n",
+            agent()
+        ),
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    let first: Value = serde_json::from_slice(&run.stdout).expect("print");
+    let stored = std::fs::read_to_string(&store).expect("the memory file");
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let second: Value = serde_json::from_slice(&resumed.stdout).expect("print");
+    assert_eq!(
+        second["got"], first["got"],
+        "the same answers, from the journal"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&store).expect("the memory file"),
+        stored,
+        "the entity was not created twice"
+    );
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(
+        steps[0]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("/create_entities"),
+        "{steps:?}"
+    );
+    assert_eq!(steps[0]["effect"], "mutate");
+    assert_eq!(task["task"]["runs"][1]["replayed_steps"], 2);
+}
