@@ -49,6 +49,28 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    # An agent's loop: the model calls these tools one after another (those
+    # the request offers), then answers with what they returned.
+    TOOL_PLAN = [("add", {"a": 2, "b": 3}), ("lookup", {"topic": "crashes"}),
+                 ("create_issue", {"title": "agent crashed"})]
+
+    def tool_turn(self, body, model):
+        offered = {tool["function"]["name"] for tool in body["tools"]}
+        plan = [step for step in self.TOOL_PLAN if step[0] in offered]
+        results = [message["content"] for message in body["messages"] if message["role"] == "tool"]
+        if len(results) < len(plan):
+            name, arguments = plan[len(results)]
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{len(results)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+            finish = "tool_calls"
+        else:
+            message = {"role": "assistant", "content": "done: " + " / ".join(map(str, results))}
+            finish = "stop"
+        return {"id": "t1", "object": "chat.completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+
     def slow_stream(self, model):
         """A chunked stream whose first event comes at once and the rest
         only once PORT_FILE.release exists (or after 30 s): whether the
@@ -107,6 +129,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         if prompt == "slow stream":
             return self.slow_stream(model)
+        if self.path.endswith("/chat/completions") and body.get("tools"):
+            return self.send_json(self.tool_turn(body, model))
         if self.path.endswith("/chat/completions"):
             if body.get("stream"):
                 chunks = [("", {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
@@ -155,7 +179,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client killed mid-answer (the tests kill durun) is expected.
+        pass
+
+
+server = QuietServer(("127.0.0.1", 0), Handler)
 if len(sys.argv) > 3:
     # HTTPS with the given certificate and key.
     import ssl

@@ -289,3 +289,92 @@ fn the_npm_memory_server_behind_durun_mcp_replays_on_resume() {
     assert_eq!(steps[0]["effect"], "mutate");
     assert_eq!(task["task"]["runs"][1]["replayed_steps"], 2);
 }
+
+/// Whether the OpenAI Agents SDK is installed (with the same rule as the
+/// other real packages).
+fn agents_sdk() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import agents.mcp"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_MCP").is_err(),
+            "DURUN_TEST_MCP is set but `openai-agents` is not installed"
+        );
+        eprintln!("skipped: pip install openai-agents to run it");
+    }
+    found
+}
+
+#[test]
+fn an_agents_sdk_loop_with_a_function_tool_and_an_mcp_server_replays_whole() {
+    if !mcp_sdk() || !agents_sdk() {
+        return;
+    }
+    let mut env = mcp_env();
+    let llm = crate::servers::LlmServer::start(&env);
+    env.set("OPENAI_BASE_URL", format!("{}/v1", llm.base()));
+    env.set("OPENAI_API_KEY", "sk-agents-secret");
+    let calls = env.path("calls.jsonl");
+    let hold = env.path("hold");
+    let server_argv = json!(["python3", server(), "stdio", calls, hold]).to_string();
+    let agent = agents_dir().join("agents_sdk.py");
+    let agent = agent.to_string_lossy();
+    let mut durun = env.spawn(
+        &["run", "--task", "t", "--", "python3", &agent, &server_argv],
+        "run",
+    );
+    wait_for("the create_issue call", Duration::from_secs(90), || {
+        env.path("hold.reached").exists()
+    });
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    let before = llm.counts();
+    assert_eq!(
+        before.as_object().map(serde_json::Map::len),
+        Some(3),
+        "three model turns before the kill: {before}"
+    );
+    std::fs::write(&hold, "").expect("release");
+
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(
+        text(&resumed.stdout).trim(),
+        "done: 5 / [{'type': 'text', 'text': 'facts about crashes'}] / [{'type': 'text', 'text': 'issue-1'}]"
+    );
+    let after = llm.counts();
+    assert_eq!(
+        after.as_object().map(serde_json::Map::len),
+        Some(4),
+        "{after}"
+    );
+    assert!(
+        after.as_object().unwrap().values().all(|count| count == 1),
+        "no model turn was sent twice: {after}"
+    );
+    let seen = read_json_lines(&calls);
+    let tools: Vec<&str> = seen
+        .iter()
+        .map(|call| call["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["lookup", "create_issue", "create_issue"],
+        "{seen:?}"
+    );
+    assert_eq!(seen[1]["key"], seen[2]["key"]);
+    let task = env.inspect("t");
+    let kinds: Vec<&str> = task["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| step["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["proxy", "proxy", "mcp", "proxy", "mcp", "proxy"],
+        "{task}"
+    );
+}
