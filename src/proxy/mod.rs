@@ -30,7 +30,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-pub(crate) use recording::{Answer, answer_output};
+pub(crate) use recording::{Answer, answer_output, answer_text, summary};
 pub(crate) use routes::Routes;
 
 use crate::protocol::Effect;

@@ -167,6 +167,74 @@ pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
     (!merged.is_empty()).then_some(Value::Object(merged))
 }
 
+/// A proxy step at a glance, for `inspect`: the model it asked and the
+/// start of what it answered (`m: "The plan is…"`), or the status.
+pub(crate) fn summary(args: &Value, output: &Value) -> String {
+    let model = args.pointer("/body/model").and_then(Value::as_str);
+    let answer = output_answer(output);
+    let text = if answer.is_stream() {
+        stream_text(&answer.body)
+    } else {
+        output.get("body").and_then(answer_text)
+    };
+    let said = match text {
+        Some(text) => format!("{:?}", text.trim()),
+        None => format!("HTTP {}", answer.status),
+    };
+    match model {
+        Some(model) => format!("{model}: {said}"),
+        None => said,
+    }
+}
+
+/// The text of an OpenAI (chat, responses) or Anthropic answer, or of an
+/// MCP tool result.
+pub(crate) fn answer_text(body: &Value) -> Option<String> {
+    if let Some(text) = body
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+    {
+        return Some(text.to_owned());
+    }
+    if let Some(text) = body.get("output_text").and_then(Value::as_str) {
+        return Some(text.to_owned());
+    }
+    let blocks = body
+        .get("content")
+        .or_else(|| body.pointer("/output/0/content"))
+        .and_then(Value::as_array)?;
+    let text: Vec<&str> = blocks
+        .iter()
+        .filter_map(|block| block.get("text").and_then(Value::as_str))
+        .collect();
+    (!text.is_empty()).then(|| text.join(" "))
+}
+
+/// The text an event stream carried, its deltas joined.
+fn stream_text(body: &[u8]) -> Option<String> {
+    let mut text = String::new();
+    for line in String::from_utf8_lossy(body).lines() {
+        let Some(Ok(event)) = line
+            .strip_prefix("data:")
+            .map(|data| serde_json::from_str::<Value>(data.trim_start()))
+        else {
+            continue;
+        };
+        let delta = event
+            .pointer("/choices/0/delta/content")
+            .or_else(|| event.pointer("/delta/text"))
+            .or_else(|| {
+                (event.get("type").and_then(Value::as_str) == Some("response.output_text.delta"))
+                    .then(|| event.get("delta"))
+                    .flatten()
+            });
+        if let Some(delta) = delta.and_then(Value::as_str) {
+            text.push_str(delta);
+        }
+    }
+    (!text.is_empty()).then_some(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +281,31 @@ mod tests {
             let back = output_answer(&serde_json::from_str(&output.to_string()).unwrap());
             assert_eq!(back, answer, "{output}");
         }
+    }
+
+    #[test]
+    fn a_step_is_summed_up_by_its_model_and_text() {
+        let args = json!({"body": {"model": "gpt-x"}, "query": ""});
+        let chat = answer_output(&Answer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: br#"{"choices":[{"message":{"content":"the plan"}}]}"#.to_vec(),
+        });
+        assert_eq!(summary(&args, &chat), r#"gpt-x: "the plan""#);
+        let stream = answer_output(&Answer {
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            body: b"data: {\"choices\":[{\"delta\":{\"content\":\"a \"}}]}\n\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"b\"}}\n\ndata: [DONE]\n\n".to_vec(),
+        });
+        assert_eq!(summary(&args, &stream), r#"gpt-x: "a b""#);
+        let claude = json!({"content": [{"type": "text", "text": "hi"}]});
+        assert_eq!(answer_text(&claude).as_deref(), Some("hi"));
+        let empty = answer_output(&Answer {
+            status: 204,
+            content_type: None,
+            body: Vec::new(),
+        });
+        assert_eq!(summary(&json!({"body": null}), &empty), "HTTP 204");
     }
 
     #[test]

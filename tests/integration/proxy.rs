@@ -101,6 +101,28 @@ fn an_unmodified_agent_killed_with_sigkill_resumes_without_sending_a_model_call_
         "usage of bodies and streams"
     );
     assert_eq!(resumed_run["tokens_saved"].as_u64(), Some(spent));
+
+    // Readable at 80 columns: the route, the model and what it said, the
+    // time and the tokens.
+    let shown = env
+        .command()
+        .env("COLUMNS", "80")
+        .args(["inspect", "t"])
+        .output()
+        .expect("inspect");
+    let shown = text(&shown.stdout);
+    assert!(
+        shown.lines().all(|line| line.chars().count() <= 80),
+        "{shown}"
+    );
+    let first = shown
+        .lines()
+        .skip_while(|line| !line.starts_with("STEP"))
+        .nth(1)
+        .expect("step 1");
+    for part in ["openai POST", "committed", "120", r#"m: "echo: plan""#] {
+        assert!(first.contains(part), "{part} in {first}");
+    }
 }
 
 #[test]

@@ -289,7 +289,11 @@ pub(super) fn task_view(
         out.push_str("no steps yet\n");
         return out;
     }
-    let columns = [
+    // Narrower than 100 columns, the kind, tries and key give their room
+    // to the name and the output (`--step N` shows them).
+    let narrow = style.width < 100;
+    let wide_only = ["KIND", "TRIES", "KEY"];
+    let columns: Vec<Column> = [
         Column::number("STEP"),
         Column::flexible("NAME"),
         Column::fixed("KIND"),
@@ -300,7 +304,10 @@ pub(super) fn task_view(
         Column::number("TOKENS"),
         Column::fixed("KEY"),
         Column::flexible("OUTPUT"),
-    ];
+    ]
+    .into_iter()
+    .filter(|column| !(narrow && wide_only.contains(&column.title)))
+    .collect();
     let rows: Vec<Vec<(String, Tone)>> = steps
         .iter()
         .map(|step| {
@@ -322,12 +329,24 @@ pub(super) fn task_view(
                         _ => plain("for a signal"),
                     }
                 }
+                (None, Some(output)) if step.kind == crate::journal::StepKind::Proxy => {
+                    plain(crate::proxy::summary(&step.args.value(), &output.value()))
+                }
+                (None, Some(output)) if step.kind == crate::journal::StepKind::Mcp => {
+                    let output = output.value();
+                    plain(
+                        crate::proxy::answer_text(&output).map_or_else(
+                            || output.to_string(),
+                            |text| format!("{:?}", text.trim()),
+                        ),
+                    )
+                }
                 (None, Some(output)) => plain(output.preview(200)),
                 (None, None) => plain(""),
             };
             let took = took(&step.started_at, step.finished_at.as_deref())
                 .map_or_else(|| "-".to_owned(), short_duration);
-            vec![
+            let mut row = vec![
                 plain(step.step.to_string()),
                 plain(&step.name),
                 plain(step.kind.as_str()),
@@ -345,7 +364,14 @@ pub(super) fn task_view(
                 }),
                 (step.idempotency_key.chars().take(8).collect(), Tone::Dim),
                 result,
-            ]
+            ];
+            if narrow {
+                // KIND, TRIES, KEY, from the right.
+                for index in [8, 5, 2] {
+                    row.remove(index);
+                }
+            }
+            row
         })
         .collect();
     out.push_str(&table::render(style, &columns, &rows));
