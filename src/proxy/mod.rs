@@ -88,6 +88,9 @@ pub(crate) enum End {
     Answered {
         answer: Answer,
         usage: Option<Value>,
+        /// The agent hung up before the end: an equal request of this run
+        /// may have the answer from the journal.
+        unheard: bool,
     },
     /// No full answer: the upstream could not be reached, or cut it off.
     Lost { message: String },

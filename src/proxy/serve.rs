@@ -441,7 +441,15 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
             .then(|| recording::usage_of(&answer))
             .flatten();
         let body = Bytes::from(answer.body.clone());
-        if done(End::Answered { answer, usage }).await || !status.is_success() {
+        let unheard = head.is_closed();
+        if done(End::Answered {
+            answer,
+            usage,
+            unheard,
+        })
+        .await
+            || !status.is_success()
+        {
             let _ = head.send(respond(full(body)));
         } else {
             let _ = head.send(not_journaled());
@@ -484,7 +492,14 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         body,
     };
     let usage = recording::usage_of(&answer);
-    if !done(End::Answered { answer, usage }).await {
+    let unheard = !agent_there || frames.is_closed();
+    if !done(End::Answered {
+        answer,
+        usage,
+        unheard,
+    })
+    .await
+    {
         // Not durable: the agent must not take the answer as whole.
         let _ = frames
             .send(Err(io::Error::other("durun could not journal the answer")))

@@ -63,6 +63,13 @@ impl Contents {
         take(&mut self.pending, name, args_hash)
     }
 
+    /// Keeps a finished step for the next equal request (its answer never
+    /// reached the agent).
+    pub(super) fn keep_finished(&mut self, record: StepRecord) {
+        let at = (record.name.clone(), record.args_hash.clone());
+        self.finished.entry(at).or_default().push_back(record);
+    }
+
     /// Keeps a `mutate` step in doubt for the next equal request.
     pub(super) fn keep_pending(&mut self, record: StepRecord) {
         let at = (record.name.clone(), record.args_hash.clone());

@@ -102,5 +102,7 @@ pub(super) enum ProxyThen {
     Done {
         reply: oneshot::Sender<()>,
         started: Instant,
+        /// The agent hung up before the end of the answer.
+        unheard: bool,
     },
 }

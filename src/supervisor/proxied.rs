@@ -262,6 +262,7 @@ impl Supervisor<'_> {
                 End::Answered {
                     usage: Some(usage),
                     answer,
+                    ..
                 },
             ) = (self.steps.open.get_mut(&step), &end)
                 && (200..300).contains(&answer.status)
@@ -271,8 +272,12 @@ impl Supervisor<'_> {
             let _ = reply.send(());
             return;
         }
-        let (answer, usage) = match end {
-            End::Answered { answer, usage } => (answer, usage),
+        let (answer, usage, unheard) = match end {
+            End::Answered {
+                answer,
+                usage,
+                unheard,
+            } => (answer, usage, unheard),
             End::Lost { message } => {
                 self.reporter.report(&Report::Warning(&format!(
                     "step {step}: {message}; the agent was answered 502"
@@ -309,6 +314,7 @@ impl Supervisor<'_> {
             then: Then::Proxied(ProxyThen::Done {
                 reply,
                 started: flight.started,
+                unheard,
             }),
         });
     }
@@ -331,7 +337,16 @@ impl Supervisor<'_> {
                 }
                 self.forward(reply, record, false);
             }
-            ProxyThen::Done { reply, started } => {
+            ProxyThen::Done {
+                reply,
+                started,
+                unheard,
+            } => {
+                if unheard && record.status == StepStatus::Committed {
+                    // Paid for and never heard: the agent's retry has it
+                    // from the journal.
+                    self.steps.contents.keep_finished(record.clone());
+                }
                 self.reporter.report(&Report::StepFinished {
                     step: record.step,
                     name: &record.name,

@@ -101,8 +101,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(0.01)
         with open(port_file + ".released", "w") as out:
             out.write("yes" if released else "no")
+        # The rest a little apart, as a model's tokens come.
         chunk(delta("second"))
+        time.sleep(0.05)
         chunk(delta("", {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}))
+        time.sleep(0.05)
         chunk("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
