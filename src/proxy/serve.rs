@@ -70,7 +70,22 @@ struct Shared {
     secret: String,
     routes: Arc<Routes>,
     inbox: Inbox,
-    client: reqwest::Client,
+    /// Made on the first forwarded request: loading the system's roots
+    /// takes milliseconds a run that makes no call should not wait.
+    client: std::sync::OnceLock<reqwest::Client>,
+}
+
+impl Shared {
+    fn client(&self) -> Result<&reqwest::Client, String> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|err| format!("durun could not set up its HTTP client: {err}"))?;
+        Ok(self.client.get_or_init(|| client))
+    }
 }
 
 /// Serves `listener` on a thread of its own until `stopped` fires.
@@ -84,15 +99,11 @@ pub(super) fn spawn(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(io::Error::other)?;
     let shared = Arc::new(Shared {
         secret,
         routes,
         inbox,
-        client,
+        client: std::sync::OnceLock::new(),
     });
     std::thread::Builder::new()
         .name("durun-proxy".into())
@@ -330,17 +341,6 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         step,
         own,
     } = forward;
-    let mut request = shared.client.request(method, &url).body(body);
-    for (name, value) in &headers {
-        let skip = NOT_FORWARDED.contains(&name.as_str())
-            || (key.is_some() && name.as_str() == "idempotency-key");
-        if !skip {
-            request = request.header(name, value);
-        }
-    }
-    if let Some(key) = &key {
-        request = request.header("idempotency-key", key.as_str());
-    }
     let done = |end: End| {
         let (reply, durable) = oneshot::channel();
         let sent = (shared.inbox)(ToLoop::Done {
@@ -351,6 +351,32 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         });
         async move { sent && durable.await.is_ok() }
     };
+    let client = match shared.client() {
+        Ok(client) => client,
+        Err(message) => {
+            done(End::Lost {
+                message: message.clone(),
+            })
+            .await;
+            let _ = head.send(error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                message,
+            ));
+            return;
+        }
+    };
+    let mut request = client.request(method, &url).body(body);
+    for (name, value) in &headers {
+        let skip = NOT_FORWARDED.contains(&name.as_str())
+            || (key.is_some() && name.as_str() == "idempotency-key");
+        if !skip {
+            request = request.header(name, value);
+        }
+    }
+    if let Some(key) = &key {
+        request = request.header("idempotency-key", key.as_str());
+    }
     let mut response = match request.send().await {
         Ok(response) => response,
         Err(err) => {

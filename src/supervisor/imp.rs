@@ -78,7 +78,7 @@ pub(crate) fn supervise(
             let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
-                Box::new(move |message| events.send(Event::Proxy(message)).is_ok());
+                Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());
             Some(
                 crate::proxy::Proxy::start(routes, inbox)
                     .map_err(|err| anyhow::anyhow!("failed to start the model proxy: {err}"))?,
@@ -362,7 +362,7 @@ impl Supervisor<'_> {
             Event::Signal(signal) => self.on_signal(signal),
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}
-            Event::Proxy(message) => self.on_proxy(message),
+            Event::Proxy(message) => self.on_proxy(*message),
         }
     }
 

@@ -44,7 +44,7 @@ pub(super) enum Event {
     /// The committer sent a batch back.
     Landed,
     /// A request through the model/API proxy, or its end.
-    Proxy(crate::proxy::ToLoop),
+    Proxy(Box<crate::proxy::ToLoop>),
 }
 
 /// Sends [`Event`]s to the loop and wakes it.
