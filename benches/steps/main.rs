@@ -25,6 +25,7 @@ mod common;
 mod agent;
 mod machine;
 mod peers;
+mod proxy;
 mod replay;
 mod report;
 mod scratch;
@@ -47,6 +48,8 @@ fn main() {
     if let Ok(mode) = std::env::var("DURUN_BENCH_AGENT") {
         if mode == "echo" {
             echo();
+        } else if mode == "proxy" {
+            proxy::agent();
         } else {
             agent::main(&mode);
         }
@@ -173,6 +176,7 @@ fn orchestrate() {
                 us_per_step(&report, calls),
             );
         }
+        proxy::rows(root, (steps / 5).max(20), &mut table);
         if let Some(peers) = &peers {
             peers.first_runs(root, steps, &mut table);
         }
@@ -226,4 +230,5 @@ fn orchestrate() {
         crash,
         peer_crash.as_ref(),
     );
+    proxy::print(&table);
 }

@@ -1,0 +1,162 @@
+//! The model proxy: a call through `durun run`'s proxy next to the same
+//! call made directly, and a replayed call, against a local upstream that
+//! answers at once, so that what is measured is durun's part alone.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Instant;
+
+use super::{Scratch, Table, env_or, json};
+
+/// A keep-alive HTTP/1.1 upstream on loopback answering every POST with a
+/// JSON body of about `bytes` bytes; its port.
+fn upstream(bytes: usize) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let text = "x".repeat(bytes.saturating_sub(120));
+    let body = format!(
+        "{{\"choices\":[{{\"message\":{{\"content\":\"{text}\"}}}}],\"usage\":{{\"prompt_tokens\":10,\"completion_tokens\":5}}}}"
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut request = vec![0; length];
+                    if reader.read_exact(&mut request).is_err() {
+                        return;
+                    }
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if writer.write_all(head.as_bytes()).is_err()
+                        || writer.write_all(body.as_bytes()).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The agent: `DURUN_BENCH_STEPS` chat completions, one after another, to
+/// `DURUN_BENCH_URL` or else `$OPENAI_BASE_URL` (the proxy under durun).
+pub(crate) fn agent() {
+    let calls: u64 = env_or("DURUN_BENCH_STEPS", 100);
+    let base = std::env::var("DURUN_BENCH_URL")
+        .or_else(|_| std::env::var("OPENAI_BASE_URL"))
+        .expect("a base URL");
+    let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+    let started = Instant::now();
+    for i in 0..calls {
+        let body =
+            json!({"model": "m", "messages": [{"role": "user", "content": format!("call {i}")}]});
+        let mut answer = agent
+            .post(format!("{base}/chat/completions"))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes())
+            .expect("a call");
+        let text = answer.body_mut().read_to_string().expect("the answer");
+        assert!(text.starts_with("{\"choices\""), "{text}");
+    }
+    let report = json!({"elapsed_ns": started.elapsed().as_nanos() as u64});
+    let path = std::env::var("DURUN_BENCH_OUT").expect("DURUN_BENCH_OUT");
+    std::fs::write(path, report.to_string()).expect("write the report");
+    std::process::exit(env_or("DURUN_BENCH_EXIT", 0));
+}
+
+/// One round of the proxy's rows: for a 10 KB and a 1 MB answer, a direct
+/// call, the same call through the proxy (a new step: forwarded, then one
+/// commit), and the same call replayed on resume.
+pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
+    for (bytes, label) in [(10_000, "10 KB"), (1_000_000, "1 MB")] {
+        let port = upstream(bytes);
+        let base = format!("http://127.0.0.1:{port}/v1");
+        let scratch = Scratch::new(root, "proxy", "full");
+        let steps = ("DURUN_BENCH_STEPS", calls.to_string());
+        // Direct: the same agent, not under durun.
+        let output = std::process::Command::new(std::env::current_exe().expect("self"))
+            .env("DURUN_BENCH_AGENT", "proxy")
+            .env("DURUN_BENCH_URL", &base)
+            .env("DURUN_BENCH_STEPS", calls.to_string())
+            .env("DURUN_BENCH_OUT", root.join("direct.json"))
+            .status()
+            .expect("the direct agent");
+        assert!(output.success());
+        let direct: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(root.join("direct.json")).expect("report"),
+        )
+        .expect("JSON");
+        table.add(
+            &format!("direct call {label}"),
+            super::us_per_step(&direct, calls),
+        );
+        let upstream_env = ("OPENAI_BASE_URL", base.clone());
+        let (report, _, ok) = scratch.agent(
+            &["run", "--task", "proxy"],
+            "proxy",
+            &[
+                steps.clone(),
+                upstream_env.clone(),
+                ("DURUN_BENCH_EXIT", "3".into()),
+            ],
+        );
+        assert_eq!(ok, Some(3), "durun run failed");
+        table.add(
+            &format!("proxied call {label}"),
+            super::us_per_step(&report, calls),
+        );
+        let (report, _, ok) = scratch.agent(&["resume", "proxy"], "proxy", &[steps, upstream_env]);
+        assert_eq!(ok, Some(0), "durun resume failed");
+        table.add(
+            &format!("replayed call {label}"),
+            super::us_per_step(&report, calls),
+        );
+    }
+}
+
+/// The proxy's rows of the table.
+pub(crate) fn print(table: &Table) {
+    let floor = table.get("floor 1 commit full").unwrap_or(f64::NAN);
+    println!(
+        "\nThe model proxy, per call, median of the rounds, a local upstream that answers at once (floor: one SQLite commit, full sync, {floor:.0} µs).\n"
+    );
+    println!("| answer | direct | through the proxy | added | added − floor | replayed |");
+    println!("|---|---|---|---|---|---|");
+    for label in ["10 KB", "1 MB"] {
+        let get = |row: &str| table.get(&format!("{row} {label}")).unwrap_or(f64::NAN);
+        let (direct, proxied, replayed) = (
+            get("direct call"),
+            get("proxied call"),
+            get("replayed call"),
+        );
+        println!(
+            "| {label} | {direct:.0} µs | {proxied:.0} µs | {:.0} µs | {:.0} µs | {replayed:.0} µs |",
+            proxied - direct,
+            proxied - direct - floor
+        );
+    }
+}
