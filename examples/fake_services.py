@@ -6,6 +6,10 @@ POST /llm      answers random text with a token `usage`, like a model
 POST /pulls    opens a pull request; a repeated Idempotency-Key gets the
                first answer back instead of a second pull request
 POST /notify   takes a webhook, deduplicated by Idempotency-Key as well
+POST /v1/chat/completions
+               an OpenAI-compatible model for agents with tools
+               (examples/zero-code): it searches the issues, opens a pull
+               request, then answers; counted as LLM calls
 GET  /stats    what happened: LLM calls, pull requests, requests per key;
                /stats?task=ID only what a task asked (its requests carry
                `X-Durun-Task: ID`), so examples run one after another
@@ -57,6 +61,9 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         key = self.headers.get("Idempotency-Key", "")
         with LOCK:
+            if self.path == "/v1/chat/completions":
+                STATE["llm_calls"] += 1
+                return self.reply(200, tool_turn(body))
             if self.path == "/llm":
                 STATE["llm_calls"] += 1
                 self.count("llm_calls")
@@ -81,6 +88,28 @@ class Handler(BaseHTTPRequestHandler):
                     STATE["answers"][key] = answer
                 return self.reply(201, answer)
         self.reply(404, {"error": "not found"})
+
+
+def tool_turn(body):
+    """One turn of a model that uses the tools it is offered: a search, a
+    pull request, then an answer naming what it opened."""
+    offered = {tool["function"]["name"] for tool in body.get("tools", [])}
+    plan = [(name, args) for name, args in [("search_issues", {"query": "typo"}),
+                                            ("open_pull", {"title": "Fix typo in README"})]
+            if name in offered]
+    results = [m["content"] for m in body.get("messages", []) if m.get("role") == "tool"]
+    if len(results) < len(plan):
+        name, args = plan[len(results)]
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{len(results)}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}]}
+        finish = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": f"Done: {results[-1] if results else 'nothing to do'}"}
+        finish = "stop"
+    return {"id": "chat-1", "object": "chat.completion", "created": 1, "model": body.get("model", "demo"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 60, "total_tokens": 960}}
 
 
 if __name__ == "__main__":

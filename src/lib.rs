@@ -11,6 +11,7 @@ mod clock;
 mod commands;
 mod completion;
 mod config;
+mod diff;
 mod error;
 mod executor;
 pub mod exit_code;

@@ -166,6 +166,8 @@ pub(crate) struct RunRecord {
     pub(crate) finished_at: Option<String>,
     pub(crate) exit_code: Option<i32>,
     pub(crate) stats: RunStats,
+    /// Recorded proxy and MCP steps no request of this run asked for.
+    pub(crate) unreplayed: Vec<u64>,
 }
 
 #[derive(Debug, Clone)]

@@ -251,3 +251,10 @@ fn json(text: Option<&str>) -> Result<Option<JsonText>> {
 fn bad_column(column: &str, value: &str) -> anyhow::Error {
     Failure::journal(format!("the journal holds an unknown {column} {value:?}")).into()
 }
+
+/// A JSON array of step numbers as a column holds it (`runs.unreplayed`);
+/// none for NULL or anything else.
+pub(crate) fn step_list(text: Option<&str>) -> Vec<u64> {
+    text.and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}

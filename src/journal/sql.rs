@@ -127,9 +127,14 @@ pub(crate) static RELEASE_CLAIMS_OF: Sql =
 /// A task's runs, in order.
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
-                    replayed_steps, executed_steps, tokens_spent, tokens_saved
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed
              FROM runs WHERE task_id = $1 ORDER BY run",
 );
+
+/// The recorded steps replayed by content that no request of a run asked
+/// for.
+pub(crate) static SET_UNREPLAYED: Sql =
+    Sql::new("UPDATE runs SET unreplayed = $3 WHERE task_id = $1 AND run = $2");
 
 /// A run starts.
 pub(crate) static INSERT_RUN: Sql =
@@ -246,6 +251,7 @@ mod tests {
             &DELETE_WORKER,
             &RELEASE_CLAIMS_OF,
             &RUNS_OF_TASK,
+            &SET_UNREPLAYED,
             &INSERT_RUN,
             &REPLAY_BOUNDS,
             &SET_OUTPUT,

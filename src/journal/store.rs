@@ -74,6 +74,9 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Send {
     /// replay reads a long task page by page, each row once.
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
     /// How many live steps the task has, and the highest step number.
+    /// Records which steps replayed by content no request of `run` asked
+    /// for (`inspect` shows them `not replayed`).
+    fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()>;
     /// The task's live steps replayed by content (SPEC 12, 13), in order.
     fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>>;
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)>;

@@ -41,8 +41,9 @@ pub(crate) enum ToLoop {
     Ask(Ask),
     /// A forwarded request's end.
     Done {
-        step: u64,
-        /// The step is the proxy's own, not an agent's step it belongs to.
+        /// As [`Verdict::Forward`] gave it.
+        flight: u64,
+        /// The request is a step of its own, not part of an agent's step.
         own: bool,
         end: End,
         /// Answered once the end is durable; dropped if it cannot be.
@@ -65,11 +66,12 @@ pub(crate) struct Ask {
 pub(crate) enum Verdict {
     /// Answer it from the journal; the step's output.
     Replay(Value),
-    /// Forward it. `key`: a `mutate` step's idempotency key, sent as
-    /// `Idempotency-Key`. `own`: it is a step of its own, not part of an
-    /// agent's open step.
+    /// Forward it. `flight`: what its end comes back with. `key`: a
+    /// `mutate` step's idempotency key, sent as `Idempotency-Key`. `own`:
+    /// it is a step of its own, not part of an agent's open step (whose
+    /// number `flight` is then).
     Forward {
-        step: u64,
+        flight: u64,
         key: Option<String>,
         own: bool,
     },

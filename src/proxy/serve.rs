@@ -263,7 +263,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             kind,
             message,
         ),
-        Verdict::Forward { step, key, own } => {
+        Verdict::Forward { flight, key, own } => {
             let forward = Forward {
                 route: route_name,
                 method,
@@ -271,7 +271,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 headers: parts.headers,
                 body,
                 key,
-                step,
+                flight,
                 own,
             };
             let (head, answer) = oneshot::channel();
@@ -324,7 +324,7 @@ struct Forward {
     headers: HeaderMap,
     body: Bytes,
     key: Option<String>,
-    step: u64,
+    flight: u64,
     own: bool,
 }
 
@@ -338,13 +338,13 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         headers,
         body,
         key,
-        step,
+        flight,
         own,
     } = forward;
     let done = |end: End| {
         let (reply, durable) = oneshot::channel();
         let sent = (shared.inbox)(ToLoop::Done {
-            step,
+            flight,
             own,
             end,
             reply,

@@ -23,8 +23,10 @@ pub(super) struct Contents {
     /// `mutate` steps a run died inside (or whose answer was cut off):
     /// the same request runs them again with their key.
     pending: HashMap<(String, String), VecDeque<StepRecord>>,
-    /// Requests forwarded, by step.
+    /// Requests forwarded, by flight.
     pub(super) in_flight: HashMap<u64, InFlight>,
+    /// The last flight given.
+    flights: u64,
 }
 
 /// A request forwarded as a step of its own.
@@ -32,6 +34,9 @@ pub(super) struct InFlight {
     pub(super) record: StepRecord,
     /// Its row is not written yet (a `read` request).
     pub(super) fresh: bool,
+    /// The args' canonical form, for the key of a step numbered when it
+    /// is written (a `read` request).
+    pub(super) canonical: Option<String>,
     pub(super) started: Instant,
 }
 
@@ -61,6 +66,13 @@ impl Contents {
     /// A `mutate` step with this name and args left in doubt.
     pub(super) fn take_pending(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
         take(&mut self.pending, name, args_hash)
+    }
+
+    /// A request on its way: its flight, which its end comes back with.
+    pub(super) fn take_off(&mut self, flight: InFlight) -> u64 {
+        self.flights += 1;
+        self.in_flight.insert(self.flights, flight);
+        self.flights
     }
 
     /// Keeps a finished step for the next equal request (its answer never

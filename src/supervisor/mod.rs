@@ -13,7 +13,6 @@ mod child;
 mod commit;
 mod contents;
 mod decide;
-mod diff;
 mod ending;
 mod fencing;
 mod holding;

@@ -30,11 +30,11 @@ impl Supervisor<'_> {
         match message {
             ToLoop::Ask(ask) => self.on_ask(ask),
             ToLoop::Done {
-                step,
+                flight,
                 own,
                 end,
                 reply,
-            } => self.on_proxy_done(step, own, end, reply),
+            } => self.on_proxy_done(flight, own, end, reply),
         }
     }
 
@@ -68,7 +68,7 @@ impl Supervisor<'_> {
             } => (record, fresh, in_doubt),
             ByContent::OpenStep(step) => {
                 let _ = ask.reply.send(Verdict::Forward {
-                    step,
+                    flight: step,
                     key: None,
                     own: false,
                 });
@@ -93,7 +93,7 @@ impl Supervisor<'_> {
                 }),
             });
         } else if self.may_start() {
-            self.forward(ask.reply, record, fresh);
+            self.forward(ask.reply, record, fresh, Some(ask.canonical));
         } else {
             let _ = ask.reply.send(stopping());
         }
@@ -135,18 +135,14 @@ impl Supervisor<'_> {
                 fresh,
                 in_doubt,
             } => {
-                if record.effect == Effect::Mutate {
-                    self.outbox.batch.push(Deferred {
-                        conn,
-                        record,
-                        fresh,
-                        then: Then::Opened { id, in_doubt },
-                    });
-                } else if self.may_start() {
-                    self.opened(conn, id, record, fresh, in_doubt);
-                } else {
-                    self.refuse_start(conn, id, record.step);
-                }
+                // Its intent first, `read` or not: every MCP step number
+                // is in the journal from the commit that gives it.
+                self.outbox.batch.push(Deferred {
+                    conn,
+                    record,
+                    fresh,
+                    then: Then::Opened { id, in_doubt },
+                });
             }
             // Answered already (over budget, a journal failure).
             ByContent::OpenStep(_) | ByContent::OverBudget | ByContent::Failed => {}
@@ -200,19 +196,28 @@ impl Supervisor<'_> {
                     (self.next_attempt(record), false, true)
                 }
                 None => {
-                    let step = self.steps.new_number(0);
-                    if self.over_budget(conn, id, step) {
+                    // A proxy `read` request is numbered when its answer is
+                    // written, in the same commit: a number the journal
+                    // lacks is then always one of the agent's own protocol
+                    // steps (see `next_protocol_step`). Every other step
+                    // here writes its intent now, with its number.
+                    let later = wanted.kind == StepKind::Proxy && wanted.effect == Effect::Read;
+                    let shown = self.steps.peek_new(0);
+                    if self.over_budget(conn, id, shown) {
                         return ByContent::OverBudget;
                     }
+                    let step = if later { 0 } else { self.steps.new_number() };
                     (self.new_record(step, wanted, args_hash), true, false)
                 }
             };
         record.effect = wanted.effect;
-        self.reporter.report(&Report::StepStarted {
-            step: record.step,
-            name: &record.name,
-            attempt: record.attempts,
-        });
+        if record.step != 0 {
+            self.reporter.report(&Report::StepStarted {
+                step: record.step,
+                name: &record.name,
+                attempt: record.attempts,
+            });
+        }
         ByContent::Run {
             record,
             fresh,
@@ -220,21 +225,25 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Sends a request on its way as step `record.step`.
-    fn forward(&mut self, reply: oneshot::Sender<Verdict>, record: StepRecord, fresh: bool) {
-        let step = record.step;
+    /// Sends a request on its way. `canonical`: its args' canonical form,
+    /// for the key of a step numbered when it is written.
+    fn forward(
+        &mut self,
+        reply: oneshot::Sender<Verdict>,
+        record: StepRecord,
+        fresh: bool,
+        canonical: Option<String>,
+    ) {
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
-        self.steps.contents.in_flight.insert(
-            step,
-            InFlight {
-                record,
-                fresh,
-                started: Instant::now(),
-            },
-        );
+        let flight = self.steps.contents.take_off(InFlight {
+            record,
+            fresh,
+            canonical,
+            started: Instant::now(),
+        });
         if reply
             .send(Verdict::Forward {
-                step,
+                flight,
                 key,
                 own: true,
             })
@@ -242,20 +251,22 @@ impl Supervisor<'_> {
         {
             // The agent left before it was sent: a `mutate` step stays in
             // doubt for an equal request.
-            self.lost(step);
+            self.lost(flight);
         }
     }
 
     /// A forwarded request that ended without an answer to record.
-    fn lost(&mut self, step: u64) {
-        if let Some(flight) = self.steps.contents.in_flight.remove(&step)
+    fn lost(&mut self, flight: u64) {
+        if let Some(flight) = self.steps.contents.in_flight.remove(&flight)
             && !flight.fresh
         {
             self.steps.contents.keep_pending(flight.record);
         }
     }
 
-    fn on_proxy_done(&mut self, step: u64, own: bool, end: End, reply: oneshot::Sender<()>) {
+    /// A forwarded request's end. `flight`: the step of the agent's it is
+    /// part of when not `own`, else what [`Verdict::Forward`] said.
+    fn on_proxy_done(&mut self, flight: u64, own: bool, end: End, reply: oneshot::Sender<()>) {
         if !own {
             if let (
                 Some(open),
@@ -264,7 +275,7 @@ impl Supervisor<'_> {
                     answer,
                     ..
                 },
-            ) = (self.steps.open.get_mut(&step), &end)
+            ) = (self.steps.open.get_mut(&flight), &end)
                 && (200..300).contains(&answer.status)
             {
                 open.proxied.push(usage.clone());
@@ -280,17 +291,24 @@ impl Supervisor<'_> {
             } => (answer, usage, unheard),
             End::Lost { message } => {
                 self.reporter.report(&Report::Warning(&format!(
-                    "step {step}: {message}; the agent was answered 502"
+                    "{message}; the agent was answered 502"
                 )));
-                self.lost(step);
+                self.lost(flight);
                 let _ = reply.send(());
                 return;
             }
         };
-        let Some(flight) = self.steps.contents.in_flight.remove(&step) else {
+        let Some(flight) = self.steps.contents.in_flight.remove(&flight) else {
             return;
         };
         let mut record = flight.record;
+        if record.step == 0 {
+            // Numbered now, in the commit that writes it.
+            record.step = self.steps.new_number();
+            let canonical = flight.canonical.as_deref().unwrap_or_default();
+            record.idempotency_key =
+                step_key::idempotency_key(self.spec.task_id, record.step, canonical);
+        }
         record.finished_at = Some(crate::journal::now());
         record.output = Some(JsonText::from_value(&crate::proxy::answer_output(&answer)));
         if (200..300).contains(&answer.status) {
@@ -335,7 +353,7 @@ impl Supervisor<'_> {
                         record.step, record.name
                     )));
                 }
-                self.forward(reply, record, false);
+                self.forward(reply, record, false, None);
             }
             ProxyThen::Done {
                 reply,
@@ -365,8 +383,13 @@ impl Supervisor<'_> {
     /// error; `[proxy] ignore` leaves such parts out of matching.
     pub(super) fn report_unreplayed(&mut self) {
         let unreplayed = self.steps.contents.unreplayed();
-        if unreplayed.is_empty() || self.ending.stop.is_some() {
+        if unreplayed.is_empty() || self.ending.stop.is_some() || self.holding.fenced {
             return;
+        }
+        let (task, run) = (self.spec.task_id, self.spec.run);
+        if let Err(err) = self.journal().set_unreplayed(task, run, &unreplayed) {
+            let message = format!("could not record which steps were not replayed: {err:#}");
+            self.reporter.report(&Report::Warning(&message));
         }
         let list: Vec<String> = unreplayed.iter().map(u64::to_string).collect();
         let message = format!(

@@ -1,7 +1,7 @@
-//! The task's recorded protocol steps, read from the journal a page at a
-//! time as the agent reaches them. Steps replayed by content (proxy and
-//! MCP requests) are left out: the agent's protocol steps replay as if
-//! they were absent.
+//! The task's recorded steps, read from the journal a page at a time as the
+//! agent's protocol steps reach them. Steps replayed by content (proxy and
+//! MCP requests) are in the pages too, so that the protocol's numbering
+//! can pass over their numbers.
 //!
 //! # Invariant
 //!
@@ -22,8 +22,6 @@ pub(super) struct Recorded {
     /// The highest step number in the journal when the run started: no
     /// later step was recorded before this run.
     last: u64,
-    /// The last step read, of any kind.
-    after: u64,
     /// Every step up to `last` has been read.
     done: bool,
 }
@@ -33,7 +31,6 @@ impl Recorded {
         Self {
             page: VecDeque::new(),
             last,
-            after: 0,
             done: last == 0,
         }
     }
@@ -51,35 +48,31 @@ impl Recorded {
         self.page.is_empty() && !self.done
     }
 
-    /// Reads pages from `step` on until one holds a protocol step or the
-    /// journal has no more.
+    /// Reads the page that starts at `step`.
     pub(super) fn read_page(
         &mut self,
         journal: &mut dyn Journal,
         task: &str,
         step: u64,
     ) -> anyhow::Result<()> {
-        self.after = self.after.max(step - 1);
-        while self.page.is_empty() && !self.done {
-            let rows = journal.steps_page(task, self.after, PAGE)?;
-            self.done = rows.len() < PAGE;
-            self.after = rows.last().map_or(self.after, |record| record.step);
-            self.page = rows
-                .into_iter()
-                .filter(|record| !record.kind.by_content())
-                .collect();
-        }
+        self.page = journal.steps_page(task, step - 1, PAGE)?.into();
+        self.done = self.page.len() < PAGE;
         Ok(())
     }
 
-    /// The number of the next recorded protocol step from `step` on, if
-    /// the journal holds one (after [`Recorded::needs_page`] and, if it
-    /// said so, [`Recorded::read_page`]).
-    pub(super) fn next_at(&self, step: u64) -> Option<u64> {
+    /// The kind of the recorded step `step`, if the journal holds one
+    /// (after [`Recorded::needs_page`] and, if it said so,
+    /// [`Recorded::read_page`]).
+    pub(super) fn kind_at(&self, step: u64) -> Option<crate::journal::StepKind> {
         self.page
             .front()
-            .map(|record| record.step)
-            .filter(|next| *next >= step)
+            .filter(|record| record.step == step)
+            .map(|record| record.kind)
+    }
+
+    /// The highest step number in the journal when the run started.
+    pub(super) fn last(&self) -> u64 {
+        self.last
     }
 
     /// Takes the recorded step `step` out of the window, if the journal

@@ -93,19 +93,30 @@ impl Supervisor<'_> {
         }
     }
 
-    /// The number of the agent's next recorded protocol step, if the
-    /// journal holds one (steps replayed by content are passed over); read
-    /// from the journal only once a page of them is used up.
-    pub(super) fn next_recorded(&mut self) -> anyhow::Result<Option<u64>> {
-        let step = self.steps.next_step;
-        if self.steps.recorded.needs_page(step) {
-            self.settle();
-            let journal = self.journal.as_deref_mut().expect("the journal is home");
-            self.steps
-                .recorded
-                .read_page(journal, self.spec.task_id, step)?;
+    /// The number the agent's next protocol step takes; nothing is taken
+    /// yet. Recorded steps replayed by content are passed over; a number
+    /// the journal lacks below its highest is the agent's own (a `read`
+    /// step a dead run never finished leaves one: every proxy and MCP
+    /// number is written in the commit that gives it), and past the
+    /// recorded steps it is a number no step holds. Read from the journal
+    /// only once a page of recorded steps is used up.
+    pub(super) fn next_protocol_step(&mut self) -> anyhow::Result<u64> {
+        let mut step = self.steps.next_step;
+        loop {
+            if self.steps.recorded.needs_page(step) {
+                self.settle();
+                let journal = self.journal.as_deref_mut().expect("the journal is home");
+                self.steps
+                    .recorded
+                    .read_page(journal, self.spec.task_id, step)?;
+            }
+            match self.steps.recorded.kind_at(step) {
+                Some(kind) if kind.by_content() => step += 1,
+                Some(_) => return Ok(step),
+                None if step <= self.steps.recorded.last() => return Ok(step),
+                None => return Ok(self.steps.peek_new(step)),
+            }
         }
-        Ok(self.steps.recorded.next_at(step))
     }
 
     /// Answers a step that may not start because the run is stopping.
@@ -193,15 +204,14 @@ impl Supervisor<'_> {
         id: &Value,
         wanted: Wanted<'_>,
     ) -> Option<(StepRecord, bool, bool)> {
-        let step = match self.next_recorded() {
-            Ok(Some(step)) => step,
-            Ok(None) => self.steps.new_number(self.steps.next_step),
+        let step = match self.next_protocol_step() {
+            Ok(step) => step,
             Err(err) => {
                 self.journal_failed(conn, id, err);
                 return None;
             }
         };
-        self.steps.next_step = step + 1;
+        self.steps.take_number(step);
         let args_hash = step_key::args_hash(wanted.canonical);
         let recorded = self.steps.recorded.take(step);
         let asked = Asked {
@@ -340,7 +350,7 @@ impl Supervisor<'_> {
         );
         if recorded.name == name {
             details.push_str("\ndifference:");
-            for line in super::diff::args_diff(&recorded.args.value(), args) {
+            for line in crate::diff::args_diff(&recorded.args.value(), args) {
                 details.push('\n');
                 details.push_str(&line);
             }
@@ -447,8 +457,8 @@ impl Supervisor<'_> {
     /// nothing at this point or holds this patch (true); where it holds
     /// another step, the task's older path, nothing is consumed (false).
     fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
-        let recorded = match self.next_recorded() {
-            Ok(step) => step.and_then(|step| self.steps.recorded.take(step)),
+        let recorded = match self.next_protocol_step() {
+            Ok(step) => self.steps.recorded.take(step),
             Err(err) => return self.journal_failed(conn, &id, err),
         };
         let args = serde_json::json!({ "patch": name });
@@ -463,7 +473,7 @@ impl Supervisor<'_> {
                 self.respond(conn, &response);
             }
             Some(record) => {
-                self.steps.next_step = record.step + 1;
+                self.steps.take_number(record.step);
                 self.stats.replayed_steps += 1;
                 let mut response = Response::ok(id).step(record.step);
                 response.patched = Some(true);

@@ -58,11 +58,22 @@ impl Steps {
         }
     }
 
-    /// A step number no step holds, `at_least` or more.
-    pub(super) fn new_number(&mut self, at_least: u64) -> u64 {
-        let step = self.next_new.max(at_least);
-        self.next_new = step + 1;
+    /// A step number no step holds, `at_least` or more; not taken yet.
+    pub(super) fn peek_new(&self, at_least: u64) -> u64 {
+        self.next_new.max(at_least)
+    }
+
+    /// Takes a new step number for a step replayed by content.
+    pub(super) fn new_number(&mut self) -> u64 {
+        let step = self.next_new;
+        self.next_new += 1;
         step
+    }
+
+    /// The agent's protocol step takes `step`: the next one comes after it.
+    pub(super) fn take_number(&mut self, step: u64) {
+        self.next_step = step + 1;
+        self.next_new = self.next_new.max(step + 1);
     }
 
     /// Whether `step` is open, running or waited on.

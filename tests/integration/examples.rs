@@ -216,3 +216,60 @@ fn the_shell_agent_example_publishes_once_across_a_crash() {
     assert_eq!(view["steps"].as_array().expect("steps").len(), 3);
     assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
 }
+
+#[test]
+fn the_zero_code_example_opens_one_pull_request_across_a_crash() {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import agents.mcp, mcp.server.fastmcp"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_MCP").is_err(),
+            "DURUN_TEST_MCP is set but openai-agents or mcp is not installed"
+        );
+        eprintln!("skipped: pip install openai-agents 'mcp<2' to run it");
+        return;
+    }
+    let services = FakeServices::start();
+    let mut env = TestEnv::new();
+    env.set("FAKE_PORT", services.port.to_string());
+    env.set(
+        "OPENAI_BASE_URL",
+        format!("http://127.0.0.1:{}/v1", services.port),
+    );
+    env.set("OPENAI_API_KEY", "demo");
+    env.set("PATH", path_with_durun());
+    crash_and_resume(
+        &env,
+        "zero-code",
+        "zc",
+        "open_pull",
+        &["python3", "agent.py"],
+    );
+    let stats = services.stats().expect("stats");
+    assert_eq!(
+        stats["pulls"], 1,
+        "one pull request across the crash: {stats}"
+    );
+    assert_eq!(
+        stats["llm_calls"], 3,
+        "two model turns replayed, only the last one new: {stats}"
+    );
+    let keys = stats["keys"].as_object().expect("keys");
+    assert_eq!(keys.len(), 1, "{stats}");
+    assert_eq!(
+        keys.values().next(),
+        Some(&serde_json::json!(2)),
+        "the same key twice"
+    );
+    let view = env.inspect("zc");
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 3);
+    let kinds: Vec<&str> = view["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| step["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["proxy", "mcp", "proxy", "mcp", "proxy"]);
+}

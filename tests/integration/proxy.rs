@@ -856,3 +856,140 @@ print("".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.
         "the retry came from the journal"
     );
 }
+
+#[test]
+fn a_changed_request_leaves_its_recording_not_replayed_and_ignore_is_the_fix() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    // The prompt embeds something that changes every run, as a time does.
+    let agent = env.write(
+        "agent.py",
+        r#"
+import os, openai
+client = openai.OpenAI(api_key="k", max_retries=0)
+run = os.environ["DURUN_RUN"]
+client.chat.completions.create(model="m", user=f"session-{run}",
+                               messages=[{"role": "user", "content": "stable"}])
+client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"run {run}"}])
+if run == "1":
+    raise SystemExit(3)
+"#,
+    );
+    let agent = agent.to_string_lossy();
+    let run = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stderr).contains("2 recorded request(s) were not replayed"),
+        "{}",
+        text(&resumed.stderr)
+    );
+    let shown = env.durun(&["inspect", "t"]);
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("not replayed in run 2"), "{shown}");
+    assert!(
+        shown.contains(r#"args.body.messages[0].content: "run 1" -> "run 2""#),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(r#"args.body.user: "session-1" -> "session-2""#),
+        "{shown}"
+    );
+    assert_eq!(
+        env.inspect("t")["task"]["runs"][1]["not_replayed"],
+        serde_json::json!([1, 2])
+    );
+
+    // `[proxy] ignore` takes the changing member out of matching.
+    env.write("durun.toml", "[proxy]\nignore = [\"/user\"]\n");
+    let run = env.durun(&["run", "--task", "u", "--", "python3", &agent]);
+    assert_eq!(run.status.code(), Some(3));
+    let before = server.counts()["/v1/chat/completions stable"].clone();
+    let resumed = env.durun(&["resume", "u"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(
+        server.counts()["/v1/chat/completions stable"],
+        before,
+        "replayed, the user left out"
+    );
+    let task = env.inspect("u");
+    assert_eq!(
+        task["task"]["runs"][1]["not_replayed"],
+        serde_json::json!([2])
+    );
+    assert_eq!(task["steps"][0]["args"]["body"].get("user"), None);
+}
+
+#[test]
+fn protocol_steps_and_proxy_calls_share_a_task_and_each_replays_as_if_alone() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, server) = llm_env();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    env.set("SIDE_EFFECTS", env.path("effects").to_string_lossy());
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[proxy.routes.dead]\nenv = \"DEAD_API\"\nupstream = \"http://127.0.0.1:{dead}\"\n"
+        ),
+    );
+    let agent = env.write(
+        "agent.py",
+        r#"
+import os, urllib.request, urllib.error
+import durun, openai
+
+@durun.step("effect", effect="mutate")
+def effect(name):
+    with open(os.environ["SIDE_EFFECTS"], "a") as out:
+        out.write(name + "\n")
+    return name
+
+client = openai.OpenAI(api_key="k", max_retries=0)
+effect("one")
+said = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "between"}])
+try:   # an upstream that is down: no answer, no step
+    urllib.request.urlopen(urllib.request.Request(os.environ["DEAD_API"] + "/x", data=b"{}", method="GET"))
+except urllib.error.HTTPError as err:
+    assert err.code == 502, err.code
+effect("two")
+print(said.choices[0].message.content)
+if os.environ["DURUN_RUN"] == "1":
+    raise SystemExit(3)
+"#,
+    );
+    let agent = agent.to_string_lossy();
+    let run = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let effects = std::fs::read_to_string(env.path("effects")).expect("effects");
+    assert_eq!(effects, "one\ntwo\n", "each protocol step ran once");
+    assert_eq!(server.counts()["/v1/chat/completions between"], 1);
+    let task = env.inspect("t");
+    let steps: Vec<(u64, &str)> = task["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| {
+            (
+                step["step"].as_u64().unwrap(),
+                step["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [(1, "begin"), (2, "proxy"), (3, "begin")],
+        "no number left unused"
+    );
+    assert_eq!(task["task"]["runs"][1]["replayed_steps"], 3);
+}

@@ -103,6 +103,9 @@ pub(super) struct RunOut<'a> {
     pid: u32,
     started_at: &'a str,
     finished_at: &'a Option<String>,
+    /// Recorded proxy and MCP steps no request of this run asked for.
+    #[serde(skip_serializing_if = "<[u64]>::is_empty")]
+    not_replayed: &'a [u64],
 }
 
 #[derive(serde::Serialize)]
@@ -192,6 +195,7 @@ pub(super) fn task_out<'a>(
                 pid: run.pid,
                 started_at: &run.started_at,
                 finished_at: &run.finished_at,
+                not_replayed: &run.unreplayed,
             })
             .collect(),
     }

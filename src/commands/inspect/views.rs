@@ -289,6 +289,8 @@ pub(super) fn task_view(
         out.push_str("no steps yet\n");
         return out;
     }
+    // The last run's recorded requests that no request asked for.
+    let unreplayed: &[u64] = runs.last().map_or(&[], |run| run.unreplayed.as_slice());
     // Narrower than 100 columns, the kind, tries and key give their room
     // to the name and the output (`--step N` shows them).
     let narrow = style.width < 100;
@@ -351,10 +353,14 @@ pub(super) fn task_view(
                 plain(&step.name),
                 plain(step.kind.as_str()),
                 plain(step.effect.as_str()),
-                (
-                    step_state(step, shown.driven()).to_owned(),
-                    step_tone(step.status),
-                ),
+                if unreplayed.contains(&step.step) {
+                    ("not replayed".to_owned(), Tone::Dim)
+                } else {
+                    (
+                        step_state(step, shown.driven()).to_owned(),
+                        step_tone(step.status),
+                    )
+                },
                 plain(step.attempts.to_string()),
                 plain(took),
                 plain(if step.tokens > 0 {
@@ -375,6 +381,54 @@ pub(super) fn task_view(
         })
         .collect();
     out.push_str(&table::render(style, &columns, &rows));
+    if let Some(run) = runs.last()
+        && !run.unreplayed.is_empty()
+    {
+        out.push_str(&not_replayed(run, steps));
+    }
+    out
+}
+
+/// The recorded requests no request of `run` asked for, each with how it
+/// differs from the nearest request of that run with the same name: the
+/// first thing to look at when a prompt embeds a time or an id.
+fn not_replayed(run: &RunRecord, steps: &[StepRecord]) -> String {
+    let mut out = format!(
+        "\nnot replayed in run {}: no request of the run matched {} recorded one(s); the agent's path changed, \
+         or a request embeds something that changes (a time, an id): `[proxy] ignore` leaves it out of matching\n",
+        run.run,
+        run.unreplayed.len()
+    );
+    for number in &run.unreplayed {
+        let Some(recorded) = steps.iter().find(|step| step.step == *number) else {
+            continue;
+        };
+        let _ = writeln!(out, "  step {number} `{}`", escape(&recorded.name));
+        let recorded_args = recorded.args.value();
+        let nearest = steps
+            .iter()
+            .filter(|step| {
+                step.run == run.run
+                    && step.name == recorded.name
+                    && !run.unreplayed.contains(&step.step)
+            })
+            .map(|step| {
+                let lines = crate::diff::args_diff(&recorded_args, &step.args.value());
+                (step.step, lines)
+            })
+            .min_by_key(|(_, lines)| lines.len());
+        match nearest {
+            Some((step, lines)) => {
+                let _ = writeln!(out, "    nearest request of run {}: step {step}", run.run);
+                for line in lines {
+                    let _ = writeln!(out, "    {}", escape(&line));
+                }
+            }
+            None => {
+                let _ = writeln!(out, "    no request of run {} had this name", run.run);
+            }
+        }
+    }
     out
 }
 

@@ -152,6 +152,7 @@ impl Journal for PostgresJournal {
                     tokens_spent: row.get::<_, i64>(8) as u64,
                     tokens_saved: row.get::<_, i64>(9) as u64,
                 },
+                unreplayed: super::rows::step_list(row.get::<_, Option<String>>(10).as_deref()),
             })
             .collect())
     }
@@ -291,6 +292,15 @@ impl Journal for PostgresJournal {
             &[&task, &(after as i64), &(limit as i64)],
         )?;
         rows.iter().map(step_from_row).collect()
+    }
+
+    fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()> {
+        let steps = serde_json::to_string(steps)?;
+        self.client.execute(
+            sql::SET_UNREPLAYED.postgres(),
+            &[&task, &(run as i32), &steps],
+        )?;
+        Ok(())
     }
 
     fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {

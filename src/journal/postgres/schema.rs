@@ -119,6 +119,9 @@ CREATE TABLE workers (
     // SPEC 10: when a task was imported, so that its first resume shows
     // what it runs, and where, before it starts.
     "ALTER TABLE tasks ADD COLUMN imported_at TEXT",
+    // SPEC 12: the recorded proxy and MCP steps no request of a run asked
+    // for (JSON array of step numbers): `inspect` shows them `not replayed`.
+    "ALTER TABLE runs ADD COLUMN unreplayed TEXT",
 ];
 
 /// The schema version this durun writes.

@@ -130,6 +130,11 @@ CREATE TABLE workers (
 -- it runs, and where, before it starts.
 ALTER TABLE tasks ADD COLUMN imported_at TEXT;
 ",
+    r"
+-- SPEC 12: the recorded proxy and MCP steps no request of a run asked
+-- for (JSON array of step numbers): `inspect` shows them `not replayed`.
+ALTER TABLE runs ADD COLUMN unreplayed TEXT;
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other

@@ -100,6 +100,9 @@ impl Journal for SqliteJournal {
                         tokens_spent: row.get::<_, i64>(8)? as u64,
                         tokens_saved: row.get::<_, i64>(9)? as u64,
                     },
+                    unreplayed: super::rows::step_list(
+                        row.get::<_, Option<String>>(10)?.as_deref(),
+                    ),
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
@@ -234,6 +237,14 @@ impl Journal for SqliteJournal {
             steps.push(step_from_row(row)?);
         }
         Ok(steps)
+    }
+
+    fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()> {
+        let steps = serde_json::to_string(steps)?;
+        self.conn
+            .prepare_cached(sql::SET_UNREPLAYED.sqlite())?
+            .execute(params![task, run, steps])?;
+        Ok(())
     }
 
     fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// A line per leaf that differs between the recorded and the asked args,
 /// with its path: `args.files[2].path: "a" -> "b"`.
-pub(super) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
+pub(crate) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
     let mut lines = Vec::new();
     diff_at("args", recorded, asked, &mut lines);
     lines.truncate(MOST);
