@@ -12,15 +12,53 @@ use rustix::event::PollFd;
 pub(crate) use rustix::event::PollFlags;
 use rustix::process::{Pid, Signal};
 
+/// The open-file limit durun started with, once it raised its own.
+static STARTED_NOFILE: std::sync::OnceLock<rustix::process::Rlimit> = std::sync::OnceLock::new();
+
+/// Raises durun's own soft limit of open files to its hard limit: the
+/// model proxy holds two descriptors per stream (the agent's connection
+/// and the upstream's), and 1,000 streams are more than the usual 1,024.
+/// The agent and tools get the limit durun started with back (programs
+/// that use `select` break on descriptors above 1,024).
+pub(crate) fn raise_open_files() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let started = getrlimit(Resource::Nofile);
+    if started.current >= started.maximum || STARTED_NOFILE.get().is_some() {
+        return;
+    }
+    let raised = Rlimit {
+        current: started.maximum,
+        maximum: started.maximum,
+    };
+    if setrlimit(Resource::Nofile, raised).is_ok() {
+        let _ = STARTED_NOFILE.set(started);
+    }
+}
+
+/// The soft and hard open-file limits a child gets back, if durun raised
+/// its own ([`raise_open_files`]); `u64::MAX` for no limit.
+pub(crate) fn started_open_files() -> Option<(u64, u64)> {
+    STARTED_NOFILE.get().map(|limit| {
+        (
+            limit.current.unwrap_or(u64::MAX),
+            limit.maximum.unwrap_or(u64::MAX),
+        )
+    })
+}
+
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {
     let parent = rustix::process::getpid();
+    let nofile = STARTED_NOFILE.get().cloned();
     // SAFETY: the closure runs between fork and exec and makes only raw
-    // system calls (prctl, getppid), which are async-signal-safe.
+    // system calls (prctl, setrlimit, getppid), which are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            if let Some(limit) = &nofile {
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, limit.clone())?;
+            }
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
                 return Err(io::Error::other("durun exited while starting the process"));

@@ -67,6 +67,8 @@ struct ChildArgs {
     parent: libc::pid_t,
     /// durun's signal mask, restored in the parent after `clone`.
     mask: libc::sigset_t,
+    /// The open-file limit to give back (durun raised its own).
+    nofile: Option<libc::rlimit>,
     /// Set by the child when it could not exec: an errno.
     error: libc::c_int,
 }
@@ -137,6 +139,10 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
             .chain(std::iter::once(std::ptr::null()))
             .collect(),
         cwd: cstring(plan.cwd.as_os_str().as_bytes())?,
+        nofile: crate::os::started_open_files().map(|(current, maximum)| libc::rlimit {
+            rlim_cur: current,
+            rlim_max: maximum,
+        }),
         stdin: child_stdin.as_raw_fd(),
         stdout: child_stdout.as_raw_fd(),
         stderr: child_stderr
@@ -231,6 +237,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             return fail(args, *libc::__errno_location());
         }
         if args.stderr >= 0 && libc::dup2(args.stderr, 2) < 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        if let Some(limit) = &args.nofile
+            && libc::setrlimit(libc::RLIMIT_NOFILE, limit) != 0
+        {
             return fail(args, *libc::__errno_location());
         }
         if libc::chdir(args.cwd.as_ptr()) != 0 {

@@ -75,6 +75,7 @@ pub(crate) fn supervise(
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let proxy = match spec.proxy {
         Some(config) => {
+            crate::os::raise_open_files();
             let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =

@@ -993,3 +993,46 @@ if os.environ["DURUN_RUN"] == "1":
     );
     assert_eq!(task["task"]["runs"][1]["replayed_steps"], 3);
 }
+
+#[test]
+fn the_agent_gets_the_open_file_limit_durun_started_with() {
+    let env = TestEnv::new();
+    let agent = env.write(
+        "agent.py",
+        "import resource\nprint(*resource.getrlimit(resource.RLIMIT_NOFILE))\n",
+    );
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) },
+        0
+    );
+    if limit.rlim_max < 600 {
+        eprintln!("skipped: the hard open-file limit is too low to lower the soft one");
+        return;
+    }
+    let hard = if limit.rlim_max == libc::RLIM_INFINITY {
+        "-1".to_owned()
+    } else {
+        limit.rlim_max.to_string()
+    };
+    // durun starts with a soft limit below its hard one and raises its
+    // own for the proxy's connections; the agent gets 512 back.
+    let durun = assert_cmd::cargo::cargo_bin("durun");
+    let output = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "ulimit -S -n 512 && exec \"$DURUN\" run -- python3 \"$AGENT\"",
+        ])
+        .env("DURUN", &durun)
+        .env("AGENT", &agent)
+        .env("DURUN_JOURNAL", env.path("journal.db"))
+        .current_dir(env.path(""))
+        .output()
+        .expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), format!("512 {hard}"));
+}
