@@ -50,14 +50,14 @@ pub(crate) fn started_open_files() -> Option<(u64, u64)> {
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {
     let parent = rustix::process::getpid();
-    let nofile = STARTED_NOFILE.get().cloned();
+    let nofile = STARTED_NOFILE.get().copied();
     // SAFETY: the closure runs between fork and exec and makes only raw
     // system calls (prctl, setrlimit, getppid), which are async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             if let Some(limit) = &nofile {
-                rustix::process::setrlimit(rustix::process::Resource::Nofile, limit.clone())?;
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, *limit)?;
             }
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
