@@ -133,6 +133,13 @@ impl Proxy {
     pub(crate) fn env(&self) -> Vec<(String, String)> {
         let mut env = self.routes.env(&self.base);
         env.push(("DURUN_PROXY".into(), self.base.clone()));
+        // An agent whose environment sends HTTP through a company proxy
+        // would send its calls to durun there too, where 127.0.0.1 is not
+        // durun: loopback is left out of proxying.
+        for name in ["NO_PROXY", "no_proxy"] {
+            let listed = std::env::var(name).unwrap_or_default();
+            env.push((name.to_owned(), with_loopback(&listed)));
+        }
         env
     }
 }
@@ -148,6 +155,21 @@ impl Drop for Proxy {
     }
 }
 
+/// A `NO_PROXY` list with 127.0.0.1 and localhost in it.
+fn with_loopback(listed: &str) -> String {
+    let mut hosts: Vec<&str> = listed
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+        .collect();
+    for loopback in ["127.0.0.1", "localhost"] {
+        if !hosts.contains(&loopback) {
+            hosts.push(loopback);
+        }
+    }
+    hosts.join(",")
+}
+
 /// 192 random bits, as hex: the path segment every URL of a run's proxy
 /// starts with.
 fn secret() -> io::Result<String> {
@@ -159,4 +181,16 @@ fn secret() -> io::Result<String> {
         let _ = write!(hex, "{byte:02x}");
         hex
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_is_added_to_no_proxy_once() {
+        assert_eq!(super::with_loopback(""), "127.0.0.1,localhost");
+        assert_eq!(
+            super::with_loopback("corp.example, localhost"),
+            "corp.example,localhost,127.0.0.1"
+        );
+    }
 }

@@ -1036,3 +1036,45 @@ fn the_agent_gets_the_open_file_limit_durun_started_with() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout).trim(), format!("512 {hard}"));
 }
+
+#[test]
+fn upstream_requests_go_through_http_proxy_unless_no_proxy_says_otherwise() {
+    if !llm_clients() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    // The fake LLM plays the company's forward proxy: it answers requests
+    // for any URL, and counts them by the absolute URL they name.
+    let forward = LlmServer::start(&env);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    env.set("OPENAI_BASE_URL", format!("http://127.0.0.1:{dead}/v1"));
+    env.set("HTTP_PROXY", forward.base());
+    let agent = env.write(
+        "agent.py",
+        r#"
+import openai
+client = openai.OpenAI(api_key="k", max_retries=0)
+try:
+    print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "via"}]).choices[0].message.content)
+except openai.APIStatusError as err:
+    print("status", err.status_code)
+"#,
+    );
+    let agent = agent.to_string_lossy();
+    let through = env.durun(&["run", "--", "python3", &agent]);
+    assert!(through.status.success(), "{}", text(&through.stderr));
+    assert_eq!(text(&through.stdout), "echo: via\n");
+    let url = format!("http://127.0.0.1:{dead}/v1/chat/completions via");
+    assert_eq!(forward.counts()[url.as_str()], 1, "{}", forward.counts());
+    env.set("NO_PROXY", "127.0.0.1");
+    let direct = env.durun(&["run", "--", "python3", &agent]);
+    assert_eq!(
+        text(&direct.stdout),
+        "status 502\n",
+        "straight to the dead upstream"
+    );
+    assert_eq!(forward.counts()[url.as_str()], 1);
+}
