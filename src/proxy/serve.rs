@@ -70,21 +70,31 @@ struct Shared {
     secret: String,
     routes: Arc<Routes>,
     inbox: Inbox,
-    /// Made on the first forwarded request: loading the system's roots
-    /// takes milliseconds a run that makes no call should not wait.
-    client: std::sync::OnceLock<reqwest::Client>,
+    /// For `https://` upstreams, made on the first request that needs it:
+    /// loading the system's roots takes milliseconds that a run whose calls
+    /// go to a local `http://` gateway should not wait.
+    tls: std::sync::OnceLock<reqwest::Client>,
+    /// For `http://` upstreams: no roots to load.
+    plain: std::sync::OnceLock<reqwest::Client>,
 }
 
 impl Shared {
-    fn client(&self) -> Result<&reqwest::Client, String> {
-        if let Some(client) = self.client.get() {
+    fn client(&self, url: &str) -> Result<&reqwest::Client, String> {
+        // A proxy reached over TLS needs the roots even for http:// URLs.
+        let tls_proxy = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+            .iter()
+            .any(|name| std::env::var(name).is_ok_and(|value| value.starts_with("https://")));
+        let plain = url.starts_with("http://") && !tls_proxy;
+        let cell = if plain { &self.plain } else { &self.tls };
+        if let Some(client) = cell.get() {
             return Ok(client);
         }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
+            .tls_built_in_root_certs(!plain)
             .build()
             .map_err(|err| format!("durun could not set up its HTTP client: {err}"))?;
-        Ok(self.client.get_or_init(|| client))
+        Ok(cell.get_or_init(|| client))
     }
 }
 
@@ -103,7 +113,8 @@ pub(super) fn spawn(
         secret,
         routes,
         inbox,
-        client: std::sync::OnceLock::new(),
+        tls: std::sync::OnceLock::new(),
+        plain: std::sync::OnceLock::new(),
     });
     std::thread::Builder::new()
         .name("durun-proxy".into())
@@ -351,7 +362,7 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         });
         async move { sent && durable.await.is_ok() }
     };
-    let client = match shared.client() {
+    let client = match shared.client(&url) {
         Ok(client) => client,
         Err(message) => {
             done(End::Lost {
