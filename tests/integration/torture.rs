@@ -109,6 +109,18 @@ pub(crate) fn reference_output() -> Value {
     normalized(&env.inspect("ref")["task"]["output"])
 }
 
+/// How far into a run a kill may come, in milliseconds: 700, or as long
+/// as a whole run of the task took here when the machine is slower (a
+/// busy machine would otherwise kill every run before it gets anywhere).
+fn kill_window() -> u64 {
+    static WINDOW: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        let started = Instant::now();
+        reference_output();
+        (started.elapsed().as_millis() as u64).max(700)
+    })
+}
+
 fn torture(seed: u64, expected: &Value) {
     let api = FakeApi::start();
     let env = environment(&api);
@@ -132,7 +144,7 @@ fn torture(seed: u64, expected: &Value) {
         };
         let mut durun = env.spawn(&args, &format!("run{runs}"));
         runs += 1;
-        let delay = Duration::from_millis(50 + rng.below(700));
+        let delay = Duration::from_millis(50 + rng.below(kill_window()));
         let victim = rng.below(3);
         let deadline = Instant::now() + delay;
         let mut finished = None;
@@ -346,7 +358,7 @@ fn waiting_torture(seed: u64, expected: &Value) {
         args.extend(agent.iter().map(String::as_str));
         let mut durun = env.spawn(&args, &format!("run{runs}"));
         runs += 1;
-        let deadline = Instant::now() + Duration::from_millis(50 + rng.below(700));
+        let deadline = Instant::now() + Duration::from_millis(50 + rng.below(kill_window()));
         let mut finished = None;
         while Instant::now() < deadline {
             if let Some(status) = durun.try_wait().expect("try_wait") {
