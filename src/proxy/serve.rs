@@ -76,15 +76,13 @@ struct Shared {
     tls: std::sync::OnceLock<reqwest::Client>,
     /// For `http://` upstreams: no roots to load.
     plain: std::sync::OnceLock<reqwest::Client>,
+    /// A proxy for http:// URLs is reached over TLS: it needs the roots.
+    tls_proxy: bool,
 }
 
 impl Shared {
     fn client(&self, url: &str) -> Result<&reqwest::Client, String> {
-        // A proxy reached over TLS needs the roots even for http:// URLs.
-        let tls_proxy = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
-            .iter()
-            .any(|name| std::env::var(name).is_ok_and(|value| value.starts_with("https://")));
-        let plain = url.starts_with("http://") && !tls_proxy;
+        let plain = url.starts_with("http://") && !self.tls_proxy;
         let cell = if plain { &self.plain } else { &self.tls };
         if let Some(client) = cell.get() {
             return Ok(client);
@@ -115,6 +113,9 @@ pub(super) fn spawn(
         inbox,
         tls: std::sync::OnceLock::new(),
         plain: std::sync::OnceLock::new(),
+        tls_proxy: ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+            .iter()
+            .any(|name| std::env::var(name).is_ok_and(|value| value.starts_with("https://"))),
     });
     std::thread::Builder::new()
         .name("durun-proxy".into())
@@ -365,16 +366,7 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
     let client = match shared.client(&url) {
         Ok(client) => client,
         Err(message) => {
-            done(End::Lost {
-                message: message.clone(),
-            })
-            .await;
-            let _ = head.send(error(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unreachable",
-                message,
-            ));
-            return;
+            return give_up(&done, head, "upstream_unreachable", message).await;
         }
     };
     let mut request = client.request(method, &url).body(body);
@@ -395,16 +387,7 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
                 "durun could not reach the upstream of route `{route}`: {}",
                 describe(&err)
             );
-            done(End::Lost {
-                message: message.clone(),
-            })
-            .await;
-            let _ = head.send(error(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unreachable",
-                message,
-            ));
-            return;
+            return give_up(&done, head, "upstream_unreachable", message).await;
         }
     };
     let status = response.status();
@@ -449,22 +432,12 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
                         "the answer of route `{route}` is over durun's {} MiB limit",
                         MAX_ANSWER >> 20
                     );
-                    done(End::Lost {
-                        message: message.clone(),
-                    })
-                    .await;
-                    let _ = head.send(error(StatusCode::BAD_GATEWAY, "answer_too_large", message));
-                    return;
+                    return give_up(&done, head, "answer_too_large", message).await;
                 }
                 Ok(None) => break,
                 Err(err) => {
                     let message = cut_off(&route, &err);
-                    done(End::Lost {
-                        message: message.clone(),
-                    })
-                    .await;
-                    let _ = head.send(error(StatusCode::BAD_GATEWAY, "upstream_cut_off", message));
-                    return;
+                    return give_up(&done, head, "upstream_cut_off", message).await;
                 }
             }
         }
@@ -542,6 +515,20 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
             .send(Err(io::Error::other("durun could not journal the answer")))
             .await;
     }
+}
+
+/// No answer to record: the loop hears why, then the agent gets a 502.
+async fn give_up<F: Future<Output = bool>>(
+    done: &impl Fn(End) -> F,
+    head: oneshot::Sender<Response<Body>>,
+    kind: &str,
+    message: String,
+) {
+    done(End::Lost {
+        message: message.clone(),
+    })
+    .await;
+    let _ = head.send(error(StatusCode::BAD_GATEWAY, kind, message));
 }
 
 /// The loop could not make the answer durable (the run is stopping, the

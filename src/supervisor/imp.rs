@@ -80,10 +80,13 @@ pub(crate) fn supervise(
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
                 Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());
-            Some(
-                crate::proxy::Proxy::start(routes, inbox)
-                    .map_err(|err| anyhow::anyhow!("failed to start the model proxy: {err}"))?,
-            )
+            Some(crate::proxy::Proxy::start(routes, inbox).map_err(|err| {
+                Failure::new(
+                    Kind::CannotStart,
+                    format!("cannot start the model proxy: {err}"),
+                )
+                .hint("`--no-proxy` (or `[proxy] enabled = false` in durun.toml) runs without it")
+            })?)
         }
         None => None,
     };

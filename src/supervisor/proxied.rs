@@ -20,7 +20,7 @@ use super::inbox::{Conn, PROXY};
 use super::state::{Deferred, ProxyThen, Supervisor, Then, Wanted};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
-use crate::protocol::{Effect, ErrorCode, Response};
+use crate::protocol::{Effect, ErrorCode};
 use crate::proxy::{Ask, End, ToLoop, Verdict};
 use crate::report::Event as Report;
 use crate::step_key;
@@ -109,14 +109,8 @@ impl Supervisor<'_> {
         args: &Value,
         effect: Effect,
     ) {
-        let canonical = match step_key::canonical_json(args) {
-            Ok(canonical) => canonical,
-            Err(err) => {
-                return self.respond(
-                    conn,
-                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
-                );
-            }
+        let Some(canonical) = self.canonical_args(conn, &id, args) else {
+            return;
         };
         let wanted = Wanted {
             name,

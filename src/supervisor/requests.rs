@@ -132,15 +132,29 @@ impl Supervisor<'_> {
         );
     }
 
-    fn on_begin(&mut self, conn: Conn, id: Value, name: &str, args: &Value, effect: Effect) {
-        let canonical = match step_key::canonical_json(args) {
-            Ok(canonical) => canonical,
+    /// The args' canonical form, or `bad_request` answered (`NaN`, a lone
+    /// surrogate: what a key cannot be made of).
+    pub(super) fn canonical_args(
+        &mut self,
+        conn: Conn,
+        id: &Value,
+        args: &Value,
+    ) -> Option<String> {
+        match step_key::canonical_json(args) {
+            Ok(canonical) => Some(canonical),
             Err(err) => {
-                return self.respond(
+                self.respond(
                     conn,
-                    &Response::error(id, ErrorCode::BadRequest, err.to_string()),
+                    &Response::error(id.clone(), ErrorCode::BadRequest, err.to_string()),
                 );
+                None
             }
+        }
+    }
+
+    fn on_begin(&mut self, conn: Conn, id: Value, name: &str, args: &Value, effect: Effect) {
+        let Some(canonical) = self.canonical_args(conn, &id, args) else {
+            return;
         };
         let asked = Wanted {
             name,

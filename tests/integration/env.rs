@@ -309,6 +309,19 @@ pub(crate) fn text(bytes: &[u8]) -> String {
 }
 
 /// Polls `ready` until it holds; panics with `what` after `timeout`.
+/// Waits until `ready` (a run reached the point under test), then kills
+/// durun with SIGKILL and reaps it.
+pub(crate) fn sigkill_once(
+    durun: &mut Child,
+    what: &str,
+    timeout: Duration,
+    ready: impl FnMut() -> bool,
+) {
+    wait_for(what, timeout, ready);
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+}
+
 pub(crate) fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ready() {

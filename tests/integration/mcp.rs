@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::env::{TestEnv, agents_dir, read_json_lines, text, wait_for};
+use crate::env::{TestEnv, agents_dir, read_json_lines, sigkill_once, text, wait_for};
 
 /// Whether the `mcp` package is installed: `.ci/run` installs it and sets
 /// `DURUN_TEST_MCP=1`, which makes its absence a failure.
@@ -325,11 +325,12 @@ fn an_agents_sdk_loop_with_a_function_tool_and_an_mcp_server_replays_whole() {
         &["run", "--task", "t", "--", "python3", &agent, &server_argv],
         "run",
     );
-    wait_for("the create_issue call", Duration::from_secs(90), || {
-        env.path("hold.reached").exists()
-    });
-    durun.kill().expect("SIGKILL durun");
-    durun.wait().expect("reap");
+    sigkill_once(
+        &mut durun,
+        "the create_issue call",
+        Duration::from_secs(90),
+        || env.path("hold.reached").exists(),
+    );
     let before = llm.counts();
     assert_eq!(
         before.as_object().map(serde_json::Map::len),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::env::{TestEnv, agents_dir, text, wait_for};
+use crate::env::{TestEnv, agents_dir, sigkill_once, text};
 use crate::servers::{FakeApi, LlmServer, llm_clients};
 
 fn zero_code_agent() -> String {
@@ -52,11 +52,12 @@ fn an_unmodified_agent_killed_with_sigkill_resumes_without_sending_a_model_call_
     env.set("HOLD_FILE", hold.to_string_lossy());
     let agent = zero_code_agent();
     let mut durun = env.spawn(&["run", "--task", "t", "--", "python3", &agent], "run");
-    wait_for("every model call", Duration::from_secs(60), || {
-        env.path("hold.reached").exists()
-    });
-    durun.kill().expect("SIGKILL durun");
-    durun.wait().expect("reap");
+    sigkill_once(
+        &mut durun,
+        "every model call",
+        Duration::from_secs(60),
+        || env.path("hold.reached").exists(),
+    );
     let before = server.counts();
     assert_eq!(
         before.as_object().map(serde_json::Map::len),
@@ -259,11 +260,12 @@ fn a_stream_reaches_the_agent_chunk_by_chunk_and_a_cut_off_stream_is_sent_again(
     // Killed with the stream half sent: not a finished step.
     env.set("FIRST_FILE", env.path("first").to_string_lossy());
     let mut durun = env.spawn(&["run", "--task", "cut", "--", "python3", &agent], "run");
-    wait_for("the first chunk", Duration::from_secs(60), || {
-        env.path("first").exists()
-    });
-    durun.kill().expect("SIGKILL durun");
-    durun.wait().expect("reap");
+    sigkill_once(
+        &mut durun,
+        "the first chunk",
+        Duration::from_secs(60),
+        || env.path("first").exists(),
+    );
     assert_eq!(
         env.inspect("cut")["steps"],
         serde_json::json!([]),
@@ -343,6 +345,7 @@ fn an_upstream_that_cannot_be_reached_gets_the_agent_a_502_naming_the_route() {
         "agent.py",
         r#"
 import json, os, urllib.request, urllib.error
+open("secret", "w").write(os.environ["DURUN_PROXY"].rsplit("/", 1)[1])
 request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
                                  data=b'{"model": "m"}', method="POST")
 try:
@@ -365,7 +368,16 @@ except urllib.error.HTTPError as err:
         printed.starts_with("502 durun could not reach the upstream of route `openai`"),
         "{printed}"
     );
-    assert!(!printed.contains(&format!("127.0.0.1:{port}/")) || printed.contains("/v1"));
+    let secret = std::fs::read_to_string(env.path("secret")).expect("the secret segment");
+    assert!(
+        !printed.contains(&secret),
+        "the 502 never names the secret: {printed}"
+    );
+    assert!(
+        !text(&run.stderr).contains(&secret),
+        "{}",
+        text(&run.stderr)
+    );
     assert_eq!(env.inspect("t")["steps"], serde_json::json!([]));
 }
 
@@ -649,11 +661,12 @@ fn an_unmodified_node_agent_on_the_openai_npm_package_resumes_without_resending(
     let agent = agents_dir().join("zero_code.cjs");
     let agent = agent.to_string_lossy();
     let mut durun = env.spawn(&["run", "--task", "t", "--", "node", &agent], "run");
-    wait_for("every model call", Duration::from_secs(60), || {
-        env.path("hold.reached").exists()
-    });
-    durun.kill().expect("SIGKILL durun");
-    durun.wait().expect("reap");
+    sigkill_once(
+        &mut durun,
+        "every model call",
+        Duration::from_secs(60),
+        || env.path("hold.reached").exists(),
+    );
     let before = server.counts();
     assert_eq!(
         before.as_object().map(serde_json::Map::len),
