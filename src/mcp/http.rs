@@ -2,7 +2,7 @@
 //! to the server's URL; its answer comes back as JSON or as an event
 //! stream of messages.
 
-use std::io::BufRead as _;
+use std::io::BufRead;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -33,6 +33,10 @@ pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClien
         if parsed.get("method").and_then(Value::as_str) == Some("initialize") {
             // The session starts with its answer: nothing goes before it.
             server.post(&forward, &parsed);
+            let listener = Arc::clone(&server);
+            // Detached: it ends when the server ends the stream or this
+            // process exits with the client.
+            std::thread::spawn(move || listener.listen());
         } else {
             let server = Arc::clone(&server);
             posts.push(std::thread::spawn(move || server.post(&forward, &parsed)));
@@ -100,36 +104,71 @@ impl Server {
         }
         let mut body = std::io::BufReader::new(response.into_body().into_reader());
         if event_stream {
-            // Each event's data is one message.
-            let mut data = Vec::new();
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match body.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                let text = line.trim_ascii_end();
-                if text.is_empty() {
-                    if !data.is_empty() {
-                        self.deliver(std::mem::take(&mut data));
-                    }
-                } else if let Some(more) = text.strip_prefix(b"data:") {
-                    if !data.is_empty() {
-                        data.push(b'\n');
-                    }
-                    data.extend_from_slice(more.trim_ascii_start());
-                }
-            }
-            if !data.is_empty() {
-                self.deliver(data);
-            }
+            self.read_events(&mut body);
         } else {
             let mut bytes = Vec::new();
             let _ = std::io::Read::read_to_end(&mut body, &mut bytes);
             if !bytes.trim_ascii().is_empty() {
                 self.deliver(bytes.trim_ascii().to_vec());
             }
+        }
+    }
+
+    /// The stream the server may open for messages of its own (SPEC 13,
+    /// streamable HTTP): a GET once the session has its id, read until the
+    /// server ends it. A server without one answers 405, and that is all.
+    fn listen(&self) {
+        let Some(session) = self.session.lock().expect("session lock").clone() else {
+            return;
+        };
+        let request = ureq::http::Request::builder()
+            .method("GET")
+            .uri(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session)
+            .body(());
+        let Ok(response) = request
+            .map_err(anyhow::Error::from)
+            .and_then(|request| self.agent.run(request).map_err(anyhow::Error::from))
+        else {
+            return;
+        };
+        let event_stream = response
+            .headers()
+            .get("content-type")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("text/event-stream"));
+        if response.status().is_success() && event_stream {
+            self.read_events(&mut std::io::BufReader::new(
+                response.into_body().into_reader(),
+            ));
+        }
+    }
+
+    /// Delivers each event's data, one message each, until the stream ends.
+    fn read_events(&self, body: &mut impl BufRead) {
+        let mut data = Vec::new();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match body.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = line.trim_ascii_end();
+            if text.is_empty() {
+                if !data.is_empty() {
+                    self.deliver(std::mem::take(&mut data));
+                }
+            } else if let Some(more) = text.strip_prefix(b"data:") {
+                if !data.is_empty() {
+                    data.push(b'\n');
+                }
+                data.extend_from_slice(more.trim_ascii_start());
+            }
+        }
+        if !data.is_empty() {
+            self.deliver(data);
         }
     }
 

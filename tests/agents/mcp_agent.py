@@ -3,7 +3,9 @@ configured as any client is: the server's command with `durun mcp --` in
 front (MCP_SERVER, a JSON argv), or its URL (MCP_URL) behind `durun mcp
 --url`. It lists the tools, makes the calls in MCP_CALLS (JSON, [[tool,
 arguments], …]; by default it looks a topic up and creates an issue) and
-prints what it got."""
+prints what it got. With MCP_AWAIT_NOTICE set, it then calls `announce`
+until the server's `tools/list_changed` notification reaches it (up to 50
+times) and prints how many calls that took."""
 
 import asyncio
 import json
@@ -22,8 +24,14 @@ async def main():
     # The SDK's default environment for the server: HOME, PATH and a few
     # more, not DURUN_SOCKET. durun mcp finds its run anyway.
     params = StdioServerParameters(command=durun, args=args)
+    notices = []
+
+    async def on_message(message):
+        if getattr(getattr(message, "root", None), "method", None) == "notifications/tools/list_changed":
+            notices.append(message)
+
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, message_handler=on_message) as session:
             await session.initialize()
             tools = await session.list_tools()
             names = sorted(tool.name for tool in tools.tools)
@@ -33,7 +41,17 @@ async def main():
             for tool, arguments in calls:
                 result = await session.call_tool(tool, arguments)
                 got.append([block.text for block in result.content if block.type == "text"])
-            print(json.dumps({"tools": names, "got": got}), flush=True)
+            report = {"tools": names, "got": got}
+            if os.environ.get("MCP_AWAIT_NOTICE"):
+                # The GET stream opens once the session has its id: the
+                # first announcements may come before it.
+                for attempt in range(1, 51):
+                    await session.call_tool("announce", {})
+                    await asyncio.sleep(0.1)
+                    if notices:
+                        report["announced_after"] = attempt
+                        break
+            print(json.dumps(report), flush=True)
 
 
 asyncio.run(main())

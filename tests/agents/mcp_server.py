@@ -56,6 +56,15 @@ def create_issue(title: str, ctx: Context) -> str:
     return issues[key]
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def announce(ctx: Context) -> str:
+    """Tells the client, on the server's own stream, that its tools changed
+    (a message not tied to any request: over streamable HTTP it goes out on
+    the GET stream the client opened, or nowhere)."""
+    await ctx.session.send_tool_list_changed()
+    return "announced"
+
+
 if transport == "http":
     import socket
     probe = socket.socket()

@@ -105,7 +105,7 @@ fn a_mutating_tool_killed_mid_call_is_retried_with_the_same_key_and_reads_replay
 }
 
 #[test]
-fn the_streamable_http_transport_and_durun_toml_overrides() {
+fn the_streamable_http_transport_its_get_stream_and_durun_toml_overrides() {
     if !mcp_sdk() {
         return;
     }
@@ -119,6 +119,7 @@ fn the_streamable_http_transport_and_durun_toml_overrides() {
             port_file.to_string_lossy().into_owned(),
         ])
         .arg(&calls)
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("the MCP server");
@@ -132,6 +133,8 @@ fn the_streamable_http_transport_and_durun_toml_overrides() {
         "durun.toml",
         "[mcp.tracker]\nmutate = [\"lookup\"]\nread = [\"create_issue\"]\n",
     );
+    // The server's own messages come on the GET stream durun opens.
+    env.set("MCP_AWAIT_NOTICE", "1");
     let run = env.durun(&["run", "--task", "t", "--", "python3", &agent()]);
     let _ = server.kill();
     let _ = server.wait();
@@ -140,6 +143,10 @@ fn the_streamable_http_transport_and_durun_toml_overrides() {
     assert_eq!(
         printed["got"],
         json!([["facts about crashes"], ["issue-1"]])
+    );
+    assert!(
+        printed["announced_after"].is_u64(),
+        "the server's notification never reached the client: {printed}"
     );
     let task = env.inspect("t");
     assert_eq!(task["steps"][0]["effect"], "mutate");
