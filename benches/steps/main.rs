@@ -18,6 +18,7 @@
 //! - `DURUN_PEERS` (../shared/peers): the DBOS and LangGraph scripts; their
 //!   virtualenv is made under `PEERS_WORK` (/tmp/durun-peers) on first use.
 //!   `DURUN_BENCH_PEERS=0` leaves the peers out.
+//! - `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows.
 
 #[path = "../common.rs"]
 mod common;
@@ -102,6 +103,16 @@ fn orchestrate() {
 
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eprintln!("durun bench: {rounds} rounds of {steps} steps");
+    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("proxy") {
+        for round in 1..=rounds {
+            eprintln!("round {round}/{rounds}");
+            table.add("floor 1 commit full", floor(root, 1, "full", steps));
+            proxy::rows(root, (steps / 5).max(20), &mut table);
+            proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
+        }
+        proxy::print(&table);
+        return;
+    }
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
         if cores >= 2 {
@@ -177,6 +188,7 @@ fn orchestrate() {
             );
         }
         proxy::rows(root, (steps / 5).max(20), &mut table);
+        proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
         if let Some(peers) = &peers {
             peers.first_runs(root, steps, &mut table);
         }

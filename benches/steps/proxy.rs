@@ -46,6 +46,25 @@ fn upstream(bytes: usize) -> u16 {
                     if reader.read_exact(&mut request).is_err() {
                         return;
                     }
+                    if request.windows(13).any(|w| w == b"\"stream\":true") {
+                        // The first chunk says when it left; the end comes
+                        // 2 ms later, as a model's next tokens would.
+                        let first = format!("data: {{\"sent_ns\":{}}}\n\n", super::unix_ns());
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n",
+                            first.len()
+                        );
+                        if writer.write_all(head.as_bytes()).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        let done = "data: [DONE]\n\n";
+                        let tail = format!("{:x}\r\n{done}\r\n0\r\n\r\n", done.len());
+                        if writer.write_all(tail.as_bytes()).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
                     let head = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
                         body.len()
@@ -64,25 +83,46 @@ fn upstream(bytes: usize) -> u16 {
 
 /// The agent: `DURUN_BENCH_STEPS` chat completions, one after another, to
 /// `DURUN_BENCH_URL` or else `$OPENAI_BASE_URL` (the proxy under durun).
+/// With `DURUN_BENCH_STREAM` set they are streamed, and it reports the
+/// median time from the upstream's first chunk leaving to its arrival.
 pub(crate) fn agent() {
     let calls: u64 = env_or("DURUN_BENCH_STEPS", 100);
     let base = std::env::var("DURUN_BENCH_URL")
         .or_else(|_| std::env::var("OPENAI_BASE_URL"))
         .expect("a base URL");
     let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+    let stream = std::env::var_os("DURUN_BENCH_STREAM").is_some();
+    let mut first_chunk = Vec::new();
     let started = Instant::now();
     for i in 0..calls {
-        let body =
-            json!({"model": "m", "messages": [{"role": "user", "content": format!("call {i}")}]});
+        let body = json!({"model": "m", "stream": stream,
+            "messages": [{"role": "user", "content": format!("call {i}")}]});
         let mut answer = agent
             .post(format!("{base}/chat/completions"))
             .header("content-type", "application/json")
             .send(body.to_string().as_bytes())
             .expect("a call");
+        if stream {
+            let mut reader = BufReader::new(answer.body_mut().as_reader());
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("the first chunk");
+            let arrived = super::unix_ns();
+            let sent: serde_json::Value =
+                serde_json::from_str(line.trim_start_matches("data: ").trim()).expect("JSON");
+            let sent = u128::from(sent["sent_ns"].as_u64().expect("sent_ns"));
+            first_chunk.push(arrived.saturating_sub(sent) as f64);
+            let mut rest = String::new();
+            reader.read_to_string(&mut rest).expect("the rest");
+            assert!(rest.contains("[DONE]"), "{rest}");
+            continue;
+        }
         let text = answer.body_mut().read_to_string().expect("the answer");
         assert!(text.starts_with("{\"choices\""), "{text}");
     }
-    let report = json!({"elapsed_ns": started.elapsed().as_nanos() as u64});
+    let report = json!({
+        "elapsed_ns": started.elapsed().as_nanos() as u64,
+        "first_chunk_ns": super::median(first_chunk),
+    });
     let path = std::env::var("DURUN_BENCH_OUT").expect("DURUN_BENCH_OUT");
     std::fs::write(path, report.to_string()).expect("write the report");
     std::process::exit(env_or("DURUN_BENCH_EXIT", 0));
@@ -138,6 +178,45 @@ pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
     }
 }
 
+/// How long the first chunk of a stream takes to reach the agent after the
+/// upstream sent it, directly and through the proxy (whose end of the
+/// stream waits for its commit, but whose chunks do not).
+pub(crate) fn first_chunk_rows(root: &Path, calls: u64, table: &mut Table) {
+    let port = upstream(1000);
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let out = root.join("stream.json");
+    let status = std::process::Command::new(std::env::current_exe().expect("self"))
+        .env("DURUN_BENCH_AGENT", "proxy")
+        .env("DURUN_BENCH_STREAM", "1")
+        .env("DURUN_BENCH_URL", &base)
+        .env("DURUN_BENCH_STEPS", calls.to_string())
+        .env("DURUN_BENCH_OUT", &out)
+        .status()
+        .expect("the direct agent");
+    assert!(status.success());
+    let direct: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("JSON");
+    table.add(
+        "first chunk direct",
+        direct["first_chunk_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+    );
+    let scratch = Scratch::new(root, "proxy-stream", "full");
+    let (report, _, ok) = scratch.agent(
+        &["run", "--task", "stream"],
+        "proxy",
+        &[
+            ("DURUN_BENCH_STEPS", calls.to_string()),
+            ("DURUN_BENCH_STREAM", "1".into()),
+            ("OPENAI_BASE_URL", base),
+        ],
+    );
+    assert_eq!(ok, Some(0), "durun run failed");
+    table.add(
+        "first chunk proxied",
+        report["first_chunk_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+    );
+}
+
 /// The proxy's rows of the table.
 pub(crate) fn print(table: &Table) {
     let floor = table.get("floor 1 commit full").unwrap_or(f64::NAN);
@@ -159,4 +238,9 @@ pub(crate) fn print(table: &Table) {
             proxied - direct - floor
         );
     }
+    println!(
+        "\nA streamed call: from the upstream sending its first chunk to the agent reading it, median: {:.0} µs direct, {:.0} µs through the proxy.",
+        table.get("first chunk direct").unwrap_or(f64::NAN),
+        table.get("first chunk proxied").unwrap_or(f64::NAN),
+    );
 }

@@ -63,6 +63,22 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Relaunch an unfinished task, replaying the steps it finished
     Resume(ResumeArgs),
+    /// Crash-test an agent: kill durun at every step, resume, compare
+    ///
+    /// Runs the agent once as a reference, then once per step and kill
+    /// point (before, during, after the step), each time killing durun
+    /// with SIGKILL there and resuming until the task ends, and checks that
+    /// each trial ends as the reference did, sends no finished model call
+    /// again and gives each mutate step one idempotency key. Everything
+    /// runs in a scratch journal; model calls in trials are answered from
+    /// the reference's, tools run for real. Exits 0 when every trial
+    /// holds, 1 when one does not.
+    #[command(after_help = "Examples:
+  durun test -- python3 agent.py
+  durun test --jobs 4 --points during --steps 3-5 -- python3 agent.py
+  durun test --setup 'rm -f issues.db' --check 'sqlite3 issues.db \"select * from issues\"' -- python3 agent.py
+  durun test --fault http-429@2 --junit durun-test.xml -- python3 agent.py")]
+    Test(TestArgs),
     /// Show tasks, or one task's runs and steps
     Inspect(InspectArgs),
     /// Settle a step in doubt by hand: run it again, or record what happened

@@ -11,5 +11,6 @@ pub(crate) mod run;
 mod session;
 pub(crate) mod signal;
 pub(crate) mod step;
+pub(crate) mod test;
 pub(crate) mod transfer;
 pub(crate) mod worker;

@@ -72,6 +72,17 @@ pub(super) fn drive(
         tokens_before: task.tokens_spent,
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
+        crash_at: limits.crash_at,
+        seeds: std::env::var_os(supervisor::SEEDS)
+            .map(|path| {
+                supervisor::load_seeds(Path::new(&path)).with_context(|| {
+                    format!(
+                        "cannot read durun test's model steps from {}",
+                        path.display()
+                    )
+                })
+            })
+            .transpose()?,
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-pub(crate) use recording::{Answer, answer_output, answer_text, summary};
-pub(crate) use routes::Routes;
+pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
+pub(crate) use routes::{Routes, TAPE};
 
 use crate::protocol::Effect;
 

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use crate::config::{MODEL_ROUTES, ProxyConfig, RouteConfig};
 use crate::protocol::Effect;
 
+/// Where `durun test` has a run's model calls go (SPEC 14): its recorder.
+pub(crate) const TAPE: &str = "DURUN_TEST_TAPE";
+
 /// Every route of a run, with what a request on it is.
 pub(crate) struct Routes {
     routes: BTreeMap<String, Route>,
@@ -56,10 +59,11 @@ impl Routes {
                 "openai" => ("OPENAI_BASE_URL", "https://api.openai.com/v1", "/v1"),
                 _ => ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", ""),
             };
-            let upstream = config
-                .model_upstreams
-                .get(name)
-                .cloned()
+            // `durun test` answers a trial's model calls from the
+            // reference run's recording, whatever else is configured.
+            let upstream = env(TAPE)
+                .map(|tape| format!("{}/{name}", tape.trim_end_matches('/')))
+                .or_else(|| config.model_upstreams.get(name).cloned())
                 .or_else(|| env(variable).filter(|url| crate::config::check_upstream(url).is_ok()))
                 .unwrap_or_else(|| default.to_owned());
             routes.insert(

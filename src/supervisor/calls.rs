@@ -85,6 +85,7 @@ impl Supervisor<'_> {
         record: StepRecord,
         fresh: bool,
     ) {
+        self.crashes.started();
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
         let invocation = Invocation {

@@ -230,6 +230,9 @@ impl<'a> Supervisor<'a> {
                 self.respond(conn, &response);
             }
             Then::Proxied(then) => self.carry_on_proxied(record, then),
+            Then::Seeded { id } => {
+                self.respond(conn, &super::requests::replay_response(id, record));
+            }
             Then::Call { id, tool, args } => {
                 if self.ending.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: the step is in doubt and runs
@@ -252,6 +255,7 @@ impl<'a> Supervisor<'a> {
         fresh: bool,
         started: Instant,
     ) {
+        self.crashes.finished();
         record.finished_at = Some(crate::journal::now());
         self.tokens_finished += record.tokens;
         self.outbox.batch.push(Deferred {

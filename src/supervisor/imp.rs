@@ -170,6 +170,8 @@ pub(crate) fn supervise(
             interactive: os::stdin_is_terminal(),
             ending: Ending::default(),
             holding: Holding::new(spec.leased_at),
+            crashes: super::crash::Crashes::new(spec.crash_at),
+            seeds: spec.seeds.clone().unwrap_or_default(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();

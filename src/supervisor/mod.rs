@@ -12,6 +12,7 @@ mod calls;
 mod child;
 mod commit;
 mod contents;
+mod crash;
 mod decide;
 mod ending;
 mod fencing;
@@ -31,5 +32,6 @@ mod steps;
 mod stopping;
 mod waiting;
 
+pub(crate) use crash::{CrashAt, Point, SEEDS, Seeds, load_seeds};
 pub(crate) use imp::supervise;
 pub(crate) use spec::RunSpec;

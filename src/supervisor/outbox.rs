@@ -67,6 +67,9 @@ pub(super) enum Then {
     },
     /// A proxy request's intent or answer is written.
     Proxied(ProxyThen),
+    /// A model step `durun test` answered is written: answer the begin
+    /// as a replay.
+    Seeded { id: Value },
 }
 
 impl Then {
@@ -77,7 +80,8 @@ impl Then {
             Then::Finished { id, .. }
             | Then::Opened { id, .. }
             | Then::Call { id, .. }
-            | Then::Patched { id } => id,
+            | Then::Patched { id }
+            | Then::Seeded { id } => id,
             Then::Marked | Then::Proxied(_) => Value::Null,
         }
     }
@@ -86,7 +90,7 @@ impl Then {
     pub(super) fn finishes(&self) -> bool {
         matches!(
             self,
-            Then::Finished { .. } | Then::Proxied(ProxyThen::Done { .. })
+            Then::Finished { .. } | Then::Seeded { .. } | Then::Proxied(ProxyThen::Done { .. })
         )
     }
 }

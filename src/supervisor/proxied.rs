@@ -228,6 +228,7 @@ impl Supervisor<'_> {
         fresh: bool,
         canonical: Option<String>,
     ) {
+        self.crashes.started();
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         let flight = self.steps.contents.take_off(InFlight {
             record,
@@ -295,6 +296,7 @@ impl Supervisor<'_> {
         let Some(flight) = self.steps.contents.in_flight.remove(&flight) else {
             return;
         };
+        self.crashes.finished();
         let mut record = flight.record;
         if record.step == 0 {
             // Numbered now, in the commit that writes it.

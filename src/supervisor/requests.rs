@@ -164,9 +164,33 @@ impl Supervisor<'_> {
             canonical: &canonical,
             ask_first: false,
         };
-        let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
+        let Some((mut record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
             return;
         };
+        if fresh
+            && let Some((output, usage)) = self
+                .seeds
+                .get_mut(&(record.name.clone(), record.args_hash.clone()))
+                .and_then(std::collections::VecDeque::pop_front)
+        {
+            // `durun test`: the reference's model step, answered as if
+            // replayed once it is durable here.
+            self.crashes.started();
+            record.status = StepStatus::Committed;
+            record.output = Some(output);
+            record.tokens = crate::usage::tokens_of(&usage);
+            record.usage = Some(JsonText::from_value(&usage));
+            record.finished_at = Some(crate::journal::now());
+            self.crashes.finished();
+            self.tokens_finished += record.tokens;
+            self.outbox.batch.push(Deferred {
+                conn,
+                record,
+                fresh,
+                then: Then::Seeded { id },
+            });
+            return;
+        }
         if record.effect == Effect::Mutate {
             // Write-ahead: the agent hears of the step once its intent is
             // durable.
@@ -207,6 +231,7 @@ impl Supervisor<'_> {
             },
         );
         self.respond(conn, &response);
+        self.crashes.started();
     }
 
     /// Numbers the next step and decides, against the journal, whether it

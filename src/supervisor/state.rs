@@ -45,6 +45,10 @@ pub(super) struct Supervisor<'a> {
     pub(super) ending: Ending,
     /// The run's hold on its task's lease.
     pub(super) holding: Holding,
+    /// `durun test`'s kill point, if any.
+    pub(super) crashes: super::crash::Crashes,
+    /// `durun test`'s answers to model steps, taken as they are used.
+    pub(super) seeds: super::Seeds,
 }
 
 /// A step as the agent asks for it.

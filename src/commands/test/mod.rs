@@ -1,0 +1,353 @@
+//! `durun test` (SPEC 14): crash-test an agent on purpose. A reference
+//! run, then a trial per step and kill point, each killed there with
+//! SIGKILL and resumed to its end in a scratch journal of its own, and a
+//! verdict on whether every trial ended as the reference did.
+//!
+//! # Invariant
+//!
+//! The user's journal is never opened: every run here has `--journal` set
+//! to a file in the scratch directory. Trials reach no model: their calls
+//! go to the recorder ([`tape`]), which answers from the reference's.
+
+mod tape;
+mod trial;
+mod verdict;
+
+use std::collections::HashMap;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+
+pub(crate) use tape::FaultKind;
+
+use crate::cli::TestArgs;
+use crate::config::Config;
+use crate::error::Failure;
+use crate::settings::Settings;
+use crate::supervisor::Point;
+use tape::{Content, Tape};
+use trial::{Bench, Reference};
+
+/// The longest a run of the reference may take when `--timeout` is not
+/// given: trials then get ten times the reference's time.
+const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
+    let cwd = std::env::current_dir().context("failed to read the current directory")?;
+    let (config, _) = Config::discover(args.config.as_deref(), &cwd)?;
+    let mut points = if args.points.is_empty() {
+        Point::ALL.to_vec()
+    } else {
+        args.points.clone()
+    };
+    points.sort();
+    points.dedup();
+    let scratch = Scratch::new()?;
+    let hold = args.timeout.unwrap_or(REFERENCE_TIMEOUT);
+    let tape = Tape::start(&config.proxy, hold).context("cannot start durun test's recorder")?;
+    let mut bench = Bench {
+        durun: std::env::current_exe().context("cannot find durun's own executable")?,
+        command: &args.command,
+        config: args.config.as_deref(),
+        setup: args.setup.as_deref(),
+        check: args.check.as_deref(),
+        tape: &tape,
+        timeout: hold,
+        seeds: None,
+    };
+    let say = |line: &str| {
+        if !settings.quiet {
+            eprintln!("durun test: {line}");
+        }
+    };
+
+    say("the reference run");
+    let Some(reference) = reference(&bench, &scratch.path.join("reference"))? else {
+        scratch.finish(args.keep);
+        return Ok(1);
+    };
+    let reference_calls = tape.calls("reference").requests;
+    if args.timeout.is_none() {
+        bench.timeout = (reference.took * 10).max(Duration::from_secs(60));
+    }
+
+    let seeds = scratch.path.join("reference").join("model-steps.json");
+    std::fs::write(&seeds, reference.seen.seeds().to_string())
+        .with_context(|| format!("cannot write {}", seeds.display()))?;
+    bench.seeds = Some(seeds);
+    let faults = faults(&args.fault, &reference, &tape)?;
+    tape.replay(faults);
+    let plan = plan(&reference, args.steps, &points);
+    say(&format!(
+        "{} steps in {} ms, {} model calls recorded; {} trials, {} at a time",
+        reference.seen.steps.len(),
+        reference.took.as_millis(),
+        reference_calls,
+        plan.len(),
+        args.jobs
+    ));
+    let judged = run_trials(
+        &bench,
+        &reference,
+        &plan,
+        &scratch.path,
+        args.jobs,
+        settings.quiet,
+    );
+
+    if args.json {
+        println!("{}", verdict::json(&judged, &reference, reference_calls));
+    } else {
+        print!("{}", verdict::table(&judged, &points));
+        println!("\n{}", verdict::verdict(&judged));
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, verdict::junit(&judged))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    scratch.finish(args.keep);
+    let held = judged
+        .iter()
+        .all(|trial| trial.status == verdict::Status::Ok);
+    Ok(i32::from(!held))
+}
+
+/// The reference run, or `None` (said on stderr) when it did not complete:
+/// an agent must finish once before its crashes mean anything.
+fn reference(bench: &Bench<'_>, dir: &Path) -> Result<Option<Reference>> {
+    std::fs::create_dir_all(dir)?;
+    if let Some(setup) = bench.setup
+        && let Err(err) = Bench::shell(setup, dir)
+    {
+        eprintln!("durun: --setup failed before the reference run: {err}");
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let ran = bench.run(dir, "reference", None)?;
+    let took = started.elapsed();
+    let seen = bench.inspect(dir).ok();
+    let completed = seen.as_ref().is_some_and(|seen| seen.status == "completed");
+    if ran.code != Some(0) || !completed {
+        eprintln!(
+            "durun: the reference run did not complete ({}): an agent must run to its end once before it can be crash-tested",
+            match (ran.timed_out, ran.code) {
+                (true, _) => "it took longer than --timeout".to_owned(),
+                (false, Some(code)) => format!("exit {code}"),
+                (false, None) => "killed by a signal".to_owned(),
+            }
+        );
+        for line in ran
+            .stderr
+            .lines()
+            .rev()
+            .take(10)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            eprintln!("  {line}");
+        }
+        return Ok(None);
+    }
+    let check = match bench.check {
+        Some(check) => match Bench::shell(check, dir) {
+            Ok(out) => Some(out),
+            Err(err) => {
+                eprintln!("durun: --check failed after the reference run: {err}");
+                return Ok(None);
+            }
+        },
+        None => None,
+    };
+    Ok(Some(Reference {
+        seen: seen.expect("checked above"),
+        stdout: ran.stdout,
+        check,
+        took,
+    }))
+}
+
+/// A trial to run: the step, its name, the point, and for `during` how long
+/// after the step's start durun is killed.
+struct Planned {
+    step: u64,
+    name: String,
+    point: Point,
+    delay: Duration,
+}
+
+fn plan(reference: &Reference, steps: Option<(u64, u64)>, points: &[Point]) -> Vec<Planned> {
+    let (first, last) = steps.unwrap_or((1, u64::MAX));
+    let mut plan = Vec::new();
+    for step in &reference.seen.steps {
+        let Some(number) = step["step"].as_u64() else {
+            continue;
+        };
+        if number < first || number > last || step["status"] != "committed" {
+            continue;
+        }
+        let took = match (step["started_at"].as_str(), step["finished_at"].as_str()) {
+            (Some(started), Some(finished)) => humantime::parse_rfc3339_weak(finished)
+                .ok()
+                .zip(humantime::parse_rfc3339_weak(started).ok())
+                .and_then(|(finished, started)| finished.duration_since(started).ok())
+                .unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
+        for &point in points {
+            plan.push(Planned {
+                step: number,
+                name: step["name"].as_str().unwrap_or_default().to_owned(),
+                point,
+                delay: took / 2,
+            });
+        }
+    }
+    plan
+}
+
+/// `--fault KIND@STEP`: each at the model call the reference made at that
+/// step.
+fn faults(
+    asked: &[(FaultKind, u64)],
+    reference: &Reference,
+    tape: &Tape,
+) -> Result<HashMap<Content, FaultKind>> {
+    let mut faults = HashMap::new();
+    for &(kind, step) in asked {
+        let found = reference
+            .seen
+            .steps
+            .iter()
+            .find(|recorded| recorded["step"].as_u64() == Some(step));
+        let Some(found) = found else {
+            return Err(Failure::usage(format!(
+                "--fault at step {step}: the reference run has {} steps",
+                reference.seen.steps.len()
+            ))
+            .into());
+        };
+        let content = (
+            found["name"].as_str().unwrap_or_default().to_owned(),
+            found["args_hash"].as_str().unwrap_or_default().to_owned(),
+        );
+        if found["kind"] != "proxy" || !tape.has(&content) {
+            return Err(Failure::usage(format!(
+                "--fault at step {step}: step {step} (`{}`) is not a model call through durun's proxy",
+                content.0
+            ))
+            .hint("faults are made at model calls; `durun inspect` of a run lists which steps are")
+            .into());
+        }
+        faults.insert(content, kind);
+    }
+    Ok(faults)
+}
+
+/// Runs the plan, `jobs` trials at a time, with a progress bar on a
+/// terminal (a line per trial elsewhere); the trials judged, in the
+/// plan's order.
+fn run_trials(
+    bench: &Bench<'_>,
+    reference: &Reference,
+    plan: &[Planned],
+    scratch: &Path,
+    jobs: u32,
+    quiet: bool,
+) -> Vec<verdict::Judged> {
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(plan.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner:.cyan} [{elapsed_precise}] {bar:30} {pos}/{len} trials · {msg}",
+            )
+            .expect("the template is valid"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<verdict::Judged>>> =
+        Mutex::new(plan.iter().map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(planned) = plan.get(index) else {
+                        return;
+                    };
+                    let dir = scratch.join(format!("{}-{}", planned.step, planned.point.as_str()));
+                    let tried =
+                        trial::trial(bench, &dir, planned.step, planned.point, planned.delay);
+                    let judged = verdict::judge(&tried, reference, &planned.name);
+                    let line = format!(
+                        "step {} `{}` killed {}: {}",
+                        planned.step,
+                        planned.name,
+                        planned.point.as_str(),
+                        judged.status.as_str()
+                    );
+                    let count = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    match &bar {
+                        Some(bar) => {
+                            bar.set_message(line);
+                            bar.inc(1);
+                        }
+                        None if !quiet => eprintln!("durun test: {count}/{} {line}", plan.len()),
+                        None => {}
+                    }
+                    results.lock().expect("results lock")[index] = Some(judged);
+                }
+            });
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    results
+        .into_inner()
+        .expect("results lock")
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The scratch directory: removed at the end unless `--keep`.
+struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let path =
+            std::env::temp_dir().join(format!("durun-test-{}-{nanos:08x}", std::process::id()));
+        // 0700: the journals hold what the agent's tools returned.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("cannot make the scratch directory {}", path.display()))?;
+        Ok(Self { path })
+    }
+
+    fn finish(self, keep: bool) {
+        if keep {
+            eprintln!(
+                "durun test: the scratch journals are in {}",
+                self.path.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The recorder of `durun test`: the model routes' upstream for every run
+//! the test makes. In the reference run it forwards each model call to the
+//! real upstream and keeps the answer; in the trials it answers from what
+//! it kept, by content, so trials spend no tokens, and counts every call
+//! each trial made, which is how a model call sent again is found.
+//!
+//! # Invariant
+//!
+//! A trial never reaches a real model: a call the reference did not make
+//! is answered 400 and kept as a miss, with its difference from the
+//! nearest call that was made.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::config::{MODEL_ROUTES, ProxyConfig};
+use crate::proxy::{Answer, Routes, request_args};
+
+type Body = BoxBody<Bytes, io::Error>;
+
+/// How a faulty upstream answers (`--fault KIND@STEP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FaultKind {
+    /// 429 Too Many Requests, with a retry-after of 10 ms.
+    #[value(name = "http-429")]
+    Http429,
+    /// 500 Internal Server Error.
+    #[value(name = "http-500")]
+    Http500,
+    /// No answer until the client gives up (or the trial's time is up).
+    Timeout,
+    /// The connection closed without an answer.
+    Reset,
+    /// The answer's head and half its body, then the connection closed.
+    Truncate,
+}
+
+/// What a call is matched by: its name (`ROUTE METHOD PATH`) and the hash
+/// of its args, as the proxy journals them.
+pub(crate) type Content = (String, String);
+
+/// What one trial asked of the recorder.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Calls {
+    /// Every model call that reached the recorder, faults included.
+    pub(crate) requests: u64,
+    /// Calls the reference never made: a line each, with the difference.
+    pub(crate) misses: Vec<String>,
+    /// The calls answered from the recording, by content (not the faults
+    /// made, nor the misses).
+    pub(crate) seen: HashMap<Content, u64>,
+    asked: HashMap<Content, usize>,
+    faulted: Vec<Content>,
+}
+
+#[derive(Default)]
+struct State {
+    recording: bool,
+    kept: HashMap<Content, Vec<Answer>>,
+    /// Every call's args as the reference made them, by name: for the
+    /// difference of a miss.
+    made: HashMap<String, Vec<Value>>,
+    calls: HashMap<String, Calls>,
+    faults: HashMap<Content, FaultKind>,
+}
+
+struct Shared {
+    /// The real model routes, as durun would reach them.
+    routes: Routes,
+    ignore: Vec<String>,
+    state: Mutex<State>,
+    client: reqwest::Client,
+    /// How long a `timeout` fault holds a call.
+    hold: Duration,
+}
+
+pub(crate) struct Tape {
+    port: u16,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tape {
+    /// Starts recording on a free port of 127.0.0.1.
+    pub(crate) fn start(config: &ProxyConfig, hold: Duration) -> io::Result<Self> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(io::Error::other)?;
+        let shared = Arc::new(Shared {
+            routes: Routes::new(config, |name| {
+                (name != crate::proxy::TAPE)
+                    .then(|| std::env::var(name).ok())
+                    .flatten()
+            }),
+            ignore: config.ignore.clone(),
+            state: Mutex::new(State {
+                recording: true,
+                ..State::default()
+            }),
+            client,
+            hold,
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
+        let serving = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("durun-test-tape".into())
+            .spawn(move || {
+                runtime.block_on(accept(listener, serving, stopped));
+                runtime.shutdown_background();
+            })?;
+        Ok(Self {
+            port,
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The base URL a run's model calls go to, counted as `run`'s.
+    pub(crate) fn url(&self, run: &str) -> String {
+        format!("http://127.0.0.1:{}/{run}", self.port)
+    }
+
+    /// From now on calls are answered from the recording.
+    pub(crate) fn replay(&self, faults: HashMap<Content, FaultKind>) {
+        let mut state = self.shared.state.lock().expect("tape lock");
+        state.recording = false;
+        state.faults = faults;
+    }
+
+    /// Whether the reference made a call with this content.
+    pub(crate) fn has(&self, content: &Content) -> bool {
+        let state = self.shared.state.lock().expect("tape lock");
+        state.kept.contains_key(content)
+    }
+
+    /// What `run` asked so far.
+    pub(crate) fn calls(&self, run: &str) -> Calls {
+        let state = self.shared.state.lock().expect("tape lock");
+        state.calls.get(run).cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Tape {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn accept(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let shared = Arc::clone(&shared);
+                async move { handle(request, shared).await }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
+    let body = json!({"error": {"type": kind, "message": message.into()}});
+    let mut response = Response::new(full(body.to_string().into_bytes()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// `Err` closes the connection without an answer (a `reset` fault).
+async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<Response<Body>> {
+    let path = request.uri().path().to_owned();
+    let mut segments = path.trim_start_matches('/').splitn(3, '/');
+    let run = segments.next().unwrap_or_default().to_owned();
+    let route = segments.next().unwrap_or_default().to_owned();
+    let rest = segments
+        .next()
+        .map(|rest| format!("/{rest}"))
+        .unwrap_or_default();
+    let Some(upstream) = MODEL_ROUTES
+        .contains(&route.as_str())
+        .then(|| shared.routes.get(&route))
+        .flatten()
+    else {
+        return Ok(error(StatusCode::NOT_FOUND, "not_found", "not found"));
+    };
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let url = format!(
+        "{}{rest}{}{query}",
+        upstream.upstream,
+        if query.is_empty() { "" } else { "?" }
+    );
+    let method = request.method().clone();
+    let name = format!("{route} {method} {rest}");
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(err) => {
+            return Ok(error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                err.to_string(),
+            ));
+        }
+    };
+    let args = request_args(&body, &query, &shared.ignore);
+    let Ok(canonical) = crate::step_key::canonical_json(&args) else {
+        return Ok(error(StatusCode::BAD_REQUEST, "bad_request", "args"));
+    };
+    let content = (name.clone(), crate::step_key::args_hash(&canonical));
+
+    let recording = shared.state.lock().expect("tape lock").recording;
+    if recording {
+        let mut forward = shared.client.request(method, &url).body(body);
+        for (header_name, value) in &parts.headers {
+            if !matches!(
+                header_name.as_str(),
+                "host" | "connection" | "content-length" | "transfer-encoding" | "accept-encoding"
+            ) {
+                forward = forward.header(header_name, value);
+            }
+        }
+        let answer = match forward.send().await {
+            Ok(answer) => answer,
+            Err(err) => {
+                return Ok(error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unreachable",
+                    format!("durun test could not reach {route}'s upstream: {err}"),
+                ));
+            }
+        };
+        let status = answer.status().as_u16();
+        let content_type = answer
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let Ok(bytes) = answer.bytes().await else {
+            return Err(io::Error::other("the upstream's answer was cut off"));
+        };
+        let answer = Answer {
+            status,
+            content_type,
+            body: bytes.to_vec(),
+        };
+        if (200..300).contains(&status) {
+            let mut state = shared.state.lock().expect("tape lock");
+            state
+                .kept
+                .entry(content.clone())
+                .or_default()
+                .push(answer.clone());
+            state.made.entry(name).or_default().push(args);
+            let calls = state.calls.entry(run).or_default();
+            calls.requests += 1;
+            *calls.seen.entry(content).or_default() += 1;
+        }
+        return Ok(send(&answer));
+    }
+
+    let (answer, fault) = {
+        let mut state = shared.state.lock().expect("tape lock");
+        let fault = state.faults.get(&content).copied();
+        let State {
+            kept, made, calls, ..
+        } = &mut *state;
+        let calls = calls.entry(run).or_default();
+        calls.requests += 1;
+        let fault = fault.filter(|_| {
+            let first = !calls.faulted.contains(&content);
+            if first {
+                calls.faulted.push(content.clone());
+            }
+            first
+        });
+        let answer = kept.get(&content).map(|answers| {
+            let asked = calls.asked.entry(content.clone()).or_default();
+            let answer = answers[(*asked).min(answers.len() - 1)].clone();
+            if fault.is_none() {
+                *asked += 1;
+                *calls.seen.entry(content.clone()).or_default() += 1;
+            }
+            answer
+        });
+        if answer.is_none() {
+            calls.misses.push(miss(&name, &args, made.get(&name)));
+        }
+        (answer, fault)
+    };
+    let Some(answer) = answer else {
+        return Ok(error(
+            StatusCode::BAD_REQUEST,
+            "durun_test_unrecorded",
+            format!(
+                "durun test: the reference run made no model call `{name}` with these args; \
+                 a trial answers only the calls the reference made"
+            ),
+        ));
+    };
+    match fault {
+        None => Ok(send(&answer)),
+        Some(FaultKind::Http429) => {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                "durun test: a 429 made on purpose (--fault)",
+            );
+            response
+                .headers_mut()
+                .insert("retry-after-ms", HeaderValue::from_static("10"));
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("0"));
+            Ok(response)
+        }
+        Some(FaultKind::Http500) => Ok(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "durun test: a 500 made on purpose (--fault)",
+        )),
+        Some(FaultKind::Timeout) => {
+            tokio::time::sleep(shared.hold).await;
+            Err(io::Error::other("held until the trial's time was up"))
+        }
+        Some(FaultKind::Reset) => Err(io::Error::other("reset on purpose (--fault)")),
+        Some(FaultKind::Truncate) => {
+            let half = Bytes::from(answer.body[..answer.body.len() / 2].to_vec());
+            let frames = futures_util::stream::iter([
+                Ok(Frame::data(half)),
+                Err(io::Error::other("cut off on purpose (--fault)")),
+            ]);
+            let mut response = Response::new(StreamBody::new(frames).boxed());
+            if let Some(content_type) = head_value(answer.content_type.as_deref()) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, content_type);
+            }
+            // The whole length announced, half of it sent.
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, answer.body.len().into());
+            Ok(response)
+        }
+    }
+}
+
+fn head_value(value: Option<&str>) -> Option<HeaderValue> {
+    value.and_then(|value| HeaderValue::from_str(value).ok())
+}
+
+/// A kept answer as it came (an event stream as a stream).
+fn send(answer: &Answer) -> Response<Body> {
+    let body = Bytes::from(answer.body.clone());
+    let body = if answer.is_stream() {
+        let frames = futures_util::stream::iter([Ok::<_, io::Error>(Frame::data(body))]);
+        StreamBody::new(frames).boxed()
+    } else {
+        full(body)
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    if let Some(content_type) = head_value(answer.content_type.as_deref()) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, content_type);
+    }
+    response
+}
+
+/// A call the reference never made, with its difference from the nearest
+/// one of the same name that it did make.
+fn miss(name: &str, args: &Value, made: Option<&Vec<Value>>) -> String {
+    let nearest = made.and_then(|made| {
+        made.iter()
+            .map(|recorded| crate::diff::args_diff(recorded, args))
+            .min_by_key(Vec::len)
+    });
+    match nearest {
+        Some(diff) => format!(
+            "model call `{name}` not made by the reference; nearest it made:\n    {}",
+            diff.join("\n    ")
+        ),
+        None => format!("model call `{name}`: the reference made none of this name"),
+    }
+}

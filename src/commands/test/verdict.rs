@@ -1,0 +1,421 @@
+//! What each trial shows against the reference, and how the test says it:
+//! a table a person reads at a glance, JSON for scripts, JUnit for CI.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+
+use super::trial::{Reference, Tried};
+use crate::supervisor::Point;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Status {
+    Ok,
+    Diverged,
+    Failed,
+}
+
+impl Status {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Diverged => "diverged",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// A trial, judged.
+pub(super) struct Judged {
+    pub(super) step: u64,
+    pub(super) point: Point,
+    pub(super) name: String,
+    pub(super) status: Status,
+    pub(super) killed: bool,
+    pub(super) resent: u64,
+    pub(super) tokens_respent: u64,
+    /// Each `mutate` step: its key and how many attempts carried it.
+    pub(super) mutate_keys: Vec<(u64, String, String, u64)>,
+    /// What went wrong, a line each (a diff, outputs, the error).
+    pub(super) problems: Vec<String>,
+    /// Worth knowing, not wrong (a mutate step sent twice with one key).
+    pub(super) notes: Vec<String>,
+}
+
+/// Judges `tried` against the reference.
+pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str) -> Judged {
+    let mut diverged = Vec::new();
+    let mut failed = Vec::new();
+    let mut notes = Vec::new();
+    let mut mutate_keys = Vec::new();
+    let mut tokens_respent = 0;
+    if let Some(err) = &tried.error {
+        failed.push(err.clone());
+    }
+    if let Some(err) = &tried.setup_failed {
+        failed.push(format!("--setup: {err}"));
+    }
+    let last = tried.runs.last();
+    if let Some(last) = last {
+        if last.timed_out {
+            failed.push(
+                "a run did not end in time (see --timeout): the agent may wait for something a resumed run never gets".into(),
+            );
+        } else if last.code == Some(crate::exit_code::DIVERGENCE) {
+            diverged.extend(last.stderr.lines().map(str::to_owned));
+        } else if tried.killed && tried.runs.len() > super::trial::MOST_RESUMES {
+            failed.push("still not finished after the resumes a trial gets".into());
+        }
+    }
+    diverged.extend(tried.misses.iter().cloned());
+    if tried.resent > 0 {
+        failed.push(format!(
+            "{} finished model call{} sent again",
+            tried.resent,
+            if tried.resent == 1 { " was" } else { "s were" }
+        ));
+    }
+    if let Some(seen) = &tried.seen {
+        if seen.status != "completed" && diverged.is_empty() {
+            let code = last.and_then(|last| last.code);
+            failed.push(format!(
+                "the task ended {} (exit {}), the reference completed",
+                seen.status,
+                code.map_or("by a signal".into(), |code| code.to_string())
+            ));
+            if let Some(last) = last {
+                failed.extend(tail(&last.stderr, 5));
+            }
+        }
+        if seen.status == "completed" {
+            if seen.output != reference.seen.output {
+                diverged.push(format!(
+                    "the task's output: {} (reference: {})",
+                    seen.output, reference.seen.output
+                ));
+            }
+            if let Some(last) = last
+                && last.stdout != reference.stdout
+            {
+                diverged.push("the agent printed something else than in the reference:".into());
+                diverged.extend(line_diff(&reference.stdout, &last.stdout));
+            }
+            diverged.extend(path_diff(&reference.seen.path(), &seen.path()));
+        }
+        let reference_keys: HashMap<(String, String), String> = reference
+            .seen
+            .steps
+            .iter()
+            .map(|step| {
+                (
+                    (text(&step["name"]), text(&step["args_hash"])),
+                    text(&step["idempotency_key"]),
+                )
+            })
+            .collect();
+        for step in &seen.steps {
+            if step["effect"] != "mutate" {
+                continue;
+            }
+            let number = step["step"].as_u64().unwrap_or_default();
+            let (name, key) = (text(&step["name"]), text(&step["idempotency_key"]));
+            let attempts = step["attempts"].as_u64().unwrap_or(1);
+            match reference_keys.get(&(name.clone(), text(&step["args_hash"]))) {
+                Some(expected) if *expected != key => failed.push(format!(
+                    "step {number} `{name}` carried key {key}, the reference's {expected}: a retry would be a new call"
+                )),
+                _ => {}
+            }
+            if attempts > 1 {
+                notes.push(format!(
+                    "step {number} `{name}` reached its tool {attempts} times, each with key {key}: the tool must deduplicate by it"
+                ));
+            }
+            mutate_keys.push((number, name, key, attempts));
+        }
+        tokens_respent = seen
+            .tokens_spent
+            .saturating_sub(reference.seen.tokens_spent);
+    }
+    match (&tried.check, &reference.check) {
+        (Some(Err(err)), _) => failed.push(format!("--check: {err}")),
+        (Some(Ok(got)), Some(expected)) if got != expected => {
+            failed.push(
+                "--check printed another state of the world than after the reference:".into(),
+            );
+            failed.extend(line_diff(expected, got));
+        }
+        _ => {}
+    }
+    let status = if !diverged.is_empty() {
+        Status::Diverged
+    } else if !failed.is_empty() {
+        Status::Failed
+    } else {
+        Status::Ok
+    };
+    diverged.extend(failed);
+    Judged {
+        step: tried.step,
+        point: tried.point,
+        name: name.to_owned(),
+        status,
+        killed: tried.killed,
+        resent: tried.resent,
+        tokens_respent,
+        mutate_keys,
+        problems: diverged,
+        notes,
+    }
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+fn tail(text: &str, lines: usize) -> Vec<String> {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|line| format!("  {line}"))
+        .collect()
+}
+
+/// The lines of `got` that differ from `expected`, `-`/`+`, at most 10.
+fn line_diff(expected: &str, got: &str) -> Vec<String> {
+    let (a, b): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
+    let mut lines = Vec::new();
+    for i in 0..a.len().max(b.len()) {
+        match (a.get(i), b.get(i)) {
+            (Some(x), Some(y)) if x == y => {}
+            (x, y) => {
+                if let Some(x) = x {
+                    lines.push(format!("  - {x}"));
+                }
+                if let Some(y) = y {
+                    lines.push(format!("  + {y}"));
+                }
+            }
+        }
+        if lines.len() >= 10 {
+            break;
+        }
+    }
+    lines
+}
+
+/// The finished steps one side has and the other lacks, by name and args.
+fn path_diff(reference: &[(String, String)], trial: &[(String, String)]) -> Vec<String> {
+    let mut count: HashMap<&(String, String), i64> = HashMap::new();
+    for step in reference {
+        *count.entry(step).or_default() += 1;
+    }
+    for step in trial {
+        *count.entry(step).or_default() -= 1;
+    }
+    let mut lines: Vec<String> = count
+        .into_iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|((name, hash), n)| {
+            let short = &hash[..hash.len().min(12)];
+            if n > 0 {
+                format!("  - step `{name}` (args {short}) finished in the reference only")
+            } else {
+                format!("  + step `{name}` (args {short}) finished in the trial only")
+            }
+        })
+        .collect();
+    lines.sort();
+    lines.truncate(10);
+    lines
+}
+
+/// The human report: a row per step, a column per point, then what went
+/// wrong, then the verdict.
+pub(super) fn table(judged: &[Judged], points: &[Point]) -> String {
+    let mut out = String::new();
+    let mut steps: Vec<(u64, &str)> = judged
+        .iter()
+        .map(|trial| (trial.step, trial.name.as_str()))
+        .collect();
+    steps.dedup();
+    let cells: HashMap<(u64, Point), &Judged> = judged
+        .iter()
+        .map(|trial| ((trial.step, trial.point), trial))
+        .collect();
+    let name_width = steps
+        .iter()
+        .map(|(_, name)| name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 40);
+    let _ = write!(out, "{:>4}  {:<name_width$}", "STEP", "NAME");
+    for point in points {
+        let _ = write!(out, "  {:<16}", point.as_str().to_uppercase());
+    }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    for (step, name) in &steps {
+        let shown: String = name.chars().take(name_width).collect();
+        let _ = write!(out, "{step:>4}  {shown:<name_width$}");
+        for point in points {
+            let cell = cells
+                .get(&(*step, *point))
+                .map_or("-".into(), |trial| cell(trial));
+            let _ = write!(out, "  {cell:<16}");
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    for trial in judged.iter().filter(|trial| trial.status != Status::Ok) {
+        let _ = writeln!(
+            out,
+            "\nstep {} `{}`, killed {}: {}",
+            trial.step,
+            trial.name,
+            trial.point.as_str(),
+            trial.status.as_str()
+        );
+        for problem in &trial.problems {
+            let _ = writeln!(out, "  {problem}");
+        }
+    }
+    let mut notes: Vec<&String> = judged.iter().flat_map(|trial| &trial.notes).collect();
+    notes.sort();
+    notes.dedup();
+    if !notes.is_empty() {
+        out.push('\n');
+        for note in notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
+    out
+}
+
+fn cell(trial: &Judged) -> String {
+    let mut cell = trial.status.as_str().to_owned();
+    if trial.resent > 0 {
+        let _ = write!(cell, " resent {}", trial.resent);
+    }
+    if let Some(most) = trial.mutate_keys.iter().map(|key| key.3).max()
+        && most > 1
+    {
+        let _ = write!(cell, " key×{most}");
+    }
+    if !trial.killed {
+        cell.push_str(" (not hit)");
+    }
+    cell
+}
+
+/// The line that says how it went.
+pub(super) fn verdict(judged: &[Judged]) -> String {
+    let bad = judged
+        .iter()
+        .filter(|trial| trial.status != Status::Ok)
+        .count();
+    if judged.is_empty() {
+        "no trials: the reference run made no steps to crash at".into()
+    } else if bad == 0 {
+        format!(
+            "all {} trials held: the agent survives a crash at every step tried",
+            judged.len()
+        )
+    } else {
+        format!("{bad} of {} trials did not hold", judged.len())
+    }
+}
+
+/// `--json`.
+pub(super) fn json(judged: &[Judged], reference: &Reference, reference_calls: u64) -> Value {
+    let trials: Vec<Value> = judged
+        .iter()
+        .map(|trial| {
+            let keys: Map<String, Value> = trial
+                .mutate_keys
+                .iter()
+                .map(|(step, name, key, attempts)| {
+                    (
+                        step.to_string(),
+                        json!({"name": name, "key": key, "attempts": attempts}),
+                    )
+                })
+                .collect();
+            json!({
+                "step": trial.step,
+                "name": trial.name,
+                "point": trial.point.as_str(),
+                "status": trial.status.as_str(),
+                "ok": trial.status == Status::Ok,
+                "killed": trial.killed,
+                "resent_model_calls": trial.resent,
+                "tokens_respent": trial.tokens_respent,
+                "mutate_keys": keys,
+                "diff": if trial.problems.is_empty() { Value::Null } else { json!(trial.problems) },
+                "notes": trial.notes,
+            })
+        })
+        .collect();
+    json!({
+        "ok": judged.iter().all(|trial| trial.status == Status::Ok),
+        "reference": {
+            "steps": reference.seen.steps.len(),
+            "output": reference.seen.output,
+            "model_calls": reference_calls,
+            "tokens_spent": reference.seen.tokens_spent,
+            "took_ms": reference.took.as_millis() as u64,
+        },
+        "trials": trials,
+    })
+}
+
+/// `--junit FILE`: a test case per trial.
+pub(super) fn junit(judged: &[Judged]) -> String {
+    let failures = judged
+        .iter()
+        .filter(|trial| trial.status != Status::Ok)
+        .count();
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"durun test\" tests=\"{}\" failures=\"{failures}\">\n",
+        judged.len()
+    );
+    for trial in judged {
+        let _ = write!(
+            out,
+            "<testcase classname=\"durun test\" name=\"{}\">",
+            xml(&format!(
+                "step {} {} killed {}",
+                trial.step,
+                trial.name,
+                trial.point.as_str()
+            ))
+        );
+        if trial.status != Status::Ok {
+            let _ = write!(
+                out,
+                "<failure message=\"{}\">{}</failure>",
+                trial.status.as_str(),
+                xml(&trial.problems.join("\n"))
+            );
+        }
+        out.push_str("</testcase>\n");
+    }
+    out.push_str("</testsuite>\n</testsuites>\n");
+    out
+}
+
+fn xml(text: &str) -> String {
+    text.chars()
+        .filter(|&c| c == '\n' || c == '\t' || !c.is_control())
+        .fold(String::new(), |mut out, c| {
+            match c {
+                '<' => out.push_str("&lt;"),
+                '>' => out.push_str("&gt;"),
+                '&' => out.push_str("&amp;"),
+                '"' => out.push_str("&quot;"),
+                _ => out.push(c),
+            }
+            out
+        })
+}

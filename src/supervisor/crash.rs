@@ -1,0 +1,188 @@
+//! Kill points for `durun test` (SPEC 14): durun kills itself with SIGKILL
+//! at a chosen step and point of a run. The crash is real (the process is
+//! gone, its agent and tools with it, nothing flushed); only the moment is
+//! chosen, so that every step's every point is tried.
+
+use std::collections::{HashMap, VecDeque};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::json_text::JsonText;
+
+/// The model steps of `durun test`'s reference run (steps that reported
+/// token usage), by name and args hash: in a trial, a new step that asks
+/// the same is answered with the reference's output, as if replayed, and
+/// spends no tokens.
+pub(crate) type Seeds = HashMap<(String, String), VecDeque<(JsonText, Value)>>;
+
+/// Where `durun test` hands a trial its seeds: a JSON file of
+/// `[{"name", "args_hash", "output", "usage"}]`.
+pub(crate) const SEEDS: &str = "DURUN_TEST_MODELS";
+
+/// The seeds in `path`.
+pub(crate) fn load_seeds(path: &std::path::Path) -> anyhow::Result<Seeds> {
+    let text = std::fs::read_to_string(path)?;
+    let listed: Vec<Value> = serde_json::from_str(&text)?;
+    let mut seeds = Seeds::new();
+    for step in listed {
+        let at = (
+            step["name"].as_str().unwrap_or_default().to_owned(),
+            step["args_hash"].as_str().unwrap_or_default().to_owned(),
+        );
+        seeds
+            .entry(at)
+            .or_default()
+            .push_back((JsonText::from_value(&step["output"]), step["usage"].clone()));
+    }
+    Ok(seeds)
+}
+
+/// Where in a step durun is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub(crate) enum Point {
+    /// Right after the step was let start (its intent durable, for
+    /// `mutate`), before the step's work.
+    Before,
+    /// While the step runs: halfway through the time it took in the
+    /// reference run.
+    During,
+    /// Right after the step's result reached durun, before it is durable.
+    After,
+}
+
+impl Point {
+    pub(crate) const ALL: [Point; 3] = [Point::Before, Point::During, Point::After];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Point::Before => "before",
+            Point::During => "during",
+            Point::After => "after",
+        }
+    }
+}
+
+/// `STEP:POINT[:DELAY_MS]`: the step counts the steps this run started
+/// (and, for `after`, finished), in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CrashAt {
+    pub(crate) step: u64,
+    pub(crate) point: Point,
+    /// For `during`: how long after the step started.
+    pub(crate) delay: Duration,
+}
+
+impl FromStr for CrashAt {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut parts = text.split(':');
+        let step = parts
+            .next()
+            .and_then(|step| step.parse().ok())
+            .ok_or("expected STEP:POINT[:DELAY_MS]")?;
+        let point = match parts.next() {
+            Some("before") => Point::Before,
+            Some("during") => Point::During,
+            Some("after") => Point::After,
+            _ => return Err("the point is before, during or after".into()),
+        };
+        let delay = match parts.next() {
+            Some(ms) => Duration::from_millis(ms.parse().map_err(|_| "DELAY_MS is a number")?),
+            None => Duration::ZERO,
+        };
+        Ok(Self { step, point, delay })
+    }
+}
+
+/// Counts the run's steps as they start and finish, and kills durun at
+/// the chosen one.
+#[derive(Default)]
+pub(super) struct Crashes {
+    at: Option<CrashAt>,
+    started: u64,
+    finished: u64,
+    /// The chosen step finished before its `during` kill came: the kill
+    /// is off (it would land in another step).
+    too_late: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Crashes {
+    pub(super) fn new(at: Option<CrashAt>) -> Self {
+        Self {
+            at,
+            ..Self::default()
+        }
+    }
+
+    /// A new step is let start.
+    pub(super) fn started(&mut self) {
+        let Some(at) = self.at else { return };
+        self.started += 1;
+        if self.started != at.step {
+            return;
+        }
+        match at.point {
+            Point::Before => die(),
+            Point::During => {
+                let too_late = std::sync::Arc::clone(&self.too_late);
+                let _ = std::thread::Builder::new()
+                    .name("crash".into())
+                    .spawn(move || {
+                        std::thread::sleep(at.delay);
+                        if !too_late.load(std::sync::atomic::Ordering::SeqCst) {
+                            die();
+                        }
+                    });
+            }
+            Point::After => {}
+        }
+    }
+
+    /// A step's result reached durun; it is not written yet.
+    pub(super) fn finished(&mut self) {
+        let Some(at) = self.at else { return };
+        self.finished += 1;
+        if self.finished == at.step {
+            match at.point {
+                Point::After => die(),
+                Point::During => self
+                    .too_late
+                    .store(true, std::sync::atomic::Ordering::SeqCst),
+                Point::Before => {}
+            }
+        }
+    }
+}
+
+fn die() -> ! {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    loop {
+        std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_point_is_read_from_its_text() {
+        assert_eq!(
+            "3:during:250".parse(),
+            Ok(CrashAt {
+                step: 3,
+                point: Point::During,
+                delay: Duration::from_millis(250)
+            })
+        );
+        assert_eq!(
+            "1:after".parse::<CrashAt>().map(|at| at.point),
+            Ok(Point::After)
+        );
+        assert!("x:before".parse::<CrashAt>().is_err());
+        assert!("2:sometime".parse::<CrashAt>().is_err());
+    }
+}
