@@ -61,7 +61,7 @@ pub(crate) struct Limits {
     #[arg(long)]
     pub(crate) no_proxy: bool,
 
-    /// `durun test`'s kill point, STEP:POINT[:DELAY_MS]: durun kills itself
+    /// `durun test`'s kill point, `STEP:POINT[:DELAY_MS]`: durun kills itself
     /// there with SIGKILL
     #[arg(long, value_name = "STEP:POINT", hide = true)]
     pub(crate) crash_at: Option<crate::supervisor::CrashAt>,
@@ -441,7 +441,7 @@ pub(crate) struct TestArgs {
     /// asks it, to test the agent's own retries: http-429, http-500,
     /// timeout, reset or truncate
     #[arg(long, value_name = "KIND@STEP", value_parser = fault_at)]
-    pub(crate) fault: Vec<(crate::commands::test::FaultKind, u64)>,
+    pub(crate) fault: Vec<(super::values::FaultKind, u64)>,
 
     /// How long one run of a trial may take before it counts as hung
     /// [default: ten times the reference run, at least 60s]
@@ -495,12 +495,12 @@ fn step_range(text: &str) -> Result<(u64, u64), String> {
 }
 
 /// `KIND@STEP`: a fault and the step it is made at.
-fn fault_at(text: &str) -> Result<(crate::commands::test::FaultKind, u64), String> {
+fn fault_at(text: &str) -> Result<(super::values::FaultKind, u64), String> {
     use clap::ValueEnum as _;
     let (kind, step) = text
         .split_once('@')
         .ok_or("expected KIND@STEP, like http-429@3")?;
-    let kind = crate::commands::test::FaultKind::from_str(kind, false).map_err(|_| {
+    let kind = super::values::FaultKind::from_str(kind, false).map_err(|_| {
         format!("unknown fault `{kind}`: http-429, http-500, timeout, reset or truncate")
     })?;
     let step = step

@@ -6,6 +6,7 @@ mod args;
 mod values;
 
 pub(crate) use args::*;
+pub(crate) use values::FaultKind;
 
 /// Run an AI agent so that it survives a crash.
 ///

@@ -64,3 +64,20 @@ pub(super) fn unfinished_task_ids() -> clap_complete::ArgValueCompleter {
 pub(super) fn step_numbers() -> clap_complete::ArgValueCompleter {
     clap_complete::ArgValueCompleter::new(crate::completion::step_numbers)
 }
+
+/// How a faulty upstream answers (`--fault KIND@STEP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FaultKind {
+    /// 429 Too Many Requests, with a retry-after of 10 ms.
+    #[value(name = "http-429")]
+    Http429,
+    /// 500 Internal Server Error.
+    #[value(name = "http-500")]
+    Http500,
+    /// No answer until the client gives up (or the trial's time is up).
+    Timeout,
+    /// The connection closed without an answer.
+    Reset,
+    /// The answer's head and half its body, then the connection closed.
+    Truncate,
+}

@@ -4,6 +4,7 @@
 mod answers;
 mod cli;
 mod crash;
+mod crash_test;
 mod env;
 mod examples;
 mod faults;

@@ -22,9 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-pub(crate) use tape::FaultKind;
-
-use crate::cli::TestArgs;
+use crate::cli::{FaultKind, TestArgs};
 use crate::config::Config;
 use crate::error::Failure;
 use crate::settings::Settings;
@@ -80,6 +78,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         .with_context(|| format!("cannot write {}", seeds.display()))?;
     bench.seeds = Some(seeds);
     let faults = faults(&args.fault, &reference, &tape)?;
+    let faulted = !faults.is_empty();
     tape.replay(faults);
     let plan = plan(&reference, args.steps, &points);
     say(&format!(
@@ -95,7 +94,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         &reference,
         &plan,
         &scratch.path,
-        args.jobs,
+        (args.jobs, faulted),
         settings.quiet,
     );
 
@@ -256,7 +255,7 @@ fn run_trials(
     reference: &Reference,
     plan: &[Planned],
     scratch: &Path,
-    jobs: u32,
+    (jobs, faulted): (u32, bool),
     quiet: bool,
 ) -> Vec<verdict::Judged> {
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
@@ -285,7 +284,7 @@ fn run_trials(
                     let dir = scratch.join(format!("{}-{}", planned.step, planned.point.as_str()));
                     let tried =
                         trial::trial(bench, &dir, planned.step, planned.point, planned.delay);
-                    let judged = verdict::judge(&tried, reference, &planned.name);
+                    let judged = verdict::judge(&tried, reference, &planned.name, faulted);
                     let line = format!(
                         "step {} `{}` killed {}: {}",
                         planned.step,

@@ -24,27 +24,11 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use crate::cli::FaultKind;
 use crate::config::{MODEL_ROUTES, ProxyConfig};
 use crate::proxy::{Answer, Routes, request_args};
 
 type Body = BoxBody<Bytes, io::Error>;
-
-/// How a faulty upstream answers (`--fault KIND@STEP`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum FaultKind {
-    /// 429 Too Many Requests, with a retry-after of 10 ms.
-    #[value(name = "http-429")]
-    Http429,
-    /// 500 Internal Server Error.
-    #[value(name = "http-500")]
-    Http500,
-    /// No answer until the client gives up (or the trial's time is up).
-    Timeout,
-    /// The connection closed without an answer.
-    Reset,
-    /// The answer's head and half its body, then the connection closed.
-    Truncate,
-}
 
 /// What a call is matched by: its name (`ROUTE METHOD PATH`) and the hash
 /// of its args, as the proxy journals them.

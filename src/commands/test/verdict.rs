@@ -43,8 +43,10 @@ pub(super) struct Judged {
     pub(super) notes: Vec<String>,
 }
 
-/// Judges `tried` against the reference.
-pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str) -> Judged {
+/// Judges `tried` against the reference. `faulted`: a fault was made, so
+/// the failed attempts it left shift the steps' numbers, and with them
+/// the keys: they are not compared with the reference's.
+pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: bool) -> Judged {
     let mut diverged = Vec::new();
     let mut failed = Vec::new();
     let mut notes = Vec::new();
@@ -122,7 +124,7 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str) -> Judged 
             let (name, key) = (text(&step["name"]), text(&step["idempotency_key"]));
             let attempts = step["attempts"].as_u64().unwrap_or(1);
             match reference_keys.get(&(name.clone(), text(&step["args_hash"]))) {
-                Some(expected) if *expected != key => failed.push(format!(
+                Some(expected) if *expected != key && !faulted => failed.push(format!(
                     "step {number} `{name}` carried key {key}, the reference's {expected}: a retry would be a new call"
                 )),
                 _ => {}
@@ -148,14 +150,16 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str) -> Judged 
         }
         _ => {}
     }
-    let status = if !diverged.is_empty() {
-        Status::Diverged
-    } else if !failed.is_empty() {
+    // A failure is the cause when there is one (a tool that created twice
+    // also changes the output).
+    let status = if !failed.is_empty() {
         Status::Failed
+    } else if !diverged.is_empty() {
+        Status::Diverged
     } else {
         Status::Ok
     };
-    diverged.extend(failed);
+    failed.extend(diverged);
     Judged {
         step: tried.step,
         point: tried.point,
@@ -165,7 +169,7 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str) -> Judged 
         resent: tried.resent,
         tokens_respent,
         mutate_keys,
-        problems: diverged,
+        problems: failed,
         notes,
     }
 }
