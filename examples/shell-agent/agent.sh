@@ -6,11 +6,18 @@
 set -euo pipefail
 port=${FAKE_PORT:-8765}
 
-ask() {  # a model call, as a journaled step
-    durun step llm --args "{\"prompt\": \"$1\"}" -- python3 -c '
-import json, sys, urllib.request
+usage=$(mktemp)
+trap 'rm -f "$usage"' EXIT
+
+ask() {  # a model call, as a journaled step; its token usage goes to $usage
+    # The file's name goes in the environment: the command's argv is part
+    # of the step's args, and a name that changes each run would change them.
+    USAGE_FILE=$usage durun step llm --args "{\"prompt\": \"$1\"}" --usage-json "$usage" -- python3 -c '
+import json, os, sys, urllib.request
 req = urllib.request.Request(sys.argv[1], data=json.dumps({"prompt": sys.argv[2]}).encode(), method="POST")
-print(json.loads(urllib.request.urlopen(req).read())["text"])' "http://127.0.0.1:$port/llm" "$1"
+answer = json.loads(urllib.request.urlopen(req).read())
+json.dump(answer["usage"], open(os.environ["USAGE_FILE"], "w"))
+print(answer["text"])' "http://127.0.0.1:$port/llm" "$1"
 }
 
 plan=$(ask "plan the release notes")

@@ -36,6 +36,37 @@ fn copy_example(env: &TestEnv, name: &str) -> std::path::PathBuf {
     target
 }
 
+/// `durun test` on the example `name`, as the README's quick start ends:
+/// every trial holds.
+fn passes_durun_test(env: &TestEnv, name: &str, agent: &[&str]) -> serde_json::Value {
+    // The Node example imports the SDK by its place in the repository.
+    let dir = if name == "node-agent" {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name)
+    } else {
+        copy_example(env, name)
+    };
+    let output = env
+        .command()
+        .current_dir(&dir)
+        .args(["test", "--json", "--jobs", "2", "--"])
+        .args(agent)
+        .output()
+        .expect("durun test");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("no JSON: {}", text(&output.stderr)));
+    assert_eq!(output.status.code(), Some(0), "{report:#}");
+    let trials = report["trials"].as_array().expect("trials");
+    // Three kill points at each of the reference's steps.
+    assert_eq!(
+        trials.len(),
+        3 * report["reference"]["steps"].as_u64().expect("steps") as usize
+    );
+    assert!(trials.iter().all(|trial| trial["ok"] == true), "{report:#}");
+    report
+}
+
 #[test]
 fn quickstart_runs_and_survives_a_crash() {
     let env = TestEnv::new();
@@ -97,6 +128,7 @@ fn quickstart_runs_and_survives_a_crash() {
         .collect();
     files.sort();
     assert_eq!(files, ["agent.py", "durun.toml", "write_report.py"]);
+    let _ = passes_durun_test(&env, "quickstart", &["python3", "agent.py"]);
 }
 
 /// `examples/fake_services.py` on a free port, stopped when dropped.
@@ -200,6 +232,7 @@ fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
             .expect("tokens")
             > 800
     );
+    let _ = passes_durun_test(&env, "python-agent", &["python3", "agent.py"]);
 }
 
 #[test]
@@ -215,6 +248,27 @@ fn the_shell_agent_example_publishes_once_across_a_crash() {
     let view = env.inspect("sh");
     assert_eq!(view["steps"].as_array().expect("steps").len(), 3);
     assert_eq!(view["task"]["runs"][1]["replayed_steps"], 1);
+    assert!(
+        view["task"]["runs"][1]["tokens_saved"]
+            .as_u64()
+            .expect("tokens")
+            > 0,
+        "the model step reports its usage"
+    );
+    let _ = passes_durun_test(&env, "shell-agent", &["bash", "agent.sh"]);
+}
+
+#[test]
+fn the_node_agent_example_holds_under_durun_test() {
+    let services = FakeServices::start();
+    let mut env = TestEnv::new();
+    env.set("FAKE_PORT", services.port.to_string());
+    let report = passes_durun_test(&env, "node-agent", &["node", "agent.mjs"]);
+    // The trials' model calls came from the reference: the services saw
+    // the reference's calls alone, one per model step.
+    let stats = services.stats().expect("stats");
+    assert_eq!(stats["llm_calls"], 4, "{stats}");
+    assert_eq!(report["reference"]["steps"], 8);
 }
 
 #[test]
@@ -272,4 +326,5 @@ fn the_zero_code_example_opens_one_pull_request_across_a_crash() {
         .map(|step| step["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["proxy", "mcp", "proxy", "mcp", "proxy"]);
+    let _ = passes_durun_test(&env, "zero-code", &["python3", "agent.py"]);
 }

@@ -131,7 +131,7 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
             }
             if attempts > 1 {
                 notes.push(format!(
-                    "step {number} `{name}` reached its tool {attempts} times, each with key {key}: the tool must deduplicate by it"
+                    "step {number} `{name}` was attempted {attempts} times, each with key {key}: the tool must deduplicate by it"
                 ));
             }
             mutate_keys.push((number, name, key, attempts));
