@@ -252,6 +252,10 @@ export function current() {
   return running.getStore();
 }
 
+/** A step whose body ran this long (or that reported usage) waits for its
+ * commit to be durable; shorter ones are posted. */
+const DURABLE_AFTER_MS = 5;
+
 /** Records the token usage of the step running here. */
 export function usage(inputTokens = 0, outputTokens = 0) {
   const context = current();
@@ -317,6 +321,7 @@ export async function step(name, args, fn, options = {}) {
   };
   for (let tries = 1; ; tries++) {
     let value;
+    const began = performance.now();
     try {
       value = await running.run(context, () => attempt(fn, timeout, name));
     } catch (err) {
@@ -334,8 +339,16 @@ export async function step(name, args, fn, options = {}) {
       await chan.request({ op: "fail", step: context.step, error: err.message });
       throw err;
     }
-    // Posted: the agent goes on while durun writes it (see Channel).
-    chan.post({ op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) });
+    const commit = { op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) };
+    if (commit.usage || performance.now() - began >= DURABLE_AFTER_MS) {
+      // A model call, or a step that took a while: it returns once its
+      // commit is durable, so a SIGKILL of durun cannot lose it and its
+      // call is never paid for twice.
+      await checked(chan.request(commit));
+    } else {
+      // Posted: the agent goes on while durun writes it (see Channel).
+      chan.post(commit);
+    }
     return stored;
   }
 }

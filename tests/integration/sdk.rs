@@ -321,3 +321,55 @@ sys.stderr.write("ok\n")
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(text(&output.stderr), "ok\n");
 }
+
+/// SPEC 14's SDK guarantee: a step that reported token usage returns only
+/// once its commit is durable. The agent kills durun with SIGKILL the
+/// moment its three gathered model steps have returned; resumed, it sends
+/// none of them again.
+fn gathered_model_steps_are_never_paid_twice(agent: &[&str]) {
+    let llm = FakeLlm::start();
+    let mut env = TestEnv::new();
+    env.set("LLM_URL", &llm.url);
+    env.set("PYTHONPATH", sdk_path());
+    env.set("ANSWERS_FILE", env.path("answers.json").to_string_lossy());
+    let mut args = vec!["run", "--task", "g", "--"];
+    args.extend_from_slice(agent);
+    let first = env.durun(&args);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&first.status),
+        Some(libc::SIGKILL),
+        "durun was killed: {}",
+        crate::env::text(&first.stderr)
+    );
+    assert_eq!(llm.calls(), 3);
+    let resumed = env.durun(&["resume", "g"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        crate::env::text(&resumed.stderr)
+    );
+    assert_eq!(llm.calls(), 3, "a finished model call was sent again");
+    let printed: Vec<String> = serde_json::from_str(
+        &std::fs::read_to_string(env.path("answers.json")).expect("the agent's answers"),
+    )
+    .expect("JSON");
+    let mut answers = llm.answers();
+    answers.sort();
+    let mut printed_sorted = printed.clone();
+    printed_sorted.sort();
+    assert_eq!(printed_sorted, answers, "the answers it had, replayed");
+    let view = env.inspect("g");
+    assert_eq!(view["task"]["runs"][1]["replayed_steps"], 3);
+}
+
+#[test]
+fn gathered_python_model_steps_killed_right_after_are_never_paid_twice() {
+    let agent = agents_dir().join("gathered.py");
+    gathered_model_steps_are_never_paid_twice(&["python3", agent.to_str().expect("utf-8")]);
+}
+
+#[test]
+fn gathered_node_model_steps_killed_right_after_are_never_paid_twice() {
+    let agent = agents_dir().join("gathered.mjs");
+    gathered_model_steps_are_never_paid_twice(&["node", agent.to_str().expect("utf-8")]);
+}

@@ -157,6 +157,19 @@ class _Channel:
             self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
             self._reader.start()
 
+    def request_line(self, message: Dict[str, Any], body: bytes, spin: Optional[float] = None) -> Answer:
+        """A request already made a line (by `_line`), its answer awaited."""
+        waiters = self.send([message], bodies=[body], spin=spin)
+        self._await(waiters[0])
+        self._raise_refused()
+        return cast(Answer, waiters[0].answer)
+
+    async def arequest_line(self, message: Dict[str, Any], body: bytes) -> Answer:
+        waiters = self.send([message], asyncio.get_running_loop(), bodies=[body])
+        answer = await cast("asyncio.Future[Answer]", waiters[0].future)
+        self._raise_refused()
+        return answer
+
     def request(self, message: Dict[str, Any], spin: Optional[float] = None) -> Answer:
         return self.request_all([message], spin)[0]
 

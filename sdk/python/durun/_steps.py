@@ -98,6 +98,17 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     return commit, _line(commit), stored
 
 
+# A step that reported token usage, or whose body ran this long, returns
+# only once its commit is durable: a SIGKILL of durun right after cannot
+# lose it, so its model call is never paid for twice. Shorter steps are
+# posted (the agent goes on while durun writes them).
+_DURABLE_AFTER = 0.005
+
+
+def _waits(commit: Dict[str, Any], began: float) -> bool:
+    return bool(commit.get("usage")) or time.monotonic() - began >= _DURABLE_AFTER
+
+
 def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
     """Runs fn, in a helper thread when it has a time limit (a thread cannot
     be killed: past the limit it is left to finish, unheard)."""
@@ -144,6 +155,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
     while True:
         tries += 1
         token = _current.set(context)
+        began = time.monotonic()
         try:
             value = _run_sync(fn, policy.timeout, name)
         except (KeyboardInterrupt, SystemExit):
@@ -173,8 +185,11 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         except (TypeError, ValueError) as exc:
             channel.request({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        # Posted: the agent goes on while durun writes it (see _Channel).
-        channel.post(commit, body)
+        if _waits(commit, began):
+            _checked(channel.request_line(commit, body, _SPIN_DURABLE))
+        else:
+            # Posted: the agent goes on while durun writes it (see _Channel).
+            channel.post(commit, body)
         # What the journal holds, as a replay will give it.
         return cast(T, stored)
 
@@ -208,6 +223,7 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
     while True:
         tries += 1
         token = _current.set(context)
+        began = time.monotonic()
         try:
             value = await attempt_once()
         except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
@@ -227,7 +243,10 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
         except (TypeError, ValueError) as exc:
             await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        channel.post(commit, body)
+        if _waits(commit, began):
+            _checked(await channel.arequest_line(commit, body))
+        else:
+            channel.post(commit, body)
         return cast(T, stored)
 
 
