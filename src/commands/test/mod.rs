@@ -81,11 +81,13 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     let faulted = !faults.is_empty();
     tape.replay(faults);
     let plan = plan(&reference, args.steps, &points);
+    let model_calls =
+        reference_calls as usize + reference.seen.seeds().as_array().map_or(0, Vec::len);
     say(&format!(
-        "{} steps in {} ms, {} model calls recorded; {} trials, {} at a time",
+        "{} steps in {} ms, {model_calls} model call{} recorded (the trials get their answers); {} trials, {} at a time",
         reference.seen.steps.len(),
         reference.took.as_millis(),
-        reference_calls,
+        if model_calls == 1 { "" } else { "s" },
         plan.len(),
         args.jobs
     ));
