@@ -364,6 +364,34 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         .expect("saved");
     let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
     assert!(saved >= 600 && saved == spent, "saved {saved} of {spent}");
+
+    // `durun test` of the same asyncio agent (killed after each step, where
+    // a commit is lost): every trial holds, and the wrapped calls of the
+    // trials are answered from the reference's steps.
+    let tested = env.durun(&[
+        "test",
+        "--json",
+        "--jobs",
+        "2",
+        "--points",
+        "after",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&tested.stdout)
+        .unwrap_or_else(|_| panic!("no JSON: {}", text(&tested.stderr)));
+    assert_eq!(tested.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["trials"].as_array().map(Vec::len), Some(12));
+    let tested_counts = server.counts();
+    assert!(
+        tested_counts
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|count| count == 2),
+        "one call each for the reference, none for the trials: {tested_counts}"
+    );
 }
 
 #[test]

@@ -72,8 +72,11 @@ impl Seen {
         calls
     }
 
-    /// The steps that reported token usage: model calls the agent (or an
-    /// SDK's `wrap`) journaled itself, as [`crate::supervisor::Seeds`].
+    /// The steps a trial answers from the reference, as
+    /// [`crate::supervisor::Seeds`]: those that reported token usage
+    /// (model calls the agent or an SDK's `wrap` journaled itself) and the
+    /// SDKs' `durun.now`, `durun.random` and `durun.uuid`, values a task
+    /// takes once by design.
     pub(super) fn seeds(&self) -> Value {
         let seeds: Vec<Value> = self
             .steps
@@ -81,7 +84,9 @@ impl Seen {
             .filter(|step| {
                 step["kind"] == "begin"
                     && step["status"] == "committed"
-                    && step["usage"].is_object()
+                    && (step["usage"].is_object()
+                        || ["durun.now", "durun.random", "durun.uuid"]
+                            .contains(&step["name"].as_str().unwrap_or_default()))
             })
             .map(|step| {
                 serde_json::json!({
