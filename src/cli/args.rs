@@ -437,9 +437,9 @@ pub(crate) struct TestArgs {
     #[arg(long, value_name = "CMD")]
     pub(crate) setup: Option<String>,
 
-    /// Make the model call at step STEP fail the first time each trial
-    /// asks it, to test the agent's own retries: http-429, http-500,
-    /// timeout, reset or truncate
+    /// Make the model call or tool call at step STEP fail the first time
+    /// each trial makes it, to test the agent's own retries: http-429,
+    /// http-500, timeout, reset or truncate
     #[arg(long, value_name = "KIND@STEP", value_parser = fault_at)]
     pub(crate) fault: Vec<(super::values::FaultKind, u64)>,
 

@@ -83,6 +83,12 @@ pub(super) fn drive(
                 })
             })
             .transpose()?,
+        faults: std::env::var(supervisor::FAULTS)
+            .ok()
+            .map(|text| supervisor::parse_faults(&text))
+            .transpose()
+            .context("durun test's tool faults are not JSON")?
+            .unwrap_or_default(),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

@@ -86,6 +86,9 @@ impl Supervisor<'_> {
         fresh: bool,
     ) {
         self.crashes.started();
+        let fault = self
+            .faults
+            .remove(&(record.name.clone(), record.args_hash.clone()));
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
         let invocation = Invocation {
@@ -104,7 +107,10 @@ impl Supervisor<'_> {
         let spawned = std::thread::Builder::new()
             .name(format!("tool-{step}"))
             .spawn(move || {
-                let finished = executor::run(&invocation, &worker_cancel);
+                let finished = match fault {
+                    Some(kind) => made_fault(&kind, invocation.attempt),
+                    None => executor::run(&invocation, &worker_cancel),
+                };
                 let _ = tx.send(Event::ToolDone { step, finished });
             });
         if let Err(err) = spawned {
@@ -176,5 +182,25 @@ impl Supervisor<'_> {
             }
         }
         self.finish_step(conn, call.id, record, call.fresh, call.started);
+    }
+}
+
+/// The failure `durun test --fault KIND@STEP` makes of a tool call, in
+/// place of the tool.
+fn made_fault(kind: &str, attempt: u32) -> Finished {
+    let code = if kind == "timeout" {
+        ErrorCode::Timeout
+    } else {
+        ErrorCode::ToolFailed
+    };
+    Finished {
+        outcome: executor::Outcome::Failed {
+            code,
+            message: format!("{kind}: a fault made by durun test (--fault)"),
+            output: Some(serde_json::json!({ "fault": kind })),
+            retryable: false,
+            retry_after: None,
+        },
+        last_attempt: attempt,
     }
 }

@@ -21,6 +21,32 @@ pub(crate) type Seeds = HashMap<(String, String), VecDeque<(JsonText, Value)>>;
 /// `[{"name", "args_hash", "output", "usage"}]`.
 pub(crate) const SEEDS: &str = "DURUN_TEST_MODELS";
 
+/// Tool calls `durun test` makes fail (`--fault KIND@STEP` at a step
+/// that runs a tool), by name and args hash: the first call of each in a
+/// run fails with the fault's kind, without the tool.
+pub(crate) type Faults = HashMap<(String, String), String>;
+
+/// Where `durun test` hands a trial its tool faults: JSON, `[{"name",
+/// "args_hash", "kind"}]`.
+pub(crate) const FAULTS: &str = "DURUN_TEST_FAULTS";
+
+/// The tool faults in `text`.
+pub(crate) fn parse_faults(text: &str) -> anyhow::Result<Faults> {
+    let listed: Vec<Value> = serde_json::from_str(text)?;
+    Ok(listed
+        .iter()
+        .map(|fault| {
+            (
+                (
+                    fault["name"].as_str().unwrap_or_default().to_owned(),
+                    fault["args_hash"].as_str().unwrap_or_default().to_owned(),
+                ),
+                fault["kind"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
+}
+
 /// The seeds in `path`.
 pub(crate) fn load_seeds(path: &std::path::Path) -> anyhow::Result<Seeds> {
     let text = std::fs::read_to_string(path)?;

@@ -172,6 +172,7 @@ pub(crate) fn supervise(
             holding: Holding::new(spec.leased_at),
             crashes: super::crash::Crashes::new(spec.crash_at),
             seeds: spec.seeds.clone().unwrap_or_default(),
+            faults: spec.faults.clone(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();

@@ -32,6 +32,6 @@ mod steps;
 mod stopping;
 mod waiting;
 
-pub(crate) use crash::{CrashAt, Point, SEEDS, Seeds, load_seeds};
+pub(crate) use crash::{CrashAt, FAULTS, Faults, Point, SEEDS, Seeds, load_seeds, parse_faults};
 pub(crate) use imp::supervise;
 pub(crate) use spec::RunSpec;

@@ -53,6 +53,8 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) crash_at: Option<super::CrashAt>,
     /// `durun test`'s answers to model steps (SPEC 14).
     pub(crate) seeds: Option<super::Seeds>,
+    /// `durun test`'s tool faults (SPEC 14).
+    pub(crate) faults: super::Faults,
 }
 
 impl RunSpec<'_> {

@@ -49,6 +49,8 @@ pub(super) struct Supervisor<'a> {
     pub(super) crashes: super::crash::Crashes,
     /// `durun test`'s answers to model steps, taken as they are used.
     pub(super) seeds: super::Seeds,
+    /// `durun test`'s tool faults, each taken by its first call.
+    pub(super) faults: super::Faults,
 }
 
 /// A step as the agent asks for it.

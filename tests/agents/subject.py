@@ -10,6 +10,8 @@ reads two things, and creates a resource through the `create` tool
                each process's hash seed)
     no_retry   no retry of a failed model call (--fault finds it)
 
+With RETRY_CALLS set it tries a failed tool call up to three times.
+
 The `create` tool (create.py) deduplicates by its idempotency key unless
 NO_DEDUPE is set."""
 
@@ -26,14 +28,22 @@ mistake = os.environ.get("MISTAKE", "")
 ids = iter(range(1, 1_000_000))
 
 
-def request(message):
+def request(message, check=True):
     message["id"] = next(ids)
     protocol_out.write(json.dumps(message) + "\n")
     protocol_out.flush()
     answer = json.loads(sys.stdin.readline())
-    if not answer["ok"]:
+    if check and not answer["ok"]:
         raise SystemExit(f"agent: {answer['error']['message']}")
     return answer
+
+
+def call(tool, args):
+    tries = 3 if os.environ.get("RETRY_CALLS") else 1
+    for attempt in range(tries):
+        answer = request({"op": "call", "tool": tool, "args": args}, check=attempt + 1 == tries)
+        if answer["ok"]:
+            return answer["output"]
 
 
 def step(name, args, run):
@@ -71,7 +81,7 @@ def main():
     plan = ask(prompt)
     names = {"alpha", "beta", "gamma", "delta", "epsilon"} if mistake == "set_order" else ["alpha", "beta"]
     read = [step(f"read {name}", {}, lambda name=name: f"{name} read") for name in names]
-    made = request({"op": "call", "tool": "create", "args": {"title": plan}})["output"]
+    made = call("create", {"title": plan})
     request({"op": "result", "output": {"plan": plan, "read": len(read), "made": made}})
     print(f"agent: made {made}")
 

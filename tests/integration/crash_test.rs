@@ -227,6 +227,35 @@ fn a_fault_at_a_model_call_tests_the_agents_own_retry() {
 }
 
 #[test]
+fn a_fault_at_a_tool_call_fails_it_without_the_tool() {
+    let (env, _server) = subject_env();
+    let args = [
+        "--fault",
+        "http-500@4",
+        "--points",
+        "before",
+        "--steps",
+        "3",
+        // The retry is a new call, with a key of its own: resources by id.
+        "--check",
+        "grep -o '\"id\": \"[^\"]*\"' \"$DURUN_TEST_SCRATCH/resources.jsonl\"",
+    ];
+    let (code, report, _) = durun_test(&env, &args);
+    assert_eq!(code, Some(1), "the agent does not retry: {report:#}");
+    let diff = trials(&report)[0]["diff"].to_string();
+    assert!(diff.contains("the task ended failed"), "{diff}");
+    assert!(
+        diff.contains("http-500: a fault made by durun test"),
+        "{diff}"
+    );
+
+    let (mut env, _server) = subject_env();
+    env.set("RETRY_CALLS", "1");
+    let (code, report, _) = durun_test(&env, &args);
+    assert_eq!(code, Some(0), "the agent retries the call: {report:#}");
+}
+
+#[test]
 fn the_human_report_and_bad_input() {
     let (env, _server) = subject_env();
     let agent = subject();
@@ -247,12 +276,13 @@ fn the_human_report_and_bad_input() {
         "progress, a line per trial: {stderr}"
     );
 
-    // A fault at a step that is no model call.
+    // A fault at a step that is neither a model call nor a tool.
     let output = env.durun(&["test", "--fault", "http-429@2", "--", "python3", &agent]);
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(
-        text(&output.stderr)
-            .contains("durun: --fault at step 2: step 2 (`read alpha`) is not a model call"),
+        text(&output.stderr).contains(
+            "durun: --fault at step 2: step 2 (`read alpha`) is neither a model call through durun's proxy nor a tool durun runs"
+        ),
         "{}",
         text(&output.stderr)
     );

@@ -56,6 +56,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         tape: &tape,
         timeout: hold,
         seeds: None,
+        tool_faults: "[]".into(),
     };
     let say = |line: &str| {
         if !settings.quiet {
@@ -77,9 +78,10 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     std::fs::write(&seeds, reference.seen.seeds().to_string())
         .with_context(|| format!("cannot write {}", seeds.display()))?;
     bench.seeds = Some(seeds);
-    let faults = faults(&args.fault, &reference, &tape)?;
-    let faulted = !faults.is_empty();
+    let (faults, tool_faults) = faults(&args.fault, &reference, &tape)?;
+    let faulted = !faults.is_empty() || !tool_faults.is_empty();
     tape.replay(faults);
+    bench.tool_faults = serde_json::Value::Array(tool_faults).to_string();
     let plan = plan(&reference, args.steps, &points);
     let model_calls =
         reference_calls as usize + reference.seen.seeds().as_array().map_or(0, Vec::len);
@@ -212,13 +214,16 @@ fn plan(reference: &Reference, steps: Option<(u64, u64)>, points: &[Point]) -> V
 }
 
 /// `--fault KIND@STEP`: each at the model call the reference made at that
-/// step.
+/// step (made by the recorder), or at its tool call (made by durun in
+/// place of the tool: `DURUN_TEST_FAULTS`).
 fn faults(
     asked: &[(FaultKind, u64)],
     reference: &Reference,
     tape: &Tape,
-) -> Result<HashMap<Content, FaultKind>> {
+) -> Result<(HashMap<Content, FaultKind>, Vec<serde_json::Value>)> {
+    use clap::ValueEnum as _;
     let mut faults = HashMap::new();
+    let mut tools = Vec::new();
     for &(kind, step) in asked {
         let found = reference
             .seen
@@ -236,17 +241,27 @@ fn faults(
             found["name"].as_str().unwrap_or_default().to_owned(),
             found["args_hash"].as_str().unwrap_or_default().to_owned(),
         );
+        if found["kind"] == "call" {
+            let name = kind
+                .to_possible_value()
+                .map(|value| value.get_name().to_owned())
+                .unwrap_or_default();
+            tools.push(serde_json::json!({
+                "name": content.0, "args_hash": content.1, "kind": name,
+            }));
+            continue;
+        }
         if found["kind"] != "proxy" || !tape.has(&content) {
             return Err(Failure::usage(format!(
-                "--fault at step {step}: step {step} (`{}`) is not a model call through durun's proxy",
+                "--fault at step {step}: step {step} (`{}`) is neither a model call through durun's proxy nor a tool durun runs",
                 content.0
             ))
-            .hint("faults are made at model calls; `durun inspect` of a run lists which steps are")
+            .hint("faults are made at model calls and at `call`s of tools from durun.toml")
             .into());
         }
         faults.insert(content, kind);
     }
-    Ok(faults)
+    Ok((faults, tools))
 }
 
 /// Runs the plan, `jobs` trials at a time, with a progress bar on a

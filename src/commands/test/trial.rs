@@ -31,6 +31,8 @@ pub(super) struct Bench<'a> {
     pub(super) timeout: Duration,
     /// The reference's model steps, once it has run.
     pub(super) seeds: Option<PathBuf>,
+    /// The tool calls that fail in trials, as `DURUN_TEST_FAULTS` takes them.
+    pub(super) tool_faults: String,
 }
 
 /// How one process of a run ended, and what it printed.
@@ -137,7 +139,11 @@ impl Bench<'_> {
             .env_remove(crate::supervisor::SEEDS)
             .stdin(Stdio::null());
         if let Some(seeds) = &self.seeds {
-            command.env(crate::supervisor::SEEDS, seeds);
+            command
+                .env(crate::supervisor::SEEDS, seeds)
+                .env(crate::supervisor::FAULTS, &self.tool_faults);
+        } else {
+            command.env_remove(crate::supervisor::FAULTS);
         }
         command
     }
