@@ -204,6 +204,17 @@ fn a_fault_at_a_model_call_tests_the_agents_own_retry() {
     assert_eq!(server.counts()["/v1/chat/completions plan the work"], 1);
     let junit = std::fs::read_to_string(env.path("junit.xml")).expect("the JUnit report");
     assert!(junit.contains("tests=\"2\" failures=\"0\""), "{junit}");
+    // Every other kind, through the proxy: a 429, a connection reset, an
+    // answer cut off mid-body. None is a finished step; the retry is.
+    for kind in ["http-429@1", "reset@1", "truncate@1"] {
+        let (code, report, _) = durun_test(
+            &env,
+            &["--fault", kind, "--points", "after", "--steps", "1"],
+        );
+        assert_eq!(code, Some(0), "{kind}: {report:#}");
+        assert_eq!(trials(&report)[0]["killed"], true, "{kind}: {report:#}");
+    }
+    assert_eq!(server.counts()["/v1/chat/completions plan the work"], 4);
 
     let (mut env, _server) = subject_env();
     env.set("MISTAKE", "no_retry");
@@ -296,4 +307,66 @@ fn the_human_report_and_bad_input() {
     );
     let output = env.durun(&["test", "--steps", "5-2", "--", "true"]);
     assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn a_run_that_hangs_is_ended_at_the_timeout_and_an_interrupt_cleans_up() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    env.set("TMPDIR", env.path("tmp").to_string_lossy());
+    std::fs::create_dir(env.path("tmp")).expect("tmp");
+    // Fine the first time; a resume waits for something that never comes.
+    let agent = env.write(
+        "agent.py",
+        "import os, time, durun\ndurun.step('a', {}, lambda: 1)\nif os.environ['DURUN_RUN'] != '1':\n    time.sleep(60)\n",
+    );
+    let agent = agent.to_string_lossy();
+    let args = ["test", "--json", "--timeout", "3s", "--points", "before"];
+    let output = env.durun(&[&args[..], &["--", "python3", &agent]].concat());
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(output.status.code(), Some(1), "{report:#}");
+    assert_eq!(trials(&report)[0]["status"], "failed");
+    assert!(
+        trials(&report)[0]["diff"]
+            .to_string()
+            .contains("did not end in time"),
+        "{report:#}"
+    );
+
+    // Stopped with SIGINT during the reference: its runs end with it, and
+    // the scratch directory goes.
+    let slow = env.write(
+        "slow.py",
+        "import time, durun\ndurun.step('a', {}, lambda: time.sleep(60))\n",
+    );
+    let mut test = env
+        .command()
+        .args(["test", "--", "python3", &slow.to_string_lossy()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("durun test");
+    crate::env::wait_for(
+        "the scratch directory",
+        std::time::Duration::from_secs(30),
+        || std::fs::read_dir(env.path("tmp")).is_ok_and(|mut dir| dir.next().is_some()),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    crate::env::signal(test.id() as i32, libc::SIGINT);
+    let status = crate::env::wait_exit(&mut test, std::time::Duration::from_secs(20));
+    assert_eq!(status.code(), Some(130));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut test.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert!(
+        stderr.contains("durun: durun test was interrupted during the reference run"),
+        "{stderr}"
+    );
+    // (The killed run's socket directory, `durun-PID-…`, is swept by the
+    // next run, as after any SIGKILL.)
+    let left: Vec<_> = std::fs::read_dir(env.path("tmp"))
+        .expect("tmp")
+        .map(|entry| entry.expect("entry").file_name())
+        .filter(|name| name.to_string_lossy().starts_with("durun-test-"))
+        .collect();
+    assert!(left.is_empty(), "the scratch directory is gone: {left:?}");
 }

@@ -16,8 +16,8 @@ mod verdict;
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -34,6 +34,10 @@ use trial::{Bench, Reference};
 /// given: trials then get ten times the reference's time.
 const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// The exit of a test stopped by SIGINT or SIGTERM, as a shell reports a
+/// process ended by SIGINT.
+const INTERRUPTED: i32 = 128 + libc::SIGINT;
+
 pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
     let (config, _) = Config::discover(args.config.as_deref(), &cwd)?;
@@ -44,6 +48,11 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     };
     points.sort();
     points.dedup();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))
+            .context("cannot set up the signal handlers")?;
+    }
     let scratch = Scratch::new()?;
     let hold = args.timeout.unwrap_or(REFERENCE_TIMEOUT);
     let tape = Tape::start(&config.proxy, hold).context("cannot start durun test's recorder")?;
@@ -57,6 +66,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         timeout: hold,
         seeds: None,
         tool_faults: "[]".into(),
+        interrupted: &interrupted,
     };
     let say = |line: &str| {
         if !settings.quiet {
@@ -65,7 +75,13 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     };
 
     say("the reference run");
-    let Some(reference) = reference(&bench, &scratch.path.join("reference"))? else {
+    let reference = reference(&bench, &scratch.path.join("reference"));
+    if interrupted.load(Ordering::Relaxed) {
+        scratch.finish(args.keep);
+        eprintln!("durun: durun test was interrupted during the reference run");
+        return Ok(INTERRUPTED);
+    }
+    let Some(reference) = reference? else {
         scratch.finish(args.keep);
         return Ok(1);
     };
@@ -102,6 +118,15 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         settings.quiet,
     );
 
+    if interrupted.load(Ordering::Relaxed) {
+        scratch.finish(args.keep);
+        eprintln!(
+            "durun: durun test was interrupted; {} of {} trials had run",
+            judged.iter().filter(|trial| !trial.interrupted).count(),
+            plan.len()
+        );
+        return Ok(INTERRUPTED);
+    }
     if args.json {
         println!("{}", verdict::json(&judged, &reference, reference_calls));
     } else {
@@ -294,6 +319,9 @@ fn run_trials(
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
+                    if bench.interrupted.load(Ordering::Relaxed) {
+                        return;
+                    }
                     let index = next.fetch_add(1, Ordering::Relaxed);
                     let Some(planned) = plan.get(index) else {
                         return;

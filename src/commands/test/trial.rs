@@ -33,6 +33,8 @@ pub(super) struct Bench<'a> {
     pub(super) seeds: Option<PathBuf>,
     /// The tool calls that fail in trials, as `DURUN_TEST_FAULTS` takes them.
     pub(super) tool_faults: String,
+    /// Set by SIGINT or SIGTERM: runs are ended, no trial starts.
+    pub(super) interrupted: &'a std::sync::atomic::AtomicBool,
 }
 
 /// How one process of a run ended, and what it printed.
@@ -185,6 +187,11 @@ impl Bench<'_> {
         let status = loop {
             if let Some(status) = child.try_wait()? {
                 break status;
+            }
+            if self.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = child.kill();
+                let _ = child.wait();
+                anyhow::bail!("interrupted");
             }
             if Instant::now() >= deadline {
                 timed_out = true;

@@ -41,6 +41,8 @@ pub(super) struct Judged {
     pub(super) problems: Vec<String>,
     /// Worth knowing, not wrong (a mutate step sent twice with one key).
     pub(super) notes: Vec<String>,
+    /// Cut short by SIGINT or SIGTERM: not a verdict.
+    pub(super) interrupted: bool,
 }
 
 /// Judges `tried` against the reference. `faulted`: a fault was made, so
@@ -169,6 +171,7 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
         resent: tried.resent,
         tokens_respent,
         mutate_keys,
+        interrupted: tried.error.as_deref() == Some("interrupted"),
         problems: failed,
         notes,
     }
