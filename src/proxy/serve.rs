@@ -12,7 +12,6 @@
 //! read to its end and recorded: the call is paid for, and a retry gets
 //! it from the journal.
 
-use std::convert::Infallible;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +36,7 @@ const MAX_ANSWER: usize = 256 << 20;
 /// reading waits too.
 const STREAM_BACKLOG: usize = 64;
 
-type Body = BoxBody<Bytes, io::Error>;
+pub(crate) type Body = BoxBody<Bytes, io::Error>;
 
 /// Request headers never forwarded: they are about this hop, or (for
 /// `proxy-authorization`) for proxies, or set by the proxy itself.
@@ -120,16 +119,29 @@ pub(super) fn spawn(
     std::thread::Builder::new()
         .name("durun-proxy".into())
         .spawn(move || {
-            runtime.block_on(accept(listener, shared, stopped));
+            runtime.block_on(accept(listener, shared, stopped, |request, shared| {
+                Box::pin(async move { Ok(handle(request, shared).await) })
+            }));
             // In-flight exchanges end with the runtime.
             runtime.shutdown_background();
         })
 }
 
-async fn accept(
+/// What serves one request: its answer, or `Err` to close the connection
+/// without one.
+pub(crate) type Handler<S> =
+    fn(
+        Request<Incoming>,
+        Arc<S>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<Response<Body>>> + Send>>;
+
+/// Serves HTTP/1.1 on `listener` until `stopped` fires, each request by
+/// `handle` with `shared`, each connection as a task of its own.
+pub(crate) async fn accept<S: Send + Sync + 'static>(
     listener: std::net::TcpListener,
-    shared: Arc<Shared>,
+    shared: Arc<S>,
     mut stopped: oneshot::Receiver<()>,
+    handle: Handler<S>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
@@ -149,10 +161,8 @@ async fn accept(
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(handle(request, shared).await) }
-            });
+            let service =
+                hyper::service::service_fn(move |request| handle(request, Arc::clone(&shared)));
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
@@ -161,7 +171,7 @@ async fn accept(
 }
 
 /// An error answer in the shape OpenAI's and Anthropic's clients read.
-fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
+pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
     let body = json!({"error": {"type": kind, "message": message.into()}});
     let mut response = Response::new(full(body.to_string().into_bytes()));
     *response.status_mut() = status;
@@ -172,7 +182,7 @@ fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response
     response
 }
 
-fn full(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()

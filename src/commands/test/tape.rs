@@ -11,24 +11,21 @@
 //! nearest call that was made.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::cli::FaultKind;
 use crate::config::{MODEL_ROUTES, ProxyConfig};
-use crate::proxy::{Answer, Routes, request_args};
-
-type Body = BoxBody<Bytes, io::Error>;
+use crate::proxy::{Answer, Body, Routes, accept, error, full, request_args};
 
 /// What a call is matched by: its name (`ROUTE METHOD PATH`) and the hash
 /// of its args, as the proxy journals them.
@@ -108,7 +105,9 @@ impl Tape {
         let thread = std::thread::Builder::new()
             .name("durun-test-tape".into())
             .spawn(move || {
-                runtime.block_on(accept(listener, serving, stopped));
+                runtime.block_on(accept(listener, serving, stopped, |request, shared| {
+                    Box::pin(handle(request, shared))
+                }));
                 runtime.shutdown_background();
             })?;
         Ok(Self {
@@ -153,56 +152,6 @@ impl Drop for Tape {
             let _ = thread.join();
         }
     }
-}
-
-async fn accept(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    mut stopped: oneshot::Receiver<()>,
-) {
-    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-        return;
-    };
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stopped => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let shared = Arc::clone(&shared);
-                async move { handle(request, shared).await }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
-    let body = json!({"error": {"type": kind, "message": message.into()}});
-    let mut response = Response::new(full(body.to_string().into_bytes()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never: Infallible| match never {})
-        .boxed()
 }
 
 /// `Err` closes the connection without an answer (a `reset` fault).
