@@ -31,6 +31,7 @@ mod supervisor;
 mod task;
 #[cfg(test)]
 mod test_helpers;
+mod trace;
 mod usage;
 
 use std::ffi::OsString;

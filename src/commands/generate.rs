@@ -305,6 +305,68 @@ fn config_page() -> Result<Vec<u8>> {
          the next new step is refused with budget_exceeded and durun exits 78. run --max-tokens overrides it; \
          resume --max-tokens raises it.",
     )]);
+    let entries = |roff: &mut Roff, entries: &[(&str, &str)]| {
+        for (key, meaning) in entries {
+            roff.control("TP", []);
+            roff.text([bold(*key)]);
+            roff.text([roman(*meaning)]);
+        }
+    };
+    roff.control("SH", ["[proxy]"]);
+    entries(
+        &mut roff,
+        &[
+            (
+                "enabled",
+                "Whether run and resume start the model/API proxy (true, the default); --no-proxy turns it off for a run.",
+            ),
+            (
+                "ignore",
+                "JSON pointers (like \"/metadata/request_id\") left out of a request's body when it is matched with a recorded one: \
+          the fix for a prompt that embeds the time.",
+            ),
+            (
+                "secret_headers",
+                "More request headers that are forwarded but never journaled, hashed or shown (authorization, x-api-key, \
+          api-key, cookie and proxy-authorization always are).",
+            ),
+            (
+                "openai.upstream, anthropic.upstream",
+                "Where the model routes forward to, over OPENAI_BASE_URL and ANTHROPIC_BASE_URL \
+          in durun's environment and the vendors' APIs.",
+            ),
+        ],
+    );
+    roff.control("SH", ["[proxy.routes.NAME]"]);
+    entries(
+        &mut roff,
+        &[
+            ("upstream", "The API this route forwards to."),
+            ("env", "The variable the agent gets the route's URL in."),
+            (
+                "read, mutate",
+                "Which METHOD PATH patterns read and which mutate; by default GET, HEAD and OPTIONS read and the rest mutate \
+          (journaled before they are forwarded, with Idempotency-Key set to the step's key).",
+            ),
+        ],
+    );
+    roff.control("SH", ["[mcp.NAME]"]);
+    entries(
+        &mut roff,
+        &[(
+            "read, mutate",
+            "Tool names of the MCP server durun mcp --name NAME fronts, over the server's readOnlyHint annotations.",
+        )],
+    );
+    roff.control("SH", ["[otel]"]);
+    entries(
+        &mut roff,
+        &[(
+            "endpoint",
+            "The OTLP/HTTP base URL runs send their trace spans to, when neither OTEL_EXPORTER_OTLP_TRACES_ENDPOINT \
+          nor OTEL_EXPORTER_OTLP_ENDPOINT is set.",
+        )],
+    );
     roff.control("SH", ["EXAMPLE"]);
     roff.control("nf", []);
     for line in EXAMPLE.lines() {

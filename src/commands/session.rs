@@ -55,6 +55,14 @@ pub(super) fn drive(
     }
     let started = Instant::now();
     let mut reporter = report::for_stderr(settings.quiet);
+    // Traces (SPEC 15): the run is a span, in the trace durun was started
+    // in if any; the agent gets it as its TRACEPARENT.
+    let mut traceparent = None;
+    if let Some(endpoint) = crate::trace::endpoint(config.otel_endpoint.as_deref()) {
+        let context = crate::trace::Context::new(std::env::var("TRACEPARENT").ok().as_deref());
+        traceparent = Some(context.traceparent());
+        reporter = Box::new(crate::trace::Tracer::new(reporter, endpoint, context));
+    }
     let spec = RunSpec {
         task_id: &task.id,
         run,
@@ -73,6 +81,7 @@ pub(super) fn drive(
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
         crash_at: limits.crash_at,
+        traceparent,
         seeds: std::env::var_os(supervisor::SEEDS)
             .map(|path| {
                 supervisor::load_seeds(Path::new(&path)).with_context(|| {

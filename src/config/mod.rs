@@ -72,6 +72,9 @@ pub(crate) struct Config {
     /// `[mcp.NAME]`: which of an MCP server's tools read and which mutate,
     /// over its own annotations (SPEC 13).
     pub(crate) mcp: BTreeMap<String, McpServerConfig>,
+    /// `[otel] endpoint`: the OTLP/HTTP base URL traces go to, under the
+    /// standard variables (SPEC 15).
+    pub(crate) otel_endpoint: Option<String>,
 }
 
 /// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
@@ -162,6 +165,15 @@ struct RawConfig {
     proxy: proxy::RawProxy,
     #[serde(default)]
     mcp: BTreeMap<String, McpServerConfig>,
+    #[serde(default)]
+    otel: RawOtel,
+}
+
+/// `[otel]`: where traces go when the environment does not say.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawOtel {
+    endpoint: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -263,6 +275,7 @@ impl Config {
                 .collect(),
             proxy,
             mcp: raw.mcp,
+            otel_endpoint: raw.otel.endpoint,
         })
     }
 }

@@ -38,6 +38,8 @@ pub(crate) enum Event<'a> {
         elapsed: Duration,
         tokens: u64,
         error: Option<&'a str>,
+        /// The whole row, for whoever wants more of it (traces).
+        record: &'a crate::journal::StepRecord,
     },
     /// Something the operator should know that is not an error.
     Warning(&'a str),

@@ -76,6 +76,7 @@ impl Plain {
                 elapsed,
                 tokens,
                 error,
+                ..
             } => {
                 let mut line = format!(
                     "[durun] step {step} {name}: {} in {}",

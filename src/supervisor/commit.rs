@@ -281,6 +281,7 @@ impl<'a> Supervisor<'a> {
             elapsed: started.elapsed(),
             tokens: record.tokens,
             error: record.error.as_ref().map(|error| error.message.as_str()),
+            record,
         });
         let step = record.step;
         let response = match (record.kind, record.status) {

@@ -90,10 +90,13 @@ pub(crate) fn supervise(
         }
         None => None,
     };
-    let proxy_env = proxy
+    let mut proxy_env = proxy
         .as_ref()
         .map(crate::proxy::Proxy::env)
         .unwrap_or_default();
+    if let Some(traceparent) = &spec.traceparent {
+        proxy_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
+    }
     let copier = reporter.stderr_copier();
     let mut child = match super::child::spawn_agent(
         spec,

@@ -368,6 +368,7 @@ impl Supervisor<'_> {
                     elapsed: started.elapsed(),
                     tokens: record.tokens,
                     error: record.error.as_ref().map(|error| error.message.as_str()),
+                    record: &record,
                 });
                 let _ = reply.send(());
             }

@@ -49,6 +49,9 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) fixed_now: Option<SystemTime>,
     /// The model/API proxy's routes (SPEC 12); `None` when it is off.
     pub(crate) proxy: Option<&'a crate::config::ProxyConfig>,
+    /// The run's span as the agent's `TRACEPARENT`, when traces are on
+    /// (SPEC 15).
+    pub(crate) traceparent: Option<String>,
     /// Where `durun test` has durun killed (SPEC 14).
     pub(crate) crash_at: Option<super::CrashAt>,
     /// `durun test`'s answers to model steps (SPEC 14).

@@ -26,5 +26,6 @@ mod servers;
 mod shared;
 mod terminal;
 mod torture;
+mod traces;
 mod waiting;
 mod workers;

@@ -1,0 +1,233 @@
+//! OpenTelemetry traces (SPEC 15): a span per run and per step, sent as
+//! OTLP/HTTP and decoded by the OpenTelemetry protocol's own classes.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::env::{TestEnv, agents_dir, read_json_lines, text, wait_for};
+
+/// Whether `opentelemetry-proto` is installed: `.ci/run` installs it and
+/// sets `DURUN_TEST_OTEL=1`, which makes its absence a failure.
+fn otlp_proto() -> bool {
+    let found = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+        ])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("DURUN_TEST_OTEL").is_err(),
+            "DURUN_TEST_OTEL is set but opentelemetry-proto is not installed"
+        );
+        eprintln!("skipped: pip install opentelemetry-proto to run it");
+    }
+    found
+}
+
+struct Receiver {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Receiver {
+    fn start(env: &TestEnv) -> Self {
+        let port_file = env.path("otlp.port");
+        let child = std::process::Command::new("python3")
+            .arg(agents_dir().join("otlp_receiver.py"))
+            .arg(&port_file)
+            .arg(env.path("spans.jsonl"))
+            .spawn()
+            .expect("the OTLP receiver");
+        wait_for("the OTLP receiver", Duration::from_secs(20), || {
+            port_file.exists()
+        });
+        let port = std::fs::read_to_string(&port_file)
+            .expect("port")
+            .parse()
+            .expect("a port");
+        Self { child, port }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+#[test]
+fn a_run_and_its_steps_are_spans_in_the_callers_trace() {
+    if !otlp_proto() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let receiver = Receiver::start(&env);
+    env.set(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{}", receiver.port),
+    );
+    env.set("TRACEPARENT", format!("00-{TRACE}-{PARENT}-01"));
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    // Two steps, the agent's TRACEPARENT kept, and a failure on the
+    // first run: the resume replays both.
+    let agent = env.write(
+        "agent.py",
+        "import os, durun\nopen('traceparent-' + os.environ['DURUN_RUN'], 'w').write(os.environ.get('TRACEPARENT', ''))\ndurun.step('plan', {}, lambda: 'p')\ndurun.step('act', {}, lambda: 'a', 'mutate')\nif os.environ['DURUN_RUN'] == '1':\n    raise SystemExit(3)\n",
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+
+    let spans = read_json_lines(&env.path("spans.jsonl"));
+    assert!(
+        spans.iter().all(|span| span.get("error").is_none()),
+        "{spans:?}"
+    );
+    assert_eq!(spans.len(), 6, "two runs, two steps each: {spans:#?}");
+    let runs: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["name"] == "durun run t")
+        .collect();
+    assert_eq!(runs.len(), 2);
+    for (index, run) in runs.iter().enumerate() {
+        assert_eq!(run["trace_id"], TRACE);
+        assert_eq!(
+            run["parent_span_id"], PARENT,
+            "a child of the caller's span"
+        );
+        assert_eq!(run["service"], "durun");
+        assert_eq!(run["attributes"]["durun.task"], "t");
+        assert_eq!(run["attributes"]["durun.run"], index + 1);
+        let traceparent = std::fs::read_to_string(env.path(&format!("traceparent-{}", index + 1)))
+            .expect("the agent's TRACEPARENT");
+        assert_eq!(
+            traceparent,
+            format!("00-{TRACE}-{}-01", run["span_id"].as_str().expect("id")),
+            "the agent is inside its run's span"
+        );
+        let steps: Vec<&Value> = spans
+            .iter()
+            .filter(|span| span["parent_span_id"] == run["span_id"])
+            .collect();
+        let names: Vec<&str> = steps
+            .iter()
+            .map(|span| {
+                span["attributes"]["durun.step.name"]
+                    .as_str()
+                    .expect("name")
+            })
+            .collect();
+        assert_eq!(names, ["plan", "act"], "{steps:#?}");
+        for step in steps {
+            assert_eq!(step["trace_id"], TRACE);
+            assert_eq!(
+                step["attributes"]["durun.replayed"],
+                index == 1,
+                "the second run replays: {step}"
+            );
+            assert!(step["end"].as_u64() >= step["start"].as_u64());
+        }
+    }
+    // The failed run's span says so.
+    assert_eq!(runs[0]["status"], 2);
+    assert_eq!(runs[1]["status"], 0);
+}
+
+#[test]
+fn a_collector_that_is_away_costs_the_run_nothing_but_a_line() {
+    let env = TestEnv::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    // From durun.toml this time.
+    env.write(
+        "durun.toml",
+        &format!("[otel]\nendpoint = \"http://127.0.0.1:{port}\"\n"),
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        "-c",
+        "import os; print(len(os.environ['TRACEPARENT']))",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        text(&run.stdout).trim(),
+        "55",
+        "the agent has its TRACEPARENT"
+    );
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains("1 trace span was not sent: the OTLP collector did not take it"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_model_call_through_the_proxy_has_the_gen_ai_attributes() {
+    if !otlp_proto() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let receiver = Receiver::start(&env);
+    let server = crate::servers::LlmServer::start(&env);
+    env.set("OPENAI_BASE_URL", format!("{}/v1", server.base()));
+    env.set(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        format!("http://127.0.0.1:{}/v1/traces", receiver.port),
+    );
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, urllib.request
+body = json.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+                                 headers={"content-type": "application/json"})
+print(json.load(urllib.request.urlopen(request))["choices"][0]["message"]["content"])
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "m",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let spans = read_json_lines(&env.path("spans.jsonl"));
+    let call = spans
+        .iter()
+        .find(|span| span["attributes"]["durun.step.name"] == "openai POST /chat/completions")
+        .unwrap_or_else(|| panic!("the model call's span: {spans:#?}"));
+    assert_eq!(call["attributes"]["gen_ai.request.model"], "gpt-test");
+    let step = &env.inspect("m")["steps"][0];
+    assert_eq!(
+        call["attributes"]["gen_ai.usage.input_tokens"], step["usage"]["prompt_tokens"],
+        "{call}"
+    );
+    assert_eq!(
+        call["attributes"]["gen_ai.usage.output_tokens"],
+        step["usage"]["completion_tokens"]
+    );
+    assert_eq!(call["attributes"]["durun.effect"], "read");
+}
