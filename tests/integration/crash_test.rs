@@ -151,9 +151,13 @@ fn a_prompt_from_the_clock_diverges_with_the_diff() {
 fn a_tool_that_ignores_the_key_is_caught_by_check_and_the_key_is_shown() {
     let (mut env, _server) = subject_env();
     env.set("NO_DEDUPE", "1");
+    // Killed after the tool returned, before its result was durable: the
+    // resource exists and the retry comes with the same key, whatever the
+    // machine's load (a `during` kill may land before the tool has made
+    // it, on a busy machine).
     let (code, report, _) = durun_test(
         &env,
-        &["--check", CHECK, "--points", "during", "--steps", "4"],
+        &["--check", CHECK, "--points", "after", "--steps", "4"],
     );
     assert_eq!(code, Some(1), "{report:#}");
     let trial = &trials(&report)[0];
@@ -180,8 +184,10 @@ fn steps_named_from_a_sets_order_diverge() {
         .iter()
         .filter(|trial| trial["status"] == "diverged")
         .count();
-    // Two processes order five strings alike once in 120 times.
-    assert!(diverged >= 2, "{report:#}");
+    // A trial killed after a read resumes with those five strings in
+    // another order four times in five: one trial in six of them holding
+    // by chance has odds of 1 in 15,000.
+    assert!(diverged >= 1, "{report:#}");
 }
 
 #[test]
