@@ -182,7 +182,7 @@ pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) 
     response
 }
 
-pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
@@ -313,7 +313,7 @@ fn ended() -> Response<Body> {
 }
 
 /// A recorded answer, as it came the first time (a stream as a stream).
-fn replay(answer: &Answer) -> Response<Body> {
+pub(crate) fn recorded(answer: &Answer) -> Response<Body> {
     let body = Bytes::from(answer.body.clone());
     let body = if answer.is_stream() {
         let frames = futures_util::stream::iter([Ok::<_, io::Error>(Frame::data(body))]);
@@ -332,6 +332,12 @@ fn replay(answer: &Answer) -> Response<Body> {
             .headers_mut()
             .insert(header::CONTENT_TYPE, content_type);
     }
+    response
+}
+
+/// A recorded answer given from the journal, marked so.
+fn replay(answer: &Answer) -> Response<Body> {
+    let mut response = recorded(answer);
     response
         .headers_mut()
         .insert("x-durun-replayed", HeaderValue::from_static("true"));

@@ -86,9 +86,7 @@ impl Supervisor<'_> {
         fresh: bool,
     ) {
         self.crashes.started();
-        let fault = self
-            .faults
-            .remove(&(record.name.clone(), record.args_hash.clone()));
+        let fault = self.take_fault(&record);
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
         let invocation = Invocation {

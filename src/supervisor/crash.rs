@@ -1,7 +1,8 @@
-//! Kill points for `durun test` (SPEC 14): durun kills itself with SIGKILL
-//! at a chosen step and point of a run. The crash is real (the process is
-//! gone, its agent and tools with it, nothing flushed); only the moment is
-//! chosen, so that every step's every point is tried.
+//! What `durun test` (SPEC 14) asks of a run, and nothing else does: kill
+//! points (durun kills itself with SIGKILL at a chosen step and point; the
+//! crash is real, only the moment is chosen), seeds (the reference's model
+//! steps, answered as replays) and tool faults. A run without them pays
+//! a check of an empty map or a `None`, no more.
 
 use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;

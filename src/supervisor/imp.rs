@@ -90,18 +90,18 @@ pub(crate) fn supervise(
         }
         None => None,
     };
-    let mut proxy_env = proxy
+    let mut agent_env = proxy
         .as_ref()
         .map(crate::proxy::Proxy::env)
         .unwrap_or_default();
     if let Some(traceparent) = &spec.traceparent {
-        proxy_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
+        agent_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
     }
     let copier = reporter.stderr_copier();
     let mut child = match super::child::spawn_agent(
         spec,
         &socket.path,
-        &proxy_env,
+        &agent_env,
         copier.is_some(),
     ) {
         Ok(child) => child,

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
+use super::retries::MAX_RETRYABLE;
 use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::{Failure, Kind};
 use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
@@ -164,32 +165,11 @@ impl Supervisor<'_> {
             canonical: &canonical,
             ask_first: false,
         };
-        let Some((mut record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
+        let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
             return;
         };
-        if fresh
-            && let Some((output, usage)) = self
-                .seeds
-                .get_mut(&(record.name.clone(), record.args_hash.clone()))
-                .and_then(std::collections::VecDeque::pop_front)
-        {
-            // `durun test`: the reference's model step, answered as if
-            // replayed once it is durable here.
-            self.crashes.started();
-            record.status = StepStatus::Committed;
-            record.output = Some(output);
-            record.tokens = crate::usage::tokens_of(&usage);
-            record.usage = Some(JsonText::from_value(&usage));
-            record.finished_at = Some(crate::journal::now());
-            self.crashes.finished();
-            self.tokens_finished += record.tokens;
-            self.outbox.batch.push(Deferred {
-                conn,
-                record,
-                fresh,
-                then: Then::Seeded { id },
-            });
-            return;
+        if fresh && let Some(seed) = self.take_seed(&record) {
+            return self.answer_seeded(conn, id, record, seed);
         }
         if record.effect == Effect::Mutate {
             // Write-ahead: the agent hears of the step once its intent is
@@ -488,110 +468,6 @@ impl Supervisor<'_> {
             }
         }
         self.finish_step(conn, id, record, open.fresh, open.started);
-    }
-}
-
-impl Supervisor<'_> {
-    /// `patched`: a step recording the patch where the journal holds
-    /// nothing at this point or holds this patch (true); where it holds
-    /// another step, the task's older path, nothing is consumed (false).
-    fn on_patched(&mut self, conn: Conn, id: Value, name: &str) {
-        let recorded = match self.next_protocol_step() {
-            Ok(step) => self.steps.recorded.take(step),
-            Err(err) => return self.journal_failed(conn, &id, err),
-        };
-        let args = serde_json::json!({ "patch": name });
-        let is_this_patch =
-            |record: &StepRecord| record.name == PATCH_STEP && record.args.value() == args;
-        match recorded {
-            Some(record) if !is_this_patch(&record) => {
-                // An older path: the request takes no step number.
-                self.steps.recorded.put_back(record);
-                let mut response = Response::ok(id);
-                response.patched = Some(false);
-                self.respond(conn, &response);
-            }
-            Some(record) => {
-                self.steps.take_number(record.step);
-                self.stats.replayed_steps += 1;
-                let mut response = Response::ok(id).step(record.step);
-                response.patched = Some(true);
-                self.respond(conn, &response);
-            }
-            None => {
-                let canonical = crate::step_key::canonical_json(&args).expect("JSON");
-                let wanted = Wanted {
-                    name: PATCH_STEP,
-                    kind: StepKind::Begin,
-                    effect: Effect::Read,
-                    args: &args,
-                    canonical: &canonical,
-                    ask_first: false,
-                };
-                let Some((mut record, fresh, _)) = self.open_step(conn, &id, wanted) else {
-                    return;
-                };
-                record.status = StepStatus::Committed;
-                record.output = Some(JsonText::from_value(&Value::Bool(true)));
-                record.finished_at = Some(journal::now());
-                self.outbox.batch.push(Deferred {
-                    conn,
-                    record,
-                    fresh,
-                    then: Then::Patched { id },
-                });
-            }
-        }
-    }
-}
-
-/// The name of the step that records a patch (`patched`).
-const PATCH_STEP: &str = "durun.patched";
-
-/// How many failed steps of a run the agent may still `retry`.
-const MAX_RETRYABLE: usize = 64;
-
-impl Supervisor<'_> {
-    /// Opens a step that failed in this run again, as its next attempt
-    /// with the same key (the agent's own retries: each attempt is in the
-    /// journal).
-    fn on_retry(&mut self, conn: Conn, id: Value, step: u64) {
-        let Some(record) = self.steps.failed.remove(&step) else {
-            return self.respond(
-                conn,
-                &Response::error(
-                    id,
-                    ErrorCode::BadRequest,
-                    format!("step {step} is not a step that failed in this run: `retry` follows its `fail`"),
-                )
-                .step(step),
-            );
-        };
-        if self.over_budget(conn, &id, step) {
-            return;
-        }
-        let record = self.next_attempt(record);
-        self.reporter.report(&Report::StepStarted {
-            step,
-            name: &record.name,
-            attempt: record.attempts,
-        });
-        if record.effect == Effect::Mutate {
-            // The new attempt's intent is durable before the agent runs it.
-            self.outbox.batch.push(Deferred {
-                conn,
-                record,
-                fresh: false,
-                then: Then::Opened {
-                    id,
-                    in_doubt: false,
-                },
-            });
-        } else if self.may_start() {
-            self.opened(conn, id, record, false, false);
-        } else {
-            self.refuse_start(conn, id, step);
-        }
     }
 }
 

@@ -376,3 +376,21 @@ pub(crate) fn signal(pid: i32, signal: i32) {
         libc::kill(pid, signal);
     }
 }
+
+/// Whether python3 can `import` these (comma-separated) modules. `.ci/run`
+/// installs the packages and sets `required`, which makes their absence a
+/// failure; elsewhere the test is skipped, saying what to install.
+pub(crate) fn python_has(modules: &str, required: &str, install: &str) -> bool {
+    let found = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var(required).is_err(),
+            "{required} is set but `{modules}` cannot be imported: pip install {install}"
+        );
+        eprintln!("skipped: pip install {install} to run it");
+    }
+    found
+}

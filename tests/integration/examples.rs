@@ -273,16 +273,11 @@ fn the_node_agent_example_holds_under_durun_test() {
 
 #[test]
 fn the_zero_code_example_opens_one_pull_request_across_a_crash() {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import agents.mcp, mcp.server.fastmcp"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_MCP").is_err(),
-            "DURUN_TEST_MCP is set but openai-agents or mcp is not installed"
-        );
-        eprintln!("skipped: pip install openai-agents 'mcp<2' to run it");
+    if !crate::env::python_has(
+        "agents.mcp, mcp.server.fastmcp",
+        "DURUN_TEST_MCP",
+        "openai-agents 'mcp<2'",
+    ) {
         return;
     }
     let services = FakeServices::start();

@@ -11,18 +11,11 @@ use crate::env::{TestEnv, agents_dir, read_json_lines, sigkill_once, text, wait_
 /// Whether the `mcp` package is installed: `.ci/run` installs it and sets
 /// `DURUN_TEST_MCP=1`, which makes its absence a failure.
 fn mcp_sdk() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import mcp.server.fastmcp, mcp.client.stdio"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_MCP").is_err(),
-            "DURUN_TEST_MCP is set but the `mcp` package is not installed"
-        );
-        eprintln!("skipped: pip install 'mcp<2' to run it");
-    }
-    found
+    crate::env::python_has(
+        "mcp.server.fastmcp, mcp.client.stdio",
+        "DURUN_TEST_MCP",
+        "'mcp<2'",
+    )
 }
 
 fn agent() -> String {
@@ -300,18 +293,7 @@ fn the_npm_memory_server_behind_durun_mcp_replays_on_resume() {
 /// Whether the OpenAI Agents SDK is installed (with the same rule as the
 /// other real packages).
 fn agents_sdk() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import agents.mcp"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_MCP").is_err(),
-            "DURUN_TEST_MCP is set but `openai-agents` is not installed"
-        );
-        eprintln!("skipped: pip install openai-agents to run it");
-    }
-    found
+    crate::env::python_has("agents.mcp", "DURUN_TEST_MCP", "openai-agents")
 }
 
 #[test]

@@ -230,18 +230,11 @@ impl FakeApi {
 /// them and sets `DURUN_TEST_LLM_CLIENTS=1`, which makes their absence a
 /// failure.
 pub(crate) fn llm_clients() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import openai, anthropic"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
-            "DURUN_TEST_LLM_CLIENTS is set but `openai` and `anthropic` are not installed"
-        );
-        eprintln!("skipped: pip install openai anthropic to run it");
-    }
-    found
+    crate::env::python_has(
+        "openai, anthropic",
+        "DURUN_TEST_LLM_CLIENTS",
+        "openai anthropic",
+    )
 }
 
 /// The fake OpenAI and Anthropic server, and its request counts.

@@ -10,21 +10,11 @@ use crate::env::{TestEnv, agents_dir, read_json_lines, text, wait_for};
 /// Whether `opentelemetry-proto` is installed: `.ci/run` installs it and
 /// sets `DURUN_TEST_OTEL=1`, which makes its absence a failure.
 fn otlp_proto() -> bool {
-    let found = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import opentelemetry.proto.collector.trace.v1.trace_service_pb2",
-        ])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_OTEL").is_err(),
-            "DURUN_TEST_OTEL is set but opentelemetry-proto is not installed"
-        );
-        eprintln!("skipped: pip install opentelemetry-proto to run it");
-    }
-    found
+    crate::env::python_has(
+        "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+        "DURUN_TEST_OTEL",
+        "opentelemetry-proto",
+    )
 }
 
 struct Receiver {

@@ -53,7 +53,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))
             .context("cannot set up the signal handlers")?;
     }
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::new(args.keep)?;
     let hold = args.timeout.unwrap_or(REFERENCE_TIMEOUT);
     let tape = Tape::start(&config.proxy, hold).context("cannot start durun test's recorder")?;
     let mut bench = Bench {
@@ -77,12 +77,10 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     say("the reference run");
     let reference = reference(&bench, &scratch.path.join("reference"));
     if interrupted.load(Ordering::Relaxed) {
-        scratch.finish(args.keep);
         eprintln!("durun: durun test was interrupted during the reference run");
         return Ok(INTERRUPTED);
     }
     let Some(reference) = reference? else {
-        scratch.finish(args.keep);
         return Ok(1);
     };
     let reference_calls = tape.calls("reference").requests;
@@ -119,7 +117,6 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     );
 
     if interrupted.load(Ordering::Relaxed) {
-        scratch.finish(args.keep);
         eprintln!(
             "durun: durun test was interrupted; {} of {} trials had run",
             judged.iter().filter(|trial| !trial.interrupted).count(),
@@ -137,7 +134,6 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         std::fs::write(path, verdict::junit(&judged))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    scratch.finish(args.keep);
     let held = judged
         .iter()
         .all(|trial| trial.status == verdict::Status::Ok);
@@ -362,13 +358,16 @@ fn run_trials(
         .collect()
 }
 
-/// The scratch directory: removed at the end unless `--keep`.
+/// The scratch directory: removed when dropped, whatever ended the test
+/// (a verdict, a usage error, a run that could not start), unless
+/// `--keep` (then its path is said).
 struct Scratch {
     path: PathBuf,
+    keep: bool,
 }
 
 impl Scratch {
-    fn new() -> Result<Self> {
+    fn new(keep: bool) -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt as _;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -381,11 +380,13 @@ impl Scratch {
             .mode(0o700)
             .create(&path)
             .with_context(|| format!("cannot make the scratch directory {}", path.display()))?;
-        Ok(Self { path })
+        Ok(Self { path, keep })
     }
+}
 
-    fn finish(self, keep: bool) {
-        if keep {
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.keep {
             eprintln!(
                 "durun test: the scratch journals are in {}",
                 self.path.display()

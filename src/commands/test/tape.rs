@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use crate::cli::FaultKind;
 use crate::config::{MODEL_ROUTES, ProxyConfig};
-use crate::proxy::{Answer, Body, Routes, accept, error, full, request_args};
+use crate::proxy::{Answer, Body, Routes, accept, error, recorded, request_args};
 
 /// What a call is matched by: its name (`ROUTE METHOD PATH`) and the hash
 /// of its args, as the proxy journals them.
@@ -243,7 +243,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
             calls.requests += 1;
             *calls.seen.entry(content).or_default() += 1;
         }
-        return Ok(send(&answer));
+        return Ok(recorded(&answer));
     }
 
     let (answer, fault) = {
@@ -286,7 +286,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
         ));
     };
     match fault {
-        None => Ok(send(&answer)),
+        None => Ok(recorded(&answer)),
         Some(FaultKind::Http429) => {
             let mut response = error(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -334,25 +334,6 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
 
 fn head_value(value: Option<&str>) -> Option<HeaderValue> {
     value.and_then(|value| HeaderValue::from_str(value).ok())
-}
-
-/// A kept answer as it came (an event stream as a stream).
-fn send(answer: &Answer) -> Response<Body> {
-    let body = Bytes::from(answer.body.clone());
-    let body = if answer.is_stream() {
-        let frames = futures_util::stream::iter([Ok::<_, io::Error>(Frame::data(body))]);
-        StreamBody::new(frames).boxed()
-    } else {
-        full(body)
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
-    if let Some(content_type) = head_value(answer.content_type.as_deref()) {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, content_type);
-    }
-    response
 }
 
 /// A call the reference never made, with its difference from the nearest

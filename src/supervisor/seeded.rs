@@ -1,0 +1,61 @@
+//! The run's side of `durun test`'s seeds and tool faults (SPEC 14): a
+//! new model step answered with the reference's output, a tool call
+//! failed in place of its tool. A run without them checks an empty map.
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+
+use super::inbox::Conn;
+use super::state::{Deferred, Supervisor, Then};
+use crate::journal::{StepRecord, StepStatus};
+use crate::json_text::JsonText;
+
+impl Supervisor<'_> {
+    /// The reference's answer to a new `begin` like `record`, if `durun
+    /// test` gave one. Nothing is looked up (or allocated) in a run
+    /// without seeds.
+    pub(super) fn take_seed(&mut self, record: &StepRecord) -> Option<(JsonText, Value)> {
+        if self.seeds.is_empty() {
+            return None;
+        }
+        self.seeds
+            .get_mut(&(record.name.clone(), record.args_hash.clone()))
+            .and_then(VecDeque::pop_front)
+    }
+
+    /// Records a seeded step as finished with the reference's output and
+    /// usage, and answers the `begin` as a replay once it is durable.
+    pub(super) fn answer_seeded(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        mut record: StepRecord,
+        (output, usage): (JsonText, Value),
+    ) {
+        self.crashes.started();
+        record.status = StepStatus::Committed;
+        record.output = Some(output);
+        record.tokens = crate::usage::tokens_of(&usage);
+        record.usage = Some(JsonText::from_value(&usage));
+        record.finished_at = Some(crate::journal::now());
+        self.crashes.finished();
+        self.tokens_finished += record.tokens;
+        self.outbox.batch.push(Deferred {
+            conn,
+            record,
+            fresh: true,
+            then: Then::Seeded { id },
+        });
+    }
+
+    /// The fault `durun test` makes of a `call` like `record`, the first
+    /// time only. Nothing is looked up in a run without faults.
+    pub(super) fn take_fault(&mut self, record: &StepRecord) -> Option<String> {
+        if self.faults.is_empty() {
+            return None;
+        }
+        self.faults
+            .remove(&(record.name.clone(), record.args_hash.clone()))
+    }
+}
