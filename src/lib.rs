@@ -32,6 +32,7 @@ mod task;
 #[cfg(test)]
 mod test_helpers;
 mod trace;
+mod ui;
 mod usage;
 
 use std::ffi::OsString;
@@ -113,6 +114,7 @@ where
         Command::Fork(args) => commands::transfer::fork(&args, &settings),
         Command::Submit(args) => commands::worker::submit(&args, &settings),
         Command::Worker(args) => commands::worker::worker(&args, &settings),
+        Command::Ui(args) => ui::exec(&args, &settings),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };

@@ -510,3 +510,19 @@ fn fault_at(text: &str) -> Result<(super::values::FaultKind, u64), String> {
         .ok_or_else(|| format!("`{step}` is not a step number"))?;
     Ok((kind, step))
 }
+
+#[derive(Args, Debug)]
+pub(crate) struct UiArgs {
+    /// Where to serve: an address and port; a port of 0 picks a free one
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    pub(crate) listen: std::net::SocketAddr,
+
+    /// Read the token every visitor must bring from FILE instead of making
+    /// one (needed with a --listen that is not a loopback address)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<std::path::PathBuf>,
+
+    /// Open the page in the desktop's browser (xdg-open, or open on macOS)
+    #[arg(long)]
+    pub(crate) open: bool,
+}

@@ -184,6 +184,18 @@ pub(crate) enum Command {
   durun --journal postgres://durun@db/durun worker --jobs 4
   durun worker --queue nightly --queue default --config workers.toml   ([queues.nightly] concurrency = 2)")]
     Worker(WorkerArgs),
+    /// Serve a web view of the journal: tasks, timelines, tokens, actions
+    ///
+    /// Prints the page's URL, with the token every request must carry, on
+    /// stdout, and serves until SIGINT or SIGTERM. The page reads the same
+    /// journal as `inspect` (SQLite or PostgreSQL) and updates itself while
+    /// a run goes on; its buttons do what `approve`, `reject`, `signal`,
+    /// `cancel`, `resolve` and `fork` do. Every asset is in the binary.
+    #[command(after_help = "Examples:
+  durun ui                                         http://127.0.0.1:7878/?token=…
+  durun ui --listen 127.0.0.1:0 --open             a free port, in the desktop's browser
+  durun --journal postgres://db/durun ui --listen 0.0.0.0:7878 --token-file /run/secrets/durun-ui")]
+    Ui(UiArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// Write the man page and completion scripts into a directory
@@ -272,6 +284,9 @@ mod tests {
             ("durun inspect --workers", true),
             ("durun inspect t1 --workers", false),
             ("durun resume t1 --max-tokens 5000", true),
+            ("durun ui", true),
+            ("durun ui --listen 0.0.0.0:80 --token-file t --open", true),
+            ("durun ui --listen nowhere", false),
             ("durun frobnicate", false),
         ];
         for (line, ok) in cases {

@@ -125,6 +125,18 @@ pub(crate) static RELEASE_CLAIMS_OF: Sql =
     Sql::new("UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1");
 
 /// A task's runs, in order.
+/// Tokens by day (UTC), over every task: spent by the steps that reported
+/// usage (on the day each finished), saved by the runs that replayed them
+/// (on the day each started).
+pub(crate) static TOKEN_DAYS: Sql = Sql::new(
+    "SELECT day, CAST(SUM(spent) AS BIGINT), CAST(SUM(saved) AS BIGINT) FROM (
+         SELECT substr(COALESCE(finished_at, started_at), 1, 10) AS day, tokens AS spent, 0 AS saved
+             FROM steps WHERE tokens > 0
+         UNION ALL
+         SELECT substr(started_at, 1, 10), 0, tokens_saved FROM runs WHERE tokens_saved > 0
+     ) AS used GROUP BY day ORDER BY day",
+);
+
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
                     replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed
@@ -251,6 +263,7 @@ mod tests {
             &DELETE_WORKER,
             &RELEASE_CLAIMS_OF,
             &RUNS_OF_TASK,
+            &TOKEN_DAYS,
             &SET_UNREPLAYED,
             &INSERT_RUN,
             &REPLAY_BOUNDS,

@@ -24,6 +24,8 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Send {
     /// Every task, newest first.
     fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>>;
+    /// Tokens spent and saved per day (`YYYY-MM-DD`, UTC), oldest first.
+    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>>;
     /// The task's steps that take part in replay, in step order; with
     /// `discarded`, also the steps `resume --from-step` took out, each
     /// before its replacement.

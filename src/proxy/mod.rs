@@ -173,7 +173,7 @@ fn with_loopback(listed: &str) -> String {
 
 /// 192 random bits, as hex: the path segment every URL of a run's proxy
 /// starts with.
-fn secret() -> io::Result<String> {
+pub(crate) fn secret() -> io::Result<String> {
     use std::io::Read as _;
     let mut bytes = [0u8; 24];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;

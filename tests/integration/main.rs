@@ -27,5 +27,6 @@ mod shared;
 mod terminal;
 mod torture;
 mod traces;
+mod ui;
 mod waiting;
 mod workers;

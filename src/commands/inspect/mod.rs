@@ -9,18 +9,19 @@ mod follow;
 mod json;
 mod views;
 
-use std::io::Write as _;
+use std::io::Write;
 
 use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::cli::{InspectArgs, StatusFilter};
-use crate::journal::{Access, Location, StepRecord, TaskStatus};
+use crate::journal::{Access, Journal, Location, RunRecord, StepRecord, TaskRecord, TaskStatus};
 use crate::report::table::Style;
 use crate::report::thousands;
 use crate::settings::Settings;
-use crate::task::{shown, unknown_task};
+use crate::task::{Shown, shown, unknown_task};
 use json::{StepOut, step_json, task_out, task_summary_json};
+pub(crate) use views::{age, took};
 
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;
@@ -58,28 +59,20 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         } else {
             Some(location.open(Access::Read, settings)?)
         };
-        let mut shown_tasks = Vec::new();
-        if let Some(journal) = journal.as_mut() {
-            for task in journal.tasks()? {
-                if shown_tasks.len() >= args.limit.unwrap_or(usize::MAX) {
-                    break;
-                }
-                let shown = shown(journal.as_mut(), &task, settings)?;
-                if args
-                    .status
-                    .is_none_or(|wanted| status_matches(wanted, shown.status))
-                {
-                    shown_tasks.push((task, shown));
-                }
-            }
-        }
-        let tasks = shown_tasks;
+        let tasks = match journal.as_mut() {
+            Some(journal) => listed(
+                journal.as_mut(),
+                settings,
+                args.limit.unwrap_or(usize::MAX),
+                &|_, shown| {
+                    args.status
+                        .is_none_or(|wanted| status_matches(wanted, shown.status))
+                },
+            )?,
+            None => Vec::new(),
+        };
         if args.json {
-            let tasks: Vec<Value> = tasks
-                .iter()
-                .map(|(task, shown)| task_summary_json(task, shown))
-                .collect();
-            writeln!(out, "{}", json!({ "tasks": tasks }))?;
+            list_json(&tasks, &mut out)?;
         } else {
             out.write_all(views::task_list(&style, &tasks, now).as_bytes())?;
         }
@@ -100,21 +93,7 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     let runs = journal.runs(id)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
     if args.json && args.step.is_none() {
-        // Streamed: each step is written as it is read.
-        out.write_all(b"{\"task\":")?;
-        let shown = shown(journal.as_mut(), &task, settings)?;
-        let signals = journal.signals(id)?;
-        serde_json::to_writer(&mut out, &task_out(&task, &runs, &shown, &signals))?;
-        out.write_all(b",\"steps\":[")?;
-        let mut first = true;
-        journal.visit_steps(id, true, None, &mut |step| {
-            if !std::mem::take(&mut first) {
-                out.write_all(b",")?;
-            }
-            serde_json::to_writer(&mut out, &step_json(&step))?;
-            Ok(())
-        })?;
-        out.write_all(b"]}\n")?;
+        task_json(journal.as_mut(), &task, &runs, settings, &mut out)?;
     } else if let Some(n) = args.step {
         let steps = journal.step_versions(id, n)?;
         if args.json {
@@ -163,7 +142,64 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     Ok(0)
 }
 
-fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
+/// The tasks, newest first, as they are shown, that `keep` keeps: at most
+/// `limit` of them.
+pub(crate) fn listed(
+    journal: &mut dyn Journal,
+    settings: &Settings,
+    limit: usize,
+    keep: &dyn Fn(&TaskRecord, &Shown) -> bool,
+) -> Result<Vec<(TaskRecord, Shown)>> {
+    let mut tasks = Vec::new();
+    for task in journal.tasks()? {
+        if tasks.len() >= limit {
+            break;
+        }
+        let shown = shown(journal, &task, settings)?;
+        if keep(&task, &shown) {
+            tasks.push((task, shown));
+        }
+    }
+    Ok(tasks)
+}
+
+/// `inspect --json`'s task list (SPEC 6), also `/api/tasks` of `durun ui`.
+pub(crate) fn list_json(tasks: &[(TaskRecord, Shown)], out: &mut dyn Write) -> Result<()> {
+    let tasks: Vec<Value> = tasks
+        .iter()
+        .map(|(task, shown)| task_summary_json(task, shown))
+        .collect();
+    writeln!(out, "{}", json!({ "tasks": tasks }))?;
+    Ok(())
+}
+
+/// `inspect TASK --json` (SPEC 6), also `/api/tasks/ID` of `durun ui`.
+/// Streamed: each step is written as it is read.
+pub(crate) fn task_json(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    runs: &[RunRecord],
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> Result<()> {
+    out.write_all(b"{\"task\":")?;
+    let shown = shown(journal, task, settings)?;
+    let signals = journal.signals(&task.id)?;
+    serde_json::to_writer(&mut *out, &task_out(task, runs, &shown, &signals))?;
+    out.write_all(b",\"steps\":[")?;
+    let mut first = true;
+    journal.visit_steps(&task.id, true, None, &mut |step| {
+        if !std::mem::take(&mut first) {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &step_json(&step))?;
+        Ok(())
+    })?;
+    out.write_all(b"]}\n")?;
+    Ok(())
+}
+
+pub(crate) fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
     matches!(
         (wanted, status),
         (StatusFilter::Running, TaskStatus::Running)

@@ -49,7 +49,7 @@ fn parse_time(text: &str) -> Option<SystemTime> {
 }
 
 /// `3m ago`, `2h ago`, `4d ago`.
-fn age(then: &str, now: SystemTime) -> String {
+pub(crate) fn age(then: &str, now: SystemTime) -> String {
     let Some(elapsed) = parse_time(then).and_then(|then| now.duration_since(then).ok()) else {
         return "just now".to_owned();
     };
@@ -62,7 +62,7 @@ fn age(then: &str, now: SystemTime) -> String {
     }
 }
 
-pub(super) fn took(started: &str, finished: Option<&str>) -> Option<Duration> {
+pub(crate) fn took(started: &str, finished: Option<&str>) -> Option<Duration> {
     let started = parse_time(started)?;
     let finished = parse_time(finished?)?;
     finished.duration_since(started).ok()

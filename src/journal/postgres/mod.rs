@@ -175,6 +175,20 @@ impl Journal for PostgresJournal {
         Ok(())
     }
 
+    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
+        let rows = self.client.query(sql::TOKEN_DAYS.postgres(), &[])?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                (
+                    row.get(0),
+                    row.get::<_, i64>(1) as u64,
+                    row.get::<_, i64>(2) as u64,
+                )
+            })
+            .collect())
+    }
+
     fn count_steps(&mut self, task: &str) -> Result<u64> {
         let row = self
             .client

@@ -83,6 +83,20 @@ impl Journal for SqliteJournal {
         Ok(tasks)
     }
 
+    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
+        let mut statement = self.conn.prepare_cached(sql::TOKEN_DAYS.sqlite())?;
+        let days = statement
+            .query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get::<_, i64>(1)? as u64,
+                    row.get::<_, i64>(2)? as u64,
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(days)
+    }
+
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
         let mut statement = self.conn.prepare_cached(sql::RUNS_OF_TASK.sqlite())?;
         let runs = statement

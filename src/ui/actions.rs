@@ -1,0 +1,136 @@
+//! The page's actions. Each runs the `durun` command it stands for, this
+//! very binary on the same journal, so a button does exactly what the
+//! command line does, checks and messages included, and the page can do
+//! nothing the command line cannot.
+
+use hyper::StatusCode;
+use serde_json::json;
+
+use super::Shared;
+use super::html::{page, task_href, text};
+use super::http::{Reply, Req};
+
+/// The actions, as the last segment of `POST /tasks/ID/ACTION`.
+pub(super) const ACTIONS: [&str; 6] = ["approve", "reject", "signal", "cancel", "resolve", "fork"];
+
+/// The command line of `action` on task `id` from the form, or what is
+/// wrong with the form.
+fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
+    let field = |name: &str| {
+        req.field(name)
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+    };
+    let mut args = vec![action.to_owned(), id.to_owned()];
+    match action {
+        "approve" => {
+            if let Some(comment) = field("comment") {
+                args.extend([
+                    "--data".to_owned(),
+                    json!({ "comment": comment }).to_string(),
+                ]);
+            }
+        }
+        "reject" => {
+            if let Some(reason) = field("reason") {
+                args.extend(["--reason".to_owned(), reason.to_owned()]);
+            }
+        }
+        "signal" => {
+            args.push(field("name").ok_or("a signal needs a name")?.to_owned());
+            if let Some(data) = field("data") {
+                args.extend(["--data".to_owned(), data.to_owned()]);
+            }
+        }
+        "resolve" => {
+            args.push(field("step").ok_or("which step?")?.to_owned());
+            match field("how") {
+                Some("retry") => args.push("--retry".to_owned()),
+                Some("output") => args.extend([
+                    "--output".to_owned(),
+                    field("value")
+                        .ok_or("the output, as JSON, is missing")?
+                        .to_owned(),
+                ]),
+                Some("fail") => args.extend([
+                    "--fail".to_owned(),
+                    field("value").ok_or("the reason is missing")?.to_owned(),
+                ]),
+                _ => return Err("resolve how: retry, output or fail".to_owned()),
+            }
+        }
+        "fork" => {
+            args.extend([
+                "--from-step".to_owned(),
+                field("from").ok_or("fork from which step?")?.to_owned(),
+            ]);
+        }
+        _ => {}
+    }
+    Ok(args)
+}
+
+pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {
+    let back = task_href(id);
+    let ran = command(req, id, action).and_then(|args| {
+        let mut command =
+            std::process::Command::new(std::env::current_exe().map_err(|err| err.to_string())?);
+        if let Some(journal) = shared.settings.journal_arg() {
+            command.arg("--journal").arg(journal);
+        }
+        let output = command
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|err| format!("cannot run durun {action}: {err}"))?;
+        Ok(output)
+    });
+    let (ok, message, location) = match ran {
+        Err(message) => (false, message, back),
+        Ok(output) => {
+            let said = String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .map(|line| line.strip_prefix("durun: ").unwrap_or(line))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let printed = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            let location = if action == "fork" && output.status.success() && !printed.is_empty() {
+                task_href(&printed)
+            } else {
+                back
+            };
+            (output.status.success(), said, location)
+        }
+    };
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    if req
+        .header("accept")
+        .is_some_and(|accept| accept.contains("application/json"))
+    {
+        return Reply::json(
+            json!({"ok": ok, "message": message, "location": location})
+                .to_string()
+                .into_bytes(),
+        )
+        .status(status);
+    }
+    // Without the script: a page that says what happened, and the way back.
+    Reply::html(page(
+        action,
+        &shared.keys.csrf,
+        None,
+        &format!(
+            "<h1>{}</h1><pre class=\"{}\">{}</pre><p><a href=\"{}\">back to the task</a></p>",
+            if ok { "Done" } else { "Not done" },
+            if ok { "said" } else { "error" },
+            text(&message),
+            text(&location)
+        ),
+    ))
+    .status(status)
+}
