@@ -56,7 +56,7 @@ pub(crate) fn page(title: &str, csrf: &str, live: Option<&str>, body: &str) -> S
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta name=\"csrf-token\" content=\"{csrf}\">\
          <title>{title} · durun</title>\
-         <link rel=\"stylesheet\" href=\"/assets/ui.css\">\
+         <link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/assets/ui.css\">\
          <script src=\"/assets/ui.js\" defer></script></head>\
          <body{live}><header><a class=\"brand\" href=\"/\">durun</a>\
          <nav><a href=\"/\">Tasks</a><a href=\"/tokens\">Tokens</a><a href=\"/workers\">Workers and queues</a></nav>\

@@ -126,26 +126,15 @@ pub(super) fn task_timeline(
                 thousands(run.stats.tokens_saved)
             ))
         );
-        if run.stats.replayed_steps > 0 {
-            let _ = write!(
-                svg,
-                "<rect class=\"replayed\" x=\"{:.1}\" y=\"{:.1}\" width=\"5\" height=\"{:.1}\"><title>{}</title></rect>",
-                x(start),
-                y + 2.0,
-                ROW - 8.0,
-                text(&format!(
-                    "run {} replayed {} steps from the journal ({} tokens saved)",
-                    run.run,
-                    run.stats.replayed_steps,
-                    thousands(run.stats.tokens_saved)
-                ))
-            );
-        }
         for step in steps.iter().filter(|step| step.run == run.run) {
             let Some((start, end)) = step_span(step) else {
                 continue;
             };
-            let class = step_class(step, task, driven);
+            // Drawn in the row of the run that ran it: executed there.
+            let class = match step_class(step, task, driven) {
+                "replayed" => "executed",
+                class => class,
+            };
             let took = Duration::from_millis((end - start) as u64);
             let _ = write!(
                 svg,
@@ -165,6 +154,25 @@ pub(super) fn task_timeline(
                         String::new()
                     }
                 ))
+            );
+        }
+        if run.stats.replayed_steps > 0 {
+            let _ = write!(
+                svg,
+                "<rect class=\"replayed\" x=\"{:.1}\" y=\"{:.1}\" width=\"8\" height=\"{:.1}\"><title>{}</title></rect>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" class=\"label end\">{} replayed</text>",
+                x(start),
+                y + 2.0,
+                ROW - 8.0,
+                text(&format!(
+                    "run {} replayed {} steps from the journal ({} tokens saved)",
+                    run.run,
+                    run.stats.replayed_steps,
+                    thousands(run.stats.tokens_saved)
+                )),
+                x(start) - 3.0,
+                y + 14.0,
+                run.stats.replayed_steps,
             );
         }
     }

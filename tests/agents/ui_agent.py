@@ -4,7 +4,9 @@ handler attributes, a javascript: URL and an ESC sequence, which the page
 must show as text.
 
 Environment: UI_STEPS (model steps, default 3), UI_SLEEP (seconds each
-takes, default 0), UI_WAIT (a signal to wait for at the end, if set).
+takes, default 0), UI_WAIT (a signal to wait for at the end, if set),
+UI_PLAIN (set: names and outputs of an ordinary release agent instead, for
+the screenshots).
 """
 import json
 import os
@@ -27,9 +29,15 @@ def ask(message, must=True):
     return answer
 
 
+PLAIN = bool(os.environ.get("UI_PLAIN"))
+NAMES = ["llm.plan", "repo.read_changelog", "llm.draft_notes", "llm.review", "ci.status", "llm.summarize"]
+if PLAIN:
+    EVIL = "release 1.4.0: 12 changes, 2 fixes"
+
 outputs = []
 for i in range(int(os.environ.get("UI_STEPS", "3"))):
-    opened = ask({"op": "begin", "name": f"llm.plan {i} {EVIL}", "args": {"prompt": EVIL, "i": i}})
+    name = NAMES[i % len(NAMES)] if PLAIN else f"llm.plan {i} {EVIL}"
+    opened = ask({"op": "begin", "name": name, "args": {"prompt": EVIL, "i": i}})
     if opened.get("replayed"):
         outputs.append(opened["output"])
         continue
@@ -39,9 +47,13 @@ for i in range(int(os.environ.get("UI_STEPS", "3"))):
          "usage": {"input_tokens": 100, "output_tokens": 20}})
     outputs.append(output)
 # A failure the agent went on from: a replay answers it as an error.
-opened = ask({"op": "begin", "name": "tool.flaky", "args": {"why": EVIL}}, must=False)
+opened = ask({"op": "begin", "name": "github.create_pr" if PLAIN else "tool.flaky", "args": {"why": EVIL},
+              "effect": "mutate" if PLAIN else "read"}, must=False)
 if opened.get("ok") and not opened.get("replayed"):
-    ask({"op": "fail", "step": opened["step"], "error": f"refused: {EVIL}"})
+    if PLAIN:
+        ask({"op": "commit", "step": opened["step"], "output": {"url": "https://github.com/acme/web/pull/7"}})
+    else:
+        ask({"op": "fail", "step": opened["step"], "error": f"refused: {EVIL}"})
 answer = None
 if os.environ.get("UI_WAIT"):
     answer = ask({"op": "wait", "name": os.environ["UI_WAIT"], "data": {"diff": EVIL}})["output"]

@@ -2,6 +2,7 @@
 //! real signals, a real SQLite file, and fake LLM and API servers on loopback.
 
 mod answers;
+mod browser;
 mod cli;
 mod crash;
 mod crash_test;
