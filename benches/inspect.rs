@@ -1,5 +1,8 @@
 //! How long `durun inspect` takes on a task with 100,000 steps, alone and
-//! while another process writes to the same journal.
+//! while another process writes to the same journal; then how long `durun
+//! ui` takes to make its pages of that task and of a list of 10,000 tasks
+//! (the server's own time, from its `Server-Timing` header, and the whole
+//! request on loopback).
 //!
 //!     cargo bench --bench inspect
 //!
@@ -162,5 +165,104 @@ fn main() {
             busy.as_secs_f64() * 1e3
         );
     }
+    web_view(&journal);
     drop(dir);
+}
+
+/// `durun ui`'s pages over 10,000 tasks and the 100,000-step task.
+fn web_view(journal: &std::path::Path) {
+    const TASKS: usize = 10_000;
+    let conn = rusqlite::Connection::open(journal).expect("open journal");
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('tasks')")
+        .expect("columns")
+        .query_map([], |row| row.get(0))
+        .expect("columns")
+        .collect::<Result<_, _>>()
+        .expect("columns");
+    let copied: Vec<String> = columns
+        .iter()
+        .map(|column| {
+            if column == "id" {
+                "?1".to_owned()
+            } else {
+                column.clone()
+            }
+        })
+        .collect();
+    let copy = format!(
+        "INSERT INTO tasks ({}) SELECT {} FROM tasks WHERE id = 'busy'",
+        columns.join(", "),
+        copied.join(", ")
+    );
+    conn.execute_batch("BEGIN").expect("begin");
+    for n in 0..TASKS - 2 {
+        conn.execute(&copy, [format!("bulk-{n:05}")]).expect("copy a task");
+    }
+    conn.execute_batch("COMMIT").expect("commit");
+    drop(conn);
+
+    let mut ui = durun()
+        .env("DURUN_JOURNAL", journal)
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start durun ui");
+    let mut url = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(ui.stdout.take().expect("stdout")),
+        &mut url,
+    )
+    .expect("the URL");
+    let rest = url.trim().strip_prefix("http://").expect("a URL");
+    let (at, token) = rest.split_once("/?token=").expect("a token");
+    println!("\ndurun ui, {TASKS} tasks; median of {SAMPLES} requests");
+    println!("{:<34} {:>12} {:>22}", "page", "server", "whole request");
+    for (label, path) in [
+        ("task list (first 200 of 10,000)", "/"),
+        ("task list, searched", "/?q=bulk-09999"),
+        ("task list, one status", "/?status=completed&page=3"),
+        ("tokens by day and task", "/tokens"),
+        ("live digest of the list", "/api/live?key=list"),
+        ("100k-step task (last 200 steps)", "/tasks/big"),
+        ("100k-step task from step 50,000", "/tasks/big?from=50000"),
+        ("one step of it", "/tasks/big/steps/50000"),
+        ("live digest of the task", "/api/live?key=task:big"),
+    ] {
+        let mut server = Vec::new();
+        let mut whole = Vec::new();
+        for _ in 0..SAMPLES {
+            let start = Instant::now();
+            let answer = get(at, token, path);
+            whole.push(start.elapsed());
+            let timing = answer
+                .lines()
+                .find_map(|line| line.strip_prefix("server-timing: render;dur="))
+                .and_then(|ms| ms.trim().parse::<f64>().ok())
+                .expect("a Server-Timing header");
+            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {}", &answer[..answer.len().min(300)]);
+            server.push(timing);
+        }
+        println!(
+            "{label:<34} {:>10.1}ms {:>20.1}ms",
+            common::median(server).expect("samples"),
+            median(whole).as_secs_f64() * 1e3
+        );
+    }
+    let _ = ui.kill();
+    let _ = ui.wait();
+}
+
+fn get(at: &str, token: &str, path: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(at).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {at}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read");
+    String::from_utf8_lossy(&answer).into_owned()
 }
