@@ -197,7 +197,8 @@ fn web_view(journal: &std::path::Path) {
     );
     conn.execute_batch("BEGIN").expect("begin");
     for n in 0..TASKS - 2 {
-        conn.execute(&copy, [format!("bulk-{n:05}")]).expect("copy a task");
+        conn.execute(&copy, [format!("bulk-{n:05}")])
+            .expect("copy a task");
     }
     conn.execute_batch("COMMIT").expect("commit");
     drop(conn);
@@ -241,7 +242,11 @@ fn web_view(journal: &std::path::Path) {
                 .find_map(|line| line.strip_prefix("server-timing: render;dur="))
                 .and_then(|ms| ms.trim().parse::<f64>().ok())
                 .expect("a Server-Timing header");
-            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {}", &answer[..answer.len().min(300)]);
+            assert!(
+                answer.starts_with("HTTP/1.1 200"),
+                "{path}: {}",
+                &answer[..answer.len().min(300)]
+            );
             server.push(timing);
         }
         println!(

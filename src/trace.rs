@@ -87,6 +87,29 @@ impl Context {
     }
 }
 
+/// The span id of step `step` of the run whose span is `run_span`:
+/// derived, not drawn, so that the runner hands a step's tools and
+/// proxied requests their parent before the step's span is made (one span
+/// per step and run; a step's attempts are inside it).
+fn step_span_id(run_span: &str, step: u64) -> String {
+    use sha2::{Digest as _, Sha256};
+    let digest = Sha256::digest(format!("{run_span}/{step}").as_bytes());
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[..8]);
+    // All zeros is no span id.
+    format!("{:016x}", u64::from_be_bytes(id).max(1))
+}
+
+/// Step `step`'s span as a `traceparent`, for the run's `traceparent`.
+pub(crate) fn step_traceparent(run: &str, step: u64) -> Option<String> {
+    let mut parts = run.split('-');
+    let (version, trace_id, run_span) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(format!(
+        "{version}-{trace_id}-{}-01",
+        step_span_id(run_span, step)
+    ))
+}
+
 fn random_hex(bytes: usize) -> String {
     use std::io::Read as _;
     let mut buffer = vec![0u8; bytes];
@@ -214,10 +237,6 @@ pub(crate) struct Tracer {
     spans: Option<mpsc::SyncSender<Span>>,
     exporter: Option<std::thread::JoinHandle<u64>>,
     dropped: u64,
-    /// The last step span's id: random at the start, then stepped by an
-    /// odd constant (every id distinct for 2^64 steps, no read of
-    /// /dev/urandom per step).
-    last_id: u64,
 }
 
 impl Tracer {
@@ -238,7 +257,6 @@ impl Tracer {
             spans: Some(spans),
             exporter,
             dropped: 0,
-            last_id: u64::from_str_radix(&random_hex(8), 16).unwrap_or(1),
         }
     }
 
@@ -292,7 +310,7 @@ impl Tracer {
             error = failure;
         }
         let times = step.times;
-        let id = self.next_id();
+        let id = step_span_id(&self.context.run_span, step.step);
         let span = Self::span(
             format!("step {name}"),
             id,
@@ -302,15 +320,6 @@ impl Tracer {
             error,
         );
         self.send(span);
-    }
-
-    fn next_id(&mut self) -> String {
-        self.last_id = self.last_id.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        if self.last_id == 0 {
-            // All zeros is no span id.
-            self.last_id = 1;
-        }
-        format!("{:016x}", self.last_id)
     }
 
     /// Ends the export: the last batch goes, or is given up on.

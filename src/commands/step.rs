@@ -413,6 +413,8 @@ fn call_standalone(tool: &str, args: Value, answer: bool, settings: &Settings) -
         attempt: 1,
         idempotency_key: crate::step_key::idempotency_key(&nonce, 0, &canonical),
         cwd,
+        // Outside a run, a command tool inherits the caller's TRACEPARENT.
+        traceparent: None,
     };
     let finished = crate::executor::run(&invocation, &crate::executor::Cancel::default());
     match finished.outcome {

@@ -92,6 +92,9 @@ fn call(
         .header("Durun-Task", &invocation.task_id)
         .header("Durun-Step", invocation.step.to_string())
         .header("Durun-Attempt", attempt.to_string());
+    if let Some(traceparent) = &invocation.traceparent {
+        request = request.header("traceparent", traceparent);
+    }
     for (name, value) in &spec.headers {
         let mut used = Secrets::default();
         match expand_env_noting(value, &mut used) {

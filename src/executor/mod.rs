@@ -32,6 +32,9 @@ pub(crate) struct Invocation {
     pub(crate) attempt: u32,
     pub(crate) idempotency_key: String,
     pub(crate) cwd: PathBuf,
+    /// The step's span, when traces are on: a `traceparent` header for an
+    /// HTTP tool, `TRACEPARENT` for a command.
+    pub(crate) traceparent: Option<String>,
 }
 
 /// How a tool call ended.

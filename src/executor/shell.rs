@@ -52,6 +52,9 @@ pub(super) fn run_once(
             os::die_with_parent(command);
             Ok(())
         });
+    if let Some(traceparent) = &invocation.traceparent {
+        expression = expression.env("TRACEPARENT", traceparent);
+    }
     expression = if stdin_args {
         expression.stdin_bytes(serde_json::to_vec(&invocation.args).expect("JSON serializes"))
     } else {

@@ -75,6 +75,9 @@ pub(crate) enum Verdict {
         flight: u64,
         key: Option<String>,
         own: bool,
+        /// The span the request belongs to, when traces are on: sent as
+        /// `traceparent` unless the agent sent its own.
+        traceparent: Option<String>,
     },
     /// Answer it with this status and error, forwarding nothing.
     Refuse {

@@ -285,8 +285,14 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             kind,
             message,
         ),
-        Verdict::Forward { flight, key, own } => {
+        Verdict::Forward {
+            flight,
+            key,
+            own,
+            traceparent,
+        } => {
             let forward = Forward {
+                traceparent,
                 route: route_name,
                 method,
                 url: upstream,
@@ -354,12 +360,14 @@ struct Forward {
     key: Option<String>,
     flight: u64,
     own: bool,
+    traceparent: Option<String>,
 }
 
 /// Forwards a request, hands its answer's head to the agent through
 /// `head`, and records its end with the loop.
 async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<Response<Body>>) {
     let Forward {
+        traceparent,
         route,
         method,
         url,
@@ -395,6 +403,9 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
     }
     if let Some(key) = &key {
         request = request.header("idempotency-key", key.as_str());
+    }
+    if let Some(traceparent) = traceparent.filter(|_| !headers.contains_key("traceparent")) {
+        request = request.header("traceparent", traceparent);
     }
     let mut response = match request.send().await {
         Ok(response) => response,

@@ -98,6 +98,11 @@ impl Supervisor<'_> {
             attempt: record.attempts,
             idempotency_key: record.idempotency_key.clone(),
             cwd: self.spec.cwd.to_owned(),
+            traceparent: self
+                .spec
+                .traceparent
+                .as_deref()
+                .and_then(|run| crate::trace::step_traceparent(run, step)),
         };
         let cancel = Arc::new(Cancel::default());
         let worker_cancel = Arc::clone(&cancel);

@@ -67,10 +67,12 @@ impl Supervisor<'_> {
                 in_doubt,
             } => (record, fresh, in_doubt),
             ByContent::OpenStep(step) => {
+                let traceparent = self.traceparent(step);
                 let _ = ask.reply.send(Verdict::Forward {
                     flight: step,
                     key: None,
                     own: false,
+                    traceparent,
                 });
                 return;
             }
@@ -230,6 +232,7 @@ impl Supervisor<'_> {
     ) {
         self.crashes.started();
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
+        let traceparent = self.traceparent(record.step);
         let flight = self.steps.contents.take_off(InFlight {
             record,
             fresh,
@@ -241,6 +244,7 @@ impl Supervisor<'_> {
                 flight,
                 key,
                 own: true,
+                traceparent,
             })
             .is_err()
         {
@@ -256,6 +260,18 @@ impl Supervisor<'_> {
             && !flight.fresh
         {
             self.steps.contents.keep_pending(flight.record);
+        }
+    }
+
+    /// The `traceparent` of a proxied request of step `step`: the step's
+    /// span, or the run's for a `read` request, numbered only when its
+    /// answer is written.
+    fn traceparent(&self, step: u64) -> Option<String> {
+        let run = self.spec.traceparent.as_deref()?;
+        if step == 0 {
+            Some(run.to_owned())
+        } else {
+            crate::trace::step_traceparent(run, step)
         }
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::env::{TestEnv, agents_dir, wait_for};
 
-fn serve(
+pub(crate) fn serve(
     handler: impl Fn(&str, &HashMap<String, String>, Value) -> Value + Send + Sync + 'static,
 ) -> String {
     let server = tiny_http::Server::http("127.0.0.1:0").expect("bind loopback");

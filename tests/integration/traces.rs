@@ -221,3 +221,99 @@ print(json.load(urllib.request.urlopen(request))["choices"][0]["message"]["conte
     );
     assert_eq!(call["attributes"]["durun.effect"], "read");
 }
+
+#[test]
+fn tools_and_proxied_requests_carry_their_steps_traceparent() {
+    if !otlp_proto() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let receiver = Receiver::start(&env);
+    // One upstream for the HTTP tool and the proxied model call: it keeps
+    // each request's traceparent header.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let keep = std::sync::Arc::clone(&seen);
+    let upstream = crate::servers::serve(move |url, headers, _| {
+        let traceparent = headers.get("traceparent").cloned().unwrap_or_default();
+        keep.lock()
+            .expect("lock")
+            .push((url.to_owned(), traceparent));
+        serde_json::json!({"id": "c1", "object": "chat.completion", "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+    });
+    env.set("OPENAI_BASE_URL", format!("{upstream}v1"));
+    env.set(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{}", receiver.port),
+    );
+    env.set("TRACEPARENT", format!("00-{TRACE}-{PARENT}-01"));
+    env.write(
+        "durun.toml",
+        &format!(
+            "[tools.fetch]\neffect = \"read\"\nhttp = {{ method = \"POST\", url = \"{upstream}tool\" }}\n\n\
+             [tools.note]\neffect = \"mutate\"\ncommand = [\"sh\", \"-c\", \"printf %s \\\"$TRACEPARENT\\\" > note-traceparent; echo '{{}}'\"]\noutput = \"json\"\n"
+        ),
+    );
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, sys, urllib.request
+def ask(message):
+    sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
+    answer = json.loads(sys.stdin.readline())
+    assert answer["ok"], answer
+ask({"op": "call", "id": 1, "tool": "fetch", "args": {}})
+ask({"op": "call", "id": 2, "tool": "note", "args": {}})
+body = json.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+                                 headers={"content-type": "application/json"})
+urllib.request.urlopen(request).read()
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "tp",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let spans = read_json_lines(&env.path("spans.jsonl"));
+    let span_of = |step: u64| {
+        spans
+            .iter()
+            .find(|span| span["attributes"]["durun.step"] == step)
+            .unwrap_or_else(|| panic!("step {step}'s span: {spans:#?}"))
+    };
+    let run_span = spans
+        .iter()
+        .find(|span| span["name"] == "durun run tp")
+        .expect("the run's span");
+    let seen = seen.lock().expect("lock").clone();
+    let header = |path: &str| {
+        seen.iter()
+            .find(|(url, _)| url.starts_with(path))
+            .map_or_else(
+                || panic!("a request to {path}: {seen:?}"),
+                |(_, traceparent)| traceparent.clone(),
+            )
+    };
+    let of = |span: &Value| format!("00-{TRACE}-{}-01", span["span_id"].as_str().expect("an id"));
+    assert_eq!(
+        header("/tool"),
+        of(span_of(1)),
+        "the HTTP tool is inside its step's span"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("note-traceparent"))
+            .expect("the command tool's TRACEPARENT"),
+        of(span_of(2)),
+        "the command tool is inside its step's span"
+    );
+    // A proxied read request is numbered when its answer is written: it
+    // is inside the run's span.
+    assert_eq!(header("/v1/chat/completions"), of(run_span));
+    assert_eq!(span_of(3)["parent_span_id"], run_span["span_id"]);
+}
