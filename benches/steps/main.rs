@@ -18,7 +18,8 @@
 //! - `DURUN_PEERS` (../shared/peers): the DBOS and LangGraph scripts; their
 //!   virtualenv is made under `PEERS_WORK` (/tmp/durun-peers) on first use.
 //!   `DURUN_BENCH_PEERS=0` leaves the peers out.
-//! - `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows.
+//! - `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
+//!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows.
 
 #[path = "../common.rs"]
 mod common;
@@ -30,6 +31,7 @@ mod proxy;
 mod replay;
 mod report;
 mod scratch;
+mod traces;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -113,6 +115,19 @@ fn orchestrate() {
         proxy::print(&table);
         return;
     }
+    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("traces") {
+        for round in 1..=rounds {
+            eprintln!("round {round}/{rounds}");
+            table.add("floor 1 commit full", floor(root, 1, "full", steps));
+            traces::rows(root, steps, &mut table);
+        }
+        println!(
+            "floor: one SQLite commit, full sync: {:.0} µs",
+            table.get("floor 1 commit full").unwrap_or(f64::NAN)
+        );
+        traces::print(&table);
+        return;
+    }
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
         if cores >= 2 {
@@ -189,6 +204,7 @@ fn orchestrate() {
         }
         proxy::rows(root, (steps / 5).max(20), &mut table);
         proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
+        traces::rows(root, steps, &mut table);
         if let Some(peers) = &peers {
             peers.first_runs(root, steps, &mut table);
         }
@@ -243,4 +259,5 @@ fn orchestrate() {
         peer_crash.as_ref(),
     );
     proxy::print(&table);
+    traces::print(&table);
 }

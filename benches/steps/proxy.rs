@@ -11,7 +11,7 @@ use super::{Scratch, Table, env_or, json};
 
 /// A keep-alive HTTP/1.1 upstream on loopback answering every POST with a
 /// JSON body of about `bytes` bytes; its port.
-fn upstream(bytes: usize) -> u16 {
+pub(crate) fn upstream(bytes: usize) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let text = "x".repeat(bytes.saturating_sub(120));
