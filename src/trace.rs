@@ -30,6 +30,8 @@ const LAST_BATCH: Duration = Duration::from_millis(500);
 const BACKLOG: usize = 4096;
 /// Spans a request carries at most.
 const BATCH: usize = 256;
+/// How long the exporter gathers spans for a request once one came.
+const GATHER: Duration = Duration::from_millis(200);
 
 /// Where spans go, from the environment (or durun.toml's `[otel]
 /// endpoint`); `None`: no tracing.
@@ -450,20 +452,25 @@ fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>) -> u64 {
     // not one per batch.
     let mut resting_until: Option<std::time::Instant> = None;
     loop {
-        let closed = match spans.recv_timeout(Duration::from_millis(200)) {
+        let mut closed = match spans.recv_timeout(Duration::from_millis(200)) {
             Ok(span) => {
                 batch.push(span);
-                while batch.len() < BATCH {
-                    match spans.try_recv() {
-                        Ok(span) => batch.push(span),
-                        Err(_) => break,
-                    }
-                }
                 false
             }
             Err(mpsc::RecvTimeoutError::Timeout) => false,
             Err(mpsc::RecvTimeoutError::Disconnected) => true,
         };
+        // A request per batch, not per step: gather for a while (the
+        // run's end, which closes the channel, sends at once).
+        let deadline = std::time::Instant::now() + GATHER;
+        while !closed && !batch.is_empty() && batch.len() < BATCH {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match spans.recv_timeout(left) {
+                Ok(span) => batch.push(span),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => closed = true,
+            }
+        }
         if resting_until.is_some_and(|until| std::time::Instant::now() < until) {
             dropped += batch.len() as u64;
             batch.clear();

@@ -40,10 +40,7 @@ fn all_tasks(shared: &Shared) -> Result<Vec<(TaskRecord, Shown)>> {
 
 /// A status as a badge, its class the status's own.
 pub(super) fn badge(status: TaskStatus) -> String {
-    format!(
-        "<span class=\"badge {0}\">{0}</span>",
-        status.as_str().replace(' ', "-")
-    )
+    format!("<span class=\"badge {0}\">{0}</span>", status.as_str())
 }
 
 pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {

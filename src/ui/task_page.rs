@@ -18,6 +18,7 @@ use crate::exit_code;
 use crate::journal::{
     RunRecord, SignalRecord, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
 };
+use crate::protocol::Effect;
 use crate::report::{short_duration, thousands};
 use crate::task::{Shown, shell_words};
 
@@ -238,10 +239,9 @@ fn actions(
             "",
         ));
     }
-    for step in steps
-        .iter()
-        .filter(|step| step.status == StepStatus::Pending && !shown.driven())
-    {
+    for step in steps.iter().filter(|step| {
+        step.status == StepStatus::Pending && step.effect == Effect::Mutate && !shown.driven()
+    }) {
         let _ = write!(
             out,
             "<div class=\"doubt-box\"><p>Step {} <b>{}</b> is in doubt: its run died while it ran.</p>",

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::html::text;
 use crate::journal::{RunRecord, StepKind, StepRecord, StepStatus, TaskRecord};
+use crate::protocol::Effect;
 use crate::report::{short_duration, thousands};
 
 /// How a step is drawn and listed: each kind visibly different.
@@ -16,8 +17,10 @@ pub(super) fn step_class(step: &StepRecord, task: &TaskRecord, driven: bool) -> 
         StepStatus::Waiting => "waiting",
         StepStatus::Failed => "failed",
         StepStatus::Pending if driven => "running",
-        // A step begun by a run that died, its outcome unknown.
-        StepStatus::Pending => "doubt",
+        // A side effect begun by a run that died, its outcome unknown.
+        StepStatus::Pending if step.effect == Effect::Mutate => "doubt",
+        // A read begun by a run that died: the next run does it again.
+        StepStatus::Pending => "interrupted",
         StepStatus::Committed if matches!(step.kind, StepKind::Wait | StepKind::Sleep) => "waited",
         // Written by an earlier run: later runs answered it from the journal.
         StepStatus::Committed if step.run < task.runs => "replayed",
@@ -26,7 +29,7 @@ pub(super) fn step_class(step: &StepRecord, task: &TaskRecord, driven: bool) -> 
 }
 
 /// What each class means, for the legend.
-pub(super) const LEGEND: [(&str, &str); 7] = [
+pub(super) const LEGEND: [(&str, &str); 8] = [
     ("executed", "executed"),
     ("replayed", "recorded earlier, replayed"),
     ("failed", "failed"),
@@ -34,6 +37,7 @@ pub(super) const LEGEND: [(&str, &str); 7] = [
     ("waited", "waited"),
     ("running", "running"),
     ("doubt", "in doubt"),
+    ("interrupted", "interrupted, runs again"),
 ];
 
 fn millis(at: &str) -> Option<i64> {
