@@ -115,6 +115,7 @@ where
         Command::Submit(args) => commands::worker::submit(&args, &settings),
         Command::Worker(args) => commands::worker::worker(&args, &settings),
         Command::Ui(args) => ui::exec(&args, &settings),
+        Command::Schedules(args) => commands::schedules::exec(&args, &settings),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };

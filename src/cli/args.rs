@@ -525,4 +525,21 @@ pub(crate) struct UiArgs {
     /// Open the page in the desktop's browser (xdg-open, or open on macOS)
     #[arg(long)]
     pub(crate) open: bool,
+
+    /// Let `POST /api/tasks` queue a task for workers: any command, run as
+    /// the workers' user by whoever has the token
+    #[arg(long)]
+    pub(crate) allow_submit: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SchedulesArgs {
+    /// The file with the `[schedules.NAME]` [default: ./durun.toml if it
+    /// exists]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub(crate) json: bool,
 }

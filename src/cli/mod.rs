@@ -184,6 +184,19 @@ pub(crate) enum Command {
   durun --journal postgres://durun@db/durun worker --jobs 4
   durun worker --queue nightly --queue default --config workers.toml   ([queues.nightly] concurrency = 2)")]
     Worker(WorkerArgs),
+    /// List the schedules of durun.toml with their next tick and last task
+    ///
+    /// Workers started with that file submit one task per tick (id
+    /// NAME-YYYYMMDDTHHMMSSZ, the tick in UTC), however many of them share
+    /// the journal.
+    #[command(
+        after_help = "Example durun.toml, for `durun worker --config durun.toml`:
+  [schedules.digest]
+  cron = \"0 7 * * 1-5\"        # or: every = \"10m\"
+  command = [\"python3\", \"digest.py\"]
+  catch_up = \"latest\"         # of the ticks missed while no worker ran: latest, none or all"
+    )]
+    Schedules(SchedulesArgs),
     /// Serve a web view of the journal: tasks, timelines, tokens, actions
     ///
     /// Prints the page's URL, with the token every request must carry, on
@@ -284,6 +297,8 @@ mod tests {
             ("durun inspect --workers", true),
             ("durun inspect t1 --workers", false),
             ("durun resume t1 --max-tokens 5000", true),
+            ("durun schedules", true),
+            ("durun schedules --config d.toml --json", true),
             ("durun ui", true),
             ("durun ui --listen 0.0.0.0:80 --token-file t --open", true),
             ("durun ui --listen nowhere", false),

@@ -367,6 +367,34 @@ fn config_page() -> Result<Vec<u8>> {
           nor OTEL_EXPORTER_OTLP_ENDPOINT is set.",
         )],
     );
+    roff.control("SH", ["[queues.NAME]"]);
+    entries(
+        &mut roff,
+        &[(
+            "concurrency",
+            "For durun worker --config FILE: at most this many tasks of the queue run at once, over all workers.",
+        )],
+    );
+    roff.control("SH", ["[schedules.NAME]"]);
+    entries(
+        &mut roff,
+        &[
+            (
+                "cron, every",
+                "For durun worker --config FILE: when the schedule ticks, one of them: a five-field cron expression           (minute hour day-of-month month day-of-week, UTC, as POSIX cron reads it), or a period like \"10m\"           (ticks on its multiples since the Unix epoch). Workers sharing a journal submit exactly one task per tick,           id NAME-YYYYMMDDTHHMMSSZ; durun schedules lists them.",
+            ),
+            ("command", "The task's argv."),
+            ("queue", "The queue its tasks go to (default \"default\")."),
+            (
+                "cwd",
+                "Where its tasks run (default the worker's directory).",
+            ),
+            (
+                "catch_up",
+                "Of the ticks missed while no worker ran: \"latest\" (the default) submits the last, \"none\" none, \"all\"           each of them (at most 100).",
+            ),
+        ],
+    );
     roff.control("SH", ["EXAMPLE"]);
     roff.control("nf", []);
     for line in EXAMPLE.lines() {

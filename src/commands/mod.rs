@@ -8,6 +8,7 @@ pub(crate) mod mcp;
 pub(crate) mod resolve;
 pub(crate) mod resume;
 pub(crate) mod run;
+pub(crate) mod schedules;
 mod session;
 pub(crate) mod signal;
 pub(crate) mod step;

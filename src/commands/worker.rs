@@ -91,6 +91,7 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
             heartbeat_ms: 0,
             tasks: Vec::new(),
         },
+        schedules: super::schedules::Ticking::all(&config, &cwd),
         concurrency: config.queues,
         running: HashMap::new(),
         settings,
@@ -151,6 +152,8 @@ struct Worker<'a> {
     concurrency: std::collections::BTreeMap<String, u32>,
     /// Each task this worker runs, as a `durun resume` of its own.
     running: HashMap<String, Child>,
+    /// `[schedules.NAME]`: tasks it submits on a clock.
+    schedules: Vec<super::schedules::Ticking>,
     settings: &'a Settings,
 }
 
@@ -176,6 +179,22 @@ impl Worker<'_> {
                 self.record.tasks = tasks;
                 journal.worker_heartbeat(&self.record)?;
                 last_heartbeat = Some(Instant::now());
+            }
+            if !self.schedules.is_empty() {
+                let submitted = super::schedules::submit_due(
+                    &mut self.schedules,
+                    journal,
+                    std::time::SystemTime::now(),
+                    self.settings,
+                )?;
+                if !self.settings.quiet {
+                    for id in submitted {
+                        crate::report::say(&format!(
+                            "worker {} submitted task {id} on its schedule",
+                            self.record.id
+                        ));
+                    }
+                }
             }
             let free = self.record.jobs as usize - self.running.len();
             if free > 0 {

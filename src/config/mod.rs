@@ -19,10 +19,12 @@ use crate::protocol::Effect;
 
 mod expand;
 mod proxy;
+mod schedules;
 
 use expand::{Piece, parse_template};
 pub(crate) use expand::{Secrets, expand_env_noting};
 pub(crate) use proxy::{MODEL_ROUTES, ProxyConfig, RouteConfig, check_upstream};
+pub(crate) use schedules::{CatchUp, MAX_CATCH_UP, Schedule};
 
 /// The file `run` looks for in its working directory.
 pub(crate) const FILE_NAME: &str = "durun.toml";
@@ -75,6 +77,8 @@ pub(crate) struct Config {
     /// `[otel] endpoint`: the OTLP/HTTP base URL traces go to, under the
     /// standard variables (SPEC 15).
     pub(crate) otel_endpoint: Option<String>,
+    /// `[schedules.NAME]`: tasks the workers submit on a clock (SPEC 16).
+    pub(crate) schedules: Vec<Schedule>,
 }
 
 /// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
@@ -167,6 +171,8 @@ struct RawConfig {
     mcp: BTreeMap<String, McpServerConfig>,
     #[serde(default)]
     otel: RawOtel,
+    #[serde(default)]
+    schedules: BTreeMap<String, schedules::RawSchedule>,
 }
 
 /// `[otel]`: where traces go when the environment does not say.
@@ -245,6 +251,13 @@ impl Config {
     pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
         let raw: RawConfig = toml::from_str(text)
             .map_err(|err| Failure::config(err.to_string().trim_end().to_owned()))?;
+        let mut schedules = Vec::new();
+        for (name, raw_schedule) in raw.schedules {
+            schedules
+                .push(Schedule::from_raw(&name, raw_schedule).map_err(|message| {
+                    Failure::config(format!("[schedules.{name}]: {message}"))
+                })?);
+        }
         let mut tools = BTreeMap::new();
         for (name, raw_tool) in raw.tools {
             let tool = Tool::from_raw(&name, raw_tool)
@@ -276,6 +289,7 @@ impl Config {
             proxy,
             mcp: raw.mcp,
             otel_endpoint: raw.otel.endpoint,
+            schedules,
         })
     }
 }

@@ -137,6 +137,11 @@ pub(crate) static TOKEN_DAYS: Sql = Sql::new(
      ) AS used GROUP BY day ORDER BY day",
 );
 
+/// The greatest task id that starts with `$1` (`$2` its length in
+/// characters).
+pub(crate) static LATEST_TASK_ID: Sql =
+    Sql::new("SELECT max(id) FROM tasks WHERE substr(id, 1, $2) = $1");
+
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
                     replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed
@@ -264,6 +269,7 @@ mod tests {
             &RELEASE_CLAIMS_OF,
             &RUNS_OF_TASK,
             &TOKEN_DAYS,
+            &LATEST_TASK_ID,
             &SET_UNREPLAYED,
             &INSERT_RUN,
             &REPLAY_BOUNDS,

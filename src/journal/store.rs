@@ -201,6 +201,9 @@ pub(crate) trait Queue {
     /// Waits up to `timeout` for news a worker may act on (a submit, a
     /// signal, a run that ended); true if some came.
     fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<bool>;
+    /// The greatest task id that starts with `prefix` (a schedule's last
+    /// tick), if any.
+    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>>;
 }
 
 /// One row of a [`Journal::put_steps`] write.

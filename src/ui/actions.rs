@@ -70,37 +70,67 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
     Ok(args)
 }
 
-pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {
-    let back = task_href(id);
-    let ran = command(req, id, action).and_then(|args| {
-        let mut command =
-            std::process::Command::new(std::env::current_exe().map_err(|err| err.to_string())?);
-        if let Some(journal) = shared.settings.journal_arg() {
-            command.arg("--journal").arg(journal);
-        }
-        let output = command
-            .args(&args)
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|err| format!("cannot run durun {action}: {err}"))?;
-        Ok(output)
-    });
-    let (ok, message, location) = match ran {
-        Err(message) => (false, message, back),
-        Ok(output) => {
-            let said = String::from_utf8_lossy(&output.stderr)
+/// What a `durun` command said: whether it succeeded, its `durun:` lines
+/// (without the prefix), and what it printed on stdout.
+pub(super) struct Said {
+    pub(super) ok: bool,
+    pub(super) message: String,
+    pub(super) printed: String,
+}
+
+/// Runs this `durun` binary with `args` on the server's journal, in `cwd`
+/// (the server's own directory if `None`).
+pub(super) fn durun(shared: &Shared, args: &[String], cwd: Option<&std::path::Path>) -> Said {
+    let failed = |message: String| Said {
+        ok: false,
+        message,
+        printed: String::new(),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => return failed(format!("cannot find the durun binary: {err}")),
+    };
+    let mut command = std::process::Command::new(exe);
+    if let Some(journal) = shared.settings.journal_arg() {
+        command.arg("--journal").arg(journal);
+    }
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    match command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(output) => Said {
+            ok: output.status.success(),
+            message: String::from_utf8_lossy(&output.stderr)
                 .lines()
                 .map(|line| line.strip_prefix("durun: ").unwrap_or(line))
                 .collect::<Vec<_>>()
-                .join("\n");
-            let printed = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-            let location = if action == "fork" && output.status.success() && !printed.is_empty() {
-                task_href(&printed)
+                .join("\n"),
+            printed: String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        },
+        Err(err) => failed(format!(
+            "cannot run durun {}: {err}",
+            args.first().map_or("", String::as_str)
+        )),
+    }
+}
+
+pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {
+    let back = task_href(id);
+    let (ok, message, location) = match command(req, id, action) {
+        Err(message) => (false, message, back),
+        Ok(args) => {
+            let said = durun(shared, &args, None);
+            let location = if action == "fork" && said.ok && !said.printed.is_empty() {
+                task_href(&said.printed)
             } else {
                 back
             };
-            (output.status.success(), said, location)
+            (said.ok, said.message, location)
         }
     };
     let status = if ok {

@@ -31,6 +31,8 @@ pub(crate) struct Req {
     pub(crate) path: Vec<String>,
     pub(crate) query: HashMap<String, String>,
     pub(crate) form: HashMap<String, String>,
+    /// The body as sent (an API call's JSON).
+    pub(crate) body: Bytes,
     headers: hyper::HeaderMap,
 }
 
@@ -67,6 +69,7 @@ impl Req {
             } else {
                 HashMap::new()
             },
+            body,
             path,
             headers: parts.headers,
         })
@@ -108,8 +111,10 @@ pub(crate) struct Keys {
 
 /// How a request stands with the token.
 pub(crate) enum Pass {
-    /// It carries the cookie or the bearer token.
-    Carried,
+    /// It carries the bearer token: a script, not a browser.
+    Bearer,
+    /// It carries the cookie.
+    Cookie,
     /// It carries `?token=`: set the cookie.
     Given,
     Denied,
@@ -131,12 +136,13 @@ impl Keys {
         let bearer = req
             .header("authorization")
             .and_then(|value| value.strip_prefix("Bearer "));
-        if [req.cookie(&self.cookie), bearer]
-            .into_iter()
-            .flatten()
-            .any(|given| same(given, &self.token))
+        if bearer.is_some_and(|given| same(given, &self.token)) {
+            Pass::Bearer
+        } else if req
+            .cookie(&self.cookie)
+            .is_some_and(|given| same(given, &self.token))
         {
-            Pass::Carried
+            Pass::Cookie
         } else if req
             .query
             .get("token")

@@ -11,6 +11,7 @@
 //! small pool.
 
 mod actions;
+mod api;
 mod html;
 mod http;
 mod pages;
@@ -39,6 +40,8 @@ struct Shared {
     settings: Settings,
     /// Journals not in use, for the next request.
     pool: Mutex<Vec<Box<dyn Journal>>>,
+    /// `--allow-submit`: `POST /api/tasks` may queue a task.
+    allow_submit: bool,
 }
 
 impl Shared {
@@ -100,6 +103,7 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
         location,
         settings: settings.clone(),
         pool: Mutex::new(Vec::new()),
+        allow_submit: args.allow_submit,
     });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -232,9 +236,12 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             .into_response();
     }
     let set_cookie = matches!(pass, Pass::Given).then(|| shared.keys.set_cookie());
+    // A script with the bearer token sends no CSRF token: no browser sends
+    // that header on its own, so no other site can make one send it.
+    let vouched = matches!(pass, Pass::Bearer) || shared.keys.csrf_ok(&req);
     let started = std::time::Instant::now();
     let serving = Arc::clone(&shared);
-    let reply = tokio::task::spawn_blocking(move || route(&req, &serving))
+    let reply = tokio::task::spawn_blocking(move || route(&req, &serving, vouched))
         .await
         .unwrap_or_else(|_| {
             Reply::text(
@@ -251,7 +258,9 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
 }
 
 /// The page, file or action a request asks for.
-fn route(req: &Req, shared: &Shared) -> Reply {
+/// `vouched`: a POST may act (it carries the CSRF token, or the bearer
+/// token).
+fn route(req: &Req, shared: &Shared, vouched: bool) -> Reply {
     let path: Vec<&str> = req.path.iter().map(String::as_str).collect();
     let answer = match (&req.method, path.as_slice()) {
         (&Method::GET, ["assets", "ui.css"]) => Ok(Reply::asset(
@@ -270,6 +279,14 @@ fn route(req: &Req, shared: &Shared) -> Reply {
         (&Method::GET, ["api", "tasks"]) => pages::api_tasks(shared),
         (&Method::GET, ["api", "tasks", id]) => task_page::api_task(shared, id),
         (&Method::GET, ["api", "live"]) => pages::live(req, shared),
+        (&Method::POST, ["api", ..]) if !vouched => Ok(Reply::text(
+            StatusCode::FORBIDDEN,
+            "durun ui: an API call needs Authorization: Bearer TOKEN (or, from the page, its CSRF token)",
+        )),
+        (&Method::POST, ["api", "tasks"]) => Ok(api::submit(req, shared)),
+        (&Method::POST, ["api", "tasks", id, "signals", name]) => {
+            Ok(api::signal(req, shared, id, name))
+        }
         (&Method::POST, ["tasks", id, action]) if actions::ACTIONS.contains(action) => {
             if shared.keys.csrf_ok(req) {
                 Ok(actions::act(req, shared, id, action))

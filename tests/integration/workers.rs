@@ -24,7 +24,7 @@ fn pool_env(api: &FakeApi) -> TestEnv {
 
 /// A worker process; killed with its process group if a test fails
 /// before it stops it.
-struct Worker(Child);
+pub(crate) struct Worker(Child);
 
 impl std::ops::Deref for Worker {
     type Target = Child;
@@ -50,7 +50,7 @@ impl Drop for Worker {
 
 /// Starts a worker posing as `host`, in a process group of its own (so a
 /// test can stop it with every run it started).
-fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Worker {
+pub(crate) fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Worker {
     let log = std::fs::File::create(env.path(&format!("{host}.log"))).expect("log");
     Worker(
         env.command()
@@ -65,7 +65,7 @@ fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Worker {
     )
 }
 
-fn worker_log(env: &TestEnv, host: &str) -> String {
+pub(crate) fn worker_log(env: &TestEnv, host: &str) -> String {
     std::fs::read_to_string(env.path(&format!("{host}.log"))).unwrap_or_default()
 }
 
@@ -106,7 +106,7 @@ fn all_completed(env: &TestEnv, ids: &[String]) -> bool {
     done == Some(ids.len())
 }
 
-fn stop(child: &mut Worker) -> std::process::ExitStatus {
+pub(crate) fn stop(child: &mut Worker) -> std::process::ExitStatus {
     crate::env::signal(child.id() as i32, libc::SIGTERM);
     wait_exit(child, Duration::from_secs(60))
 }

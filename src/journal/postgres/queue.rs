@@ -121,6 +121,14 @@ impl Queue for PostgresJournal {
         Ok(())
     }
 
+    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
+        let length = prefix.chars().count() as i32;
+        let row = self
+            .client
+            .query_one(sql::LATEST_TASK_ID.postgres(), &[&prefix, &length])?;
+        Ok(row.get(0))
+    }
+
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
         let stale = self.stale.as_millis() as i64;
         let rows = self.client.query(

@@ -121,6 +121,14 @@ impl Queue for SqliteJournal {
         Ok(())
     }
 
+    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
+        let length = prefix.chars().count() as i32;
+        Ok(self
+            .conn
+            .prepare_cached(sql::LATEST_TASK_ID.sqlite())?
+            .query_row(rusqlite::params![prefix, length], |row| row.get(0))?)
+    }
+
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
         let fresh = crate::journal::now_ms() - self.stale.as_millis() as i64;
         let mut statement = self.conn.prepare_cached(
