@@ -264,6 +264,17 @@ pub(crate) struct SubmitArgs {
     /// The task's token budget over all its runs
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) max_tokens: Option<u64>,
+
+    /// Resume the task up to N times after a run that failed (any exit but
+    /// 0, 64, 65 and 75 to 78) [default: `[queues.QUEUE] retries` in
+    /// durun.toml, else 0]
+    #[arg(long, value_name = "N")]
+    pub(crate) retries: Option<u32>,
+
+    /// How long after the failure the first retry starts; each next waits
+    /// twice as long [default: `[queues.QUEUE] backoff`, else 10s]
+    #[arg(long, value_name = "D", value_parser = humantime::parse_duration)]
+    pub(crate) backoff: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]

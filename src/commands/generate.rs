@@ -370,10 +370,17 @@ fn config_page() -> Result<Vec<u8>> {
     roff.control("SH", ["[queues.NAME]"]);
     entries(
         &mut roff,
-        &[(
-            "concurrency",
-            "For durun worker --config FILE: at most this many tasks of the queue run at once, over all workers.",
-        )],
+        &[
+            (
+                "concurrency",
+                "For durun worker --config FILE: at most this many tasks of the queue run at once, over all workers.",
+            ),
+            (
+                "retries, backoff",
+                "For durun submit: the retries its tasks get unless --retries says (a failed run is resumed by a worker \
+          after backoff, like \"30s\", default 10s, doubling each time).",
+            ),
+        ],
     );
     roff.control("SH", ["[schedules.NAME]"]);
     entries(

@@ -53,6 +53,20 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
         settings,
     )?;
     journal.create_task(&task)?;
+    // The queue's retries, from the durun.toml here, unless told.
+    let (config, _) = Config::discover(args.new.config.as_deref(), &cwd)?;
+    let policy = config.queue_retries.get(&args.queue).copied();
+    let retries = args
+        .retries
+        .or(policy.map(|(retries, _)| retries))
+        .unwrap_or(0);
+    if retries > 0 {
+        let backoff = args
+            .backoff
+            .or(policy.map(|(_, backoff)| backoff))
+            .unwrap_or(crate::config::DEFAULT_BACKOFF);
+        journal.set_retries(&id, retries, backoff.as_millis() as u64)?;
+    }
     println!("{id}");
     if !settings.quiet {
         crate::report::say(&format!(
@@ -167,6 +181,7 @@ impl Worker<'_> {
             // most: a takeover within SPEC 16's two seconds, one query.
             if last_sweep.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
                 self.free_claims_of_dead_workers(journal)?;
+                self.retry_due(journal)?;
                 last_sweep = Some(Instant::now());
             }
             // The list of tasks `inspect --workers` shows is written as it
@@ -231,6 +246,43 @@ impl Worker<'_> {
                         self.record.id, other.id
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves each failed task of its queues whose retry is due (SPEC 16)
+    /// interrupted, to be claimed as any: of workers racing for it, one
+    /// counts the retry.
+    fn retry_due(&mut self, journal: &mut dyn Journal) -> Result<()> {
+        let now = self.settings.now();
+        for task in journal.retryable()? {
+            let mine = task
+                .queue
+                .as_ref()
+                .is_some_and(|queue| self.record.queues.contains(queue));
+            // Those need a person, or are no failure.
+            let settled = task
+                .exit_code
+                .is_some_and(|code| [0, 64, 65, 75, 76, 77, 78].contains(&code));
+            let Some(failed) = crate::clock::parse(&task.failed_at) else {
+                continue;
+            };
+            let backoff =
+                Duration::from_millis(task.backoff_ms.saturating_mul(1 << task.used.min(20)));
+            if !mine || settled || failed + backoff > now {
+                continue;
+            }
+            if journal.start_retry(&task.id, task.used)? && !self.settings.quiet {
+                crate::report::say(&format!(
+                    "worker {}: task {} failed (exit {}); retry {} of {}",
+                    self.record.id,
+                    task.id,
+                    task.exit_code
+                        .map_or_else(|| "unknown".to_owned(), |code| code.to_string()),
+                    task.used + 1,
+                    task.retries
+                ));
             }
         }
         Ok(())

@@ -56,6 +56,10 @@ impl SyncMode {
     }
 }
 
+/// The first wait before a failed task's retry, unless `--backoff` or
+/// `[queues.NAME] backoff` says; it doubles with each retry.
+pub(crate) const DEFAULT_BACKOFF: Duration = Duration::from_secs(10);
+
 /// A validated `durun.toml`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
@@ -69,6 +73,9 @@ pub(crate) struct Config {
     pub(crate) max_tokens: Option<u64>,
     /// `[queues.NAME] concurrency`: a worker's limits per queue.
     pub(crate) queues: BTreeMap<String, u32>,
+    /// `[queues.NAME] retries`, `backoff`: what `durun submit` gives the
+    /// tasks of the queue unless it is told otherwise (SPEC 16).
+    pub(crate) queue_retries: BTreeMap<String, (u32, Duration)>,
     /// `[proxy]`: the model/API proxy (SPEC 12).
     pub(crate) proxy: ProxyConfig,
     /// `[mcp.NAME]`: which of an MCP server's tools read and which mutate,
@@ -185,7 +192,9 @@ struct RawOtel {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawQueue {
-    concurrency: u32,
+    concurrency: Option<u32>,
+    retries: Option<u32>,
+    backoff: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -281,10 +290,24 @@ impl Config {
             tools,
             park_after,
             max_tokens: raw.budget.max_tokens,
+            queue_retries: raw
+                .queues
+                .iter()
+                .filter_map(|(name, queue)| Some((name, queue.retries?, queue.backoff.as_deref())))
+                .map(|(name, retries, backoff)| {
+                    let backoff = backoff.map_or(Ok(DEFAULT_BACKOFF), |text| {
+                        humantime::parse_duration(text).map_err(|err| {
+                            Failure::config(format!("[queues.{name}] backoff = {text:?}: {err}"))
+                                .hint("a duration like \"30s\" or \"5m\"")
+                        })
+                    })?;
+                    Ok((name.clone(), (retries, backoff)))
+                })
+                .collect::<anyhow::Result<_>>()?,
             queues: raw
                 .queues
                 .into_iter()
-                .map(|(name, queue)| (name, queue.concurrency))
+                .filter_map(|(name, queue)| Some((name, queue.concurrency?)))
                 .collect(),
             proxy,
             mcp: raw.mcp,

@@ -232,6 +232,20 @@ pub(crate) struct StepRecord {
     pub(crate) wake_at: Option<String>,
 }
 
+/// A failed task with retries left (SPEC 16).
+#[derive(Debug, Clone)]
+pub(crate) struct Retryable {
+    pub(crate) id: String,
+    pub(crate) queue: Option<String>,
+    /// When it last changed: when its run failed.
+    pub(crate) failed_at: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) retries: u32,
+    pub(crate) backoff_ms: u64,
+    /// Retries it had.
+    pub(crate) used: u32,
+}
+
 /// A signal sent to a task (SPEC 8), as the journal keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SignalRecord {

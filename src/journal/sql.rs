@@ -142,6 +142,27 @@ pub(crate) static TOKEN_DAYS: Sql = Sql::new(
 pub(crate) static LATEST_TASK_ID: Sql =
     Sql::new("SELECT max(id) FROM tasks WHERE substr(id, 1, $2) = $1");
 
+/// A task's retries (SPEC 16), set when it is submitted.
+pub(crate) static SET_RETRIES: Sql = Sql::new(
+    "INSERT INTO task_retries (task_id, retries, backoff_ms, used) VALUES ($1, $2, $3, 0)",
+);
+
+/// Failed tasks with retries left.
+pub(crate) static RETRYABLE: Sql = Sql::new(
+    "SELECT t.id, t.queue, t.updated_at, t.exit_code, r.retries, r.backoff_ms, r.used
+     FROM task_retries r JOIN tasks t ON t.id = r.task_id
+     WHERE t.status = 'failed' AND r.used < r.retries",
+);
+
+/// A retry counted, if no other worker counted it first.
+pub(crate) static COUNT_RETRY: Sql =
+    Sql::new("UPDATE task_retries SET used = used + 1 WHERE task_id = $1 AND used = $2");
+
+/// A failed task left for a worker to resume.
+pub(crate) static RETRY_TASK: Sql = Sql::new(
+    "UPDATE tasks SET status = 'interrupted', updated_at = $2 WHERE id = $1 AND status = 'failed'",
+);
+
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
                     replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed
@@ -270,6 +291,10 @@ mod tests {
             &RUNS_OF_TASK,
             &TOKEN_DAYS,
             &LATEST_TASK_ID,
+            &SET_RETRIES,
+            &RETRYABLE,
+            &COUNT_RETRY,
+            &RETRY_TASK,
             &SET_UNREPLAYED,
             &INSERT_RUN,
             &REPLAY_BOUNDS,

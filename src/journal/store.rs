@@ -9,8 +9,8 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::{
-    NewTask, Resolution, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing, StepRecord,
-    TaskRecord, TaskRows, WorkerRecord,
+    NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
+    StepRecord, TaskRecord, TaskRows, WorkerRecord,
 };
 use crate::config::SyncMode;
 use crate::lease::Holder;
@@ -204,6 +204,15 @@ pub(crate) trait Queue {
     /// The greatest task id that starts with `prefix` (a schedule's last
     /// tick), if any.
     fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>>;
+    /// Gives a task retries (SPEC 16): up to `retries` runs after failed
+    /// ones, the first `backoff_ms` after the failure, then doubling.
+    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()>;
+    /// The failed tasks with retries left.
+    fn retryable(&mut self) -> Result<Vec<Retryable>>;
+    /// Counts the task's retry (it had `used`) and leaves it interrupted
+    /// for a worker to claim, in one transaction; false if another worker
+    /// did first or the task is no longer failed.
+    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool>;
 }
 
 /// One row of a [`Journal::put_steps`] write.

@@ -20,6 +20,7 @@ mod mcp;
 mod messages;
 mod proxy;
 mod recovery;
+mod retries;
 mod run;
 mod schedules;
 mod sdk;

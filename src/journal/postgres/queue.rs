@@ -9,7 +9,7 @@ use super::rows::TASK_COLUMNS;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
 use crate::journal::sql;
-use crate::journal::{Queue, TaskRecord, WorkerRecord};
+use crate::journal::{Queue, Retryable, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
     fn claimable(
@@ -127,6 +127,42 @@ impl Queue for PostgresJournal {
             .client
             .query_one(sql::LATEST_TASK_ID.postgres(), &[&prefix, &length])?;
         Ok(row.get(0))
+    }
+
+    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()> {
+        self.client.execute(
+            sql::SET_RETRIES.postgres(),
+            &[&task, &(retries as i32), &(backoff_ms as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn retryable(&mut self) -> Result<Vec<Retryable>> {
+        let rows = self.client.query(sql::RETRYABLE.postgres(), &[])?;
+        Ok(rows
+            .iter()
+            .map(|row| Retryable {
+                id: row.get(0),
+                queue: row.get(1),
+                failed_at: row.get(2),
+                exit_code: row.get(3),
+                retries: row.get::<_, i32>(4) as u32,
+                backoff_ms: row.get::<_, i64>(5) as u64,
+                used: row.get::<_, i32>(6) as u32,
+            })
+            .collect())
+    }
+
+    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
+        let mut tx = self.client.transaction()?;
+        let counted = tx.execute(sql::COUNT_RETRY.postgres(), &[&task, &(used as i32)])?;
+        let retried = tx.execute(sql::RETRY_TASK.postgres(), &[&task, &crate::journal::now()])?;
+        if counted == 1 && retried == 1 {
+            tx.commit()?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
     }
 
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {

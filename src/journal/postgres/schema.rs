@@ -122,6 +122,16 @@ CREATE TABLE workers (
     // SPEC 12: the recorded proxy and MCP steps no request of a run asked
     // for (JSON array of step numbers): `inspect` shows them `not replayed`.
     "ALTER TABLE runs ADD COLUMN unreplayed TEXT",
+    // SPEC 16: a submitted task's retries: how many runs after failed ones
+    // it may have, the first backoff (doubling), and how many it had.
+    r"
+CREATE TABLE task_retries (
+    task_id    TEXT PRIMARY KEY NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    retries    INTEGER NOT NULL,
+    backoff_ms BIGINT NOT NULL,
+    used       INTEGER NOT NULL DEFAULT 0
+);
+",
 ];
 
 /// The schema version this durun writes.

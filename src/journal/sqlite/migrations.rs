@@ -135,6 +135,16 @@ ALTER TABLE tasks ADD COLUMN imported_at TEXT;
 -- for (JSON array of step numbers): `inspect` shows them `not replayed`.
 ALTER TABLE runs ADD COLUMN unreplayed TEXT;
 ",
+    r"
+-- SPEC 16: a submitted task's retries: how many runs after failed ones it
+-- may have, the first backoff (doubling), and how many it had.
+CREATE TABLE task_retries (
+    task_id    TEXT PRIMARY KEY NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    retries    INTEGER NOT NULL,
+    backoff_ms INTEGER NOT NULL,
+    used       INTEGER NOT NULL DEFAULT 0
+);
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other

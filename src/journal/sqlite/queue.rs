@@ -6,7 +6,7 @@ use rusqlite::{TransactionBehavior, params};
 use super::SqliteJournal;
 use super::rows::{TASK_COLUMNS, task_from_row};
 use crate::journal::sql;
-use crate::journal::{Queue, TaskRecord, WorkerRecord};
+use crate::journal::{Queue, Retryable, TaskRecord, WorkerRecord};
 
 impl Queue for SqliteJournal {
     fn claimable(
@@ -127,6 +127,47 @@ impl Queue for SqliteJournal {
             .conn
             .prepare_cached(sql::LATEST_TASK_ID.sqlite())?
             .query_row(rusqlite::params![prefix, length], |row| row.get(0))?)
+    }
+
+    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()> {
+        self.conn
+            .prepare_cached(sql::SET_RETRIES.sqlite())?
+            .execute(params![task, retries, backoff_ms as i64])?;
+        Ok(())
+    }
+
+    fn retryable(&mut self) -> Result<Vec<Retryable>> {
+        let mut statement = self.conn.prepare_cached(sql::RETRYABLE.sqlite())?;
+        let rows = statement.query_map([], |row| {
+            Ok(Retryable {
+                id: row.get(0)?,
+                queue: row.get(1)?,
+                failed_at: row.get(2)?,
+                exit_code: row.get(3)?,
+                retries: row.get(4)?,
+                backoff_ms: row.get::<_, i64>(5)? as u64,
+                used: row.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let counted = tx
+            .prepare_cached(sql::COUNT_RETRY.sqlite())?
+            .execute(params![task, used])?;
+        let retried = tx
+            .prepare_cached(sql::RETRY_TASK.sqlite())?
+            .execute(params![task, crate::journal::now()])?;
+        if counted == 1 && retried == 1 {
+            tx.commit()?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
     }
 
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
