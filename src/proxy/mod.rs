@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 
 pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
 pub(crate) use routes::{Routes, TAPE};
-pub(crate) use serve::{Body, accept, error, recorded};
+pub(crate) use serve::{Body, accept, error, is_secret, recorded};
 
 use crate::protocol::Effect;
 

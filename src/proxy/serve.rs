@@ -190,7 +190,7 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 
 /// Whether `given` is the secret, in time that does not depend on where
 /// they differ.
-fn is_secret(given: &str, secret: &str) -> bool {
+pub(crate) fn is_secret(given: &str, secret: &str) -> bool {
     given.len() == secret.len()
         && given
             .bytes()

@@ -66,6 +66,26 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Runs `read` on task `id` as the journal has it; `None` when there
+    /// is no such task (or no journal yet).
+    fn read_task<T>(
+        &self,
+        id: &str,
+        read: impl FnOnce(&mut dyn Journal, crate::journal::TaskRecord) -> Result<T>,
+    ) -> Result<Option<T>> {
+        self.read(|journal| {
+            let Some(journal) = journal else {
+                return Ok(None);
+            };
+            match journal.task(id)? {
+                Some(task) => read(journal, task).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+}
+
 pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
     let token = token(args)?;
     let location = Location::of(settings)?;

@@ -335,11 +335,8 @@ pub(super) fn live(req: &Req, shared: &Shared) -> Result<Reply> {
     let key = req.field("key").unwrap_or("list");
     let mut digest = Sha256::new();
     match key.strip_prefix("task:") {
-        Some(id) => shared.read(|journal| {
-            let Some(journal) = journal else {
-                return Ok(());
-            };
-            if let Some(task) = journal.task(id)? {
+        Some(id) => {
+            shared.read_task(id, |journal, task| {
                 let shown = crate::task::shown(journal, &task, &shared.settings)?;
                 let last = journal.steps_tail(id, Some(1))?;
                 let signals = journal.signals(id)?.len();
@@ -360,9 +357,9 @@ pub(super) fn live(req: &Req, shared: &Shared) -> Result<Reply> {
                         step.attempts
                     ));
                 }
-            }
-            Ok(())
-        })?,
+                Ok(())
+            })?;
+        }
         None => {
             for (task, shown) in all_tasks(shared)? {
                 digest.update(format!(

@@ -46,13 +46,7 @@ struct Loaded {
 
 pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
     let from = req.field("from").and_then(|from| from.parse::<u64>().ok());
-    let loaded = shared.read(|journal| {
-        let Some(journal) = journal else {
-            return Ok(None);
-        };
-        let Some(task) = journal.task(id)? else {
-            return Ok(None);
-        };
+    let loaded = shared.read_task(id, |journal, task| {
         let shown = crate::task::shown(journal, &task, &shared.settings)?;
         let runs = journal.runs(id)?;
         let signals = journal.signals(id)?;
@@ -62,14 +56,14 @@ pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
         };
         steps.retain(|step| step.status != StepStatus::Discarded);
         let last = journal.replay_bounds(id)?.1;
-        Ok(Some(Loaded {
+        Ok(Loaded {
             task,
             shown,
             runs,
             signals,
             steps,
             last,
-        }))
+        })
     })?;
     let Some(loaded) = loaded else {
         return Ok(missing(id));
@@ -415,15 +409,10 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
             "durun ui: a step is a number",
         ));
     };
-    let found = shared.read(|journal| {
-        let Some(journal) = journal else {
-            return Ok(None);
-        };
-        let Some(task) = journal.task(id)? else {
-            return Ok(None);
-        };
+    let found = shared.read_task(id, |journal, task| {
         let shown = crate::task::shown(journal, &task, &shared.settings)?;
-        Ok(Some((task, shown, journal.step_versions(id, number)?)))
+        let versions = journal.step_versions(id, number)?;
+        Ok((task, shown, versions))
     })?;
     let Some((task, shown, versions)) = found else {
         return Ok(missing(id));
@@ -521,17 +510,11 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
 
 /// `/api/tasks/ID`: what `inspect ID --json` prints.
 pub(super) fn api_task(shared: &Shared, id: &str) -> Result<Reply> {
-    let out = shared.read(|journal| {
-        let Some(journal) = journal else {
-            return Ok(None);
-        };
-        let Some(task) = journal.task(id)? else {
-            return Ok(None);
-        };
+    let out = shared.read_task(id, |journal, task| {
         let runs = journal.runs(id)?;
         let mut out = Vec::new();
         task_json(journal, &task, &runs, &shared.settings, &mut out)?;
-        Ok(Some(out))
+        Ok(out)
     })?;
     Ok(out.map_or_else(|| missing(id), Reply::json))
 }

@@ -83,17 +83,7 @@ fn a_webhook_wakes_a_waiting_task_and_a_redelivery_is_kept_once() {
     );
 
     // The task it woke completes with the webhook's data.
-    let resumed = env
-        .command()
-        .env("UI_WAIT", "approve")
-        .args(["resume", task])
-        .output()
-        .expect("resume");
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    crate::ui::resume_to_the_end(&env, task);
     assert_eq!(
         env.inspect(task)["task"]["output"]["answer"]["data"]["by"],
         "ci"

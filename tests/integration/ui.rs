@@ -168,6 +168,21 @@ pub(crate) fn evil_task(env: &TestEnv) -> &'static str {
     "javascript:alert.1"
 }
 
+/// Resumes the evil task (its signal has come) and checks it completed.
+pub(crate) fn resume_to_the_end(env: &TestEnv, task: &str) {
+    let resumed = env
+        .command()
+        .env("UI_WAIT", "approve")
+        .args(["resume", task])
+        .output()
+        .expect("resume");
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+}
+
 #[test]
 fn every_request_needs_the_token_and_the_first_visit_trades_it_for_a_cookie() {
     let env = TestEnv::new();
@@ -286,17 +301,7 @@ fn actions_are_posts_with_the_csrf_token_and_do_what_the_commands_do() {
         "{}",
         answer.body
     );
-    let resumed = env
-        .command()
-        .env("UI_WAIT", "approve")
-        .args(["resume", task])
-        .output()
-        .expect("resume");
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    resume_to_the_end(&env, task);
     let output = &env.inspect(task)["task"]["output"];
     assert_eq!(
         output["answer"]["data"],
