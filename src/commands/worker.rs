@@ -28,6 +28,9 @@ use crate::task::{check_task_id, new_task_id};
 /// How long a worker waits for news before it looks again anyway (a
 /// sleeping task's time, a stale lease).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often a worker looks for failed tasks to retry when nothing else
+/// tells it to (SPEC 16).
+const RETRY_LOOK: Duration = Duration::from_secs(10);
 
 pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     crate::task::check_queue(&args.queue)?;
@@ -175,14 +178,22 @@ impl Worker<'_> {
     fn serve(&mut self, journal: &mut dyn Journal, stop: &AtomicBool) -> Result<()> {
         let mut last_heartbeat: Option<Instant> = None;
         let mut last_sweep: Option<Instant> = None;
+        // Failed tasks' retries are looked for when news came (a run
+        // ended), when the next one known is due, or every RETRY_LOOK: an
+        // idle worker makes no query for them.
+        let mut news = true;
+        let mut retry_look = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             self.reap(journal)?;
             // Dead workers of this host are looked for once a second at
             // most: a takeover within SPEC 16's two seconds, one query.
             if last_sweep.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
                 self.free_claims_of_dead_workers(journal)?;
-                self.retry_due(journal)?;
                 last_sweep = Some(Instant::now());
+            }
+            if news || Instant::now() >= retry_look {
+                let next = self.retry_due(journal)?.unwrap_or(RETRY_LOOK);
+                retry_look = Instant::now() + next.min(RETRY_LOOK);
             }
             // The list of tasks `inspect --workers` shows is written as it
             // changes, not only with the next heartbeat.
@@ -217,7 +228,7 @@ impl Worker<'_> {
             }
             // A submit, a signal or an ended run wakes it at once
             // (PostgreSQL NOTIFY; SQLite's data_version).
-            journal.wait_for_work(LOOK_EVERY)?;
+            news = journal.wait_for_work(LOOK_EVERY)?;
         }
         Ok(())
     }
@@ -254,8 +265,11 @@ impl Worker<'_> {
     /// Leaves each failed task of its queues whose retry is due (SPEC 16)
     /// interrupted, to be claimed as any: of workers racing for it, one
     /// counts the retry.
-    fn retry_due(&mut self, journal: &mut dyn Journal) -> Result<()> {
+    /// Returns how long until the next retry of its queues is due, if one
+    /// is pending.
+    fn retry_due(&mut self, journal: &mut dyn Journal) -> Result<Option<Duration>> {
         let now = self.settings.now();
+        let mut next: Option<Duration> = None;
         for task in journal.retryable()? {
             let mine = task
                 .queue
@@ -270,7 +284,13 @@ impl Worker<'_> {
             };
             let backoff =
                 Duration::from_millis(task.backoff_ms.saturating_mul(1 << task.used.min(20)));
-            if !mine || settled || failed + backoff > now {
+            if !mine || settled {
+                continue;
+            }
+            if let Ok(left) = (failed + backoff).duration_since(now)
+                && !left.is_zero()
+            {
+                next = Some(next.map_or(left, |next| next.min(left)));
                 continue;
             }
             if journal.start_retry(&task.id, task.used)? && !self.settings.quiet {
@@ -285,7 +305,7 @@ impl Worker<'_> {
                 ));
             }
         }
-        Ok(())
+        Ok(next)
     }
 
     /// Claims up to `free` tasks and starts them.
