@@ -150,6 +150,20 @@ pub(crate) fn is_ready(
     let due = wake_time(&step).is_some_and(|at| now >= at);
     Ok(match step.kind {
         StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
+        // A join is ready once its child has ended.
+        StepKind::Join => {
+            due || step.args.value()["task"]
+                .as_str()
+                .map(|child| journal.task(child))
+                .transpose()?
+                .flatten()
+                .is_none_or(|child| {
+                    matches!(
+                        child.status,
+                        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+                    )
+                })
+        }
         _ => due,
     })
 }
@@ -167,6 +181,28 @@ pub(crate) fn still_parked(
     Ok(waiting_step(journal, &task.id)?.map(|step| parked_notice(&task.id, &step)))
 }
 
+/// For a child task (SPEC 16), `PARENT-sN` whose parent's step N is a
+/// `spawn`: the parent's id and the args it was spawned with, as JSON.
+pub(crate) fn parent_of(
+    journal: &mut dyn Journal,
+    id: &str,
+) -> anyhow::Result<Option<(String, String)>> {
+    let Some((parent, step)) = id.rsplit_once("-s") else {
+        return Ok(None);
+    };
+    let Ok(step) = step.parse::<u64>() else {
+        return Ok(None);
+    };
+    if parent.is_empty() || journal.task(parent)?.is_none() {
+        return Ok(None);
+    }
+    let spawned = journal
+        .step_versions(parent, step)?
+        .into_iter()
+        .find(|version| version.kind == StepKind::Spawn && version.status != StepStatus::Discarded);
+    Ok(spawned.map(|step| (parent.to_owned(), step.args.value()["args"].to_string())))
+}
+
 /// What a parked task waits for and how to continue it (exit 77).
 pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
     let number = step.step;
@@ -179,6 +215,15 @@ pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
         )
         .hint(format!(
             "`durun resume {task}` continues it once that time has come (before, it parks again at once); `durun resume --all` from a timer picks it up"
+        )),
+        StepKind::Join => Failure::new(Kind::Parked,
+            format!(
+                "task {task} waits for its child task {} to end (step {number}); it is parked, not failed",
+                step.args.value()["task"].as_str().unwrap_or("?")
+            ),
+        )
+        .hint(format!(
+            "`durun resume {task}` continues it once the child has ended (before, it parks again at once); `durun resume --all` or a worker picks it up"
         )),
         _ => Failure::new(Kind::Parked,
             format!(

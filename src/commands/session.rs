@@ -82,6 +82,8 @@ pub(super) fn drive(
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
         crash_at: limits.crash_at,
         traceparent,
+        journal_arg: settings.journal_arg(),
+        parent: crate::task::parent_of(journal, &task.id)?,
         seeds: std::env::var_os(supervisor::SEEDS)
             .map(|path| {
                 supervisor::load_seeds(Path::new(&path)).with_context(|| {

@@ -75,8 +75,12 @@ pub(crate) enum StepKind {
     Proxy,
     /// An MCP `tools/call` (SPEC 13), replayed by content.
     Mcp,
+    /// Starts a child task (SPEC 16).
+    Spawn,
+    /// Waits for a child task to end.
+    Join,
 }
-text_enum!(StepKind { Call => "call", Begin => "begin", Wait => "wait", Sleep => "sleep", Proxy => "proxy", Mcp => "mcp" });
+text_enum!(StepKind { Call => "call", Begin => "begin", Wait => "wait", Sleep => "sleep", Proxy => "proxy", Mcp => "mcp", Spawn => "spawn", Join => "join" });
 
 impl StepKind {
     /// Replayed by content (a request matched by name and args), not by

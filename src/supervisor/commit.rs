@@ -233,6 +233,7 @@ impl<'a> Supervisor<'a> {
             Then::Seeded { id } => {
                 self.respond(conn, &super::requests::replay_response(id, record));
             }
+            Then::Spawn { id, started } => self.spawned(conn, id, record, started),
             Then::Call { id, tool, args } => {
                 if self.ending.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: the step is in doubt and runs
@@ -286,14 +287,28 @@ impl<'a> Supervisor<'a> {
         let step = record.step;
         let response = match (record.kind, record.status) {
             (StepKind::Begin | StepKind::Proxy | StepKind::Mcp, _) => Response::ok(id).step(step),
-            (StepKind::Call | StepKind::Wait | StepKind::Sleep, StepStatus::Committed) => {
+            (
+                StepKind::Call
+                | StepKind::Wait
+                | StepKind::Sleep
+                | StepKind::Spawn
+                | StepKind::Join,
+                StepStatus::Committed,
+            ) => {
                 let mut response = Response::ok(id).step(step);
                 response.replayed = Some(false);
                 response.output.clone_from(&record.output);
                 response.idempotency_key = Some(record.idempotency_key.clone());
                 response
             }
-            (StepKind::Call | StepKind::Wait | StepKind::Sleep, _) => {
+            (
+                StepKind::Call
+                | StepKind::Wait
+                | StepKind::Sleep
+                | StepKind::Spawn
+                | StepKind::Join,
+                _,
+            ) => {
                 let error = record.error.as_ref().expect("a failed step has an error");
                 let mut response =
                     Response::error(id, error.code, error.message.clone()).step(step);

@@ -97,6 +97,11 @@ pub(crate) fn supervise(
     if let Some(traceparent) = &spec.traceparent {
         agent_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
     }
+    // A child task's agent knows its parent and what it was spawned with.
+    if let Some((parent, args)) = &spec.parent {
+        agent_env.push(("DURUN_PARENT_TASK".to_owned(), parent.clone()));
+        agent_env.push(("DURUN_ARGS".to_owned(), args.clone()));
+    }
     let copier = reporter.stderr_copier();
     let mut child = match super::child::spawn_agent(
         spec,

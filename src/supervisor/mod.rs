@@ -10,6 +10,7 @@
 mod agent_io;
 mod calls;
 mod child;
+mod children;
 mod commit;
 mod contents;
 mod crash;

@@ -70,6 +70,8 @@ pub(super) enum Then {
     /// A model step `durun test` answered is written: answer the begin
     /// as a replay.
     Seeded { id: Value },
+    /// A `spawn` step's intent is written: make the child (SPEC 16).
+    Spawn { id: Value, started: Instant },
 }
 
 impl Then {
@@ -81,7 +83,8 @@ impl Then {
             | Then::Opened { id, .. }
             | Then::Call { id, .. }
             | Then::Patched { id }
-            | Then::Seeded { id } => id,
+            | Then::Seeded { id }
+            | Then::Spawn { id, .. } => id,
             Then::Marked | Then::Proxied(_) => Value::Null,
         }
     }

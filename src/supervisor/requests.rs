@@ -77,6 +77,16 @@ impl Supervisor<'_> {
                 timeout,
             } => self.on_wait(conn, id, &name, &data, timeout),
             Request::Sleep { id, args, wake } => self.on_sleep(conn, id, &args, wake),
+            Request::Spawn { id, spawn } => {
+                let spawn = *spawn;
+                self.on_spawn(
+                    conn,
+                    id,
+                    &spawn.name,
+                    (spawn.command, spawn.args, spawn.queue),
+                );
+            }
+            Request::Join { id, task, timeout } => self.on_join(conn, id, &task, timeout),
             Request::Retry { id, step } => self.on_retry(conn, id, step),
             Request::Patched { id, name } => self.on_patched(conn, id, &name),
             Request::Result { id, output } => {

@@ -58,6 +58,12 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) seeds: Option<super::Seeds>,
     /// `durun test`'s tool faults (SPEC 14).
     pub(crate) faults: super::Faults,
+    /// `--journal` or `DURUN_JOURNAL`, for the runners of child tasks
+    /// (SPEC 16).
+    pub(crate) journal_arg: Option<&'a str>,
+    /// For a child task: its parent's id and the args it was spawned
+    /// with, the agent's DURUN_PARENT_TASK and DURUN_ARGS.
+    pub(crate) parent: Option<(String, String)>,
 }
 
 impl RunSpec<'_> {

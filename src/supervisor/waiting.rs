@@ -96,7 +96,7 @@ impl Supervisor<'_> {
 
     /// Opens a `wait` or `sleep` step: `None` when it was answered here
     /// (a replay, a divergence, the budget).
-    fn open_waiting(
+    pub(super) fn open_waiting(
         &mut self,
         conn: Conn,
         id: &Value,
@@ -198,6 +198,10 @@ impl Supervisor<'_> {
             };
             let due = waiter.until.is_some_and(|until| self.spec.now() >= until);
             match waiter.record.kind {
+                StepKind::Join if due || look || waiter.since.elapsed() >= self.spec.park_after => {
+                    self.look_for_child(waiter, false);
+                }
+                StepKind::Join => self.steps.waiting(step, waiter),
                 StepKind::Sleep if due => self.wake(waiter, false),
                 StepKind::Sleep => {
                     self.steps.waiting(step, waiter);
@@ -240,7 +244,7 @@ impl Supervisor<'_> {
 
     /// Ends the run to wait without it: the agent is ended as on SIGTERM,
     /// the task is left `waiting` or `sleeping`, durun exits 77.
-    fn park(&mut self, waiter: Waiter) {
+    pub(super) fn park(&mut self, waiter: Waiter) {
         let task = self.spec.task_id;
         let step = waiter.record.step;
         let status = match waiter.record.kind {
@@ -297,7 +301,7 @@ impl Supervisor<'_> {
 }
 
 impl Waiter {
-    fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
+    pub(super) fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
         let until = crate::task::wake_time(&record);
         Self {
             conn,

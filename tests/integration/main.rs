@@ -3,6 +3,7 @@
 
 mod answers;
 mod browser;
+mod children;
 mod cli;
 mod crash;
 mod crash_test;

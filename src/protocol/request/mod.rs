@@ -69,6 +69,28 @@ pub(crate) enum Request {
         args: Value,
         wake: Wake,
     },
+    /// Starts a child task (SPEC 16): `PARENT-sN`, with `command`, the
+    /// parent's directory and config, and `args` in its `DURUN_ARGS`;
+    /// queued for workers with `queue`, else run beside the agent.
+    Spawn {
+        id: Value,
+        spawn: Box<SpawnArgs>,
+    },
+    /// Waits for a child task to end, as `wait` waits for a signal.
+    Join {
+        id: Value,
+        task: String,
+        timeout: Option<Duration>,
+    },
+}
+
+/// What a `spawn` asks for (boxed: the other requests are smaller).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SpawnArgs {
+    pub(crate) name: String,
+    pub(crate) command: Vec<String>,
+    pub(crate) args: Value,
+    pub(crate) queue: Option<String>,
 }
 
 /// When a `sleep` ends, as the agent asked.
@@ -97,7 +119,9 @@ impl Request {
             | Self::Retry { id, .. }
             | Self::Patched { id, .. }
             | Self::Wait { id, .. }
-            | Self::Sleep { id, .. } => id,
+            | Self::Sleep { id, .. }
+            | Self::Spawn { id, .. }
+            | Self::Join { id, .. } => id,
         }
     }
 }
@@ -319,6 +343,53 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
                 id: id.clone(),
             }
         }
+        "spawn" => Request::Spawn {
+            spawn: Box::new(SpawnArgs {
+            name: required_string(&mut object, "name", op).map_err(fail)?,
+            command: match object.remove("command") {
+                Some(Value::Array(words))
+                    if !words.is_empty() && words.iter().all(Value::is_string) =>
+                {
+                    words
+                        .into_iter()
+                        .filter_map(|word| match word {
+                            Value::String(word) => Some(word),
+                            _ => None,
+                        })
+                        .collect()
+                }
+                _ => {
+                    return Err(fail(
+                        "`command` of a `spawn` must be a non-empty array of strings, the child's argv"
+                            .to_owned(),
+                    ));
+                }
+            },
+            args: object.remove("args").unwrap_or(Value::Null),
+            queue: match optional(&mut object, "queue") {
+                None => None,
+                Some(Value::String(queue)) => {
+                    crate::names::check_queue(&queue).map_err(|err| fail(format!("{err:#}")))?;
+                    Some(queue)
+                }
+                Some(_) => return Err(fail("`queue` must be a string".to_owned())),
+            },
+            }),
+            id: id.clone(),
+        },
+        "join" => Request::Join {
+            task: required_string(&mut object, "task", op).map_err(fail)?,
+            timeout: match optional(&mut object, "timeout") {
+                None => None,
+                Some(value) => Some(duration(&value).ok_or_else(|| {
+                    fail(
+                        "`timeout` must be a duration like \"48h\" or \"90s\", or a number of seconds"
+                            .to_owned(),
+                    )
+                })?),
+            },
+            id: id.clone(),
+        },
         other => return Err(fail(format!("unknown op {other:?}"))),
     };
     Ok(request)

@@ -1,0 +1,148 @@
+//! Sub-agents (SPEC 16): `spawn` makes child tasks `PARENT-sN` once,
+//! `join` waits for them (live, or parked until they end), a crash of the
+//! parent's runner loses no child and makes none twice.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, agents_dir, text, wait_for};
+use crate::workers::{stop, worker};
+
+fn parent_args(env: &TestEnv, task: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["run", "--task", task]
+        .iter()
+        .map(|arg| (*arg).to_owned())
+        .collect();
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    args.push("--".to_owned());
+    args.push("python3".to_owned());
+    args.push(
+        agents_dir()
+            .join("tree_parent.py")
+            .to_string_lossy()
+            .into_owned(),
+    );
+    let _ = env;
+    args
+}
+
+fn joined(env: &TestEnv, task: &str) -> Value {
+    env.inspect(task)["task"]["output"]["joined"].clone()
+}
+
+fn expected(parent: &str) -> Value {
+    json!([
+        {"task": format!("{parent}-s1"), "status": "completed", "output": {"topic": "a", "parent": parent}},
+        {"task": format!("{parent}-s2"), "status": "completed", "output": {"topic": "b", "parent": parent}},
+    ])
+}
+
+fn task_ids(env: &TestEnv) -> Vec<String> {
+    let listed: Value =
+        serde_json::from_slice(&env.durun(&["inspect", "--json"]).stdout).expect("JSON");
+    let mut ids: Vec<String> = listed["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .filter_map(|task| task["id"].as_str().map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn a_parent_spawns_children_beside_it_and_joins_their_answers() {
+    let env = TestEnv::new();
+    let args = parent_args(&env, "root", &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = env.durun(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    // Each child got its args in DURUN_ARGS and its parent's id.
+    assert_eq!(joined(&env, "root"), expected("root"));
+    assert_eq!(task_ids(&env), ["root", "root-s1", "root-s2"]);
+    let steps = &env.inspect("root")["steps"];
+    assert_eq!(steps[0]["kind"], "spawn");
+    assert_eq!(steps[0]["effect"], "mutate");
+    assert_eq!(steps[0]["output"], json!({"task": "root-s1"}));
+    assert_eq!(steps[2]["kind"], "join");
+}
+
+#[test]
+fn a_crash_of_the_parents_runner_loses_no_child_and_makes_none_twice() {
+    let mut env = TestEnv::new();
+    env.set("CHILD_GATE", env.path("gate").to_string_lossy());
+    let args = parent_args(&env, "root", &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut parent = env.spawn(&args, "parent");
+    // Both children are working, the parent joins the first: SIGKILL.
+    wait_for("both children at work", Duration::from_secs(20), || {
+        env.path("work-a.log").exists() && env.path("work-b.log").exists()
+    });
+    crate::env::signal(parent.id() as i32, libc::SIGKILL);
+    let _ = parent.wait();
+    std::fs::write(env.path("gate"), "").expect("open the gate");
+    let resumed = env.durun(&["resume", "root"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(joined(&env, "root"), expected("root"));
+    assert_eq!(
+        task_ids(&env),
+        ["root", "root-s1", "root-s2"],
+        "no child made twice"
+    );
+    let runs = &env.inspect("root")["task"]["runs"];
+    assert_eq!(runs[1]["replayed_steps"], 2, "the spawns replayed: {runs}");
+}
+
+#[test]
+fn queued_children_go_to_workers_and_the_parked_parent_resumes_when_they_end() {
+    let mut env = TestEnv::new();
+    env.set("CHILD_QUEUE", "kids");
+    env.set("DURUN_HEARTBEAT_MS", "250");
+    env.set("DURUN_LEASE_STALE_MS", "1500");
+    let args = parent_args(&env, "root", &["--park-after", "0s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let parked = env.durun(&args);
+    assert_eq!(parked.status.code(), Some(77), "{}", text(&parked.stderr));
+    assert!(
+        text(&parked.stderr).contains("task root waits for its child task root-s1 to end (step 3)"),
+        "{}",
+        text(&parked.stderr)
+    );
+    assert_eq!(env.inspect("root-s1")["task"]["status"], "queued");
+    // Not ready yet: it parks again at once, its agent not started.
+    assert_eq!(env.durun(&["resume", "root"]).status.code(), Some(77));
+    let mut pool = worker(&env, "w1", &["--queue", "kids"]);
+    wait_for("both children to complete", Duration::from_secs(30), || {
+        ["root-s1", "root-s2"]
+            .iter()
+            .all(|kid| env.inspect(kid)["task"]["status"] == "completed")
+    });
+    assert!(stop(&mut pool).success());
+    let resumed = env.durun(&["resume", "root"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(joined(&env, "root"), expected("root"));
+}
+
+#[test]
+fn a_join_of_no_such_task_fails_its_step_and_a_bad_spawn_is_refused() {
+    let env = TestEnv::new();
+    let (output, answers) = env.probe(
+        "t",
+        &json!([
+            {"send": json!({"op": "join", "id": 1, "task": "nobody"}).to_string()},
+            {"send": json!({"op": "spawn", "id": 2, "name": "x", "command": []}).to_string()},
+            {"send": json!({"op": "spawn", "id": 3, "name": "x", "command": ["true"], "queue": "no spaces"}).to_string()},
+        ]),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(answers[0]["ok"], false, "{answers:?}");
+    assert_eq!(answers[0]["error"]["code"], "bad_request");
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("there is no task nobody to join"))
+    );
+    assert_eq!(answers[1]["error"]["code"], "bad_request");
+    assert_eq!(answers[2]["error"]["code"], "bad_request");
+}
