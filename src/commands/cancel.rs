@@ -36,7 +36,9 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
         }
         _ => {}
     }
-    if !journal.request_cancel(&task.id, &settings.holder)? {
+    let held = journal.request_cancel(&task.id, &settings.holder)?;
+    cancel_children(journal.as_mut(), &task.id, settings)?;
+    if !held {
         crate::report::say(&format!("task {} cancelled", task.id));
         return Ok(0);
     }
@@ -70,4 +72,39 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
         args.task
     ));
     Ok(0)
+}
+
+/// Cancels the task's children (SPEC 16), `ID-sN`, and theirs, that have
+/// not ended: their runners stop as the parent's does.
+fn cancel_children(
+    journal: &mut dyn crate::journal::Journal,
+    id: &str,
+    settings: &Settings,
+) -> Result<()> {
+    let tasks = journal.tasks()?;
+    let mut parents = vec![id.to_owned()];
+    while let Some(parent) = parents.pop() {
+        for child in tasks.iter().filter(|task| is_child_of(&task.id, &parent)) {
+            parents.push(child.id.clone());
+            if matches!(
+                child.status,
+                TaskStatus::Completed | TaskStatus::Cancelled | TaskStatus::Failed
+            ) {
+                continue;
+            }
+            journal.request_cancel(&child.id, &settings.holder)?;
+            crate::report::say(&format!(
+                "task {} cancelled with its parent {parent}",
+                child.id
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `id` is `PARENT-sN`, a child `parent` spawned.
+fn is_child_of(id: &str, parent: &str) -> bool {
+    id.strip_prefix(parent)
+        .and_then(|rest| rest.strip_prefix("-s"))
+        .is_some_and(|step| !step.is_empty() && step.bytes().all(|byte| byte.is_ascii_digit()))
 }

@@ -146,3 +146,54 @@ fn a_join_of_no_such_task_fails_its_step_and_a_bad_spawn_is_refused() {
     assert_eq!(answers[1]["error"]["code"], "bad_request");
     assert_eq!(answers[2]["error"]["code"], "bad_request");
 }
+
+#[test]
+fn cancelling_a_parent_cancels_its_children() {
+    let mut env = TestEnv::new();
+    env.set("CHILD_QUEUE", "kids");
+    let args = parent_args(&env, "root", &["--park-after", "0s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(env.durun(&args).status.code(), Some(77));
+    let cancelled = env.durun(&["cancel", "root"]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled.stderr));
+    assert!(
+        text(&cancelled.stderr).contains("task root-s1 cancelled with its parent root"),
+        "{}",
+        text(&cancelled.stderr)
+    );
+    for task in ["root", "root-s1", "root-s2"] {
+        assert_eq!(env.inspect(task)["task"]["status"], "cancelled", "{task}");
+    }
+}
+
+#[test]
+fn the_python_sdk_spawns_and_joins_sync_and_asyncio() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    env.write(
+        "child.py",
+        "import durun\ntopic = durun.args()['topic']\nout = durun.step('research', {'topic': topic}, lambda: topic.upper())\ndurun.result({'found': out, 'parent': durun.parent()})\n",
+    );
+    env.write(
+        "parent.py",
+        "import durun\nkids = [durun.spawn('research ' + t, ['python3', 'child.py'], {'topic': t}) for t in ['x', 'y']]\n\
+         durun.result([j['output']['found'] for j in durun.join_all(kids)])\n",
+    );
+    env.write(
+        "aparent.py",
+        "import asyncio, durun\nasync def main():\n    kids = [await durun.aspawn('research ' + t, ['python3', 'child.py'], {'topic': t}) for t in ['x', 'y']]\n\
+         \x20   joined = await durun.ajoin_all(kids)\n    durun.result([j['status'] for j in joined])\nasyncio.run(main())\n",
+    );
+    for (task, agent, output) in [
+        ("sync", "parent.py", json!(["X", "Y"])),
+        ("async", "aparent.py", json!(["completed", "completed"])),
+    ] {
+        let run = env.durun(&["run", "--task", task, "--", "python3", agent]);
+        assert!(run.status.success(), "{task}: {}", text(&run.stderr));
+        assert_eq!(env.inspect(task)["task"]["output"], output, "{task}");
+        assert_eq!(
+            env.inspect(&format!("{task}-s1"))["task"]["output"]["parent"],
+            task
+        );
+    }
+}

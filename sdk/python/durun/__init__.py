@@ -15,6 +15,9 @@ effect) and runs the rest.
   ``await durun.acall(...)`` and ``await durun.acall_all(...)`` for asyncio.
 * ``durun.wrap(client)`` journals every model call of an OpenAI or
   Anthropic client (sync or async, streaming too).
+* ``durun.spawn(name, command, args)`` starts a child task and
+  ``durun.join(task)`` waits for it (``join_all``; ``aspawn``, ``ajoin``,
+  ``ajoin_all`` for asyncio); a child reads ``durun.args()``.
 * ``durun.wait(name)``, ``durun.approval(data)`` and ``durun.sleep(...)``
   wait for a signal, a person, a time (``await_signal``,
   ``await_approval``, ``asleep`` for asyncio).
@@ -69,6 +72,16 @@ from ._tools import (
     call_all as call_all,
     result as result,
 )
+from ._children import (
+    ajoin as ajoin,
+    ajoin_all as ajoin_all,
+    args as args,
+    aspawn as aspawn,
+    join as join,
+    join_all as join_all,
+    parent as parent,
+    spawn as spawn,
+)
 from ._waiting import (
     approval as approval,
     asleep as asleep,
@@ -88,6 +101,7 @@ __all__ = [
     "step", "call", "call_all", "acall", "acall_all", "result", "current", "usage", "active",
     "wait", "approval", "sleep", "await_signal", "await_approval", "asleep",
     "now", "random", "uuid", "patched", "wrap",
+    "spawn", "join", "join_all", "aspawn", "ajoin", "ajoin_all", "args", "parent",
     "DurunError", "BadRequest", "UnknownTool", "ToolFailed", "Timeout",
     "Divergence", "Cancelled", "JournalError", "BudgetExceeded", "NotUnderDurun", "StepContext",
 ]
