@@ -83,6 +83,28 @@ export function result(value: Json | object): Promise<void>;
 /** Waits for `durun signal TASK NAME`. A long wait parks the task (exit 77). */
 export function wait(name: string, data?: Json | object, options?: WaitOptions): Promise<Signal>;
 
+/** What `join` answers: the child's id, how it ended, and its output. */
+export interface Joined<T = Json> {
+  task: string;
+  status: "completed" | "failed" | "cancelled";
+  output: T | null;
+}
+
+/** Starts a child task (`PARENT-sN`, made once) and returns its id. */
+export function spawn(name: string, command: string[], args?: Json | object, options?: { queue?: string }): Promise<string>;
+
+/** Waits for child `task` to end. A long wait parks the task (exit 77). */
+export function join<T = Json>(task: string, options?: WaitOptions): Promise<Joined<T>>;
+
+/** Joins several children at once, in order. */
+export function joinAll<T = Json>(tasks: string[], options?: WaitOptions): Promise<Joined<T>[]>;
+
+/** In a child task: the args its parent spawned it with (null elsewhere). */
+export function childArgs<T = Json>(): T | null;
+
+/** In a child task: its parent's id (null elsewhere). */
+export function parentTask(): string | null;
+
 /** Waits for `durun approve TASK` (true) or `durun reject TASK` (false). */
 export function approval(data?: Json | object, options?: WaitOptions & { name?: string }): Promise<boolean>;
 

@@ -430,6 +430,45 @@ export async function wait(name, data = null, options = {}) {
   return (await checked(getChannel().request(request))).output;
 }
 
+/**
+ * Starts a child task and returns its id (`PARENT-sN`: a replay or a retry
+ * never makes a second child). On `options.queue` a worker runs it, without
+ * one durun runs it beside this agent; it reads `args` with `childArgs()`.
+ */
+export async function spawn(name, command, args = null, options = {}) {
+  if (!active()) throw new NotUnderDurun(`durun.spawn(${JSON.stringify(name)}) needs durun`);
+  if (!Array.isArray(command) || command.length === 0 || !command.every((word) => typeof word === "string")) {
+    throw new TypeError("durun.spawn() takes the child's argv as an array of strings, e.g. ['node', 'research.mjs']");
+  }
+  const request = { op: "spawn", name, command, args: encode(args, `the args of spawn ${JSON.stringify(name)}`) };
+  if (options.queue !== undefined) request.queue = options.queue;
+  return (await checked(getChannel().request(request))).output.task;
+}
+
+/** Waits for child `task` to end: `{task, status, output}` (a failure is data). */
+export async function join(task, options = {}) {
+  if (!active()) throw new NotUnderDurun(`durun.join(${JSON.stringify(task)}) needs durun`);
+  const request = { op: "join", task };
+  if (options.timeout !== undefined) request.timeout = options.timeout;
+  return (await checked(getChannel().request(request))).output;
+}
+
+/** Joins several children at once; the results in the same order. */
+export async function joinAll(tasks, options = {}) {
+  return await Promise.all(tasks.map((task) => join(task, options)));
+}
+
+/** In a child task: the args its parent spawned it with (null elsewhere). */
+export function childArgs() {
+  const text = process.env.DURUN_ARGS;
+  return text === undefined ? null : JSON.parse(text);
+}
+
+/** In a child task: its parent's id (null elsewhere). */
+export function parentTask() {
+  return process.env.DURUN_PARENT_TASK ?? null;
+}
+
 /** Waits for `durun approve TASK` (true) or `durun reject TASK` (false). */
 export async function approval(data = null, options = {}) {
   const signal = await wait(options.name ?? "approval", data, options);

@@ -125,6 +125,25 @@ await durun.result({ approved, first: first.toISOString(), id, patched: await du
   assert.equal(replayed.id, output.id, "uuid() is the first run's");
 });
 
+test("a parent spawns children and joins them; a child reads its args", () => {
+  const box = sandbox();
+  agent(box, `
+const topic = durun.childArgs().topic;
+const found = await durun.step("research", { topic }, () => topic.toUpperCase());
+await durun.result({ found, parent: durun.parentTask() });
+`, "child.mjs");
+  const path = agent(box, `
+const kids = [];
+for (const topic of ["x", "y"]) kids.push(await durun.spawn("research " + topic, ["node", "child.mjs"], { topic }));
+const joined = await durun.joinAll(kids);
+await durun.result(joined.map((j) => [j.task, j.status, j.output.found]));
+`);
+  const run = durun(box, ["run", "--task", "tree", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.deepEqual(inspect(box, "tree").task.output, [["tree-s1", "completed", "X"], ["tree-s2", "completed", "Y"]]);
+  assert.equal(inspect(box, "tree-s2").task.output.parent, "tree");
+});
+
 test("a commit durun refuses is thrown at the next request, or reported at exit", async () => {
   for (const scenario of ["next", "exit"]) {
     const box = sandbox();

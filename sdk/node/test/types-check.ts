@@ -22,7 +22,13 @@ async function agent(): Promise<void> {
   } catch (err) {
     if (err instanceof durun.BudgetExceeded) console.error(err.code, err.step);
   }
-  await durun.result({ plan, key: key ?? null, outputs, signal: signal.data, approved, when: when.toISOString(), patched });
+  const kid: string = await durun.spawn("research", ["node", "child.mjs"], { topic: "x" }, { queue: "kids" });
+  const joined: durun.Joined[] = await durun.joinAll([kid]);
+  const status: "completed" | "failed" | "cancelled" = (await durun.join(kid)).status;
+  const childArgs = durun.childArgs<{ topic: string }>();
+  const parent: string | null = durun.parentTask();
+  await durun.result({ plan, key: key ?? null, outputs, signal: signal.data, approved, when: when.toISOString(), patched,
+    joined: joined.length, status, topic: childArgs?.topic ?? null, parent });
 }
 
 void agent;
