@@ -203,6 +203,46 @@ pub(crate) fn parent_of(
     Ok(spawned.map(|step| (parent.to_owned(), step.args.value()["args"].to_string())))
 }
 
+/// Whether `id` is `PARENT-sN`: a child `parent` spawned (SPEC 16).
+pub(crate) fn is_child_of(id: &str, parent: &str) -> bool {
+    id.strip_prefix(parent)
+        .and_then(|rest| rest.strip_prefix("-s"))
+        .is_some_and(|step| !step.is_empty() && step.bytes().all(|byte| byte.is_ascii_digit()))
+}
+
+/// The children a task spawned, in the order it spawned them.
+pub(crate) fn children(journal: &mut dyn Journal, id: &str) -> anyhow::Result<Vec<TaskRecord>> {
+    let mut children: Vec<TaskRecord> = journal
+        .tasks_with_prefix(&format!("{id}-s"))?
+        .into_iter()
+        .filter(|task| is_child_of(&task.id, id))
+        .collect();
+    children.sort_by_key(|task| task.id[id.len() + 2..].parse::<u64>().unwrap_or(u64::MAX));
+    Ok(children)
+}
+
+/// A task's place in a tree of tasks (SPEC 16).
+#[derive(Default)]
+pub(crate) struct Family {
+    pub(crate) parent: Option<String>,
+    /// Each child's id and status as shown.
+    pub(crate) children: Vec<(String, TaskStatus)>,
+}
+
+pub(crate) fn family(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    settings: &Settings,
+) -> anyhow::Result<Family> {
+    Ok(Family {
+        parent: parent_of(journal, &task.id)?.map(|(parent, _)| parent),
+        children: children(journal, &task.id)?
+            .iter()
+            .map(|child| (child.id.clone(), shown_status(child, settings)))
+            .collect(),
+    })
+}
+
 /// What a parked task waits for and how to continue it (exit 77).
 pub(crate) fn parked_notice(task: &str, step: &StepRecord) -> Failure {
     let number = step.step;

@@ -168,6 +168,10 @@ pub(crate) struct InspectArgs {
     /// List the live workers, their queues, heartbeats and tasks
     #[arg(long, conflicts_with_all = ["task", "status", "limit"])]
     pub(crate) workers: bool,
+
+    /// List the tasks as trees: each child under the task that spawned it
+    #[arg(long, conflicts_with_all = ["task", "workers", "limit"])]
+    pub(crate) tree: bool,
 }
 
 /// The statuses `inspect --status` filters on.

@@ -81,10 +81,9 @@ fn cancel_children(
     id: &str,
     settings: &Settings,
 ) -> Result<()> {
-    let tasks = journal.tasks()?;
     let mut parents = vec![id.to_owned()];
     while let Some(parent) = parents.pop() {
-        for child in tasks.iter().filter(|task| is_child_of(&task.id, &parent)) {
+        for child in crate::task::children(journal, &parent)? {
             parents.push(child.id.clone());
             if matches!(
                 child.status,
@@ -100,11 +99,4 @@ fn cancel_children(
         }
     }
     Ok(())
-}
-
-/// Whether `id` is `PARENT-sN`, a child `parent` spawned.
-fn is_child_of(id: &str, parent: &str) -> bool {
-    id.strip_prefix(parent)
-        .and_then(|rest| rest.strip_prefix("-s"))
-        .is_some_and(|step| !step.is_empty() && step.bytes().all(|byte| byte.is_ascii_digit()))
 }

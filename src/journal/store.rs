@@ -213,6 +213,9 @@ pub(crate) trait Queue {
     /// for a worker to claim, in one transaction; false if another worker
     /// did first or the task is no longer failed.
     fn start_retry(&mut self, task: &str, used: u32) -> Result<bool>;
+    /// The tasks whose id starts with `prefix` (a parent's children,
+    /// `PARENT-s`), in id order.
+    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>>;
 }
 
 /// One row of a [`Journal::put_steps`] write.

@@ -42,6 +42,7 @@ struct Loaded {
     /// The highest step number of the task, and whether steps come before
     /// this page's.
     last: u64,
+    family: crate::task::Family,
 }
 
 pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
@@ -56,6 +57,7 @@ pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
         };
         steps.retain(|step| step.status != StepStatus::Discarded);
         let last = journal.replay_bounds(id)?.1;
+        let family = crate::task::family(journal, &task, &shared.settings)?;
         Ok(Loaded {
             task,
             shown,
@@ -63,6 +65,7 @@ pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
             signals,
             steps,
             last,
+            family,
         })
     })?;
     let Some(loaded) = loaded else {
@@ -84,6 +87,7 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         signals,
         steps,
         last,
+        family,
     } = loaded;
     let now = shared.settings.now();
     let driven = shown.driven();
@@ -100,6 +104,27 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         format!("<code>{}</code>", text(&shell_words(&task.argv))),
     );
     row("directory", text(&task.cwd));
+    if let Some(parent) = &family.parent {
+        row(
+            "parent",
+            format!("<a href=\"{}\">{}</a>", task_href(parent), text(parent)),
+        );
+    }
+    if !family.children.is_empty() {
+        let children: Vec<String> = family
+            .children
+            .iter()
+            .map(|(id, status)| {
+                format!(
+                    "<a href=\"{}\">{}</a> {}",
+                    task_href(id),
+                    text(id),
+                    badge(*status)
+                )
+            })
+            .collect();
+        row("children", children.join(" "));
+    }
     row("runs", task.runs.to_string());
     row("steps", thousands(task.steps));
     row(

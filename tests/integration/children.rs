@@ -66,6 +66,25 @@ fn a_parent_spawns_children_beside_it_and_joins_their_answers() {
     assert_eq!(steps[0]["effect"], "mutate");
     assert_eq!(steps[0]["output"], json!({"task": "root-s1"}));
     assert_eq!(steps[2]["kind"], "join");
+    // inspect: the family, and the tree.
+    let root = env.inspect("root");
+    assert_eq!(root["task"]["parent"], Value::Null);
+    assert_eq!(
+        root["task"]["children"],
+        json!([{"id": "root-s1", "status": "completed"}, {"id": "root-s2", "status": "completed"}])
+    );
+    assert_eq!(env.inspect("root-s2")["task"]["parent"], "root");
+    let tree = text(&env.durun(&["inspect", "--tree"]).stdout);
+    assert!(
+        tree.contains("root        completed")
+            && tree.contains("├─ root-s1  completed")
+            && tree.contains("└─ root-s2  completed"),
+        "{tree}"
+    );
+    let tree: Value =
+        serde_json::from_slice(&env.durun(&["inspect", "--tree", "--json"]).stdout).expect("JSON");
+    assert_eq!(tree["tasks"].as_array().map(Vec::len), Some(1), "{tree}");
+    assert_eq!(tree["tasks"][0]["children"][1]["id"], "root-s2");
 }
 
 #[test]

@@ -156,7 +156,7 @@ fn usage_errors_exit_2_with_a_durun_line() {
             &["run", "--typo-flag", "3", "--", "true"][..],
             "--typo-flag",
         ),
-        (&["submit", "--retries", "2", "--", "true"][..], "--retries"),
+        (&["submit", "--retry", "2", "--", "true"][..], "--retry"),
         (&["run", "--tsak", "x", "--", "true"][..], "--tsak"),
     ] {
         let output = env.durun(args);

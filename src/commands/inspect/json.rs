@@ -79,6 +79,9 @@ pub(super) struct TaskOut<'a> {
     updated_at: &'a str,
     runs: Vec<RunOut<'a>>,
     signals: Vec<SignalOut<'a>>,
+    /// SPEC 16: the task that spawned it, and those it spawned.
+    parent: Option<&'a str>,
+    children: Vec<Value>,
 }
 
 #[derive(serde::Serialize)]
@@ -140,8 +143,15 @@ pub(super) fn task_out<'a>(
     runs: &'a [RunRecord],
     shown: &Shown,
     signals: &'a [SignalRecord],
+    family: &'a crate::task::Family,
 ) -> TaskOut<'a> {
     TaskOut {
+        parent: family.parent.as_deref(),
+        children: family
+            .children
+            .iter()
+            .map(|(id, status)| json!({"id": id, "status": status.as_str()}))
+            .collect(),
         id: &task.id,
         status: shown.status.as_str(),
         command: &task.argv,

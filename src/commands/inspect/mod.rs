@@ -7,6 +7,7 @@
 
 mod follow;
 mod json;
+mod tree;
 mod views;
 
 use std::io::Write;
@@ -59,6 +60,14 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         } else {
             Some(location.open(Access::Read, settings)?)
         };
+        if args.tree {
+            let tasks = match journal.as_mut() {
+                Some(journal) => listed(journal.as_mut(), settings, usize::MAX, &|_, _| true)?,
+                None => Vec::new(),
+            };
+            tree::print(&tasks, args, &mut out)?;
+            return Ok(0);
+        }
         let tasks = match journal.as_mut() {
             Some(journal) => listed(
                 journal.as_mut(),
@@ -100,9 +109,10 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
             let shown = shown(journal.as_mut(), &task, settings)?;
             let signals = journal.signals(id)?;
+            let family = crate::task::family(journal.as_mut(), &task, settings)?;
             serde_json::to_writer(
                 &mut out,
-                &json!({"task": task_out(&task, &runs, &shown, &signals), "steps": steps}),
+                &json!({"task": task_out(&task, &runs, &shown, &signals, &family), "steps": steps}),
             )?;
             writeln!(out)?;
             out.flush()?;
@@ -129,7 +139,10 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
         let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
         let steps = journal.steps_tail(id, last)?;
         let shown = shown(journal.as_mut(), &task, settings)?;
-        out.write_all(views::task_view(&style, &task, &shown, &runs, &steps, now).as_bytes())?;
+        let family = crate::task::family(journal.as_mut(), &task, settings)?;
+        out.write_all(
+            views::task_view(&style, (&task, &shown, &family), &runs, &steps, now).as_bytes(),
+        )?;
         if last.is_some() {
             writeln!(
                 out,
@@ -185,7 +198,8 @@ pub(crate) fn task_json(
     out.write_all(b"{\"task\":")?;
     let shown = shown(journal, task, settings)?;
     let signals = journal.signals(&task.id)?;
-    serde_json::to_writer(&mut *out, &task_out(task, runs, &shown, &signals))?;
+    let family = crate::task::family(journal, task, settings)?;
+    serde_json::to_writer(&mut *out, &task_out(task, runs, &shown, &signals, &family))?;
     out.write_all(b",\"steps\":[")?;
     let mut first = true;
     journal.visit_steps(&task.id, true, None, &mut |step| {
@@ -199,7 +213,7 @@ pub(crate) fn task_json(
     Ok(())
 }
 
-pub(crate) fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
+pub(super) fn status_matches(wanted: StatusFilter, status: TaskStatus) -> bool {
     matches!(
         (wanted, status),
         (StatusFilter::Running, TaskStatus::Running)

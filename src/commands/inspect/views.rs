@@ -175,8 +175,7 @@ pub(super) fn worker_list(
 
 pub(super) fn task_view(
     style: &Style,
-    task: &TaskRecord,
-    shown: &Shown,
+    (task, shown, family): (&TaskRecord, &Shown, &crate::task::Family),
     runs: &[RunRecord],
     steps: &[StepRecord],
     now: SystemTime,
@@ -195,11 +194,27 @@ pub(super) fn task_view(
     );
     let _ = writeln!(out, "command  {}", escape(&shell_words(&task.argv)));
     let _ = writeln!(out, "cwd      {}", escape(&task.cwd));
+    if let Some(parent) = &family.parent {
+        let _ = writeln!(out, "parent   {}", escape(parent));
+    }
+    if !family.children.is_empty() {
+        let children: Vec<String> = family
+            .children
+            .iter()
+            .map(|(id, status)| format!("{} ({})", escape(id), status.as_str()))
+            .collect();
+        let _ = writeln!(out, "children {}", children.join(", "));
+    }
     if let Some(step) = waiting {
         let what = match step.kind {
             crate::journal::StepKind::Sleep => format!(
                 "until {} (step {}, a sleep)",
                 step.wake_at.as_deref().unwrap_or("?"),
+                step.step
+            ),
+            crate::journal::StepKind::Join => format!(
+                "for its child task {} to end (step {})",
+                escape(step.args.value()["task"].as_str().unwrap_or("?")),
                 step.step
             ),
             _ => format!(

@@ -165,6 +165,17 @@ impl Queue for PostgresJournal {
         }
     }
 
+    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
+        let length = prefix.chars().count() as i32;
+        let rows = self.client.query(
+            &format!(
+                "SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, $2) = $1 ORDER BY t.id"
+            ),
+            &[&prefix, &length],
+        )?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
         let stale = self.stale.as_millis() as i64;
         let rows = self.client.query(

@@ -170,6 +170,18 @@ impl Queue for SqliteJournal {
         }
     }
 
+    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, ?2) = ?1 ORDER BY t.id"
+        ))?;
+        let mut rows = statement.query(params![prefix, prefix.chars().count() as i64])?;
+        let mut tasks = Vec::new();
+        while let Some(row) = rows.next()? {
+            tasks.push(task_from_row(row)?);
+        }
+        Ok(tasks)
+    }
+
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
         let fresh = crate::journal::now_ms() - self.stale.as_millis() as i64;
         let mut statement = self.conn.prepare_cached(
