@@ -98,10 +98,27 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
              <th class=\"num\">Steps</th><th class=\"num\">Tokens spent</th><th class=\"num\">Tokens saved</th>\
              <th>Queue</th><th>Updated</th></tr></thead><tbody>",
         );
+        let known: std::collections::HashSet<&str> =
+            tasks.iter().map(|(task, _)| task.id.as_str()).collect();
         for (task, shown) in matching.iter().skip((at - 1) * PAGE).take(PAGE) {
+            // A child task (SPEC 16) names its parent under its id.
+            let parent = task
+                .id
+                .rsplit_once("-s")
+                .map(|(parent, _)| parent)
+                .filter(|parent| {
+                    known.contains(parent) && crate::task::is_child_of(&task.id, parent)
+                })
+                .map_or_else(String::new, |parent| {
+                    format!(
+                        "<br><small>↳ of <a href=\"{}\">{}</a></small>",
+                        task_href(parent),
+                        text(parent)
+                    )
+                });
             let _ = write!(
                 body,
-                "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td class=\"cmd\">{}</td>\
+                "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}</td><td class=\"cmd\">{}</td>\
                  <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
                  <td>{}</td><td title=\"{}\">{}</td></tr>",
                 task_href(&task.id),
