@@ -216,3 +216,56 @@ fn the_python_sdk_spawns_and_joins_sync_and_asyncio() {
         );
     }
 }
+
+/// The root of a three-level tree of ten tasks, killed with SIGKILL (its
+/// runner, and with it the runners of the children beside it) again and
+/// again at varied moments, resumed each time: every task made once, each
+/// task's `mutate` step acting under one key only, the root's output
+/// right.
+#[test]
+fn a_tree_of_ten_tasks_killed_again_and_again_makes_each_task_once() {
+    let env = TestEnv::new();
+    let agent = agents_dir().join("tree_node.py");
+    let agent = agent.to_string_lossy();
+    let mut kills = 0;
+    for (round, delay_ms) in [250u64, 600, 400, 900, 300, 700].into_iter().enumerate() {
+        let args: Vec<&str> = if round == 0 {
+            vec!["run", "--task", "root", "--", "python3", &agent]
+        } else {
+            vec!["resume", "root"]
+        };
+        let mut runner = env.spawn(&args, &format!("round{round}"));
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        if runner.try_wait().expect("wait").is_none() {
+            crate::env::signal(runner.id() as i32, libc::SIGKILL);
+            kills += 1;
+        }
+        let _ = runner.wait();
+        // The children beside it die with it (parent-death signal).
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let finished = env.durun(&["resume", "root"]);
+    assert!(finished.status.success(), "{}", text(&finished.stderr));
+    assert!(kills >= 2, "the runs were killed {kills} times");
+    assert_eq!(env.inspect("root")["task"]["output"], 10);
+    let mut expected = vec!["root".to_owned()];
+    // Step 1 is each node's `work`: its children are steps 2 and on.
+    for child in 2..=4 {
+        let child = format!("root-s{child}");
+        expected.extend([format!("{child}-s2"), format!("{child}-s3")]);
+        expected.push(child);
+    }
+    expected.sort();
+    assert_eq!(task_ids(&env), expected, "each task made once");
+    // Each task's one `mutate` step acted under one key, however often it
+    // ran again after a kill.
+    let log = std::fs::read_to_string(env.path("work.log")).expect("work.log");
+    let mut keys: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+        std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let (task, key) = line.split_once(' ').expect("task and key");
+        keys.entry(task).or_default().insert(key);
+    }
+    assert_eq!(keys.len(), 10, "{log}");
+    assert!(keys.values().all(|keys| keys.len() == 1), "{keys:?}");
+}
