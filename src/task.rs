@@ -221,6 +221,20 @@ pub(crate) fn children(journal: &mut dyn Journal, id: &str) -> anyhow::Result<Ve
     Ok(children)
 }
 
+/// The tokens the task's children, and theirs, have spent: they count
+/// against its budget (SPEC 16).
+pub(crate) fn descendants_spent(journal: &mut dyn Journal, id: &str) -> anyhow::Result<u64> {
+    let mut spent = 0;
+    let mut parents = vec![id.to_owned()];
+    while let Some(parent) = parents.pop() {
+        for child in children(journal, &parent)? {
+            spent += child.tokens_spent;
+            parents.push(child.id);
+        }
+    }
+    Ok(spent)
+}
+
 /// A task's place in a tree of tasks (SPEC 16).
 #[derive(Default)]
 pub(crate) struct Family {

@@ -77,7 +77,13 @@ pub(super) fn drive(
             .or(config.park_after)
             .unwrap_or(DEFAULT_PARK_AFTER),
         max_tokens: task.max_tokens,
-        tokens_before: task.tokens_spent,
+        // A budget covers the task's children too (SPEC 16).
+        tokens_before: task.tokens_spent
+            + if task.max_tokens.is_some() {
+                crate::task::descendants_spent(journal, &task.id)?
+            } else {
+                0
+            },
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
         crash_at: limits.crash_at,

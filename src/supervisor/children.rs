@@ -120,6 +120,7 @@ impl Supervisor<'_> {
         queue: Option<String>,
     ) -> anyhow::Result<()> {
         let parent = self.spec.task_id;
+        let spent = self.spec.tokens_before + self.tokens_finished;
         let journal = self.journal();
         if journal.task(child)?.is_some() {
             return Ok(());
@@ -127,6 +128,9 @@ impl Supervisor<'_> {
         let Some(parent) = journal.task(parent)? else {
             anyhow::bail!("task {parent} is gone from the journal");
         };
+        // A child's tokens count against its parent's budget: it gets
+        // what is left of it.
+        let left = parent.max_tokens.map(|max| max.saturating_sub(spent));
         journal.create_task(&NewTask {
             id: child.to_owned(),
             argv: command,
@@ -135,7 +139,7 @@ impl Supervisor<'_> {
             config_path: parent.config_path,
             sync: parent.sync,
             created_at: crate::journal::now(),
-            max_tokens: None,
+            max_tokens: left,
             queue,
         })
     }

@@ -269,3 +269,51 @@ fn a_tree_of_ten_tasks_killed_again_and_again_makes_each_task_once() {
     assert_eq!(keys.len(), 10, "{log}");
     assert!(keys.values().all(|keys| keys.len() == 1), "{keys:?}");
 }
+
+#[test]
+fn a_childs_tokens_count_against_its_parents_budget() {
+    let mut env = TestEnv::new();
+    env.set("DURUN_HEARTBEAT_MS", "250");
+    env.set("DURUN_LEASE_STALE_MS", "1500");
+    let ask = "import json, sys\ndef ask(m):\n    sys.stdout.write(json.dumps(m) + '\\n'); sys.stdout.flush()\n    a = json.loads(sys.stdin.readline())\n    assert a['ok'], a\n    return a\n";
+    env.write(
+        "child.py",
+        &format!("{ask}o = ask({{'op': 'begin', 'id': 1, 'name': 'research', 'args': {{}}}})\nif not o.get('replayed'):\n    ask({{'op': 'commit', 'id': 2, 'step': o['step'], 'output': 'r', 'usage': {{'input_tokens': 400, 'output_tokens': 50}}}})\n"),
+    );
+    env.write(
+        "parent.py",
+        &format!(
+            "{ask}o = ask({{'op': 'begin', 'id': 1, 'name': 'plan', 'args': {{}}}})\nif not o.get('replayed'):\n    ask({{'op': 'commit', 'id': 2, 'step': o['step'], 'output': 'p', 'usage': {{'input_tokens': 100, 'output_tokens': 20}}}})\n\
+             kid = ask({{'op': 'spawn', 'id': 3, 'name': 'kid', 'command': ['python3', 'child.py'], 'queue': 'kids'}})['output']['task']\n\
+             ask({{'op': 'join', 'id': 4, 'task': kid}})\nask({{'op': 'begin', 'id': 5, 'name': 'summarize', 'args': {{}}}})\n"
+        ),
+    );
+    let parked = env.durun(&[
+        "run",
+        "--task",
+        "p",
+        "--max-tokens",
+        "500",
+        "--park-after",
+        "0s",
+        "--",
+        "python3",
+        "parent.py",
+    ]);
+    assert_eq!(parked.status.code(), Some(77), "{}", text(&parked.stderr));
+    // The child gets what is left of the budget.
+    assert_eq!(env.inspect("p-s2")["task"]["max_tokens"], 380);
+    let mut pool = worker(&env, "w1", &["--queue", "kids"]);
+    wait_for("the child to complete", Duration::from_secs(30), || {
+        env.inspect("p-s2")["task"]["status"] == "completed"
+    });
+    assert!(stop(&mut pool).success());
+    // 120 of its own and 450 of its child's: the next new step is refused.
+    let resumed = env.durun(&["resume", "p"]);
+    assert_eq!(resumed.status.code(), Some(78), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stderr).contains("spent its token budget: 570 of 500"),
+        "{}",
+        text(&resumed.stderr)
+    );
+}
