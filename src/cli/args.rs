@@ -13,6 +13,11 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) new: NewTaskArgs,
 
+    /// How many child tasks without a queue run at once beside the agent
+    /// [default: the number of cores]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) jobs: Option<u32>,
+
     #[command(flatten)]
     pub(crate) limits: Limits,
 }
@@ -65,6 +70,10 @@ pub(crate) struct Limits {
     /// there with SIGKILL
     #[arg(long, value_name = "STEP:POINT", hide = true)]
     pub(crate) crash_at: Option<crate::supervisor::CrashAt>,
+
+    /// `run --jobs`, `resume TASK --jobs`: child tasks beside the agent.
+    #[arg(skip)]
+    pub(crate) child_jobs: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -89,7 +98,9 @@ pub(crate) struct ResumeArgs {
     #[arg(long)]
     pub(crate) all: bool,
 
-    /// With --all: how many tasks run at once [default: 1]
+    /// With --all: how many tasks run at once [default: 1]; of one task:
+    /// how many of its child tasks without a queue run at once beside its
+    /// agent [default: the number of cores]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) jobs: Option<u32>,
 

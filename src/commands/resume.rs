@@ -49,7 +49,10 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
         &task,
         false,
         args.from_step,
-        args.limits,
+        crate::cli::Limits {
+            child_jobs: args.jobs,
+            ..args.limits
+        },
         settings,
     )
 }

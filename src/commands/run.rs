@@ -71,5 +71,9 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         return Ok(0);
     }
     let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
-    session::drive(journal.as_mut(), &task, fresh, None, args.limits, settings)
+    let limits = crate::cli::Limits {
+        child_jobs: args.jobs,
+        ..args.limits
+    };
+    session::drive(journal.as_mut(), &task, fresh, None, limits, settings)
 }

@@ -89,6 +89,10 @@ pub(super) fn drive(
         crash_at: limits.crash_at,
         traceparent,
         journal_arg: settings.journal_arg(),
+        child_jobs: limits.child_jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            |jobs| jobs as usize,
+        ),
         parent: crate::task::parent_of(journal, &task.id)?,
         seeds: std::env::var_os(supervisor::SEEDS)
             .map(|path| {

@@ -19,6 +19,14 @@ use crate::journal::{NewTask, StepError, StepKind, StepRecord, StepStatus, TaskS
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
 
+/// The runners of child tasks without a queue: at most
+/// `RunSpec::child_jobs` at once, the rest waiting in spawn order.
+#[derive(Default)]
+pub(super) struct Runners {
+    running: usize,
+    waiting: std::collections::VecDeque<String>,
+}
+
 /// The id of the child a parent's step `step` spawns.
 fn child_id(parent: &str, step: u64) -> String {
     format!("{parent}-s{step}")
@@ -144,10 +152,30 @@ impl Supervisor<'_> {
         })
     }
 
+    /// Runs the child beside the agent now, or once a runner ends when
+    /// `child_jobs` run already.
+    fn start_child(&mut self, child: &str) {
+        if self.children.running >= self.spec.child_jobs.max(1) {
+            self.children.waiting.push_back(child.to_owned());
+        } else {
+            self.run_child(child);
+        }
+    }
+
+    /// A child's runner ended: the next waiting child gets its place.
+    pub(super) fn child_ended(&mut self) {
+        self.children.running = self.children.running.saturating_sub(1);
+        if self.ending.stop.is_none()
+            && let Some(next) = self.children.waiting.pop_front()
+        {
+            self.run_child(&next);
+        }
+    }
+
     /// Starts `durun resume CHILD` beside the agent: it takes the child's
     /// lease as any run does, and dies with this durun (its task is then
     /// left for the parent's next run, or `resume --all`).
-    fn start_child(&mut self, child: &str) {
+    fn run_child(&mut self, child: &str) {
         let Ok(exe) = std::env::current_exe() else {
             return;
         };
@@ -162,10 +190,15 @@ impl Supervisor<'_> {
         crate::os::die_with_parent(&mut command);
         match command.spawn() {
             Ok(mut runner) => {
-                // Reaped by a thread of its own: the loop never waits on it.
+                self.children.running += 1;
+                // Reaped by a thread of its own, which tells the loop.
+                let events = self.events_tx.clone();
                 let _ = std::thread::Builder::new()
                     .name(format!("child {child}"))
-                    .spawn(move || runner.wait());
+                    .spawn(move || {
+                        let _ = runner.wait();
+                        let _ = events.send(super::inbox::Event::ChildEnded);
+                    });
             }
             Err(err) => self
                 .reporter

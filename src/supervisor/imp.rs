@@ -181,6 +181,7 @@ pub(crate) fn supervise(
             crashes: super::crash::Crashes::new(spec.crash_at),
             seeds: spec.seeds.clone().unwrap_or_default(),
             faults: spec.faults.clone(),
+            children: super::children::Runners::default(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();
@@ -377,6 +378,7 @@ impl Supervisor<'_> {
             Event::Signal(signal) => self.on_signal(signal),
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}
+            Event::ChildEnded => self.child_ended(),
             Event::Proxy(message) => self.on_proxy(*message),
         }
     }

@@ -45,6 +45,8 @@ pub(super) enum Event {
     Landed,
     /// A request through the model/API proxy, or its end.
     Proxy(Box<crate::proxy::ToLoop>),
+    /// The runner of a child task without a queue ended (SPEC 16).
+    ChildEnded,
 }
 
 /// Sends [`Event`]s to the loop and wakes it.

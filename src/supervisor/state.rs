@@ -51,6 +51,9 @@ pub(super) struct Supervisor<'a> {
     pub(super) seeds: super::Seeds,
     /// `durun test`'s tool faults, each taken by its first call.
     pub(super) faults: super::Faults,
+    /// The runners of child tasks without a queue (SPEC 16): how many run,
+    /// and the children waiting for one of them to end.
+    pub(super) children: super::children::Runners,
 }
 
 /// A step as the agent asks for it.

@@ -317,3 +317,45 @@ fn a_childs_tokens_count_against_its_parents_budget() {
         text(&resumed.stderr)
     );
 }
+
+#[test]
+fn run_jobs_bounds_the_children_that_run_at_once_beside_the_agent() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    env.write(
+        "child.py",
+        "import durun, time\nt = durun.args()\nopen('spans.log', 'a').write(f'start {time.time()}\\n')\ntime.sleep(0.4)\nopen('spans.log', 'a').write(f'end {time.time()}\\n')\ndurun.result(t)\n",
+    );
+    env.write(
+        "parent.py",
+        "import durun\nkids = [durun.spawn('kid', ['python3', 'child.py'], i) for i in range(3)]\ndurun.result([j['output'] for j in durun.join_all(kids)])\n",
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "one-at-a-time",
+        "--jobs",
+        "1",
+        "--",
+        "python3",
+        "parent.py",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        env.inspect("one-at-a-time")["task"]["output"],
+        json!([0, 1, 2])
+    );
+    // One at a time: every start comes after the end before it.
+    let log = std::fs::read_to_string(env.path("spans.log")).expect("spans");
+    let events: Vec<(&str, f64)> = log
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(what, at)| (what, at.parse().expect("a time")))
+        .collect();
+    let mut running = 0;
+    for (what, _) in &events {
+        running += if *what == "start" { 1 } else { -1 };
+        assert!(running <= 1, "two children at once: {log}");
+    }
+    assert_eq!(events.len(), 6, "{log}");
+}
