@@ -19,14 +19,6 @@ use crate::journal::{NewTask, StepError, StepKind, StepRecord, StepStatus, TaskS
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
 
-/// The runners of child tasks without a queue: at most
-/// `RunSpec::child_jobs` at once, the rest waiting in spawn order.
-#[derive(Default)]
-pub(super) struct Runners {
-    running: usize,
-    waiting: std::collections::VecDeque<String>,
-}
-
 /// The id of the child a parent's step `step` spawns.
 fn child_id(parent: &str, step: u64) -> String {
     format!("{parent}-s{step}")

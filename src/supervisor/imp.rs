@@ -181,7 +181,7 @@ pub(crate) fn supervise(
             crashes: super::crash::Crashes::new(spec.crash_at),
             seeds: spec.seeds.clone().unwrap_or_default(),
             faults: spec.faults.clone(),
-            children: super::children::Runners::default(),
+            children: super::state::Runners::default(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();

@@ -53,7 +53,15 @@ pub(super) struct Supervisor<'a> {
     pub(super) faults: super::Faults,
     /// The runners of child tasks without a queue (SPEC 16): how many run,
     /// and the children waiting for one of them to end.
-    pub(super) children: super::children::Runners,
+    pub(super) children: Runners,
+}
+
+/// The runners of child tasks without a queue: at most
+/// `RunSpec::child_jobs` at once, the rest waiting in spawn order.
+#[derive(Default)]
+pub(super) struct Runners {
+    pub(super) running: usize,
+    pub(super) waiting: std::collections::VecDeque<String>,
 }
 
 /// A step as the agent asks for it.
