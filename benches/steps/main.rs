@@ -61,6 +61,21 @@ fn main() {
     orchestrate();
 }
 
+/// The 1-minute load average, with a warning on stderr when it is above
+/// the core count: the figures of this round are of a busy machine.
+fn load_average(cores: usize) -> f64 {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
+    if load > cores as f64 {
+        eprintln!(
+            "warning: the load average is {load:.2} on {cores} cores: this round's figures are of a busy machine"
+        );
+    }
+    load
+}
+
 /// The middle sample; NaN for none.
 fn median(samples: Vec<f64>) -> f64 {
     common::median(samples).unwrap_or(f64::NAN)
@@ -108,16 +123,21 @@ fn orchestrate() {
     if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("proxy") {
         for round in 1..=rounds {
             eprintln!("round {round}/{rounds}");
+            table.add("load average", load_average(cores));
             table.add("floor 1 commit full", floor(root, 1, "full", steps));
             proxy::rows(root, (steps / 5).max(20), &mut table);
             proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
         }
         proxy::print(&table);
+        if let Some(load) = report::load_line(&table) {
+            println!("\n{load}");
+        }
         return;
     }
     if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("traces") {
         for round in 1..=rounds {
             eprintln!("round {round}/{rounds}");
+            table.add("load average", load_average(cores));
             table.add("floor 1 commit full", floor(root, 1, "full", steps));
             traces::rows(root, steps, &mut table);
         }
@@ -126,12 +146,18 @@ fn orchestrate() {
             table.get("floor 1 commit full").unwrap_or(f64::NAN)
         );
         traces::print(&table);
+        if let Some(load) = report::load_line(&table) {
+            println!("\n{load}");
+        }
         return;
     }
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
+        table.add("load average", load_average(cores));
+        // Both floors, every round: one fsync'd commit (below) and one
+        // blocking pipe round trip.
+        table.add("pipe round trip one core", pipe_round_trip(2000, false));
         if cores >= 2 {
-            table.add("pipe round trip one core", pipe_round_trip(2000, false));
             table.add("pipe round trip two cores", pipe_round_trip(2000, true));
         }
         for sync in ["full", "normal"] {

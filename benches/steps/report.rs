@@ -21,12 +21,38 @@ impl Table {
         }
     }
 
+    /// Every round's sample of a row, in round order.
+    pub(crate) fn samples(&self, name: &str) -> Option<&[f64]> {
+        self.rows
+            .iter()
+            .find(|(row, _)| row == name)
+            .map(|(_, samples)| samples.as_slice())
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<f64> {
         self.rows
             .iter()
             .find(|(row, _)| row == name)
             .map(|(_, samples)| median(samples.clone()))
     }
+}
+
+/// The load average at the start of each round, said beside the figures,
+/// with a warning when it was above the core count.
+pub(crate) fn load_line(table: &Table) -> Option<String> {
+    let loads = table.samples("load average")?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let shown: Vec<String> = loads.iter().map(|load| format!("{load:.2}")).collect();
+    let busy = loads.iter().any(|load| *load > cores as f64);
+    Some(format!(
+        "Load average (1 min) at the start of each round: {} on {cores} cores{}",
+        shown.join(", "),
+        if busy {
+            ": **above the core count; the figures are of a busy machine**"
+        } else {
+            ""
+        }
+    ))
 }
 
 pub(crate) fn print_table(
@@ -39,18 +65,37 @@ pub(crate) fn print_table(
     peer_crash: Option<&Vec<PeerCrash>>,
 ) {
     let mut out = String::new();
-    let ratio = |row: &str, floor: &str| match (table.get(row), table.get(floor)) {
-        (Some(value), Some(floor)) => format!(
-            "{value:.0} µs | {:.2}× | {:+.0} µs",
-            value / floor,
-            value - floor
-        ),
+    // A ratio is taken per round, the row and its floor measured back to
+    // back, and shown as the range over the rounds.
+    let ratio = |row: &str, floor: &str| match (table.samples(row), table.samples(floor)) {
+        (Some(values), Some(floors)) if values.len() == floors.len() => {
+            let ratios: Vec<f64> = values
+                .iter()
+                .zip(floors)
+                .map(|(value, floor)| value / floor)
+                .collect();
+            let over: Vec<f64> = values
+                .iter()
+                .zip(floors)
+                .map(|(value, floor)| value - floor)
+                .collect();
+            let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = ratios.iter().copied().fold(0.0, f64::max);
+            format!(
+                "{:.0} µs | {low:.2}–{high:.2}× | {:+.0} µs",
+                median(values.to_vec()),
+                median(over)
+            )
+        }
         _ => "- | - | -".into(),
     };
     let _ = writeln!(
         out,
-        "Per step, median of the rounds, {steps} steps a sample; a ratio is to the floor of the same sync mode (one commit; two for `mutate`).\n"
+        "Per step, median of the rounds, {steps} steps a sample; the ratio to the floor of the same sync mode (one commit; two for `mutate`) is taken in each round and shown as the range over the rounds.\n"
     );
+    if let Some(load) = load_line(table) {
+        let _ = writeln!(out, "{load}\n");
+    }
     let _ = writeln!(out, "| what | sync | per step | × floor | over floor |");
     let _ = writeln!(out, "|---|---|---|---|---|");
     for (row, cores) in [
