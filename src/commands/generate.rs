@@ -555,7 +555,7 @@ mod tests {
         let run = command.find_subcommand("run").expect("run");
         assert_eq!(
             synopsis(run, "durun run"),
-            "durun run [--task ID] [--config FILE] [--max-tokens N] [--park-after DURATION] [--no-proxy] -- CMD [ARG…]"
+            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] -- CMD [ARG…]"
         );
     }
 }

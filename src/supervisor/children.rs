@@ -221,18 +221,11 @@ impl Supervisor<'_> {
         timeout: Option<std::time::Duration>,
     ) {
         let args = json!({ "task": task });
-        let Some((mut record, fresh)) = self.open_waiting(conn, &id, "join", StepKind::Join, &args)
+        let Some((waiter, fresh)) =
+            self.start_waiting(conn, id, ("join", StepKind::Join, &args), timeout)
         else {
             return;
         };
-        if fresh {
-            record.wake_at = timeout.map(|timeout| crate::clock::stamp(self.spec.now() + timeout));
-        }
-        let waiter = Waiter::new(conn, id, record);
-        self.flush();
-        if self.ending.stop.is_some() || !self.may_start() {
-            return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
-        }
         self.look_for_child(waiter, fresh);
     }
 

@@ -36,10 +36,24 @@ impl Supervisor<'_> {
         timeout: Option<Duration>,
     ) {
         let args = json!({ "data": data });
-        let Some((mut record, fresh)) = self.open_waiting(conn, &id, name, StepKind::Wait, &args)
-        else {
-            return;
-        };
+        if let Some((waiter, fresh)) =
+            self.start_waiting(conn, id, (name, StepKind::Wait, &args), timeout)
+        {
+            self.look_for_signal(waiter, fresh);
+        }
+    }
+
+    /// Opens a `wait` or `join` step with its timeout (fixed when it is
+    /// first opened) and records what came before it: the waiter, and
+    /// whether its row is new; `None` when it was answered here.
+    pub(super) fn start_waiting(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        (name, kind, args): (&str, StepKind, &Value),
+        timeout: Option<Duration>,
+    ) -> Option<(Waiter, bool)> {
+        let (mut record, fresh) = self.open_waiting(conn, &id, name, kind, args)?;
         if fresh {
             record.wake_at = timeout.map(|timeout| crate::clock::stamp(self.spec.now() + timeout));
         }
@@ -47,9 +61,10 @@ impl Supervisor<'_> {
         // What the agent finished before it is recorded first.
         self.flush();
         if self.ending.stop.is_some() || !self.may_start() {
-            return self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
+            self.refuse_start(waiter.conn, waiter.id, waiter.record.step);
+            return None;
         }
-        self.look_for_signal(waiter, fresh);
+        Some((waiter, fresh))
     }
 
     pub(super) fn on_sleep(&mut self, conn: Conn, id: Value, args: &Value, wake: Wake) {
@@ -96,7 +111,7 @@ impl Supervisor<'_> {
 
     /// Opens a `wait` or `sleep` step: `None` when it was answered here
     /// (a replay, a divergence, the budget).
-    pub(super) fn open_waiting(
+    fn open_waiting(
         &mut self,
         conn: Conn,
         id: &Value,
@@ -301,7 +316,7 @@ impl Supervisor<'_> {
 }
 
 impl Waiter {
-    pub(super) fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
+    fn new(conn: Conn, id: Value, record: StepRecord) -> Self {
         let until = crate::task::wake_time(&record);
         Self {
             conn,

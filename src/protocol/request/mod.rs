@@ -286,15 +286,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         "wait" => Request::Wait {
             name: required_string(&mut object, "name", op).map_err(fail)?,
             data: object.remove("data").unwrap_or(Value::Null),
-            timeout: match optional(&mut object, "timeout") {
-                None => None,
-                Some(value) => Some(duration(&value).ok_or_else(|| {
-                    fail(
-                        "`timeout` must be a duration like \"48h\" or \"90s\", or a number of seconds"
-                            .to_owned(),
-                    )
-                })?),
-            },
+            timeout: timeout(&mut object).map_err(fail)?,
             id: id.clone(),
         },
         "sleep" => {
@@ -379,20 +371,24 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         },
         "join" => Request::Join {
             task: required_string(&mut object, "task", op).map_err(fail)?,
-            timeout: match optional(&mut object, "timeout") {
-                None => None,
-                Some(value) => Some(duration(&value).ok_or_else(|| {
-                    fail(
-                        "`timeout` must be a duration like \"48h\" or \"90s\", or a number of seconds"
-                            .to_owned(),
-                    )
-                })?),
-            },
+            timeout: timeout(&mut object).map_err(fail)?,
             id: id.clone(),
         },
         other => return Err(fail(format!("unknown op {other:?}"))),
     };
     Ok(request)
+}
+
+/// The `timeout` of a `wait` or `join`, if it has one.
+fn timeout(object: &mut Map<String, Value>) -> Result<Option<Duration>, String> {
+    optional(object, "timeout")
+        .map(|value| {
+            duration(&value).ok_or_else(|| {
+                "`timeout` must be a duration like \"48h\" or \"90s\", or a number of seconds"
+                    .to_owned()
+            })
+        })
+        .transpose()
 }
 
 /// A duration as `"48h"`, `"1h 30m"` or a number of seconds.
