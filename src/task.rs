@@ -150,7 +150,8 @@ pub(crate) fn is_ready(
     let due = wake_time(&step).is_some_and(|at| now >= at);
     Ok(match step.kind {
         StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
-        // A join is ready once its child has ended.
+        // A join is ready once its child has ended; at once for a child
+        // without a queue, which runs only beside its parent's agent.
         StepKind::Join => {
             due || step.args.value()["task"]
                 .as_str()
@@ -158,10 +159,11 @@ pub(crate) fn is_ready(
                 .transpose()?
                 .flatten()
                 .is_none_or(|child| {
-                    matches!(
-                        child.status,
-                        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
-                    )
+                    child.queue.is_none()
+                        || matches!(
+                            child.status,
+                            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+                        )
                 })
         }
         _ => due,

@@ -257,7 +257,7 @@ impl Supervisor<'_> {
             Some(_) => None,
         };
         let mut record = waiter.record;
-        if let Some(task) = found.filter(|task| ended(task.status)) {
+        if let Some(task) = found.as_ref().filter(|task| ended(task.status)) {
             record.status = StepStatus::Committed;
             record.output = Some(JsonText::from_value(&json!({
                 "task": child,
@@ -289,7 +289,10 @@ impl Supervisor<'_> {
             }
         }
         self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
-        if waiter.since.elapsed() >= self.spec.park_after {
+        // A child without a queue runs beside this agent and would end with
+        // this durun: its join waits live, it never parks.
+        let beside = found.as_ref().is_some_and(|task| task.queue.is_none());
+        if !beside && waiter.since.elapsed() >= self.spec.park_after {
             self.park(waiter);
         } else {
             self.steps.waiting(waiter.record.step, waiter);

@@ -54,7 +54,9 @@ fn task_ids(env: &TestEnv) -> Vec<String> {
 #[test]
 fn a_parent_spawns_children_beside_it_and_joins_their_answers() {
     let env = TestEnv::new();
-    let args = parent_args(&env, "root", &[]);
+    // Children beside the agent end with its durun: their join never
+    // parks, whatever --park-after says.
+    let args = parent_args(&env, "root", &["--park-after", "0s"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = env.durun(&args);
     assert!(run.status.success(), "{}", text(&run.stderr));
