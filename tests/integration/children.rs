@@ -361,3 +361,18 @@ fn run_jobs_bounds_the_children_that_run_at_once_beside_the_agent() {
     }
     assert_eq!(events.len(), 6, "{log}");
 }
+
+#[test]
+fn durun_test_holds_on_a_parent_that_spawns_and_joins() {
+    let env = TestEnv::new();
+    let agent = agents_dir().join("tree_parent.py");
+    let tested = env.durun(&["test", "--", "python3", &agent.to_string_lossy()]);
+    let said = format!("{}{}", text(&tested.stdout), text(&tested.stderr));
+    assert_eq!(tested.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("trials held: the agent survives a crash at every step tried"),
+        "{said}"
+    );
+    // The kill before a spawn made its child lands, and holds.
+    assert!(said.contains("research a  ok key×2"), "{said}");
+}
