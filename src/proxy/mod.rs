@@ -20,6 +20,7 @@
 //! goes nowhere; the secret and the request's headers are never printed
 //! or journaled.
 
+mod http;
 mod recording;
 mod routes;
 mod serve;
@@ -30,9 +31,10 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+pub(crate) use http::{Body, accept, error, is_secret};
 pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
 pub(crate) use routes::{Routes, TAPE};
-pub(crate) use serve::{Body, accept, error, is_secret, recorded};
+pub(crate) use serve::recorded;
 
 use crate::protocol::Effect;
 
