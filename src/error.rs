@@ -142,3 +142,29 @@ pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+thread_local! {
+    /// This thread runs a worker's task: a panic here ends the task, not
+    /// the worker.
+    static CONTAINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A panic is a bug: it ends durun at once, and the agent and its tools
+/// die with it (parent-death signal), leaving the task resumable; the
+/// release build unwinds only so that a worker's task thread
+/// ([`contain_panics`]) can end alone.
+pub(crate) fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        if !CONTAINED.get() {
+            std::process::abort();
+        }
+    }));
+}
+
+/// A panic on this thread unwinds it, to be caught where it was started
+/// (a worker's task thread: SPEC 16).
+pub(crate) fn contain_panics() {
+    CONTAINED.set(true);
+}

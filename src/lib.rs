@@ -92,6 +92,7 @@ where
     {
         report::journal_named(journal);
     }
+    error::abort_on_panic();
     let settings = settings::Settings::resolve(cli.global.journal, cli.global.quiet);
     let result = match cli.command {
         Command::Run(args) => commands::run::exec(&args, &settings),

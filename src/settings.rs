@@ -78,6 +78,14 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// These settings with `-q`.
+    pub(crate) fn quieted(&self) -> Self {
+        Self {
+            quiet: true,
+            ..self.clone()
+        }
+    }
+
     /// The settings of a command: `--journal` (clap has already read
     /// `DURUN_JOURNAL` into it) and `--quiet`, and the environment.
     pub(crate) fn resolve(journal: Option<String>, quiet: bool) -> Self {

@@ -21,8 +21,20 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
     let Some(id) = &args.task else {
         return resume_all(journal.as_mut(), args.jobs.unwrap_or(1), settings);
     };
+    resume_task(journal.as_mut(), id, args, settings, None)
+}
+
+/// Resumes task `id`: `durun resume TASK`, and a worker's run of a task
+/// on a thread of its own (with the worker's `stops`).
+pub(super) fn resume_task(
+    journal: &mut dyn crate::journal::Journal,
+    id: &str,
+    args: &ResumeArgs,
+    settings: &Settings,
+    stops: Option<std::sync::Arc<crate::supervisor::Stops>>,
+) -> Result<i32> {
     let Some(task) = journal.task(id)? else {
-        return Err(unknown_task(id, &location).into());
+        return Err(unknown_task(id, &Location::of(settings)?).into());
     };
     // With --from-step a completed task runs again from that step.
     if task.status == TaskStatus::Completed && args.from_step.is_none() {
@@ -43,9 +55,9 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
             ));
         }
     }
-    let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
+    let task = session::raise_budget(journal, task, args.limits.max_tokens)?;
     session::drive(
-        journal.as_mut(),
+        journal,
         &task,
         false,
         args.from_step,
@@ -54,6 +66,7 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
             ..args.limits
         },
         settings,
+        stops,
     )
 }
 

@@ -75,5 +75,5 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         child_jobs: args.jobs,
         ..args.limits
     };
-    session::drive(journal.as_mut(), &task, fresh, None, limits, settings)
+    session::drive(journal.as_mut(), &task, fresh, None, limits, settings, None)
 }

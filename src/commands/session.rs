@@ -18,7 +18,8 @@ use crate::supervisor::{self, RunSpec};
 
 /// Runs `task` once more, from wherever its journal stands. A `fresh` task
 /// (made by this `durun run`) whose agent cannot be started is removed
-/// again: there is nothing to resume.
+/// again: there is nothing to resume. `stops` is a worker's, for a run on
+/// one of its threads.
 pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
@@ -26,6 +27,7 @@ pub(super) fn drive(
     from_step: Option<u64>,
     limits: Limits,
     settings: &Settings,
+    stops: Option<std::sync::Arc<supervisor::Stops>>,
 ) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
         return Err(cancelled(&task.id).into());
@@ -110,6 +112,9 @@ pub(super) fn drive(
             .transpose()
             .context("durun test's tool faults are not JSON")?
             .unwrap_or_default(),
+        stops,
+        panic_on_request: std::env::var_os(supervisor::PANIC_TASK)
+            .is_some_and(|named| named == task.id.as_str()),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,

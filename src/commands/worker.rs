@@ -1,17 +1,24 @@
 //! `durun submit` and `durun worker` (SPEC 11): a queue of tasks in the
 //! journal, and workers on any number of hosts that take them.
 //!
-//! A worker claims a task in one transaction (of workers racing for it,
-//! exactly one claims it) and runs it as `durun resume TASK`, a process of
-//! its own that takes the task's fenced lease like any run: the claim only
-//! keeps other workers from starting a run that would lose the lease race.
-//! A claim older than the stale time is void, so the tasks of a worker that
-//! died go to the others.
+//! A worker claims tasks in one transaction (of workers racing for one,
+//! exactly one claims it) and runs each as `durun resume TASK` would, on a
+//! thread of its own: the run takes the task's fenced lease like any run,
+//! and the claim only keeps other workers from starting a run that would
+//! lose the lease race. A claim older than the stale time is void, so the
+//! tasks of a worker that died go to the others.
+//!
+//! # Isolation
+//!
+//! A task's agent is a process of its own: its death ends its run, never
+//! the worker. A panic in a run (a bug) unwinds its thread alone: the
+//! agent dies with that thread (its parent-death signal), the task is left
+//! interrupted, and this worker does not take it again.
 
-use std::collections::HashMap;
-use std::process::{Child, Command};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -20,9 +27,12 @@ use crate::cli::{SubmitArgs, WorkerArgs};
 use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Access, Journal, Location, TaskRecord, TaskStatus, WorkerRecord};
+use crate::journal::{
+    self, Access, Journal, Location, RunEnd, RunStats, TaskRecord, TaskStatus, WorkerRecord,
+};
 use crate::lease;
 use crate::settings::Settings;
+use crate::supervisor::Stops;
 use crate::task::{check_task_id, new_task_id};
 
 /// How long a worker waits for news before it looks again anyway (a
@@ -93,9 +103,22 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
     let (config, _) = Config::discover(args.config.as_deref(), &cwd)?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
+    // The worker takes the signals and hands each to every run on its
+    // threads: they stop resumably, as `durun resume` does.
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGTERM, libc::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    let stops = Arc::new(Stops::default());
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    {
+        let (stop, stops) = (Arc::clone(&stop), Arc::clone(&stops));
+        std::thread::Builder::new()
+            .name("signals".to_owned())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    stop.store(true, Ordering::Relaxed);
+                    stops.signal(signal);
+                }
+            })?;
     }
     let mut worker = Worker {
         record: WorkerRecord {
@@ -111,6 +134,13 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         schedules: super::schedules::Ticking::all(&config, &cwd),
         concurrency: config.queues,
         running: HashMap::new(),
+        panicked: HashSet::new(),
+        runs: Arc::new(Runs {
+            location: location.clone(),
+            idle: Mutex::new(Vec::new()),
+            stops,
+            settings: settings.quieted(),
+        }),
         settings,
     };
     if !settings.quiet {
@@ -167,8 +197,13 @@ struct Worker<'a> {
     record: WorkerRecord,
     /// `[queues.NAME] concurrency`, over all workers.
     concurrency: std::collections::BTreeMap<String, u32>,
-    /// Each task this worker runs, as a `durun resume` of its own.
-    running: HashMap<String, Child>,
+    /// Each task this worker runs, on a thread of its own; the thread
+    /// gives the run's exit code.
+    running: HashMap<String, JoinHandle<i32>>,
+    /// Tasks whose run panicked here: this worker leaves them to others.
+    panicked: HashSet<String>,
+    /// What the runs share.
+    runs: Arc<Runs>,
     /// `[schedules.NAME]`: tasks it submits on a clock.
     schedules: Vec<super::schedules::Ticking>,
     settings: &'a Settings,
@@ -317,7 +352,10 @@ impl Worker<'_> {
         )?;
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
         for task in candidates {
-            if self.running.contains_key(&task.id) || !self.may_take(journal, &task, now_ms)? {
+            if self.running.contains_key(&task.id)
+                || self.panicked.contains(&task.id)
+                || !self.may_take(journal, &task, now_ms)?
+            {
                 continue;
             }
             let queue = task.queue.clone().unwrap_or_default();
@@ -362,32 +400,23 @@ impl Worker<'_> {
     }
 
     fn start(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
-        let mut command = Command::new(std::env::current_exe()?);
-        if let Some(journal) = self.settings.journal_arg() {
-            command.env("DURUN_JOURNAL", journal);
-        }
-        command.args(["-q", "resume", id]);
-        // Its lines (the agent's stderr, durun's own) are prefixed with the
-        // task's id: a worker's log interleaves many tasks.
-        command.stderr(std::process::Stdio::piped());
-        // A worker killed outright takes its runs with it: their tasks go
-        // to other workers once the leases are stale.
-        crate::os::die_with_parent(&mut command);
-        match command.spawn() {
-            Ok(mut child) => {
+        let runs = Arc::clone(&self.runs);
+        let task = id.to_owned();
+        let started = std::thread::Builder::new()
+            .name(format!("task {id}"))
+            .spawn(move || runs.run(&task));
+        match started {
+            Ok(thread) => {
                 if !self.settings.quiet {
                     crate::report::say(&format!("worker {} runs task {id}", self.record.id));
                 }
-                if let Some(stderr) = child.stderr.take() {
-                    prefix_lines(stderr, id);
-                }
-                self.running.insert(id.to_owned(), child);
+                self.running.insert(id.to_owned(), thread);
             }
             Err(err) => {
-                // This host cannot start runs now (no processes left, the
-                // binary gone): say so, leave the task to the next claim.
+                // This host cannot start runs now (no threads left): say
+                // so, leave the task to the next claim.
                 crate::report::say(&format!(
-                    "worker {} cannot start `durun resume {id}`: {err}; the task stays for the next claim",
+                    "worker {} cannot start a run of task {id}: {err}; the task stays for the next claim",
                     self.record.id
                 ));
                 journal.release_claim(id, &self.record.id)?;
@@ -398,21 +427,25 @@ impl Worker<'_> {
 
     /// Collects the runs that ended and gives up their claims.
     fn reap(&mut self, journal: &mut dyn Journal) -> Result<()> {
-        let mut ended = Vec::new();
-        for (id, child) in &mut self.running {
-            if let Some(status) = child.try_wait()? {
-                ended.push((id.clone(), exit_code::of(status)));
-            }
-        }
-        for (id, code) in ended {
-            self.running.remove(&id);
+        let ended: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, thread)| thread.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            let Some(thread) = self.running.remove(&id) else {
+                continue;
+            };
+            let code = self.ended(journal, &id, thread)?;
             journal.release_claim(&id, &self.record.id)?;
             if !self.settings.quiet {
                 let what = match code {
-                    0 => "completed".to_owned(),
-                    exit_code::LOCKED => "was taken by another runner".to_owned(),
-                    exit_code::PARKED => "parked (waits for a signal or a time)".to_owned(),
-                    code => format!("ended with exit {code}"),
+                    None => "ended in a panic of durun's (a bug); it is left interrupted and this worker leaves it to others".to_owned(),
+                    Some(0) => "completed".to_owned(),
+                    Some(exit_code::LOCKED) => "was taken by another runner".to_owned(),
+                    Some(exit_code::PARKED) => "parked (waits for a signal or a time)".to_owned(),
+                    Some(code) => format!("ended with exit {code}"),
                 };
                 crate::report::say(&format!("worker {}: task {id} {what}", self.record.id));
             }
@@ -420,10 +453,38 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Stops every run resumably (SIGTERM: the agent is told, the task is
-    /// left interrupted for another worker) and leaves the list.
+    /// The exit code of a run whose thread ended; `None` if it panicked,
+    /// when its task is left interrupted (its agent died with the thread).
+    fn ended(
+        &mut self,
+        journal: &mut dyn Journal,
+        id: &str,
+        thread: JoinHandle<i32>,
+    ) -> Result<Option<i32>> {
+        if let Ok(code) = thread.join() {
+            return Ok(Some(code));
+        }
+        self.panicked.insert(id.to_owned());
+        if let Some(run) = journal
+            .runs(id)?
+            .last()
+            .filter(|run| run.finished_at.is_none())
+        {
+            let end = RunEnd {
+                status: TaskStatus::Interrupted,
+                exit_code: Some(exit_code::INTERNAL),
+                finished_at: journal::now(),
+            };
+            journal.finish_run(id, run.run, &end, &RunStats::default())?;
+        }
+        Ok(None)
+    }
+
+    /// Waits for every run, each stopped resumably by the signal that
+    /// stopped the worker (the agent is told, the task is left interrupted
+    /// for another worker), and leaves the list.
     fn drain(&mut self, journal: &mut dyn Journal) {
-        let mut ids: Vec<&str> = self.running.keys().map(String::as_str).collect();
+        let mut ids: Vec<String> = self.running.keys().cloned().collect();
         ids.sort_unstable();
         let what = if ids.is_empty() {
             "no task was running".to_owned()
@@ -436,12 +497,11 @@ impl Worker<'_> {
         if !self.settings.quiet {
             crate::report::say(&format!("worker {} drains: {what}", self.record.id));
         }
-        for child in self.running.values() {
-            crate::os::signal_process(child.id(), libc::SIGTERM);
-        }
-        for (id, mut child) in self.running.drain() {
-            let _ = child.wait();
-            let _ = journal.release_claim(&id, &self.record.id);
+        for id in ids {
+            if let Some(thread) = self.running.remove(&id) {
+                let _ = self.ended(journal, &id, thread);
+                let _ = journal.release_claim(&id, &self.record.id);
+            }
         }
         let _ = journal.worker_gone(&self.record.id);
         if !self.settings.quiet {
@@ -450,30 +510,56 @@ impl Worker<'_> {
     }
 }
 
-/// Copies a run's stderr to the worker's, each line prefixed with
-/// `[TASK] ` and written whole.
-fn prefix_lines(stderr: std::process::ChildStderr, id: &str) {
-    use std::io::{BufRead as _, Write as _};
-    let prefix = format!("[{id}] ");
-    let _ = std::thread::Builder::new()
-        .name(format!("stderr of {id}"))
-        .spawn(move || {
-            let mut reader = std::io::BufReader::new(stderr);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {
-                        if line.last() != Some(&b'\n') {
-                            line.push(b'\n');
-                        }
-                        let mut whole = Vec::with_capacity(prefix.len() + line.len());
-                        whole.extend_from_slice(prefix.as_bytes());
-                        whole.extend_from_slice(&line);
-                        let _ = std::io::stderr().lock().write_all(&whole);
-                    }
-                }
-            }
+/// What a worker's runs share: where the journal is, its idle
+/// connections, the worker's signals.
+struct Runs {
+    location: Location,
+    /// Connections of runs that ended, for the next: a run does not pay
+    /// for a connection of its own (a PostgreSQL backend's start).
+    idle: Mutex<Vec<Box<dyn Journal>>>,
+    stops: Arc<Stops>,
+    /// The worker's, quiet: a run says only warnings and errors.
+    settings: Settings,
+}
+
+impl Runs {
+    /// Runs task `id` as `durun resume` would, on this thread; its exit
+    /// code.
+    fn run(&self, id: &str) -> i32 {
+        crate::report::tag_thread(id);
+        crate::error::contain_panics();
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let journal = idle.map_or_else(|| self.location.open(Access::Write, &self.settings), Ok);
+        let args = crate::cli::ResumeArgs {
+            task: Some(id.to_owned()),
+            from_step: None,
+            all: false,
+            jobs: None,
+            limits: crate::cli::Limits::default(),
+        };
+        let result = journal.and_then(|mut journal| {
+            let code = super::resume::resume_task(
+                journal.as_mut(),
+                id,
+                &args,
+                &self.settings,
+                Some(Arc::clone(&self.stops)),
+            )?;
+            // A connection that served a run to its end serves the next.
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(journal);
+            Ok(code)
         });
+        result.unwrap_or_else(|err| {
+            let err = journal::explain(err);
+            crate::report::error(&err);
+            crate::error::exit_code_of(&err)
+        })
+    }
 }

@@ -8,6 +8,7 @@
 mod plain;
 mod progress;
 pub(crate) mod table;
+mod tagged;
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::journal::{RunStats, StepStatus, TaskStatus};
 
 pub(crate) use plain::Plain;
 pub(crate) use progress::Progress;
+pub(crate) use tagged::tag_thread;
 
 pub(crate) enum Event<'a> {
     RunStarted {
@@ -89,7 +91,7 @@ impl Reporter for Quiet {
         if let Event::Warning(message) = event {
             // One write, whole, beside the agent's own stderr lines.
             let line = format!("durun: warning: {message}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            tagged::write_stderr(line.as_bytes());
         }
     }
 }
@@ -98,7 +100,9 @@ impl Reporter for Quiet {
 /// plain lines.
 pub(crate) fn for_stderr(quiet: bool) -> Box<dyn Reporter> {
     use std::io::IsTerminal as _;
-    if quiet {
+    if let Some(tag) = tagged::tag() {
+        Box::new(tagged::Tagged { tag })
+    } else if quiet {
         Box::new(Quiet)
     } else if std::io::stderr().is_terminal() {
         Box::new(Progress::new())
@@ -127,7 +131,7 @@ pub(crate) fn error(err: &anyhow::Error) {
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
         let _ = writeln!(out, "  hint: {}", escape(&with_journal(hint)));
     }
-    let _ = std::io::stderr().lock().write_all(&out);
+    tagged::write_stderr(&out);
 }
 
 /// The journal the command line named with `--journal`, if it did: the
@@ -155,9 +159,8 @@ pub(crate) fn with_journal(text: &str) -> std::borrow::Cow<'_, str> {
 /// agent's stderr is the same file). Every line a command says to a person
 /// goes through here.
 pub(crate) fn say(message: &str) {
-    use std::io::Write as _;
     let line = format!("durun: {}\n", escape(&with_journal(message)));
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    tagged::write_stderr(line.as_bytes());
 }
 
 /// `text` safe to show on a terminal: every control character (C0 but

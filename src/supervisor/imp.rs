@@ -66,10 +66,19 @@ pub(crate) fn supervise(
 
     let (events_tx, events, wake) = Events::new()
         .map_err(|err| anyhow::anyhow!("failed to create a pipe for the run: {err}"))?;
-    // Signals are caught before the agent starts, so none is lost between.
-    let signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    let signals_handle = signals.handle();
-    super::child::spawn_signal_thread(signals, events_tx.clone());
+    // Signals are caught before the agent starts, so none is lost between;
+    // a worker's runs get them from the worker.
+    let mut signals_handle = None;
+    let _joined = match &spec.stops {
+        Some(stops) => Some(stops.join(events_tx.clone())),
+        None => {
+            let signals =
+                signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+            signals_handle = Some(signals.handle());
+            super::child::spawn_signal_thread(signals, events_tx.clone());
+            None
+        }
+    };
 
     let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
@@ -111,7 +120,9 @@ pub(crate) fn supervise(
     ) {
         Ok(child) => child,
         Err(err) => {
-            signals_handle.close();
+            if let Some(handle) = &signals_handle {
+                handle.close();
+            }
             let failure = if spec.cwd.is_dir() {
                 Failure::new(
                     Kind::CannotStart,
@@ -190,7 +201,9 @@ pub(crate) fn supervise(
         supervisor.journal();
         anyhow::Ok(supervisor.outcome())
     })?;
-    signals_handle.close();
+    if let Some(handle) = &signals_handle {
+        handle.close();
+    }
     drop(proxy);
     drop(socket);
     if let Some(output) = &mut outcome.output {

@@ -34,8 +34,11 @@ mod spec;
 mod state;
 mod steps;
 mod stopping;
+mod stops;
 mod waiting;
 
 pub(crate) use crash::{CrashAt, FAULTS, Faults, Point, SEEDS, Seeds, load_seeds, parse_faults};
 pub(crate) use imp::supervise;
+pub(crate) use requests::PANIC_TASK;
 pub(crate) use spec::RunSpec;
+pub(crate) use stops::Stops;

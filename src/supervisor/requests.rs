@@ -26,11 +26,21 @@ use crate::protocol::{Effect, ErrorCode, Request, Response};
 use crate::report::Event as Report;
 use crate::step_key;
 
+/// Names a task whose runs panic at the agent's first request, as a bug
+/// would: for the tests of a worker's isolation.
+pub(crate) const PANIC_TASK: &str = "DURUN_TEST_PANIC_TASK";
+
 /// When a retried `mutate` step deserves a warning.
 const KEY_MEMORY: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl Supervisor<'_> {
     pub(super) fn on_request(&mut self, conn: Conn, request: Request) {
+        // The tests' stand-in for a bug: a worker contains it (SPEC 16).
+        assert!(
+            !self.spec.panic_on_request,
+            "{PANIC_TASK} names task {}",
+            self.spec.task_id
+        );
         if self.ending.stop.is_some() {
             self.respond(
                 conn,

@@ -66,6 +66,11 @@ pub(crate) struct RunSpec<'a> {
     /// For a child task: its parent's id and the args it was spawned
     /// with, the agent's DURUN_PARENT_TASK and DURUN_ARGS.
     pub(crate) parent: Option<(String, String)>,
+    /// For a run on a worker's thread: the worker's signals, which the run
+    /// takes instead of catching its own.
+    pub(crate) stops: Option<Arc<super::Stops>>,
+    /// The run panics at the agent's first request (`DURUN_TEST_PANIC_TASK`).
+    pub(crate) panic_on_request: bool,
 }
 
 impl RunSpec<'_> {

@@ -34,4 +34,5 @@ mod traces;
 mod triggers;
 mod ui;
 mod waiting;
+mod worker_runs;
 mod workers;

@@ -1,0 +1,110 @@
+//! A worker runs each task it claims on a thread of its own (SPEC 16):
+//! what that must not cost. A panic in one run (a bug) ends that run
+//! alone, its agent with it, and leaves the task resumable; every line a
+//! run writes to the worker's log says which task it is from. On SQLite
+//! by `cargo test`, on PostgreSQL by `.ci/run`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, text, wait_for};
+use crate::workers::{stop, worker, worker_log};
+
+fn status(env: &TestEnv, id: &str) -> String {
+    env.inspect(id)["task"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether process `pid` is gone (or a zombie, dead but not yet reaped).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
+}
+
+fn submit(env: &TestEnv, id: &str, command: &[String]) {
+    let mut args = vec!["-q", "submit", "--task", id, "--"];
+    args.extend(command.iter().map(String::as_str));
+    let submitted = env.durun(&args);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+}
+
+#[test]
+fn a_panic_in_one_run_ends_that_run_alone_and_leaves_its_task_resumable() {
+    let mut env = TestEnv::new();
+    env.set("DURUN_TEST_PANIC_TASK", "buggy");
+    let pidfile = env.path("buggy.pid");
+    let buggy = env.scripted_agent(
+        "buggy.json",
+        &json!({"pidfile": pidfile, "steps": [{"begin": "a", "args": {}, "do": {"value": 1}}]}),
+    );
+    submit(&env, "buggy", &buggy);
+    let mut w = worker(&env, "w", &["--jobs", "2"]);
+    wait_for("the buggy run to end", Duration::from_secs(30), || {
+        worker_log(&env, "w").contains("task buggy ended in a panic")
+    });
+    assert_eq!(status(&env, "buggy"), "interrupted", "left resumable");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("the agent started")
+        .parse()
+        .expect("a pid");
+    wait_for(
+        "its agent to die with the run",
+        Duration::from_secs(10),
+        || gone(pid),
+    );
+    // The worker goes on: it runs the next task, and leaves the buggy one.
+    let fine = env.scripted_agent(
+        "fine.json",
+        &json!({"steps": [{"begin": "a", "args": {}, "do": {"value": 1}}]}),
+    );
+    submit(&env, "fine", &fine);
+    wait_for("the next task to complete", Duration::from_secs(30), || {
+        status(&env, "fine") == "completed"
+    });
+    assert!(
+        w.try_wait().expect("wait").is_none(),
+        "{}",
+        worker_log(&env, "w")
+    );
+    assert_eq!(status(&env, "buggy"), "interrupted", "not taken again here");
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    // Without the bug, a resume completes it.
+    let resumed = env
+        .command()
+        .env_remove("DURUN_TEST_PANIC_TASK")
+        .args(["-q", "resume", "buggy"])
+        .output()
+        .expect("resume");
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let task: Value = env.inspect("buggy");
+    assert_eq!(task["task"]["status"], "completed");
+    assert_eq!(task["task"]["runs"][0]["exit_code"], 70);
+}
+
+#[test]
+fn each_line_in_a_workers_log_names_its_task() {
+    let env = TestEnv::new();
+    let talk = ["sh", "-c", "echo one >&2; printf two >&2"].map(String::from);
+    submit(&env, "talk", &talk);
+    submit(&env, "nosuch", &["./no-such-agent".to_owned()]);
+    let mut w = worker(&env, "w", &["--jobs", "2"]);
+    wait_for("both tasks to end", Duration::from_secs(30), || {
+        status(&env, "talk") == "completed" && status(&env, "nosuch") == "failed"
+    });
+    assert!(stop(&mut w).success());
+    let log = worker_log(&env, "w");
+    // The agent's lines, whole, the last one without its newline too.
+    assert!(log.contains("[talk] one\n"), "{log}");
+    assert!(log.contains("[talk] two\n"), "{log}");
+    // durun's own line about a run.
+    assert!(
+        log.lines()
+            .any(|line| line.starts_with("[nosuch] durun: cannot start `./no-such-agent`")),
+        "{log}"
+    );
+}
