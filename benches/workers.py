@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
 """Figures for a pool of durun workers on PostgreSQL (docs/performance.md).
 
-    cargo build --release && python3 benches/workers.py [--tasks 1000] [--url postgres://…]
+    cargo build --release && python3 benches/workers.py [--tasks 1000] [--rounds 3] [--url postgres://…]
 
-- throughput: TASKS tiny tasks (`true`) submitted, then 1, 2 and 4 workers
-  (`--jobs 4` each, distinct DURUN_HOST_IDs) run them; tasks per second
-  from the first worker's start to the last task's end;
+- throughput: TASKS tiny tasks (`true`) submitted, then one worker
+  (`--jobs 4`) runs them; tasks per second from the worker's start to the
+  last task's end. In the same round, when the `dbos` package is installed
+  (`pip install dbos==3.4.0`), the same count of tasks on a DBOS queue with
+  `worker_concurrency=4` polled every 10 ms (benches/dbos_queue.py), and
+  the ratio of the two, round by round;
+- with `--pool`: 2 and 4 workers (`--jobs 4` each, distinct DURUN_HOST_IDs);
 - latency: one idle worker; a task submitted every 100 ms, 50 times; from
   the submit's return to the run's start as the journal records it
   (median, p99);
 - idle cost: transactions per second the server counts while one worker
-  waits with nothing to do.
+  waits with nothing to do, with one queue and with two, on a database of
+  its own (nothing else counts there).
 
-Each measurement uses a schema of its own on the server. Prints a Markdown
-table.
+Each durun measurement uses a schema of its own on the server. Prints a
+Markdown table: each figure as the range over the rounds.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -133,41 +139,93 @@ def latency(durun, base, samples, workdir):
         schema.drop()
 
 
-def idle_cost(durun, base, workdir, seconds=10):
-    schema = Schema(base)
+def idle_cost(durun, base, workdir, queues, seconds=20):
+    database = "durun_bench_idle_" + uuid.uuid4().hex[:8]
+    psql(base, f"CREATE DATABASE {database}")
+    url = base.rsplit("/", 1)[0] + "/" + database
     try:
-        pool = start_workers(durun, schema, 1, workdir)
-        time.sleep(1)
-        query = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        args = [durun, "-q", "worker"] + [arg for queue in queues for arg in ("--queue", queue)]
+        worker = subprocess.Popen(args, env=dict(os.environ, DURUN_JOURNAL=url), cwd=workdir,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(3)
+        query = f"SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{database}'"
         before = int(psql(base, query))
         time.sleep(seconds)
         after = int(psql(base, query))
-        stop_workers(pool)
-        # Two of the counted transactions are these two queries.
-        return (after - before - 2) / seconds
+        stop_workers([worker])
+        return (after - before) / seconds
     finally:
-        schema.drop()
+        psql(base, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def dbos(base, tasks):
+    """DBOS's queue on the same server, polled every 10 ms; None without the package."""
+    if importlib.util.find_spec("dbos") is None:
+        return None
+    url = base.rsplit("/", 1)[0] + "/"
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benches", "dbos_queue.py"), "--tasks", str(tasks),
+                          "--poll", "0.01", "--url", url, "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def span(values, fmt="{:.0f}"):
+    low, high = min(values), max(values)
+    return fmt.format(low) if fmt.format(low) == fmt.format(high) else f"{fmt.format(low)}–{fmt.format(high)}"
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pool", action="store_true", help="also 2 and 4 workers")
     parser.add_argument("--url", default=os.environ.get("DURUN_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test"))
     args = parser.parse_args()
     if shutil.which("psql") is None:
         sys.exit("psql is needed")
     durun = durun_bin()
     workdir = os.getcwd()
-    print(f"durun {durun}, {args.tasks} tasks of `true`, PostgreSQL {psql(args.url, 'SHOW server_version')}")
+    cores = os.cpu_count()
+    print(f"durun {durun}, {args.tasks} tasks of `true`, {args.rounds} rounds, {cores} cores, "
+          f"PostgreSQL {psql(args.url, 'SHOW server_version')}", flush=True)
+    ours, theirs, ratios, loads = [], [], [], []
+    for _ in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        ours.append(throughput(durun, args.url, args.tasks, 1, workdir))
+        peer = dbos(args.url, args.tasks)
+        if peer is not None:
+            theirs.append(peer)
+            ratios.append(ours[-1] / peer["tasks_per_second"])
+        print(f"round {len(ours)}: durun {ours[-1]:.0f}/s" +
+              (f", DBOS {theirs[-1]['tasks_per_second']:.0f}/s, {ratios[-1]:.2f}x" if peer else ""), flush=True)
+    if max(loads) > cores:
+        print(f"warning: the load average was {max(loads):.1f} on {cores} cores during the rounds", flush=True)
     print()
     print("| measure | figure |")
     print("|---|---|")
-    for workers in (1, 2, 4):
-        rate = throughput(durun, args.url, args.tasks, workers, workdir)
-        print(f"| {workers} worker{'s' if workers > 1 else ''} (`--jobs 4` each): tasks run per second | {rate:.0f} |", flush=True)
-    median, p99 = latency(durun, args.url, 50, workdir)
-    print(f"| submit → run started, one idle worker: median / p99 | {median:.0f} ms / {p99:.0f} ms |", flush=True)
-    print(f"| an idle worker: transactions per second on the server | {idle_cost(durun, args.url, workdir):.1f} |")
+    print(f"| durun, 1 worker (`--jobs 4`): tasks run per second | {span(ours)} |")
+    if theirs:
+        print(f"| DBOS 3.4 queue, `worker_concurrency=4`, polled every 10 ms: tasks run per second | "
+              f"{span([peer['tasks_per_second'] for peer in theirs])} |")
+        print(f"| durun over DBOS, round by round | {span(ratios, '{:.2f}')}× |")
+        print(f"| DBOS, enqueue → workflow started: median / p99 | "
+              f"{span([peer['start_median_ms'] for peer in theirs])} ms / {span([peer['start_p99_ms'] for peer in theirs])} ms |")
+    else:
+        print("| DBOS | not measured: `pip install dbos==3.4.0` |")
+    if args.pool:
+        for workers in (2, 4):
+            rate = throughput(durun, args.url, args.tasks, workers, workdir)
+            print(f"| durun, {workers} workers (`--jobs 4` each): tasks run per second | {rate:.0f} |", flush=True)
+    medians, p99s = [], []
+    for _ in range(args.rounds):
+        median, p99 = latency(durun, args.url, 50, workdir)
+        medians.append(median)
+        p99s.append(p99)
+    print(f"| durun, submit → run started, one idle worker: median / p99 | {span(medians)} ms / {span(p99s)} ms |",
+          flush=True)
+    for queues in (["default"], ["a", "b"]):
+        cost = idle_cost(durun, args.url, workdir, queues)
+        print(f"| durun, an idle worker with {len(queues)} queue{'s' if len(queues) > 1 else ''}: "
+              f"transactions per second on the server | {cost:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

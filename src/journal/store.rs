@@ -190,8 +190,27 @@ pub(crate) trait Queue {
         worker: &str,
         concurrency: Option<u32>,
     ) -> Result<Vec<String>>;
-    /// Gives up `worker`'s claim of the task (its run has ended).
+    /// Gives up `worker`'s claim of the task (its run has ended), and
+    /// wakes the workers: the one whose run it was fills its place.
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()>;
+    /// A worker's look: what `look` asks for, in one transaction where
+    /// the journal counts them (PostgreSQL).
+    fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
+        let mut looked = Looked::default();
+        if let Some(worker) = look.heartbeat {
+            self.worker_heartbeat(worker)?;
+        }
+        if look.workers {
+            looked.workers = self.workers()?;
+        }
+        if let Some((queues, worker, limit)) = look.claimable {
+            (looked.claimable, looked.now_ms) = self.claimable(queues, worker, limit)?;
+        }
+        if look.retryable {
+            looked.retryable = self.retryable()?;
+        }
+        Ok(looked)
+    }
     /// Records the worker as live, with the tasks it runs now.
     fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()>;
     /// Takes the worker off the list, and its claims with it.
@@ -216,6 +235,29 @@ pub(crate) trait Queue {
     /// The tasks whose id starts with `prefix` (a parent's children,
     /// `PARENT-s`), in id order.
     fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>>;
+}
+
+/// What a worker reads and writes on one look (SPEC 16).
+#[derive(Default)]
+pub(crate) struct Look<'a> {
+    /// Its heartbeat, when due or when its tasks changed.
+    pub(crate) heartbeat: Option<&'a WorkerRecord>,
+    /// The live workers: those of its host that died free their claims.
+    pub(crate) workers: bool,
+    /// Tasks it may claim: of its queues, by its id, at most so many.
+    pub(crate) claimable: Option<(&'a [String], &'a str, usize)>,
+    /// The failed tasks with retries left.
+    pub(crate) retryable: bool,
+}
+
+/// What a [`Look`] found.
+#[derive(Default)]
+pub(crate) struct Looked {
+    pub(crate) workers: Vec<WorkerRecord>,
+    pub(crate) claimable: Vec<TaskRecord>,
+    /// The journal's clock, in milliseconds (0 when no task was found).
+    pub(crate) now_ms: i64,
+    pub(crate) retryable: Vec<Retryable>,
 }
 
 /// One row of a [`Journal::put_steps`] write.

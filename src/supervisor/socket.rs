@@ -16,7 +16,7 @@ use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -28,19 +28,31 @@ use crate::protocol;
 /// reading its requests.
 const ANSWER_BOUND: usize = 4 * 1024 * 1024;
 
-/// The socket's directory, removed when the run ends.
+/// Whether this process looked for dead runs' socket directories.
+static SWEPT: std::sync::Once = std::sync::Once::new();
+
+/// The socket's directory, removed when the run ends, and the listener,
+/// closed then: a worker runs many runs in one process.
 pub(super) struct SocketDir {
     dir: PathBuf,
     pub(crate) path: PathBuf,
+    listener: UnixListener,
+    closed: Arc<AtomicBool>,
 }
 
 impl Drop for SocketDir {
     fn drop(&mut self) {
+        use std::os::fd::AsRawFd as _;
+        self.closed.store(true, Ordering::SeqCst);
+        // Wakes the thread blocked in accept(2) (it fails with EINVAL),
+        // which then ends and lets go of the run's inbox.
+        // SAFETY: shutdown(2) on a descriptor this struct owns.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// Binds the socket and serves connections until durun exits.
+/// Binds the socket and serves connections until the run ends.
 pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Result<SocketDir> {
     // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
     let runtime = runtime_dir
@@ -53,18 +65,34 @@ pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Res
     let path = dir.join("durun.sock");
     let listener = UnixListener::bind(&path)?;
     if let Some(base) = dir.parent().map(Path::to_path_buf) {
-        // Off the start's path: one readdir, whenever it gets to it.
-        let _ = std::thread::Builder::new()
-            .name("sweep".to_owned())
-            .spawn(move || sweep(&base));
+        // Off the start's path: one readdir, whenever it gets to it, once
+        // a process.
+        SWEPT.call_once(|| {
+            let _ = std::thread::Builder::new()
+                .name("sweep".to_owned())
+                .spawn(move || sweep(&base));
+        });
     }
-    std::thread::spawn(move || {
-        for (conn, stream) in (1..).zip(listener.incoming()) {
-            let Ok(stream) = stream else { continue };
-            serve(conn, stream, &events);
-        }
-    });
-    Ok(SocketDir { dir, path })
+    let closed = Arc::new(AtomicBool::new(false));
+    let accepting = listener.try_clone()?;
+    {
+        let closed = Arc::clone(&closed);
+        std::thread::spawn(move || {
+            for (conn, stream) in (1..).zip(accepting.incoming()) {
+                if closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                serve(conn, stream, &events);
+            }
+        });
+    }
+    Ok(SocketDir {
+        dir,
+        path,
+        listener,
+        closed,
+    })
 }
 
 /// Removes the socket directories of runs that died without removing

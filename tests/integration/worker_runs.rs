@@ -108,3 +108,41 @@ fn each_line_in_a_workers_log_names_its_task() {
         "{log}"
     );
 }
+
+/// Threads and open files of process `pid`.
+fn holdings(pid: u32) -> (usize, usize) {
+    let count = |what: &str| {
+        std::fs::read_dir(format!("/proc/{pid}/{what}"))
+            .map(Iterator::count)
+            .unwrap_or_default()
+    };
+    (count("task"), count("fd"))
+}
+
+#[test]
+fn a_worker_keeps_no_thread_or_file_of_a_run_that_ended() {
+    let env = TestEnv::new();
+    let mut w = worker(&env, "w", &["--jobs", "2"]);
+    let step = env.scripted_agent(
+        "step.json",
+        &json!({"steps": [{"begin": "a", "args": {}, "do": {"value": 1}}]}),
+    );
+    let run_all = |first: usize, count: usize| {
+        for index in first..first + count {
+            submit(&env, &format!("t{index}"), &step);
+        }
+        wait_for("the tasks to complete", Duration::from_secs(60), || {
+            (first..first + count).all(|index| status(&env, &format!("t{index}")) == "completed")
+        });
+        // The last run's thread ends a moment after its task completes.
+        std::thread::sleep(Duration::from_millis(300));
+        holdings(w.id())
+    };
+    let (threads, files) = run_all(0, 4);
+    let (threads_after, files_after) = run_all(4, 16);
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    assert!(
+        threads_after <= threads && files_after <= files,
+        "after 4 runs: {threads} threads, {files} files; after 20: {threads_after}, {files_after}"
+    );
+}

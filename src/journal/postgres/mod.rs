@@ -7,6 +7,7 @@
 //! locks the task's row (`FOR UPDATE`), so of two runners racing for one
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
+mod cached;
 mod open;
 mod queue;
 mod rows;
@@ -14,10 +15,11 @@ mod schema;
 mod signals;
 mod transfer;
 
+use cached::Queries as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use postgres::{Client, NoTls};
+use postgres::NoTls;
 use serde_json::Value;
 
 use rows::{
@@ -39,11 +41,13 @@ use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
 
 pub(crate) struct PostgresJournal {
-    client: Client,
+    client: cached::Conn,
     /// To connect again (the URL parsed; it is never printed).
     config: postgres::Config,
     /// `LISTEN durun_work` was sent (a worker's connection).
     listening: bool,
+    /// The session's `synchronous_commit`, once durun set it.
+    sync: Option<SyncMode>,
     /// How old another host's heartbeat may be before its lease is taken.
     stale: Duration,
 }
@@ -76,6 +80,8 @@ impl PostgresJournal {
         )?;
         // A worker may take over what this run left (interrupted, parked).
         tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
+        // A worker's connection serves other tasks next.
+        tx.batch_execute(&format!("UNLISTEN {}", channel(task)))?;
         tx.commit()?;
         Ok(())
     }
@@ -83,12 +89,17 @@ impl PostgresJournal {
 
 impl Journal for PostgresJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
+        // A worker's connection serves run after run: most need no change.
+        if self.sync == Some(sync) {
+            return Ok(());
+        }
         let setting = match sync {
             SyncMode::Full => "on",
             SyncMode::Normal => "off",
         };
         self.client
             .batch_execute(&format!("SET synchronous_commit TO {setting}"))?;
+        self.sync = Some(sync);
         Ok(())
     }
 
@@ -246,9 +257,9 @@ impl Journal for PostgresJournal {
             // A holder that was only paused hears of it on its next look.
             tx.execute("SELECT pg_notify($1, 'taken')", &[&channel(task)])?;
         }
+        // The run hears of a takeover or a cancel from its commit on.
+        tx.batch_execute(&format!("LISTEN {}", channel(task)))?;
         tx.commit()?;
-        self.client
-            .batch_execute(&format!("LISTEN {}", channel(task)))?;
         Ok(RunStart::Started {
             run: run as u32,
             leased_at,
@@ -280,7 +291,7 @@ impl Journal for PostgresJournal {
         // arrives as a notification on the task's channel.
         let mut heard = false;
         {
-            let mut notifications = self.client.notifications();
+            let mut notifications = self.client.client.notifications();
             let mut pending = notifications.iter();
             while pending.next()?.is_some() {
                 heard = true;
@@ -377,8 +388,12 @@ impl Journal for PostgresJournal {
             // The server ended this session (a run paused inside a
             // transaction): the run's end is still worth recording, on a
             // new one. It changes the task only if the run holds the lease.
-            Err(_) if self.client.is_closed() => {
-                self.client = self.config.connect(NoTls)?;
+            Err(_) if self.client.client.is_closed() => {
+                self.client = cached::Conn {
+                    client: self.config.connect(NoTls)?,
+                    statements: cached::Statements::default(),
+                };
+                self.sync = None;
                 self.record_end(task, run, end, stats)
             }
             done => done,

@@ -1,6 +1,7 @@
 //! Connecting to the server, naming it in messages without the password,
 //! and migrating the schema.
 
+use super::cached::Queries as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -76,9 +77,13 @@ impl PostgresJournal {
                 Failure::journal(format!("cannot set up {}: {}", describe(url), reason(&err)))
             })?;
         let mut journal = Self {
-            client,
+            client: super::cached::Conn {
+                client,
+                statements: super::cached::Statements::default(),
+            },
             config,
             listening: false,
+            sync: None,
             stale: settings.lease.stale,
         };
         journal.migrate(write)?;

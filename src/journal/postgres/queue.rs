@@ -1,5 +1,6 @@
 //! The queue (SPEC 11): claims, worker heartbeats, and waiting for work.
 
+use super::cached::{Queries, Tx};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -9,7 +10,7 @@ use super::rows::TASK_COLUMNS;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
 use crate::journal::sql;
-use crate::journal::{Queue, Retryable, TaskRecord, WorkerRecord};
+use crate::journal::{Look, Looked, Queue, Retryable, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
     fn claimable(
@@ -18,22 +19,29 @@ impl Queue for PostgresJournal {
         worker: &str,
         limit: usize,
     ) -> Result<(Vec<TaskRecord>, i64)> {
-        let stale = self.stale.as_millis() as i64;
-        let rows = self.client.query(
-            &format!(
-                "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
-                 WHERE t.queue = ANY($1)
-                   AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-                   AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
-                 ORDER BY t.created_at, t.id LIMIT $4"
-            ),
-            &[&queues, &worker, &stale, &(limit as i64)],
-        )?;
-        // The server's clock, for the leases of the tasks found; with none
-        // found nobody asks.
-        let now = rows.first().map_or(0, |row| row.get(23));
-        let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
-        Ok((tasks, now))
+        claimable(&mut self.client, queues, worker, limit, self.stale)
+    }
+
+    fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
+        // One transaction, whatever it holds: an idle worker's look costs
+        // the server one a second (SPEC 16).
+        let mut tx = self.client.transaction()?;
+        let mut looked = Looked::default();
+        if let Some(worker) = look.heartbeat {
+            heartbeat(&mut tx, worker)?;
+        }
+        if look.workers {
+            looked.workers = workers(&mut tx, self.stale)?;
+        }
+        if let Some((queues, worker, limit)) = look.claimable {
+            (looked.claimable, looked.now_ms) =
+                claimable(&mut tx, queues, worker, limit, self.stale)?;
+        }
+        if look.retryable {
+            looked.retryable = retryable(&mut tx)?;
+        }
+        tx.commit()?;
+        Ok(looked)
     }
 
     fn claim(
@@ -84,30 +92,17 @@ impl Queue for PostgresJournal {
     }
 
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        self.client
-            .execute(sql::RELEASE_CLAIM.postgres(), &[&task, &worker])?;
+        let mut tx = self.client.transaction()?;
+        tx.execute(sql::RELEASE_CLAIM.postgres(), &[&task, &worker])?;
+        // The worker whose run released it fills its place at once.
+        tx.execute("SELECT pg_notify('durun_work', 'released')", &[])?;
+        tx.commit()?;
         Ok(())
     }
 
     fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-        tx.execute(
-            &format!(
-                "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
-                 VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
-                 ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
-            ),
-            &[
-                &worker.id,
-                &worker.host,
-                &i64::from(worker.pid),
-                &serde_json::to_string(&worker.queues)?,
-                &(worker.jobs as i32),
-                &worker.started_at,
-                &serde_json::to_string(&worker.tasks)?,
-            ],
-        )?;
+        heartbeat(&mut tx, worker)?;
         tx.commit()?;
         Ok(())
     }
@@ -138,19 +133,7 @@ impl Queue for PostgresJournal {
     }
 
     fn retryable(&mut self) -> Result<Vec<Retryable>> {
-        let rows = self.client.query(sql::RETRYABLE.postgres(), &[])?;
-        Ok(rows
-            .iter()
-            .map(|row| Retryable {
-                id: row.get(0),
-                queue: row.get(1),
-                failed_at: row.get(2),
-                exit_code: row.get(3),
-                retries: row.get::<_, i32>(4) as u32,
-                backoff_ms: row.get::<_, i64>(5) as u64,
-                used: row.get::<_, i32>(6) as u32,
-            })
-            .collect())
+        retryable(&mut self.client)
     }
 
     fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
@@ -177,28 +160,7 @@ impl Queue for PostgresJournal {
     }
 
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
-        let stale = self.stale.as_millis() as i64;
-        let rows = self.client.query(
-            &format!(
-                "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
-                 WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
-            ),
-            &[&stale],
-        )?;
-        rows.iter()
-            .map(|row| {
-                crate::journal::rows::worker(
-                    row.get(0),
-                    row.get(1),
-                    row.get(2),
-                    row.get(3),
-                    i64::from(row.get::<_, i32>(4)),
-                    row.get(5),
-                    row.get(6),
-                    row.get(7),
-                )
-            })
-            .collect()
+        workers(&mut self.client, self.stale)
     }
 
     fn wait_for_work(&mut self, timeout: Duration) -> Result<bool> {
@@ -209,11 +171,100 @@ impl Queue for PostgresJournal {
             self.listening = true;
             return Ok(true);
         }
-        let mut notifications = self.client.notifications();
+        let mut notifications = self.client.client.notifications();
         let any = notifications.timeout_iter(timeout).next()?.is_some();
         // Take what else came with it: one look serves them all.
         let mut pending = notifications.iter();
         while pending.next()?.is_some() {}
         Ok(any)
     }
+}
+
+fn claimable(
+    db: &mut impl Queries,
+    queues: &[String],
+    worker: &str,
+    limit: usize,
+    stale: Duration,
+) -> Result<(Vec<TaskRecord>, i64)> {
+    let stale = stale.as_millis() as i64;
+    let rows = db.query(
+        &format!(
+            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
+             WHERE t.queue = ANY($1)
+               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+             ORDER BY t.created_at, t.id LIMIT $4"
+        ),
+        &[&queues, &worker, &stale, &(limit as i64)],
+    )?;
+    // The server's clock, for the leases of the tasks found; with none
+    // found nobody asks.
+    let now = rows.first().map_or(0, |row| row.get(23));
+    let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
+    Ok((tasks, now))
+}
+
+/// The worker's heartbeat, which need not survive a crash of the server:
+/// the transaction does not wait for the server's disk.
+fn heartbeat(tx: &mut Tx<'_>, worker: &WorkerRecord) -> Result<()> {
+    tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+    tx.execute(
+        &format!(
+            "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
+             VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
+             ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
+        ),
+        &[
+            &worker.id,
+            &worker.host,
+            &i64::from(worker.pid),
+            &serde_json::to_string(&worker.queues)?,
+            &(worker.jobs as i32),
+            &worker.started_at,
+            &serde_json::to_string(&worker.tasks)?,
+        ],
+    )?;
+    Ok(())
+}
+
+fn retryable(db: &mut impl Queries) -> Result<Vec<Retryable>> {
+    let rows = db.query(sql::RETRYABLE.postgres(), &[])?;
+    Ok(rows
+        .iter()
+        .map(|row| Retryable {
+            id: row.get(0),
+            queue: row.get(1),
+            failed_at: row.get(2),
+            exit_code: row.get(3),
+            retries: row.get::<_, i32>(4) as u32,
+            backoff_ms: row.get::<_, i64>(5) as u64,
+            used: row.get::<_, i32>(6) as u32,
+        })
+        .collect())
+}
+
+fn workers(db: &mut impl Queries, stale: Duration) -> Result<Vec<WorkerRecord>> {
+    let stale = stale.as_millis() as i64;
+    let rows = db.query(
+        &format!(
+            "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
+             WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
+        ),
+        &[&stale],
+    )?;
+    rows.iter()
+        .map(|row| {
+            crate::journal::rows::worker(
+                row.get(0),
+                row.get(1),
+                row.get(2),
+                row.get(3),
+                i64::from(row.get::<_, i32>(4)),
+                row.get(5),
+                row.get(6),
+                row.get(7),
+            )
+        })
+        .collect()
 }

@@ -2,8 +2,11 @@
 //! decodes, the statements that write a step and a run's counters, and the
 //! fence every run's write goes through.
 
+use super::cached::Queries as _;
 use anyhow::Result;
-use postgres::{Row, Transaction};
+use postgres::Row;
+
+use super::cached::Tx;
 
 use super::schema::NOW_MS;
 pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
@@ -101,7 +104,7 @@ pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
 
 /// Inserts (`fresh`) or updates one step's row.
 pub(super) fn write_step(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     task: &str,
     step: &StepRecord,
     fresh: bool,
@@ -176,12 +179,7 @@ pub(super) fn write_step(
     Ok(())
 }
 
-pub(super) fn write_stats(
-    tx: &mut Transaction<'_>,
-    task: &str,
-    run: u32,
-    stats: &RunStats,
-) -> Result<()> {
+pub(super) fn write_stats(tx: &mut Tx<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
     tx.execute(
         sql::WRITE_STATS.postgres(),
         &[
@@ -198,7 +196,7 @@ pub(super) fn write_stats(
 
 /// The task's lease, locked until the transaction ends, and the server's
 /// clock.
-pub(super) fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
+pub(super) fn lease_of(tx: &mut Tx<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
     let row = tx.query_opt(
         &format!(
             "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS}
@@ -215,7 +213,7 @@ pub(super) fn lease_of(tx: &mut Transaction<'_>, task: &str) -> Result<(Option<L
 /// The fence of a run's write: the task's holder and cancel mark, read
 /// `FOR SHARE` so that no takeover or cancel commits before this
 /// transaction does.
-pub(super) fn fence(tx: &mut Transaction<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
+pub(super) fn fence(tx: &mut Tx<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
     let row = tx.query_opt(
         "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
         &[&task],

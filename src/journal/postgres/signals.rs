@@ -1,6 +1,7 @@
 //! Signals (SPEC 8): kept once per id, taken by `wait` steps in the
 //! transaction that commits them.
 
+use super::cached::Queries as _;
 use anyhow::Result;
 
 use super::rows::{SIGNAL_COLUMNS, fence, signal_at, write_step};

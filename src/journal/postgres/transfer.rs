@@ -1,5 +1,6 @@
 //! A task's rows out of and into the journal (SPEC 10), whole or not at all.
 
+use super::cached::Queries as _;
 use anyhow::Result;
 use serde_json::Value;
 
@@ -13,6 +14,7 @@ impl Transfer for PostgresJournal {
     fn export(&mut self, task: &str) -> Result<Option<TaskRows>> {
         // One snapshot, even of a task a runner is writing.
         let mut tx = self
+            .client
             .client
             .build_transaction()
             .isolation_level(postgres::IsolationLevel::RepeatableRead)

@@ -16,9 +16,8 @@
 //! interrupted, and this worker does not take it again.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -28,16 +27,23 @@ use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{
-    self, Access, Journal, Location, RunEnd, RunStats, TaskRecord, TaskStatus, WorkerRecord,
+    self, Access, Journal, Location, Look, Retryable, RunEnd, RunStats, TaskRecord, TaskStatus,
+    WorkerRecord,
 };
 use crate::lease;
 use crate::settings::Settings;
 use crate::supervisor::Stops;
+
+mod runs;
+
 use crate::task::{check_task_id, new_task_id};
+use runs::{Run, Runs};
 
 /// How long a worker waits for news before it looks again anyway (a
-/// sleeping task's time, a stale lease).
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// sleeping task's time, a stale lease, a dead worker of its host): a
+/// takeover within SPEC 16's two seconds, and an idle worker's one
+/// transaction comes less than once a second.
+const LOOK_EVERY: Duration = Duration::from_millis(1200);
 /// How often a worker looks for failed tasks to retry when nothing else
 /// tells it to (SPEC 16).
 const RETRY_LOOK: Duration = Duration::from_secs(10);
@@ -120,9 +126,10 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
                 }
             })?;
     }
+    let id = format!("{}:{}", settings.holder.host, settings.holder.pid);
     let mut worker = Worker {
         record: WorkerRecord {
-            id: format!("{}:{}", settings.holder.host, settings.holder.pid),
+            id: id.clone(),
             host: settings.holder.host.clone(),
             pid: settings.holder.pid,
             queues,
@@ -135,12 +142,7 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         concurrency: config.queues,
         running: HashMap::new(),
         panicked: HashSet::new(),
-        runs: Arc::new(Runs {
-            location: location.clone(),
-            idle: Mutex::new(Vec::new()),
-            stops,
-            settings: settings.quieted(),
-        }),
+        runs: Arc::new(Runs::new(location.clone(), stops, settings.quieted(), id)),
         settings,
     };
     if !settings.quiet {
@@ -197,9 +199,8 @@ struct Worker<'a> {
     record: WorkerRecord,
     /// `[queues.NAME] concurrency`, over all workers.
     concurrency: std::collections::BTreeMap<String, u32>,
-    /// Each task this worker runs, on a thread of its own; the thread
-    /// gives the run's exit code.
-    running: HashMap<String, JoinHandle<i32>>,
+    /// Each task this worker runs, on a thread of its own.
+    running: HashMap<String, Run>,
     /// Tasks whose run panicked here: this worker leaves them to others.
     panicked: HashSet<String>,
     /// What the runs share.
@@ -214,32 +215,60 @@ impl Worker<'_> {
         let mut last_heartbeat: Option<Instant> = None;
         let mut last_sweep: Option<Instant> = None;
         // Failed tasks' retries are looked for when news came (a run
-        // ended), when the next one known is due, or every RETRY_LOOK: an
-        // idle worker makes no query for them.
+        // ended), when the next one known is due, or every RETRY_LOOK.
         let mut news = true;
         let mut retry_look = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             self.reap(journal)?;
-            // Dead workers of this host are looked for once a second at
-            // most: a takeover within SPEC 16's two seconds, one query.
-            if last_sweep.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
-                self.free_claims_of_dead_workers(journal)?;
-                last_sweep = Some(Instant::now());
-            }
-            if news || Instant::now() >= retry_look {
-                let next = self.retry_due(journal)?.unwrap_or(RETRY_LOOK);
-                retry_look = Instant::now() + next.min(RETRY_LOOK);
-            }
-            // The list of tasks `inspect --workers` shows is written as it
-            // changes, not only with the next heartbeat.
+            let now = Instant::now();
+            // Dead workers of this host, stale leases and sleeping tasks
+            // are looked for once a second: a takeover within SPEC 16's
+            // two seconds. An idle worker makes that one look, in one
+            // transaction, and nothing else.
+            let sweep = last_sweep.is_none_or(|at| at.elapsed() >= LOOK_EVERY);
             let mut tasks: Vec<String> = self.running.keys().cloned().collect();
             tasks.sort();
-            if tasks != self.record.tasks
-                || last_heartbeat.is_none_or(|at| at.elapsed() >= self.settings.lease.heartbeat)
-            {
+            // The list of tasks `inspect --workers` shows goes with the
+            // next look, not only with the next heartbeat.
+            let beat = last_heartbeat
+                .is_none_or(|at| at.elapsed() >= self.settings.lease.heartbeat)
+                || (sweep && tasks != self.record.tasks);
+            if beat {
                 self.record.tasks = tasks;
-                journal.worker_heartbeat(&self.record)?;
-                last_heartbeat = Some(Instant::now());
+            }
+            let retries = news || now >= retry_look;
+            let free = self.record.jobs as usize - self.running.len();
+            let claim = free > 0 && (news || sweep);
+            if beat || sweep || retries || claim {
+                let looked = journal.look(&Look {
+                    heartbeat: beat.then_some(&self.record),
+                    workers: sweep,
+                    claimable: claim.then(|| {
+                        (
+                            &self.record.queues[..],
+                            &self.record.id[..],
+                            free * 4 + self.running.len(),
+                        )
+                    }),
+                    retryable: retries,
+                })?;
+                if beat {
+                    last_heartbeat = Some(now);
+                }
+                // Tasks freed here are claimable at once: look again.
+                news = false;
+                if sweep {
+                    last_sweep = Some(now);
+                    news |= self.free_claims_of_dead_workers(journal, looked.workers)?;
+                }
+                if retries {
+                    let (next, started) = self.retry_due(journal, looked.retryable)?;
+                    retry_look = now + next.unwrap_or(RETRY_LOOK).min(RETRY_LOOK);
+                    news |= started;
+                }
+                if claim {
+                    self.take(journal, free, looked.claimable, looked.now_ms)?;
+                }
             }
             if !self.schedules.is_empty() {
                 let submitted = super::schedules::submit_due(
@@ -257,13 +286,15 @@ impl Worker<'_> {
                     }
                 }
             }
-            let free = self.record.jobs as usize - self.running.len();
-            if free > 0 {
-                self.take(journal, free)?;
+            if news {
+                continue;
             }
             // A submit, a signal or an ended run wakes it at once
-            // (PostgreSQL NOTIFY; SQLite's data_version).
-            news = journal.wait_for_work(LOOK_EVERY)?;
+            // (PostgreSQL NOTIFY; SQLite's data_version); else the next
+            // sweep does.
+            let next_sweep =
+                last_sweep.map_or(Duration::ZERO, |at| LOOK_EVERY.saturating_sub(at.elapsed()));
+            news = journal.wait_for_work(next_sweep)?;
         }
         Ok(())
     }
@@ -272,9 +303,14 @@ impl Worker<'_> {
     /// SIGKILL, an OOM kill), or whose pid another process took since:
     /// their tasks go to a live worker at once, not after the stale time
     /// (SPEC 16, "Takeover"). Their runs died with them, so the tasks'
-    /// leases are free as well.
-    fn free_claims_of_dead_workers(&mut self, journal: &mut dyn Journal) -> Result<()> {
-        for other in journal.workers()? {
+    /// leases are free as well. True if it freed some.
+    fn free_claims_of_dead_workers(
+        &mut self,
+        journal: &mut dyn Journal,
+        workers: Vec<WorkerRecord>,
+    ) -> Result<bool> {
+        let mut freed = false;
+        for other in workers {
             if other.host != self.record.host || other.id == self.record.id {
                 continue;
             }
@@ -286,6 +322,7 @@ impl Worker<'_> {
             });
             if !alive {
                 journal.worker_gone(&other.id)?;
+                freed = true;
                 if !self.settings.quiet {
                     crate::report::say(&format!(
                         "worker {}: worker {} on this host is gone; its tasks are free",
@@ -294,18 +331,23 @@ impl Worker<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(freed)
     }
 
     /// Leaves each failed task of its queues whose retry is due (SPEC 16)
     /// interrupted, to be claimed as any: of workers racing for it, one
     /// counts the retry.
     /// Returns how long until the next retry of its queues is due, if one
-    /// is pending.
-    fn retry_due(&mut self, journal: &mut dyn Journal) -> Result<Option<Duration>> {
+    /// is pending, and whether it started one.
+    fn retry_due(
+        &mut self,
+        journal: &mut dyn Journal,
+        retryable: Vec<Retryable>,
+    ) -> Result<(Option<Duration>, bool)> {
         let now = self.settings.now();
         let mut next: Option<Duration> = None;
-        for task in journal.retryable()? {
+        let mut started = false;
+        for task in retryable {
             let mine = task
                 .queue
                 .as_ref()
@@ -328,7 +370,11 @@ impl Worker<'_> {
                 next = Some(next.map_or(left, |next| next.min(left)));
                 continue;
             }
-            if journal.start_retry(&task.id, task.used)? && !self.settings.quiet {
+            if !journal.start_retry(&task.id, task.used)? {
+                continue;
+            }
+            started = true;
+            if !self.settings.quiet {
                 crate::report::say(&format!(
                     "worker {}: task {} failed (exit {}); retry {} of {}",
                     self.record.id,
@@ -340,16 +386,18 @@ impl Worker<'_> {
                 ));
             }
         }
-        Ok(next)
+        Ok((next, started))
     }
 
-    /// Claims up to `free` tasks and starts them.
-    fn take(&mut self, journal: &mut dyn Journal, free: usize) -> Result<()> {
-        let (candidates, now_ms) = journal.claimable(
-            &self.record.queues,
-            &self.record.id,
-            free * 4 + self.running.len(),
-        )?;
+    /// Claims up to `free` of the `candidates` a look found and starts
+    /// them.
+    fn take(
+        &mut self,
+        journal: &mut dyn Journal,
+        free: usize,
+        candidates: Vec<TaskRecord>,
+        now_ms: i64,
+    ) -> Result<()> {
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
         for task in candidates {
             if self.running.contains_key(&task.id)
@@ -400,12 +448,7 @@ impl Worker<'_> {
     }
 
     fn start(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
-        let runs = Arc::clone(&self.runs);
-        let task = id.to_owned();
-        let started = std::thread::Builder::new()
-            .name(format!("task {id}"))
-            .spawn(move || runs.run(&task));
-        match started {
+        match self.runs.start(id) {
             Ok(thread) => {
                 if !self.settings.quiet {
                     crate::report::say(&format!("worker {} runs task {id}", self.record.id));
@@ -430,15 +473,14 @@ impl Worker<'_> {
         let ended: Vec<String> = self
             .running
             .iter()
-            .filter(|(_, thread)| thread.is_finished())
+            .filter(|(_, run)| run.ended())
             .map(|(id, _)| id.clone())
             .collect();
         for id in ended {
-            let Some(thread) = self.running.remove(&id) else {
+            let Some(run) = self.running.remove(&id) else {
                 continue;
             };
-            let code = self.ended(journal, &id, thread)?;
-            journal.release_claim(&id, &self.record.id)?;
+            let code = self.ended(journal, &id, run)?;
             if !self.settings.quiet {
                 let what = match code {
                     None => "ended in a panic of durun's (a bug); it is left interrupted and this worker leaves it to others".to_owned(),
@@ -453,18 +495,18 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// The exit code of a run whose thread ended; `None` if it panicked,
-    /// when its task is left interrupted (its agent died with the thread).
-    fn ended(
-        &mut self,
-        journal: &mut dyn Journal,
-        id: &str,
-        thread: JoinHandle<i32>,
-    ) -> Result<Option<i32>> {
-        if let Ok(code) = thread.join() {
-            return Ok(Some(code));
+    /// The exit code of a run that ended, its claim released; `None` if
+    /// it panicked, when its task is left interrupted (its agent died with
+    /// the thread).
+    fn ended(&mut self, journal: &mut dyn Journal, id: &str, run: Run) -> Result<Option<i32>> {
+        if let Ok(ended) = run.join() {
+            if !ended.released {
+                journal.release_claim(id, &self.record.id)?;
+            }
+            return Ok(Some(ended.code));
         }
         self.panicked.insert(id.to_owned());
+        journal.release_claim(id, &self.record.id)?;
         if let Some(run) = journal
             .runs(id)?
             .last()
@@ -498,68 +540,13 @@ impl Worker<'_> {
             crate::report::say(&format!("worker {} drains: {what}", self.record.id));
         }
         for id in ids {
-            if let Some(thread) = self.running.remove(&id) {
-                let _ = self.ended(journal, &id, thread);
-                let _ = journal.release_claim(&id, &self.record.id);
+            if let Some(run) = self.running.remove(&id) {
+                let _ = self.ended(journal, &id, run);
             }
         }
         let _ = journal.worker_gone(&self.record.id);
         if !self.settings.quiet {
             crate::report::say(&format!("worker {} stopped", self.record.id));
         }
-    }
-}
-
-/// What a worker's runs share: where the journal is, its idle
-/// connections, the worker's signals.
-struct Runs {
-    location: Location,
-    /// Connections of runs that ended, for the next: a run does not pay
-    /// for a connection of its own (a PostgreSQL backend's start).
-    idle: Mutex<Vec<Box<dyn Journal>>>,
-    stops: Arc<Stops>,
-    /// The worker's, quiet: a run says only warnings and errors.
-    settings: Settings,
-}
-
-impl Runs {
-    /// Runs task `id` as `durun resume` would, on this thread; its exit
-    /// code.
-    fn run(&self, id: &str) -> i32 {
-        crate::report::tag_thread(id);
-        crate::error::contain_panics();
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let journal = idle.map_or_else(|| self.location.open(Access::Write, &self.settings), Ok);
-        let args = crate::cli::ResumeArgs {
-            task: Some(id.to_owned()),
-            from_step: None,
-            all: false,
-            jobs: None,
-            limits: crate::cli::Limits::default(),
-        };
-        let result = journal.and_then(|mut journal| {
-            let code = super::resume::resume_task(
-                journal.as_mut(),
-                id,
-                &args,
-                &self.settings,
-                Some(Arc::clone(&self.stops)),
-            )?;
-            // A connection that served a run to its end serves the next.
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(journal);
-            Ok(code)
-        });
-        result.unwrap_or_else(|err| {
-            let err = journal::explain(err);
-            crate::report::error(&err);
-            crate::error::exit_code_of(&err)
-        })
     }
 }

@@ -1,0 +1,137 @@
+//! A worker's runs: each claimed task runs as `durun resume` would, on a
+//! thread of the worker (SPEC 16).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::journal::{self, Access, Journal, Location};
+use crate::settings::Settings;
+use crate::supervisor::Stops;
+
+/// What a worker's runs share: where the journal is, its idle
+/// connections, the worker's signals.
+pub(super) struct Runs {
+    location: Location,
+    /// Connections of runs that ended, for the next: a run does not pay
+    /// for a connection of its own (a PostgreSQL backend's start).
+    idle: Mutex<Vec<Box<dyn Journal>>>,
+    stops: Arc<Stops>,
+    /// The worker's, quiet: a run says only warnings and errors.
+    settings: Settings,
+    /// The worker's id, whose claims the runs release.
+    worker: String,
+}
+
+/// A run on its thread.
+pub(super) struct Run {
+    thread: JoinHandle<Ended>,
+    /// Set when the run has ended, before its claim is released: the
+    /// release wakes the worker, which then finds the run ended.
+    done: Arc<AtomicBool>,
+}
+
+/// How a run ended.
+pub(super) struct Ended {
+    pub(super) code: i32,
+    /// The run released its task's claim itself.
+    pub(super) released: bool,
+}
+
+impl Run {
+    pub(super) fn ended(&self) -> bool {
+        self.done.load(Ordering::Acquire) || self.thread.is_finished()
+    }
+
+    /// Waits for the thread (a moment, once [`Run::ended`]); an error if
+    /// the run panicked.
+    pub(super) fn join(self) -> std::thread::Result<Ended> {
+        self.thread.join()
+    }
+}
+
+impl Runs {
+    pub(super) fn new(
+        location: Location,
+        stops: Arc<Stops>,
+        settings: Settings,
+        worker: String,
+    ) -> Self {
+        Self {
+            location,
+            idle: Mutex::new(Vec::new()),
+            stops,
+            settings,
+            worker,
+        }
+    }
+
+    /// Starts a run of task `id` on a thread of its own.
+    pub(super) fn start(self: &Arc<Self>, id: &str) -> std::io::Result<Run> {
+        let runs = Arc::clone(self);
+        let task = id.to_owned();
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let done = Arc::clone(&done);
+            std::thread::Builder::new()
+                .name(format!("task {id}"))
+                .spawn(move || runs.run(&task, &done))?
+        };
+        Ok(Run { thread, done })
+    }
+
+    /// Runs task `id` as `durun resume` would, on this thread.
+    fn run(&self, id: &str, done: &AtomicBool) -> Ended {
+        crate::report::tag_thread(id);
+        crate::error::contain_panics();
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut journal =
+            match idle.map_or_else(|| self.location.open(Access::Write, &self.settings), Ok) {
+                Ok(journal) => journal,
+                Err(err) => {
+                    return Ended {
+                        code: failed(err),
+                        released: false,
+                    };
+                }
+            };
+        let args = crate::cli::ResumeArgs {
+            task: Some(id.to_owned()),
+            from_step: None,
+            all: false,
+            jobs: None,
+            limits: crate::cli::Limits::default(),
+        };
+        let result = super::super::resume::resume_task(
+            journal.as_mut(),
+            id,
+            &args,
+            &self.settings,
+            Some(Arc::clone(&self.stops)),
+        );
+        done.store(true, Ordering::Release);
+        let released = journal.release_claim(id, &self.worker).is_ok();
+        // A connection that served a run to its end serves the next.
+        if released && result.is_ok() {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(journal);
+        }
+        Ended {
+            code: result.unwrap_or_else(failed),
+            released,
+        }
+    }
+}
+
+/// Says why a run failed, as `durun resume` would; its exit code.
+fn failed(err: anyhow::Error) -> i32 {
+    let err = journal::explain(err);
+    crate::report::error(&err);
+    crate::error::exit_code_of(&err)
+}
