@@ -218,8 +218,8 @@ pub(crate) trait Queue {
     /// The workers whose heartbeat is younger than the stale time.
     fn workers(&mut self) -> Result<Vec<WorkerRecord>>;
     /// Waits up to `timeout` for news a worker may act on (a submit, a
-    /// signal, a run that ended); true if some came.
-    fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<bool>;
+    /// signal, a run that ended).
+    fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<Heard>;
     /// The greatest task id that starts with `prefix` (a schedule's last
     /// tick), if any.
     fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>>;
@@ -248,6 +248,15 @@ pub(crate) struct Look<'a> {
     pub(crate) claimable: Option<(&'a [String], &'a str, usize)>,
     /// The failed tasks with retries left.
     pub(crate) retryable: bool,
+}
+
+/// What a worker heard while it waited.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Heard {
+    /// Some news came.
+    pub(crate) any: bool,
+    /// A run may have ended (and failed: a retry may be due).
+    pub(crate) run_ended: bool,
 }
 
 /// What a [`Look`] found.

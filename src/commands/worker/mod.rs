@@ -27,8 +27,8 @@ use crate::config::Config;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{
-    self, Access, Journal, Location, Look, Retryable, RunEnd, RunStats, TaskRecord, TaskStatus,
-    WorkerRecord,
+    self, Access, Heard, Journal, Location, Look, Retryable, RunEnd, RunStats, TaskRecord,
+    TaskStatus, WorkerRecord,
 };
 use crate::lease;
 use crate::settings::Settings;
@@ -214,9 +214,12 @@ impl Worker<'_> {
     fn serve(&mut self, journal: &mut dyn Journal, stop: &AtomicBool) -> Result<()> {
         let mut last_heartbeat: Option<Instant> = None;
         let mut last_sweep: Option<Instant> = None;
-        // Failed tasks' retries are looked for when news came (a run
-        // ended), when the next one known is due, or every RETRY_LOOK.
-        let mut news = true;
+        // Failed tasks' retries are looked for when a run ended, when the
+        // next one known is due, or every RETRY_LOOK.
+        let mut news = Heard {
+            any: true,
+            run_ended: true,
+        };
         let mut retry_look = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             self.reap(journal)?;
@@ -236,9 +239,9 @@ impl Worker<'_> {
             if beat {
                 self.record.tasks = tasks;
             }
-            let retries = news || now >= retry_look;
+            let retries = news.run_ended || now >= retry_look;
             let free = self.record.jobs as usize - self.running.len();
-            let claim = free > 0 && (news || sweep);
+            let claim = free > 0 && (news.any || sweep);
             if beat || sweep || retries || claim {
                 let looked = journal.look(&Look {
                     heartbeat: beat.then_some(&self.record),
@@ -256,15 +259,15 @@ impl Worker<'_> {
                     last_heartbeat = Some(now);
                 }
                 // Tasks freed here are claimable at once: look again.
-                news = false;
+                news = Heard::default();
                 if sweep {
                     last_sweep = Some(now);
-                    news |= self.free_claims_of_dead_workers(journal, looked.workers)?;
+                    news.any |= self.free_claims_of_dead_workers(journal, looked.workers)?;
                 }
                 if retries {
                     let (next, started) = self.retry_due(journal, looked.retryable)?;
                     retry_look = now + next.unwrap_or(RETRY_LOOK).min(RETRY_LOOK);
-                    news |= started;
+                    news.any |= started;
                 }
                 if claim {
                     self.take(journal, free, looked.claimable, looked.now_ms)?;
@@ -286,7 +289,7 @@ impl Worker<'_> {
                     }
                 }
             }
-            if news {
+            if news.any {
                 continue;
             }
             // A submit, a signal or an ended run wakes it at once

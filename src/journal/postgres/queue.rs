@@ -10,7 +10,7 @@ use super::rows::TASK_COLUMNS;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
 use crate::journal::sql;
-use crate::journal::{Look, Looked, Queue, Retryable, TaskRecord, WorkerRecord};
+use crate::journal::{Heard, Look, Looked, Queue, Retryable, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
     fn claimable(
@@ -23,10 +23,22 @@ impl Queue for PostgresJournal {
     }
 
     fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
-        // One transaction, whatever it holds: an idle worker's look costs
-        // the server one a second (SPEC 16).
-        let mut tx = self.client.transaction()?;
         let mut looked = Looked::default();
+        // Tasks to claim alone (a submit came): one query, no more.
+        if let Look {
+            heartbeat: None,
+            workers: false,
+            claimable: Some((queues, worker, limit)),
+            retryable: false,
+        } = *look
+        {
+            (looked.claimable, looked.now_ms) =
+                claimable(&mut self.client, queues, worker, limit, self.stale)?;
+            return Ok(looked);
+        }
+        // Else one transaction, whatever it holds: an idle worker's look
+        // costs the server one (SPEC 16).
+        let mut tx = self.client.transaction()?;
         if let Some(worker) = look.heartbeat {
             heartbeat(&mut tx, worker)?;
         }
@@ -52,7 +64,29 @@ impl Queue for PostgresJournal {
         concurrency: Option<u32>,
     ) -> Result<Vec<String>> {
         let stale = self.stale.as_millis() as i64;
+        let take = format!(
+            "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
+             WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
+             RETURNING id"
+        );
+        // One statement: a row another worker claimed first fails the
+        // condition when it is checked again after that worker's commit. A
+        // claim need not survive a crash of the server (it is void after
+        // the stale time; the lease is what fences a run): it does not
+        // wait for the server's disk.
+        let Some(limit) = concurrency else {
+            let mut tx = self.client.transaction()?;
+            tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+            let claimed = tx
+                .query(&take, &[&tasks, &worker, &stale])?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            tx.commit()?;
+            return Ok(claimed);
+        };
         let mut tx = self.client.transaction()?;
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
         // One claimer per queue at a time: the count below stays true
         // until this transaction commits.
         tx.execute(
@@ -69,21 +103,10 @@ impl Queue for PostgresJournal {
                 &[&queue, &stale],
             )?
             .get(0);
-        let room = concurrency.map_or(tasks.len(), |limit| {
-            (i64::from(limit) - active).max(0) as usize
-        });
+        let room = (i64::from(limit) - active).max(0) as usize;
         let wanted: Vec<&String> = tasks.iter().take(room).collect();
-        // One statement: a row another worker claimed first fails the
-        // condition when it is checked again after that worker's commit.
         let claimed = tx
-            .query(
-                &format!(
-                    "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
-                     WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
-                     RETURNING id"
-                ),
-                &[&wanted, &worker, &stale],
-            )?
+            .query(&take, &[&wanted, &worker, &stale])?
             .iter()
             .map(|row| row.get(0))
             .collect();
@@ -163,20 +186,32 @@ impl Queue for PostgresJournal {
         workers(&mut self.client, self.stale)
     }
 
-    fn wait_for_work(&mut self, timeout: Duration) -> Result<bool> {
+    fn wait_for_work(&mut self, timeout: Duration) -> Result<Heard> {
         use postgres::fallible_iterator::FallibleIterator as _;
         if !self.listening {
             // Submits, signals and ended runs notify this channel.
             self.client.batch_execute("LISTEN durun_work")?;
             self.listening = true;
-            return Ok(true);
+            return Ok(Heard {
+                any: true,
+                run_ended: true,
+            });
         }
+        let mut heard = Heard::default();
         let mut notifications = self.client.client.notifications();
-        let any = notifications.timeout_iter(timeout).next()?.is_some();
+        let mut note = |notification: postgres::Notification| {
+            heard.any = true;
+            heard.run_ended |= notification.payload() != "submit";
+        };
+        if let Some(notification) = notifications.timeout_iter(timeout).next()? {
+            note(notification);
+        }
         // Take what else came with it: one look serves them all.
         let mut pending = notifications.iter();
-        while pending.next()?.is_some() {}
-        Ok(any)
+        while let Some(notification) = pending.next()? {
+            note(notification);
+        }
+        Ok(heard)
     }
 }
 

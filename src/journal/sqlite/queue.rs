@@ -6,7 +6,7 @@ use rusqlite::{TransactionBehavior, params};
 use super::SqliteJournal;
 use super::rows::{TASK_COLUMNS, task_from_row};
 use crate::journal::sql;
-use crate::journal::{Queue, Retryable, TaskRecord, WorkerRecord};
+use crate::journal::{Heard, Queue, Retryable, TaskRecord, WorkerRecord};
 
 impl Queue for SqliteJournal {
     fn claimable(
@@ -205,7 +205,7 @@ impl Queue for SqliteJournal {
         Ok(workers)
     }
 
-    fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<bool> {
+    fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<Heard> {
         // Another process's commit changes `data_version`: a submit, a
         // signal, a run that ended. Looked at every 20 ms.
         let deadline = std::time::Instant::now() + timeout;
@@ -216,11 +216,14 @@ impl Queue for SqliteJournal {
                 .query_row([], |row| row.get(0))?;
             if version != self.work_version {
                 self.work_version = version;
-                return Ok(true);
+                return Ok(Heard {
+                    any: true,
+                    run_ended: true,
+                });
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Ok(false);
+                return Ok(Heard::default());
             }
             std::thread::sleep((deadline - now).min(std::time::Duration::from_millis(20)));
         }
