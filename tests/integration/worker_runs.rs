@@ -146,3 +146,42 @@ fn a_worker_keeps_no_thread_or_file_of_a_run_that_ended() {
         "after 4 runs: {threads} threads, {files} files; after 20: {threads_after}, {files_after}"
     );
 }
+
+#[test]
+fn an_agent_killed_outright_ends_its_run_not_the_worker() {
+    let env = TestEnv::new();
+    let pidfile = env.path("victim.pid");
+    let victim = env.scripted_agent(
+        "victim.json",
+        &json!({"pidfile": pidfile, "steps": [
+            {"begin": "hold", "args": {}, "do": {"wait_for": env.path("release")}},
+        ]}),
+    );
+    submit(&env, "victim", &victim);
+    let mut w = worker(&env, "w", &["--jobs", "2"]);
+    wait_for("the agent to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|pid| !pid.is_empty())
+    });
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid")
+        .parse()
+        .expect("a pid");
+    crate::env::signal(pid, libc::SIGKILL);
+    wait_for("its run to end", Duration::from_secs(30), || {
+        worker_log(&env, "w").contains("task victim ended with exit 137")
+    });
+    // A crash leaves the task resumable: the worker runs it again.
+    std::fs::write(env.path("release"), "").expect("release");
+    wait_for("the task to complete", Duration::from_secs(30), || {
+        status(&env, "victim") == "completed"
+    });
+    assert!(
+        w.try_wait().expect("wait").is_none(),
+        "{}",
+        worker_log(&env, "w")
+    );
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    let task = env.inspect("victim");
+    assert_eq!(task["task"]["runs"][0]["exit_code"], 137);
+    assert_eq!(task["task"]["runs"][1]["exit_code"], 0);
+}

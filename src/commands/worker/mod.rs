@@ -145,6 +145,7 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         runs: Arc::new(Runs::new(location.clone(), stops, settings.quieted(), id)),
         settings,
     };
+    worker.runs.warm();
     if !settings.quiet {
         crate::report::say(&format!(
             "worker {} takes tasks of {} from {}, {} at a time",

@@ -66,6 +66,18 @@ impl Runs {
         }
     }
 
+    /// Opens a connection for the first run: the first task after a
+    /// worker starts does not wait for one. A journal that cannot be
+    /// opened now is the first run's to report.
+    pub(super) fn warm(&self) {
+        if let Ok(journal) = self.location.open(Access::Write, &self.settings) {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(journal);
+        }
+    }
+
     /// Starts a run of task `id` on a thread of its own.
     pub(super) fn start(self: &Arc<Self>, id: &str) -> std::io::Result<Run> {
         let runs = Arc::clone(self);
