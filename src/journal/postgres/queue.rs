@@ -74,37 +74,31 @@ impl Queue for PostgresJournal {
         // claim need not survive a crash of the server (it is void after
         // the stale time; the lease is what fences a run): it does not
         // wait for the server's disk.
-        let Some(limit) = concurrency else {
-            let mut tx = self.client.transaction()?;
-            tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-            let claimed = tx
-                .query(&take, &[&tasks, &worker, &stale])?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
-            tx.commit()?;
-            return Ok(claimed);
-        };
         let mut tx = self.client.transaction()?;
         tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-        // One claimer per queue at a time: the count below stays true
-        // until this transaction commits.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))",
-            &[&queue],
-        )?;
-        let active: i64 = tx
-            .query_one(
-                &format!(
-                    "SELECT count(*) FROM tasks WHERE queue = $1 AND (
-                         (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
-                         OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
-                ),
-                &[&queue, &stale],
-            )?
-            .get(0);
-        let room = (i64::from(limit) - active).max(0) as usize;
-        let wanted: Vec<&String> = tasks.iter().take(room).collect();
+        let wanted: Vec<&String> = match concurrency {
+            None => tasks.iter().collect(),
+            Some(limit) => {
+                // One claimer per queue at a time: the count below stays
+                // true until this transaction commits.
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))",
+                    &[&queue],
+                )?;
+                let active: i64 = tx
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM tasks WHERE queue = $1 AND (
+                                 (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
+                                 OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
+                        ),
+                        &[&queue, &stale],
+                    )?
+                    .get(0);
+                let room = (i64::from(limit) - active).max(0) as usize;
+                tasks.iter().take(room).collect()
+            }
+        };
         let claimed = tx
             .query(&take, &[&wanted, &worker, &stale])?
             .iter()
