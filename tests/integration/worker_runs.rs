@@ -131,9 +131,21 @@ fn a_worker_keeps_no_thread_or_file_of_a_run_that_ended() {
         for index in first..first + count {
             submit(&env, &format!("t{index}"), &step);
         }
-        wait_for("the tasks to complete", Duration::from_secs(60), || {
-            (first..first + count).all(|index| status(&env, &format!("t{index}")) == "completed")
-        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let statuses: Vec<String> = (first..first + count)
+                .map(|index| status(&env, &format!("t{index}")))
+                .collect();
+            if statuses.iter().all(|status| status == "completed") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tasks t{first}..: {statuses:?}\n{}",
+                worker_log(&env, "w")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // The last run's thread ends a moment after its task completes.
         std::thread::sleep(Duration::from_millis(300));
         holdings(w.id())
@@ -184,4 +196,43 @@ fn an_agent_killed_outright_ends_its_run_not_the_worker() {
     let task = env.inspect("victim");
     assert_eq!(task["task"]["runs"][0]["exit_code"], 137);
     assert_eq!(task["task"]["runs"][1]["exit_code"], 0);
+}
+
+/// CPU time process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let (_, rest) = stat.rsplit_once(") ").expect("stat fields");
+    // utime and stime: fields 14 and 15, the 12th and 13th after the state.
+    let fields: Vec<&str> = rest.split(' ').collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+#[test]
+fn a_busy_worker_waits_quietly_for_a_free_place() {
+    let env = TestEnv::new();
+    let hold = env.scripted_agent(
+        "hold.json",
+        &json!({"steps": [{"begin": "hold", "args": {}, "do": {"wait_for": env.path("release")}}]}),
+    );
+    submit(&env, "busy", &hold);
+    let mut w = worker(&env, "w", &["--jobs", "1"]);
+    wait_for("the first task to run", Duration::from_secs(30), || {
+        env.path("release.waiting").exists()
+    });
+    // A submit while its one place is taken: news it cannot act on yet.
+    let next = env.scripted_agent(
+        "next.json",
+        &json!({"steps": [{"begin": "a", "args": {}, "do": {"value": 1}}]}),
+    );
+    submit(&env, "next", &next);
+    let before = cpu_ticks(w.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(w.id()) - before;
+    std::fs::write(env.path("release"), "").expect("release");
+    wait_for("both tasks to complete", Duration::from_secs(30), || {
+        status(&env, "next") == "completed" && status(&env, "busy") == "completed"
+    });
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    // 100 ticks a second: a worker spinning on the news would use ~200.
+    assert!(used < 50, "the worker used {used} ticks of CPU in 2 s");
 }

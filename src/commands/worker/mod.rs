@@ -225,8 +225,9 @@ impl Worker<'_> {
         while !stop.load(Ordering::Relaxed) {
             self.reap(journal)?;
             let now = Instant::now();
+            let heard = std::mem::take(&mut news);
             // Dead workers of this host, stale leases and sleeping tasks
-            // are looked for once a second: a takeover within SPEC 16's
+            // are looked for every LOOK_EVERY: a takeover within SPEC 16's
             // two seconds. An idle worker makes that one look, in one
             // transaction, and nothing else.
             let sweep = last_sweep.is_none_or(|at| at.elapsed() >= LOOK_EVERY);
@@ -240,9 +241,9 @@ impl Worker<'_> {
             if beat {
                 self.record.tasks = tasks;
             }
-            let retries = news.run_ended || now >= retry_look;
+            let retries = heard.run_ended || now >= retry_look;
             let free = self.record.jobs as usize - self.running.len();
-            let claim = free > 0 && (news.any || sweep);
+            let claim = free > 0 && (heard.any || sweep);
             if beat || sweep || retries || claim {
                 let looked = journal.look(&Look {
                     heartbeat: beat.then_some(&self.record),
@@ -260,7 +261,6 @@ impl Worker<'_> {
                     last_heartbeat = Some(now);
                 }
                 // Tasks freed here are claimable at once: look again.
-                news = Heard::default();
                 if sweep {
                     last_sweep = Some(now);
                     news.any |= self.free_claims_of_dead_workers(journal, looked.workers)?;
