@@ -122,15 +122,20 @@ fn holdings(pid: u32) -> (usize, usize) {
 #[test]
 fn a_worker_keeps_no_thread_or_file_of_a_run_that_ended() {
     let env = TestEnv::new();
-    let mut w = worker(&env, "w", &["--jobs", "2"]);
     let step = env.scripted_agent(
         "step.json",
         &json!({"steps": [{"begin": "a", "args": {}, "do": {"value": 1}}]}),
     );
-    let run_all = |first: usize, count: usize| {
+    let submit_all = |first: usize, count: usize| {
         for index in first..first + count {
             submit(&env, &format!("t{index}"), &step);
         }
+    };
+    // The journal exists before the worker opens it.
+    submit_all(0, 4);
+    let mut w = worker(&env, "w", &["--jobs", "2"]);
+    let pid = w.id();
+    let settle = |first: usize, count: usize| {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let statuses: Vec<String> = (first..first + count)
@@ -148,10 +153,11 @@ fn a_worker_keeps_no_thread_or_file_of_a_run_that_ended() {
         }
         // The last run's thread ends a moment after its task completes.
         std::thread::sleep(Duration::from_millis(300));
-        holdings(w.id())
+        holdings(pid)
     };
-    let (threads, files) = run_all(0, 4);
-    let (threads_after, files_after) = run_all(4, 16);
+    let (threads, files) = settle(0, 4);
+    submit_all(4, 16);
+    let (threads_after, files_after) = settle(4, 16);
     assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
     assert!(
         threads_after <= threads && files_after <= files,

@@ -510,7 +510,8 @@ impl Worker<'_> {
             return Ok(Some(ended.code));
         }
         self.panicked.insert(id.to_owned());
-        journal.release_claim(id, &self.record.id)?;
+        // The task is left interrupted before its claim goes, so that no
+        // other worker looks at it while it still reads `running`.
         if let Some(run) = journal
             .runs(id)?
             .last()
@@ -523,6 +524,7 @@ impl Worker<'_> {
             };
             journal.finish_run(id, run.run, &end, &RunStats::default())?;
         }
+        journal.release_claim(id, &self.record.id)?;
         Ok(None)
     }
 
