@@ -126,3 +126,11 @@ export function patched(name: string): Promise<boolean>;
  * streams included. The client keeps its type.
  */
 export function wrap<C extends object>(client: C, provider?: string): C;
+
+/** The key durun derives for step `step` of task `task` with `args`
+ * (sha256 of `TASK:STEP:` and the args' canonical JSON). */
+export function idempotencyKey(task: string, step: number, args: Json): string;
+
+/** `args` as Python's `json.dumps(args, sort_keys=True)` prints what durun
+ * reads from `JSON.stringify(args)`: the form keys are derived from. */
+export function canonicalJson(args: Json): string;

@@ -13,49 +13,25 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { writeSync } from "node:fs";
-import { createInterface } from "node:readline";
+import { idempotencyKey } from "./keys.js";
+import {
+  BadRequest,
+  BudgetExceeded,
+  Cancelled,
+  DurunError,
+  Divergence,
+  ERRORS,
+  JournalError,
+  NotUnderDurun,
+  Timeout,
+  ToolFailed,
+  UnknownTool,
+  checked,
+  errorOf,
+  getChannel,
+} from "./channel.js";
 
-export class DurunError extends Error {
-  constructor(message, step, output) {
-    super(message);
-    this.name = new.target.name;
-    this.code = new.target.code;
-    this.step = step;
-    this.output = output;
-  }
-}
-DurunError.code = "error";
-export class BadRequest extends DurunError {}
-BadRequest.code = "bad_request";
-export class UnknownTool extends DurunError {}
-UnknownTool.code = "unknown_tool";
-export class ToolFailed extends DurunError {}
-ToolFailed.code = "tool_failed";
-export class Timeout extends DurunError {}
-Timeout.code = "timeout";
-export class Divergence extends DurunError {}
-Divergence.code = "divergence";
-export class Cancelled extends DurunError {}
-Cancelled.code = "cancelled";
-export class JournalError extends DurunError {}
-JournalError.code = "journal";
-export class BudgetExceeded extends DurunError {}
-BudgetExceeded.code = "budget_exceeded";
-export class NotUnderDurun extends DurunError {}
-NotUnderDurun.code = "not_under_durun";
-
-const ERRORS = Object.fromEntries(
-  [BadRequest, UnknownTool, ToolFailed, Timeout, Divergence, Cancelled, JournalError, BudgetExceeded].map(
-    (cls) => [cls.code, cls],
-  ),
-);
-
-function errorOf(answer) {
-  const error = answer.error || {};
-  const Cls = ERRORS[error.code] || DurunError;
-  return new Cls(error.message || "durun answered an error", answer.step, answer.output);
-}
+export { BadRequest, BudgetExceeded, Cancelled, DurunError, Divergence, JournalError, NotUnderDurun, Timeout, ToolFailed, UnknownTool };
 
 /** Whether the script runs under durun. */
 export function active() {
@@ -93,156 +69,6 @@ function encode(value, where) {
 }
 
 // ---------------------------------------------------------------------------
-// The channel: requests out on fd 1, answers in on stdin, matched by id.
-//
-// A step's `commit` is posted, not awaited: the step resolves at once and
-// the answer is checked when it comes. A refused commit (a journal failure)
-// is thrown by the next request, by `result`, or reported at exit; durun
-// makes every commit durable before the intent of any `mutate` step opened
-// after it. The process stays alive until every posted answer has come.
-
-class Channel {
-  constructor() {
-    this.nextId = 1;
-    this.waiting = new Map();
-    // Posted requests whose answers have not come, and who waits for them all.
-    this.posted = new Set();
-    this.settled = [];
-    // The first posted request durun refused, and whether anyone was told.
-    this.refused = null;
-    this.told = false;
-    this.gone = null;
-    process.on("exit", () => {
-      if (this.refused && !this.told) {
-        const why = this.refused.error?.message ?? "durun refused it";
-        writeSync(2, `durun: the commit of step ${this.refused.step} was refused: ${why}\n`);
-        if (!process.exitCode) process.exitCode = 1;
-      }
-    });
-    // The real stdout is the protocol's; everything else printed goes to stderr.
-    process.stdout.write = process.stderr.write.bind(process.stderr);
-    this.input = createInterface({ input: process.stdin, crlfDelay: Infinity });
-    this.input.on("line", (line) => this.answer(line));
-    this.input.on("close", () => this.close("durun closed the protocol"));
-    this.idle();
-  }
-
-  answer(line) {
-    let answer;
-    try {
-      answer = JSON.parse(line);
-    } catch (err) {
-      return this.close(`the SDK could not read durun's answer: ${err.message}`);
-    }
-    const waiter = this.waiting.get(answer.id);
-    if (waiter) {
-      this.waiting.delete(answer.id);
-      waiter(answer);
-    }
-    this.idle();
-  }
-
-  close(why) {
-    this.gone = why;
-    // A posted commit unanswered when durun closed the protocol is not a
-    // refusal: the run is ending, and its next request says so.
-    for (const [id, waiter] of this.waiting) if (!this.posted.has(id)) waiter(this.failure(id));
-    this.waiting.clear();
-    this.posted.clear();
-    for (const done of this.settled.splice(0)) done();
-  }
-
-  /** Throws the refusal of a posted request, once one came. */
-  check() {
-    if (this.refused) {
-      this.told = true;
-      throw errorOf(this.refused);
-    }
-  }
-
-  /** Sends a request whose answer no one awaits (see above). */
-  post(message) {
-    this.check();
-    message.id = this.nextId++;
-    if (this.gone !== null) return;
-    this.posted.add(message.id);
-    this.waiting.set(message.id, (answer) => {
-      this.posted.delete(message.id);
-      if (!answer.ok && !this.refused) this.refused = { ...answer, step: answer.step ?? message.step };
-      if (this.posted.size === 0) for (const done of this.settled.splice(0)) done();
-    });
-    writeAll(Buffer.from(JSON.stringify(message) + "\n"));
-    this.idle();
-  }
-
-  /** Resolves once every posted request is answered; rejects with a refusal. */
-  async settle() {
-    if (this.posted.size > 0) await new Promise((resolve) => this.settled.push(resolve));
-    this.check();
-  }
-
-  failure(id) {
-    return { id, ok: false, error: { code: "cancelled", message: this.gone } };
-  }
-
-  // Only a request waiting for its answer keeps the process alive.
-  idle() {
-    if (this.waiting.size === 0) process.stdin.unref?.();
-    else process.stdin.ref?.();
-  }
-
-  /** Sends every message now, in order; resolves with their answers. */
-  send(messages) {
-    this.check();
-    const promises = messages.map((message) => {
-      message.id = this.nextId++;
-      return new Promise((resolve) => {
-        if (this.gone !== null) return resolve(this.failure(message.id));
-        this.waiting.set(message.id, resolve);
-      });
-    });
-    if (this.gone === null) {
-      writeAll(Buffer.from(messages.map((message) => JSON.stringify(message) + "\n").join("")));
-    }
-    this.idle();
-    return promises;
-  }
-
-  request(message) {
-    return this.send([message])[0];
-  }
-}
-
-// Whole lines, in order, even on a non-blocking pipe that is full for a
-// moment (durun reads it as fast as it can).
-function writeAll(bytes) {
-  let offset = 0;
-  while (offset < bytes.length) {
-    try {
-      offset += writeSync(1, bytes, offset, bytes.length - offset);
-    } catch (err) {
-      if (err.code !== "EAGAIN") throw err;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
-    }
-  }
-}
-
-let channel = null;
-function getChannel() {
-  if (channel === null) channel = new Channel();
-  return channel;
-}
-
-async function checked(promise) {
-  const answer = await promise;
-  // A refused commit read meanwhile comes first: this answer (most often
-  // `cancelled`, the run stopping) follows from it.
-  channel?.check();
-  if (!answer.ok) throw errorOf(answer);
-  return answer;
-}
-
-// ---------------------------------------------------------------------------
 // Steps.
 
 const running = new AsyncLocalStorage();
@@ -250,6 +76,80 @@ const running = new AsyncLocalStorage();
 /** The step running here (in this async context), or undefined. */
 export function current() {
   return running.getStore();
+}
+
+/**
+ * A new `read` step whose `begin` was posted. Its number and key are what
+ * durun will answer if no one else (a model call through the proxy
+ * outside any step, `durun step`) opens a step meanwhile: the key is
+ * derived here (SPEC 3.1's formula). A body that used them is checked
+ * against durun's answer before the step commits.
+ */
+class PostedStep {
+  constructor(guess, args, begun, beginId) {
+    this.guess = guess;
+    this.args = args;
+    this.begun = begun;
+    this.beginId = beginId;
+    this.answer = null;
+    begun.then((answer) => {
+      this.answer = answer;
+    });
+    this.used = false;
+    this.attempt = 1;
+    this.inDoubt = false;
+    this.usage = null;
+  }
+
+  get step() {
+    if (this.answer?.ok) return this.answer.step;
+    this.used = true;
+    return this.guess;
+  }
+
+  get idempotencyKey() {
+    if (this.answer?.ok) return this.answer.idempotency_key;
+    this.used = true;
+    this.key ??= idempotencyKey(process.env.DURUN_TASK_ID ?? "", this.guess, this.args);
+    return this.key;
+  }
+
+  /** The step as durun opened it: its `begin`'s refusal is thrown. */
+  async answered() {
+    const answer = await this.begun;
+    getChannel().check();
+    if (!answer.ok) throw errorOf(answer);
+    return {
+      step: answer.step,
+      idempotencyKey: answer.idempotency_key,
+      attempt: answer.attempt ?? 1,
+      inDoubt: false,
+      usage: this.usage,
+    };
+  }
+
+  /** Throws if the body used a number or key that durun did not give. */
+  async verify() {
+    if (!this.used) return;
+    const opened = await this.answered();
+    if (this.key !== undefined && opened.step === this.guess && opened.idempotencyKey !== this.key) {
+      await checked(getChannel().request({ op: "fail", step: opened.step, error: "ran with a key durun did not derive" }));
+      throw new DurunError(
+        `step ${opened.step} ran with key ${this.key}, and durun derived ${opened.idempotencyKey}: ` +
+          "the SDK's canonical JSON differs from durun's for these args (a bug: please report it with them)",
+        opened.step,
+      );
+    }
+    if (opened.step !== this.guess) {
+      await checked(getChannel().request({ op: "fail", step: opened.step, error: "ran with another step's key" }));
+      throw new BadRequest(
+        `step ${opened.step} ran with the key of step ${this.guess}: another client opened a step while its ` +
+          "`begin` was on the way (a model call through the proxy outside any step, `durun step`); " +
+          "a resume runs it again with its own key",
+        opened.step,
+      );
+    }
+  }
 }
 
 /** A step whose body ran this long (or that reported usage) waits for its
@@ -307,24 +207,33 @@ export async function step(name, args, fn, options = {}) {
     }
   }
   const chan = getChannel();
-  // Sent before the first await: steps are numbered in the order they are called.
-  const opened = await checked(
-    chan.request({ op: "begin", name, args: encode(args ?? {}, `the args of step ${JSON.stringify(name)}`), effect }),
-  );
-  if (opened.replayed) return opened.output;
-  let context = {
-    step: opened.step,
-    idempotencyKey: opened.idempotency_key,
-    attempt: opened.attempt ?? 1,
-    inDoubt: opened.in_doubt ?? false,
-    usage: null,
-  };
+  const encoded = encode(args ?? {}, `the args of step ${JSON.stringify(name)}`);
+  const begin = { op: "begin", name, args: encoded, effect };
+  let context;
+  if (effect === "read" && chan.pastJournal()) {
+    // New: it cannot be a replay or diverge, so it runs at once; its
+    // `begin` is answered meanwhile, checked as posted commits are.
+    await chan.room();
+    context = new PostedStep(chan.nextStep++, encoded, chan.post(begin), begin.id);
+  } else {
+    // Sent before the first await: steps are numbered in the order they are called.
+    const opened = await checked(chan.request(begin));
+    if (opened.replayed) return opened.output;
+    context = {
+      step: opened.step,
+      idempotencyKey: opened.idempotency_key,
+      attempt: opened.attempt ?? 1,
+      inDoubt: opened.in_doubt ?? false,
+      usage: null,
+    };
+  }
   for (let tries = 1; ; tries++) {
     let value;
     const began = performance.now();
     try {
       value = await running.run(context, () => attempt(fn, timeout, name));
     } catch (err) {
+      if (context instanceof PostedStep) context = await context.answered();
       await checked(chan.request({ op: "fail", step: context.step, error: `${err?.name ?? "Error"}: ${err?.message ?? err}` }));
       if (tries > retries || (err instanceof DurunError && !(err instanceof Timeout))) throw err;
       await sleepFor(backoff * 2 ** (tries - 1));
@@ -332,14 +241,19 @@ export async function step(name, args, fn, options = {}) {
       context = { ...context, attempt: reopened.attempt ?? context.attempt + 1, inDoubt: false, usage: null };
       continue;
     }
+    if (context instanceof PostedStep) await context.verify();
     let stored;
     try {
       stored = encode(value, `the value step ${JSON.stringify(name)} returned`);
     } catch (err) {
+      if (context instanceof PostedStep) context = await context.answered();
       await chan.request({ op: "fail", step: context.step, error: err.message });
       throw err;
     }
-    const commit = { op: "commit", step: context.step, output: stored, usage: context.usage ?? usageOf(stored) };
+    // A step whose `begin` was posted is named by it: its number may not
+    // be known yet.
+    const closes = context instanceof PostedStep ? { begin: context.beginId } : { step: context.step };
+    const commit = { op: "commit", ...closes, output: stored, usage: context.usage ?? usageOf(stored) };
     if (commit.usage || performance.now() - began >= DURABLE_AFTER_MS) {
       // A model call, or a step that took a while: it returns once its
       // commit is durable, so a SIGKILL of durun cannot lose it and its
@@ -347,7 +261,7 @@ export async function step(name, args, fn, options = {}) {
       await checked(chan.request(commit));
     } else {
       // Posted: the agent goes on while durun writes it (see Channel).
-      chan.post(commit);
+      chan.post(commit, () => context.answer?.step ?? context.step);
     }
     return stored;
   }
@@ -403,7 +317,7 @@ export async function callAll(calls) {
   }));
   if (!active()) return requests.map((request) => standalone(request.tool, request.args));
   const answers = await Promise.all(getChannel().send(requests));
-  channel.check();
+  getChannel().check();
   for (const answer of answers) if (!answer.ok) throw errorOf(answer);
   return answers.map((answer) => answer.output);
 }
@@ -515,6 +429,7 @@ export async function patched(name) {
 // LLM clients: wrap.js.
 
 export { wrap } from "./wrap.js";
+export { canonicalJson, idempotencyKey } from "./keys.js";
 
 // Under durun, take stdout for the protocol at once, before the program
 // prints anything that could share a line with a request.

@@ -227,8 +227,8 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Set by the completion scripts when they ask durun for candidates.",
     ),
     (
-        "DURUN_TASK_ID, DURUN_RUN, DURUN_PROTOCOL, DURUN_SOCKET",
-        "Set for the agent: its task, its run (1, 2, …), the protocol version, and the socket for durun step and durun call.",
+        "DURUN_TASK_ID, DURUN_RUN, DURUN_PROTOCOL, DURUN_SOCKET, DURUN_JOURNAL_STEPS",
+        "Set for the agent: its task, its run (1, 2, …), the protocol version, the socket for durun step and durun call, and the highest step number the journal held for the task when the run started.",
     ),
     (
         "DURUN_STEP, DURUN_ATTEMPT, DURUN_IDEMPOTENCY_KEY",

@@ -47,7 +47,7 @@ mod response;
 use serde::Serialize;
 
 pub(crate) use lenient::{names_an_op, sniff_id};
-pub(crate) use request::{Line, MAX_SLEEP_SECONDS, Request, Wake, parse_line};
+pub(crate) use request::{Closes, Line, MAX_SLEEP_SECONDS, Request, Wake, parse_line};
 pub(crate) use response::{ErrorCode, Response};
 
 /// The protocol version in `DURUN_PROTOCOL`.

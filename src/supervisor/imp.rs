@@ -111,6 +111,17 @@ pub(crate) fn supervise(
         agent_env.push(("DURUN_PARENT_TASK".to_owned(), parent.clone()));
         agent_env.push(("DURUN_ARGS".to_owned(), args.clone()));
     }
+    // A `read` step the agent opens once its answers have reached this
+    // number is new: it cannot be a replay or a divergence, so an SDK may
+    // run it without waiting for the `begin`'s answer. Not said where a new
+    // step may be answered as a replay (`durun test`'s seeds).
+    if spec
+        .seeds
+        .as_ref()
+        .is_none_or(std::collections::HashMap::is_empty)
+    {
+        agent_env.push(("DURUN_JOURNAL_STEPS".to_owned(), last_recorded.to_string()));
+    }
     let copier = reporter.stderr_copier();
     let mut child = match super::child::spawn_agent(
         spec,

@@ -22,7 +22,7 @@ use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::{Failure, Kind};
 use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
-use crate::protocol::{Effect, ErrorCode, Request, Response};
+use crate::protocol::{Closes, Effect, ErrorCode, Request, Response};
 use crate::report::Event as Report;
 use crate::step_key;
 
@@ -216,7 +216,7 @@ impl Supervisor<'_> {
         fresh: bool,
         in_doubt: bool,
     ) {
-        let mut response = Response::ok(id).step(record.step);
+        let mut response = Response::ok(id.clone()).step(record.step);
         response.replayed = Some(false);
         response.attempt = Some(record.attempts);
         response.idempotency_key = Some(record.idempotency_key.clone());
@@ -225,6 +225,7 @@ impl Supervisor<'_> {
             record.step,
             OpenStep {
                 record,
+                begun_by: (conn, id),
                 fresh,
                 started: Instant::now(),
                 proxied: Vec::new(),
@@ -445,9 +446,22 @@ impl Supervisor<'_> {
         &mut self,
         conn: Conn,
         id: Value,
-        step: u64,
+        closes: Closes,
         result: Result<(Value, Option<Value>), (String, Option<Value>)>,
     ) {
+        let step = match closes {
+            Closes::Step(step) => step,
+            Closes::Begin(begin) => match self.steps.begun_by(conn, &begin) {
+                Some(step) => step,
+                None => {
+                    let message = format!(
+                        "no open step was opened by the `begin` with id {begin}: it was refused (its answer says why), or its step is closed already"
+                    );
+                    return self
+                        .respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
+                }
+            },
+        };
         let Some(open) = self.steps.open.remove(&step) else {
             let message = if self.steps.calls.contains_key(&step) {
                 format!("step {step} is a `call`: durun closes it when the tool ends")

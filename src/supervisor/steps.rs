@@ -89,6 +89,14 @@ impl Steps {
         self.open.insert(step, open);
     }
 
+    /// The open step that the `begin` with `id` on `conn` opened.
+    pub(super) fn begun_by(&self, conn: Conn, id: &Value) -> Option<u64> {
+        self.open
+            .iter()
+            .find(|(_, open)| open.begun_by.0 == conn && open.begun_by.1 == *id)
+            .map(|(step, _)| *step)
+    }
+
     /// durun runs `step`'s tool from now on.
     pub(super) fn calling(&mut self, step: u64, call: CallInFlight) {
         debug_assert!(!self.in_flight(step), "step {step} is in flight already");
@@ -116,6 +124,9 @@ pub(super) struct Waiter {
 /// A step the agent began and has not closed yet.
 pub(super) struct OpenStep {
     pub(super) record: StepRecord,
+    /// The connection and request `id` of the `begin` that opened it: a
+    /// `commit` or `fail` may name the step by them.
+    pub(super) begun_by: (Conn, Value),
     /// Its row is not written yet (a `read` step).
     pub(super) fresh: bool,
     pub(super) started: Instant,

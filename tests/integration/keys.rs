@@ -208,3 +208,76 @@ fn keys_equal_the_python_reference_for_generated_args() {
         texts.len()
     );
 }
+
+/// The Node SDK derives the key of a new `read` step itself (its `begin`
+/// is posted, not awaited): the same generated args, each step's body
+/// reading its key, which the SDK checks against durun's answer.
+#[test]
+fn the_node_sdks_own_keys_equal_durun_keys_for_generated_args() {
+    let env = TestEnv::new();
+    let mut generator = Gen(0x9E37_79B9_7F4A_7C15);
+    let mut texts: Vec<String> = (0..400)
+        .map(|i| {
+            if i % 2 == 0 {
+                generator.object(0)
+            } else {
+                generator.value(0)
+            }
+        })
+        .collect();
+    texts.push("\"\\ud800\\udc00 pair\"".to_owned());
+    texts.push(format!("{{\"n\": {}}}", "9".repeat(4300)));
+    let args = env.write("args.jsonl", &texts.join("\n"));
+    let report = env.path("report.json");
+    let output = env
+        .command()
+        .args(["-q", "run", "--task", "keys", "--", "node"])
+        .arg(agents_dir().join("node_keys.mjs"))
+        .arg(&args)
+        .arg(&report)
+        .output()
+        .expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("JSON");
+    let mismatches = report["mismatches"].as_array().expect("mismatches");
+    assert!(
+        mismatches.is_empty(),
+        "{} keys differ: {mismatches:#?}",
+        mismatches.len()
+    );
+    // Only what a double cannot hold is left out (1e400, a 4,300-digit
+    // integer): JavaScript reads it as Infinity, which the SDK refuses.
+    let skipped = report["skipped"].as_array().expect("skipped");
+    for text in skipped {
+        let value: serde_json::Value =
+            serde_json::from_str(text.as_str().expect("text")).expect("JSON");
+        assert!(
+            holds_infinity(&value),
+            "skipped, yet a double holds it: {text}"
+        );
+    }
+    let checked = report["checked"].as_u64().expect("checked");
+    assert!(checked >= 300, "only {checked} of {} checked", texts.len());
+    assert_eq!(checked as usize + skipped.len(), texts.len());
+    // Every step was journaled, its output the key its body saw.
+    let view = env.inspect("keys");
+    let steps = view["steps"].as_array().expect("steps");
+    assert_eq!(steps.len() as u64, checked);
+    for step in steps {
+        assert_eq!(step["output"], step["idempotency_key"], "{step}");
+    }
+}
+
+/// Whether a number in `value` is past a double's range.
+fn holds_infinity(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Number(number) => number
+            .to_string()
+            .parse::<f64>()
+            .is_ok_and(f64::is_infinite),
+        serde_json::Value::Array(items) => items.iter().any(holds_infinity),
+        serde_json::Value::Object(members) => members.values().any(holds_infinity),
+        _ => false,
+    }
+}

@@ -19,6 +19,7 @@ mod languages;
 mod lease;
 mod mcp;
 mod messages;
+mod posted;
 mod proxy;
 mod recovery;
 mod retries;

@@ -28,6 +28,13 @@ from ._values import _line
 _SPIN = 50e-6
 _SPIN_DURABLE = 1e-3
 
+#: One wait in this many spins the whole cap, whatever the budget.
+_PROBE = 16
+
+#: Posted requests left unanswered before a post waits for the oldest:
+#: their answers must not fill the pipe durun writes them to.
+_MAX_POSTED = 128
+
 
 class _Waiter:
     """Where one answer goes: a thread that waits for it (on the channel's
@@ -102,9 +109,20 @@ class _Channel:
         self._gone: Optional[str] = None
         # durun answered `cancelled`: the run is stopping.
         self.stopping = False
+        # The highest step number the journal held when the run started
+        # (None from a durun that does not say, or a run whose new steps
+        # may be answered as replays): once an answer has reached it, a
+        # `read` step is new, and its `begin` need not be awaited.
+        held = os.environ.get("DURUN_JOURNAL_STEPS", "")
+        self._journal_steps: Optional[int] = int(held) if held.isdigit() else None
+        # The highest step number in any answer so far.
+        self._last_step = 0
+        # Per spin cap: the budget a wait spins now, and the waits so far.
+        self._spins: Dict[float, List[Any]] = {}
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
-             posted: bool = False, bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
+             posted: bool = False, bodies: Optional[List[bytes]] = None, spin: Optional[float] = None,
+             about: Any = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps. `bodies`, if
         given, are the messages already made lines (by `_line`)."""
@@ -126,7 +144,7 @@ class _Channel:
                     continue
                 self._waiting[message["id"]] = waiter
                 if posted:
-                    self._posted[message["id"]] = message.get("step")
+                    self._posted[message["id"]] = about or message.get("step")
                 out.append(line)
             data = b"".join(out)
             while data:
@@ -135,9 +153,46 @@ class _Channel:
                 self._start_reader()
         return waiters
 
-    def post(self, message: Dict[str, Any], body: bytes) -> None:
-        """Sends a request whose answer no one waits for (see the class)."""
-        self.send([message], posted=True, bodies=[body])
+    def post(self, message: Dict[str, Any], body: bytes, about: Any = None) -> _Waiter:
+        """Sends a request whose answer no one waits for (see the class);
+        ``about`` gives the step its refusal is about, when the message
+        does not name it by number."""
+        # Answers already here are read first: a refusal among them is
+        # raised by this request, as by one that waits.
+        self._read_ready()
+        if len(self._posted) >= _MAX_POSTED:
+            # Their answers are most likely read already, in one chunk.
+            with self._lock:
+                oldest = next(iter(self._posted), None)
+                pending = None if oldest is None else self._waiting.get(oldest)
+            if pending is not None:
+                self._await(pending)
+        return self.send([message], posted=True, bodies=[body], about=about)[0]
+
+    def _read_ready(self) -> None:
+        """Reads the answers that have come, without waiting for any, when
+        no other thread reads."""
+        with self._lock:
+            if self._leading or self._reader is not None or not self._posted:
+                return
+            self._leading = True
+        try:
+            while (b"\n" in self._buffer or self._poll.poll(0)) and self._read_one(0.0):
+                pass
+        finally:
+            with self._lock:
+                self._leading = False
+                self._wake()
+
+    def past_journal(self) -> bool:
+        """Whether the next step is past every step the journal held when
+        the run started: new, never a replay or a divergence."""
+        return self._journal_steps is not None and self._last_step >= self._journal_steps
+
+    def wait(self, waiter: _Waiter) -> Answer:
+        """The answer of a posted request, awaited."""
+        self._await(waiter)
+        return cast(Answer, waiter.answer)
 
     def settle(self) -> None:
         """Waits for the answer of every posted request; raises the first
@@ -233,13 +288,37 @@ class _Channel:
                 line = bytes(self._buffer[:end + 1])
                 del self._buffer[:end + 1]
                 return line
-            deadline = time.perf_counter() + spin
-            while not self._poll.poll(0) and time.perf_counter() < deadline:
-                pass
+            if spin > 0.0:
+                self._spin_for_answer(spin)
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
                 return b""
             self._buffer += chunk
+
+    def _spin_for_answer(self, cap: float) -> None:
+        """Looks for an answer for up to the current budget of waits with
+        this `cap`. The budget adapts to what spinning gains: it halves
+        each time the answer did not come within it (a busy machine, where
+        the spin only takes a core from durun) down to nothing, and one
+        wait in `_PROBE` spins the whole cap to see whether answers come
+        quickly again, which restores it."""
+        state = self._spins.get(cap)
+        if state is None:
+            state = self._spins[cap] = [cap, 0]
+        budget = state[0]
+        state[1] += 1
+        if budget < cap and state[1] % _PROBE == 0:
+            budget = cap
+        if budget <= 0.0:
+            return
+        poll = self._poll.poll
+        clock = time.perf_counter
+        deadline = clock() + budget
+        while not poll(0):
+            if clock() >= deadline:
+                state[0] = state[0] / 2 if state[0] > 2e-6 else 0.0
+                return
+        state[0] = cap
 
     def _read_one(self, spin: float = _SPIN) -> bool:
         """Reads one answer and hands it over; False once stdin is done
@@ -253,13 +332,17 @@ class _Channel:
             return self._close(f"the SDK could not read durun's answer: {exc}")
         if (answer.get("error") or {}).get("code") == "cancelled":
             self.stopping = True
+        step = answer.get("step")
+        if type(step) is int and step > self._last_step:
+            self._last_step = step
         with self._lock:
             waiter = self._waiting.pop(answer.get("id"), None)
             if waiter is not None:
                 if answer["id"] in self._posted:
                     # No one waits for it (a pipelined commit): checked here.
-                    step = self._posted.pop(answer["id"])
+                    about = self._posted.pop(answer["id"])
                     if not answer.get("ok") and self._refused is None:
+                        step = about() if callable(about) else about
                         self._refused = {**answer, "step": answer.get("step", step)}
                 waiter.deliver(answer)
             self._wake()

@@ -18,13 +18,16 @@ from ._channel import _SPIN, _SPIN_DURABLE, _checked, _get_channel, active
 # Steps.
 
 class StepContext:
-    """What a running step knows about itself."""
+    """What a running step knows about itself: ``step``, ``idempotency_key``,
+    ``attempt``, ``in_doubt``."""
 
     def __init__(self, step: int, idempotency_key: str, attempt: int, in_doubt: bool) -> None:
-        self.step = step
-        self.idempotency_key = idempotency_key
-        self.attempt = attempt
-        self.in_doubt = in_doubt
+        self._step = step
+        self._key = idempotency_key
+        self._attempt = attempt
+        self._in_doubt = in_doubt
+        # The answer to the step's posted `begin`, until it is read.
+        self._begun: Optional[Tuple[Any, Any, int]] = None
         self.usage: Optional[Dict[str, int]] = None
 
     @classmethod
@@ -32,6 +35,47 @@ class StepContext:
         """The step a `begin` answer opened."""
         return cls(answer["step"], answer.get("idempotency_key", ""), answer.get("attempt", 1),
                    answer.get("in_doubt", False))
+
+    @classmethod
+    def _posted(cls, channel: Any, waiter: Any, begin_id: int) -> "StepContext":
+        """A new step whose `begin` (request `begin_id`) was posted: what
+        its answer says is read when asked for (a step that never asks
+        waits for nothing)."""
+        context = cls(0, "", 1, False)
+        context._begun = (channel, waiter, begin_id)
+        return context
+
+    def _answered(self) -> "StepContext":
+        if self._begun is not None:
+            channel, waiter, _ = self._begun
+            answer = _checked(channel.wait(waiter))
+            self._begun = None
+            self._step, self._key = answer["step"], answer.get("idempotency_key", "")
+            self._attempt, self._in_doubt = answer.get("attempt", 1), answer.get("in_doubt", False)
+        return self
+
+    def _posted_step(self) -> Optional[int]:
+        """The step's number, if known by now, without waiting for it."""
+        if self._begun is None:
+            return self._step
+        answer = self._begun[1].answer
+        return answer.get("step") if answer else None
+
+    @property
+    def step(self) -> int:
+        return self._answered()._step
+
+    @property
+    def idempotency_key(self) -> str:
+        return self._answered()._key
+
+    @property
+    def attempt(self) -> int:
+        return self._answered()._attempt
+
+    @property
+    def in_doubt(self) -> bool:
+        return self._answered()._in_doubt
 
     def _retried(self, answer: Answer) -> "StepContext":
         """The same step's next attempt, from the `retry` answer (same key)."""
@@ -94,7 +138,10 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     line, and the value as stored; TypeError or ValueError when it cannot
     be journaled."""
     stored = _encode(value, f"the value step {name!r} returned")
-    commit = {"op": "commit", "step": context.step, "output": stored, "usage": context.usage or _usage_of(stored)}
+    # A step whose `begin` was posted is named by it: its number may not
+    # be known yet.
+    closes = {"step": context.step} if context._begun is None else {"begin": context._begun[2]}
+    commit = {"op": "commit", **closes, "output": stored, "usage": context.usage or _usage_of(stored)}
     return commit, _line(commit), stored
 
 
@@ -146,11 +193,18 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
                     raise
                 time.sleep(policy.delay(attempt))
     channel = _get_channel()
-    opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
-    if opened.get("replayed"):
-        # The recorded value of the step: what fn returned when it ran.
-        return cast(T, opened["output"])
-    context = StepContext._opened(opened)
+    if effect == "read" and channel.past_journal():
+        # New: it cannot be a replay or diverge, so it runs at once; its
+        # `begin` is answered meanwhile, checked as posted commits are.
+        begin = _begin(name, args, effect)
+        waiter = channel.post(begin, _line(begin))
+        context = StepContext._posted(channel, waiter, begin["id"])
+    else:
+        opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
+        if opened.get("replayed"):
+            # The recorded value of the step: what fn returned when it ran.
+            return cast(T, opened["output"])
+        context = StepContext._opened(opened)
     tries = 0
     while True:
         tries += 1
@@ -189,7 +243,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             _checked(channel.request_line(commit, body, _SPIN_DURABLE))
         else:
             # Posted: the agent goes on while durun writes it (see _Channel).
-            channel.post(commit, body)
+            channel.post(commit, body, context._posted_step)
         # What the journal holds, as a replay will give it.
         return cast(T, stored)
 

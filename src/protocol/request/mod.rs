@@ -29,13 +29,13 @@ pub(crate) enum Request {
     },
     Commit {
         id: Value,
-        step: u64,
+        step: Closes,
         output: Value,
         usage: Option<Value>,
     },
     Fail {
         id: Value,
-        step: u64,
+        step: Closes,
         error: String,
         output: Option<Value>,
     },
@@ -82,6 +82,17 @@ pub(crate) enum Request {
         task: String,
         timeout: Option<Duration>,
     },
+}
+
+/// The step a `commit` or `fail` closes: by its number, or by the `id`
+/// of the `begin` that opened it (`"begin": ID`), for an agent that posts
+/// a `read` step's `begin` and `commit` together, not waiting to learn
+/// its number.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Closes {
+    Step(u64),
+    /// Boxed: a request is moved whole between threads.
+    Begin(Box<Value>),
 }
 
 /// What a `spawn` asks for (boxed: the other requests are smaller).
@@ -243,7 +254,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             id: id.clone(),
         },
         "commit" => Request::Commit {
-            step: required_step(&mut object, op).map_err(fail)?,
+            step: closes(&mut object, op).map_err(fail)?,
             output: object.remove("output").unwrap_or(Value::Null),
             usage: match optional(&mut object, "usage") {
                 None => None,
@@ -256,7 +267,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             id: id.clone(),
         },
         "fail" => Request::Fail {
-            step: required_step(&mut object, op).map_err(fail)?,
+            step: closes(&mut object, op).map_err(fail)?,
             error: match optional(&mut object, "error") {
                 Some(Value::String(text)) if text.contains('\0') => {
                     return Err(fail(
@@ -439,6 +450,23 @@ fn required_step(object: &mut Map<String, Value>, op: &str) -> Result<u64, Strin
             "`step` of a `{op}` request must be a positive integer"
         )),
         None => Err(format!("`{op}` request has no `step`")),
+    }
+}
+
+/// `step`, or `begin`: the id of the `begin` that opened the step.
+fn closes(object: &mut Map<String, Value>, op: &str) -> Result<Closes, String> {
+    match optional(object, "begin") {
+        None => required_step(object, op).map(Closes::Step),
+        Some(_) if optional(object, "step").is_some() => Err(format!(
+            "a `{op}` request names its step by `step` or by `begin`, not both"
+        )),
+        Some(begin @ Value::String(_)) => Ok(Closes::Begin(Box::new(begin))),
+        Some(Value::Number(number)) if is_integer_literal(&number.to_string()) => {
+            Ok(Closes::Begin(Box::new(Value::Number(number))))
+        }
+        Some(_) => Err(format!(
+            "`begin` of a `{op}` request must be the `id` of a `begin` (a string or an integer)"
+        )),
     }
 }
 

@@ -70,7 +70,7 @@ fn decodes_every_op() {
         request(r#"{"op":"commit","id":2,"step":5,"output":"x","usage":null}"#),
         Request::Commit {
             id: json!(2),
-            step: 5,
+            step: Closes::Step(5),
             output: json!("x"),
             usage: None
         }
@@ -79,8 +79,26 @@ fn decodes_every_op() {
         request(r#"{"op":"fail","id":3,"step":5,"error":"boom"}"#),
         Request::Fail {
             id: json!(3),
-            step: 5,
+            step: Closes::Step(5),
             error: "boom".into(),
+            output: None
+        }
+    );
+    assert_eq!(
+        request(r#"{"op":"commit","id":4,"begin":"b3","output":1}"#),
+        Request::Commit {
+            id: json!(4),
+            step: Closes::Begin(Box::new(json!("b3"))),
+            output: json!(1),
+            usage: None
+        }
+    );
+    assert_eq!(
+        request(r#"{"op":"fail","id":5,"begin":3,"step":null}"#),
+        Request::Fail {
+            id: json!(5),
+            step: Closes::Begin(Box::new(json!(3))),
+            error: "failed".into(),
             output: None
         }
     );
@@ -150,6 +168,16 @@ fn bad_requests_name_their_id_where_it_can_be_read() {
         invalid(r#"{"op":"commit","id":1,"step":0}"#)
             .1
             .contains("positive")
+    );
+    assert!(
+        invalid(r#"{"op":"commit","id":1,"step":2,"begin":1}"#)
+            .1
+            .contains("not both")
+    );
+    assert!(
+        invalid(r#"{"op":"commit","id":1,"begin":1.5}"#)
+            .1
+            .contains("`id` of a `begin`")
     );
     assert!(
         invalid(r#"{"op":"begin","id":1,"name":"n","effect":"write"}"#)
