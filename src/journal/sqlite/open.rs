@@ -6,9 +6,12 @@
 use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use super::migrations::{APPLICATION_ID, MIGRATIONS};
@@ -34,6 +37,28 @@ pub(crate) struct SqliteJournal {
     pub(super) sync: SyncMode,
     /// How old another host's heartbeat may be before its lease is taken.
     pub(super) stale: Duration,
+    /// Frames in the WAL after this connection's last commit.
+    wal_frames: Arc<AtomicI32>,
+}
+
+/// SQLite's own size for a checkpoint as the WAL grows (its default).
+const CHECKPOINT_FRAMES: i32 = 1000;
+
+/// A closing connection checkpoints a WAL longer than this: the next
+/// process to open the journal reads the whole WAL before its first query.
+const CLOSE_FRAMES: i32 = 64;
+
+impl Drop for SqliteJournal {
+    fn drop(&mut self) {
+        if self.wal_frames.load(Ordering::Relaxed) > CLOSE_FRAMES {
+            // Emptied, so that the next open reads nothing; never waiting
+            // for a reader (another process's): then the next close tries.
+            let _ = self.conn.busy_timeout(Duration::ZERO);
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
+    }
 }
 
 /// What a file is, before durun writes a byte to it.
@@ -68,9 +93,17 @@ impl SqliteJournal {
                 }
                 // On read-only media SQLite cannot make the WAL index; a
                 // journal there cannot change under us, so read it as
-                // immutable.
+                // immutable, unless a WAL is there to read (a run's last
+                // steps, which closing does not always checkpoint): SQLite
+                // reads it when its index file is there too.
                 let read_only_media = os::read_only_mount(path);
-                let uri = format!("file:{}?immutable={}", uri_path(path), u8::from(read_only_media));
+                let with_wal = |suffix: &str| {
+                    let mut name = path.as_os_str().to_owned();
+                    name.push(suffix);
+                    std::fs::metadata(name).is_ok_and(|meta| meta.len() > 0)
+                };
+                let immutable = read_only_media && !(with_wal("-wal") && with_wal("-shm"));
+                let uri = format!("file:{}?immutable={}", uri_path(path), u8::from(immutable));
                 Connection::open_with_flags(
                     uri,
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
@@ -86,6 +119,7 @@ impl SqliteJournal {
             work_version: -1,
             sync: SyncMode::Full,
             stale: settings.lease.stale,
+            wal_frames: Arc::default(),
         };
         journal
             .prepare(access, settings.busy_timeout)
@@ -168,6 +202,7 @@ impl SqliteJournal {
             work_version: -1,
             sync: SyncMode::Full,
             stale: crate::settings::LeaseTimes::default().stale,
+            wal_frames: Arc::default(),
         };
         journal
             .prepare(Access::Write, Duration::from_secs(5))
@@ -202,6 +237,24 @@ impl SqliteJournal {
                 anyhow::bail!("SQLite refused WAL mode (journal_mode is {mode})");
             }
             self.conn.pragma_update(None, "synchronous", "FULL")?;
+            // No checkpoint when the last connection closes: the WAL stays
+            // (SQLite checkpoints it as it grows), so a short run pays no
+            // checkpoint's two fsyncs at its end and no WAL file's creation
+            // (and its directory's fsync) at its start.
+            self.conn
+                .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+            // SQLite's checkpoint as the WAL grows, which a hook of our own
+            // replaces, and the WAL's length for the checkpoint at close.
+            let frames = Arc::clone(&self.wal_frames);
+            self.conn
+                .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages| {
+                    frames.store(pages, Ordering::Relaxed);
+                    if pages >= CHECKPOINT_FRAMES {
+                        // Busy (a reader holds old frames): the next commit tries again.
+                        let _ = wal.checkpoint();
+                    }
+                    Ok(())
+                }))?;
             self.migrate(version)?;
         }
         Ok(())
