@@ -8,8 +8,11 @@
 //! minute of the disk hits every row alike. The agent is this same binary,
 //! started by durun with `DURUN_BENCH_AGENT` set: a real process on the
 //! real protocol, whose own cost per step is a few microseconds. The
-//! Python rows run the same workflow as agent authors write it: a plain
-//! loop of `durun.step` through the Python SDK (`sdk_agent.py`).
+//! SDK rows run the same workflow as agent authors write it: a plain loop
+//! of `durun.step` through the Python SDK (`sdk_agent.py`) and the Node
+//! SDK (`sdk_agent.mjs`), beside each language's peers. Every round
+//! measures both floors (one fsync'd commit, one blocking pipe round
+//! trip); ratios are taken per round.
 //!
 //! Environment:
 //! - `DURUN_BENCH_ROUNDS` (5): samples per row; the table shows medians.
@@ -17,7 +20,11 @@
 //! - `DURUN_BENCH_REPLAY` (10000,100000): task sizes for the replay rows.
 //! - `DURUN_PEERS` (../shared/peers): the DBOS and LangGraph scripts; their
 //!   virtualenv is made under `PEERS_WORK` (/tmp/durun-peers) on first use.
-//!   `DURUN_BENCH_PEERS=0` leaves the peers out.
+//!   The Node peers (`benches/peers_node`: LangGraph.js, DBOS for
+//!   TypeScript on the PostgreSQL at `DURUN_BENCH_POSTGRES`, default
+//!   `postgresql://postgres@127.0.0.1:5432`) are installed with npm under
+//!   `PEERS_NODE_WORK` (/tmp/durun-peers-node). `DURUN_BENCH_PEERS=0`
+//!   leaves the peers out.
 //! - `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
 //!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows.
 
@@ -27,17 +34,19 @@ mod common;
 mod agent;
 mod machine;
 mod peers;
+mod peers_node;
 mod proxy;
 mod replay;
 mod report;
 mod scratch;
+mod sdk_report;
+mod startup;
 mod traces;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
@@ -116,6 +125,7 @@ fn orchestrate() {
         .expect("temp dir");
     let root = root.path();
     let peers = Peers::find();
+    let node_peers = peers_node::NodePeers::find();
     let mut table = Table::default();
 
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -188,19 +198,21 @@ fn orchestrate() {
                     us_per_step(&report, steps),
                 );
             }
-            for effect in ["read", "mutate"] {
-                let scratch = Scratch::new(root, &format!("python-{effect}"), sync);
-                // Left failed (3), so that it can be resumed: every step
-                // replayed through the SDK.
-                table.add(
-                    &format!("python {effect} {sync}"),
-                    scratch.python_agent(false, effect, steps, 3),
-                );
-                if sync == "full" && effect == "read" {
+            for lang in ["python", "node"] {
+                for effect in ["read", "mutate"] {
+                    let scratch = Scratch::new(root, &format!("{lang}-{effect}"), sync);
+                    // Left failed (3), so that it can be resumed: every
+                    // step replayed through the SDK.
                     table.add(
-                        "python replay",
-                        scratch.python_agent(true, effect, steps, 3),
+                        &format!("{lang} {effect} {sync}"),
+                        scratch.sdk_agent(lang, false, effect, steps, 3),
                     );
+                    if sync == "full" && effect == "read" {
+                        table.add(
+                            &format!("{lang} replay"),
+                            scratch.sdk_agent(lang, true, effect, steps, 3),
+                        );
+                    }
                 }
             }
         }
@@ -231,7 +243,13 @@ fn orchestrate() {
         proxy::rows(root, (steps / 5).max(20), &mut table);
         proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
         traces::rows(root, steps, &mut table);
+        let scratch = Scratch::new(root, "startup", "full");
+        table.add("startup run", startup::run_true(&scratch));
+        table.add("startup step", startup::step_in_run(&scratch));
         if let Some(peers) = &peers {
+            peers.first_runs(root, steps, &mut table);
+        }
+        if let Some(peers) = &node_peers {
             peers.first_runs(root, steps, &mut table);
         }
     }
@@ -247,25 +265,6 @@ fn orchestrate() {
     .map(|(name, mode, parallel)| (name, fsyncs_per_step(root, mode, parallel)))
     .collect();
 
-    eprintln!("start-up of `durun run -- true`");
-    let scratch = Scratch::new(root, "startup", "full");
-    let mut startup = Vec::new();
-    for _ in 0..101 {
-        let started = Instant::now();
-        let status = scratch
-            .durun()
-            .args(["-q", "run", "--", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .expect("durun");
-        assert!(status.success());
-        startup.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    // The first run made the journal; the rest show a run on a journal
-    // that exists.
-    startup.remove(0);
-    let startup_ms = median(startup);
-
     let mut replay_rows = Vec::new();
     // 1,000 steps always: the target for the time to the first new step.
     for &size in std::iter::once(&1000).chain(replay_sizes.iter().filter(|&&size| size != 1000)) {
@@ -279,7 +278,6 @@ fn orchestrate() {
         &table,
         &syncs,
         steps,
-        startup_ms,
         &replay_rows,
         crash,
         peer_crash.as_ref(),

@@ -59,7 +59,6 @@ pub(crate) fn print_table(
     table: &Table,
     syncs: &[(&str, Option<f64>)],
     steps: u64,
-    startup_ms: f64,
     replay: &[ReplayRow],
     crash_s: f64,
     peer_crash: Option<&Vec<PeerCrash>>,
@@ -135,33 +134,11 @@ pub(crate) fn print_table(
                 "durun `mutate` step, durun and agent on one core",
                 two.clone(),
             ),
-            (
-                format!("python read {sync}"),
-                "Python SDK `read` step, a plain `durun.step` loop",
-                one.clone(),
-            ),
-            (
-                format!("python mutate {sync}"),
-                "Python SDK `mutate` step, a plain `durun.step` loop",
-                one.clone(),
-            ),
-            (format!("DBOS {sync}"), "DBOS step (WAL)", one.clone()),
-            (
-                format!("LangGraph {sync}"),
-                "LangGraph task (functional, sync)",
-                one.clone(),
-            ),
         ] {
             if table.get(&row).is_some() {
                 let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(&row, &floor));
             }
         }
-    }
-    if let Some(replay) = table.get("python replay") {
-        let _ = writeln!(
-            out,
-            "| Python SDK, a replayed step (`durun resume`, the same loop) | - | {replay:.0} µs | - | - |"
-        );
     }
     if let Some(spawn) = table.get("spawn true") {
         let _ = writeln!(
@@ -193,24 +170,7 @@ pub(crate) fn print_table(
     ] {
         let _ = writeln!(out, "| {name} | full | {} |", ratio(row, floor));
     }
-    let mut against = String::new();
-    for sync in ["full", "normal"] {
-        for peer in ["DBOS", "LangGraph"] {
-            if let (Some(peer_us), Some(sdk_us)) = (
-                table.get(&format!("{peer} {sync}")),
-                table.get(&format!("python read {sync}")),
-            ) {
-                let _ = write!(against, " {peer} {sync} {:.1}×;", peer_us / sdk_us);
-            }
-        }
-    }
-    if !against.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nThe same workflow in Python, a peer's step time over the Python SDK's `read` step:{}\n",
-            against.trim_end_matches(';')
-        );
-    }
+    crate::sdk_report::write(&mut out, table);
     if syncs.iter().any(|(_, count)| count.is_some()) {
         let _ = writeln!(
             out,
@@ -245,10 +205,21 @@ pub(crate) fn print_table(
             row.bytes_per_step,
         );
     }
-    let _ = writeln!(
-        out,
-        "\nStart-up of `durun run -- true` on an existing journal: {startup_ms:.1} ms (median of 100).\n"
-    );
+    for (row, what) in [
+        ("startup run", "`durun run -- true` on an existing journal"),
+        ("startup step", "`durun step NAME -- true` inside a run"),
+    ] {
+        if let Some(samples) = table.samples(row) {
+            let low = samples.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = samples.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                out,
+                "\nStart-up of {what}: {:.1} ms (median of 100 each round; rounds {low:.1}–{high:.1} ms).",
+                median(samples.to_vec())
+            );
+        }
+    }
+    let _ = writeln!(out);
     let _ = writeln!(
         out,
         "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n"

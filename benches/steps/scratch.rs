@@ -105,14 +105,27 @@ impl Scratch {
 }
 
 impl Scratch {
-    /// Runs `benches/steps/sdk_agent.py` (the Python SDK) under `durun run
-    /// --task sdk` or, with `resume`, resumes it; its loop's time per step.
-    pub(crate) fn python_agent(&self, resume: bool, effect: &str, steps: u64, exit: i32) -> f64 {
+    /// Runs `benches/steps/sdk_agent.py` (the Python SDK, `lang`
+    /// "python") or `sdk_agent.mjs` (the Node SDK, "node") under `durun
+    /// run --task sdk` or, with `resume`, resumes it; its loop's time per
+    /// step.
+    pub(crate) fn sdk_agent(
+        &self,
+        lang: &str,
+        resume: bool,
+        effect: &str,
+        steps: u64,
+        exit: i32,
+    ) -> f64 {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut command = self.durun();
         command.arg("-q");
         if resume {
             command.args(["resume", "sdk"]);
+        } else if lang == "node" {
+            command
+                .args(["run", "--task", "sdk", "--", "node"])
+                .arg(repo.join("benches/steps/sdk_agent.mjs"));
         } else {
             command
                 .args(["run", "--task", "sdk", "--", "python3"])
@@ -130,7 +143,7 @@ impl Scratch {
         assert_eq!(
             output.status.code(),
             Some(exit),
-            "the Python agent failed: {}",
+            "the {lang} agent failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
         let report: Value = serde_json::from_str(

@@ -1,7 +1,7 @@
 """The bench's workflow as agent authors write it: a plain loop of
 `durun.step` through the Python SDK. Each step does the peers' work (one
 line appended to a side-effect file, a small JSON document as its output).
-Writes the loop's own time to DURUN_BENCH_OUT; exits with
+Writes the loop's own time, settled, to DURUN_BENCH_OUT; exits with
 DURUN_BENCH_EXIT, so a task left failed can be resumed (and replayed)
 again."""
 import json
@@ -24,6 +24,9 @@ def body(i):
 started = time.perf_counter_ns()
 for i in range(1, steps + 1):
     durun.step("step", {"i": i}, lambda: body(i), effect)
+# Settled: until durun has answered every step, so that a backlog in
+# durun is not hidden.
+durun.result(None)
 elapsed = time.perf_counter_ns() - started
 with open(os.environ["DURUN_BENCH_OUT"], "w") as out:
     json.dump({"elapsed_ns": elapsed}, out)

@@ -1,0 +1,155 @@
+//! The SDKs' part of the table: a plain `durun.step` loop in Python and in
+//! JavaScript, against both floors (one fsync'd commit, one blocking pipe
+//! round trip) and against the peers in the same language, every ratio
+//! taken per round.
+
+use std::fmt::Write as _;
+
+use crate::median;
+use crate::report::Table;
+
+/// The per-round ratios of `row` over `floor`, as `low–high×`.
+fn range(table: &Table, row: &str, floor: &str) -> Option<(f64, f64, f64)> {
+    let values = table.samples(row)?;
+    let floors = table.samples(floor)?;
+    if values.len() != floors.len() {
+        return None;
+    }
+    let ratios: Vec<f64> = values.iter().zip(floors).map(|(v, f)| v / f).collect();
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(0.0, f64::max);
+    Some((low, high, median(ratios)))
+}
+
+fn shown(ratio: Option<(f64, f64, f64)>) -> String {
+    ratio.map_or_else(
+        || "-".into(),
+        |(low, high, _)| format!("{low:.2}–{high:.2}×"),
+    )
+}
+
+/// The round trip the SDK's agent pays: on two cores each process has its
+/// own, else both share one.
+fn trip_row(table: &Table) -> &'static str {
+    if table.samples("pipe round trip two cores").is_some() {
+        "pipe round trip two cores"
+    } else {
+        "pipe round trip one core"
+    }
+}
+
+/// The peers of each language: row name, what it is.
+const PEERS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "python",
+        &[
+            ("DBOS", "DBOS Transact (Python), SQLite WAL"),
+            (
+                "LangGraph",
+                "LangGraph (Python), functional API, SqliteSaver, sync",
+            ),
+        ],
+    ),
+    (
+        "node",
+        &[
+            ("DBOS-TS", "DBOS Transact (TypeScript), PostgreSQL"),
+            ("LangGraph.js", "LangGraph.js, functional API, SqliteSaver"),
+        ],
+    ),
+];
+
+pub(crate) fn write(out: &mut String, table: &Table) {
+    let trip = trip_row(table);
+    let _ = writeln!(
+        out,
+        "\nThe SDKs: a plain loop of `durun.step` (the time includes settling: until durun answered every step), and the same workflow on each language's peers. Ratios are per round, shown as the range over the rounds.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| who | step | sync | per step | × 1 commit (same sync) | × blocking round trip |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for (lang, name) in [("python", "Python SDK"), ("node", "Node SDK")] {
+        for sync in ["full", "normal"] {
+            let floor = format!("floor 1 commit {sync}");
+            for effect in ["read", "mutate"] {
+                let row = format!("{lang} {effect} {sync}");
+                if let Some(us) = table.get(&row) {
+                    let _ = writeln!(
+                        out,
+                        "| {name} | `{effect}`, first run | {sync} | {us:.0} µs | {} | {} |",
+                        shown(range(table, &row, &floor)),
+                        shown(range(table, &row, trip)),
+                    );
+                }
+            }
+        }
+        let row = format!("{lang} replay");
+        if let Some(us) = table.get(&row) {
+            let _ = writeln!(
+                out,
+                "| {name} | replayed (`durun resume`) | - | {us:.0} µs | - | {} |",
+                shown(range(table, &row, trip)),
+            );
+        }
+        let peers = PEERS
+            .iter()
+            .find(|(peer_lang, _)| *peer_lang == lang)
+            .map_or(&[][..], |(_, peers)| *peers);
+        for (peer, what) in peers {
+            for sync in ["full", "normal"] {
+                let row = format!("{peer} {sync}");
+                if let Some(us) = table.get(&row) {
+                    let _ = writeln!(
+                        out,
+                        "| {what} | step | {sync} | {us:.0} µs | {} | - |",
+                        shown(range(table, &row, &format!("floor 1 commit {sync}"))),
+                    );
+                }
+            }
+        }
+    }
+    for (lang, name) in [("python", "Python"), ("node", "Node")] {
+        let mut said = Vec::new();
+        for sync in ["full", "normal"] {
+            if let Some((low, high, mid)) = nearest_peer(table, lang, sync) {
+                said.push(format!("{sync}: {mid:.1}× (rounds {low:.1}–{high:.1}×)"));
+            }
+        }
+        if !said.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{name}: the nearest peer's step over the SDK's `read` step, per round: {}.",
+                said.join("; ")
+            );
+        }
+    }
+}
+
+/// Per round, the fastest peer of `lang` at `sync` over the SDK's `read`
+/// step: (lowest, highest, median) over the rounds.
+fn nearest_peer(table: &Table, lang: &str, sync: &str) -> Option<(f64, f64, f64)> {
+    let sdk = table.samples(&format!("{lang} read {sync}"))?;
+    let (_, peers) = PEERS.iter().find(|(peer_lang, _)| *peer_lang == lang)?;
+    let rows: Vec<&[f64]> = peers
+        .iter()
+        .filter_map(|(peer, _)| table.samples(&format!("{peer} {sync}")))
+        .filter(|samples| samples.len() == sdk.len())
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let ratios: Vec<f64> = (0..sdk.len())
+        .map(|round| {
+            let nearest = rows
+                .iter()
+                .map(|samples| samples[round])
+                .fold(f64::INFINITY, f64::min);
+            nearest / sdk[round]
+        })
+        .collect();
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(0.0, f64::max);
+    Some((low, high, median(ratios)))
+}
