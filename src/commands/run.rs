@@ -35,9 +35,9 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             None,
             settings,
         )?;
-        // The task's row need not reach the disk alone: the run's start,
-        // committed right after at the task's own sync mode, takes it
-        // along (one fsync fewer before the agent starts).
+        // The task's row need not reach the disk alone: the first write
+        // at the task's own sync mode takes it along (one fsync fewer
+        // before the agent starts).
         journal.set_sync(SyncMode::Normal)?;
         if let Err(err) = journal.create_task(&task) {
             // Another `run --task` with the same id may have won the race;

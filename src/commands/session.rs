@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 
 use crate::cli::Limits;
-use crate::config::Config;
+use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{self, Journal, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
@@ -46,8 +46,13 @@ pub(super) fn drive(
             .with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
         None => Config::default(),
     };
+    // The run's start need not reach the disk alone either: a power loss
+    // that loses it ends this run too, and the first step written at the
+    // task's sync mode takes it along (one fsync fewer per start).
+    journal.set_sync(SyncMode::Normal)?;
+    let started = journal.start_run(&task.id, &settings.holder, &journal::now());
     journal.set_sync(task.sync)?;
-    let (run, leased_at) = match journal.start_run(&task.id, &settings.holder, &journal::now())? {
+    let (run, leased_at) = match started? {
         RunStart::Started { run, leased_at } => (run, leased_at),
         RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
         RunStart::Cancelled => return Err(cancelled(&task.id).into()),

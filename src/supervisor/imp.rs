@@ -114,11 +114,13 @@ pub(crate) fn supervise(
     // A `read` step the agent opens once its answers have reached this
     // number is new: it cannot be a replay or a divergence, so an SDK may
     // run it without waiting for the `begin`'s answer. Not said where a new
-    // step may be answered as a replay (`durun test`'s seeds).
-    if spec
-        .seeds
-        .as_ref()
-        .is_none_or(std::collections::HashMap::is_empty)
+    // step may be answered as a replay (`durun test`'s seeds), nor where a
+    // token budget may refuse it (a model call must not run past one).
+    if spec.max_tokens.is_none()
+        && spec
+            .seeds
+            .as_ref()
+            .is_none_or(std::collections::HashMap::is_empty)
     {
         agent_env.push(("DURUN_JOURNAL_STEPS".to_owned(), last_recorded.to_string()));
     }
