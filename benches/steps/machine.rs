@@ -131,3 +131,66 @@ pub(crate) fn pipe_round_trip(count: u32, cross_core: bool) -> f64 {
     pin(None, Some(old));
     elapsed.as_secs_f64() * 1e6 / f64::from(count)
 }
+
+/// One blocking line round trip between two processes of `lang` ("python"
+/// or "node"), each on its own core where there are two: what a step that
+/// waits for one answer costs an agent in that language, in µs.
+pub(crate) fn language_round_trip(lang: &str, count: u32) -> Option<f64> {
+    let (program, script) = match lang {
+        "python" => (
+            "python3",
+            r#"
+import os, subprocess, sys, time
+if len(sys.argv) > 2:
+    for line in sys.stdin.buffer:
+        sys.stdout.buffer.write(line); sys.stdout.buffer.flush()
+    sys.exit(0)
+child = subprocess.Popen([sys.executable, sys.argv[0], sys.argv[1], "echo"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+line = b'{"op":"begin","id":1,"name":"step","args":{"i":1}}\n'
+n = int(sys.argv[1])
+started = time.perf_counter()
+for _ in range(n):
+    child.stdin.write(line); child.stdin.flush(); child.stdout.readline()
+print((time.perf_counter() - started) / n * 1e6)
+child.stdin.close(); child.wait()
+"#,
+        ),
+        _ => (
+            "node",
+            r#"
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+if (process.argv[3] === "echo") {
+  createInterface({ input: process.stdin }).on("line", (line) => process.stdout.write(line + "\n"));
+} else {
+  const n = Number(process.argv[2]);
+  const child = spawn(process.execPath, [process.argv[1], process.argv[2], "echo"], { stdio: ["pipe", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout });
+  const next = () => new Promise((resolve) => lines.once("line", resolve));
+  const started = performance.now();
+  for (let i = 0; i < n; i++) {
+    const answered = next();
+    child.stdin.write('{"op":"begin","id":1,"name":"step","args":{"i":1}}\n');
+    await answered;
+  }
+  console.log((performance.now() - started) / n * 1000);
+  child.stdin.end();
+}
+"#,
+        ),
+    };
+    let dir = tempfile::tempdir().ok()?;
+    let path = dir.path().join(if lang == "python" {
+        "trip.py"
+    } else {
+        "trip.mjs"
+    });
+    std::fs::write(&path, script).ok()?;
+    let output = Command::new(program)
+        .arg(&path)
+        .arg(count.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+}

@@ -25,7 +25,8 @@
 //!   `postgresql://postgres@127.0.0.1:5432`) are installed with npm under
 //!   `PEERS_NODE_WORK` (/tmp/durun-peers-node). `DURUN_BENCH_PEERS=0`
 //!   leaves the peers out.
-//! - `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
+//! - `DURUN_BENCH_ONLY=sdk`: only the floors, the SDKs' rows and the peers;
+//!   `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
 //!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows.
 
 #[path = "../common.rs"]
@@ -161,15 +162,27 @@ fn orchestrate() {
         }
         return;
     }
+    let sdk_only = std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("sdk");
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
         table.add("load average", load_average(cores));
+        if sdk_only {
+            sdk_round(root, steps, cores, &mut table);
+            if let Some(peers) = &peers {
+                peers.first_runs(root, steps, &mut table);
+            }
+            if let Some(peers) = &node_peers {
+                peers.first_runs(root, steps, &mut table);
+            }
+            continue;
+        }
         // Both floors, every round: one fsync'd commit (below) and one
         // blocking pipe round trip.
         table.add("pipe round trip one core", pipe_round_trip(2000, false));
         if cores >= 2 {
             table.add("pipe round trip two cores", pipe_round_trip(2000, true));
         }
+        language_round_trips(&mut table);
         for sync in ["full", "normal"] {
             table.add(
                 &format!("floor 1 commit {sync}"),
@@ -198,23 +211,7 @@ fn orchestrate() {
                     us_per_step(&report, steps),
                 );
             }
-            for lang in ["python", "node"] {
-                for effect in ["read", "mutate"] {
-                    let scratch = Scratch::new(root, &format!("{lang}-{effect}"), sync);
-                    // Left failed (3), so that it can be resumed: every
-                    // step replayed through the SDK.
-                    table.add(
-                        &format!("{lang} {effect} {sync}"),
-                        scratch.sdk_agent(lang, false, effect, steps, 3),
-                    );
-                    if sync == "full" && effect == "read" {
-                        table.add(
-                            &format!("{lang} replay"),
-                            scratch.sdk_agent(lang, true, effect, steps, 3),
-                        );
-                    }
-                }
-            }
+            sdk_rows(root, steps, sync, &mut table);
         }
         // Tool calls: each one starts a process, so fewer steps.
         let calls = (steps / 4).max(8);
@@ -254,6 +251,16 @@ fn orchestrate() {
         }
     }
 
+    if sdk_only {
+        let mut out = String::new();
+        if let Some(load) = report::load_line(&table) {
+            out.push_str(&load);
+            out.push('\n');
+        }
+        sdk_report::write(&mut out, &table);
+        print!("{out}");
+        return;
+    }
     eprintln!("syncs per step (strace)");
     let syncs: Vec<(&str, Option<f64>)> = [
         ("`read` step (begin/commit)", "read", 1),
@@ -284,4 +291,51 @@ fn orchestrate() {
     );
     proxy::print(&table);
     traces::print(&table);
+}
+
+/// The floors and the SDKs' rows of one round, each row back to back
+/// with its floors.
+fn sdk_round(root: &std::path::Path, steps: u64, cores: usize, table: &mut Table) {
+    table.add("pipe round trip one core", pipe_round_trip(2000, false));
+    if cores >= 2 {
+        table.add("pipe round trip two cores", pipe_round_trip(2000, true));
+    }
+    language_round_trips(table);
+    for sync in ["full", "normal"] {
+        table.add(
+            &format!("floor 1 commit {sync}"),
+            floor(root, 1, sync, steps),
+        );
+        sdk_rows(root, steps, sync, table);
+    }
+}
+
+/// A blocking round trip between two Python processes, and between two
+/// Node processes: the floor an SDK's agent pays for one answer.
+fn language_round_trips(table: &mut Table) {
+    for lang in ["python", "node"] {
+        if let Some(trip) = machine::language_round_trip(lang, 2000) {
+            table.add(&format!("{lang} round trip"), trip);
+        }
+    }
+}
+
+/// The SDKs' loops of `durun.step` at `sync`, each left failed (3) so that
+/// it can be resumed: every step replayed through the SDK.
+fn sdk_rows(root: &std::path::Path, steps: u64, sync: &str, table: &mut Table) {
+    for lang in ["python", "node"] {
+        for effect in ["read", "mutate"] {
+            let scratch = Scratch::new(root, &format!("{lang}-{effect}"), sync);
+            table.add(
+                &format!("{lang} {effect} {sync}"),
+                scratch.sdk_agent(lang, false, effect, steps, 3),
+            );
+            if sync == "full" && effect == "read" {
+                table.add(
+                    &format!("{lang} replay"),
+                    scratch.sdk_agent(lang, true, effect, steps, 3),
+                );
+            }
+        }
+    }
 }

@@ -60,7 +60,7 @@ const PEERS: &[(&str, &[(&str, &str)])] = &[
 ];
 
 pub(crate) fn write(out: &mut String, table: &Table) {
-    let trip = trip_row(table);
+    let machine_trip = trip_row(table);
     let _ = writeln!(
         out,
         "\nThe SDKs: a plain loop of `durun.step` (the time includes settling: until durun answered every step), and the same workflow on each language's peers. Ratios are per round, shown as the range over the rounds.\n"
@@ -71,6 +71,20 @@ pub(crate) fn write(out: &mut String, table: &Table) {
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     for (lang, name) in [("python", "Python SDK"), ("node", "Node SDK")] {
+        // The round trip between two processes of the SDK's language, else
+        // the machine's.
+        let own = format!("{lang} round trip");
+        let trip = if table.samples(&own).is_some() {
+            own.as_str()
+        } else {
+            machine_trip
+        };
+        if let Some(us) = table.get(trip) {
+            let _ = writeln!(
+                out,
+                "| {name}'s language: a blocking line round trip between two processes | - | - | {us:.0} µs | - | 1× |"
+            );
+        }
         for sync in ["full", "normal"] {
             let floor = format!("floor 1 commit {sync}");
             for effect in ["read", "mutate"] {

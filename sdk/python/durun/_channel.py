@@ -6,6 +6,7 @@ import atexit
 import itertools
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -33,7 +34,13 @@ _PROBE = 16
 
 #: Posted requests left unanswered before a post waits for the oldest:
 #: their answers must not fill the pipe durun writes them to.
-_MAX_POSTED = 128
+_MAX_POSTED = 1024
+
+#: The answer to a commit, as durun writes it: read without `json.loads`.
+_COMMITTED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)\}\n')
+
+#: The start of the answer to a new step's `begin`.
+_OPENED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+),"replayed":false,')
 
 
 class _Waiter:
@@ -157,9 +164,11 @@ class _Channel:
         """Sends a request whose answer no one waits for (see the class);
         ``about`` gives the step its refusal is about, when the message
         does not name it by number."""
-        # Answers already here are read first: a refusal among them is
-        # raised by this request, as by one that waits.
-        self._read_ready()
+        # Answers already here are read first (once a step, at its
+        # `begin`): a refusal among them is raised by this request, as by
+        # one that waits.
+        if message.get("op") == "begin":
+            self._read_ready()
         if len(self._posted) >= _MAX_POSTED:
             # Their answers are most likely read already, in one chunk.
             with self._lock:
@@ -167,7 +176,23 @@ class _Channel:
                 pending = None if oldest is None else self._waiting.get(oldest)
             if pending is not None:
                 self._await(pending)
-        return self.send([message], posted=True, bodies=[body], about=about)[0]
+        if self._gone is not None or self._reader is not None:
+            return self.send([message], posted=True, bodies=[body], about=about)[0]
+        with self._lock:
+            # `send` for one posted line, the per-step path, without its
+            # loops (a reader thread, once started, is never stopped).
+            self._raise_refused()
+            request_id = message["id"] = next(self._ids)
+            waiter = _Waiter(None, _SPIN)
+            if self._gone is not None:
+                waiter.deliver(self._failure(request_id))
+                return waiter
+            self._waiting[request_id] = waiter
+            self._posted[request_id] = about or message.get("step")
+            data = b'{"id":%d,%s' % (request_id, body[1:])
+            while data:
+                data = data[os.write(self._out, data):]
+        return waiter
 
     def _read_ready(self) -> None:
         """Reads the answers that have come, without waiting for any, when
@@ -327,7 +352,17 @@ class _Channel:
             line = self._readline(spin)
             if not line:
                 return self._close("durun closed the protocol")
-            answer = json.loads(line.decode("utf-8"))
+            answer: Answer
+            committed = _COMMITTED.fullmatch(line)
+            if committed is not None:
+                answer = {"id": int(committed[1]), "ok": True, "step": int(committed[2])}
+            else:
+                opened = _OPENED.match(line)
+                if opened is not None and int(opened[1]) in self._posted:
+                    # A posted `begin`'s answer: the rest is read if asked for.
+                    answer = {"id": int(opened[1]), "ok": True, "step": int(opened[2]), "_line": line}
+                else:
+                    answer = json.loads(line.decode("utf-8"))
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
         if (answer.get("error") or {}).get("code") == "cancelled":
@@ -336,7 +371,7 @@ class _Channel:
         if type(step) is int and step > self._last_step:
             self._last_step = step
         with self._lock:
-            waiter = self._waiting.pop(answer.get("id"), None)
+            waiter = self._waiting.pop(answer.get("id", 0), None)
             if waiter is not None:
                 if answer["id"] in self._posted:
                     # No one waits for it (a pipelined commit): checked here.

@@ -5,6 +5,7 @@ import contextvars
 import functools
 import inspect
 import itertools
+import json
 import threading
 import time
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overload
@@ -48,7 +49,10 @@ class StepContext:
     def _answered(self) -> "StepContext":
         if self._begun is not None:
             channel, waiter, _ = self._begun
-            answer = _checked(channel.wait(waiter))
+            answer = channel.wait(waiter)
+            if "_line" in answer:
+                answer = json.loads(answer["_line"])
+            answer = _checked(answer)
             self._begun = None
             self._step, self._key = answer["step"], answer.get("idempotency_key", "")
             self._attempt, self._in_doubt = answer.get("attempt", 1), answer.get("in_doubt", False)
