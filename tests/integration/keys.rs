@@ -170,12 +170,11 @@ impl Gen {
     }
 }
 
-#[test]
-fn keys_equal_the_python_reference_for_generated_args() {
-    let env = TestEnv::new();
+/// The args both key tests send: 400 generated values (every other one an
+/// object), a surrogate pair, and an integer of Python's longest.
+fn corpus() -> Vec<String> {
     let mut generator = Gen(0x9E37_79B9_7F4A_7C15);
-    let count = 400;
-    let mut texts: Vec<String> = (0..count)
+    let mut texts: Vec<String> = (0..400)
         .map(|i| {
             if i % 2 == 0 {
                 generator.object(0)
@@ -186,6 +185,13 @@ fn keys_equal_the_python_reference_for_generated_args() {
         .collect();
     texts.push("\"\\ud800\\udc00 pair\"".to_owned());
     texts.push(format!("{{\"n\": {}}}", "9".repeat(4300)));
+    texts
+}
+
+#[test]
+fn keys_equal_the_python_reference_for_generated_args() {
+    let env = TestEnv::new();
+    let texts = corpus();
     let args = env.write("args.jsonl", &texts.join("\n"));
     let report = env.path("report.json");
     let output = env
@@ -215,18 +221,7 @@ fn keys_equal_the_python_reference_for_generated_args() {
 #[test]
 fn the_node_sdks_own_keys_equal_durun_keys_for_generated_args() {
     let env = TestEnv::new();
-    let mut generator = Gen(0x9E37_79B9_7F4A_7C15);
-    let mut texts: Vec<String> = (0..400)
-        .map(|i| {
-            if i % 2 == 0 {
-                generator.object(0)
-            } else {
-                generator.value(0)
-            }
-        })
-        .collect();
-    texts.push("\"\\ud800\\udc00 pair\"".to_owned());
-    texts.push(format!("{{\"n\": {}}}", "9".repeat(4300)));
+    let texts = corpus();
     let args = env.write("args.jsonl", &texts.join("\n"));
     let report = env.path("report.json");
     let output = env
