@@ -78,8 +78,7 @@ pub(crate) fn print_table(
                 .zip(floors)
                 .map(|(value, floor)| value - floor)
                 .collect();
-            let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let high = ratios.iter().copied().fold(0.0, f64::max);
+            let (low, high, _) = crate::sdk_report::spread(ratios);
             format!(
                 "{:.0} µs | {low:.2}–{high:.2}× | {:+.0} µs",
                 median(values.to_vec()),
@@ -210,12 +209,10 @@ pub(crate) fn print_table(
         ("startup step", "`durun step NAME -- true` inside a run"),
     ] {
         if let Some(samples) = table.samples(row) {
-            let low = samples.iter().copied().fold(f64::INFINITY, f64::min);
-            let high = samples.iter().copied().fold(0.0, f64::max);
+            let (low, high, mid) = crate::sdk_report::spread(samples.to_vec());
             let _ = writeln!(
                 out,
-                "\nStart-up of {what}: {:.1} ms (median of 100 each round; rounds {low:.1}–{high:.1} ms).",
-                median(samples.to_vec())
+                "\nStart-up of {what}: {mid:.1} ms (median of 100 each round; rounds {low:.1}–{high:.1} ms)."
             );
         }
     }

@@ -15,10 +15,16 @@ fn range(table: &Table, row: &str, floor: &str) -> Option<(f64, f64, f64)> {
     if values.len() != floors.len() {
         return None;
     }
-    let ratios: Vec<f64> = values.iter().zip(floors).map(|(v, f)| v / f).collect();
-    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = ratios.iter().copied().fold(0.0, f64::max);
-    Some((low, high, median(ratios)))
+    Some(spread(
+        values.iter().zip(floors).map(|(v, f)| v / f).collect(),
+    ))
+}
+
+/// The lowest, highest and median of per-round figures.
+pub(crate) fn spread(rounds: Vec<f64>) -> (f64, f64, f64) {
+    let low = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = rounds.iter().copied().fold(0.0, f64::max);
+    (low, high, median(rounds))
 }
 
 fn shown(ratio: Option<(f64, f64, f64)>) -> String {
@@ -163,7 +169,5 @@ fn nearest_peer(table: &Table, lang: &str, sync: &str) -> Option<(f64, f64, f64)
             nearest / sdk[round]
         })
         .collect();
-    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = ratios.iter().copied().fold(0.0, f64::max);
-    Some((low, high, median(ratios)))
+    Some(spread(ratios))
 }

@@ -81,7 +81,8 @@ class Channel {
     process.on("exit", () => {
       if (this.refused && !this.told) {
         const why = this.refused.error?.message ?? "durun refused it";
-        writeSync(2, `durun: the commit of step ${this.refused.step} was refused: ${why}\n`);
+        const which = this.refused.step == null ? "a step" : `the commit of step ${this.refused.step}`;
+        writeSync(2, `durun: ${which} was refused: ${why}\n`);
         if (!process.exitCode) process.exitCode = 1;
       }
     });

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ._types import Answer
 from ._errors import Cancelled, DurunError, _error
@@ -137,21 +137,11 @@ class _Channel:
             bodies = [_line(message) for message in messages]
         with self._lock:
             self._raise_refused()
-            lines = []
-            for message, body in zip(messages, bodies):
-                message["id"] = next(self._ids)
-                lines.append(b'{"id":%d,%s' % (message["id"], body[1:]))
             waiters = []
             out = []
-            for message, line in zip(messages, lines):
-                waiter = _Waiter(loop, _SPIN if spin is None else spin)
+            for message, body in zip(messages, bodies):
+                waiter, line = self._enqueue(message, body, loop, _SPIN if spin is None else spin, posted, about)
                 waiters.append(waiter)
-                if self._gone is not None:
-                    waiter.deliver(self._failure(message["id"]))
-                    continue
-                self._waiting[message["id"]] = waiter
-                if posted:
-                    self._posted[message["id"]] = about or message.get("step")
                 out.append(line)
             data = b"".join(out)
             while data:
@@ -159,6 +149,21 @@ class _Channel:
             if loop is not None and not self._leading:
                 self._start_reader()
         return waiters
+
+    def _enqueue(self, message: Dict[str, Any], body: bytes, loop: Optional[asyncio.AbstractEventLoop],
+                 spin: float, posted: bool, about: Any) -> Tuple[_Waiter, bytes]:
+        """With the lock held: numbers one request and registers its waiter;
+        the line to write (empty once durun is gone: the waiter has its
+        failure already)."""
+        request_id = message["id"] = next(self._ids)
+        waiter = _Waiter(loop, spin)
+        if self._gone is not None:
+            waiter.deliver(self._failure(request_id))
+            return waiter, b""
+        self._waiting[request_id] = waiter
+        if posted:
+            self._posted[request_id] = about or message.get("step")
+        return waiter, b'{"id":%d,%s' % (request_id, body[1:])
 
     def post(self, message: Dict[str, Any], body: bytes, about: Any = None) -> _Waiter:
         """Sends a request whose answer no one waits for (see the class);
@@ -176,20 +181,9 @@ class _Channel:
                 pending = None if oldest is None else self._waiting.get(oldest)
             if pending is not None:
                 self._await(pending)
-        if self._gone is not None or self._reader is not None:
-            return self.send([message], posted=True, bodies=[body], about=about)[0]
         with self._lock:
-            # `send` for one posted line, the per-step path, without its
-            # loops (a reader thread, once started, is never stopped).
             self._raise_refused()
-            request_id = message["id"] = next(self._ids)
-            waiter = _Waiter(None, _SPIN)
-            if self._gone is not None:
-                waiter.deliver(self._failure(request_id))
-                return waiter
-            self._waiting[request_id] = waiter
-            self._posted[request_id] = about or message.get("step")
-            data = b'{"id":%d,%s' % (request_id, body[1:])
+            waiter, data = self._enqueue(message, body, None, _SPIN, True, about)
             while data:
                 data = data[os.write(self._out, data):]
         return waiter
@@ -472,7 +466,8 @@ def _settle_at_exit() -> None:
     try:
         _channel.settle()
     except DurunError as exc:
-        sys.stderr.write(f"durun: the commit of step {exc.step} was refused: {exc}\n")
+        which = "a step" if exc.step is None else f"the commit of step {exc.step}"
+        sys.stderr.write(f"durun: {which} was refused: {exc}\n")
 
 
 def _checked(answer: Answer) -> Answer:
