@@ -2,7 +2,6 @@
 // errors its answers carry.
 
 import { writeSync } from "node:fs";
-import { createInterface } from "node:readline";
 
 export class DurunError extends Error {
   constructor(message, step, output) {
@@ -55,19 +54,28 @@ export function errorOf(answer) {
 // after it. The process stays alive until every posted answer has come.
 
 /** Posted requests left unanswered before a step waits for answers. */
-const MAX_POSTED = 1024;
+export const MAX_POSTED = 1024;
 
 class Channel {
   constructor() {
     this.nextId = 1;
     this.waiting = new Map();
-    // Posted requests whose answers have not come, and who waits for them all.
-    this.posted = new Set();
+    // Posted requests whose answers have not come: what each answer is
+    // handed to (it gives the step a refusal is about); who waits for
+    // them all.
+    this.posted = new Map();
     this.settled = [];
+    // Posted commits not written yet: they go out with the next request's
+    // line (one write, and one wake-up of durun, per step), or when the
+    // event loop next turns, whichever is first.
+    this.pending = "";
+    this.flushing = false;
     // The first posted request durun refused, and whether anyone was told.
     this.refused = null;
     this.told = false;
     this.gone = null;
+    // Whether stdin keeps the process alive now.
+    this.held = null;
     // The highest step number the journal held when the run started (null
     // from a durun that does not say, or a run whose new steps may be
     // answered as replays): once an answer has reached it, a `read` step
@@ -79,6 +87,7 @@ class Channel {
     this.lastStep = 0;
     this.nextStep = 1;
     process.on("exit", () => {
+      this.flush();
       if (this.refused && !this.told) {
         const why = this.refused.error?.message ?? "durun refused it";
         const which = this.refused.step == null ? "a step" : `the commit of step ${this.refused.step}`;
@@ -88,9 +97,25 @@ class Channel {
     });
     // The real stdout is the protocol's; everything else printed goes to stderr.
     process.stdout.write = process.stderr.write.bind(process.stderr);
-    this.input = createInterface({ input: process.stdin, crlfDelay: Infinity });
-    this.input.on("line", (line) => this.answer(line));
-    this.input.on("close", () => this.close("durun closed the protocol"));
+    // Answers are split into lines here: readline costs more per line than
+    // the answer itself.
+    this.unread = "";
+    process.stdin.setEncoding("utf8");
+    process.stdin.on("data", (chunk) => this.read(chunk));
+    process.stdin.on("end", () => this.close("durun closed the protocol"));
+    process.stdin.on("error", (err) => this.close(`the SDK could not read durun's answers: ${err.message}`));
+    this.idle();
+  }
+
+  read(chunk) {
+    const text = this.unread + chunk;
+    let start = 0;
+    for (let end = text.indexOf("\n"); end >= 0; end = text.indexOf("\n", start)) {
+      const line = text.slice(start, end);
+      start = end + 1;
+      if (this.gone === null) this.answer(line);
+    }
+    this.unread = text.slice(start);
     this.idle();
   }
 
@@ -105,22 +130,33 @@ class Channel {
       this.lastStep = answer.step;
       this.nextStep = Math.max(this.nextStep, answer.step + 1);
     }
+    const landed = this.posted.get(answer.id);
+    if (landed !== undefined) {
+      this.posted.delete(answer.id);
+      const about = landed(answer);
+      if (!answer.ok && !this.refused) this.refused = { ...answer, step: answer.step ?? about };
+      if (this.posted.size === 0) for (const done of this.settled.splice(0)) done();
+      return;
+    }
     const waiter = this.waiting.get(answer.id);
     if (waiter) {
       this.waiting.delete(answer.id);
       waiter(answer);
     }
-    this.idle();
   }
 
   close(why) {
+    if (this.gone !== null) return;
     this.gone = why;
     // A posted commit unanswered when durun closed the protocol is not a
-    // refusal: the run is ending, and its next request says so.
-    for (const [id, waiter] of this.waiting) if (!this.posted.has(id)) waiter(this.failure(id));
+    // refusal: the run is ending, and its next request says so. A posted
+    // `begin` gets the failure: its step cannot commit.
+    for (const [id, landed] of this.posted) landed(this.failure(id));
+    for (const [id, waiter] of this.waiting) waiter(this.failure(id));
     this.waiting.clear();
     this.posted.clear();
     for (const done of this.settled.splice(0)) done();
+    this.idle();
   }
 
   /** Throws the refusal of a posted request, once one came. */
@@ -131,31 +167,47 @@ class Channel {
     }
   }
 
-  /** Sends a request whose answer no one need await (see above); the
-   * promise resolves with it, for whoever wants it after all. */
-  post(message, about = () => message.step) {
+  /** Sends a request whose answer no one awaits (see above): `landed` is
+   * given the answer when it comes and returns the step a refusal is
+   * about. A `deferred` line (a commit) waits for the next line or the
+   * event loop's next turn. */
+  post(message, landed, deferred = false) {
     this.check();
     message.id = this.nextId++;
-    if (this.gone !== null) return Promise.resolve(this.failure(message.id));
-    this.posted.add(message.id);
-    const answered = new Promise((resolve) => {
-      this.waiting.set(message.id, (answer) => {
-        this.posted.delete(message.id);
-        if (!answer.ok && !this.refused) this.refused = { ...answer, step: answer.step ?? about() };
-        if (this.posted.size === 0) for (const done of this.settled.splice(0)) done();
-        resolve(answer);
-      });
-    });
-    writeAll(Buffer.from(JSON.stringify(message) + "\n"));
+    if (this.gone !== null) {
+      landed(this.failure(message.id));
+      return;
+    }
+    this.posted.set(message.id, landed);
+    const line = JSON.stringify(message) + "\n";
+    if (deferred) {
+      this.pending += line;
+      if (!this.flushing) {
+        this.flushing = true;
+        setImmediate(() => this.flush());
+      }
+    } else {
+      this.write(line);
+    }
     this.idle();
-    return answered;
+  }
+
+  /** Writes `text` after the posted lines not written yet. */
+  write(text) {
+    writeAll(this.pending + text);
+    this.pending = "";
+  }
+
+  flush() {
+    this.flushing = false;
+    if (this.pending !== "") this.write("");
   }
 
   /** Resolves once few enough posted requests are unanswered: their
    * answers are read only when the event loop runs, and a loop of posted
    * steps that never waits for I/O must not leave them to pile up. */
   async room() {
-    if (this.posted.size < MAX_POSTED) return;
+    this.flush();
     while (this.posted.size >= MAX_POSTED / 2 && this.gone === null) {
       await new Promise((resolve) => setImmediate(resolve));
     }
@@ -169,6 +221,7 @@ class Channel {
 
   /** Resolves once every posted request is answered; rejects with a refusal. */
   async settle() {
+    this.flush();
     if (this.posted.size > 0) await new Promise((resolve) => this.settled.push(resolve));
     this.check();
   }
@@ -177,10 +230,13 @@ class Channel {
     return { id, ok: false, error: { code: "cancelled", message: this.gone } };
   }
 
-  // Only a request waiting for its answer keeps the process alive.
+  // Only a request whose answer has not come keeps the process alive.
   idle() {
-    if (this.waiting.size === 0) process.stdin.unref?.();
-    else process.stdin.ref?.();
+    const hold = this.waiting.size > 0 || this.posted.size > 0;
+    if (hold === this.held) return;
+    this.held = hold;
+    if (hold) process.stdin.ref?.();
+    else process.stdin.unref?.();
   }
 
   /** Sends every message now, in order; resolves with their answers. */
@@ -194,7 +250,7 @@ class Channel {
       });
     });
     if (this.gone === null) {
-      writeAll(Buffer.from(messages.map((message) => JSON.stringify(message) + "\n").join("")));
+      this.write(messages.map((message) => JSON.stringify(message) + "\n").join(""));
     }
     this.idle();
     return promises;
@@ -207,7 +263,8 @@ class Channel {
 
 // Whole lines, in order, even on a non-blocking pipe that is full for a
 // moment (durun reads it as fast as it can).
-function writeAll(bytes) {
+function writeAll(text) {
+  const bytes = Buffer.from(text);
   let offset = 0;
   while (offset < bytes.length) {
     try {
@@ -220,6 +277,11 @@ function writeAll(bytes) {
 }
 
 let channel = null;
+/** Whether the channel is open (the script runs under durun). */
+export function isOpen() {
+  return channel !== null;
+}
+
 export function getChannel() {
   if (channel === null) channel = new Channel();
   return channel;

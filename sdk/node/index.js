@@ -29,13 +29,16 @@ import {
   checked,
   errorOf,
   getChannel,
+  isOpen,
+  MAX_POSTED,
 } from "./channel.js";
 
 export { BadRequest, BudgetExceeded, Cancelled, DurunError, Divergence, JournalError, NotUnderDurun, Timeout, ToolFailed, UnknownTool };
 
 /** Whether the script runs under durun. */
 export function active() {
-  return process.env.DURUN_PROTOCOL === "1";
+  // Once the channel is open the environment need not be read each step.
+  return isOpen() || process.env.DURUN_PROTOCOL === "1";
 }
 
 // ---------------------------------------------------------------------------
@@ -86,19 +89,23 @@ export function current() {
  * against durun's answer before the step commits.
  */
 class PostedStep {
-  constructor(guess, args, begun, beginId) {
+  constructor(guess, args) {
     this.guess = guess;
     this.args = args;
-    this.begun = begun;
-    this.beginId = beginId;
+    this.beginId = null;
+    // The `begin`'s answer once it came, and who awaits it meanwhile.
     this.answer = null;
-    begun.then((answer) => {
-      this.answer = answer;
-    });
+    this.awaiting = null;
     this.used = false;
     this.attempt = 1;
     this.inDoubt = false;
     this.usage = null;
+  }
+
+  /** The `begin`'s answer (from the channel). */
+  land(answer) {
+    this.answer = answer;
+    if (this.awaiting !== null) for (const resolve of this.awaiting.splice(0)) resolve(answer);
   }
 
   get step() {
@@ -116,7 +123,7 @@ class PostedStep {
 
   /** The step as durun opened it: its `begin`'s refusal is thrown. */
   async answered() {
-    const answer = await this.begun;
+    const answer = this.answer ?? (await new Promise((resolve) => (this.awaiting ??= []).push(resolve)));
     getChannel().check();
     if (!answer.ok) throw errorOf(answer);
     return {
@@ -213,8 +220,11 @@ export async function step(name, args, fn, options = {}) {
   if (effect === "read" && chan.pastJournal()) {
     // New: it cannot be a replay or diverge, so it runs at once; its
     // `begin` is answered meanwhile, checked as posted commits are.
-    await chan.room();
-    context = new PostedStep(chan.nextStep++, encoded, chan.post(begin), begin.id);
+    if (chan.posted.size >= MAX_POSTED) await chan.room();
+    const posted = new PostedStep(chan.nextStep++, encoded);
+    chan.post(begin, (answer) => posted.land(answer));
+    posted.beginId = begin.id;
+    context = posted;
   } else {
     // Sent before the first await: steps are numbered in the order they are called.
     const opened = await checked(chan.request(begin));
@@ -231,7 +241,10 @@ export async function step(name, args, fn, options = {}) {
     let value;
     const began = performance.now();
     try {
-      value = await running.run(context, () => attempt(fn, timeout, name));
+      value = running.run(context, timeout === undefined ? fn : () => attempt(fn, timeout, name));
+      // A body that returned a value, not a promise, costs no turn of the
+      // microtask queue.
+      if (typeof value?.then === "function") value = await value;
     } catch (err) {
       if (context instanceof PostedStep) context = await context.answered();
       await checked(chan.request({ op: "fail", step: context.step, error: `${err?.name ?? "Error"}: ${err?.message ?? err}` }));
@@ -241,7 +254,7 @@ export async function step(name, args, fn, options = {}) {
       context = { ...context, attempt: reopened.attempt ?? context.attempt + 1, inDoubt: false, usage: null };
       continue;
     }
-    if (context instanceof PostedStep) await context.verify();
+    if (context instanceof PostedStep && context.used) await context.verify();
     let stored;
     try {
       stored = encode(value, `the value step ${JSON.stringify(name)} returned`);
@@ -261,7 +274,7 @@ export async function step(name, args, fn, options = {}) {
       await checked(chan.request(commit));
     } else {
       // Posted: the agent goes on while durun writes it (see Channel).
-      chan.post(commit, () => context.answer?.step ?? context.step);
+      chan.post(commit, () => context.answer?.step ?? context.step, true);
     }
     return stored;
   }

@@ -404,8 +404,9 @@ _channel_lock = threading.Lock()
 
 
 def active() -> bool:
-    """Whether the script runs under durun."""
-    return os.environ.get("DURUN_PROTOCOL") == "1"
+    """Whether the script runs under durun (the channel, once open, says so
+    without a look at the environment on every step)."""
+    return _channel is not None or os.environ.get("DURUN_PROTOCOL") == "1"
 
 
 def _stop_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
