@@ -1,7 +1,9 @@
 // The channel: durun's protocol on the process's stdout and stdin, and the
 // errors its answers carry.
 
-import { writeSync } from "node:fs";
+import { readSync, writeSync } from "node:fs";
+import { Socket } from "node:net";
+import { StringDecoder } from "node:string_decoder";
 
 export class DurunError extends Error {
   constructor(message, step, output) {
@@ -56,6 +58,12 @@ export function errorOf(answer) {
 /** Posted requests left unanswered before a step waits for answers. */
 export const MAX_POSTED = 1024;
 
+/** How long a request whose answer durun gives from memory looks for it
+ * before the event loop waits (ms), and one wait in how many tries that
+ * whole budget whatever it has shrunk to. */
+const SPIN_MS = 0.1;
+const PROBE = 16;
+
 class Channel {
   constructor() {
     this.nextId = 1;
@@ -76,6 +84,14 @@ class Channel {
     this.gone = null;
     // Whether stdin keeps the process alive now.
     this.held = null;
+    // stdin as the event loop reads it (a pipe, non-blocking) can also be
+    // read here, at once: see spinFor.
+    this.syncReads = process.stdin instanceof Socket && !process.stdin.isTTY;
+    this.chunk = Buffer.alloc(1 << 16);
+    // The spin's budget (ms): halved each time the answer did not come
+    // within it (a busy machine), restored when it did.
+    this.spin = SPIN_MS;
+    this.spins = 0;
     // The highest step number the journal held when the run started (null
     // from a durun that does not say, or a run whose new steps may be
     // answered as replays): once an answer has reached it, a `read` step
@@ -100,8 +116,8 @@ class Channel {
     // Answers are split into lines here: readline costs more per line than
     // the answer itself.
     this.unread = "";
-    process.stdin.setEncoding("utf8");
-    process.stdin.on("data", (chunk) => this.read(chunk));
+    this.decoder = new StringDecoder("utf8");
+    process.stdin.on("data", (chunk) => this.read(this.decoder.write(chunk)));
     process.stdin.on("end", () => this.close("durun closed the protocol"));
     process.stdin.on("error", (err) => this.close(`the SDK could not read durun's answers: ${err.message}`));
     this.idle();
@@ -117,6 +133,55 @@ class Channel {
     }
     this.unread = text.slice(start);
     this.idle();
+  }
+
+  /** Reads what durun has written, without waiting; false if nothing was
+   * there (or the protocol ended). */
+  readNow() {
+    // Bytes the stream read but has not handed over yet come first.
+    if (process.stdin.readableLength > 0) return false;
+    let count;
+    try {
+      count = readSync(0, this.chunk, 0, this.chunk.length, null);
+    } catch (err) {
+      if (err.code !== "EAGAIN" && err.code !== "EWOULDBLOCK") this.syncReads = false;
+      return false;
+    }
+    if (count === 0) {
+      this.close("durun closed the protocol");
+      return false;
+    }
+    this.read(this.decoder.write(this.chunk.subarray(0, count)));
+    return true;
+  }
+
+  /** Looks for the answer to request `id` for a moment before the event
+   * loop waits for it: an answer from durun's memory (a replayed step)
+   * comes within a round trip, before the event loop would wake up. The
+   * budget adapts as in the Python SDK: it halves when the answer did not
+   * come within it, down to nothing, and one wait in PROBE tries the whole
+   * of it again. */
+  spinFor(id) {
+    if (!this.syncReads) return;
+    this.spins += 1;
+    const budget = this.spin < SPIN_MS && this.spins % PROBE === 0 ? SPIN_MS : this.spin;
+    if (budget <= 0) return;
+    const deadline = performance.now() + budget;
+    // An empty pipe is an EAGAIN error to Node: without its stack trace it
+    // costs half as much.
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      while (this.waiting.has(id) && this.gone === null) {
+        if (!this.readNow() && performance.now() >= deadline) {
+          this.spin = this.spin > 0.002 ? this.spin / 2 : 0;
+          return;
+        }
+      }
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
+    this.spin = SPIN_MS;
   }
 
   answer(line) {
@@ -256,8 +321,11 @@ class Channel {
     return promises;
   }
 
-  request(message) {
-    return this.send([message])[0];
+  /** `spin`: the answer is expected at once (see spinFor). */
+  request(message, spin = false) {
+    const answer = this.send([message])[0];
+    if (spin) this.spinFor(message.id);
+    return answer;
   }
 }
 

@@ -227,7 +227,8 @@ export async function step(name, args, fn, options = {}) {
     context = posted;
   } else {
     // Sent before the first await: steps are numbered in the order they are called.
-    const opened = await checked(chan.request(begin));
+    // A `read` step's answer, or a replay's, comes from durun's memory.
+    const opened = await checked(chan.request(begin, effect === "read" || !chan.pastJournal()));
     if (opened.replayed) return opened.output;
     context = {
       step: opened.step,
