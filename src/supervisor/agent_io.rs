@@ -41,6 +41,11 @@ pub(super) struct AgentIo {
     pub(super) held: Option<Vec<u8>>,
     /// When the agent's stdout last gave bytes, for the drain after exit.
     pub(super) read_at: Instant,
+    /// The agent's pidfd, polled with the rest: its exit wakes the loop
+    /// itself, with no thread waiting for it. Taken once it is reaped.
+    exit: Option<(OwnedFd, rustix::process::Pid)>,
+    /// The pidfd said the agent has exited.
+    exit_ready: bool,
 }
 
 impl AgentIo {
@@ -66,8 +71,14 @@ impl AgentIo {
             os::poll_fd(&self.wake, PollFlags::IN),
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
+            os::poll_fd(&self.wake, PollFlags::empty()),
         ];
         let mut count = 1;
+        let exit_at = self.exit.as_ref().map(|(pidfd, _)| {
+            fds[count] = os::poll_fd(pidfd, PollFlags::IN);
+            count += 1;
+            count - 1
+        });
         if read {
             fds[count] = os::poll_fd(self.reader.get_ref(), PollFlags::IN);
             count += 1;
@@ -100,6 +111,52 @@ impl AgentIo {
         }
         if !fds[0].revents().is_empty() {
             os::drain(&self.wake);
+        }
+        if exit_at.is_some_and(|at| !fds[at].revents().is_empty()) {
+            self.exit_ready = true;
+        }
+    }
+
+    /// Watches the agent's exit through a pidfd in `wait`'s poll; false
+    /// where the kernel has none (before Linux 5.3): a thread waits then.
+    pub(super) fn watch_exit(&mut self, pid: u32) -> bool {
+        let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return false;
+        };
+        match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+            Ok(pidfd) => {
+                self.exit = Some((pidfd, pid));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The agent's exit status, once the pidfd said it exited (it is
+    /// reaped here, once).
+    pub(super) fn reaped(&mut self) -> Option<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt as _;
+        if !self.exit_ready {
+            return None;
+        }
+        let (_, pid) = self.exit.as_ref()?;
+        match rustix::process::waitpid(Some(*pid), rustix::process::WaitOptions::NOHANG) {
+            Ok(Some((_, status))) => {
+                self.exit = None;
+                Some(std::process::ExitStatus::from_raw(status.as_raw()))
+            }
+            // Not yet (a stop, not an exit): the pidfd says so again.
+            Ok(None) | Err(rustix::io::Errno::INTR) => {
+                self.exit_ready = false;
+                None
+            }
+            Err(_) => {
+                self.exit = None;
+                None
+            }
         }
     }
 
@@ -216,6 +273,8 @@ impl AgentIo {
             passthrough,
             held: None,
             read_at: Instant::now(),
+            exit: None,
+            exit_ready: false,
         })
     }
 }

@@ -1,14 +1,17 @@
 //! The agent as a process: how it is started (environment, pipes,
-//! parent-death signal), the threads that wait for it, copy its stderr
-//! through the progress line, and turn durun's signals into events.
+//! parent-death signal), the thread that waits for it where the kernel has
+//! no pidfd, the one that copies its stderr through the progress line, and
+//! durun's signals caught for the loop.
 //!
 //! # Invariant
 //!
 //! The agent never outlives durun: it gets SIGKILL when durun dies, and
 //! durun's signals are caught before it starts, so none is lost between.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use super::inbox::{Event, Events};
@@ -128,12 +131,54 @@ pub(super) fn spawn_stderr_copier(
     done
 }
 
-pub(super) fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Events) {
-    std::thread::spawn(move || {
-        for signal in signals.forever() {
-            if tx.send(Event::Signal(signal)).is_err() {
-                break;
+/// The signals that stop a run.
+const CAUGHT: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// durun's stop signals, caught without a thread: the handler counts each
+/// and wakes the loop through its pipe, and the loop takes them after its
+/// wait. Dropping it restores what was there before.
+pub(super) struct Caught {
+    ids: Vec<signal_hook::SigId>,
+    counts: Arc<[AtomicU32; 3]>,
+}
+
+impl Caught {
+    pub(super) fn new(wake: &Arc<OwnedFd>) -> std::io::Result<Self> {
+        let mut caught = Self {
+            ids: Vec::new(),
+            counts: Arc::default(),
+        };
+        for (slot, signal) in CAUGHT.into_iter().enumerate() {
+            let counts = Arc::clone(&caught.counts);
+            let wake = Arc::clone(wake);
+            // SAFETY: the action is async-signal-safe: an atomic add and a
+            // write(2) to a non-blocking pipe, nothing that allocates or
+            // locks.
+            let id = unsafe {
+                signal_hook::low_level::register(signal, move || {
+                    counts[slot].fetch_add(1, Ordering::SeqCst);
+                    let _ = rustix::io::write(&*wake, b"!");
+                })
+            }?;
+            caught.ids.push(id);
+        }
+        Ok(caught)
+    }
+
+    /// Hands `each` the signals caught since the last look.
+    pub(super) fn take(&self, mut each: impl FnMut(i32)) {
+        for (count, signal) in self.counts.iter().zip(CAUGHT) {
+            for _ in 0..count.swap(0, Ordering::SeqCst) {
+                each(signal);
             }
         }
-    });
+    }
+}
+
+impl Drop for Caught {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
 }

@@ -68,17 +68,11 @@ pub(crate) fn supervise(
         .map_err(|err| anyhow::anyhow!("failed to create a pipe for the run: {err}"))?;
     // Signals are caught before the agent starts, so none is lost between;
     // a worker's runs get them from the worker.
-    let mut signals_handle = None;
-    let _joined = match &spec.stops {
-        Some(stops) => Some(stops.join(events_tx.clone())),
-        None => {
-            let signals =
-                signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-            signals_handle = Some(signals.handle());
-            super::child::spawn_signal_thread(signals, events_tx.clone());
-            None
-        }
+    let caught = match &spec.stops {
+        Some(_) => None,
+        None => Some(super::child::Caught::new(events_tx.wake())?),
     };
+    let _joined = spec.stops.as_ref().map(|stops| stops.join(events_tx.clone()));
 
     let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
@@ -133,9 +127,6 @@ pub(crate) fn supervise(
     ) {
         Ok(child) => child,
         Err(err) => {
-            if let Some(handle) = &signals_handle {
-                handle.close();
-            }
             let failure = if spec.cwd.is_dir() {
                 Failure::new(
                     Kind::CannotStart,
@@ -171,8 +162,10 @@ pub(crate) fn supervise(
         (Some(copy), Some(stderr)) => Some(super::child::spawn_stderr_copier(stderr, copy)),
         _ => None,
     };
-    let io = AgentIo::new(child.stdin, child.stdout, wake)?;
-    super::child::spawn_exit_waiter(child_pid, events_tx.clone());
+    let mut io = AgentIo::new(child.stdin, child.stdout, wake)?;
+    if !io.watch_exit(child_pid) {
+        super::child::spawn_exit_waiter(child_pid, events_tx.clone());
+    }
 
     let (jobs_tx, jobs) = mpsc::channel();
     let (landed, landed_rx) = mpsc::channel();
@@ -206,6 +199,7 @@ pub(crate) fn supervise(
             seeds: spec.seeds.clone().unwrap_or_default(),
             faults: spec.faults.clone(),
             children: super::state::Runners::default(),
+            caught: caught.as_ref(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();
@@ -214,9 +208,7 @@ pub(crate) fn supervise(
         supervisor.journal();
         anyhow::Ok(supervisor.outcome())
     })?;
-    if let Some(handle) = &signals_handle {
-        handle.close();
-    }
+    drop(caught);
     drop(proxy);
     drop(socket);
     if let Some(output) = &mut outcome.output {
@@ -247,6 +239,12 @@ impl Supervisor<'_> {
             self.check_renewal();
             if read {
                 self.read_agent();
+            }
+            if let Some(status) = self.io.reaped() {
+                self.handle(Event::Exited(status));
+            }
+            if let Some(caught) = self.caught {
+                caught.take(|signal| self.handle(Event::Signal(signal)));
             }
             loop {
                 match events.try_recv() {

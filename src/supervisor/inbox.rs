@@ -72,6 +72,11 @@ impl Events {
         ))
     }
 
+    /// The write end of the loop's wake pipe.
+    pub(super) fn wake(&self) -> &Arc<OwnedFd> {
+        &self.wake
+    }
+
     pub(super) fn send(&self, event: Event) -> Result<(), mpsc::SendError<Event>> {
         self.tx.send(event)?;
         os::wake(&*self.wake);

@@ -54,6 +54,8 @@ pub(super) struct Supervisor<'a> {
     /// The runners of child tasks without a queue (SPEC 16): how many run,
     /// and the children waiting for one of them to end.
     pub(super) children: Runners,
+    /// durun's stop signals, when this run takes its own (not a worker's).
+    pub(super) caught: Option<&'a super::child::Caught>,
 }
 
 /// The runners of child tasks without a queue: at most
