@@ -72,7 +72,10 @@ pub(crate) fn supervise(
         Some(_) => None,
         None => Some(super::child::Caught::new(events_tx.wake())?),
     };
-    let _joined = spec.stops.as_ref().map(|stops| stops.join(events_tx.clone()));
+    let _joined = spec
+        .stops
+        .as_ref()
+        .map(|stops| stops.join(events_tx.clone()));
 
     let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
