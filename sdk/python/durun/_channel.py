@@ -69,6 +69,16 @@ class _Waiter:
             self.loop.call_soon_threadsafe(resolve)
 
 
+class _Landing:
+    """A posted request's owner that wants its answer (a step whose `begin`
+    was posted): handed it, with the channel's lock held, when it comes."""
+
+    __slots__ = ()
+
+    def _land(self, answer: Answer) -> None:
+        raise NotImplementedError
+
+
 class _Channel:
     """Requests out on the protocol fd, answers in on stdin, matched by id;
     safe to use from many threads and event loops at once.
@@ -105,7 +115,8 @@ class _Channel:
         # answer wakes no one and costs no notify.
         self._sleepers = 0
         self._waiting: Dict[int, _Waiter] = {}
-        # Posted requests whose answers have not come yet: their steps.
+        # Posted requests whose answers have not come yet: what each
+        # refusal is about (see `post`).
         self._posted: Dict[int, Any] = {}
         # The first posted request durun refused: raised from then on.
         self._refused: Optional[Answer] = None
@@ -128,8 +139,7 @@ class _Channel:
         self._spins: Dict[float, List[Any]] = {}
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
-             posted: bool = False, bodies: Optional[List[bytes]] = None, spin: Optional[float] = None,
-             about: Any = None) -> List[_Waiter]:
+             bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps. `bodies`, if
         given, are the messages already made lines (by `_line`)."""
@@ -140,9 +150,14 @@ class _Channel:
             waiters = []
             out = []
             for message, body in zip(messages, bodies):
-                waiter, line = self._enqueue(message, body, loop, _SPIN if spin is None else spin, posted, about)
+                request_id = message["id"] = next(self._ids)
+                waiter = _Waiter(loop, _SPIN if spin is None else spin)
                 waiters.append(waiter)
-                out.append(line)
+                if self._gone is not None:
+                    waiter.deliver(self._failure(request_id))
+                    continue
+                self._waiting[request_id] = waiter
+                out.append(b'{"id":%d,%s' % (request_id, body[1:]))
             data = b"".join(out)
             while data:
                 data = data[os.write(self._out, data):]
@@ -150,25 +165,11 @@ class _Channel:
                 self._start_reader()
         return waiters
 
-    def _enqueue(self, message: Dict[str, Any], body: bytes, loop: Optional[asyncio.AbstractEventLoop],
-                 spin: float, posted: bool, about: Any) -> Tuple[_Waiter, bytes]:
-        """With the lock held: numbers one request and registers its waiter;
-        the line to write (empty once durun is gone: the waiter has its
-        failure already)."""
-        request_id = message["id"] = next(self._ids)
-        waiter = _Waiter(loop, spin)
-        if self._gone is not None:
-            waiter.deliver(self._failure(request_id))
-            return waiter, b""
-        self._waiting[request_id] = waiter
-        if posted:
-            self._posted[request_id] = about or message.get("step")
-        return waiter, b'{"id":%d,%s' % (request_id, body[1:])
-
-    def post(self, message: Dict[str, Any], body: bytes, about: Any = None) -> _Waiter:
-        """Sends a request whose answer no one waits for (see the class);
-        ``about`` gives the step its refusal is about, when the message
-        does not name it by number."""
+    def post(self, message: Dict[str, Any], body: bytes, about: Any = None) -> None:
+        """Sends a request whose answer no one waits for (see the class).
+        ``about`` is the step a refusal is about (a number, or a callable
+        that gives it), or a `_Landing` handed the answer; by default the
+        step the message names."""
         # Answers already here are read first (once a step, at its
         # `begin`): a refusal among them is raised by this request, as by
         # one that waits.
@@ -176,17 +177,18 @@ class _Channel:
             self._read_ready()
         if len(self._posted) >= _MAX_POSTED:
             # Their answers are most likely read already, in one chunk.
-            with self._lock:
-                oldest = next(iter(self._posted), None)
-                pending = None if oldest is None else self._waiting.get(oldest)
-            if pending is not None:
-                self._await(pending)
+            self._await_until(lambda: len(self._posted) < _MAX_POSTED, _SPIN)
         with self._lock:
             self._raise_refused()
-            waiter, data = self._enqueue(message, body, None, _SPIN, True, about)
+            request_id = message["id"] = next(self._ids)
+            if self._gone is not None:
+                if isinstance(about, _Landing):
+                    about._land(self._failure(request_id))
+                return
+            self._posted[request_id] = message.get("step") if about is None else about
+            data = b'{"id":%d,%s' % (request_id, body[1:])
             while data:
                 data = data[os.write(self._out, data):]
-        return waiter
 
     def _read_ready(self) -> None:
         """Reads the answers that have come, without waiting for any, when
@@ -208,20 +210,10 @@ class _Channel:
         the run started: new, never a replay or a divergence."""
         return self._journal_steps is not None and self._last_step >= self._journal_steps
 
-    def wait(self, waiter: _Waiter) -> Answer:
-        """The answer of a posted request, awaited."""
-        self._await(waiter)
-        return cast(Answer, waiter.answer)
-
     def settle(self) -> None:
         """Waits for the answer of every posted request; raises the first
         refusal."""
-        while True:
-            with self._lock:
-                pending = next((self._waiting.get(posted) for posted in self._posted), None)
-            if pending is None:
-                break
-            self._await(pending)
+        self._await_until(lambda: not self._posted, _SPIN)
         with self._lock:
             self._raise_refused()
 
@@ -264,17 +256,22 @@ class _Channel:
     def _await(self, waiter: _Waiter) -> None:
         """Waits for `waiter`'s answer, reading stdin itself when no one
         else does."""
-        while waiter.answer is None:
+        self._await_until(lambda: waiter.answer is not None, waiter.spin)
+
+    def _await_until(self, done: Callable[[], bool], spin: float) -> None:
+        """Waits until `done()`, which answers read make true, reading stdin
+        itself when no one else does."""
+        while not done():
             with self._lock:
-                while waiter.answer is None and (self._leading or self._reader is not None):
+                while not done() and (self._leading or self._reader is not None):
                     self._sleepers += 1
                     self._turn.wait()
                     self._sleepers -= 1
-                if waiter.answer is not None:
+                if done():
                     return
                 self._leading = True
             try:
-                while waiter.answer is None and self._read_one(waiter.spin):
+                while not done() and self._read_one(spin):
                     pass
             finally:
                 with self._lock:
@@ -346,34 +343,47 @@ class _Channel:
             line = self._readline(spin)
             if not line:
                 return self._close("durun closed the protocol")
-            answer: Answer
             committed = _COMMITTED.fullmatch(line)
             if committed is not None:
-                answer = {"id": int(committed[1]), "ok": True, "step": int(committed[2])}
+                request_id, step = int(committed[1]), int(committed[2])
+                if step > self._last_step:
+                    self._last_step = step
+                with self._lock:
+                    if self._posted.pop(request_id, self) is self:
+                        waiter = self._waiting.pop(request_id, None)
+                        if waiter is not None:
+                            waiter.deliver({"id": request_id, "ok": True, "step": step})
+                    self._wake()
+                return True
+            answer: Answer
+            opened = _OPENED.match(line)
+            if opened is not None and int(opened[1]) in self._posted:
+                # A posted `begin`'s answer: the rest is read if asked for.
+                answer = {"id": int(opened[1]), "ok": True, "step": int(opened[2]), "_line": line}
             else:
-                opened = _OPENED.match(line)
-                if opened is not None and int(opened[1]) in self._posted:
-                    # A posted `begin`'s answer: the rest is read if asked for.
-                    answer = {"id": int(opened[1]), "ok": True, "step": int(opened[2]), "_line": line}
-                else:
-                    answer = json.loads(line.decode("utf-8"))
+                answer = json.loads(line.decode("utf-8"))
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
         if (answer.get("error") or {}).get("code") == "cancelled":
             self.stopping = True
-        step = answer.get("step")
-        if type(step) is int and step > self._last_step:
-            self._last_step = step
+        number = answer.get("step")
+        if type(number) is int and number > self._last_step:
+            self._last_step = number
         with self._lock:
-            waiter = self._waiting.pop(answer.get("id", 0), None)
-            if waiter is not None:
-                if answer["id"] in self._posted:
-                    # No one waits for it (a pipelined commit): checked here.
-                    about = self._posted.pop(answer["id"])
-                    if not answer.get("ok") and self._refused is None:
-                        step = about() if callable(about) else about
-                        self._refused = {**answer, "step": answer.get("step", step)}
-                waiter.deliver(answer)
+            request_id = answer.get("id", 0)
+            about = self._posted.pop(request_id, self)
+            if about is not self:
+                # No one waits for it (a pipelined request): checked here.
+                if isinstance(about, _Landing):
+                    about._land(answer)
+                    about = None
+                if not answer.get("ok") and self._refused is None:
+                    step = about() if callable(about) else about
+                    self._refused = {**answer, "step": answer.get("step", step)}
+            else:
+                waiter = self._waiting.pop(request_id, None)
+                if waiter is not None:
+                    waiter.deliver(answer)
             self._wake()
         return True
 
@@ -387,9 +397,16 @@ class _Channel:
             self._gone = why
             waiting = list(self._waiting.items())
             self._waiting.clear()
+            posted = list(self._posted.items())
             self._posted.clear()
             for request_id, waiter in waiting:
                 waiter.deliver(self._failure(request_id))
+            # A posted commit unanswered is not a refusal (the run is
+            # ending; the next request says so); a posted `begin`'s step
+            # cannot commit.
+            for request_id, about in posted:
+                if isinstance(about, _Landing):
+                    about._land(self._failure(request_id))
             self._turn.notify_all()
         return False
 

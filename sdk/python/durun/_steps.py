@@ -13,12 +13,12 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
 from ._values import _encode, _line
-from ._channel import _SPIN, _SPIN_DURABLE, _checked, _get_channel, active
+from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, active
 
 
 # Steps.
 
-class StepContext:
+class StepContext(_Landing):
     """What a running step knows about itself: ``step``, ``idempotency_key``,
     ``attempt``, ``in_doubt``."""
 
@@ -27,8 +27,10 @@ class StepContext:
         self._key = idempotency_key
         self._attempt = attempt
         self._in_doubt = in_doubt
-        # The answer to the step's posted `begin`, until it is read.
-        self._begun: Optional[Tuple[Any, Any, int]] = None
+        # The channel and id of the step's posted `begin`, until its
+        # answer is read, and that answer once it came.
+        self._begun: Optional[Tuple[Any, int]] = None
+        self._begin_answer: Optional[Answer] = None
         self.usage: Optional[Dict[str, int]] = None
 
     @classmethod
@@ -37,19 +39,14 @@ class StepContext:
         return cls(answer["step"], answer.get("idempotency_key", ""), answer.get("attempt", 1),
                    answer.get("in_doubt", False))
 
-    @classmethod
-    def _posted(cls, channel: Any, waiter: Any, begin_id: int) -> "StepContext":
-        """A new step whose `begin` (request `begin_id`) was posted: what
-        its answer says is read when asked for (a step that never asks
-        waits for nothing)."""
-        context = cls(0, "", 1, False)
-        context._begun = (channel, waiter, begin_id)
-        return context
+    def _land(self, answer: Answer) -> None:
+        self._begin_answer = answer
 
     def _answered(self) -> "StepContext":
         if self._begun is not None:
-            channel, waiter, _ = self._begun
-            answer = channel.wait(waiter)
+            channel = self._begun[0]
+            channel._await_until(lambda: self._begin_answer is not None, _SPIN)
+            answer = cast(Answer, self._begin_answer)
             if "_line" in answer:
                 answer = json.loads(answer["_line"])
             answer = _checked(answer)
@@ -62,8 +59,7 @@ class StepContext:
         """The step's number, if known by now, without waiting for it."""
         if self._begun is None:
             return self._step
-        answer = self._begun[1].answer
-        return answer.get("step") if answer else None
+        return self._begin_answer.get("step") if self._begin_answer else None
 
     @property
     def step(self) -> int:
@@ -144,7 +140,7 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     stored = _encode(value, f"the value step {name!r} returned")
     # A step whose `begin` was posted is named by it: its number may not
     # be known yet.
-    closes = {"step": context.step} if context._begun is None else {"begin": context._begun[2]}
+    closes = {"step": context.step} if context._begun is None else {"begin": context._begun[1]}
     commit = {"op": "commit", **closes, "output": stored, "usage": context.usage or _usage_of(stored)}
     return commit, _line(commit), stored
 
@@ -201,8 +197,9 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         # New: it cannot be a replay or diverge, so it runs at once; its
         # `begin` is answered meanwhile, checked as posted commits are.
         begin = _begin(name, args, effect)
-        waiter = channel.post(begin, _line(begin))
-        context = StepContext._posted(channel, waiter, begin["id"])
+        context = StepContext(0, "", 1, False)
+        channel.post(begin, _line(begin), context)
+        context._begun = (channel, begin["id"])
     else:
         opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
         if opened.get("replayed"):
