@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
-from ._values import _encode, _line
+from ._values import _SCALARS, _encode, _line
 from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, active
 
 
@@ -228,7 +228,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             continue
         finally:
             _current.reset(token)
-        if inspect.isawaitable(value):
+        if type(value) is not dict and type(value) not in _SCALARS and inspect.isawaitable(value):
             # A lambda around a coroutine: the sync path cannot await it.
             getattr(value, "close", lambda: None)()
             message = (f"durun: step {name!r} returned an awaitable: pass an `async def` function "
@@ -354,7 +354,7 @@ def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, ef
     """
     if effect not in ("read", "mutate"):
         raise ValueError("effect must be 'read' or 'mutate'")
-    policy = _Policy(retries, backoff, timeout)
+    policy = _NO_RETRIES if retries == 0 and timeout is None else _Policy(retries, backoff, timeout)
     if fn is not None:
         if inspect.iscoroutinefunction(fn):
             return _arun_step(name, {} if args is None else args, fn, effect, policy)

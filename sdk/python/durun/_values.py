@@ -10,9 +10,29 @@ from typing import Any, Callable, Dict
 _warned_tuples: "set[str]" = set()
 
 
+#: Values stored as they are (exactly these types; subclasses, such as an
+#: IntEnum, take the longer way below to the same result).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _encode(value: Any, where: str) -> Any:
     """``value`` as JSON data, by the module's documented rules; TypeError
     naming ``where`` and the type for anything else."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        # The common case, a dict of plain values, without a call per item.
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return _encode_any(value, where)
+            out[key] = item if type(item) in _SCALARS else _encode(item, where)
+        return out
+    return _encode_any(value, where)
+
+
+def _encode_any(value: Any, where: str) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
