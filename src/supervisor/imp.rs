@@ -233,9 +233,7 @@ impl Supervisor<'_> {
             if let Some(bound) = self.wait_bound() {
                 wait = wait.min(bound);
             }
-            let read = !self.ending.stdout_closed
-                && self.io.release_held()
-                && self.io.unread() < ANSWER_BOUND;
+            let read = self.may_read();
             self.io.wait(wait, read);
             // A pause (SIGSTOP, a suspended machine) may have outlasted
             // the lease: look before acting on anything.
@@ -274,6 +272,12 @@ impl Supervisor<'_> {
             }
             self.tick();
         }
+    }
+
+    /// Whether the agent's stdout may be read now: it is open, no print of
+    /// the agent's waits for the copier, and the agent takes its answers.
+    fn may_read(&mut self) -> bool {
+        !self.ending.stdout_closed && self.io.release_held() && self.io.unread() < ANSWER_BOUND
     }
 
     /// Whether the batch holds only commits of a pipelining agent, which
@@ -406,7 +410,16 @@ impl Supervisor<'_> {
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}
             Event::ChildEnded => self.child_ended(),
-            Event::Proxy(message) => self.on_proxy(*message),
+            Event::Proxy(message) => {
+                // A step's `begin` is written before its body can call the
+                // model; one the agent did not wait for may still be in the
+                // pipe: read first, the call is that step's, not a step of
+                // its own.
+                if self.may_read() {
+                    self.read_agent();
+                }
+                self.on_proxy(*message);
+            }
         }
     }
 
