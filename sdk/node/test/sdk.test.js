@@ -57,6 +57,30 @@ await durun.result({ when });
   assert.equal(inspect(box, "t").task.output.when, "2026-12-01T09:00:00.000Z");
 });
 
+test("a short step's commit is sent with the next request, when the event loop turns, or at exit", () => {
+  const box = sandbox();
+  // Step "a"'s commit waits for "b"'s begin; "b"'s for the timer (the
+  // event loop turning) while the program still runs; "c"'s for the exit.
+  const path = agent(box, `
+import { execFileSync } from "node:child_process";
+await durun.step("a", {}, () => 1);
+await durun.step("b", {}, () => 2);
+await new Promise((resolve) => setTimeout(resolve, 300));
+const seen = JSON.parse(execFileSync("durun", ["inspect", "t", "--json"], { encoding: "utf8" }));
+console.error("while running:", seen.steps.map((step) => step.name + "=" + step.status).join(" "));
+await durun.step("c", {}, () => 3);
+process.exit(0);
+`);
+  const run = durun(box, ["run", "--task", "t", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stderr, /while running: a=committed b=committed/);
+  assert.deepEqual(inspect(box, "t").steps.map((step) => [step.name, step.status]), [
+    ["a", "committed"],
+    ["b", "committed"],
+    ["c", "committed"],
+  ]);
+});
+
 test("retries journal every attempt under one key", () => {
   const box = sandbox();
   const path = agent(box, `
