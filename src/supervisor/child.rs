@@ -151,13 +151,13 @@ impl Caught {
         for (slot, signal) in CAUGHT.into_iter().enumerate() {
             let counts = Arc::clone(&caught.counts);
             let wake = Arc::clone(wake);
-            // SAFETY: the action is async-signal-safe: an atomic add and a
-            // write(2) to a non-blocking pipe, nothing that allocates or
-            // locks.
+            // SAFETY: the action is async-signal-safe: an atomic add and
+            // `os::wake`, one write(2) to a non-blocking pipe; nothing that
+            // allocates or locks.
             let id = unsafe {
                 signal_hook::low_level::register(signal, move || {
                     counts[slot].fetch_add(1, Ordering::SeqCst);
-                    let _ = rustix::io::write(&*wake, b"!");
+                    crate::os::wake(&*wake);
                 })
             }?;
             caught.ids.push(id);

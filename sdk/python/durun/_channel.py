@@ -69,6 +69,11 @@ class _Waiter:
             self.loop.call_soon_threadsafe(resolve)
 
 
+def _numbered(request_id: int, body: bytes) -> bytes:
+    """A request's line (made by `_line`) with its id first."""
+    return b'{"id":%d,%s' % (request_id, body[1:])
+
+
 class _Landing:
     """A posted request's owner that wants its answer (a step whose `begin`
     was posted): handed it, with the channel's lock held, when it comes."""
@@ -157,10 +162,8 @@ class _Channel:
                     waiter.deliver(self._failure(request_id))
                     continue
                 self._waiting[request_id] = waiter
-                out.append(b'{"id":%d,%s' % (request_id, body[1:]))
-            data = b"".join(out)
-            while data:
-                data = data[os.write(self._out, data):]
+                out.append(_numbered(request_id, body))
+            self._write(b"".join(out))
             if loop is not None and not self._leading:
                 self._start_reader()
         return waiters
@@ -186,9 +189,12 @@ class _Channel:
                     about._land(self._failure(request_id))
                 return
             self._posted[request_id] = message.get("step") if about is None else about
-            data = b'{"id":%d,%s' % (request_id, body[1:])
-            while data:
-                data = data[os.write(self._out, data):]
+            self._write(_numbered(request_id, body))
+
+    def _write(self, data: bytes) -> None:
+        """With the lock held: whole lines to durun, in order."""
+        while data:
+            data = data[os.write(self._out, data):]
 
     def _read_ready(self) -> None:
         """Reads the answers that have come, without waiting for any, when
