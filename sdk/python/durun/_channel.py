@@ -36,11 +36,10 @@ _PROBE = 16
 #: their answers must not fill the pipe durun writes them to.
 _MAX_POSTED = 1024
 
-#: The answer to a commit, as durun writes it: read without `json.loads`.
-_COMMITTED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)\}\n')
-
-#: The start of the answer to a new step's `begin`.
-_OPENED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+),"replayed":false,')
+#: The start of an answer that committed a step (the whole line) or
+#: opened a new one, as durun writes them: read without `json.loads`.
+_STEPPED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,)?')
+_COMMITTED = b"}\n"
 
 
 class _Waiter:
@@ -204,8 +203,11 @@ class _Channel:
                 return
             self._leading = True
         try:
-            while (b"\n" in self._buffer or self._poll.poll(0)) and self._read_one(0.0):
-                pass
+            # One look at the pipe: what came is read in one chunk, and
+            # the lines it holds are all taken, with no second look.
+            if (b"\n" in self._buffer or self._poll.poll(0)) and self._read_one(0.0):
+                while b"\n" in self._buffer and self._read_one(0.0):
+                    pass
         finally:
             with self._lock:
                 self._leading = False
@@ -349,9 +351,9 @@ class _Channel:
             line = self._readline(spin)
             if not line:
                 return self._close("durun closed the protocol")
-            committed = _COMMITTED.fullmatch(line)
-            if committed is not None:
-                request_id, step = int(committed[1]), int(committed[2])
+            stepped = _STEPPED.match(line)
+            if stepped is not None and stepped[3] == _COMMITTED:
+                request_id, step = int(stepped[1]), int(stepped[2])
                 if step > self._last_step:
                     self._last_step = step
                 with self._lock:
@@ -362,10 +364,9 @@ class _Channel:
                     self._wake()
                 return True
             answer: Answer
-            opened = _OPENED.match(line)
-            if opened is not None and int(opened[1]) in self._posted:
+            if stepped is not None and stepped[3] is not None and int(stepped[1]) in self._posted:
                 # A posted `begin`'s answer: the rest is read if asked for.
-                answer = {"id": int(opened[1]), "ok": True, "step": int(opened[2]), "_line": line}
+                answer = {"id": int(stepped[1]), "ok": True, "step": int(stepped[2]), "_line": line}
             else:
                 answer = json.loads(line.decode("utf-8"))
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted

@@ -8,6 +8,7 @@ import itertools
 import json
 import threading
 import time
+import types
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overload
 
 from ._types import Answer, F, T
@@ -141,7 +142,8 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     # A step whose `begin` was posted is named by it: its number may not
     # be known yet.
     closes = {"step": context.step} if context._begun is None else {"begin": context._begun[1]}
-    commit = {"op": "commit", **closes, "output": stored, "usage": context.usage or _usage_of(stored)}
+    found = context.usage or (_usage_of(stored) if type(stored) is dict and "usage" in stored else None)
+    commit = {"op": "commit", **closes, "output": stored, "usage": found}
     return commit, _line(commit), stored
 
 
@@ -154,6 +156,14 @@ _DURABLE_AFTER = 0.005
 
 def _waits(commit: Dict[str, Any], began: float) -> bool:
     return bool(commit.get("usage")) or time.monotonic() - began >= _DURABLE_AFTER
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """``inspect.iscoroutinefunction``, at once for a plain function or
+    lambda (a step's usual fn), whose code alone says it."""
+    if type(fn) is types.FunctionType and not fn.__dict__:
+        return bool(fn.__code__.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn)
 
 
 def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
@@ -212,7 +222,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         token = _current.set(context)
         began = time.monotonic()
         try:
-            value = _run_sync(fn, policy.timeout, name)
+            value = fn() if policy.timeout is None else _run_sync(fn, policy.timeout, name)
         except (KeyboardInterrupt, SystemExit):
             # A stop is not the step's failure: the step stays open, and a
             # resume runs it again.
@@ -356,7 +366,7 @@ def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, ef
         raise ValueError("effect must be 'read' or 'mutate'")
     policy = _NO_RETRIES if retries == 0 and timeout is None else _Policy(retries, backoff, timeout)
     if fn is not None:
-        if inspect.iscoroutinefunction(fn):
+        if _is_async(fn):
             return _arun_step(name, {} if args is None else args, fn, effect, policy)
         return _run_step(name, {} if args is None else args, fn, effect, policy)
 
