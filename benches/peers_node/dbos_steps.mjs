@@ -1,5 +1,5 @@
 // DBOS Transact for TypeScript (@dbos-inc/dbos-sdk), the same workflow as
-// the Python peers in ../shared/peers: one workflow running N steps, each
+// the Python peers in ../peers: one workflow running N steps, each
 // appending "<pid> <i>" to a counter file and returning {i, payload}. DBOS
 // for TypeScript keeps its system database on PostgreSQL only.
 //

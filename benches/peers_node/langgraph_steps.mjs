@@ -1,5 +1,5 @@
 // LangGraph.js with its SQLite checkpointer (@langchain/langgraph-checkpoint-sqlite),
-// the same workflow as the Python peers in ../shared/peers: N sequential
+// the same workflow as the Python peers in ../peers: N sequential
 // tasks of the functional API, each appending "<pid> <i>" to a counter
 // file and returning {i, payload}. durability "sync": each task's result
 // is saved before the workflow goes on.

@@ -18,7 +18,7 @@
 //! - `DURUN_BENCH_ROUNDS` (5): samples per row; the table shows medians.
 //! - `DURUN_BENCH_STEPS` (1000): steps per sample of the per-step rows.
 //! - `DURUN_BENCH_REPLAY` (10000,100000): task sizes for the replay rows.
-//! - `DURUN_PEERS` (../shared/peers): the DBOS and LangGraph scripts; their
+//! - `DURUN_PEERS` (benches/peers): the DBOS and LangGraph scripts; their
 //!   virtualenv is made under `PEERS_WORK` (/tmp/durun-peers) on first use.
 //!   The Node peers (`benches/peers_node`: LangGraph.js, DBOS for
 //!   TypeScript on the PostgreSQL at `DURUN_BENCH_POSTGRES`, default

@@ -1,4 +1,4 @@
-//! DBOS and LangGraph on the same workflow, from `../shared/peers`.
+//! DBOS and LangGraph on the same workflow, from `benches/peers`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::{Table, median};
 
-/// `../shared/peers`: DBOS and LangGraph running the same workflow.
+/// `benches/peers`: DBOS and LangGraph running the same workflow.
 pub(crate) struct Peers {
     pub(crate) dir: PathBuf,
     pub(crate) python: PathBuf,
@@ -46,7 +46,7 @@ impl Peers {
             return None;
         }
         let dir = std::env::var_os("DURUN_PEERS").map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers"),
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers"),
             PathBuf::from,
         );
         if !dir.join("dbos_steps.py").exists() {

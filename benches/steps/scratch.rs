@@ -159,7 +159,7 @@ pub(crate) fn us_per_step(report: &Value, steps: u64) -> f64 {
 }
 
 /// The floor: the same step body and one (or two) raw SQLite commits per
-/// step, WAL, as `../shared/peers/floor` does, with durun's own SQLite.
+/// step, WAL, with durun's own SQLite: the physical floor under every peer.
 pub(crate) fn floor(root: &Path, commits: u8, sync: &str, steps: u64) -> f64 {
     let dir = root.join("floor");
     let _ = std::fs::remove_dir_all(&dir);
