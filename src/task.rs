@@ -36,6 +36,7 @@ pub(crate) fn new_task(
         created_at: journal::now(),
         max_tokens: max_tokens.or(config.max_tokens),
         queue,
+        retries: None,
     })
 }
 

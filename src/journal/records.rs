@@ -122,6 +122,10 @@ pub(crate) struct NewTask {
     pub(crate) max_tokens: Option<u64>,
     /// `submit`: the queue the task waits in, `queued`, for a worker.
     pub(crate) queue: Option<String>,
+    /// `submit`: runs after failed ones and the first one's backoff in
+    /// milliseconds (SPEC 16), recorded with the task, in its transaction:
+    /// a worker never sees the task without them.
+    pub(crate) retries: Option<(u32, u64)>,
 }
 
 #[derive(Debug, Clone)]

@@ -223,9 +223,6 @@ pub(crate) trait Queue {
     /// The greatest task id that starts with `prefix` (a schedule's last
     /// tick), if any.
     fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>>;
-    /// Gives a task retries (SPEC 16): up to `retries` runs after failed
-    /// ones, the first `backoff_ms` after the failure, then doubling.
-    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()>;
     /// The failed tasks with retries left.
     fn retryable(&mut self) -> Result<Vec<Retryable>>;
     /// Counts the task's retry (it had `used`) and leaves it interrupted

@@ -22,6 +22,7 @@ fn task(id: &str) -> NewTask {
         created_at: now(),
         max_tokens: None,
         queue: None,
+        retries: None,
     }
 }
 
@@ -279,6 +280,38 @@ fn cancel_is_final(journal: &mut dyn Journal) {
     ));
 }
 
+/// A submitted task's retries come with it, in its transaction; a task
+/// that cannot be created leaves none behind.
+fn retries_come_with_the_task(journal: &mut dyn Journal) {
+    let submitted = NewTask {
+        queue: Some("q".into()),
+        retries: Some((2, 500)),
+        ..task("t7")
+    };
+    journal.create_task(&submitted).expect("create");
+    let again = NewTask {
+        retries: Some((9, 1)),
+        ..submitted.clone()
+    };
+    journal.create_task(&again).expect_err("the id is taken");
+    let run = started(journal, "t7", &me());
+    let end = RunEnd {
+        status: TaskStatus::Failed,
+        exit_code: Some(1),
+        finished_at: now(),
+    };
+    journal
+        .finish_run("t7", run, &end, &RunStats::default())
+        .expect("finish");
+    let retryable = journal.retryable().expect("retryable");
+    let found: Vec<_> = retryable
+        .iter()
+        .filter(|task| task.id == "t7")
+        .map(|task| (task.retries, task.backoff_ms, task.used))
+        .collect();
+    assert_eq!(found, [(2, 500, 0)]);
+}
+
 fn signal(name: &str, data: serde_json::Value, id: Option<&str>) -> SignalRecord {
     SignalRecord {
         name: name.to_owned(),
@@ -428,6 +461,7 @@ fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     leases(journal);
     fenced_writes(journal);
     cancel_is_final(journal);
+    retries_come_with_the_task(journal);
     signals_budgets_and_moves(journal, other);
 }
 

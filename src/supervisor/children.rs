@@ -143,6 +143,7 @@ impl Supervisor<'_> {
             created_at: crate::journal::now(),
             max_tokens: left,
             queue,
+            retries: None,
         })
     }
 

@@ -62,7 +62,7 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
             .hint("submit it under another --task id, or `durun resume` it")
             .into());
     }
-    let task = crate::task::new_task(
+    let mut task = crate::task::new_task(
         id.clone(),
         &args.new.command,
         &cwd,
@@ -71,7 +71,6 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
         Some(args.queue.clone()),
         settings,
     )?;
-    journal.create_task(&task)?;
     // The queue's retries, from the durun.toml here, unless told.
     let (config, _) = Config::discover(args.new.config.as_deref(), &cwd)?;
     let policy = config.queue_retries.get(&args.queue).copied();
@@ -84,8 +83,9 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
             .backoff
             .or(policy.map(|(_, backoff)| backoff))
             .unwrap_or(crate::config::DEFAULT_BACKOFF);
-        journal.set_retries(&id, retries, backoff.as_millis() as u64)?;
+        task.retries = Some((retries, backoff.as_millis() as u64));
     }
+    journal.create_task(&task)?;
     println!("{id}");
     if !settings.quiet {
         crate::report::say(&format!(

@@ -104,29 +104,35 @@ impl Journal for PostgresJournal {
     }
 
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
-        self.client
-            .execute(
-                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-                     max_tokens, queue)
-                 VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
-                &[
-                    &task.id,
-                    &serde_json::to_string(&task.argv)?,
-                    &task.cwd,
-                    &task.config,
-                    &task.config_path,
-                    &task.sync.as_str(),
-                    &task.created_at,
-                    &task.max_tokens.map(|max| max as i64),
-                    &task.queue,
-                ],
-            )
-            .with_context(|| format!("failed to create task {}", task.id))?;
-        if task.queue.is_some() {
-            // A worker listening hears of it at once.
-            self.client
-                .execute("SELECT pg_notify('durun_work', 'submit')", &[])?;
+        let mut tx = self.client.transaction()?;
+        tx.execute(
+            "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
+                 max_tokens, queue)
+             VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
+            &[
+                &task.id,
+                &serde_json::to_string(&task.argv)?,
+                &task.cwd,
+                &task.config,
+                &task.config_path,
+                &task.sync.as_str(),
+                &task.created_at,
+                &task.max_tokens.map(|max| max as i64),
+                &task.queue,
+            ],
+        )
+        .with_context(|| format!("failed to create task {}", task.id))?;
+        if let Some((retries, backoff_ms)) = task.retries {
+            tx.execute(
+                sql::SET_RETRIES.postgres(),
+                &[&task.id, &(retries as i32), &(backoff_ms as i64)],
+            )?;
         }
+        if task.queue.is_some() {
+            // A worker listening hears of it once the task is there.
+            tx.execute("SELECT pg_notify('durun_work', 'submit')", &[])?;
+        }
+        tx.commit()?;
         Ok(())
     }
 

@@ -141,14 +141,6 @@ impl Queue for PostgresJournal {
         Ok(row.get(0))
     }
 
-    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()> {
-        self.client.execute(
-            sql::SET_RETRIES.postgres(),
-            &[&task, &(retries as i32), &(backoff_ms as i64)],
-        )?;
-        Ok(())
-    }
-
     fn retryable(&mut self) -> Result<Vec<Retryable>> {
         retryable(&mut self.client)
     }

@@ -42,6 +42,13 @@ impl Journal for SqliteJournal {
     }
 
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
+        // One transaction when the task comes with retries; a task
+        // without is one statement.
+        let tx = task
+            .retries
+            .is_some()
+            .then(|| self.conn.unchecked_transaction())
+            .transpose()?;
         self.conn
             .prepare_cached(
                 "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
@@ -60,6 +67,11 @@ impl Journal for SqliteJournal {
                 task.queue,
             ])
             .with_context(|| format!("failed to create task {}", task.id))?;
+        if let (Some(tx), Some((retries, backoff_ms))) = (tx, task.retries) {
+            tx.prepare_cached(sql::SET_RETRIES.sqlite())?
+                .execute(params![task.id, retries, backoff_ms as i64])?;
+            tx.commit()?;
+        }
         Ok(())
     }
 

@@ -129,13 +129,6 @@ impl Queue for SqliteJournal {
             .query_row(rusqlite::params![prefix, length], |row| row.get(0))?)
     }
 
-    fn set_retries(&mut self, task: &str, retries: u32, backoff_ms: u64) -> Result<()> {
-        self.conn
-            .prepare_cached(sql::SET_RETRIES.sqlite())?
-            .execute(params![task, retries, backoff_ms as i64])?;
-        Ok(())
-    }
-
     fn retryable(&mut self) -> Result<Vec<Retryable>> {
         let mut statement = self.conn.prepare_cached(sql::RETRYABLE.sqlite())?;
         let rows = statement.query_map([], |row| {
