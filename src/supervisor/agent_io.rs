@@ -260,9 +260,7 @@ impl AgentIo {
         os::set_nonblocking(&stdin)
             .and_then(|()| os::set_nonblocking(&stdout))
             .map_err(|err| anyhow::anyhow!("failed to set up the agent's pipes: {err}"))?;
-        let passthrough = Passthrough::start().map_err(|err| {
-            anyhow::anyhow!("failed to start a thread for the agent's output: {err}")
-        })?;
+        let passthrough = Passthrough::new();
         Ok(Self {
             reader: LineReader::streaming(BufReader::with_capacity(64 * 1024, stdout)),
             stdin: Some(stdin),

@@ -1,4 +1,5 @@
-//! Copies the agent's prints to durun's stdout, on a thread of its own.
+//! Copies the agent's prints to durun's stdout, on a thread of its own,
+//! started by the first print (most agents print nothing but requests).
 //!
 //! # Invariant
 //!
@@ -39,23 +40,34 @@ struct Queue {
 }
 
 impl Passthrough {
-    pub(super) fn start() -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            ready: Condvar::new(),
-        });
-        let copier = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("passthrough".to_owned())
-            .spawn(move || copy(&copier))?;
-        Ok(Self {
-            shared,
-            thread: Some(thread),
-        })
+    pub(super) fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                ready: Condvar::new(),
+            }),
+            thread: None,
+        }
     }
 
     /// Queues `piece`, or gives it back when the queue is full.
-    pub(super) fn offer(&self, piece: Vec<u8>) -> Result<(), Vec<u8>> {
+    pub(super) fn offer(&mut self, piece: Vec<u8>) -> Result<(), Vec<u8>> {
+        if self.thread.is_none() {
+            let copier = Arc::clone(&self.shared);
+            match std::thread::Builder::new()
+                .name("passthrough".to_owned())
+                .spawn(move || copy(&copier))
+            {
+                Ok(thread) => self.thread = Some(thread),
+                Err(_) => {
+                    // No thread to be had (the process's limit): the print
+                    // is written here, in order, rather than lost.
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(&piece).and_then(|()| out.flush());
+                    return Ok(());
+                }
+            }
+        }
         let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
         if queue.bytes > 0 && queue.bytes + piece.len() > BOUND {
             return Err(piece);
