@@ -19,6 +19,11 @@ use crate::lease::Holder;
 pub(crate) trait Journal: Signals + Transfer + Queue + Send {
     /// Sets how hard commits are pushed to disk from now on.
     fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
+    /// Whether the journal still answers: a connection that sat idle may
+    /// have been ended by the server since (a restart). A file always does.
+    fn answers(&mut self) -> bool {
+        true
+    }
     fn create_task(&mut self, task: &NewTask) -> Result<()>;
     fn task(&mut self, id: &str) -> Result<Option<TaskRecord>>;
     /// Every task, newest first.

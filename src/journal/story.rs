@@ -492,11 +492,22 @@ fn postgresql_tells_the_story() {
         ))
         .expect("schema");
     let separator = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    let url =
+        format!("{base}{separator}options=-c%20search_path%3D{schema}&application_name={schema}");
     let settings = Settings::from_env(None);
     let mut journal = postgres::PostgresJournal::open(&url, true, &settings).expect("open");
     // Its tasks move to an embedded journal: from one backend to the other.
     story(&mut journal, &mut SqliteJournal::in_memory());
+    // A session the server ended (as a restart does) no longer answers,
+    // and says so: a worker drops it from its pool.
+    assert!(journal.answers());
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1",
+            &[&schema],
+        )
+        .expect("terminate");
+    assert!(!journal.answers());
     drop(journal);
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

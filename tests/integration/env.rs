@@ -43,7 +43,10 @@ impl Postgres {
             ))
             .expect("create a schema");
         let separator = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+        // Named after the schema: a test can find its sessions.
+        let url = format!(
+            "{base}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
+        );
         Some(Self { base, schema, url })
     }
 
@@ -196,6 +199,19 @@ impl TestEnv {
 }
 
 impl TestEnv {
+    /// Ends every PostgreSQL session of this test's durun processes, as a
+    /// server restart would (and waits until they are gone).
+    pub(crate) fn end_sessions(&self) {
+        let pg = self.postgres.as_ref().expect("a PostgreSQL journal");
+        pg.client()
+            .execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+                 WHERE application_name = $1",
+                &[&pg.schema],
+            )
+            .expect("end the sessions");
+    }
+
     /// Runs SQL on the journal file directly (to age a step, say).
     pub(crate) fn sql(&self, sql: &str) {
         if let Some(pg) = &self.postgres {

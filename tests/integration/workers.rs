@@ -477,6 +477,38 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
     assert!(logs.contains("reconnecting"), "{logs}");
 }
 
+/// The server ends a worker's sessions while it idles (as a restart
+/// does): the worker reconnects, and the connection its last run left for
+/// the next is dropped, not handed to the next run to fail on.
+#[test]
+fn a_pooled_connection_the_server_ended_fails_no_run() {
+    let api = FakeApi::start();
+    let env = pool_env(&api);
+    if env.postgres.is_none() {
+        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+        return;
+    }
+    let plan = json!({"steps": [{"begin": "think", "args": {}, "do": {"sleep_ms": 10}}]});
+    submit(&env, "first", &plan, &[]);
+    let mut w = worker(&env, "w", &["--jobs", "1"]);
+    wait_for("the first task to end", Duration::from_secs(30), || {
+        status(&env, "first") == "completed"
+    });
+    env.end_sessions();
+    submit(&env, "second", &plan, &[]);
+    wait_for("the second task to end", Duration::from_secs(30), || {
+        matches!(status(&env, "second").as_str(), "completed" | "failed")
+    });
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    let log = worker_log(&env, "w");
+    assert_eq!(status(&env, "second"), "completed", "{log}");
+    assert!(
+        log.contains("reconnecting"),
+        "the sessions were ended: {log}"
+    );
+    assert!(!log.contains("ended with exit"), "a run failed: {log}");
+}
+
 /// A worker's pid taken by another process since (the worker died, the
 /// pid was reused): its claims are freed at once too, by the start time.
 #[test]

@@ -96,11 +96,14 @@ impl Runs {
     fn run(&self, id: &str, done: &AtomicBool) -> Ended {
         crate::report::tag_thread(id);
         crate::error::contain_panics();
+        // A connection that idled through a server restart is dropped
+        // here, not handed to a run that would fail on its first statement.
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+            .pop()
+            .and_then(|mut journal| journal.answers().then_some(journal));
         let mut journal =
             match idle.map_or_else(|| self.location.open(Access::Write, &self.settings), Ok) {
                 Ok(journal) => journal,
