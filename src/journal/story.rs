@@ -55,6 +55,18 @@ fn started(journal: &mut dyn Journal, task: &str, holder: &Holder) -> u32 {
     }
 }
 
+/// The run's end, as its runner records it.
+fn finish(journal: &mut dyn Journal, task: &str, run: u32, status: TaskStatus, code: Option<i32>) {
+    let end = RunEnd {
+        status,
+        exit_code: code,
+        finished_at: now(),
+    };
+    journal
+        .finish_run(task, run, &end, &RunStats::default())
+        .expect("finish");
+}
+
 fn put(
     journal: &mut dyn Journal,
     task: &str,
@@ -168,14 +180,7 @@ fn leases(journal: &mut dyn Journal) {
         journal.start_run("t3", &elsewhere(), "b").expect("second"),
         RunStart::Locked(_)
     ));
-    let end = RunEnd {
-        status: TaskStatus::Failed,
-        exit_code: Some(1),
-        finished_at: now(),
-    };
-    journal
-        .finish_run("t3", 1, &end, &RunStats::default())
-        .expect("finish");
+    finish(journal, "t3", 1, TaskStatus::Failed, Some(1));
     assert_eq!(started(journal, "t3", &elsewhere()), 2);
     let runs: Vec<(u32, Option<i32>)> = journal
         .runs("t3")
@@ -193,14 +198,7 @@ fn fenced_writes(journal: &mut dyn Journal) {
     let old = started(journal, "t4", &me());
     put(journal, "t4", &step(1, StepStatus::Committed), true, old).expect("held");
     // The old run's end is recorded without its lease; another takes over.
-    let end = RunEnd {
-        status: TaskStatus::Interrupted,
-        exit_code: None,
-        finished_at: now(),
-    };
-    journal
-        .finish_run("t4", old, &end, &RunStats::default())
-        .expect("finish");
+    finish(journal, "t4", old, TaskStatus::Interrupted, None);
     let new = started(journal, "t4", &elsewhere());
     let mut theirs = step(2, StepStatus::Committed);
     theirs.attempts = 7;
@@ -262,14 +260,7 @@ fn cancel_is_final(journal: &mut dyn Journal) {
     );
     put(journal, "t5", &step(1, StepStatus::Committed), false, run)
         .expect("a finished step is kept");
-    let end = RunEnd {
-        status: TaskStatus::Completed,
-        exit_code: Some(0),
-        finished_at: now(),
-    };
-    journal
-        .finish_run("t5", run, &end, &RunStats::default())
-        .expect("finish");
+    finish(journal, "t5", run, TaskStatus::Completed, Some(0));
     let task = journal.task("t5").expect("task").expect("exists");
     assert_eq!(task.status, TaskStatus::Cancelled);
     assert!(matches!(
@@ -295,14 +286,7 @@ fn retries_come_with_the_task(journal: &mut dyn Journal) {
     };
     journal.create_task(&again).expect_err("the id is taken");
     let run = started(journal, "t7", &me());
-    let end = RunEnd {
-        status: TaskStatus::Failed,
-        exit_code: Some(1),
-        finished_at: now(),
-    };
-    journal
-        .finish_run("t7", run, &end, &RunStats::default())
-        .expect("finish");
+    finish(journal, "t7", run, TaskStatus::Failed, Some(1));
     let retryable = journal.retryable().expect("retryable");
     let found: Vec<_> = retryable
         .iter()

@@ -100,8 +100,11 @@ def usage(input_tokens: int = 0, output_tokens: int = 0) -> None:
 
 
 def _usage_of(value: Any) -> Optional[Dict[str, Any]]:
-    """Token usage found in an LLM-shaped answer (OpenAI or Anthropic)."""
-    found = value.get("usage") if isinstance(value, dict) else None
+    """Token usage found in an LLM-shaped answer (OpenAI or Anthropic), as
+    `_encode` stored it (a plain dict, or no usage)."""
+    if type(value) is not dict or "usage" not in value:
+        return None
+    found = value["usage"]
     if isinstance(found, dict) and any(k in found for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")):
         return found
     return None
@@ -142,7 +145,7 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     # A step whose `begin` was posted is named by it: its number may not
     # be known yet.
     closes = {"step": context.step} if context._begun is None else {"begin": context._begun[1]}
-    found = context.usage or (_usage_of(stored) if type(stored) is dict and "usage" in stored else None)
+    found = context.usage or _usage_of(stored)
     commit = {"op": "commit", **closes, "output": stored, "usage": found}
     return commit, _line(commit), stored
 

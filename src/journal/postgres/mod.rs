@@ -109,24 +109,13 @@ impl Journal for PostgresJournal {
     }
 
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
+        // A plain task is one statement; one with retries or a queue is
+        // one transaction, so no worker sees it without its retries.
+        if task.retries.is_none() && task.queue.is_none() {
+            return insert_task(&mut self.client, task);
+        }
         let mut tx = self.client.transaction()?;
-        tx.execute(
-            "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-                 max_tokens, queue)
-             VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
-            &[
-                &task.id,
-                &serde_json::to_string(&task.argv)?,
-                &task.cwd,
-                &task.config,
-                &task.config_path,
-                &task.sync.as_str(),
-                &task.created_at,
-                &task.max_tokens.map(|max| max as i64),
-                &task.queue,
-            ],
-        )
-        .with_context(|| format!("failed to create task {}", task.id))?;
+        insert_task(&mut tx, task)?;
         if let Some((retries, backoff_ms)) = task.retries {
             tx.execute(
                 sql::SET_RETRIES.postgres(),
@@ -533,4 +522,27 @@ impl Journal for PostgresJournal {
         )?;
         Ok(())
     }
+}
+
+/// The task's row, queued when it names a queue.
+fn insert_task(client: &mut impl cached::Queries, task: &NewTask) -> Result<()> {
+    client
+        .execute(
+            "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
+                 max_tokens, queue)
+             VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
+            &[
+                &task.id,
+                &serde_json::to_string(&task.argv)?,
+                &task.cwd,
+                &task.config,
+                &task.config_path,
+                &task.sync.as_str(),
+                &task.created_at,
+                &task.max_tokens.map(|max| max as i64),
+                &task.queue,
+            ],
+        )
+        .with_context(|| format!("failed to create task {}", task.id))?;
+    Ok(())
 }

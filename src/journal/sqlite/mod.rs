@@ -67,9 +67,12 @@ impl Journal for SqliteJournal {
                 task.queue,
             ])
             .with_context(|| format!("failed to create task {}", task.id))?;
-        if let (Some(tx), Some((retries, backoff_ms))) = (tx, task.retries) {
-            tx.prepare_cached(sql::SET_RETRIES.sqlite())?
+        if let Some((retries, backoff_ms)) = task.retries {
+            self.conn
+                .prepare_cached(sql::SET_RETRIES.sqlite())?
                 .execute(params![task.id, retries, backoff_ms as i64])?;
+        }
+        if let Some(tx) = tx {
             tx.commit()?;
         }
         Ok(())
