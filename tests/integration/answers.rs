@@ -122,6 +122,10 @@ for value in (float("nan"), "\udcff"):
     except ValueError as exc:
         print("refused:", exc, flush=True)
 print("ok", durun.step("t", {}, lambda: 2), flush=True)
+try:
+    durun.step("u", {}, lambda: float("inf"))
+except (TypeError, ValueError) as exc:
+    print("refused:", exc, flush=True)
 "#,
     );
     let output = env.durun(&["run", "--task", "sdk", "--", "python3", "agent.py"]);
@@ -135,9 +139,16 @@ print("ok", durun.step("t", {}, lambda: 2), flush=True)
         stderr.contains("holds a string with a lone surrogate"),
         "{stderr}"
     );
+    // A value that cannot be journaled fails its step, named.
+    assert!(
+        stderr.contains("refused: durun: the commit of 'u' holds NaN or Infinity"),
+        "{stderr}"
+    );
     let steps = env.inspect("sdk")["steps"].clone();
-    assert_eq!(steps.as_array().expect("steps").len(), 1);
+    assert_eq!(steps.as_array().expect("steps").len(), 2);
     assert_eq!(steps[0]["name"], "t");
+    assert_eq!(steps[1]["name"], "u");
+    assert_eq!(steps[1]["status"], "failed");
 }
 
 #[test]

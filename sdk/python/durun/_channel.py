@@ -363,12 +363,20 @@ class _Channel:
                             waiter.deliver({"id": request_id, "ok": True, "step": step})
                     self._wake()
                 return True
-            answer: Answer
-            if stepped is not None and stepped[3] is not None and int(stepped[1]) in self._posted:
-                # A posted `begin`'s answer: the rest is read if asked for.
-                answer = {"id": int(stepped[1]), "ok": True, "step": int(stepped[2]), "_line": line}
-            else:
-                answer = json.loads(line.decode("utf-8"))
+            if stepped is not None and stepped[3] is not None:
+                request_id, step = int(stepped[1]), int(stepped[2])
+                with self._lock:
+                    about = self._posted.get(request_id)
+                    if isinstance(about, _Landing):
+                        # A posted `begin` opened its step: the rest of
+                        # the answer is read if asked for.
+                        del self._posted[request_id]
+                        if step > self._last_step:
+                            self._last_step = step
+                        about._land({"id": request_id, "ok": True, "step": step, "_line": line})
+                        self._wake()
+                        return True
+            answer: Answer = json.loads(line.decode("utf-8"))
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
         if (answer.get("error") or {}).get("code") == "cancelled":
@@ -385,8 +393,8 @@ class _Channel:
                     about._land(answer)
                     about = None
                 if not answer.get("ok") and self._refused is None:
-                    step = about() if callable(about) else about
-                    self._refused = {**answer, "step": answer.get("step", step)}
+                    about = about() if callable(about) else about
+                    self._refused = {**answer, "step": answer.get("step", about)}
             else:
                 waiter = self._waiting.pop(request_id, None)
                 if waiter is not None:

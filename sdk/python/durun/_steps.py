@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
-from ._values import _SCALARS, _encode, _line
+from ._values import _SCALARS, _begin_line, _commit_line, _encode
 from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, active
 
 
@@ -147,7 +147,7 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
     closes = {"step": context.step} if context._begun is None else {"begin": context._begun[1]}
     found = context.usage or _usage_of(stored)
     commit = {"op": "commit", **closes, "output": stored, "usage": found}
-    return commit, _line(commit), stored
+    return commit, _commit_line(commit, name), stored
 
 
 # A step that reported token usage, or whose body ran this long, returns
@@ -211,10 +211,12 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         # `begin` is answered meanwhile, checked as posted commits are.
         begin = _begin(name, args, effect)
         context = StepContext(0, "", 1, False)
-        channel.post(begin, _line(begin), context)
+        channel.post(begin, _begin_line(begin), context)
         context._begun = (channel, begin["id"])
     else:
-        opened = _checked(channel.request(_begin(name, args, effect), _SPIN_DURABLE if effect == "mutate" else _SPIN))
+        begin = _begin(name, args, effect)
+        opened = _checked(channel.request_line(begin, _begin_line(begin),
+                                               _SPIN_DURABLE if effect == "mutate" else _SPIN))
         if opened.get("replayed"):
             # The recorded value of the step: what fn returned when it ran.
             return cast(T, opened["output"])
@@ -283,7 +285,8 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
                     raise
                 await asyncio.sleep(policy.delay(attempt))
     channel = _get_channel()
-    opened = _checked(await channel.arequest(_begin(name, args, effect)))
+    begin = _begin(name, args, effect)
+    opened = _checked(await channel.arequest_line(begin, _begin_line(begin)))
     if opened.get("replayed"):
         return cast(T, opened["output"])
     context = StepContext._opened(opened)
