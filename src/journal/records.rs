@@ -176,6 +176,10 @@ pub(crate) struct RunRecord {
     pub(crate) stats: RunStats,
     /// Recorded proxy and MCP steps no request of this run asked for.
     pub(crate) unreplayed: Vec<u64>,
+    /// Why durun ended the run, as it told the user: `durun: …` and the
+    /// lines after it (a divergence's diff); None when the agent's exit
+    /// ended it.
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +200,8 @@ pub(crate) struct RunEnd {
     pub(crate) status: TaskStatus,
     pub(crate) exit_code: Option<i32>,
     pub(crate) finished_at: String,
+    /// See [`RunRecord::error`].
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -165,7 +165,7 @@ pub(crate) static RETRY_TASK: Sql = Sql::new(
 
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
-                    replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed, error
              FROM runs WHERE task_id = $1 ORDER BY run",
 );
 
@@ -188,8 +188,9 @@ pub(crate) static SET_OUTPUT: Sql =
     Sql::new("UPDATE tasks SET output = $2, updated_at = $3 WHERE id = $1");
 
 /// A run's end.
-pub(crate) static END_RUN: Sql =
-    Sql::new("UPDATE runs SET finished_at = $3, exit_code = $4 WHERE task_id = $1 AND run = $2");
+pub(crate) static END_RUN: Sql = Sql::new(
+    "UPDATE runs SET finished_at = $3, exit_code = $4, error = $5 WHERE task_id = $1 AND run = $2",
+);
 
 /// The task's status after a run, and its lease released, if this run holds it.
 pub(crate) static END_TASK_RUN: Sql = Sql::new(

@@ -55,12 +55,14 @@ fn started(journal: &mut dyn Journal, task: &str, holder: &Holder) -> u32 {
     }
 }
 
-/// The run's end, as its runner records it.
+/// The run's end, as its runner records it; a failed run with what durun
+/// said about it.
 fn finish(journal: &mut dyn Journal, task: &str, run: u32, status: TaskStatus, code: Option<i32>) {
     let end = RunEnd {
         status,
         exit_code: code,
         finished_at: now(),
+        error: (status == TaskStatus::Failed).then(|| format!("durun: {task} failed\n  why")),
     };
     journal
         .finish_run(task, run, &end, &RunStats::default())
@@ -182,13 +184,19 @@ fn leases(journal: &mut dyn Journal) {
     ));
     finish(journal, "t3", 1, TaskStatus::Failed, Some(1));
     assert_eq!(started(journal, "t3", &elsewhere()), 2);
-    let runs: Vec<(u32, Option<i32>)> = journal
+    let runs: Vec<(u32, Option<i32>, Option<String>)> = journal
         .runs("t3")
         .expect("runs")
-        .iter()
-        .map(|run| (run.run, run.exit_code))
+        .into_iter()
+        .map(|run| (run.run, run.exit_code, run.error))
         .collect();
-    assert_eq!(runs, [(1, Some(1)), (2, None)]);
+    assert_eq!(
+        runs,
+        [
+            (1, Some(1), Some("durun: t3 failed\n  why".to_owned())),
+            (2, None, None)
+        ]
+    );
 }
 
 /// A run that lost its lease writes nothing: not a step, not an output,

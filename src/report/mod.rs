@@ -118,20 +118,27 @@ pub(crate) fn error(err: &anyhow::Error) {
     // still prints.
     let mut out = Vec::new();
     // Messages quote task ids, step names and tool output: escaped.
-    let _ = writeln!(out, "durun: {}", escape(&with_journal(&err.to_string())));
+    for line in described(err) {
+        let _ = writeln!(out, "{}", escape(&line));
+    }
+    tagged::write_stderr(&out);
+}
+
+/// The lines [`error`] prints, unescaped: `durun: <what happened>`, the
+/// causes, the details and the hint.
+pub(crate) fn described(err: &anyhow::Error) -> Vec<String> {
+    let mut lines = vec![format!("durun: {}", with_journal(&err.to_string()))];
     for cause in err.chain().skip(1) {
-        let _ = writeln!(out, "  caused by: {}", escape(&cause.to_string()));
+        lines.push(format!("  caused by: {cause}"));
     }
     let failure = crate::error::failure_of(err);
     if let Some(details) = failure.and_then(|failure| failure.details.as_deref()) {
-        for line in details.lines() {
-            let _ = writeln!(out, "  {}", escape(line));
-        }
+        lines.extend(details.lines().map(|line| format!("  {line}")));
     }
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
-        let _ = writeln!(out, "  hint: {}", escape(&with_journal(hint)));
+        lines.push(format!("  hint: {}", with_journal(hint)));
     }
-    tagged::write_stderr(&out);
+    lines
 }
 
 /// The journal the command line named with `--journal`, if it did: the

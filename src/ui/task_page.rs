@@ -309,9 +309,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord]) {
     );
     for run in runs {
         let exit = match run.exit_code {
-            Some(exit_code::DIVERGENCE) => {
-                "65 diverged: <code>durun resume</code> prints the diff".to_owned()
-            }
+            Some(exit_code::DIVERGENCE) => "65 diverged".to_owned(),
             Some(code) => code.to_string(),
             None => String::new(),
         };
@@ -329,6 +327,15 @@ fn runs_table(body: &mut String, runs: &[RunRecord]) {
             thousands(run.stats.tokens_spent),
             thousands(run.stats.tokens_saved),
         );
+        // Why durun ended it, as the terminal showed it: a divergence's
+        // diff, a journal error.
+        if let Some(error) = &run.error {
+            let _ = write!(
+                body,
+                "<tr class=\"run-error\"><td colspan=\"9\"><pre>{}</pre></td></tr>",
+                text(error)
+            );
+        }
     }
     body.push_str("</tbody></table>");
 }

@@ -300,6 +300,25 @@ fn a_changed_path_is_divergence_not_a_new_step() {
     assert_eq!(view["steps"][1]["args"]["title"], "Fix typo");
     assert_eq!(view["steps"][1]["status"], "pending");
     assert_eq!(view["steps"].as_array().expect("steps").len(), 2);
+    // The run keeps what durun said, diff and all, for whoever looks later.
+    assert!(view["task"]["runs"][0].get("error").is_none(), "{view}");
+    let said = view["task"]["runs"][1]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        said.starts_with("durun: step 2 of task d diverged from the journal"),
+        "{said}"
+    );
+    assert!(
+        said.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
+        "{said}"
+    );
+    let shown = text(&env.durun(&["inspect", "d"]).stdout);
+    assert!(shown.contains("run 2 was ended by durun:"), "{shown}");
+    assert!(
+        shown.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
+        "{shown}"
+    );
 }
 
 #[test]

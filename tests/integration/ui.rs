@@ -409,6 +409,35 @@ fn journal_data_is_shown_as_text_never_as_markup() {
 }
 
 #[test]
+fn a_divergence_shows_its_diff_on_the_task_page() {
+    let env = TestEnv::new();
+    let plan = |title: &str| {
+        serde_json::json!({"steps": [
+            {"begin": "open_pr", "effect": "mutate", "args": {"title": title}, "do": {"value": 1}},
+        ]})
+    };
+    let agent = env.scripted_agent("plan.json", &plan("<b>Fix</b>"));
+    let mut args = vec!["run", "--task", "d", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    env.durun(&args);
+    env.sql("UPDATE tasks SET status = 'failed'");
+    env.scripted_agent("plan.json", &plan("Rewrite"));
+    assert_eq!(env.durun(&["resume", "d"]).status.code(), Some(65));
+    let ui = Ui::start(&env, &[]);
+    let page = ui.get("/tasks/d").body;
+    let row = page
+        .split("<tr class=\"run-error\">")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(row.contains("diverged from the journal"), "{page}");
+    // The recorded args are shown as text, never as markup.
+    assert!(
+        row.contains("args.title: &quot;&lt;b&gt;Fix&lt;/b&gt;&quot; -&gt; &quot;Rewrite&quot;"),
+        "{row}"
+    );
+}
+
+#[test]
 fn the_api_answers_what_inspect_json_prints() {
     let env = TestEnv::new();
     let task = evil_task(&env);

@@ -109,6 +109,10 @@ pub(super) struct RunOut<'a> {
     /// Recorded proxy and MCP steps no request of this run asked for.
     #[serde(skip_serializing_if = "<[u64]>::is_empty")]
     not_replayed: &'a [u64],
+    /// Why durun ended the run (a divergence and its diff, say), as it
+    /// told the user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: &'a Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -206,6 +210,7 @@ pub(super) fn task_out<'a>(
                 started_at: &run.started_at,
                 finished_at: &run.finished_at,
                 not_replayed: &run.unreplayed,
+                error: &run.error,
             })
             .collect(),
     }

@@ -299,6 +299,19 @@ pub(super) fn task_view(
             .collect();
         out.push_str(&table::render(style, &columns, &rows));
     }
+    // Why durun ended the last run (a divergence's diff, say): the
+    // terminal that showed it may be long gone.
+    if let Some((run, error)) = runs
+        .last()
+        .and_then(|run| Some((run.run, run.error.as_deref()?)))
+    {
+        out.push('\n');
+        let title = format!("run {run} was ended by durun:");
+        let _ = writeln!(out, "{}", style.paint(Tone::Bad, &title));
+        for line in error.lines() {
+            let _ = writeln!(out, "  {}", escape(line));
+        }
+    }
     out.push('\n');
     if steps.is_empty() {
         out.push_str("no steps yet\n");

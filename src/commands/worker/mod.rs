@@ -521,6 +521,7 @@ impl Worker<'_> {
                 status: TaskStatus::Interrupted,
                 exit_code: Some(exit_code::INTERNAL),
                 finished_at: journal::now(),
+                error: Some("durun: the run's thread panicked (a bug in durun)".to_owned()),
             };
             journal.finish_run(id, run.run, &end, &RunStats::default())?;
         }

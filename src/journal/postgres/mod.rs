@@ -65,7 +65,13 @@ impl PostgresJournal {
         let mut tx = self.client.transaction()?;
         tx.execute(
             sql::END_RUN.postgres(),
-            &[&task, &(run as i32), &end.finished_at, &end.exit_code],
+            &[
+                &task,
+                &(run as i32),
+                &end.finished_at,
+                &end.exit_code,
+                &end.error,
+            ],
         )?;
         write_stats(&mut tx, task, run, stats)?;
         tx.execute(
@@ -164,6 +170,7 @@ impl Journal for PostgresJournal {
                     tokens_saved: row.get::<_, i64>(9) as u64,
                 },
                 unreplayed: super::rows::step_list(row.get::<_, Option<String>>(10).as_deref()),
+                error: row.get(11),
             })
             .collect())
     }

@@ -132,6 +132,10 @@ CREATE TABLE task_retries (
     used       INTEGER NOT NULL DEFAULT 0
 );
 ",
+    // SPEC 15: why durun ended a run, as it told the user (a divergence
+    // with its diff, a journal error, a spent budget): `inspect` and the
+    // web view show it after the terminal is gone.
+    "ALTER TABLE runs ADD COLUMN error TEXT",
 ];
 
 /// The schema version this durun writes.

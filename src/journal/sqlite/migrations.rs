@@ -145,6 +145,12 @@ CREATE TABLE task_retries (
     used       INTEGER NOT NULL DEFAULT 0
 );
 ",
+    r"
+-- SPEC 15: why durun ended a run, as it told the user (a divergence with
+-- its diff, a journal error, a spent budget): `inspect` and the web view
+-- show it after the terminal is gone.
+ALTER TABLE runs ADD COLUMN error TEXT;
+",
 ];
 
 /// `PRAGMA application_id` of a durun journal ("durn"): a file with other

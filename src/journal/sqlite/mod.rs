@@ -132,6 +132,7 @@ impl Journal for SqliteJournal {
                     unreplayed: super::rows::step_list(
                         row.get::<_, Option<String>>(10)?.as_deref(),
                     ),
+                    error: row.get(11)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
@@ -346,7 +347,7 @@ impl Journal for SqliteJournal {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
             sql::END_RUN.sqlite(),
-            params![task, run, end.finished_at, end.exit_code],
+            params![task, run, end.finished_at, end.exit_code, end.error],
         )?;
         write_stats(&tx, task, run, stats)?;
         // Release the lease only if this run still holds it; a cancel that
