@@ -5,7 +5,6 @@ import contextvars
 import functools
 import inspect
 import itertools
-import json
 import threading
 import time
 import types
@@ -14,7 +13,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
 from ._values import _SCALARS, _begin_line, _commit_line, _encode
-from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, active
+from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, _parsed, active
 
 
 # Steps.
@@ -49,7 +48,7 @@ class StepContext(_Landing):
             channel._await_until(lambda: self._begin_answer is not None, _SPIN)
             answer = cast(Answer, self._begin_answer)
             if "_line" in answer:
-                answer = json.loads(answer["_line"])
+                answer = _parsed(answer["_line"])
             answer = _checked(answer)
             self._begun = None
             self._step, self._key = answer["step"], answer.get("idempotency_key", "")
