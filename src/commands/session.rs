@@ -128,7 +128,7 @@ pub(super) fn drive(
                 status: TaskStatus::Failed,
                 exit_code: Some(exit_code::INTERNAL),
                 finished_at: journal::now(),
-                error: Some(report::described(&err).join("\n")),
+                error: Some(report::described(&err)),
             };
             let _ = journal.finish_run(&task.id, run, &end, &journal::RunStats::default());
             return Err(err);
@@ -138,10 +138,7 @@ pub(super) fn drive(
         status: outcome.status,
         exit_code: Some(outcome.exit_code),
         finished_at: journal::now(),
-        error: outcome
-            .failure
-            .as_ref()
-            .map(|err| report::described(err).join("\n")),
+        error: outcome.failure.as_ref().map(report::described),
     };
     let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
     // An agent that could not be started leaves nothing behind.

@@ -118,15 +118,14 @@ pub(crate) fn error(err: &anyhow::Error) {
     // still prints.
     let mut out = Vec::new();
     // Messages quote task ids, step names and tool output: escaped.
-    for line in described(err) {
-        let _ = writeln!(out, "{}", escape(&line));
-    }
+    let _ = writeln!(out, "{}", escape(&described(err)));
     tagged::write_stderr(&out);
 }
 
-/// The lines [`error`] prints, unescaped: `durun: <what happened>`, the
-/// causes, the details and the hint.
-pub(crate) fn described(err: &anyhow::Error) -> Vec<String> {
+/// What [`error`] prints, unescaped: `durun: <what happened>`, the
+/// causes, the details and the hint, a line each (what a run keeps as its
+/// `error`).
+pub(crate) fn described(err: &anyhow::Error) -> String {
     let mut lines = vec![format!("durun: {}", with_journal(&err.to_string()))];
     for cause in err.chain().skip(1) {
         lines.push(format!("  caused by: {cause}"));
@@ -138,7 +137,7 @@ pub(crate) fn described(err: &anyhow::Error) -> Vec<String> {
     if let Some(hint) = failure.and_then(|failure| failure.hint.as_deref()) {
         lines.push(format!("  hint: {}", with_journal(hint)));
     }
-    lines
+    lines.join("\n")
 }
 
 /// The journal the command line named with `--journal`, if it did: the

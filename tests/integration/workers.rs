@@ -14,6 +14,16 @@ use crate::env::{TestEnv, text, wait_exit, wait_for};
 use crate::servers::FakeApi;
 
 /// A test environment whose leases go stale in 1.5 s.
+/// `pool_env` on PostgreSQL, or None (the test is skipped) without it.
+fn postgres_pool_env(api: &FakeApi) -> Option<TestEnv> {
+    let env = pool_env(api);
+    if env.postgres.is_none() {
+        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+        return None;
+    }
+    Some(env)
+}
+
 fn pool_env(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
     env.set("API_URL", &api.url);
@@ -429,11 +439,9 @@ fn bad_submissions_fail_their_task_not_the_worker() {
 #[ignore = "restarts the PostgreSQL server: .ci/run runs it alone"]
 fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
     let api = FakeApi::start();
-    let env = pool_env(&api);
-    if env.postgres.is_none() {
-        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+    let Some(env) = postgres_pool_env(&api) else {
         return;
-    }
+    };
     let ids: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let plan = json!({"steps": [
@@ -483,11 +491,9 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
 #[test]
 fn a_pooled_connection_the_server_ended_fails_no_run() {
     let api = FakeApi::start();
-    let env = pool_env(&api);
-    if env.postgres.is_none() {
-        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+    let Some(env) = postgres_pool_env(&api) else {
         return;
-    }
+    };
     let plan = json!({"steps": [{"begin": "think", "args": {}, "do": {"sleep_ms": 10}}]});
     submit(&env, "first", &plan, &[]);
     let mut w = worker(&env, "w", &["--jobs", "1"]);
