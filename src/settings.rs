@@ -54,9 +54,12 @@ pub(crate) struct Settings {
     /// `DURUN_SYNC`, checked when a task is created.
     sync: Option<String>,
     pub(crate) lease: LeaseTimes,
-    /// This runner as it would hold a lease (`DURUN_HOST_ID` or the host
-    /// name, this process).
-    pub(crate) holder: Holder,
+    /// `DURUN_HOST_ID`, the host name a lease records if set.
+    host_id: Option<String>,
+    /// This runner as it would hold a lease: made when first asked for
+    /// (the host name and this process's start time are two file reads
+    /// that `durun step`, which takes no lease, need not pay).
+    holder: std::sync::OnceLock<Holder>,
     pub(crate) busy_timeout: Duration,
     /// `DURUN_TEST_NOW`: the time `inspect` measures ages from and waits
     /// and sleeps take as now, for tests: a test can pretend a sleep's
@@ -113,7 +116,8 @@ impl Settings {
             quiet: false,
             sync: var("DURUN_SYNC"),
             lease: LeaseTimes { heartbeat, stale },
-            holder: Holder::current(var("DURUN_HOST_ID")),
+            host_id: var("DURUN_HOST_ID"),
+            holder: std::sync::OnceLock::new(),
             busy_timeout: millis("DURUN_BUSY_TIMEOUT_MS").unwrap_or(BUSY_TIMEOUT),
             fixed_now: var("DURUN_TEST_NOW").and_then(|text| humantime::parse_rfc3339(&text).ok()),
             user: var("USER").or_else(|| var("LOGNAME")),
@@ -150,12 +154,19 @@ impl Settings {
         self.journal.as_deref()
     }
 
+    /// This runner as it would hold a lease (`DURUN_HOST_ID` or the host
+    /// name, this process).
+    pub(crate) fn holder(&self) -> &Holder {
+        self.holder
+            .get_or_init(|| Holder::current(self.host_id.clone()))
+    }
+
     /// The operator as the journal records who did something: `user@host`.
     pub(crate) fn operator(&self) -> String {
         format!(
             "{}@{}",
             self.user.as_deref().unwrap_or("unknown"),
-            self.holder.host
+            self.holder().host
         )
     }
 

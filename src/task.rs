@@ -49,7 +49,7 @@ pub(crate) fn shown_status(task: &TaskRecord, settings: &Settings) -> TaskStatus
     let live = task.lease.as_ref().is_some_and(|lease| {
         lease::is_live(
             lease,
-            &settings.holder,
+            settings.holder(),
             journal::now_ms(),
             settings.lease.stale,
         )

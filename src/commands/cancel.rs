@@ -36,7 +36,7 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
         }
         _ => {}
     }
-    let held = journal.request_cancel(&task.id, &settings.holder)?;
+    let held = journal.request_cancel(&task.id, settings.holder())?;
     cancel_children(journal.as_mut(), &task.id, settings)?;
     if !held {
         crate::report::say(&format!("task {} cancelled", task.id));
@@ -57,7 +57,7 @@ pub(crate) fn exec(args: &CancelArgs, settings: &Settings) -> Result<i32> {
         let running = task.lease.as_ref().is_some_and(|lease| {
             lease::is_live(
                 lease,
-                &settings.holder,
+                settings.holder(),
                 journal::now_ms(),
                 settings.lease.stale,
             )
@@ -91,7 +91,7 @@ fn cancel_children(
             ) {
                 continue;
             }
-            journal.request_cancel(&child.id, &settings.holder)?;
+            journal.request_cancel(&child.id, settings.holder())?;
             crate::report::say(&format!(
                 "task {} cancelled with its parent {parent}",
                 child.id

@@ -27,7 +27,7 @@ pub(crate) fn exec(args: &GcArgs, settings: &Settings) -> Result<i32> {
         return Ok(0);
     }
     let mut journal = location.open(Access::Write, settings)?;
-    let removed = journal.gc(&cutoff, &settings.holder)?;
+    let removed = journal.gc(&cutoff, settings.holder())?;
     // The ids go to stdout, for scripts; the summary to stderr.
     for id in &removed {
         println!("{id}");

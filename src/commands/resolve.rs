@@ -25,7 +25,7 @@ pub(crate) fn exec(args: &ResolveArgs, settings: &Settings) -> Result<i32> {
         by: settings.operator(),
         at: journal::now(),
     };
-    let step = journal.resolve(&args.task, args.step, &resolution, &settings.holder)?;
+    let step = journal.resolve(&args.task, args.step, &resolution, settings.holder())?;
     let what = match &resolution.action {
         ResolutionAction::Retry => "it runs again on the next resume".to_owned(),
         ResolutionAction::Output(_) => "recorded as done with the given output".to_owned(),

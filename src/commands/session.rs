@@ -50,7 +50,7 @@ pub(super) fn drive(
     // that loses it ends this run too, and the first step written at the
     // task's sync mode takes it along (one fsync fewer per start).
     journal.set_sync(SyncMode::Normal)?;
-    let started = journal.start_run(&task.id, &settings.holder, &journal::now());
+    let started = journal.start_run(&task.id, settings.holder(), &journal::now());
     journal.set_sync(task.sync)?;
     let (run, leased_at) = match started? {
         RunStart::Started { run, leased_at } => (run, leased_at),
@@ -96,10 +96,7 @@ pub(super) fn drive(
         crash_at: limits.crash_at,
         traceparent,
         journal_arg: settings.journal_arg(),
-        child_jobs: limits.child_jobs.map_or_else(
-            || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            |jobs| jobs as usize,
-        ),
+        child_jobs: limits.child_jobs.map(|jobs| jobs as usize),
         parent: crate::task::parent_of(journal, &task.id)?,
         seeds: std::env::var_os(supervisor::SEEDS)
             .map(|path| {

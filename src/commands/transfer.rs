@@ -89,7 +89,7 @@ pub(crate) fn import(args: &ImportArgs, settings: &Settings) -> Result<i32> {
     let id = journal::task_id(&rows)?;
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
-    journal.import(&rows, args.replace, &settings.holder)?;
+    journal.import(&rows, args.replace, settings.holder())?;
     let status = rows
         .task
         .get("status")
@@ -165,7 +165,7 @@ pub(crate) fn fork(args: &ForkArgs, settings: &Settings) -> Result<i32> {
     }
     release(&mut rows.task);
     rows.task.insert("imported_at".to_owned(), Value::Null);
-    journal.import(&rows, false, &settings.holder)?;
+    journal.import(&rows, false, settings.holder())?;
     crate::report::say(&format!(
         "forked task {} into {id}: steps 1-{} replay from the copy, step {from} on runs anew; `durun resume {id}` runs it",
         args.task,

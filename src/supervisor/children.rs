@@ -150,7 +150,10 @@ impl Supervisor<'_> {
     /// Runs the child beside the agent now, or once a runner ends when
     /// `child_jobs` run already.
     fn start_child(&mut self, child: &str) {
-        if self.children.running >= self.spec.child_jobs.max(1) {
+        let jobs = self.spec.child_jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        });
+        if self.children.running >= jobs.max(1) {
             self.children.waiting.push_back(child.to_owned());
         } else {
             self.run_child(child);

@@ -61,8 +61,10 @@ pub(crate) struct RunSpec<'a> {
     /// `--journal` or `DURUN_JOURNAL`, for the runners of child tasks
     /// (SPEC 16).
     pub(crate) journal_arg: Option<&'a str>,
-    /// How many children without a queue run at once beside the agent.
-    pub(crate) child_jobs: usize,
+    /// How many children without a queue run at once beside the agent
+    /// (`--jobs`); by default the cores, counted when a child first needs
+    /// them (reading the cgroup's limits costs every start otherwise).
+    pub(crate) child_jobs: Option<usize>,
     /// For a child task: its parent's id and the args it was spawned
     /// with, the agent's DURUN_PARENT_TASK and DURUN_ARGS.
     pub(crate) parent: Option<(String, String)>,

@@ -126,12 +126,12 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
                 }
             })?;
     }
-    let id = format!("{}:{}", settings.holder.host, settings.holder.pid);
+    let id = format!("{}:{}", settings.holder().host, settings.holder().pid);
     let mut worker = Worker {
         record: WorkerRecord {
             id: id.clone(),
-            host: settings.holder.host.clone(),
-            pid: settings.holder.pid,
+            host: settings.holder().host.clone(),
+            pid: settings.holder().pid,
             queues,
             jobs: args.jobs,
             started_at: journal::now(),
@@ -439,7 +439,7 @@ impl Worker<'_> {
             TaskStatus::Running => !task.lease.as_ref().is_some_and(|held| {
                 lease::is_live(
                     held,
-                    &self.settings.holder,
+                    self.settings.holder(),
                     now_ms,
                     self.settings.lease.stale,
                 )
