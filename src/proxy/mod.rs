@@ -107,31 +107,71 @@ pub(crate) enum End {
 /// How the proxy reaches the loop: `false` once the loop is gone.
 pub(crate) type Inbox = Box<dyn Fn(ToLoop) -> bool + Send + Sync>;
 
-/// A running proxy; it stops when dropped.
+/// The proxy of a run: its port is bound at once (the agent's
+/// environment names it), its thread and runtime start with the first
+/// client (most runs never call a model through durun, and the thread
+/// cost every start a few hundred microseconds); it stops when dropped.
 pub(crate) struct Proxy {
     /// `http://127.0.0.1:PORT/SECRET`.
     base: String,
     routes: Arc<Routes>,
+    /// Until the first client: what the thread is started with.
+    idle: Option<Idle>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A proxy bound but not yet serving.
+struct Idle {
+    listener: std::net::TcpListener,
+    secret: String,
+    inbox: Inbox,
+}
+
 impl Proxy {
-    /// Starts the proxy on a free port of 127.0.0.1.
+    /// Binds the proxy to a free port of 127.0.0.1; [`Proxy::serve`]
+    /// starts it.
     pub(crate) fn start(routes: Routes, inbox: Inbox) -> io::Result<Self> {
         let secret = secret()?;
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
         listener.set_nonblocking(true)?;
         let base = format!("http://{}/{secret}", listener.local_addr()?);
-        let routes = Arc::new(routes);
-        let (stop, stopped) = oneshot::channel();
-        let thread = serve::spawn(listener, secret, Arc::clone(&routes), inbox, stopped)?;
         Ok(Self {
             base,
-            routes,
-            stop: Some(stop),
-            thread: Some(thread),
+            routes: Arc::new(routes),
+            idle: Some(Idle {
+                listener,
+                secret,
+                inbox,
+            }),
+            stop: None,
+            thread: None,
         })
+    }
+
+    /// The listener while no thread serves it: a client waiting on it (it
+    /// polls readable) is the time to [`Proxy::serve`].
+    pub(crate) fn idle_listener(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd as _;
+        self.idle.as_ref().map(|idle| idle.listener.as_fd())
+    }
+
+    /// Starts serving on a thread of its own, once. On failure the port is
+    /// closed, so that clients are refused rather than left waiting.
+    pub(crate) fn serve(&mut self) -> io::Result<()> {
+        let Some(Idle {
+            listener,
+            secret,
+            inbox,
+        }) = self.idle.take()
+        else {
+            return Ok(());
+        };
+        let (stop, stopped) = oneshot::channel();
+        let thread = serve::spawn(listener, secret, Arc::clone(&self.routes), inbox, stopped)?;
+        self.stop = Some(stop);
+        self.thread = Some(thread);
+        Ok(())
     }
 
     /// The variables the agent's environment gets: each route's base URL,

@@ -50,8 +50,14 @@ pub(super) struct AgentIo {
 
 impl AgentIo {
     /// Waits for the agent's stdout, room in its stdin (when answers wait),
-    /// or a wake-up from another thread, at most `wait`.
-    pub(super) fn wait(&mut self, wait: Duration, read: bool) {
+    /// a client on the idle proxy's `listener`, or a wake-up from another
+    /// thread, at most `wait`. True when the listener has a client.
+    pub(super) fn wait(
+        &mut self,
+        wait: Duration,
+        read: bool,
+        listener: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> bool {
         let wait = if !read && self.held.is_some() {
             // Try the held line again soon.
             wait.min(Duration::from_millis(10))
@@ -72,6 +78,7 @@ impl AgentIo {
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
+            os::poll_fd(&self.wake, PollFlags::empty()),
         ];
         let mut count = 1;
         let exit_at = self.exit.as_ref().map(|(pidfd, _)| {
@@ -87,6 +94,11 @@ impl AgentIo {
             fds[count] = os::poll_fd(stdin, PollFlags::OUT);
             count += 1;
         }
+        let listener_at = listener.as_ref().map(|listener| {
+            fds[count] = os::poll_fd(listener, PollFlags::IN);
+            count += 1;
+            count - 1
+        });
         let fds = &mut fds[..count];
         // Right after an answer, the agent's next request usually comes
         // within microseconds: look for it briefly before sleeping, since a
@@ -115,6 +127,7 @@ impl AgentIo {
         if exit_at.is_some_and(|at| !fds[at].revents().is_empty()) {
             self.exit_ready = true;
         }
+        listener_at.is_some_and(|at| !fds[at].revents().is_empty())
     }
 
     /// Watches the agent's exit through a pidfd in `wait`'s poll; false

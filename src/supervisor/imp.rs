@@ -79,7 +79,7 @@ pub(crate) fn supervise(
 
     let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
-    let proxy = match spec.proxy {
+    let mut proxy = match spec.proxy {
         Some(config) => {
             crate::os::raise_open_files();
             let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
@@ -203,6 +203,7 @@ pub(crate) fn supervise(
             faults: spec.faults.clone(),
             children: super::state::Runners::default(),
             caught: caught.as_ref(),
+            proxy: proxy.as_mut(),
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();
@@ -234,7 +235,13 @@ impl Supervisor<'_> {
                 wait = wait.min(bound);
             }
             let read = self.may_read();
-            self.io.wait(wait, read);
+            let listener = self
+                .proxy
+                .as_deref()
+                .and_then(crate::proxy::Proxy::idle_listener);
+            if self.io.wait(wait, read, listener) {
+                self.serve_proxy();
+            }
             // A pause (SIGSTOP, a suspended machine) may have outlasted
             // the lease: look before acting on anything.
             self.check_renewal();
@@ -271,6 +278,20 @@ impl Supervisor<'_> {
                 self.io.write_out();
             }
             self.tick();
+        }
+    }
+
+    /// A client came to the idle proxy: it starts serving. If it cannot,
+    /// its port is closed, and the agent's calls through it are refused.
+    fn serve_proxy(&mut self) {
+        let Some(proxy) = self.proxy.as_deref_mut() else {
+            return;
+        };
+        if let Err(err) = proxy.serve() {
+            let message = format!(
+                "cannot start the model proxy: {err}; the agent's calls through it are refused"
+            );
+            self.reporter.report(&Report::Warning(&message));
         }
     }
 

@@ -56,6 +56,8 @@ pub(super) struct Supervisor<'a> {
     pub(super) children: Runners,
     /// durun's stop signals, when this run takes its own (not a worker's).
     pub(super) caught: Option<&'a super::child::Caught>,
+    /// The model/API proxy, which starts serving at its first client.
+    pub(super) proxy: Option<&'a mut crate::proxy::Proxy>,
 }
 
 /// The runners of child tasks without a queue: at most
