@@ -50,14 +50,15 @@ pub(super) struct AgentIo {
 
 impl AgentIo {
     /// Waits for the agent's stdout, room in its stdin (when answers wait),
-    /// a client on the idle proxy's `listener`, or a wake-up from another
-    /// thread, at most `wait`. True when the listener has a client.
+    /// a client on one of the idle `listeners` (the proxy's, the socket's),
+    /// or a wake-up from another thread, at most `wait`. Says which
+    /// listeners have a client.
     pub(super) fn wait(
         &mut self,
         wait: Duration,
         read: bool,
-        listener: Option<std::os::fd::BorrowedFd<'_>>,
-    ) -> bool {
+        listeners: [Option<std::os::fd::BorrowedFd<'_>>; 2],
+    ) -> [bool; 2] {
         let wait = if !read && self.held.is_some() {
             // Try the held line again soon.
             wait.min(Duration::from_millis(10))
@@ -79,6 +80,7 @@ impl AgentIo {
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
+            os::poll_fd(&self.wake, PollFlags::empty()),
         ];
         let mut count = 1;
         let exit_at = self.exit.as_ref().map(|(pidfd, _)| {
@@ -94,10 +96,12 @@ impl AgentIo {
             fds[count] = os::poll_fd(stdin, PollFlags::OUT);
             count += 1;
         }
-        let listener_at = listener.as_ref().map(|listener| {
-            fds[count] = os::poll_fd(listener, PollFlags::IN);
-            count += 1;
-            count - 1
+        let listener_at = listeners.each_ref().map(|listener| {
+            listener.as_ref().map(|listener| {
+                fds[count] = os::poll_fd(listener, PollFlags::IN);
+                count += 1;
+                count - 1
+            })
         });
         let fds = &mut fds[..count];
         // Right after an answer, the agent's next request usually comes
@@ -127,7 +131,7 @@ impl AgentIo {
         if exit_at.is_some_and(|at| !fds[at].revents().is_empty()) {
             self.exit_ready = true;
         }
-        listener_at.is_some_and(|at| !fds[at].revents().is_empty())
+        listener_at.map(|at| at.is_some_and(|at| !fds[at].revents().is_empty()))
     }
 
     /// Watches the agent's exit through a pidfd in `wait`'s poll; false

@@ -77,7 +77,7 @@ pub(crate) fn supervise(
         .as_ref()
         .map(|stops| stops.join(events_tx.clone()));
 
-    let socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
+    let mut socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let mut proxy = match spec.proxy {
         Some(config) => {
@@ -204,6 +204,7 @@ pub(crate) fn supervise(
             children: super::state::Runners::default(),
             caught: caught.as_ref(),
             proxy: proxy.as_mut(),
+            socket: &mut socket,
         };
         supervisor.serve(&events);
         supervisor.report_unreplayed();
@@ -235,12 +236,21 @@ impl Supervisor<'_> {
                 wait = wait.min(bound);
             }
             let read = self.may_read();
-            let listener = self
-                .proxy
-                .as_deref()
-                .and_then(crate::proxy::Proxy::idle_listener);
-            if self.io.wait(wait, read, listener) {
+            let listeners = [
+                self.proxy
+                    .as_deref()
+                    .and_then(crate::proxy::Proxy::idle_listener),
+                self.socket.idle_listener(),
+            ];
+            let [proxy_client, socket_client] = self.io.wait(wait, read, listeners);
+            if proxy_client {
                 self.serve_proxy();
+            }
+            if socket_client && let Err(err) = self.socket.serve() {
+                let message = format!(
+                    "cannot serve `durun step` on the run's socket: {err}; its clients are refused"
+                );
+                self.reporter.report(&Report::Warning(&message));
             }
             // A pause (SIGSTOP, a suspended machine) may have outlasted
             // the lease: look before acting on anything.

@@ -32,12 +32,16 @@ const ANSWER_BOUND: usize = 4 * 1024 * 1024;
 static SWEPT: std::sync::Once = std::sync::Once::new();
 
 /// The socket's directory, removed when the run ends, and the listener,
-/// closed then: a worker runs many runs in one process.
+/// closed then: a worker runs many runs in one process. Connections are
+/// accepted on a thread started at the first client ([`SocketDir::serve`]):
+/// most agents never run `durun step`.
 pub(super) struct SocketDir {
     dir: PathBuf,
     pub(crate) path: PathBuf,
     listener: UnixListener,
     closed: Arc<AtomicBool>,
+    /// Until the first client: where the accepting thread sends events.
+    idle: Option<Events>,
 }
 
 impl Drop for SocketDir {
@@ -52,7 +56,8 @@ impl Drop for SocketDir {
     }
 }
 
-/// Binds the socket and serves connections until the run ends.
+/// Binds the socket in a private directory; [`SocketDir::serve`] starts
+/// accepting.
 pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Result<SocketDir> {
     // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
     let runtime = runtime_dir
@@ -73,26 +78,51 @@ pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Res
                 .spawn(move || sweep(&base));
         });
     }
-    let closed = Arc::new(AtomicBool::new(false));
-    let accepting = listener.try_clone()?;
-    {
-        let closed = Arc::clone(&closed);
-        std::thread::spawn(move || {
-            for (conn, stream) in (1..).zip(accepting.incoming()) {
-                if closed.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                serve(conn, stream, &events);
-            }
-        });
-    }
     Ok(SocketDir {
         dir,
         path,
         listener,
-        closed,
+        closed: Arc::new(AtomicBool::new(false)),
+        idle: Some(events),
     })
+}
+
+impl SocketDir {
+    /// The listener while no thread accepts on it: a client waiting on it
+    /// (it polls readable) is the time to [`SocketDir::serve`].
+    pub(super) fn idle_listener(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd as _;
+        self.idle.as_ref().map(|_| self.listener.as_fd())
+    }
+
+    /// Starts accepting connections on a thread of its own, once. On
+    /// failure the socket is shut, so that clients are refused rather
+    /// than left waiting.
+    pub(super) fn serve(&mut self) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        let Some(events) = self.idle.take() else {
+            return Ok(());
+        };
+        let closed = Arc::clone(&self.closed);
+        let started = self.listener.try_clone().and_then(|accepting| {
+            std::thread::Builder::new()
+                .name("durun-socket".to_owned())
+                .spawn(move || {
+                    for (conn, stream) in (1..).zip(accepting.incoming()) {
+                        if closed.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let Ok(stream) = stream else { continue };
+                        serve(conn, stream, &events);
+                    }
+                })
+        });
+        if started.is_err() {
+            // SAFETY: shutdown(2) on a descriptor this struct owns.
+            unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        started.map(drop)
+    }
 }
 
 /// Removes the socket directories of runs that died without removing

@@ -58,6 +58,9 @@ pub(super) struct Supervisor<'a> {
     pub(super) caught: Option<&'a super::child::Caught>,
     /// The model/API proxy, which starts serving at its first client.
     pub(super) proxy: Option<&'a mut crate::proxy::Proxy>,
+    /// The socket of `durun step`, which starts accepting at its first
+    /// client.
+    pub(super) socket: &'a mut super::socket::SocketDir,
 }
 
 /// The runners of child tasks without a queue: at most

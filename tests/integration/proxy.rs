@@ -524,32 +524,35 @@ fn without_the_proxy_the_agents_variables_are_left_alone() {
     );
 }
 
-/// The proxy's thread starts with its first client: a run that never
-/// calls a model pays for none, and the first call is served all the
-/// same (the proxy's own 404 for a route it does not have, here).
+/// The proxy's thread and the `durun step` socket's start with their
+/// first client: a run that never calls a model nor runs `durun step`
+/// pays for neither, and the first call is served all the same (the
+/// proxy's own 404 for a route it does not have, here).
 #[test]
-fn the_proxy_serves_from_its_first_client_and_starts_no_thread_before() {
+fn the_proxy_and_the_socket_start_their_threads_at_their_first_client() {
     let env = TestEnv::new();
     let agent = env.write(
         "agent.py",
         r#"
-import glob, os, urllib.error, urllib.request
+import glob, os, subprocess, urllib.error, urllib.request
 def threads():
-    return sorted(open(path).read().strip() for path in glob.glob(f"/proc/{os.getppid()}/task/*/comm"))
+    names = {open(path).read().strip() for path in glob.glob(f"/proc/{os.getppid()}/task/*/comm")}
+    return sorted(names & {"durun-proxy", "durun-socket"})
 before = threads()
 try:
     urllib.request.urlopen(os.environ["DURUN_PROXY"] + "/nowhere/v1/models", timeout=30)
     status = 200
 except urllib.error.HTTPError as err:
     status = err.code
-print("before", "durun-proxy" in before, "status", status, "after", "durun-proxy" in threads())
+stepped = subprocess.run(["durun", "step", "s", "--", "true"]).returncode
+print("before", before, "proxy", status, "step", stepped, "after", threads())
 "#,
     );
     let out = env.durun(&["run", "--", "python3", &agent.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "before False status 404 after True\n",
+        "before [] proxy 404 step 0 after ['durun-proxy', 'durun-socket']\n",
         "{}",
         text(&out.stderr)
     );
