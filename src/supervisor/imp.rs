@@ -12,10 +12,14 @@
 //! The loop owns the journal and all state, and reads the agent's stdout
 //! and writes its stdin itself, without blocking ([`AgentIo`]): a step
 //! costs one wake-up of durun and one of the agent, no hand-off between
-//! threads. Other threads only send it events ([`super::inbox`]): one waits
-//! for the agent to exit, one turns signals into events, one per tool call
-//! runs the tool, and the socket's serve `durun step` clients. One more
-//! copies the agent's prints to durun's stdout ([`super::passthrough::Passthrough`]).
+//! threads. Other threads only send it events ([`super::inbox`]): one per
+//! tool call runs the tool, the socket's serve `durun step` clients, and
+//! the model proxy's serves its clients; those two start at their first
+//! client (the loop polls their listeners until then), and the agent's
+//! exit and durun's signals wake the loop's `poll` itself where the
+//! kernel allows (a pidfd, the wake pipe). One more copies the agent's
+//! prints to durun's stdout ([`super::passthrough::Passthrough`]), from
+//! the first print.
 //! And the committer borrows the journal to write a batch no one waits for
 //! (the commits of an agent that does not wait for their answers), so
 //! that the loop answers the agent's next `read` step during the fsync
