@@ -141,9 +141,15 @@ impl<'a> Supervisor<'a> {
             }
             return;
         }
+        if let Some(start) = self.committer.start.take() {
+            // A thread that cannot start drops its end of the channel: the
+            // send below fails and the batch is written here.
+            let _ = start();
+        }
         if let Err(mpsc::SendError(job)) = self.committer.jobs.send(job) {
-            // The committer is gone (it never ends before the loop does):
-            // write here rather than lose the batch.
+            // The committer is gone (it never ends before the loop does,
+            // unless it could not start): write here rather than lose the
+            // batch.
             let landed = write(job, self.spec.task_id, self.spec.run);
             self.take_landed(landed);
         }

@@ -23,7 +23,7 @@
 //! And the committer borrows the journal to write a batch no one waits for
 //! (the commits of an agent that does not wait for their answers), so
 //! that the loop answers the agent's next `read` step during the fsync
-//! (see [`super::commit`]).
+//! (see [`super::commit`]); it starts with the first such batch.
 //!
 //! # The rooms
 //!
@@ -174,22 +174,33 @@ pub(crate) fn supervise(
         super::child::spawn_exit_waiter(child_pid, events_tx.clone());
     }
 
-    let (jobs_tx, jobs) = mpsc::channel();
-    let (landed, landed_rx) = mpsc::channel();
     let committer_events = events_tx.clone();
     let mut outcome = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("durun-committer".into())
-            .spawn_scoped(scope, move || {
-                super::commit::committer(&jobs, &landed, &committer_events, spec.task_id, spec.run);
-            })
-            .map_err(|err| anyhow::anyhow!("failed to start the committer thread: {err}"))?;
+        let (jobs_tx, jobs) = mpsc::channel();
+        let (landed, landed_rx) = mpsc::channel();
+        // Started by the first batch no one waits for: an agent that waits
+        // for its answers never needs the thread.
+        let start: Box<dyn FnOnce() -> std::io::Result<()> + '_> = Box::new(move || {
+            std::thread::Builder::new()
+                .name("durun-committer".into())
+                .spawn_scoped(scope, move || {
+                    super::commit::committer(
+                        &jobs,
+                        &landed,
+                        &committer_events,
+                        spec.task_id,
+                        spec.run,
+                    );
+                })
+                .map(drop)
+        });
         let mut supervisor = Supervisor {
             spec,
             journal: Some(journal),
             committer: Committer {
                 jobs: jobs_tx,
                 landed: landed_rx,
+                start: Some(start),
             },
             reporter,
             steps: Steps::new(last_recorded),

@@ -87,6 +87,9 @@ pub(super) struct Wanted<'a> {
 pub(super) struct Committer<'a> {
     pub(super) jobs: mpsc::Sender<Job<'a>>,
     pub(super) landed: mpsc::Receiver<Landed<'a>>,
+    /// Starts the thread, at the first batch it is lent; if it cannot
+    /// start, its channel is closed and the loop writes the batch itself.
+    pub(super) start: Option<Box<dyn FnOnce() -> std::io::Result<()> + 'a>>,
 }
 
 /// A batch to commit, with the journal lent to write it.

@@ -527,7 +527,9 @@ fn without_the_proxy_the_agents_variables_are_left_alone() {
 /// The proxy's thread and the `durun step` socket's start with their
 /// first client: a run that never calls a model nor runs `durun step`
 /// pays for neither, and the first call is served all the same (the
-/// proxy's own 404 for a route it does not have, here).
+/// proxy's own 404 for a route it does not have, here). The committer
+/// thread starts only for an agent that does not wait for its commits:
+/// `durun step` waits.
 #[test]
 fn the_proxy_and_the_socket_start_their_threads_at_their_first_client() {
     let env = TestEnv::new();
@@ -537,7 +539,7 @@ fn the_proxy_and_the_socket_start_their_threads_at_their_first_client() {
 import glob, os, subprocess, urllib.error, urllib.request
 def threads():
     names = {open(path).read().strip() for path in glob.glob(f"/proc/{os.getppid()}/task/*/comm")}
-    return sorted(names & {"durun-proxy", "durun-socket"})
+    return sorted(names & {"durun-proxy", "durun-socket", "durun-committer"})
 before = threads()
 try:
     urllib.request.urlopen(os.environ["DURUN_PROXY"] + "/nowhere/v1/models", timeout=30)
