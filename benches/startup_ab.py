@@ -21,23 +21,15 @@ import sys
 import tempfile
 import time
 
-# The agent of the `durun step` rounds: it runs each binary's `durun step`
-# in a random order each round, and writes the times to $OUT.
+# The agent of the `durun step` rounds: it times each binary's `durun step`
+# in a random order each round, with this file's `rounds`, and writes the
+# times to $OUT.
 STEP_AGENT = r"""
-import json, os, random, resource, subprocess, time
+import json, os, sys
+sys.path.insert(0, os.environ["BENCHES"])
+from startup_ab import rounds
 bins = json.loads(os.environ["BINS"])
-times = {b: {"wall": [], "cpu": []} for b in bins}
-for i in range(int(os.environ["N"])):
-    order = bins[:]
-    random.shuffle(order)
-    for b in order:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        subprocess.run([b, "step", f"s{i}-{bins.index(b)}", "--", "true"], check=True, stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        times[b]["wall"].append(wall * 1e3)
-        times[b]["cpu"].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3)
+times = rounds(bins, int(os.environ["N"]), lambda b, i: [b, "step", f"s{i}-{bins.index(b)}", "--", "true"])
 json.dump(times, open(os.environ["OUT"], "w"))
 """
 
@@ -59,24 +51,30 @@ def report(what, times):
         )
 
 
+def rounds(bins, count, command):
+    """Runs `command(binary, round)` for every binary, in a new random
+    order each round: wall and CPU times in ms, by binary."""
+    times = {b: {"wall": [], "cpu": []} for b in bins}
+    for i in range(count):
+        order = bins[:]
+        random.shuffle(order)
+        for binary in order:
+            wall, cpu = timed(command(binary, i))
+            times[binary]["wall"].append(wall)
+            times[binary]["cpu"].append(cpu)
+    return times
+
+
 def main():
     bins = [os.path.abspath(path) for path in sys.argv[1:]]
     if len(bins) < 2:
         sys.exit(__doc__)
-    rounds = int(os.environ.get("N", "200"))
+    count = int(os.environ.get("N", "200"))
     with tempfile.TemporaryDirectory() as scratch:
-        env = dict(os.environ, DURUN_JOURNAL=os.path.join(scratch, "journal.db"))
-        os.environ.update(env)
+        os.environ["DURUN_JOURNAL"] = os.path.join(scratch, "journal.db")
         for binary in bins:
             timed([binary, "-q", "run", "--", "true"])
-        times = {b: {"wall": [], "cpu": []} for b in bins}
-        for _ in range(rounds):
-            order = bins[:]
-            random.shuffle(order)
-            for binary in order:
-                wall, cpu = timed([binary, "-q", "run", "--", "true"])
-                times[binary]["wall"].append(wall)
-                times[binary]["cpu"].append(cpu)
+        times = rounds(bins, count, lambda b, _: [b, "-q", "run", "--", "true"])
         report("durun run -- true", times)
         if os.environ.get("STEPS", "1") == "1":
             agent = os.path.join(scratch, "steps.py")
@@ -88,7 +86,13 @@ def main():
                 check=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                env=dict(env, BINS=json.dumps(bins), N=str(rounds), OUT=out),
+                env=dict(
+                    os.environ,
+                    BENCHES=os.path.dirname(os.path.abspath(__file__)),
+                    BINS=json.dumps(bins),
+                    N=str(count),
+                    OUT=out,
+                ),
             )
             with open(out) as f:
                 report("durun step NAME -- true", json.load(f))

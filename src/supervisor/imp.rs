@@ -258,14 +258,14 @@ impl Supervisor<'_> {
                 self.socket.idle_listener(),
             ];
             let [proxy_client, socket_client] = self.io.wait(wait, read, listeners);
-            if proxy_client {
-                self.serve_proxy();
+            if proxy_client
+                && let Some(proxy) = self.proxy.as_deref_mut()
+                && let Err(err) = proxy.serve()
+            {
+                self.not_serving("the model proxy", &err);
             }
             if socket_client && let Err(err) = self.socket.serve() {
-                let message = format!(
-                    "cannot serve `durun step` on the run's socket: {err}; its clients are refused"
-                );
-                self.reporter.report(&Report::Warning(&message));
+                self.not_serving("the socket of `durun step`", &err);
             }
             // A pause (SIGSTOP, a suspended machine) may have outlasted
             // the lease: look before acting on anything.
@@ -306,18 +306,11 @@ impl Supervisor<'_> {
         }
     }
 
-    /// A client came to the idle proxy: it starts serving. If it cannot,
-    /// its port is closed, and the agent's calls through it are refused.
-    fn serve_proxy(&mut self) {
-        let Some(proxy) = self.proxy.as_deref_mut() else {
-            return;
-        };
-        if let Err(err) = proxy.serve() {
-            let message = format!(
-                "cannot start the model proxy: {err}; the agent's calls through it are refused"
-            );
-            self.reporter.report(&Report::Warning(&message));
-        }
+    /// A listener's thread could not start at its first client: it was
+    /// closed, so its clients are refused rather than left waiting.
+    fn not_serving(&mut self, what: &str, err: &std::io::Error) {
+        let message = format!("cannot start {what}: {err}; its clients are refused");
+        self.reporter.report(&Report::Warning(&message));
     }
 
     /// Whether the agent's stdout may be read now: it is open, no print of

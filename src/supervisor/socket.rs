@@ -46,12 +46,10 @@ pub(super) struct SocketDir {
 
 impl Drop for SocketDir {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd as _;
         self.closed.store(true, Ordering::SeqCst);
         // Wakes the thread blocked in accept(2) (it fails with EINVAL),
         // which then ends and lets go of the run's inbox.
-        // SAFETY: shutdown(2) on a descriptor this struct owns.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        self.shut();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -99,7 +97,6 @@ impl SocketDir {
     /// failure the socket is shut, so that clients are refused rather
     /// than left waiting.
     pub(super) fn serve(&mut self) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd as _;
         let Some(events) = self.idle.take() else {
             return Ok(());
         };
@@ -118,10 +115,17 @@ impl SocketDir {
                 })
         });
         if started.is_err() {
-            // SAFETY: shutdown(2) on a descriptor this struct owns.
-            unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+            self.shut();
         }
         started.map(drop)
+    }
+
+    /// Shuts the listener: clients are refused, and a thread blocked in
+    /// accept(2) returns.
+    fn shut(&self) {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: shutdown(2) on a descriptor this struct owns.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
     }
 }
 

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use crate::env::{TestEnv, text, wait_exit, wait_for};
 use crate::servers::FakeApi;
 
-/// A test environment whose leases go stale in 1.5 s.
 /// `pool_env` on PostgreSQL, or None (the test is skipped) without it.
 fn postgres_pool_env(api: &FakeApi) -> Option<TestEnv> {
     let env = pool_env(api);
@@ -24,6 +23,7 @@ fn postgres_pool_env(api: &FakeApi) -> Option<TestEnv> {
     Some(env)
 }
 
+/// A test environment whose leases go stale in 1.5 s.
 fn pool_env(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
     env.set("API_URL", &api.url);
