@@ -41,6 +41,13 @@
 //!
 //! Like `begin`'s: `{"id":5,"ok":true,"step":5,"replayed":false,"attempt":2,"idempotency_key":"…"}`.
 //!
+//! ## `ahead`, `replayed`
+//!
+//! `{"id":6,"ok":true,"steps":[{"step":5,"name":"…","idempotency_key":"…","output":…},…]}`:
+//! the recorded steps a `begin` would replay, from the agent's next one
+//! on; `{"id":7,"ok":true,"step":9}` once steps through 9 are counted
+//! replayed.
+//!
 //! ## Errors
 //!
 //! `{"id":…,"ok":false,"error":{"code":…,"message":…}}` with a code from
@@ -133,6 +140,18 @@ pub(crate) struct Response {
     pub(crate) patched: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<ErrorBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) steps: Option<Vec<AheadStep>>,
+}
+
+/// A recorded step in an `ahead` answer: what a `begin` of this name and
+/// key would be answered.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AheadStep {
+    pub(crate) step: u64,
+    pub(crate) name: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) output: JsonText,
 }
 
 impl Response {
@@ -148,6 +167,7 @@ impl Response {
             idempotency_key: None,
             patched: None,
             error: None,
+            steps: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! names the room each part of this lives in.
 
 mod agent_io;
+mod ahead;
 mod calls;
 mod child;
 mod children;

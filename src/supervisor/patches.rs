@@ -65,4 +65,4 @@ impl Supervisor<'_> {
 }
 
 /// The name of the step that records a patch (`patched`).
-const PATCH_STEP: &str = "durun.patched";
+pub(super) const PATCH_STEP: &str = "durun.patched";

@@ -70,6 +70,14 @@ impl Recorded {
             .map(|record| record.kind)
     }
 
+    /// The recorded steps in memory from `step` on, in order (after
+    /// [`Recorded::needs_page`] and, if it said so, [`Recorded::read_page`]).
+    pub(super) fn ahead(&self, step: u64) -> impl Iterator<Item = &StepRecord> {
+        self.page
+            .iter()
+            .skip_while(move |record| record.step < step)
+    }
+
     /// The highest step number in the journal when the run started.
     pub(super) fn last(&self) -> u64 {
         self.last

@@ -99,6 +99,8 @@ impl Supervisor<'_> {
             Request::Join { id, task, timeout } => self.on_join(conn, id, &task, timeout),
             Request::Retry { id, step } => self.on_retry(conn, id, step),
             Request::Patched { id, name } => self.on_patched(conn, id, &name),
+            Request::Ahead { id } => self.on_ahead(conn, id),
+            Request::Replayed { id, through, key } => self.on_replayed(conn, id, through, &key),
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.
                 self.flush();
@@ -285,12 +287,7 @@ impl Supervisor<'_> {
                 // Answered from the window read ahead: no round trip
                 // of its own, and the output moves into the answer
                 // uncopied.
-                self.stats.replayed_steps += 1;
-                self.stats.tokens_saved += recorded.tokens;
-                self.reporter.report(&Report::StepReplayed {
-                    step,
-                    name: &recorded.name,
-                });
+                self.count_replayed(&recorded);
                 self.respond(conn, &replay_response(id.clone(), recorded));
                 return None;
             }

@@ -1,6 +1,7 @@
 //! durun's integration tests: the real binary, real agent processes (python3),
 //! real signals, a real SQLite file, and fake LLM and API servers on loopback.
 
+mod ahead;
 mod answers;
 mod browser;
 mod children;

@@ -82,6 +82,20 @@ pub(crate) enum Request {
         task: String,
         timeout: Option<Duration>,
     },
+    /// The recorded steps from the agent's next one on that a `begin` of
+    /// the same name and key would replay: an SDK answers them itself,
+    /// then says so with `replayed`. Nothing is counted as replayed yet.
+    Ahead {
+        id: Value,
+    },
+    /// The agent replayed its steps through `through` (whose key it names)
+    /// from an `ahead` answer, without asking: durun counts them as
+    /// replayed and numbers the next step after them.
+    Replayed {
+        id: Value,
+        through: u64,
+        key: String,
+    },
 }
 
 /// The step a `commit` or `fail` closes: by its number, or by the `id`
@@ -132,7 +146,9 @@ impl Request {
             | Self::Wait { id, .. }
             | Self::Sleep { id, .. }
             | Self::Spawn { id, .. }
-            | Self::Join { id, .. } => id,
+            | Self::Join { id, .. }
+            | Self::Ahead { id }
+            | Self::Replayed { id, .. } => id,
         }
     }
 }
@@ -383,6 +399,16 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         "join" => Request::Join {
             task: required_string(&mut object, "task", op).map_err(fail)?,
             timeout: timeout(&mut object).map_err(fail)?,
+            id: id.clone(),
+        },
+        "ahead" => Request::Ahead { id: id.clone() },
+        "replayed" => Request::Replayed {
+            through: match optional(&mut object, "through") {
+                Some(Value::Number(number)) => number.as_u64().filter(|step| *step > 0),
+                _ => None,
+            }
+            .ok_or_else(|| fail("`through` of a `replayed` request must be a positive integer".to_owned()))?,
+            key: required_string(&mut object, "idempotency_key", op).map_err(fail)?,
             id: id.clone(),
         },
         other => return Err(fail(format!("unknown op {other:?}"))),

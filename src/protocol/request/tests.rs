@@ -149,6 +149,30 @@ fn decodes_every_op() {
             output: json!({"a": 1})
         }
     );
+    assert_eq!(
+        request(r#"{"op":"ahead","id":"a"}"#),
+        Request::Ahead { id: json!("a") }
+    );
+    assert_eq!(
+        request(r#"{"op":"replayed","id":3,"through":7,"idempotency_key":"k"}"#),
+        Request::Replayed {
+            id: json!(3),
+            through: 7,
+            key: "k".to_owned()
+        }
+    );
+    for line in [
+        r#"{"op":"replayed","id":3,"idempotency_key":"k"}"#,
+        r#"{"op":"replayed","id":3,"through":0,"idempotency_key":"k"}"#,
+        r#"{"op":"replayed","id":3,"through":"7","idempotency_key":"k"}"#,
+    ] {
+        assert!(invalid(line).1.contains("`through`"), "{line}");
+    }
+    assert!(
+        invalid(r#"{"op":"replayed","id":3,"through":7}"#)
+            .1
+            .contains("idempotency_key")
+    );
 }
 
 #[test]

@@ -1,0 +1,119 @@
+//! An agent that replays its steps itself: `ahead` gives it the recorded
+//! steps a `begin` would replay, `replayed` tells durun which it used.
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, text};
+
+/// The first run records steps a, b, c, patch p, d and leaves e open
+/// (exit 3); the second asks `ahead` and `replayed` around them and logs
+/// every answer, with the keys computed as SPEC 3.1 says.
+const AGENT: &str = r#"
+import hashlib, json, os, sys
+run = int(os.environ["DURUN_RUN"])
+task = os.environ["DURUN_TASK_ID"]
+log = []
+def ask(request):
+    sys.stdout.write(json.dumps(request) + "\n")
+    sys.stdout.flush()
+    answer = json.loads(sys.stdin.readline())
+    log.append(answer)
+    return answer
+def key(step, args):
+    return hashlib.sha256(f"{task}:{step}:{json.dumps(args, sort_keys=True)}".encode()).hexdigest()
+if run == 1:
+    for name, args, output in [("a", {"n": 1}, {"a": 1}), ("b", {"n": 2}, "b-out"), ("c", {}, [3])]:
+        step = ask({"op": "begin", "id": name, "name": name, "args": args})["step"]
+        ask({"op": "commit", "id": "c" + name, "step": step, "output": output})
+    ask({"op": "patched", "id": "p", "name": "p"})
+    step = ask({"op": "begin", "id": "d", "name": "d", "args": {"n": 4}})["step"]
+    ask({"op": "commit", "id": "cd", "step": step, "output": "d"})
+    ask({"op": "begin", "id": "e", "name": "e", "args": {}, "effect": "mutate"})
+    sys.exit(3)
+first = ask({"op": "ahead", "id": 1})
+two = first["steps"][1]["idempotency_key"]
+ask({"op": "replayed", "id": 2, "through": 2, "idempotency_key": "not-the-key"})
+ask({"op": "replayed", "id": 3, "through": 2, "idempotency_key": two})
+ask({"op": "replayed", "id": 4, "through": 2, "idempotency_key": two})
+ask({"op": "begin", "id": 5, "name": "c", "args": {}})
+ask({"op": "ahead", "id": 6})
+ask({"op": "patched", "id": 7, "name": "p"})
+fifth = ask({"op": "ahead", "id": 8})["steps"][0]
+ask({"op": "replayed", "id": 9, "through": 5, "idempotency_key": fifth["idempotency_key"]})
+ask({"op": "ahead", "id": 10})
+opened = ask({"op": "begin", "id": 11, "name": "e", "args": {}, "effect": "mutate"})
+ask({"op": "commit", "id": 12, "step": opened["step"], "output": "e"})
+with open("answers.json", "w") as out:
+    json.dump({"answers": log, "keys": [key(1, {"n": 1}), key(2, {"n": 2}), key(3, {}), key(5, {"n": 4})]}, out)
+"#;
+
+#[test]
+fn an_agent_replays_the_steps_ahead_itself_and_durun_counts_them() {
+    let env = TestEnv::new();
+    env.write("agent.py", AGENT);
+    let first = env.durun(&["run", "--task", "t", "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let second = env.durun(&["resume", "t"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let logged: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.path("answers.json")).expect("answers"))
+            .expect("JSON");
+    let (answers, keys) = (&logged["answers"], &logged["keys"]);
+    // Steps 1 to 3, up to the patch: names, keys and outputs as recorded.
+    let offered: Vec<Value> = answers[0]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| {
+            json!([
+                step["step"],
+                step["name"],
+                step["idempotency_key"],
+                step["output"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            json!([1, "a", keys[0], {"a": 1}]),
+            json!([2, "b", keys[1], "b-out"]),
+            json!([3, "c", keys[2], [3]]),
+        ],
+        "{answers}"
+    );
+    // A wrong key counts nothing; the right one counts 1 and 2; a second
+    // time is refused, as the numbering is past them.
+    let refused = |answer: &Value, words: &str| {
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert_eq!(answer["error"]["code"], "bad_request", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{message}");
+    };
+    refused(&answers[1], "step 2 has another idempotency key");
+    assert_eq!(answers[2], json!({"id": 3, "ok": true, "step": 2}));
+    refused(&answers[3], "durun's next step is 3");
+    // The next `begin` is step 3, replayed by durun as ever.
+    assert_eq!(answers[4]["step"], 3, "{}", answers[4]);
+    assert_eq!(answers[4]["replayed"], true);
+    assert_eq!(answers[4]["output"], json!([3]));
+    // A patch is not offered: `patched` asks for it.
+    assert_eq!(answers[5]["steps"], json!([]));
+    assert_eq!(answers[6]["patched"], true);
+    assert_eq!(answers[7]["steps"][0]["step"], 5);
+    assert_eq!(answers[7]["steps"][0]["idempotency_key"], keys[3]);
+    assert_eq!(answers[7]["steps"].as_array().map(Vec::len), Some(1));
+    assert_eq!(answers[8], json!({"id": 9, "ok": true, "step": 5}));
+    // The step left open is not offered: it runs again, in doubt.
+    assert_eq!(answers[9]["steps"], json!([]));
+    assert_eq!(answers[10]["step"], 6);
+    assert_eq!(answers[10]["replayed"], false);
+    assert_eq!(answers[10]["in_doubt"], true);
+
+    let view = env.inspect("t");
+    assert_eq!(view["task"]["status"], "completed");
+    let runs = view["task"]["runs"].as_array().expect("runs");
+    assert_eq!(runs[1]["replayed_steps"], 5, "{view}");
+    assert_eq!(runs[1]["executed_steps"], 1, "{view}");
+    assert_eq!(view["steps"][5]["output"], "e");
+}
