@@ -23,6 +23,7 @@ mod messages;
 mod posted;
 mod proxy;
 mod recovery;
+mod replayed_here;
 mod retries;
 mod run;
 mod schedules;

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
+from ._ahead import _Ahead
 from ._types import Answer
 from ._errors import Cancelled, DurunError, _error
 from ._values import _line
@@ -159,6 +160,8 @@ class _Channel:
         self._last_step = 0
         # Per spin cap: the budget a wait spins now, and the waits so far.
         self._spins: Dict[float, List[Any]] = {}
+        # Recorded steps durun offered, to replay without asking.
+        self._ahead = _Ahead(os.environ.get("DURUN_TASK_ID", ""))
 
     def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
              bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
@@ -170,7 +173,7 @@ class _Channel:
         with self._lock:
             self._raise_refused()
             waiters = []
-            out = []
+            out = [self._told()]
             for message, body in zip(messages, bodies):
                 request_id = message["id"] = next(self._ids)
                 waiter = _Waiter(loop, _SPIN if spin is None else spin)
@@ -206,7 +209,51 @@ class _Channel:
                     about._land(self._failure(request_id))
                 return
             self._posted[request_id] = message.get("step") if about is None else about
-            self._write(_numbered(request_id, body))
+            self._write(self._told() + _numbered(request_id, body))
+
+    def _told(self) -> bytes:
+        """With the lock held: the line that tells durun of the steps
+        replayed here since the last one (posted: a refusal is raised by a
+        later request), or nothing."""
+        notice = self._ahead.notice()
+        if notice is None or self._gone is not None:
+            return b""
+        request_id = notice["id"] = next(self._ids)
+        self._posted[request_id] = notice["through"]
+        return _line(notice)
+
+    def replay_here(self, name: str, args: Any) -> Optional[Tuple[Any]]:
+        """The recorded value of the step about to begin (in a 1-tuple),
+        answered from the steps durun offered ahead; None: ask durun.
+        Only with no request out, so that the step is durun's next."""
+        with self._lock:
+            if self._waiting or self._posted or self._gone is not None or self._refused is not None:
+                return None
+            if self._ahead.empty(self._last_step):
+                return None
+            taken = self._ahead.take(name, args)
+            if taken is None:
+                return None
+            self._last_step = taken[1]
+            return (taken[0],)
+
+    def ahead(self) -> Optional[Dict[str, Any]]:
+        """An `ahead` request to send with the next `begin`, when the step is
+        one the journal held and no step durun offered is left (nor asked
+        for already); its answer is handed to `took_ahead`."""
+        if self._journal_steps is None or self._last_step >= self._journal_steps:
+            return None
+        with self._lock:
+            ahead = self._ahead
+            if ahead.asked or ahead.off or ahead.empty_at == self._last_step or not ahead.empty(self._last_step):
+                return None
+            ahead.asked = True
+        return {"op": "ahead"}
+
+    def took_ahead(self, answer: Answer) -> None:
+        """Keeps durun's answer to `ahead`."""
+        with self._lock:
+            self._ahead.offered(answer, self._last_step)
 
     def _write(self, data: bytes) -> None:
         """With the lock held: whole lines to durun, in order."""
@@ -239,6 +286,10 @@ class _Channel:
     def settle(self) -> None:
         """Waits for the answer of every posted request; raises the first
         refusal."""
+        with self._lock:
+            told = self._told()
+            if told:
+                self._write(told)
         self._await_until(lambda: not self._posted, _SPIN)
         with self._lock:
             self._raise_refused()
@@ -249,15 +300,30 @@ class _Channel:
             self._reader = threading.Thread(target=self._read, name="durun-reader", daemon=True)
             self._reader.start()
 
-    def request_line(self, message: Dict[str, Any], body: bytes, spin: Optional[float] = None) -> Answer:
-        """A request already made a line (by `_line`), its answer awaited."""
-        waiters = self.send([message], bodies=[body], spin=spin)
+    def request_line(self, message: Dict[str, Any], body: bytes, spin: Optional[float] = None,
+                     ahead: Optional[Dict[str, Any]] = None) -> Answer:
+        """A request already made a line (by `_line`), its answer awaited;
+        with `ahead` (from `ahead()`) sent after it, and its answer, which
+        durun gives at once, awaited and kept too."""
+        if ahead is None:
+            waiters = self.send([message], bodies=[body], spin=spin)
+        else:
+            waiters = self.send([message, ahead], bodies=[body, _line(ahead)], spin=spin)
+            self._await(waiters[1])
+            self.took_ahead(cast(Answer, waiters[1].answer))
         self._await(waiters[0])
         self._raise_refused()
         return cast(Answer, waiters[0].answer)
 
-    async def arequest_line(self, message: Dict[str, Any], body: bytes) -> Answer:
-        waiters = self.send([message], asyncio.get_running_loop(), bodies=[body])
+    async def arequest_line(self, message: Dict[str, Any], body: bytes,
+                            ahead: Optional[Dict[str, Any]] = None) -> Answer:
+        if ahead is None:
+            waiters = self.send([message], asyncio.get_running_loop(), bodies=[body])
+        else:
+            # Not awaited: kept when it comes, while the agent goes on.
+            waiters = self.send([message, ahead], asyncio.get_running_loop(), bodies=[body, _line(ahead)])
+            cast("asyncio.Future[Answer]", waiters[1].future).add_done_callback(
+                lambda future: self.took_ahead(future.result()))
         answer = await cast("asyncio.Future[Answer]", waiters[0].future)
         self._raise_refused()
         return answer

@@ -65,20 +65,22 @@ def _encode_any(value: Any, where: str) -> Any:
         "or convert it yourself (durun never pickles)")
 
 
-def _make_dumps() -> Callable[[Any], str]:
+def _make_dumps(canonical: bool = False) -> Callable[[Any], str]:
     """``json.dumps(value, allow_nan=False, ensure_ascii=False)`` with its
     encoder made once: ``json.dumps`` with options builds a new one for
-    every call, which costs more than encoding a request. The C encoder is
-    used directly where this Python has it and it encodes as the Python
-    one does; else the Python one."""
-    encoder = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+    every call, which costs more than encoding a request. With
+    ``canonical``, ``json.dumps(value, sort_keys=True, allow_nan=False)``:
+    the args as durun's keys hash them. The C encoder is used directly
+    where this Python has it and it encodes as the Python one does; else
+    the Python one."""
+    encoder = json.JSONEncoder(allow_nan=False, ensure_ascii=canonical, sort_keys=canonical)
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is not None:
         try:
+            strings = json.encoder.encode_basestring_ascii if canonical else json.encoder.encode_basestring
             # No circular check: `_encode` has copied every value already.
-            fast = make(None, encoder.default, json.encoder.encode_basestring, None, ": ", ", ",
-                        False, False, False)
-            sample = {"a": [1, 2.5, None, True, "\u00e9\n\""], "b": {"c": -0.0}}
+            fast = make(None, encoder.default, strings, None, ": ", ", ", canonical, False, False)
+            sample = {"b": [1, 2.5, None, True, "\u00e9\n\"\U0001f600"], "a": {"c": -0.0, "B": 1e16}}
             if "".join(fast(sample, 0)) == encoder.encode(sample):
                 return lambda value: "".join(fast(value, 0))
         except Exception:  # another Python's private API: the public one then
@@ -87,6 +89,7 @@ def _make_dumps() -> Callable[[Any], str]:
 
 
 _dumps = _make_dumps()
+_canonical = _make_dumps(canonical=True)
 _string: Callable[[str], str] = json.encoder.encode_basestring
 
 
