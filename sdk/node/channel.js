@@ -4,6 +4,7 @@
 import { readSync, writeSync } from "node:fs";
 import { Socket } from "node:net";
 import { StringDecoder } from "node:string_decoder";
+import { Ahead } from "./ahead.js";
 
 export class DurunError extends Error {
   constructor(message, step, output) {
@@ -102,6 +103,8 @@ class Channel {
     // step takes if no one else opens steps meanwhile.
     this.lastStep = 0;
     this.nextStep = 1;
+    // Recorded steps durun offered, to replay without asking.
+    this.offered = new Ahead(process.env.DURUN_TASK_ID ?? "");
     process.on("exit", () => {
       this.flush();
       if (this.refused && !this.told) {
@@ -257,15 +260,68 @@ class Channel {
     this.idle();
   }
 
-  /** Writes `text` after the posted lines not written yet. */
+  /** Writes `text` after the posted lines not written yet, and after the
+   * line that tells durun of the steps replayed here since the last one. */
   write(text) {
-    writeAll(this.pending + text);
+    writeAll(this.pending + this.replayedLine() + text);
     this.pending = "";
   }
 
   flush() {
     this.flushing = false;
-    if (this.pending !== "") this.write("");
+    if (this.pending !== "" || this.offered.unsaid !== null) {
+      this.write("");
+      // The line that tells of replayed steps is a posted request now.
+      this.idle();
+    }
+  }
+
+  /** The `replayed` line due, posted (a refusal is thrown by a later
+   * request), or "". */
+  replayedLine() {
+    const notice = this.offered.notice();
+    if (notice === null || this.gone !== null) return "";
+    notice.id = this.nextId++;
+    this.posted.set(notice.id, () => notice.through);
+    return JSON.stringify(notice) + "\n";
+  }
+
+  /** The recorded value of the step about to begin, as `{ output }`,
+   * answered from the steps durun offered ahead; null: ask durun. Only
+   * with no request out, so that the step is durun's next. */
+  replayHere(name, args) {
+    if (this.waiting.size > 0 || this.posted.size > 0 || this.gone !== null || this.refused) return null;
+    if (!this.offered.left(this.lastStep)) return null;
+    const recorded = this.offered.take(name, args);
+    if (recorded === null) return null;
+    this.lastStep = recorded.step;
+    this.nextStep = Math.max(this.nextStep, recorded.step + 1);
+    return recorded;
+  }
+
+  /** Sends a `begin` (`request`'s `spin`), and with it an `ahead` when the
+   * step is one the journal held and no step durun offered is left (nor
+   * asked for already); that answer is kept when it comes. */
+  begin(message, spin) {
+    const offered = this.offered;
+    const ahead =
+      this.journalSteps !== null &&
+      this.lastStep < this.journalSteps &&
+      !offered.asked &&
+      !offered.off &&
+      offered.emptyAt !== this.lastStep &&
+      !offered.left(this.lastStep);
+    if (!ahead) return this.request(message, spin);
+    offered.asked = true;
+    const asked = { op: "ahead" };
+    const [answer, steps] = this.send([message, asked]);
+    steps.then((found) => offered.offered(found, this.lastStep));
+    if (spin) {
+      this.spinFor(message.id);
+      // Its answer comes right after the step's, for the next step.
+      this.spinFor(asked.id);
+    }
+    return answer;
   }
 
   /** Resolves once few enough posted requests are unanswered: their

@@ -226,9 +226,12 @@ export async function step(name, args, fn, options = {}) {
     posted.beginId = begin.id;
     context = posted;
   } else {
-    // Sent before the first await: steps are numbered in the order they are called.
+    // Answered here, or sent before the first await: steps are numbered
+    // in the order they are called.
+    const here = chan.replayHere(name, encoded);
+    if (here !== null) return here.output;
     // A `read` step's answer, or a replay's, comes from durun's memory.
-    const opened = await checked(chan.request(begin, effect === "read" || !chan.pastJournal()));
+    const opened = await checked(chan.begin(begin, effect === "read" || !chan.pastJournal()));
     if (opened.replayed) return opened.output;
     context = {
       step: opened.step,

@@ -1,12 +1,18 @@
 // Keys as durun derives them (SPEC 3.1 of the protocol doc): the SDK
 // derives a posted step's key itself, before durun's answer comes.
 
-import { createHash } from "node:crypto";
+import crypto from "node:crypto";
+
+// One call, where Node has it (20.12 and later): a third of the cost of a
+// Hash object, which a replayed step would pay.
+const sha256 = crypto.hash
+  ? (text) => crypto.hash("sha256", text, "hex")
+  : (text) => crypto.createHash("sha256").update(text, "utf8").digest("hex");
 
 /** SPEC 3.1: sha256 of `TASK:STEP:` and the args as Python's
  * `json.dumps(args, sort_keys=True)` prints what durun reads. */
 export function idempotencyKey(task, step, args) {
-  return createHash("sha256").update(`${task}:${step}:${canonicalJson(args)}`, "utf8").digest("hex");
+  return sha256(`${task}:${step}:${canonicalJson(args)}`);
 }
 
 /** `json.dumps(value, sort_keys=True)` of what Python's `json.loads` reads

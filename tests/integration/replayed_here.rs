@@ -26,6 +26,13 @@ fn python(scenario: &str) -> String {
     )
 }
 
+fn node(scenario: &str) -> String {
+    format!(
+        "node {} {scenario}",
+        agents_dir().join("replayed_here.mjs").display()
+    )
+}
+
 /// What the agent printed as `seen:` lines.
 fn seen(output: &std::process::Output) -> Vec<Value> {
     text(&output.stderr)
@@ -60,10 +67,9 @@ fn replayed_in_run(env: &TestEnv, run: usize) -> (Value, Value) {
     )
 }
 
-#[test]
-fn a_python_agent_replays_from_the_steps_ahead_without_a_request_each() {
+fn replays_from_the_steps_ahead_without_a_request_each(agent: &str) {
     let mut env = TestEnv::new();
-    let command = logged(&mut env, &[&python("loop 600")]);
+    let command = logged(&mut env, &[agent]);
     let second = run_twice(&env, &command);
     assert!(second.status.success(), "{}", text(&second.stderr));
     assert_eq!(seen(&second), [json!(vec![1; 600])]);
@@ -77,9 +83,18 @@ fn a_python_agent_replays_from_the_steps_ahead_without_a_request_each() {
 }
 
 #[test]
-fn a_changed_step_among_the_steps_ahead_is_divergence() {
+fn a_python_agent_replays_from_the_steps_ahead_without_a_request_each() {
+    replays_from_the_steps_ahead_without_a_request_each(&python("loop 600"));
+}
+
+#[test]
+fn a_node_agent_replays_from_the_steps_ahead_without_a_request_each() {
+    replays_from_the_steps_ahead_without_a_request_each(&node("loop 600"));
+}
+
+fn a_changed_step_among_the_steps_ahead_is_divergence(agent: &str) {
     let mut env = TestEnv::new();
-    let command = logged(&mut env, &[&python("diverge 300 200")]);
+    let command = logged(&mut env, &[agent]);
     let second = run_twice(&env, &command);
     assert_eq!(second.status.code(), Some(65), "{}", text(&second.stderr));
     let stderr = text(&second.stderr);
@@ -88,13 +103,34 @@ fn a_changed_step_among_the_steps_ahead_is_divergence() {
 }
 
 #[test]
-fn gathered_asyncio_steps_replayed_here_keep_their_numbers() {
+fn a_changed_step_among_the_steps_ahead_is_divergence_in_python() {
+    a_changed_step_among_the_steps_ahead_is_divergence(&python("diverge 300 200"));
+}
+
+#[test]
+fn a_changed_step_among_the_steps_ahead_is_divergence_in_node() {
+    a_changed_step_among_the_steps_ahead_is_divergence(&node("diverge 300 200"));
+}
+
+/// Three steps begun together, one of whose coroutines then begins a
+/// fourth: replayed here, each takes the number it had.
+fn gathered_steps_replayed_here_keep_their_numbers(agent: &str) {
     let mut env = TestEnv::new();
-    let command = logged(&mut env, &[&python("gather 100")]);
+    let command = logged(&mut env, &[agent]);
     let second = run_twice(&env, &command);
     assert!(second.status.success(), "{}", text(&second.stderr));
     let rounds = seen(&second);
     assert_eq!(rounds, [json!(vec![json!([[1, 1], 1, 1]); 100])]);
     assert!(requests(&env, 2, "begin") < 20);
     assert_eq!(replayed_in_run(&env, 2), (json!(400), json!(0)));
+}
+
+#[test]
+fn gathered_asyncio_steps_replayed_here_keep_their_numbers() {
+    gathered_steps_replayed_here_keep_their_numbers(&python("gather 100"));
+}
+
+#[test]
+fn gathered_node_steps_replayed_here_keep_their_numbers() {
+    gathered_steps_replayed_here_keep_their_numbers(&node("gather 100"));
 }
