@@ -194,3 +194,30 @@ if (process.argv[3] === "echo") {
         .ok()?;
     String::from_utf8_lossy(&output.stdout).trim().parse().ok()
 }
+
+/// Processes that never sleep, killed when dropped: a loaded machine.
+pub(crate) struct Busy(Vec<std::process::Child>);
+
+impl Busy {
+    pub(crate) fn start(count: usize) -> Self {
+        Self(
+            (0..count)
+                .filter_map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .ok()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -335,6 +335,17 @@ fn sdk_rows(root: &std::path::Path, steps: u64, sync: &str, table: &mut Table) {
                     &format!("{lang} replay"),
                     scratch.sdk_agent(lang, true, effect, steps, 3),
                 );
+                // The same, and the language's blocking round trip, with
+                // two processes that never sleep beside them.
+                let busy = machine::Busy::start(2);
+                table.add(
+                    &format!("{lang} replay loaded"),
+                    scratch.sdk_agent(lang, true, effect, steps, 3),
+                );
+                if let Some(trip) = machine::language_round_trip(lang, 2000) {
+                    table.add(&format!("{lang} round trip loaded"), trip);
+                }
+                drop(busy);
             }
         }
     }

@@ -113,6 +113,16 @@ pub(crate) fn write(out: &mut String, table: &Table) {
                 shown(range(table, &row, trip)),
             );
         }
+        let row = format!("{lang} replay loaded");
+        let loaded_trip = format!("{lang} round trip loaded");
+        if let Some(us) = table.get(&row) {
+            let _ = writeln!(
+                out,
+                "| {name} | replayed, two busy processes beside it | - | {us:.0} µs | - | {} (its round trip then: {:.0} µs) |",
+                shown(range(table, &row, &loaded_trip)),
+                table.get(&loaded_trip).unwrap_or(f64::NAN),
+            );
+        }
         let peers = PEERS
             .iter()
             .find(|(peer_lang, _)| *peer_lang == lang)
