@@ -312,9 +312,9 @@ class Channel {
       offered.emptyAt !== this.lastStep &&
       !offered.left(this.lastStep);
     if (!ahead) return this.request(message, spin);
-    offered.asked = true;
     const asked = { op: "ahead" };
     const [answer, steps] = this.send([message, asked]);
+    offered.asked = true;
     steps.then((found) => offered.offered(found, this.lastStep));
     if (spin) {
       this.spinFor(message.id);
