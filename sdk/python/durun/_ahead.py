@@ -69,6 +69,10 @@ class _Ahead:
         self._told = (step, key)
         return recorded.get("output"), step
 
+    def notice_due(self) -> bool:
+        """Whether steps were used that durun was not told of yet."""
+        return self._told is not None
+
     def notice(self) -> Optional[Dict[str, Any]]:
         """The `replayed` request for the steps used since the last one, if
         any: it must reach durun before any other request."""

@@ -209,7 +209,10 @@ class _Channel:
                     about._land(self._failure(request_id))
                 return
             self._posted[request_id] = message.get("step") if about is None else about
-            self._write(self._told() + _numbered(request_id, body))
+            line = _numbered(request_id, body)
+            if self._ahead.notice_due():
+                line = self._told() + line
+            self._write(line)
 
     def _told(self) -> bytes:
         """With the lock held: the line that tells durun of the steps
