@@ -12,9 +12,11 @@
 //! here. Only `replayed` moves the numbering, and only over steps it
 //! checks again, the last one by its key.
 
+use std::sync::atomic::Ordering;
+
 use serde_json::Value;
 
-use super::inbox::Conn;
+use super::inbox::{AGENT, Conn};
 use super::patches::PATCH_STEP;
 use super::state::Supervisor;
 use crate::journal::{StepKind, StepRecord, StepStatus};
@@ -29,6 +31,11 @@ const MAX_STEPS: usize = 256;
 /// task's answers stay small lines.
 const MAX_BYTES: usize = 1 << 20;
 
+/// Answer bytes a connection may leave unread before `ahead` offers it
+/// nothing: asking again costs the agent nothing, so unread answers must
+/// not pile up a copy of the journal each.
+const UNREAD_BOUND: usize = 4 << 20;
+
 impl Supervisor<'_> {
     /// Answers `ahead`: the recorded steps from the agent's next one on
     /// that a `begin` would replay, up to the first that it would not.
@@ -37,10 +44,12 @@ impl Supervisor<'_> {
             Ok(step) => step,
             Err(err) => return self.journal_failed(conn, &id, err),
         };
+        let room = UNREAD_BOUND.saturating_sub(self.unread_answers(conn));
+        let budget = MAX_BYTES.min(room);
         let mut steps = Vec::new();
         let mut bytes = 0;
         for (expected, record) in (from..).zip(self.steps.recorded.ahead(from)) {
-            if record.step != expected || steps.len() == MAX_STEPS || bytes > MAX_BYTES {
+            if record.step != expected || steps.len() == MAX_STEPS || bytes > budget || room == 0 {
                 break;
             }
             if record.kind.by_content() {
@@ -102,6 +111,17 @@ impl Supervisor<'_> {
                 return self.respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
             }
         }
+    }
+
+    /// Bytes of answers on `conn` that its client has not read yet.
+    fn unread_answers(&self, conn: Conn) -> usize {
+        if conn == AGENT {
+            return self.io.unread();
+        }
+        self.outbox
+            .writers
+            .get(&conn)
+            .map_or(0, |writer| writer.unwritten.load(Ordering::SeqCst))
     }
 
     /// Counts a step answered from the journal, as `inspect` and the

@@ -117,3 +117,47 @@ fn an_agent_replays_the_steps_ahead_itself_and_durun_counts_them() {
     assert_eq!(runs[1]["executed_steps"], 1, "{view}");
     assert_eq!(view["steps"][5]["output"], "e");
 }
+
+/// Asks `ahead` 300 times before reading any answer, over steps whose
+/// outputs make a full answer about 1 MiB.
+const GREEDY: &str = r#"
+import json, os, sys
+if os.environ["DURUN_RUN"] == "1":
+    for i in range(300):
+        sys.stdout.write(json.dumps({"op": "begin", "id": i, "name": "s", "args": {"i": i}}) + "\n")
+        sys.stdout.flush()
+        step = json.loads(sys.stdin.readline())["step"]
+        sys.stdout.write(json.dumps({"op": "commit", "id": i, "step": step, "output": "x" * 8000}) + "\n")
+        sys.stdout.flush()
+        sys.stdin.readline()
+    sys.exit(3)
+sys.stdout.write("".join(json.dumps({"op": "ahead", "id": i}) + "\n" for i in range(300)))
+sys.stdout.flush()
+sizes = [sum(len(step["output"]) for step in json.loads(sys.stdin.readline())["steps"]) for _ in range(300)]
+with open("offered.json", "w") as out:
+    json.dump(sizes, out)
+"#;
+
+#[test]
+fn answers_left_unread_bound_what_ahead_offers() {
+    let env = TestEnv::new();
+    env.write("greedy.py", GREEDY);
+    let first = env.durun(&["run", "--task", "g", "--", "python3", "greedy.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let second = env.durun(&["resume", "g"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let sizes: Vec<usize> =
+        serde_json::from_str(&std::fs::read_to_string(env.path("offered.json")).expect("offered"))
+            .expect("JSON");
+    assert_eq!(sizes.len(), 300);
+    // A first full answer, and then no more than the bound on unread
+    // answers (4 MiB) and the pipe's few pages allow, not 300 copies.
+    assert!(sizes[0] >= 1 << 20, "{:?}", &sizes[..4]);
+    let offered: usize = sizes.iter().sum();
+    let answered = sizes.iter().filter(|size| **size > 0).count();
+    assert!(
+        offered < 7 << 20,
+        "{offered} bytes offered in {answered} answers"
+    );
+    assert_eq!(sizes[299], 0, "{answered} answers offered steps");
+}
