@@ -134,7 +134,14 @@ impl Supervisor<'_> {
                     .read_page(journal, self.spec.task_id, step)?;
             }
             match self.steps.recorded.kind_at(step) {
-                Some(kind) if kind.by_content() => step += 1,
+                Some(kind) if kind.by_content() => {
+                    // Never a protocol step's number, and gone from the
+                    // page once passed: passed for good, so that a request
+                    // that takes no number (`ahead`, a `patched` on an
+                    // older path) leaves the numbering where it found it.
+                    step += 1;
+                    self.steps.next_step = step;
+                }
                 Some(_) => return Ok(step),
                 None if step <= self.steps.recorded.last() => return Ok(step),
                 None => return Ok(self.steps.peek_new(step)),

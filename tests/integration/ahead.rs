@@ -161,3 +161,65 @@ fn answers_left_unread_bound_what_ahead_offers() {
     );
     assert_eq!(sizes[299], 0, "{answered} answers offered steps");
 }
+
+/// Steps a, an MCP call (replayed by content), b; the first run exits 3.
+/// Resumed, it asks around the MCP step without taking a number: a
+/// `patched` on an older path, `ahead`, then the MCP call and `replayed`.
+const AROUND: &str = r#"
+import json, os, sys
+log = []
+def ask(request):
+    sys.stdout.write(json.dumps(request) + "\n")
+    sys.stdout.flush()
+    answer = json.loads(sys.stdin.readline())
+    log.append(answer)
+    return answer
+def step(name, kind="begin"):
+    opened = ask({"op": "begin", "id": name, "name": name, "args": {}, "kind": kind})
+    if not opened.get("replayed"):
+        ask({"op": "commit", "id": "c" + name, "step": opened["step"], "output": name})
+step("a")
+if os.environ["DURUN_RUN"] != "1":
+    ask({"op": "patched", "id": "p", "name": "p"})
+    ask({"op": "ahead", "id": "ahead"})
+step("tool", "mcp")
+if os.environ["DURUN_RUN"] == "1":
+    step("b")
+    sys.exit(3)
+key = log[2]["steps"][0]["idempotency_key"]
+ask({"op": "replayed", "id": "r", "through": 3, "idempotency_key": key})
+with open("around.json", "w") as out:
+    json.dump(log, out)
+"#;
+
+#[test]
+fn requests_that_take_no_number_pass_over_steps_replayed_by_content() {
+    let env = TestEnv::new();
+    env.write("around.py", AROUND);
+    let first = env.durun(&["run", "--task", "m", "--", "python3", "around.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let kinds: Vec<Value> = env.inspect("m")["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| step["kind"].clone())
+        .collect();
+    assert_eq!(kinds, [json!("begin"), json!("mcp"), json!("begin")]);
+    let second = env.durun(&["resume", "m"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let log: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(env.path("around.json")).expect("log"))
+            .expect("JSON");
+    assert_eq!(log[0]["replayed"], true);
+    assert_eq!(log[1], json!({"id": "p", "ok": true, "patched": false}));
+    let offered: Vec<&Value> = log[2]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| &step["step"])
+        .collect();
+    assert_eq!(offered, [&json!(3)], "{}", log[2]);
+    assert_eq!(log[3]["replayed"], true, "{}", log[3]);
+    assert_eq!(log[4], json!({"id": "r", "ok": true, "step": 3}));
+    assert_eq!(env.inspect("m")["task"]["runs"][1]["replayed_steps"], 3);
+}
