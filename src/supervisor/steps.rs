@@ -7,7 +7,8 @@
 //! A step number is in at most one of `open`, `calls` and `waits` (and, in
 //! the `commit` room, the batch) at a time; the methods that put a step in
 //! one of them check that it is in no other. `next_step` is one past every
-//! step this run opened, `last_recorded` the highest step number the
+//! step this run opened and every recorded step replayed by content that
+//! the numbering passed, `last_recorded` the highest step number the
 //! journal holds.
 
 use std::collections::HashMap;
