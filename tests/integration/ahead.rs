@@ -47,17 +47,26 @@ with open("answers.json", "w") as out:
     json.dump({"answers": log, "keys": [key(1, {"n": 1}), key(2, {"n": 2}), key(3, {}), key(5, {"n": 4})]}, out)
 "#;
 
+/// Runs `script` as task `task` (its first run exits 3), resumes it, and
+/// reads the JSON the resumed run wrote to `file`.
+fn resumed<T: serde::de::DeserializeOwned>(
+    env: &TestEnv,
+    script: &str,
+    task: &str,
+    file: &str,
+) -> T {
+    env.write("agent.py", script);
+    let first = env.durun(&["run", "--task", task, "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let second = env.durun(&["resume", task]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    serde_json::from_str(&std::fs::read_to_string(env.path(file)).expect(file)).expect("JSON")
+}
+
 #[test]
 fn an_agent_replays_the_steps_ahead_itself_and_durun_counts_them() {
     let env = TestEnv::new();
-    env.write("agent.py", AGENT);
-    let first = env.durun(&["run", "--task", "t", "--", "python3", "agent.py"]);
-    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
-    let second = env.durun(&["resume", "t"]);
-    assert!(second.status.success(), "{}", text(&second.stderr));
-    let logged: Value =
-        serde_json::from_str(&std::fs::read_to_string(env.path("answers.json")).expect("answers"))
-            .expect("JSON");
+    let logged: Value = resumed(&env, AGENT, "t", "answers.json");
     let (answers, keys) = (&logged["answers"], &logged["keys"]);
     // Steps 1 to 3, up to the patch: names, keys and outputs as recorded.
     let offered: Vec<Value> = answers[0]["steps"]
@@ -141,14 +150,7 @@ with open("offered.json", "w") as out:
 #[test]
 fn answers_left_unread_bound_what_ahead_offers() {
     let env = TestEnv::new();
-    env.write("greedy.py", GREEDY);
-    let first = env.durun(&["run", "--task", "g", "--", "python3", "greedy.py"]);
-    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
-    let second = env.durun(&["resume", "g"]);
-    assert!(second.status.success(), "{}", text(&second.stderr));
-    let sizes: Vec<usize> =
-        serde_json::from_str(&std::fs::read_to_string(env.path("offered.json")).expect("offered"))
-            .expect("JSON");
+    let sizes: Vec<usize> = resumed(&env, GREEDY, "g", "offered.json");
     assert_eq!(sizes.len(), 300);
     // A first full answer, and then no more than the bound on unread
     // answers (4 MiB) and the pipe's few pages allow, not 300 copies.
@@ -195,9 +197,7 @@ with open("around.json", "w") as out:
 #[test]
 fn requests_that_take_no_number_pass_over_steps_replayed_by_content() {
     let env = TestEnv::new();
-    env.write("around.py", AROUND);
-    let first = env.durun(&["run", "--task", "m", "--", "python3", "around.py"]);
-    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let log: Vec<Value> = resumed(&env, AROUND, "m", "around.json");
     let kinds: Vec<Value> = env.inspect("m")["steps"]
         .as_array()
         .expect("steps")
@@ -205,11 +205,6 @@ fn requests_that_take_no_number_pass_over_steps_replayed_by_content() {
         .map(|step| step["kind"].clone())
         .collect();
     assert_eq!(kinds, [json!("begin"), json!("mcp"), json!("begin")]);
-    let second = env.durun(&["resume", "m"]);
-    assert!(second.status.success(), "{}", text(&second.stderr));
-    let log: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(env.path("around.json")).expect("log"))
-            .expect("JSON");
     assert_eq!(log[0]["replayed"], true);
     assert_eq!(log[1], json!({"id": "p", "ok": true, "patched": false}));
     let offered: Vec<&Value> = log[2]["steps"]

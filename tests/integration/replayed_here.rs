@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, agents_dir, sdk_path, text};
+use crate::sdk_python::seen;
 
 /// The agent's command, its requests to durun copied to
 /// `requests-RUN.log` on their way (its exit status kept).
@@ -31,15 +32,6 @@ fn node(scenario: &str) -> String {
         "node {} {scenario}",
         agents_dir().join("replayed_here.mjs").display()
     )
-}
-
-/// What the agent printed as `seen:` lines.
-fn seen(output: &std::process::Output) -> Vec<Value> {
-    text(&output.stderr)
-        .lines()
-        .filter_map(|line| line.strip_prefix("seen: "))
-        .map(|json| serde_json::from_str(json).expect("seen JSON"))
-        .collect()
 }
 
 /// How many of the run's requests have op `op`.

@@ -40,7 +40,7 @@ fn run(env: &TestEnv, task: &str, scenario: &str) -> std::process::Output {
 }
 
 /// What the agent printed as `seen:` lines.
-fn seen(output: &std::process::Output) -> Vec<Value> {
+pub(crate) fn seen(output: &std::process::Output) -> Vec<Value> {
     text(&output.stderr)
         .lines()
         .filter_map(|line| line.strip_prefix("seen: "))
