@@ -109,7 +109,7 @@ class Channel {
       this.flush();
       if (this.refused && !this.told) {
         const why = this.refused.error?.message ?? "durun refused it";
-        const which = this.refused.step == null ? "a step" : `the commit of step ${this.refused.step}`;
+        const which = this.refused.step == null ? "a request" : `the commit of step ${this.refused.step}`;
         writeSync(2, `durun: ${which} was refused: ${why}\n`);
         if (!process.exitCode) process.exitCode = 1;
       }
@@ -282,7 +282,8 @@ class Channel {
     const notice = this.offered.notice();
     if (notice === null || this.gone !== null) return "";
     notice.id = this.nextId++;
-    this.posted.set(notice.id, () => notice.through);
+    // About no step of the agent's: durun's refusal says what it is.
+    this.posted.set(notice.id, () => null);
     return JSON.stringify(notice) + "\n";
   }
 

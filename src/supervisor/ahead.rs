@@ -22,13 +22,12 @@ use super::state::Supervisor;
 use crate::journal::{StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{AheadStep, ErrorCode, Response};
-use crate::report::Event as Report;
 
 /// Steps offered in one answer.
 const MAX_STEPS: usize = 256;
 
-/// Bytes of output offered in one answer, past its first step: a long
-/// task's answers stay small lines.
+/// Bytes of output offered in one answer (the step that passes it is the
+/// last): a long task's answers stay small lines.
 const MAX_BYTES: usize = 1 << 20;
 
 /// Answer bytes a connection may leave unread before `ahead` offers it
@@ -44,12 +43,11 @@ impl Supervisor<'_> {
             Ok(step) => step,
             Err(err) => return self.journal_failed(conn, &id, err),
         };
-        let room = UNREAD_BOUND.saturating_sub(self.unread_answers(conn));
-        let budget = MAX_BYTES.min(room);
+        let budget = MAX_BYTES.min(UNREAD_BOUND.saturating_sub(self.unread_answers(conn)));
         let mut steps = Vec::new();
         let mut bytes = 0;
         for (expected, record) in (from..).zip(self.steps.recorded.ahead(from)) {
-            if record.step != expected || steps.len() == MAX_STEPS || bytes > budget || room == 0 {
+            if record.step != expected || steps.len() == MAX_STEPS || bytes >= budget {
                 break;
             }
             if record.kind.by_content() {
@@ -122,17 +120,6 @@ impl Supervisor<'_> {
             .writers
             .get(&conn)
             .map_or(0, |writer| writer.unwritten.load(Ordering::SeqCst))
-    }
-
-    /// Counts a step answered from the journal, as `inspect` and the
-    /// progress show it.
-    pub(super) fn count_replayed(&mut self, record: &StepRecord) {
-        self.stats.replayed_steps += 1;
-        self.stats.tokens_saved += record.tokens;
-        self.reporter.report(&Report::StepReplayed {
-            step: record.step,
-            name: &record.name,
-        });
     }
 }
 

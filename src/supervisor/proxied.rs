@@ -162,12 +162,7 @@ impl Supervisor<'_> {
         }
         let args_hash = step_key::args_hash(wanted.canonical);
         if let Some(record) = self.steps.contents.take_finished(wanted.name, &args_hash) {
-            self.stats.replayed_steps += 1;
-            self.stats.tokens_saved += record.tokens;
-            self.reporter.report(&Report::StepReplayed {
-                step: record.step,
-                name: &record.name,
-            });
+            self.count_replayed(&record);
             return ByContent::Replay(record);
         }
         // One call, one record: a request made inside a step the agent

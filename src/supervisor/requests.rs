@@ -314,6 +314,17 @@ impl Supervisor<'_> {
         Some((record, fresh, in_doubt))
     }
 
+    /// Counts a step answered from the journal, as `inspect` and the
+    /// progress show it.
+    pub(super) fn count_replayed(&mut self, record: &StepRecord) {
+        self.stats.replayed_steps += 1;
+        self.stats.tokens_saved += record.tokens;
+        self.reporter.report(&Report::StepReplayed {
+            step: record.step,
+            name: &record.name,
+        });
+    }
+
     /// The row of a step the journal does not hold yet: attempt 1.
     pub(super) fn new_record(
         &self,

@@ -5,13 +5,10 @@ use serde_json::{Value, json};
 
 use crate::env::{TestEnv, text};
 
-/// The first run records steps a, b, c, patch p, d and leaves e open
-/// (exit 3); the second asks `ahead` and `replayed` around them and logs
-/// every answer, with the keys computed as SPEC 3.1 says.
-const AGENT: &str = r#"
+/// What every agent here starts with: `ask` sends a request, waits for
+/// its answer and logs it in `log`.
+const ASK: &str = r#"
 import hashlib, json, os, sys
-run = int(os.environ["DURUN_RUN"])
-task = os.environ["DURUN_TASK_ID"]
 log = []
 def ask(request):
     sys.stdout.write(json.dumps(request) + "\n")
@@ -19,6 +16,14 @@ def ask(request):
     answer = json.loads(sys.stdin.readline())
     log.append(answer)
     return answer
+"#;
+
+/// The first run records steps a, b, c, patch p, d and leaves e open
+/// (exit 3); the second asks `ahead` and `replayed` around them and logs
+/// every answer, with the keys computed as SPEC 3.1 says.
+const AGENT: &str = r#"
+run = int(os.environ["DURUN_RUN"])
+task = os.environ["DURUN_TASK_ID"]
 def key(step, args):
     return hashlib.sha256(f"{task}:{step}:{json.dumps(args, sort_keys=True)}".encode()).hexdigest()
 if run == 1:
@@ -47,15 +52,15 @@ with open("answers.json", "w") as out:
     json.dump({"answers": log, "keys": [key(1, {"n": 1}), key(2, {"n": 2}), key(3, {}), key(5, {"n": 4})]}, out)
 "#;
 
-/// Runs `script` as task `task` (its first run exits 3), resumes it, and
-/// reads the JSON the resumed run wrote to `file`.
+/// Runs `script` after [`ASK`] as task `task` (its first run exits 3),
+/// resumes it, and reads the JSON the resumed run wrote to `file`.
 fn resumed<T: serde::de::DeserializeOwned>(
     env: &TestEnv,
     script: &str,
     task: &str,
     file: &str,
 ) -> T {
-    env.write("agent.py", script);
+    env.write("agent.py", &format!("{ASK}{script}"));
     let first = env.durun(&["run", "--task", task, "--", "python3", "agent.py"]);
     assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
     let second = env.durun(&["resume", task]);
@@ -130,7 +135,6 @@ fn an_agent_replays_the_steps_ahead_itself_and_durun_counts_them() {
 /// Asks `ahead` 300 times before reading any answer, over steps whose
 /// outputs make a full answer about 1 MiB.
 const GREEDY: &str = r#"
-import json, os, sys
 if os.environ["DURUN_RUN"] == "1":
     for i in range(300):
         sys.stdout.write(json.dumps({"op": "begin", "id": i, "name": "s", "args": {"i": i}}) + "\n")
@@ -168,14 +172,6 @@ fn answers_left_unread_bound_what_ahead_offers() {
 /// Resumed, it asks around the MCP step without taking a number: a
 /// `patched` on an older path, `ahead`, then the MCP call and `replayed`.
 const AROUND: &str = r#"
-import json, os, sys
-log = []
-def ask(request):
-    sys.stdout.write(json.dumps(request) + "\n")
-    sys.stdout.flush()
-    answer = json.loads(sys.stdin.readline())
-    log.append(answer)
-    return answer
 def step(name, kind="begin"):
     opened = ask({"op": "begin", "id": name, "name": name, "args": {}, "kind": kind})
     if not opened.get("replayed"):

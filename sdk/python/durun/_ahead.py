@@ -14,13 +14,13 @@ class _Ahead:
     """The steps offered and not used yet, and the last step used and not
     told yet. Used with the channel's lock held."""
 
-    __slots__ = ("_task", "_steps", "_told", "asked", "empty_at", "off")
+    __slots__ = ("_task", "_steps", "_unsaid", "asked", "empty_at", "off")
 
     def __init__(self, task: str) -> None:
         self._task = task
         self._steps: Deque[Dict[str, Any]] = collections.deque()
         # The last step answered here and not yet told: (number, key).
-        self._told: Optional[Tuple[int, str]] = None
+        self._unsaid: Optional[Tuple[int, str]] = None
         # An `ahead` is on its way, unanswered.
         self.asked = False
         # The step number the agent was at when durun last offered
@@ -29,12 +29,13 @@ class _Ahead:
         # durun does not know `ahead` (an older durun): never asked again.
         self.off = False
 
-    def empty(self, last_step: int) -> bool:
-        """Whether no offered step is left past ``last_step``."""
+    def left(self, last_step: int) -> bool:
+        """Whether an offered step is left past ``last_step`` (the ones the
+        numbering passed are dropped)."""
         steps = self._steps
         while steps and steps[0]["step"] <= last_step:
             steps.popleft()
-        return not steps
+        return bool(steps)
 
     def offered(self, answer: Dict[str, Any], last_step: int) -> None:
         """Takes durun's answer to `ahead`."""
@@ -45,7 +46,6 @@ class _Ahead:
         self._steps = collections.deque(answer["steps"])
         if not self._steps:
             self.empty_at = last_step
-        self.empty(last_step)
 
     def take(self, name: str, args: Any) -> Optional[Tuple[Any, int]]:
         """The recorded value and number of the next offered step, if it is
@@ -66,18 +66,18 @@ class _Ahead:
             self._steps.clear()
             return None
         self._steps.popleft()
-        self._told = (step, key)
+        self._unsaid = (step, key)
         return recorded.get("output"), step
 
     def notice_due(self) -> bool:
         """Whether steps were used that durun was not told of yet."""
-        return self._told is not None
+        return self._unsaid is not None
 
     def notice(self) -> Optional[Dict[str, Any]]:
         """The `replayed` request for the steps used since the last one, if
         any: it must reach durun before any other request."""
-        if self._told is None:
+        if self._unsaid is None:
             return None
-        step, key = self._told
-        self._told = None
+        step, key = self._unsaid
+        self._unsaid = None
         return {"op": "replayed", "through": step, "idempotency_key": key}

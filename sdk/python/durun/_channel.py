@@ -173,7 +173,7 @@ class _Channel:
         with self._lock:
             self._raise_refused()
             waiters = []
-            out = [self._told()]
+            out = [self._replayed_line()]
             for message, body in zip(messages, bodies):
                 request_id = message["id"] = next(self._ids)
                 waiter = _Waiter(loop, _SPIN if spin is None else spin)
@@ -211,10 +211,10 @@ class _Channel:
             self._posted[request_id] = message.get("step") if about is None else about
             line = _numbered(request_id, body)
             if self._ahead.notice_due():
-                line = self._told() + line
+                line = self._replayed_line() + line
             self._write(line)
 
-    def _told(self) -> bytes:
+    def _replayed_line(self) -> bytes:
         """With the lock held: the line that tells durun of the steps
         replayed here since the last one (posted: a refusal is raised by a
         later request), or nothing."""
@@ -222,7 +222,8 @@ class _Channel:
         if notice is None or self._gone is not None:
             return b""
         request_id = notice["id"] = next(self._ids)
-        self._posted[request_id] = notice["through"]
+        # About no step of the agent's: durun's refusal says what it is.
+        self._posted[request_id] = None
         return _line(notice)
 
     def replay_here(self, name: str, args: Any) -> Optional[Tuple[Any]]:
@@ -232,7 +233,7 @@ class _Channel:
         with self._lock:
             if self._waiting or self._posted or self._gone is not None or self._refused is not None:
                 return None
-            if self._ahead.empty(self._last_step):
+            if not self._ahead.left(self._last_step):
                 return None
             taken = self._ahead.take(name, args)
             if taken is None:
@@ -249,7 +250,7 @@ class _Channel:
             return None
         with self._lock:
             ahead = self._ahead
-            if ahead.asked or ahead.off or ahead.empty_at == self._last_step or not ahead.empty(self._last_step):
+            if ahead.asked or ahead.off or ahead.empty_at == self._last_step or ahead.left(self._last_step):
                 return None
         return {"op": "ahead"}
 
@@ -290,7 +291,7 @@ class _Channel:
         """Waits for the answer of every posted request; raises the first
         refusal."""
         with self._lock:
-            told = self._told()
+            told = self._replayed_line()
             if told:
                 self._write(told)
         self._await_until(lambda: not self._posted, _SPIN)
@@ -588,7 +589,7 @@ def _settle_at_exit() -> None:
     try:
         _channel.settle()
     except DurunError as exc:
-        which = "a step" if exc.step is None else f"the commit of step {exc.step}"
+        which = "a request" if exc.step is None else f"the commit of step {exc.step}"
         sys.stderr.write(f"durun: {which} was refused: {exc}\n")
 
 
