@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Limited, StreamBody};
+use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
@@ -30,6 +30,10 @@ use super::{Ask, End, Inbox, ToLoop, Verdict};
 
 /// The largest request body the proxy takes (the protocol's line limit).
 const MAX_BODY: usize = crate::protocol::MAX_LINE;
+/// How much of a body past [`MAX_BODY`] is read (and dropped) before the
+/// 413, and for how long at most.
+const DRAIN_MAX: usize = 256 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
 /// The largest plain (not streamed) answer it records.
 const MAX_ANSWER: usize = 256 << 20;
 /// Chunks of a stream waiting for a slow agent before the upstream's
@@ -125,6 +129,51 @@ pub(super) fn spawn(
         })
 }
 
+/// The request's body, or the answer that refuses it: 413 past
+/// [`MAX_BODY`]. The rest of a body past the limit is read and dropped
+/// (up to [`DRAIN_MAX`] bytes, for up to [`DRAIN_TIME`]) before the 413:
+/// closing the connection on a client still sending resets it, and the
+/// client sees a broken connection instead of the answer.
+async fn read_body(mut body: Incoming) -> Result<Bytes, Response<Body>> {
+    let unreadable = |err: hyper::Error| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the request body could not be read: {err}"),
+        )
+    };
+    // One allocation when the client said the length.
+    let said = hyper::body::Body::size_hint(&body).lower();
+    let mut kept = Vec::with_capacity(usize::try_from(said).map_or(0, |said| said.min(MAX_BODY)));
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(unreadable)?.into_data() else {
+            continue;
+        };
+        if kept.len() + data.len() > MAX_BODY {
+            let _ = tokio::time::timeout(DRAIN_TIME, async {
+                let mut dropped = 0;
+                while let Some(Ok(frame)) = body.frame().await {
+                    dropped += frame.data_ref().map_or(0, Bytes::len);
+                    if dropped > DRAIN_MAX {
+                        break;
+                    }
+                }
+            })
+            .await;
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "the request body is over durun's {} MiB limit",
+                    MAX_BODY >> 20
+                ),
+            ));
+        }
+        kept.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(kept))
+}
+
 async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
     let path = request.uri().path().to_owned();
     let mut segments = path.trim_start_matches('/').splitn(3, '/');
@@ -161,25 +210,9 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         if query.is_empty() { "" } else { "?" }
     );
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                format!(
-                    "the request body is over durun's {} MiB limit",
-                    MAX_BODY >> 20
-                ),
-            );
-        }
-        Err(err) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("the request body could not be read: {err}"),
-            );
-        }
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     let args = recording::request_args(&body, &query, &shared.routes.ignore);
     let canonical = match crate::step_key::canonical_json(&args) {

@@ -796,7 +796,7 @@ def post(url, body, timeout=60):
         return "timeout"
 base = os.environ["MY_API"]
 print("50 MB, not JSON:", post(base + "/upload", b"\xff" * (50 << 20)))
-print("over 64 MiB:", post(base + "/upload", b"\xff" * (65 << 20)))
+print("over 64 MiB:", post(base + "/upload", b"\xff" * (96 << 20)))
 print("hung upstream:", post(os.environ["HUNG_API"] + "/x", b"{}", timeout=1))
 "#,
     );
