@@ -27,7 +27,10 @@
 //!   leaves the peers out.
 //! - `DURUN_BENCH_ONLY=sdk`: only the floors, the SDKs' rows and the peers;
 //!   `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
-//!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows.
+//!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows;
+//!   `DURUN_BENCH_ONLY=startup`: only start-up.
+//! - `DURUN_BENCH_STATIC=0`: no static build of durun for the start-up rows
+//!   (made otherwise on Linux with glibc, into the target directory).
 
 #[path = "../common.rs"]
 mod common;
@@ -125,8 +128,6 @@ fn orchestrate() {
         .tempdir_in(std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from))
         .expect("temp dir");
     let root = root.path();
-    let peers = Peers::find();
-    let node_peers = peers_node::NodePeers::find();
     let mut table = Table::default();
 
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -162,6 +163,29 @@ fn orchestrate() {
         }
         return;
     }
+    let static_durun = if matches!(
+        std::env::var("DURUN_BENCH_ONLY").as_deref(),
+        Err(_) | Ok("startup")
+    ) {
+        startup::static_build()
+    } else {
+        None
+    };
+    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("startup") {
+        for round in 1..=rounds {
+            eprintln!("round {round}/{rounds}");
+            table.add("load average", load_average(cores));
+            table.add("spawn true", spawn_true(200));
+            startup_rows(root, static_durun.as_deref(), &mut table);
+        }
+        report::print_startup(&table);
+        if let Some(load) = report::load_line(&table) {
+            println!("\n{load}");
+        }
+        return;
+    }
+    let peers = Peers::find();
+    let node_peers = peers_node::NodePeers::find();
     let sdk_only = std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("sdk");
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
@@ -240,9 +264,7 @@ fn orchestrate() {
         proxy::rows(root, (steps / 5).max(20), &mut table);
         proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
         traces::rows(root, steps, &mut table);
-        let scratch = Scratch::new(root, "startup", "full");
-        table.add("startup run", startup::run_true(&scratch));
-        table.add("startup step", startup::step_in_run(&scratch));
+        startup_rows(root, static_durun.as_deref(), &mut table);
         if let Some(peers) = &peers {
             peers.first_runs(root, steps, &mut table);
         }
@@ -291,6 +313,24 @@ fn orchestrate() {
     );
     proxy::print(&table);
     traces::print(&table);
+}
+
+/// Start-up of the build under test and, if there is one, of the static
+/// build, in one round.
+fn startup_rows(root: &std::path::Path, static_durun: Option<&std::path::Path>, table: &mut Table) {
+    let builds = std::iter::once(("", std::path::Path::new(env!("CARGO_BIN_EXE_durun"))))
+        .chain(static_durun.map(|bin| (" static", bin)));
+    for (suffix, bin) in builds {
+        let scratch = Scratch::new(root, &format!("startup{}", suffix.trim()), "full");
+        table.add(
+            &format!("startup run{suffix}"),
+            startup::run_true(&scratch, bin),
+        );
+        table.add(
+            &format!("startup step{suffix}"),
+            startup::step_in_run(&scratch, bin),
+        );
+    }
 }
 
 /// The floors and the SDKs' rows of one round, each row back to back

@@ -69,6 +69,8 @@ impl Peers {
                 && Command::new(work.join(".venv/bin/pip"))
                     .args(["install", "-q", "-r"])
                     .arg(dir.join("requirements.txt"))
+                    // Its report on stderr: stdout is the bench's tables.
+                    .stdout(std::io::stderr())
                     .status()
                     .is_ok_and(|status| status.success());
             if !made {

@@ -55,6 +55,8 @@ impl NodePeers {
                 .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
                 .args(PACKAGES)
                 .current_dir(&work)
+                // Its report on stderr: stdout is the bench's tables.
+                .stdout(std::io::stderr())
                 .status()
                 .is_ok_and(|status| status.success());
             if !made {

@@ -204,18 +204,7 @@ pub(crate) fn print_table(
             row.bytes_per_step,
         );
     }
-    for (row, what) in [
-        ("startup run", "`durun run -- true` on an existing journal"),
-        ("startup step", "`durun step NAME -- true` inside a run"),
-    ] {
-        if let Some(samples) = table.samples(row) {
-            let (low, high, mid) = crate::sdk_report::spread(samples.to_vec());
-            let _ = writeln!(
-                out,
-                "\nStart-up of {what}: {mid:.1} ms (median of 100 each round; rounds {low:.1}–{high:.1} ms)."
-            );
-        }
-    }
+    startup_lines(&mut out, table);
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -240,4 +229,43 @@ pub(crate) fn print_table(
     }
     print!("{out}");
     let _ = std::io::stdout().flush();
+}
+
+/// Start-up, one line per row measured: the build under test, and the
+/// static build where the bench made one.
+fn startup_lines(out: &mut String, table: &Table) {
+    for (row, what) in [
+        ("startup run", "`durun run -- true` on an existing journal"),
+        ("startup step", "`durun step NAME -- true` inside a run"),
+        (
+            "startup run static",
+            "`durun run -- true`, static build (the README's release recipe)",
+        ),
+        (
+            "startup step static",
+            "`durun step NAME -- true`, static build",
+        ),
+    ] {
+        if let Some(samples) = table.samples(row) {
+            let (low, high, mid) = crate::sdk_report::spread(samples.to_vec());
+            let _ = writeln!(
+                out,
+                "\nStart-up of {what}: {mid:.1} ms (median of 100 each round; rounds {low:.1}–{high:.1} ms)."
+            );
+        }
+    }
+}
+
+/// `DURUN_BENCH_ONLY=startup`: the start-up lines, beside one `true`.
+pub(crate) fn print_startup(table: &Table) {
+    let mut out = String::new();
+    if let Some(spawn) = table.get("spawn true") {
+        let _ = writeln!(
+            out,
+            "Spawning `true` from the bench: {:.2} ms.",
+            spawn / 1e3
+        );
+    }
+    startup_lines(&mut out, table);
+    print!("{out}");
 }

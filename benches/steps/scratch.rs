@@ -40,16 +40,21 @@ impl Scratch {
     }
 
     pub(crate) fn durun(&self) -> Command {
+        self.durun_at(Path::new(env!("CARGO_BIN_EXE_durun")))
+    }
+
+    /// [`Scratch::durun`] with another build of durun.
+    pub(crate) fn durun_at(&self, bin: &Path) -> Command {
         let mut command = match &self.strace {
             Some(log) => {
                 let mut command = Command::new("strace");
                 command
                     .args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
                     .arg(log)
-                    .arg(env!("CARGO_BIN_EXE_durun"));
+                    .arg(bin);
                 command
             }
-            None => Command::new(env!("CARGO_BIN_EXE_durun")),
+            None => Command::new(bin),
         };
         command
             .current_dir(&self.dir)

@@ -1,8 +1,11 @@
 //! Start-up: `durun run -- true` on a journal that exists, and `durun step
 //! NAME -- true` inside a run (what a shell agent pays per step), each the
-//! median of 100.
+//! median of 100; for the build under test and for a static build of the
+//! same source (the README's release recipe), which skips the dynamic
+//! loader.
 
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::median;
@@ -22,12 +25,12 @@ json.dump({"ms": times[1:]}, open(os.environ["DURUN_BENCH_OUT"], "w"))
 "#;
 
 /// `durun run -- true`, median of 100 in ms (a first run makes the journal).
-pub(crate) fn run_true(scratch: &Scratch) -> f64 {
+pub(crate) fn run_true(scratch: &Scratch, bin: &Path) -> f64 {
     let mut times = Vec::new();
     for _ in 0..101 {
         let started = Instant::now();
         let status = scratch
-            .durun()
+            .durun_at(bin)
             .args(["-q", "run", "--", "true"])
             .stderr(Stdio::null())
             .status()
@@ -40,14 +43,14 @@ pub(crate) fn run_true(scratch: &Scratch) -> f64 {
 }
 
 /// `durun step NAME -- true` inside a run, median of 100 in ms.
-pub(crate) fn step_in_run(scratch: &Scratch) -> f64 {
+pub(crate) fn step_in_run(scratch: &Scratch, bin: &Path) -> f64 {
     let agent = scratch.dir.join("steps.py");
     std::fs::write(&agent, STEPS_AGENT).expect("the agent");
     let status = scratch
-        .durun()
+        .durun_at(bin)
         .args(["-q", "run", "--", "python3"])
         .arg(&agent)
-        .env("DURUN_BENCH_DURUN", env!("CARGO_BIN_EXE_durun"))
+        .env("DURUN_BENCH_DURUN", bin)
         .status()
         .expect("durun");
     assert!(status.success(), "the `durun step` agent failed");
@@ -63,4 +66,50 @@ pub(crate) fn step_in_run(scratch: &Scratch) -> f64 {
             .filter_map(serde_json::Value::as_f64)
             .collect(),
     )
+}
+
+/// durun built statically against glibc (`-C target-feature=+crt-static`,
+/// as the README's release recipe builds it), in release, beside the
+/// build under test; None on a host that is not Linux with glibc, with
+/// `DURUN_BENCH_STATIC=0`, or when the build fails (said on stderr).
+pub(crate) fn static_build() -> Option<PathBuf> {
+    if std::env::var("DURUN_BENCH_STATIC").as_deref() == Ok("0") {
+        return None;
+    }
+    let rustc = Command::new("rustc").arg("-vV").output().ok()?;
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: ").map(str::to_owned))?;
+    if !host.ends_with("-linux-gnu") {
+        return None;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    eprintln!("a static build of durun for the start-up rows (DURUN_BENCH_STATIC=0 skips it)");
+    // With --target, RUSTFLAGS reach durun and its dependencies but not
+    // the proc-macros and build scripts, which cannot be static.
+    let built = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--bin",
+            "durun",
+            "--target",
+            &host,
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(root)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .stdout(Stdio::null())
+        .status();
+    let bin = target_dir.join(&host).join("release").join("durun");
+    if built.is_ok_and(|status| status.success()) && bin.exists() {
+        Some(bin)
+    } else {
+        eprintln!("the static build failed: its start-up rows are left out");
+        None
+    }
 }
