@@ -239,7 +239,7 @@ fn startup_lines(out: &mut String, table: &Table) {
         ("startup step", "`durun step NAME -- true` inside a run"),
         (
             "startup run static",
-            "`durun run -- true`, static build (the README's release recipe)",
+            "`durun run -- true`, static build (as the README installs it)",
         ),
         (
             "startup step static",

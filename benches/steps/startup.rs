@@ -1,7 +1,7 @@
 //! Start-up: `durun run -- true` on a journal that exists, and `durun step
 //! NAME -- true` inside a run (what a shell agent pays per step), each the
 //! median of 100; for the build under test and for a static build of the
-//! same source (the README's release recipe), which skips the dynamic
+//! same source (the README's static build), which skips the dynamic
 //! loader.
 
 use std::path::{Path, PathBuf};
@@ -69,7 +69,7 @@ pub(crate) fn step_in_run(scratch: &Scratch, bin: &Path) -> f64 {
 }
 
 /// durun built statically against glibc (`-C target-feature=+crt-static`,
-/// as the README's release recipe builds it), in release, beside the
+/// as the README's static install builds it), in release, beside the
 /// build under test; None on a host that is not Linux with glibc, with
 /// `DURUN_BENCH_STATIC=0`, or when the build fails (said on stderr).
 pub(crate) fn static_build() -> Option<PathBuf> {
