@@ -163,14 +163,10 @@ fn orchestrate() {
         }
         return;
     }
-    let static_durun = if matches!(
-        std::env::var("DURUN_BENCH_ONLY").as_deref(),
-        Err(_) | Ok("startup")
-    ) {
-        startup::static_build()
-    } else {
-        None
-    };
+    // Every mode left but `sdk` has start-up rows.
+    let static_durun = (std::env::var("DURUN_BENCH_ONLY").as_deref() != Ok("sdk"))
+        .then(startup::static_build)
+        .flatten();
     if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("startup") {
         for round in 1..=rounds {
             eprintln!("round {round}/{rounds}");

@@ -307,7 +307,7 @@ class Channel {
     const offered = this.offered;
     const ahead =
       this.journalSteps !== null &&
-      this.lastStep < this.journalSteps &&
+      !this.pastJournal() &&
       !offered.asked &&
       !offered.off &&
       offered.emptyAt !== this.lastStep &&

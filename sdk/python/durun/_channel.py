@@ -244,14 +244,15 @@ class _Channel:
     def ahead(self) -> Optional[Dict[str, Any]]:
         """An `ahead` request to send with the next `begin`, when the step is
         one the journal held and no step durun offered is left (nor asked
-        for already); `request_line` and `arequest_line` send it and keep
-        its answer."""
-        if self._journal_steps is None or self._last_step >= self._journal_steps:
+        for already: it counts as asked from here); `request_line` and
+        `arequest_line` send it and keep its answer."""
+        if self._journal_steps is None or self.past_journal():
             return None
         with self._lock:
             ahead = self._ahead
             if ahead.asked or ahead.off or ahead.empty_at == self._last_step or ahead.left(self._last_step):
                 return None
+            ahead.asked = True
         return {"op": "ahead"}
 
     def took_ahead(self, answer: Answer) -> None:
@@ -313,7 +314,6 @@ class _Channel:
             waiters = self.send([message], bodies=[body], spin=spin)
         else:
             waiters = self.send([message, ahead], bodies=[body, _line(ahead)], spin=spin)
-            self._ahead.asked = True
             self._await(waiters[1])
             self.took_ahead(cast(Answer, waiters[1].answer))
         self._await(waiters[0])
@@ -327,7 +327,6 @@ class _Channel:
         else:
             # Not awaited: kept when it comes, while the agent goes on.
             waiters = self.send([message, ahead], asyncio.get_running_loop(), bodies=[body, _line(ahead)])
-            self._ahead.asked = True
             cast("asyncio.Future[Answer]", waiters[1].future).add_done_callback(
                 lambda future: self.took_ahead(future.result()))
         answer = await cast("asyncio.Future[Answer]", waiters[0].future)
