@@ -1,7 +1,7 @@
 //! The few Unix calls durun needs: parent-death signals, process groups,
 //! sending signals, and waiting on pipes. Safe wrappers (rustix) wherever
-//! one exists; the one `unsafe` left is `pre_exec`, whose closure runs
-//! between fork and exec.
+//! one exists; `unsafe` is left for `pre_exec`, whose closure runs
+//! between fork and exec, and for the boot clock (see [`boot_clock`]).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -135,8 +135,18 @@ pub(crate) fn poll_fd(fd: &impl AsFd, flags: PollFlags) -> PollFd<'_> {
 
 /// Time since boot, counting time the machine was suspended: a lease must
 /// age across a laptop lid or a paused VM, which `Instant` does not see.
+///
+/// Read through libc, which finds the vDSO in the aux vector it was given:
+/// rustix asks the kernel for it, and under valgrind, which does not map
+/// the kernel's vDSO, durun died with SIGSEGV at its first lease.
 pub(crate) fn boot_clock() -> std::time::Duration {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes one timespec, which `now` is; it
+    // cannot fail for a clock every Linux since 2.6.39 has.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut now) };
     std::time::Duration::new(
         u64::try_from(now.tv_sec).unwrap_or(0),
         u32::try_from(now.tv_nsec).unwrap_or(0),

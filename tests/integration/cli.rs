@@ -294,3 +294,42 @@ fn hints_name_the_journal_the_command_line_named() {
         text(&missing.stderr)
     );
 }
+
+/// durun runs under valgrind, as someone chasing a leak or profiling durun
+/// runs it: it died with SIGSEGV at its first lease, reading the boot clock
+/// through a vDSO that valgrind does not map. `.ci/run` installs valgrind
+/// and sets DURUN_TEST_VALGRIND, which makes its absence a failure.
+#[test]
+fn durun_runs_under_valgrind() {
+    let found = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("DURUN_TEST_VALGRIND").is_none(),
+            "DURUN_TEST_VALGRIND is set but valgrind is not installed: apt-get install valgrind"
+        );
+        eprintln!("skipped: apt-get install valgrind to run it");
+        return;
+    }
+    let env = TestEnv::new();
+    // The test's own durun and environment, started by valgrind.
+    let durun = env.command();
+    let output = std::process::Command::new("valgrind")
+        .env_clear()
+        .envs(
+            durun
+                .get_envs()
+                .filter_map(|(name, value)| Some((name, value?))),
+        )
+        .current_dir(durun.get_current_dir().expect("the test directory"))
+        .args(["--tool=none", "-q"])
+        .arg(durun.get_program())
+        .args(["run", "--task", "v", "--", "true"])
+        .output()
+        .expect("valgrind");
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(env.inspect("v")["task"]["status"], "completed", "{stderr}");
+}
