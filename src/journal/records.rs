@@ -128,6 +128,39 @@ pub(crate) struct NewTask {
     pub(crate) retries: Option<(u32, u64)>,
 }
 
+impl NewTask {
+    /// The task as [`crate::journal::Journal::create_task`] writes it and
+    /// [`crate::journal::Journal::task`] would read it back: nothing run,
+    /// nothing spent, no lease (both journals' story checks the two agree).
+    pub(crate) fn record(&self) -> TaskRecord {
+        TaskRecord {
+            id: self.id.clone(),
+            status: if self.queue.is_some() {
+                TaskStatus::Queued
+            } else {
+                TaskStatus::Running
+            },
+            argv: self.argv.clone(),
+            cwd: self.cwd.clone(),
+            config: self.config.clone(),
+            config_path: self.config_path.clone(),
+            sync: self.sync,
+            exit_code: None,
+            output: None,
+            runs: 0,
+            lease: None,
+            created_at: self.created_at.clone(),
+            updated_at: self.created_at.clone(),
+            steps: 0,
+            tokens_spent: 0,
+            tokens_saved: 0,
+            max_tokens: self.max_tokens,
+            queue: self.queue.clone(),
+            imported_at: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct TaskRecord {
     pub(crate) id: String,
