@@ -173,6 +173,7 @@ pub(crate) fn supervise(
     if !io.watch_exit(child_pid) {
         super::child::spawn_exit_waiter(child_pid, events_tx.clone());
     }
+    socket.sweep_once();
 
     let committer_events = events_tx.clone();
     let mut outcome = std::thread::scope(|scope| {

@@ -67,15 +67,6 @@ pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Res
     };
     let path = dir.join("durun.sock");
     let listener = UnixListener::bind(&path)?;
-    if let Some(base) = dir.parent().map(Path::to_path_buf) {
-        // Off the start's path: one readdir, whenever it gets to it, once
-        // a process.
-        SWEPT.call_once(|| {
-            let _ = std::thread::Builder::new()
-                .name("sweep".to_owned())
-                .spawn(move || sweep(&base));
-        });
-    }
     Ok(SocketDir {
         dir,
         path,
@@ -118,6 +109,15 @@ impl SocketDir {
             self.shut();
         }
         started.map(drop)
+    }
+
+    /// Removes dead runs' directories beside this one, once a process.
+    /// Called while the agent starts, which takes longer than one
+    /// readdir: a thread of its own cost a start more CPU than the sweep.
+    pub(super) fn sweep_once(&self) {
+        if let Some(base) = self.dir.parent() {
+            SWEPT.call_once(|| sweep(base));
+        }
     }
 
     /// Shuts the listener: clients are refused, and a thread blocked in
