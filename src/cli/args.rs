@@ -22,8 +22,9 @@ pub(crate) struct RunArgs {
     pub(crate) limits: Limits,
 }
 
-/// What a new task is made of, for `run` and `submit`: its id, its tools
-/// and its command.
+// What a new task is made of, for `run` and `submit`: its id, its tools
+// and its command. (Not a doc comment: clap would make a flattened
+// struct's doc its subcommand's about, over the variant's.)
 #[derive(Args, Debug)]
 pub(crate) struct NewTaskArgs {
     /// The task's id [default: a new one]
@@ -44,7 +45,8 @@ pub(crate) struct NewTaskArgs {
     pub(crate) command: Vec<String>,
 }
 
-/// What `run` and `resume` may bound: waiting and tokens.
+// What `run` and `resume` may bound: waiting and tokens. (Not a doc
+// comment: see `NewTaskArgs`.)
 #[derive(Args, Debug, Clone, Copy, Default)]
 pub(crate) struct Limits {
     /// Stop the task with exit 78 once its steps have spent N tokens, over

@@ -51,6 +51,10 @@ pub(crate) struct GlobalArgs {
 }
 
 #[derive(Subcommand, Debug)]
+// Each subcommand's arguments are built when it is the one parsed (and
+// for help, completions and man pages): building all of them cost every
+// start a tenth of `durun run -- true`'s instructions.
+#[command(defer = true)]
 pub(crate) enum Command {
     /// Run an agent command as a durable task
     ///

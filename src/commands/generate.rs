@@ -87,6 +87,7 @@ fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
     let command = Cli::command().disable_help_subcommand(true);
     let mut pages = vec![("durun.1".to_owned(), main_page(&command)?)];
     for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        let sub = &built(sub);
         let name = format!("durun-{}", sub.get_name());
         let bin = format!("durun {}", sub.get_name());
         let usage = synopsis(sub, &bin);
@@ -119,6 +120,14 @@ fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
     }
     pages.push(("durun.toml.5".to_owned(), config_page()?));
     Ok(pages)
+}
+
+/// A subcommand with its arguments, which are made only when it is
+/// parsed or built (`#[command(defer)]` on [`crate::cli::Command`]).
+fn built(sub: &clap::Command) -> clap::Command {
+    let mut sub = sub.clone();
+    sub.build();
+    sub
 }
 
 /// A manual for `command` named `title(section)`.
@@ -552,9 +561,9 @@ mod tests {
     #[test]
     fn synopses_name_their_values() {
         let command = Cli::command();
-        let run = command.find_subcommand("run").expect("run");
+        let run = built(command.find_subcommand("run").expect("run"));
         assert_eq!(
-            synopsis(run, "durun run"),
+            synopsis(&run, "durun run"),
             "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] -- CMD [ARG…]"
         );
     }
