@@ -132,49 +132,44 @@ fn orchestrate() {
 
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eprintln!("durun bench: {rounds} rounds of {steps} steps");
-    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("proxy") {
-        for round in 1..=rounds {
-            eprintln!("round {round}/{rounds}");
-            table.add("load average", load_average(cores));
-            table.add("floor 1 commit full", floor(root, 1, "full", steps));
-            proxy::rows(root, (steps / 5).max(20), &mut table);
-            proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
-        }
-        proxy::print(&table);
-        if let Some(load) = report::load_line(&table) {
-            println!("\n{load}");
-        }
-        return;
-    }
-    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("traces") {
-        for round in 1..=rounds {
-            eprintln!("round {round}/{rounds}");
-            table.add("load average", load_average(cores));
-            table.add("floor 1 commit full", floor(root, 1, "full", steps));
-            traces::rows(root, steps, &mut table);
-        }
-        println!(
-            "floor: one SQLite commit, full sync: {:.0} µs",
-            table.get("floor 1 commit full").unwrap_or(f64::NAN)
-        );
-        traces::print(&table);
-        if let Some(load) = report::load_line(&table) {
-            println!("\n{load}");
-        }
-        return;
-    }
-    // Every mode left but `sdk` has start-up rows.
-    let static_durun = (std::env::var("DURUN_BENCH_ONLY").as_deref() != Ok("sdk"))
+    let only = std::env::var("DURUN_BENCH_ONLY").ok();
+    // The start-up rows are in the whole bench and in `startup`.
+    let static_durun = (!matches!(only.as_deref(), Some("sdk" | "proxy" | "traces")))
         .then(startup::static_build)
         .flatten();
-    if std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("startup") {
-        for round in 1..=rounds {
-            eprintln!("round {round}/{rounds}");
-            table.add("load average", load_average(cores));
-            table.add("spawn true", spawn_true(200));
-            startup_rows(root, static_durun.as_deref(), &mut table);
+    let one_mode = match only.as_deref() {
+        Some("proxy") => {
+            only_rounds(rounds, cores, &mut table, |table| {
+                table.add("floor 1 commit full", floor(root, 1, "full", steps));
+                proxy::rows(root, (steps / 5).max(20), table);
+                proxy::first_chunk_rows(root, (steps / 5).max(20), table);
+            });
+            proxy::print(&table);
+            true
         }
-        report::print_startup(&table);
+        Some("traces") => {
+            only_rounds(rounds, cores, &mut table, |table| {
+                table.add("floor 1 commit full", floor(root, 1, "full", steps));
+                traces::rows(root, steps, table);
+            });
+            println!(
+                "floor: one SQLite commit, full sync: {:.0} µs",
+                table.get("floor 1 commit full").unwrap_or(f64::NAN)
+            );
+            traces::print(&table);
+            true
+        }
+        Some("startup") => {
+            only_rounds(rounds, cores, &mut table, |table| {
+                table.add("spawn true", spawn_true(200));
+                startup_rows(root, static_durun.as_deref(), table);
+            });
+            report::print_startup(&table);
+            true
+        }
+        _ => false,
+    };
+    if one_mode {
         if let Some(load) = report::load_line(&table) {
             println!("\n{load}");
         }
@@ -182,7 +177,7 @@ fn orchestrate() {
     }
     let peers = Peers::find();
     let node_peers = peers_node::NodePeers::find();
-    let sdk_only = std::env::var("DURUN_BENCH_ONLY").as_deref() == Ok("sdk");
+    let sdk_only = only.as_deref() == Some("sdk");
     for round in 1..=rounds {
         eprintln!("round {round}/{rounds}");
         table.add("load average", load_average(cores));
@@ -309,6 +304,15 @@ fn orchestrate() {
     );
     proxy::print(&table);
     traces::print(&table);
+}
+
+/// A `DURUN_BENCH_ONLY` mode's rounds: each its load average, then `round`.
+fn only_rounds(rounds: usize, cores: usize, table: &mut Table, mut round: impl FnMut(&mut Table)) {
+    for n in 1..=rounds {
+        eprintln!("round {n}/{rounds}");
+        table.add("load average", load_average(cores));
+        round(table);
+    }
 }
 
 /// Start-up of the build under test and, if there is one, of the static

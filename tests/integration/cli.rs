@@ -301,16 +301,12 @@ fn hints_name_the_journal_the_command_line_named() {
 /// and sets DURUN_TEST_VALGRIND, which makes its absence a failure.
 #[test]
 fn durun_runs_under_valgrind() {
-    let found = std::process::Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("DURUN_TEST_VALGRIND").is_none(),
-            "DURUN_TEST_VALGRIND is set but valgrind is not installed: apt-get install valgrind"
-        );
-        eprintln!("skipped: apt-get install valgrind to run it");
+    if !crate::env::installed(
+        std::process::Command::new("valgrind").arg("--version"),
+        "valgrind is not installed",
+        "DURUN_TEST_VALGRIND",
+        "apt-get install valgrind",
+    ) {
         return;
     }
     let env = TestEnv::new();

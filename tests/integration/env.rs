@@ -397,16 +397,26 @@ pub(crate) fn signal(pid: i32, signal: i32) {
 /// installs the packages and sets `required`, which makes their absence a
 /// failure; elsewhere the test is skipped, saying what to install.
 pub(crate) fn python_has(modules: &str, required: &str, install: &str) -> bool {
-    let found = Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|output| output.status.success());
+    installed(
+        Command::new("python3").args(["-c", &format!("import {modules}")]),
+        &format!("`{modules}` cannot be imported"),
+        required,
+        &format!("pip install {install}"),
+    )
+}
+
+/// Whether `check` runs and succeeds, which says a package a test needs is
+/// installed. `.ci/run` installs it and sets `required`, which makes its
+/// absence (`missing` says what is wrong) a failure; elsewhere the test is
+/// skipped, saying what to run (`install`).
+pub(crate) fn installed(check: &mut Command, missing: &str, required: &str, install: &str) -> bool {
+    let found = check.output().is_ok_and(|output| output.status.success());
     if !found {
         assert!(
             std::env::var(required).is_err(),
-            "{required} is set but `{modules}` cannot be imported: pip install {install}"
+            "{required} is set but {missing}: {install}"
         );
-        eprintln!("skipped: pip install {install} to run it");
+        eprintln!("skipped: {install} to run it");
     }
     found
 }

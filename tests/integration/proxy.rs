@@ -724,18 +724,13 @@ fn an_unmodified_node_agent_on_the_openai_npm_package_resumes_without_resending(
 
 #[test]
 fn langchains_chat_openai_replays_on_resume() {
-    if !llm_clients() {
-        return;
-    }
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import langchain_openai"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
-            "DURUN_TEST_LLM_CLIENTS is set but `langchain-openai` is not installed"
-        );
+    if !llm_clients()
+        || !crate::env::python_has(
+            "langchain_openai",
+            "DURUN_TEST_LLM_CLIENTS",
+            "langchain-openai",
+        )
+    {
         return;
     }
     let (mut env, server) = llm_env();
