@@ -68,8 +68,9 @@ pub(crate) fn step_in_run(scratch: &Scratch, bin: &Path) -> f64 {
     )
 }
 
-/// durun built statically against glibc (`-C target-feature=+crt-static`,
-/// as the README's static install builds it), in release, beside the
+/// durun built statically against glibc, at a fixed address (`-C
+/// target-feature=+crt-static -C relocation-model=static`, as the README's
+/// static install builds it), in release, beside the
 /// build under test; None on a host that is not Linux with glibc, with
 /// `DURUN_BENCH_STATIC=0`, or when the build fails (said on stderr).
 pub(crate) fn static_build() -> Option<PathBuf> {
@@ -102,7 +103,10 @@ pub(crate) fn static_build() -> Option<PathBuf> {
         .arg("--target-dir")
         .arg(&target_dir)
         .current_dir(root)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env(
+            "RUSTFLAGS",
+            "-C target-feature=+crt-static -C relocation-model=static",
+        )
         .stdout(Stdio::null())
         .status();
     let bin = target_dir.join(&host).join("release").join("durun");
