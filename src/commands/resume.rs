@@ -59,7 +59,7 @@ pub(super) fn resume_task(
     session::drive(
         journal,
         &task,
-        false,
+        session::Begun::Not,
         args.from_step,
         crate::cli::Limits {
             child_jobs: args.jobs,

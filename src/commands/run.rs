@@ -2,11 +2,11 @@
 
 use anyhow::{Context as _, Result};
 
-use super::session;
+use super::session::{self, Begun};
 use crate::cli::RunArgs;
 use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::journal::{Access, Location, TaskStatus};
+use crate::journal::{self, Access, Location, RunStart, TaskStatus};
 use crate::settings::Settings;
 use crate::task::{check_task_id, new_task_id, shell_words};
 
@@ -22,9 +22,8 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         Some(id) => journal.task(id)?,
         None => None,
     };
-    let fresh = existing.is_none();
-    let task = if let Some(task) = existing {
-        task
+    let (task, begun) = if let Some(task) = existing {
+        (task, Begun::Not)
     } else {
         let task = crate::task::new_task(
             args.new.task.clone().unwrap_or_else(new_task_id),
@@ -35,17 +34,29 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             None,
             settings,
         )?;
-        // The task's row need not reach the disk alone: the first write
-        // at the task's own sync mode takes it along (one fsync fewer
-        // before the agent starts).
+        // The task and its first run need not reach the disk on their
+        // own: the first write at the task's sync mode takes them along
+        // (one fsync fewer before the agent starts), and they are one
+        // transaction (one commit).
         journal.set_sync(SyncMode::Normal)?;
-        match journal.create_task(&task) {
+        let started = journal.create_and_start(&task, settings.holder(), &journal::now());
+        journal.set_sync(task.sync)?;
+        match started {
             // Not read back: preparing the task query costs a start-up
             // more than all its writes (callgrind).
-            Ok(()) => task.record(),
+            Ok(RunStart::Started { run, leased_at }) => {
+                (task.record(), Begun::Fresh { run, leased_at })
+            }
             // Another `run --task` with the same id may have won the race;
             // then carry on with its task, as if it had been there first.
-            Err(err) => journal.task(&task.id)?.ok_or(err)?,
+            other => match journal.task(&task.id)? {
+                Some(found) => (found, Begun::Not),
+                None => {
+                    return Err(other.err().unwrap_or_else(|| {
+                        anyhow::anyhow!("task {} was removed as it started", task.id)
+                    }));
+                }
+            },
         }
     };
     eprintln!("{}", task.id);
@@ -73,5 +84,5 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         child_jobs: args.jobs,
         ..args.limits
     };
-    session::drive(journal.as_mut(), &task, fresh, None, limits, settings, None)
+    session::drive(journal.as_mut(), &task, begun, None, limits, settings, None)
 }

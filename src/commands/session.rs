@@ -2,7 +2,7 @@
 //! Shared by `run` and `resume`.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
@@ -16,14 +16,23 @@ use crate::report::{self, Event};
 use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
-/// Runs `task` once more, from wherever its journal stands. A `fresh` task
+/// How a run that [`drive`] carries on began.
+#[derive(Clone, Copy)]
+pub(super) enum Begun {
+    /// Not yet: the task was there, and its run starts in `drive`.
+    Not,
+    /// With the task, which this `durun run` made and started at once.
+    Fresh { run: u32, leased_at: Duration },
+}
+
+/// Runs `task` once more, from wherever its journal stands. A fresh task
 /// (made by this `durun run`) whose agent cannot be started is removed
 /// again: there is nothing to resume. `stops` is a worker's, for a run on
 /// one of its threads.
 pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
-    fresh: bool,
+    begun: Begun,
     from_step: Option<u64>,
     limits: Limits,
     settings: &Settings,
@@ -46,16 +55,10 @@ pub(super) fn drive(
             .with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
         None => Config::default(),
     };
-    // The run's start need not reach the disk alone either: a power loss
-    // that loses it ends this run too, and the first step written at the
-    // task's sync mode takes it along (one fsync fewer per start).
-    journal.set_sync(SyncMode::Normal)?;
-    let started = journal.start_run(&task.id, settings.holder(), &journal::now());
-    journal.set_sync(task.sync)?;
-    let (run, leased_at) = match started? {
-        RunStart::Started { run, leased_at } => (run, leased_at),
-        RunStart::Locked(lease) => return Err(journal::locked(&task.id, &lease).into()),
-        RunStart::Cancelled => return Err(cancelled(&task.id).into()),
+    let fresh = matches!(begun, Begun::Fresh { .. });
+    let (run, leased_at) = match begun {
+        Begun::Fresh { run, leased_at } => (run, leased_at),
+        Begun::Not => start(journal, task, settings)?,
     };
     if let Some(from) = from_step {
         discard(journal, &task.id, run, from)?;
@@ -177,8 +180,27 @@ pub(super) fn drive(
     Ok(outcome.exit_code)
 }
 
+/// Starts a run of `task`: its number and when its lease was taken.
+fn start(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    settings: &Settings,
+) -> Result<(u32, Duration)> {
+    // The run's start need not reach the disk alone either: a power loss
+    // that loses it ends this run too, and the first step written at the
+    // task's sync mode takes it along (one fsync fewer per start).
+    journal.set_sync(SyncMode::Normal)?;
+    let started = journal.start_run(&task.id, settings.holder(), &journal::now());
+    journal.set_sync(task.sync)?;
+    match started? {
+        RunStart::Started { run, leased_at } => Ok((run, leased_at)),
+        RunStart::Locked(lease) => Err(journal::locked(&task.id, &lease).into()),
+        RunStart::Cancelled => Err(cancelled(&task.id).into()),
+    }
+}
+
 /// How long a `wait` or `sleep` is waited on live by default (SPEC 8).
-const DEFAULT_PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+const DEFAULT_PARK_AFTER: Duration = Duration::from_secs(60);
 
 /// Records a new budget for the task, if one was given, and returns the
 /// task as it now stands.

@@ -187,9 +187,12 @@ pub(crate) static REPLAY_BOUNDS: Sql = Sql::new(
 pub(crate) static SET_OUTPUT: Sql =
     Sql::new("UPDATE tasks SET output = $2, updated_at = $3 WHERE id = $1");
 
-/// A run's end.
+/// A run's end, with its counts (one statement: each one a start-up
+/// prepares costs it as much as its execution).
 pub(crate) static END_RUN: Sql = Sql::new(
-    "UPDATE runs SET finished_at = $3, exit_code = $4, error = $5 WHERE task_id = $1 AND run = $2",
+    "UPDATE runs SET finished_at = $3, exit_code = $4, error = $5, replayed_steps = $6,
+         executed_steps = $7, tokens_spent = $8, tokens_saved = $9
+     WHERE task_id = $1 AND run = $2",
 );
 
 /// The task's status after a run, and its lease released, if this run holds it.

@@ -11,6 +11,8 @@ use crate::json_text::JsonText;
 use crate::lease::Holder;
 use crate::settings::Settings;
 
+mod created;
+
 fn task(id: &str) -> NewTask {
     NewTask {
         id: id.to_owned(),
@@ -446,32 +448,10 @@ fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal)
     assert!(other.task("t7").expect("read").is_none());
 }
 
-/// A new task reads back as `NewTask::record` says (what `run` carries on
-/// with, unread), run at once or submitted, with a config and a budget.
-fn created_as_recorded(journal: &mut dyn Journal) {
-    let tasks = [
-        NewTask {
-            config: Some("[proxy]\nenabled = false\n".into()),
-            config_path: Some("/tmp/durun.toml".into()),
-            sync: SyncMode::Normal,
-            max_tokens: Some(12_345),
-            ..task("t8")
-        },
-        NewTask {
-            queue: Some("q".into()),
-            ..task("t9")
-        },
-    ];
-    for new in tasks {
-        journal.create_task(&new).expect("create");
-        let read = journal.task(&new.id).expect("read").expect("the task");
-        assert_eq!(format!("{read:?}"), format!("{:?}", new.record()));
-    }
-}
-
 /// The whole story on one journal (and a second one to move tasks to).
 fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
-    created_as_recorded(journal);
+    created::as_recorded(journal);
+    created::and_started(journal);
     group_commit(journal);
     pending_to_committed(journal);
     leases(journal);

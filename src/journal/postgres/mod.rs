@@ -71,9 +71,12 @@ impl PostgresJournal {
                 &end.finished_at,
                 &end.exit_code,
                 &end.error,
+                &(stats.replayed_steps as i64),
+                &(stats.executed_steps as i64),
+                &(stats.tokens_spent as i64),
+                &(stats.tokens_saved as i64),
             ],
         )?;
-        write_stats(&mut tx, task, run, stats)?;
         tx.execute(
             sql::END_TASK_RUN.postgres(),
             &[

@@ -49,33 +49,21 @@ impl Journal for SqliteJournal {
             .is_some()
             .then(|| self.conn.unchecked_transaction())
             .transpose()?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-                     max_tokens, queue)
-                 VALUES (?1, CASE WHEN ?9 IS NULL THEN 'running' ELSE 'queued' END, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                task.id,
-                serde_json::to_string(&task.argv)?,
-                task.cwd,
-                task.config,
-                task.config_path,
-                task.sync.as_str(),
-                task.created_at,
-                task.max_tokens.map(|max| max as i64),
-                task.queue,
-            ])
-            .with_context(|| format!("failed to create task {}", task.id))?;
-        if let Some((retries, backoff_ms)) = task.retries {
-            self.conn
-                .prepare_cached(sql::SET_RETRIES.sqlite())?
-                .execute(params![task.id, retries, backoff_ms as i64])?;
-        }
+        insert_task(&self.conn, task)?;
         if let Some(tx) = tx {
             tx.commit()?;
         }
         Ok(())
+    }
+
+    fn create_and_start(&mut self, task: &NewTask, me: &Holder, now: &str) -> Result<RunStart> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        insert_task(&tx, task)?;
+        let started = start_in(&tx, &task.id, me, now, self.stale)?;
+        tx.commit()?;
+        Ok(started)
     }
 
     fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
@@ -188,36 +176,12 @@ impl Journal for SqliteJournal {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (runs, current, cancelled): (u32, Option<Lease>, bool) = tx.query_row(
-            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
-                    cancel_requested_at IS NOT NULL OR status = 'cancelled'
-             FROM tasks WHERE id = ?1",
-            [task],
-            |row| Ok((row.get(0)?, lease_from(row, 1)?, row.get(6)?)),
-        )?;
-        if cancelled {
-            return Ok(RunStart::Cancelled);
+        let started = start_in(&tx, task, me, now, self.stale)?;
+        // Nothing was written unless a run started.
+        if matches!(started, RunStart::Started { .. }) {
+            tx.commit()?;
         }
-        let now_ms = super::now_ms();
-        if let Some(lease) = current
-            && lease::is_live(&lease, me, now_ms, self.stale)
-        {
-            return Ok(RunStart::Locked(lease));
-        }
-        let run = runs + 1;
-        let leased_at = crate::os::boot_clock();
-        tx.execute(
-            "UPDATE tasks SET status = 'running', runs = ?2, exit_code = NULL, lease_host = ?3, lease_pid = ?4,
-                 lease_pid_start = ?5, lease_heartbeat = ?6, lease_run = ?2, updated_at = ?7
-             WHERE id = ?1",
-            params![task, run, me.host, me.pid, me.pid_start.map(|start| start as i64), now_ms, now],
-        )?;
-        tx.execute(
-            sql::INSERT_RUN.sqlite(),
-            params![task, run, me.host, me.pid, now],
-        )?;
-        tx.commit()?;
-        Ok(RunStart::Started { run, leased_at })
+        Ok(started)
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
@@ -347,9 +311,18 @@ impl Journal for SqliteJournal {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute(
             sql::END_RUN.sqlite(),
-            params![task, run, end.finished_at, end.exit_code, end.error],
+            params![
+                task,
+                run,
+                end.finished_at,
+                end.exit_code,
+                end.error,
+                stats.replayed_steps as i64,
+                stats.executed_steps as i64,
+                stats.tokens_spent as i64,
+                stats.tokens_saved as i64,
+            ],
         )?;
-        write_stats(&tx, task, run, stats)?;
         // Release the lease only if this run still holds it; a cancel that
         // came meanwhile decides the status.
         tx.execute(
@@ -507,4 +480,70 @@ impl Journal for SqliteJournal {
             .execute(params![task, max_tokens.map(|max| max as i64)])?;
         self.check_identity()
     }
+}
+
+/// The task's row (and its retries), as [`Journal::create_task`] writes it.
+fn insert_task(conn: &rusqlite::Connection, task: &NewTask) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
+             max_tokens, queue)
+         VALUES (?1, CASE WHEN ?9 IS NULL THEN 'running' ELSE 'queued' END, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        task.id,
+        serde_json::to_string(&task.argv)?,
+        task.cwd,
+        task.config,
+        task.config_path,
+        task.sync.as_str(),
+        task.created_at,
+        task.max_tokens.map(|max| max as i64),
+        task.queue,
+    ])
+    .with_context(|| format!("failed to create task {}", task.id))?;
+    if let Some((retries, backoff_ms)) = task.retries {
+        conn.prepare_cached(sql::SET_RETRIES.sqlite())?
+            .execute(params![task.id, retries, backoff_ms as i64])?;
+    }
+    Ok(())
+}
+
+/// [`Journal::start_run`] inside the caller's IMMEDIATE transaction, which
+/// commits it when a run started.
+fn start_in(
+    tx: &rusqlite::Transaction<'_>,
+    task: &str,
+    me: &Holder,
+    now: &str,
+    stale: std::time::Duration,
+) -> Result<RunStart> {
+    let (runs, current, cancelled): (u32, Option<Lease>, bool) = tx.query_row(
+        "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                cancel_requested_at IS NOT NULL OR status = 'cancelled'
+         FROM tasks WHERE id = ?1",
+        [task],
+        |row| Ok((row.get(0)?, lease_from(row, 1)?, row.get(6)?)),
+    )?;
+    if cancelled {
+        return Ok(RunStart::Cancelled);
+    }
+    let now_ms = super::now_ms();
+    if let Some(lease) = current
+        && lease::is_live(&lease, me, now_ms, stale)
+    {
+        return Ok(RunStart::Locked(lease));
+    }
+    let run = runs + 1;
+    let leased_at = crate::os::boot_clock();
+    tx.execute(
+        "UPDATE tasks SET status = 'running', runs = ?2, exit_code = NULL, lease_host = ?3, lease_pid = ?4,
+             lease_pid_start = ?5, lease_heartbeat = ?6, lease_run = ?2, updated_at = ?7
+         WHERE id = ?1",
+        params![task, run, me.host, me.pid, me.pid_start.map(|start| start as i64), now_ms, now],
+    )?;
+    tx.execute(
+        sql::INSERT_RUN.sqlite(),
+        params![task, run, me.host, me.pid, now],
+    )?;
+    Ok(RunStart::Started { run, leased_at })
 }

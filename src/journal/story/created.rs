@@ -1,0 +1,79 @@
+//! The story's first part: a task as its creation writes it, alone and
+//! with its first run.
+
+use super::{elsewhere, me, task};
+use crate::config::SyncMode;
+use crate::journal::*;
+
+/// A new task reads back as `NewTask::record` says (what `run` carries on
+/// with, unread), run at once or submitted, with a config and a budget.
+pub(super) fn as_recorded(journal: &mut dyn Journal) {
+    let tasks = [
+        NewTask {
+            config: Some("[proxy]\nenabled = false\n".into()),
+            config_path: Some("/tmp/durun.toml".into()),
+            sync: SyncMode::Normal,
+            max_tokens: Some(12_345),
+            ..task("t8")
+        },
+        NewTask {
+            queue: Some("q".into()),
+            ..task("t9")
+        },
+    ];
+    for new in tasks {
+        journal.create_task(&new).expect("create");
+        let read = journal.task(&new.id).expect("read").expect("the task");
+        assert_eq!(format!("{read:?}"), format!("{:?}", new.record()));
+    }
+}
+
+/// `durun run`'s new task and its first run, made together: the task
+/// leased and running, its run open; the same id again is refused and
+/// changes nothing; the run's end keeps its counts.
+pub(super) fn and_started(journal: &mut dyn Journal) {
+    let first = journal.create_and_start(&task("t10"), &me(), &now());
+    assert!(
+        matches!(first, Ok(RunStart::Started { run: 1, .. })),
+        "{first:?}"
+    );
+    let held = |journal: &mut dyn Journal| {
+        let read = journal.task("t10").expect("read").expect("the task");
+        let lease = read.lease.expect("a lease");
+        (read.status, read.runs, lease.host, lease.pid, lease.run)
+    };
+    let expected = (TaskStatus::Running, 1, me().host, me().pid, 1);
+    assert_eq!(held(journal), expected);
+    let second = journal.start_run("t10", &elsewhere(), "b");
+    assert!(matches!(second, Ok(RunStart::Locked(_))), "{second:?}");
+    let again = journal.create_and_start(&task("t10"), &elsewhere(), &now());
+    assert!(again.is_err(), "the id is taken");
+    assert_eq!(held(journal), expected);
+    let (replayed_steps, executed_steps, tokens_spent, tokens_saved) = (2, 3, 40, 50);
+    let stats = RunStats {
+        replayed_steps,
+        executed_steps,
+        tokens_spent,
+        tokens_saved,
+    };
+    let end = RunEnd {
+        status: TaskStatus::Completed,
+        exit_code: Some(0),
+        finished_at: now(),
+        error: None,
+    };
+    journal.finish_run("t10", 1, &end, &stats).expect("finish");
+    let runs = journal.runs("t10").expect("runs");
+    let ended = runs
+        .iter()
+        .map(|run| (run.exit_code, run.finished_at.clone(), run.stats));
+    assert_eq!(
+        ended.collect::<Vec<_>>(),
+        [(Some(0), Some(end.finished_at), stats)]
+    );
+    let read = journal.task("t10").expect("read").expect("the task");
+    assert_eq!(
+        (read.status, read.lease.is_none()),
+        (TaskStatus::Completed, true)
+    );
+}
