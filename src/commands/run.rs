@@ -4,7 +4,6 @@ use anyhow::{Context as _, Result};
 
 use super::session::{self, Begun};
 use crate::cli::RunArgs;
-use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::journal::{self, Access, Location, RunStart, TaskStatus};
 use crate::settings::Settings;
@@ -34,13 +33,11 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             None,
             settings,
         )?;
-        // The task and its first run need not reach the disk on their
-        // own: the first write at the task's sync mode takes them along
-        // (one fsync fewer before the agent starts), and they are one
-        // transaction (one commit).
-        journal.set_sync(SyncMode::Normal)?;
-        let started = journal.create_and_start(&task, settings.holder(), &journal::now());
-        journal.set_sync(task.sync)?;
+        // The task and its first run: one transaction (one commit), and
+        // no fsync of their own (see `session::unsynced`).
+        let started = session::unsynced(journal.as_mut(), task.sync, |journal| {
+            journal.create_and_start(&task, settings.holder(), &journal::now())
+        })?;
         match started {
             // Not read back: preparing the task query costs a start-up
             // more than all its writes (callgrind).

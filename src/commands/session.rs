@@ -186,17 +186,31 @@ fn start(
     task: &TaskRecord,
     settings: &Settings,
 ) -> Result<(u32, Duration)> {
-    // The run's start need not reach the disk alone either: a power loss
-    // that loses it ends this run too, and the first step written at the
-    // task's sync mode takes it along (one fsync fewer per start).
-    journal.set_sync(SyncMode::Normal)?;
-    let started = journal.start_run(&task.id, settings.holder(), &journal::now());
-    journal.set_sync(task.sync)?;
+    let started = unsynced(journal, task.sync, |journal| {
+        journal.start_run(&task.id, settings.holder(), &journal::now())
+    })?;
     match started? {
         RunStart::Started { run, leased_at } => Ok((run, leased_at)),
         RunStart::Locked(lease) => Err(journal::locked(&task.id, &lease).into()),
         RunStart::Cancelled => Err(cancelled(&task.id).into()),
     }
+}
+
+/// Writes a run's start (and a new task's row, for `run`) with `write`,
+/// then puts back the task's sync mode `sync`: a failure to put it back
+/// first, else what `write` returned. The start need not reach the disk
+/// alone: a power loss that loses it ends this run too, and the first step
+/// written at the task's sync mode takes it along (one fsync fewer per
+/// start).
+pub(super) fn unsynced<T>(
+    journal: &mut dyn Journal,
+    sync: SyncMode,
+    write: impl FnOnce(&mut dyn Journal) -> T,
+) -> Result<T> {
+    journal.set_sync(SyncMode::Normal)?;
+    let written = write(journal);
+    journal.set_sync(sync)?;
+    Ok(written)
 }
 
 /// How long a `wait` or `sleep` is waited on live by default (SPEC 8).
