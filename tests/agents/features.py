@@ -174,7 +174,16 @@ elif scenario in ("refused_next", "refused_exit"):
         deadline = time.monotonic() + 30
         while not stopped and time.monotonic() < deadline:
             time.sleep(0.01)
+        # Short steps post their lines and read durun's answers every so
+        # many posts: the refusal is raised by one of the next 64.
+        for i in range(1, 201):
+            try:
+                durun.step("c", {"i": i}, lambda: 3)
+            except durun.DurunError as exc:
+                seen({"raised": type(exc).__name__, "message": str(exc), "after": i})
+                break
+        # And by every request from then on, one that waits too.
         try:
-            durun.step("c", {}, lambda: 3)
+            durun.step("d", {}, lambda: 4, "mutate")
         except durun.DurunError as exc:
             seen({"raised": type(exc).__name__, "message": str(exc)})

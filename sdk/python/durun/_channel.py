@@ -37,10 +37,16 @@ _PROBE = 16
 #: their answers must not fill the pipe durun writes them to.
 _MAX_POSTED = 1024
 
+#: Posted requests left unanswered before a post reads the answers that
+#: came: a few kilobytes, far below what durun lets an agent leave unread.
+_READ_EVERY = 128
+
 #: The start of an answer that committed a step (the whole line) or
 #: opened a new one, as durun writes them: read without `json.loads`.
 _STEPPED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,)?')
 _COMMITTED = b"}\n"
+#: The same, for a line without its newline.
+_STEPPED_BARE = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}$|,"replayed":false,)?')
 
 #: The C scanner under `json.loads`, called directly: durun writes one
 #: object a line with nothing around it, so `loads`'s Python wrappers
@@ -113,8 +119,9 @@ class _Channel:
     has no thread of its own to read with.
 
     A step's ``commit`` is posted, not awaited: the step's value is
-    returned at once and its answer checked when it comes. A failed commit
-    is raised by the next request, by ``result`` or at exit (``settle``);
+    returned at once and its answer checked when it is read: every
+    `_READ_EVERY` posts, or by any request that waits. A failed commit is
+    raised by the request that read it, by ``result`` or at exit (``settle``);
     durun makes every commit durable before the intent of any ``mutate``
     step opened after it, so nothing a later side effect relies on can be
     lost."""
@@ -141,6 +148,8 @@ class _Channel:
         # Posted requests whose answers have not come yet: what each
         # refusal is about (see `post`).
         self._posted: Dict[int, Any] = {}
+        # How many posted requests may be unanswered before a post reads.
+        self._read_at = _READ_EVERY
         # The first posted request durun refused: raised from then on.
         self._refused: Optional[Answer] = None
         self._reader: Optional[threading.Thread] = None
@@ -188,31 +197,40 @@ class _Channel:
                 self._start_reader()
         return waiters
 
-    def post(self, message: Dict[str, Any], body: bytes, about: Any = None) -> None:
-        """Sends a request whose answer no one waits for (see the class).
-        ``about`` is the step a refusal is about (a number, or a callable
-        that gives it), or a `_Landing` handed the answer; by default the
-        step the message names."""
-        # Answers already here are read first (once a step, at its
-        # `begin`): a refusal among them is raised by this request, as by
-        # one that waits.
-        if message.get("op") == "begin":
+    def post(self, body: bytes, about: Any) -> int:
+        """Sends a request whose answer no one waits for (see the class),
+        a line made by `_line` or its like; returns its id. ``about`` is the
+        step a refusal is about (a number, or a callable that gives it), or
+        a `_Landing` handed the answer."""
+        posted = self._posted
+        if len(posted) >= self._read_at:
+            # The answers that came are read in one chunk, every so many
+            # posts rather than at each step's (a look at the pipe and a
+            # read a step were a fifth of a short step's cost): a refusal
+            # among them is raised by this request, as by one that waits,
+            # up to this many posts after the one refused.
             self._read_ready()
-        if len(self._posted) >= _MAX_POSTED:
-            # Their answers are most likely read already, in one chunk.
-            self._await_until(lambda: len(self._posted) < _MAX_POSTED, _SPIN)
+            if len(posted) >= _MAX_POSTED:
+                self._await_until(lambda: len(posted) < _MAX_POSTED, _SPIN)
+            # Answers that durun gives only once a commit is durable may
+            # lag: the next look is after as many posts again.
+            self._read_at = min(len(posted) + _READ_EVERY, _MAX_POSTED)
         with self._lock:
-            self._raise_refused()
-            request_id = message["id"] = next(self._ids)
+            if self._refused is not None:
+                raise _error(self._refused)
+            request_id = next(self._ids)
             if self._gone is not None:
                 if isinstance(about, _Landing):
                     about._land(self._failure(request_id))
-                return
-            self._posted[request_id] = message.get("step") if about is None else about
-            line = _numbered(request_id, body)
+                return request_id
+            posted[request_id] = about
+            line = b'{"id":%d,%s' % (request_id, body[1:])
             if self._ahead.notice_due():
                 line = self._replayed_line() + line
-            self._write(line)
+            written = os.write(self._out, line)
+            if written < len(line):
+                self._write(line[written:])
+        return request_id
 
     def _replayed_line(self) -> bytes:
         """With the lock held: the line that tells durun of the steps
@@ -275,13 +293,56 @@ class _Channel:
         try:
             # One look at the pipe: what came is read in one chunk, and
             # the lines it holds are all taken, with no second look.
-            if (b"\n" in self._buffer or self._poll.poll(0)) and self._read_one(0.0):
-                while b"\n" in self._buffer and self._read_one(0.0):
-                    pass
+            if self._poll.poll(0):
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
+                    self._close("durun closed the protocol")
+                    return
+                self._buffer += chunk
+            self._take_lines()
         finally:
             with self._lock:
                 self._leading = False
                 self._wake()
+
+    def _take_lines(self) -> None:
+        """Takes every whole line in the buffer, the answers to posted
+        requests that durun accepted under one hold of the lock."""
+        buffer = self._buffer
+        end = buffer.rfind(b"\n")
+        if end < 0:
+            return
+        # (Not `splitlines`: a recorded output may hold a bare CR.)
+        lines = bytes(buffer[:end]).split(b"\n")
+        del buffer[:end + 1]
+        at = 0
+        while at < len(lines):
+            with self._lock:
+                posted = self._posted
+                while at < len(lines):
+                    stepped = _STEPPED_BARE.match(lines[at])
+                    if stepped is None or stepped[3] is None:
+                        break
+                    request_id = int(stepped[1])
+                    about = posted.get(request_id, self)
+                    if about is self or about is None:
+                        break
+                    if stepped[3] == b"}":
+                        del posted[request_id]
+                    elif isinstance(about, _Landing):
+                        del posted[request_id]
+                        step = int(stepped[2])
+                        if step > self._last_step:
+                            self._last_step = step
+                        about._land({"id": request_id, "ok": True, "step": step, "_line": lines[at]})
+                    else:
+                        break
+                    at += 1
+                self._wake()
+            if at < len(lines):
+                if not self._take(lines[at] + b"\n"):
+                    return
+                at += 1
 
     def past_journal(self) -> bool:
         """Whether the next step is past every step the journal held when
@@ -438,8 +499,16 @@ class _Channel:
         (every waiter then gets an error, now and later)."""
         try:
             line = self._readline(spin)
-            if not line:
-                return self._close("durun closed the protocol")
+        except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
+            return self._close(f"the SDK could not read durun's answer: {exc}")
+        if not line:
+            return self._close("durun closed the protocol")
+        return self._take(line)
+
+    def _take(self, line: bytes) -> bool:
+        """Hands over one answer; False once it cannot be read (every waiter
+        then gets an error, now and later)."""
+        try:
             stepped = _STEPPED.match(line)
             if stepped is not None and stepped[3] == _COMMITTED:
                 # A commit's step was opened by an answer read before: it
@@ -522,6 +591,14 @@ class _Channel:
 
 _channel: Optional[_Channel] = None
 _channel_lock = threading.Lock()
+
+
+def _open() -> Optional[_Channel]:
+    """The channel, opened if need be, when the script runs under durun;
+    else None."""
+    if _channel is not None:
+        return _channel
+    return _get_channel() if os.environ.get("DURUN_PROTOCOL") == "1" else None
 
 
 def active() -> bool:

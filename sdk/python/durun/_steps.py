@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
 from ._values import _SCALARS, _begin_line, _commit_line, _encode
-from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, _parsed, active
+from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, _open, _parsed, active
 
 
 # Steps.
@@ -132,21 +132,25 @@ def _failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _begin(name: str, args: Any, effect: str) -> Dict[str, Any]:
-    return {"op": "begin", "name": name, "args": _encode(args, f"the args of step {name!r}"), "effect": effect}
+def _begin(name: str, args: Any, effect: str) -> Tuple[Dict[str, Any], bytes]:
+    """A step's `begin`, as a message and its line."""
+    encoded = _encode(args, ("the args of step %r", name))
+    return {"op": "begin", "name": name, "args": encoded, "effect": effect}, _begin_line(name, encoded, effect)
 
 
-def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any], bytes, Any]:
-    """The commit of a step that returned ``value``, as a message and its
-    line, and the value as stored; TypeError or ValueError when it cannot
-    be journaled."""
-    stored = _encode(value, f"the value step {name!r} returned")
+def _closing(name: str, context: StepContext, value: Any) -> Tuple[bytes, Any, bool]:
+    """The commit of a step that returned ``value``: its line, the value
+    as stored, and whether it reports token usage; TypeError or ValueError
+    when it cannot be journaled."""
+    stored = _encode(value, ("the value step %r returned", name))
+    found = context.usage or _usage_of(stored)
     # A step whose `begin` was posted is named by it: its number may not
     # be known yet.
-    closes = {"step": context.step} if context._begun is None else {"begin": context._begun[1]}
-    found = context.usage or _usage_of(stored)
-    commit = {"op": "commit", **closes, "output": stored, "usage": found}
-    return commit, _commit_line(commit, name), stored
+    if context._begun is None:
+        line = _commit_line(name, "step", context._step, stored, found)
+    else:
+        line = _commit_line(name, "begin", context._begun[1], stored, found)
+    return line, stored, bool(found)
 
 
 # A step that reported token usage, or whose body ran this long, returns
@@ -156,8 +160,8 @@ def _closing(name: str, context: StepContext, value: Any) -> Tuple[Dict[str, Any
 _DURABLE_AFTER = 0.005
 
 
-def _waits(commit: Dict[str, Any], began: float) -> bool:
-    return bool(commit.get("usage")) or time.monotonic() - began >= _DURABLE_AFTER
+def _waits(usage: bool, began: float) -> bool:
+    return usage or time.monotonic() - began >= _DURABLE_AFTER
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -192,32 +196,36 @@ def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
     return cast(T, outcome["value"])
 
 
-def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _Policy = _NO_RETRIES) -> T:
-    if not active():
-        # Without durun the step simply runs (with its retries).
-        for attempt in itertools.count(1):
-            try:
-                return _run_sync(fn, policy.timeout, name)
-            except (KeyboardInterrupt, SystemExit):
+def _run_alone(name: str, fn: Callable[[], T], policy: _Policy) -> T:
+    """A step without durun: it simply runs (with its retries)."""
+    for attempt in itertools.count(1):
+        try:
+            return _run_sync(fn, policy.timeout, name)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:
+            if attempt > policy.retries:
                 raise
-            except Exception:
-                if attempt > policy.retries:
-                    raise
-                time.sleep(policy.delay(attempt))
-    channel = _get_channel()
+            time.sleep(policy.delay(attempt))
+    raise AssertionError("unreachable")
+
+
+def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _Policy = _NO_RETRIES) -> T:
+    channel = _open()
+    if channel is None:
+        return _run_alone(name, fn, policy)
     if effect == "read" and channel.past_journal():
         # New: it cannot be a replay or diverge, so it runs at once; its
         # `begin` is answered meanwhile, checked as posted commits are.
-        begin = _begin(name, args, effect)
         context = StepContext(0, "", 1, False)
-        channel.post(begin, _begin_line(begin), context)
-        context._begun = (channel, begin["id"])
+        encoded = _encode(args, ("the args of step %r", name))
+        context._begun = (channel, channel.post(_begin_line(name, encoded, effect), context))
     else:
-        begin = _begin(name, args, effect)
+        begin, line = _begin(name, args, effect)
         here = channel.replay_here(name, begin["args"])
         if here is not None:
             return cast(T, here[0])
-        opened = _checked(channel.request_line(begin, _begin_line(begin),
+        opened = _checked(channel.request_line(begin, line,
                                                _SPIN_DURABLE if effect == "mutate" else _SPIN,
                                                channel.ahead()))
         if opened.get("replayed"):
@@ -254,15 +262,15 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             channel.request({"op": "fail", "step": context.step, "error": message})
             raise TypeError(message)
         try:
-            commit, body, stored = _closing(name, context, value)
+            body, stored, usage = _closing(name, context, value)
         except (TypeError, ValueError) as exc:
             channel.request({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        if _waits(commit, began):
-            _checked(channel.request_line(commit, body, _SPIN_DURABLE))
+        if usage or time.monotonic() - began >= _DURABLE_AFTER:
+            _checked(channel.request_line({"op": "commit"}, body, _SPIN_DURABLE))
         else:
             # Posted: the agent goes on while durun writes it (see _Channel).
-            channel.post(commit, body, context._posted_step)
+            channel.post(body, context._posted_step)
         # What the journal holds, as a replay will give it.
         return cast(T, stored)
 
@@ -288,14 +296,14 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
                     raise
                 await asyncio.sleep(policy.delay(attempt))
     channel = _get_channel()
-    begin = _begin(name, args, effect)
+    begin, line = _begin(name, args, effect)
     here = channel.replay_here(name, begin["args"])
     if here is not None:
         # Other tasks go first, as when durun's answer is awaited: the
         # steps they begin keep the numbers they had.
         await asyncio.sleep(0)
         return cast(T, here[0])
-    opened = _checked(await channel.arequest_line(begin, _begin_line(begin), channel.ahead()))
+    opened = _checked(await channel.arequest_line(begin, line, channel.ahead()))
     if opened.get("replayed"):
         return cast(T, opened["output"])
     context = StepContext._opened(opened)
@@ -319,14 +327,14 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
         finally:
             _current.reset(token)
         try:
-            commit, body, stored = _closing(name, context, value)
+            body, stored, usage = _closing(name, context, value)
         except (TypeError, ValueError) as exc:
             await channel.arequest({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        if _waits(commit, began):
-            _checked(await channel.arequest_line(commit, body))
+        if _waits(usage, began):
+            _checked(await channel.arequest_line({"op": "commit"}, body))
         else:
-            channel.post(commit, body)
+            channel.post(body, context.step)
         return cast(T, stored)
 
 

@@ -4,10 +4,19 @@ import dataclasses
 import datetime
 import json
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 
 _warned_tuples: "set[str]" = set()
+
+#: What a value is, for an error about it: the words, or a format and the
+#: name it takes (formatted only for the error: a step's hot path should
+#: not pay for a message it never shows).
+Where = Union[str, Tuple[str, str]]
+
+
+def _said(where: Where) -> str:
+    return where if isinstance(where, str) else where[0] % (where[1],)
 
 
 #: Values stored as they are (exactly these types; subclasses, such as an
@@ -15,7 +24,7 @@ _warned_tuples: "set[str]" = set()
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
-def _encode(value: Any, where: str) -> Any:
+def _encode(value: Any, where: Where) -> Any:
     """``value`` as JSON data, by the module's documented rules; TypeError
     naming ``where`` and the type for anything else."""
     kind = type(value)
@@ -32,22 +41,22 @@ def _encode(value: Any, where: str) -> Any:
     return _encode_any(value, where)
 
 
-def _encode_any(value: Any, where: str) -> Any:
+def _encode_any(value: Any, where: Where) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"durun: {where} holds a dict key of type {type(key).__name__}; JSON keys are strings")
+                raise TypeError(f"durun: {_said(where)} holds a dict key of type {type(key).__name__}; JSON keys are strings")
             out[key] = _encode(item, where)
         return out
     if isinstance(value, list):
         return [_encode(item, where) for item in value]
     if isinstance(value, tuple):
-        if where not in _warned_tuples:
-            _warned_tuples.add(where)
-            sys.stderr.write(f"durun: {where} holds a tuple; it is stored as a list, and a replay gives a list\n")
+        if _said(where) not in _warned_tuples:
+            _warned_tuples.add(_said(where))
+            sys.stderr.write(f"durun: {_said(where)} holds a tuple; it is stored as a list, and a replay gives a list\n")
         return [_encode(item, where) for item in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _encode(dataclasses.asdict(value), where)
@@ -60,7 +69,7 @@ def _encode_any(value: Any, where: str) -> Any:
     if callable(legacy) and hasattr(value, "__fields__"):  # pydantic v1
         return _encode(legacy(), where)
     raise TypeError(
-        f"durun: {where} holds a {type(value).__module__}.{type(value).__qualname__}, which durun cannot journal: "
+        f"durun: {_said(where)} holds a {type(value).__module__}.{type(value).__qualname__}, which durun cannot journal: "
         "use JSON values (dict, list, str, number, bool, None), a dataclass, a pydantic model or a datetime, "
         "or convert it yourself (durun never pickles)")
 
@@ -117,21 +126,18 @@ _BEGIN = '{"op":"begin","name":%s,"args":%s,"effect":%s}\n'
 _COMMIT = '{"op":"commit","%s":%d,"output":%s,"usage":%s}\n'
 
 
-def _begin_line(begin: Dict[str, Any]) -> bytes:
-    """``_line(begin)`` for a message made by `_steps._begin`."""
+def _begin_line(name: str, args: Any, effect: str) -> bytes:
+    """The line of a step's `begin` (args as `_encode` gave them)."""
     try:
-        return (_BEGIN % (_string(begin["name"]), _dumps(begin["args"]), _string(begin["effect"]))).encode("utf-8")
+        return (_BEGIN % (_string(name), _dumps(args), _string(effect))).encode("utf-8")
     except (TypeError, ValueError):
-        return _line(begin)
+        return _line({"op": "begin", "name": name, "args": args, "effect": effect})
 
 
-def _commit_line(commit: Dict[str, Any], name: str) -> bytes:
-    """``_line(commit)`` for a message made by `_steps._closing` for step
-    ``name``."""
-    closes = "begin" if "begin" in commit else "step"
-    usage = commit["usage"]
+def _commit_line(name: str, closes: str, number: int, output: Any, usage: Optional[Dict[str, Any]]) -> bytes:
+    """The line of the `commit` of step ``name``, which names it by
+    ``closes`` (``"step"``, or ``"begin"``: the id of its posted `begin`)."""
     try:
-        return (_COMMIT % (closes, commit[closes], _dumps(commit["output"]),
-                           "null" if usage is None else _dumps(usage))).encode("utf-8")
+        return (_COMMIT % (closes, number, _dumps(output), "null" if usage is None else _dumps(usage))).encode("utf-8")
     except (TypeError, ValueError):
-        return _line(commit, name)
+        return _line({"op": "commit", closes: number, "output": output, "usage": usage}, name)
