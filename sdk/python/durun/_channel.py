@@ -45,8 +45,9 @@ _READ_EVERY = 128
 #: opened a new one, as durun writes them: read without `json.loads`.
 _STEPPED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,)?')
 _COMMITTED = b"}\n"
-#: The same, for a line without its newline.
-_STEPPED_BARE = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}$|,"replayed":false,)?')
+#: Each line of a chunk of answers: one that committed a step or opened a
+#: new one (groups 1-3), or any other.
+_ANSWERS = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,[^\n]*\n)|[^\n]*\n')
 
 #: The C scanner under `json.loads`, called directly: durun writes one
 #: object a line with nothing around it, so `loads`'s Python wrappers
@@ -306,43 +307,43 @@ class _Channel:
                 self._wake()
 
     def _take_lines(self) -> None:
-        """Takes every whole line in the buffer, the answers to posted
-        requests that durun accepted under one hold of the lock."""
+        """Takes every whole line in the buffer: the answers to posted
+        requests that durun accepted here, under one hold of the lock, and
+        any other line as `_take` does."""
         buffer = self._buffer
         end = buffer.rfind(b"\n")
         if end < 0:
             return
-        # (Not `splitlines`: a recorded output may hold a bare CR.)
-        lines = bytes(buffer[:end]).split(b"\n")
+        data = bytes(buffer[:end + 1])
         del buffer[:end + 1]
-        at = 0
-        while at < len(lines):
+        answers = _ANSWERS.finditer(data)
+        other = None
+        while True:
             with self._lock:
                 posted = self._posted
-                while at < len(lines):
-                    stepped = _STEPPED_BARE.match(lines[at])
-                    if stepped is None or stepped[3] is None:
-                        break
-                    request_id = int(stepped[1])
-                    about = posted.get(request_id, self)
-                    if about is self or about is None:
-                        break
-                    if stepped[3] == b"}":
-                        del posted[request_id]
-                    elif isinstance(about, _Landing):
-                        del posted[request_id]
-                        step = int(stepped[2])
-                        if step > self._last_step:
-                            self._last_step = step
-                        about._land({"id": request_id, "ok": True, "step": step, "_line": lines[at]})
-                    else:
-                        break
-                    at += 1
+                last = self._last_step
+                for found in answers:
+                    rest = found[3]
+                    about = posted.pop(int(found[1]), self) if rest is not None else self
+                    if rest == b"}\n" and about is not self and about is not None:
+                        continue
+                    if isinstance(about, _Landing):
+                        # A posted `begin` opened its step: the rest of
+                        # the answer is read if asked for.
+                        step = int(found[2])
+                        if step > last:
+                            last = step
+                        about._land({"id": int(found[1]), "ok": True, "step": step, "_line": found[0]})
+                        continue
+                    if about is not self:
+                        posted[int(found[1])] = about
+                    other = found[0]
+                    break
+                self._last_step = last
                 self._wake()
-            if at < len(lines):
-                if not self._take(lines[at] + b"\n"):
-                    return
-                at += 1
+            if other is None or not self._take(other):
+                return
+            other = None
 
     def past_journal(self) -> bool:
         """Whether the next step is past every step the journal held when
