@@ -98,17 +98,18 @@ fn workers_sharing_a_journal_submit_each_tick_once_a_stopped_one_too() {
         assert!(stop(&mut one).success());
     }
     let ticks = ticks(&env);
-    assert!(ticks.len() >= 7, "{ticks:?}");
-    assert_eq!(
-        gaps(&ticks),
-        [],
-        "a worker ran at every tick: none was left out"
-    );
-    // Each tick's task was submitted by exactly one worker.
     let logs: Vec<String> = ["w0", "w1", "w2", "w3"]
         .iter()
         .map(|host| worker_log(&env, host))
         .collect();
+    assert!(ticks.len() >= 7, "{ticks:?}");
+    assert_eq!(
+        gaps(&ticks),
+        [],
+        "a worker ran at every tick: none was left out; the workers said:\n{}",
+        logs.join("\n")
+    );
+    // Each tick's task was submitted by exactly one worker.
     let submitted: Vec<&str> = logs
         .iter()
         .flat_map(|log| log.lines())

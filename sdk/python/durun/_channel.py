@@ -207,7 +207,7 @@ class _Channel:
         if len(posted) >= self._read_at:
             # The answers that came are read in one chunk, every so many
             # posts rather than at each step's (a look at the pipe and a
-            # read a step were a fifth of a short step's cost): a refusal
+            # read a step were a third of a short step's time): a refusal
             # among them is raised by this request, as by one that waits,
             # up to this many posts after the one refused.
             self._read_ready()
@@ -295,7 +295,11 @@ class _Channel:
             # One look at the pipe: what came is read in one chunk, and
             # the lines it holds are all taken, with no second look.
             if self._poll.poll(0):
-                chunk = os.read(self._fd, 1 << 16)
+                try:
+                    chunk = os.read(self._fd, 1 << 16)
+                except OSError as exc:
+                    self._close(f"the SDK could not read durun's answer: {exc}")
+                    return
                 if not chunk:
                     self._close("durun closed the protocol")
                     return

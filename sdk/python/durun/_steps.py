@@ -266,7 +266,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         except (TypeError, ValueError) as exc:
             channel.request({"op": "fail", "step": context.step, "error": str(exc)})
             raise TypeError(str(exc)) from exc
-        if usage or time.monotonic() - began >= _DURABLE_AFTER:
+        if _waits(usage, began):
             _checked(channel.request_line({"op": "commit"}, body, _SPIN_DURABLE))
         else:
             # Posted: the agent goes on while durun writes it (see _Channel).

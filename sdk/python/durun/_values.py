@@ -54,9 +54,10 @@ def _encode_any(value: Any, where: Where) -> Any:
     if isinstance(value, list):
         return [_encode(item, where) for item in value]
     if isinstance(value, tuple):
-        if _said(where) not in _warned_tuples:
-            _warned_tuples.add(_said(where))
-            sys.stderr.write(f"durun: {_said(where)} holds a tuple; it is stored as a list, and a replay gives a list\n")
+        said = _said(where)
+        if said not in _warned_tuples:
+            _warned_tuples.add(said)
+            sys.stderr.write(f"durun: {said} holds a tuple; it is stored as a list, and a replay gives a list\n")
         return [_encode(item, where) for item in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _encode(dataclasses.asdict(value), where)
