@@ -55,7 +55,7 @@ from ._errors import (
     ToolFailed as ToolFailed,
     UnknownTool as UnknownTool,
 )
-from ._channel import (
+from ._process import (
     active as active,
     _get_channel as _get_channel,
 )

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, cast
 
 from ._errors import NotUnderDurun
 from ._values import _encode
-from ._channel import _checked, _get_channel, active
+from ._process import _checked, _get_channel, active
 
 
 def _spawn_request(name: str, command: Sequence[str], args: Any, queue: Optional[str]) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ import datetime
 import random as _random
 import uuid as _uuid
 
-from ._channel import _checked, _get_channel, active
+from ._process import _checked, _get_channel, active
 from ._steps import step
 
 

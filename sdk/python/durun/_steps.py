@@ -13,7 +13,8 @@ from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overlo
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
 from ._values import _SCALARS, _begin_line, _commit_line, _encode
-from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _checked, _get_channel, _open, _parsed, active
+from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _parsed
+from ._process import _checked, _get_channel, _open, active
 
 
 # Steps.

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Tuple
 
 from ._errors import DurunError, NotUnderDurun, ToolFailed, _ERRORS
 from ._values import _encode
-from ._channel import _checked, _get_channel, active
+from ._process import _checked, _get_channel, active
 
 
 def _standalone(tool: str, args: Dict[str, Any]) -> Any:

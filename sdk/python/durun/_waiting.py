@@ -7,7 +7,7 @@ from typing import Any, Dict, Tuple, cast
 
 from ._errors import NotUnderDurun
 from ._values import _encode
-from ._channel import _checked, _get_channel, active
+from ._process import _checked, _get_channel, active
 
 
 def _seconds(value: Any) -> float:
