@@ -35,8 +35,8 @@ _PROBE = 16
 #: their answers must not fill the pipe durun writes them to.
 _MAX_POSTED = 1024
 
-#: Posted requests left unanswered before a post reads the answers that
-#: came: a few kilobytes, far below what durun lets an agent leave unread.
+#: Posts between two reads of the answers that came: a few kilobytes of
+#: them, far below what durun lets an agent leave unread.
 _READ_EVERY = 128
 
 #: The start of an answer that committed a step (the whole line) or
@@ -147,8 +147,9 @@ class _Channel:
         # Posted requests whose answers have not come yet: what each
         # refusal is about (see `post`).
         self._posted: Dict[int, Any] = {}
-        # How many posted requests may be unanswered before a post reads.
-        self._read_at = _READ_EVERY
+        # Posts since a post last read the answers that came (counted
+        # without the lock: a count lost to a race only moves a read).
+        self._unread_posts = 0
         # The first posted request durun refused: raised from then on.
         self._refused: Optional[Answer] = None
         self._reader: Optional[threading.Thread] = None
@@ -202,18 +203,17 @@ class _Channel:
         step a refusal is about (a number, or a callable that gives it), or
         a `_Landing` handed the answer."""
         posted = self._posted
-        if len(posted) >= self._read_at:
+        self._unread_posts += 1
+        if self._unread_posts >= _READ_EVERY or len(posted) >= _MAX_POSTED:
             # The answers that came are read in one chunk, every so many
             # posts rather than at each step's (a look at the pipe and a
             # read a step were a third of a short step's time): a refusal
             # among them is raised by this request, as by one that waits,
-            # up to this many posts after the one refused.
+            # at most this many posts after it came.
+            self._unread_posts = 0
             self._read_ready()
             if len(posted) >= _MAX_POSTED:
                 self._await_until(lambda: len(posted) < _MAX_POSTED, _SPIN)
-            # Answers that durun gives only once a commit is durable may
-            # lag: the next look is after as many posts again.
-            self._read_at = min(len(posted) + _READ_EVERY, _MAX_POSTED)
         with self._lock:
             if self._refused is not None:
                 raise _error(self._refused)
