@@ -39,12 +39,10 @@ _MAX_POSTED = 1024
 #: them, far below what durun lets an agent leave unread.
 _READ_EVERY = 128
 
-#: The start of an answer that committed a step (the whole line) or
-#: opened a new one, as durun writes them: read without `json.loads`.
-_STEPPED = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,)?')
+#: Each line of a chunk of answers, as durun writes them: one that
+#: committed a step (group 3 `_COMMITTED`) or opened a new one, read
+#: without `json.loads` (groups 1-3), or any other.
 _COMMITTED = b"}\n"
-#: Each line of a chunk of answers: one that committed a step or opened a
-#: new one (groups 1-3), or any other.
 _ANSWERS = re.compile(rb'\{"id":(\d+),"ok":true,"step":(\d+)(\}\n|,"replayed":false,[^\n]*\n)|[^\n]*\n')
 
 #: The C scanner under `json.loads`, called directly: durun writes one
@@ -308,14 +306,14 @@ class _Channel:
                 self._leading = False
                 self._wake()
 
-    def _take_lines(self) -> None:
+    def _take_lines(self) -> bool:
         """Takes every whole line in the buffer: the answers to posted
         requests that durun accepted here, under one hold of the lock, and
-        any other line as `_take` does."""
+        any other line as `_take` does; False once the channel is closed."""
         buffer = self._buffer
         end = buffer.rfind(b"\n")
         if end < 0:
-            return
+            return True
         data = bytes(buffer[:end + 1])
         del buffer[:end + 1]
         answers = _ANSWERS.finditer(data)
@@ -327,7 +325,7 @@ class _Channel:
                 for found in answers:
                     rest = found[3]
                     about = posted.pop(int(found[1]), self) if rest is not None else self
-                    if rest == b"}\n" and about is not self and about is not None:
+                    if rest == _COMMITTED and about is not self and about is not None:
                         continue
                     if isinstance(about, _Landing):
                         # A posted `begin` opened its step: the rest of
@@ -343,8 +341,10 @@ class _Channel:
                     break
                 self._last_step = last
                 self._wake()
-            if other is None or not self._take(other):
-                return
+            if other is None:
+                return True
+            if not self._take(other):
+                return False
             other = None
 
     def past_journal(self) -> bool:
@@ -454,24 +454,6 @@ class _Channel:
     def _failure(self, request_id: int) -> Answer:
         return {"id": request_id, "ok": False, "error": {"code": "cancelled", "message": self._gone}}
 
-    def _readline(self, spin: float) -> bytes:
-        """The next line from durun (empty at the end). Right after a
-        request its answer usually comes within microseconds: the reader
-        looks for it briefly before it sleeps, since a wake-up from sleep
-        costs more than the answer itself."""
-        while True:
-            end = self._buffer.find(b"\n")
-            if end >= 0:
-                line = bytes(self._buffer[:end + 1])
-                del self._buffer[:end + 1]
-                return line
-            if spin > 0.0:
-                self._spin_for_answer(spin)
-            chunk = os.read(self._fd, 1 << 16)
-            if not chunk:
-                return b""
-            self._buffer += chunk
-
     def _spin_for_answer(self, cap: float) -> None:
         """Looks for an answer for up to the current budget of waits with
         this `cap`. The budget adapts to what spinning gains: it halves
@@ -498,45 +480,28 @@ class _Channel:
         state[0] = cap
 
     def _read_one(self, spin: float = _SPIN) -> bool:
-        """Reads one answer and hands it over; False once stdin is done
-        (every waiter then gets an error, now and later)."""
+        """Reads until a whole line has come and hands over every answer
+        read; False once stdin is done (every waiter then gets an error,
+        now and later). Right after a request its answer usually comes
+        within microseconds: the reader looks for it briefly before it
+        sleeps, since a wake-up from sleep costs more than the answer."""
         try:
-            line = self._readline(spin)
-        except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
+            while b"\n" not in self._buffer:
+                if spin > 0.0:
+                    self._spin_for_answer(spin)
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
+                    return self._close("durun closed the protocol")
+                self._buffer += chunk
+        except Exception as exc:  # a pipe the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
-        if not line:
-            return self._close("durun closed the protocol")
-        return self._take(line)
+        return self._take_lines()
 
     def _take(self, line: bytes) -> bool:
-        """Hands over one answer; False once it cannot be read (every waiter
-        then gets an error, now and later)."""
+        """Hands over one answer that `_take_lines` does not take itself;
+        False once it cannot be read (every waiter then gets an error, now
+        and later)."""
         try:
-            stepped = _STEPPED.match(line)
-            if stepped is not None and stepped[3] == _COMMITTED:
-                # A commit's step was opened by an answer read before: it
-                # cannot raise `_last_step`.
-                request_id = int(stepped[1])
-                with self._lock:
-                    if self._posted.pop(request_id, self) is self:
-                        waiter = self._waiting.pop(request_id, None)
-                        if waiter is not None:
-                            waiter.deliver({"id": request_id, "ok": True, "step": int(stepped[2])})
-                    self._wake()
-                return True
-            if stepped is not None and stepped[3] is not None:
-                request_id, step = int(stepped[1]), int(stepped[2])
-                with self._lock:
-                    about = self._posted.get(request_id)
-                    if isinstance(about, _Landing):
-                        # A posted `begin` opened its step: the rest of
-                        # the answer is read if asked for.
-                        del self._posted[request_id]
-                        if step > self._last_step:
-                            self._last_step = step
-                        about._land({"id": request_id, "ok": True, "step": step, "_line": line})
-                        self._wake()
-                        return True
             answer: Answer = _parsed(line)
         except Exception as exc:  # a line the SDK cannot read: no answer can be trusted
             return self._close(f"the SDK could not read durun's answer: {exc}")
