@@ -52,12 +52,19 @@ export function errorOf(answer) {
 //
 // A step's `commit` is posted, not awaited: the step resolves at once and
 // the answer is checked when it comes. A refused commit (a journal failure)
-// is thrown by the next request, by `result`, or reported at exit; durun
-// makes every commit durable before the intent of any `mutate` step opened
-// after it. The process stays alive until every posted answer has come.
+// is thrown by a later request (within READ_EVERY / 2 short steps), by
+// `result`, or reported at exit; durun makes every commit durable before
+// the intent of any `mutate` step opened after it. The process stays alive
+// until every posted answer has come.
 
 /** Posted requests left unanswered before a step waits for answers. */
 export const MAX_POSTED = 1024;
+
+/** Posted requests between two reads, here, of the answers that came
+ * meanwhile: a loop of steps whose bodies return at once never lets the
+ * event loop read them, and a refusal among them would go unheard until
+ * MAX_POSTED. */
+const READ_EVERY = 128;
 
 /** How long a request whose answer durun gives from memory looks for it
  * before the event loop waits (ms), and one wait in how many tries that
@@ -93,6 +100,8 @@ class Channel {
     // within it (a busy machine), restored when it did.
     this.spin = SPIN_MS;
     this.spins = 0;
+    // Posted requests since answers were last read here.
+    this.unreadPosts = 0;
     // The highest step number the journal held when the run started (null
     // from a durun that does not say, or a run whose new steps may be
     // answered as replays): once an answer has reached it, a `read` step
@@ -141,6 +150,7 @@ class Channel {
   /** Reads what durun has written, without waiting; false if nothing was
    * there (or the protocol ended). */
   readNow() {
+    this.unreadPosts = 0;
     // Bytes the stream read but has not handed over yet come first.
     if (process.stdin.readableLength > 0) return false;
     let count;
@@ -170,10 +180,7 @@ class Channel {
     const budget = this.spin < SPIN_MS && this.spins % PROBE === 0 ? SPIN_MS : this.spin;
     if (budget <= 0) return;
     const deadline = performance.now() + budget;
-    // An empty pipe is an EAGAIN error to Node: without its stack trace it
-    // costs half as much.
-    const limit = Error.stackTraceLimit;
-    Error.stackTraceLimit = 0;
+    const limit = quiet();
     try {
       while (this.waiting.has(id) && this.gone === null) {
         if (!this.readNow() && performance.now() >= deadline) {
@@ -185,6 +192,16 @@ class Channel {
       Error.stackTraceLimit = limit;
     }
     this.spin = SPIN_MS;
+  }
+
+  /** Reads the answers that came, once, without waiting. */
+  readQuietly() {
+    const limit = quiet();
+    try {
+      this.readNow();
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
   }
 
   answer(line) {
@@ -240,6 +257,7 @@ class Channel {
    * about. A `deferred` line (a commit) waits for the next line or the
    * event loop's next turn. */
   post(message, landed, deferred = false) {
+    if (++this.unreadPosts >= READ_EVERY && this.syncReads) this.readQuietly();
     this.check();
     message.id = this.nextId++;
     if (this.gone !== null) {
@@ -384,6 +402,14 @@ class Channel {
     if (spin) this.spinFor(message.id);
     return answer;
   }
+}
+
+// An empty pipe is an EAGAIN error to Node: without its stack trace it
+// costs half as much. Returns the limit to put back.
+function quiet() {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  return limit;
 }
 
 // Whole lines, in order, even on a non-blocking pipe that is full for a
