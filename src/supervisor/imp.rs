@@ -222,6 +222,7 @@ pub(crate) fn supervise(
             proxy: proxy.as_mut(),
             socket: &mut socket,
         };
+        supervisor.read_first_page();
         supervisor.serve(&events);
         supervisor.report_unreplayed();
         // The journal comes home before the run's end is recorded; the

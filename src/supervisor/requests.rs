@@ -116,6 +116,21 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Reads the first page of recorded steps while the agent starts, not
+    /// at its first request: a resume's first step would wait for it. A
+    /// failure is left to that request, which reads again and reports it.
+    pub(super) fn read_first_page(&mut self) {
+        let step = self.steps.next_step;
+        if self.steps.recorded.needs_page(step)
+            && let Some(journal) = self.journal.as_deref_mut()
+        {
+            let _ = self
+                .steps
+                .recorded
+                .read_page(journal, self.spec.task_id, step);
+        }
+    }
+
     /// The number the agent's next protocol step takes; nothing is taken
     /// yet. Recorded steps replayed by content are passed over; a number
     /// the journal lacks below its highest is the agent's own (a `read`
