@@ -1,7 +1,7 @@
 //! The task's recorded steps, read from the journal a page at a time as the
-//! agent's protocol steps reach them. Steps replayed by content (proxy and
-//! MCP requests) are in the pages too, so that the protocol's numbering
-//! can pass over their numbers.
+//! agent's protocol steps reach them (the first while the agent starts).
+//! Steps replayed by content (proxy and MCP requests) are in the pages
+//! too, so that the protocol's numbering can pass over their numbers.
 //!
 //! # Invariant
 //!
