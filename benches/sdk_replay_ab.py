@@ -1,10 +1,11 @@
-"""A replayed step through two copies of an SDK against each other: a task
-of STEPS `read` steps is recorded once, then resumed ROUNDS times with each
-copy, in a new random order each round; each resume prints the agent's own
-time per replayed step. With BUSY=N, N processes that never sleep run
-beside it (a loaded machine).
+"""A replayed step through two copies of an SDK, or two durun binaries,
+against each other: a task of STEPS `read` steps is recorded once, then
+resumed ROUNDS times with each copy, in a new random order each round; each
+resume prints the agent's own time per replayed step. With BUSY=N, N
+processes that never sleep run beside it (a loaded machine).
 
 usage: python3 benches/sdk_replay_ab.py DURUN LANG SDK_A SDK_B
+       python3 benches/sdk_replay_ab.py DURUN_A,DURUN_B LANG SDK
        (LANG: python or node; SDK_X: a directory holding the SDK, as
        sdk/python or sdk/node of a checkout; env STEPS=3000 ROUNDS=8 BUSY=0)
 """
@@ -16,7 +17,10 @@ import subprocess
 import sys
 import tempfile
 
-durun, lang, *sdks = sys.argv[1:]
+binaries, lang, *sdks = sys.argv[1:]
+# Each variant is a durun binary and an SDK copy.
+variants = [(durun, sdk) for durun in binaries.split(",") for sdk in sdks]
+durun = variants[0][0]
 steps = int(os.environ.get("STEPS", "3000"))
 rounds = int(os.environ.get("ROUNDS", "8"))
 busy = int(os.environ.get("BUSY", "0"))
@@ -53,16 +57,18 @@ subprocess.run([durun, "--journal", journal, "run", "-q", "--task", "t", "--", p
                env=env, cwd=work, stderr=subprocess.DEVNULL)
 
 spinners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(busy)]
-times = {sdk: [] for sdk in sdks}
+times = {variant: [] for variant in variants}
 try:
     for _ in range(rounds):
-        for sdk in random.sample(sdks, len(sdks)):
-            done = subprocess.run([durun, "--journal", journal, "resume", "-q", "t"], cwd=work,
+        for variant in random.sample(variants, len(variants)):
+            binary, sdk = variant
+            done = subprocess.run([binary, "--journal", journal, "resume", "-q", "t"], cwd=work,
                                   env={**env, "SDK": os.path.abspath(sdk)}, capture_output=True, text=True)
-            times[sdk].append(float(done.stderr.strip().splitlines()[-1]))
+            times[variant].append(float(done.stderr.strip().splitlines()[-1]))
 finally:
     for spinner in spinners:
         spinner.kill()
-for sdk in sdks:
-    got = sorted(times[sdk])
-    print(f"{sdk}: replay {statistics.median(got):.1f} µs a step (range {got[0]:.1f}–{got[-1]:.1f}, {len(got)} runs)")
+for variant in variants:
+    got = sorted(times[variant])
+    name = variant[1] if len(variants) == len(sdks) else f"{variant[0]} {variant[1]}"
+    print(f"{name}: replay {statistics.median(got):.1f} µs a step (range {got[0]:.1f}–{got[-1]:.1f}, {len(got)} runs)")
