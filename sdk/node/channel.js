@@ -180,28 +180,13 @@ class Channel {
     const budget = this.spin < SPIN_MS && this.spins % PROBE === 0 ? SPIN_MS : this.spin;
     if (budget <= 0) return;
     const deadline = performance.now() + budget;
-    const limit = quiet();
-    try {
+    const came = quietly(() => {
       while (this.waiting.has(id) && this.gone === null) {
-        if (!this.readNow() && performance.now() >= deadline) {
-          this.spin = this.spin > 0.002 ? this.spin / 2 : 0;
-          return;
-        }
+        if (!this.readNow() && performance.now() >= deadline) return false;
       }
-    } finally {
-      Error.stackTraceLimit = limit;
-    }
-    this.spin = SPIN_MS;
-  }
-
-  /** Reads the answers that came, once, without waiting. */
-  readQuietly() {
-    const limit = quiet();
-    try {
-      this.readNow();
-    } finally {
-      Error.stackTraceLimit = limit;
-    }
+      return true;
+    });
+    this.spin = came ? SPIN_MS : this.spin > 0.002 ? this.spin / 2 : 0;
   }
 
   answer(line) {
@@ -257,7 +242,7 @@ class Channel {
    * about. A `deferred` line (a commit) waits for the next line or the
    * event loop's next turn. */
   post(message, landed, deferred = false) {
-    if (++this.unreadPosts >= READ_EVERY && this.syncReads) this.readQuietly();
+    if (++this.unreadPosts >= READ_EVERY && this.syncReads) quietly(() => this.readNow());
     this.check();
     message.id = this.nextId++;
     if (this.gone !== null) {
@@ -404,12 +389,17 @@ class Channel {
   }
 }
 
-// An empty pipe is an EAGAIN error to Node: without its stack trace it
-// costs half as much. Returns the limit to put back.
-function quiet() {
+// Runs `read`, which looks at the pipe without waiting: an empty pipe is
+// an EAGAIN error to Node, and without its stack trace it costs half as
+// much.
+function quietly(read) {
   const limit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
-  return limit;
+  try {
+    return read();
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
 }
 
 // Whole lines, in order, even on a non-blocking pipe that is full for a

@@ -120,15 +120,20 @@ impl Supervisor<'_> {
     /// at its first request: a resume's first step would wait for it. A
     /// failure is left to that request, which reads again and reports it.
     pub(super) fn read_first_page(&mut self) {
-        let step = self.steps.next_step;
-        if self.steps.recorded.needs_page(step)
-            && let Some(journal) = self.journal.as_deref_mut()
-        {
-            let _ = self
-                .steps
+        let _ = self.page_for(self.steps.next_step);
+    }
+
+    /// Makes sure the recorded page in memory holds `step`, if the journal
+    /// does: reads the next page once the one in memory is used up.
+    fn page_for(&mut self, step: u64) -> anyhow::Result<()> {
+        if self.steps.recorded.needs_page(step) {
+            self.settle();
+            let journal = self.journal.as_deref_mut().expect("the journal is home");
+            self.steps
                 .recorded
-                .read_page(journal, self.spec.task_id, step);
+                .read_page(journal, self.spec.task_id, step)?;
         }
+        Ok(())
     }
 
     /// The number the agent's next protocol step takes; nothing is taken
@@ -141,13 +146,7 @@ impl Supervisor<'_> {
     pub(super) fn next_protocol_step(&mut self) -> anyhow::Result<u64> {
         let mut step = self.steps.next_step;
         loop {
-            if self.steps.recorded.needs_page(step) {
-                self.settle();
-                let journal = self.journal.as_deref_mut().expect("the journal is home");
-                self.steps
-                    .recorded
-                    .read_page(journal, self.spec.task_id, step)?;
-            }
+            self.page_for(step)?;
             match self.steps.recorded.kind_at(step) {
                 Some(kind) if kind.by_content() => {
                     // Never a protocol step's number, and gone from the
