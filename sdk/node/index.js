@@ -27,6 +27,7 @@ import {
   ToolFailed,
   UnknownTool,
   checked,
+  clock,
   errorOf,
   getChannel,
   isOpen,
@@ -243,7 +244,7 @@ export async function step(name, args, fn, options = {}) {
   }
   for (let tries = 1; ; tries++) {
     let value;
-    const began = performance.now();
+    const began = clock();
     try {
       value = running.run(context, timeout === undefined ? fn : () => attempt(fn, timeout, name));
       // A body that returned a value, not a promise, costs no turn of the
@@ -271,7 +272,7 @@ export async function step(name, args, fn, options = {}) {
     // be known yet.
     const closes = context instanceof PostedStep ? { begin: context.beginId } : { step: context.step };
     const commit = { op: "commit", ...closes, output: stored, usage: context.usage ?? usageOf(stored) };
-    if (commit.usage || performance.now() - began >= DURABLE_AFTER_MS) {
+    if (commit.usage || clock() - began >= DURABLE_AFTER_MS) {
       // A model call, or a step that took a while: it returns once its
       // commit is durable, so a SIGKILL of durun cannot lose it and its
       // call is never paid for twice.
