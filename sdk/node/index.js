@@ -11,8 +11,7 @@
 // `stdio: ["inherit", process.stderr, "inherit"]`.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import { execFileSync } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { createRequire } from "node:module";
 import { idempotencyKey } from "./keys.js";
 import {
   BadRequest,
@@ -33,6 +32,10 @@ import {
   isOpen,
   MAX_POSTED,
 } from "./channel.js";
+
+// Loaded when first used: under durun a script never runs `durun call`
+// itself, and a first run needs no hash; each costs milliseconds of start.
+const require = createRequire(import.meta.url);
 
 export { BadRequest, BudgetExceeded, Cancelled, DurunError, Divergence, JournalError, NotUnderDurun, Timeout, ToolFailed, UnknownTool };
 
@@ -291,7 +294,7 @@ export async function step(name, args, fn, options = {}) {
 function standalone(tool, args) {
   let out;
   try {
-    out = execFileSync("durun", ["call", tool, "--json", "--args", JSON.stringify(args)], {
+    out = require("node:child_process").execFileSync("durun", ["call", tool, "--json", "--args", JSON.stringify(args)], {
       encoding: "utf8",
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -434,7 +437,7 @@ export function random() {
 
 /** A random UUID, journaled. */
 export function uuid() {
-  return step("durun.uuid", {}, () => randomUUID());
+  return step("durun.uuid", {}, () => require("node:crypto").randomUUID());
 }
 
 /** True on new paths, false while a task recorded before patch `name` replays. */

@@ -1,13 +1,19 @@
 // Keys as durun derives them (SPEC 3.1 of the protocol doc): the SDK
 // derives a posted step's key itself, before durun's answer comes.
 
-import crypto from "node:crypto";
+import { createRequire } from "node:module";
 
-// One call, where Node has it (20.12 and later): a third of the cost of a
-// Hash object, which a replayed step would pay.
-const sha256 = crypto.hash
-  ? (text) => crypto.hash("sha256", text, "hex")
-  : (text) => crypto.createHash("sha256").update(text, "utf8").digest("hex");
+// node:crypto is loaded at the first key (a first run may need none): it
+// costs milliseconds of a script's start.
+let sha256 = (text) => {
+  const crypto = createRequire(import.meta.url)("node:crypto");
+  // One call, where Node has it (20.12 and later): a third of the cost of
+  // a Hash object, which a replayed step would pay.
+  sha256 = crypto.hash
+    ? (data) => crypto.hash("sha256", data, "hex")
+    : (data) => crypto.createHash("sha256").update(data, "utf8").digest("hex");
+  return sha256(text);
+};
 
 /** SPEC 3.1: sha256 of `TASK:STEP:` and the args as Python's
  * `json.dumps(args, sort_keys=True)` prints what durun reads. */
