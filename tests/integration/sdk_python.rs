@@ -121,6 +121,35 @@ fn values_are_stored_by_rule_and_what_json_cannot_hold_is_refused_by_name() {
     assert_eq!(task["steps"][1]["status"], "failed");
 }
 
+/// asyncio alone is tens of milliseconds of a Python agent's start: the SDK
+/// imports it, and the other modules a plain script never uses, only when
+/// a step needs them.
+#[test]
+fn importing_the_sdk_loads_no_module_a_plain_script_does_not_use() {
+    let env = sdk_env();
+    env.write(
+        "lean.py",
+        r#"
+import sys
+before = set(sys.modules)
+import durun
+durun.step("plain", {"n": 1}, lambda: [1, 2])
+durun.result(None)
+heavy = ("asyncio", "inspect", "dataclasses", "subprocess", "uuid", "hashlib")
+print("loaded:", [name for name in heavy if name in set(sys.modules) - before], file=sys.stderr)
+"#,
+    );
+    // `-S`: what the machine's site-packages load is not the SDK's doing.
+    let output = env.durun(&["-q", "run", "--task", "l", "--", "python3", "-S", "lean.py"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("loaded: []"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(env.inspect("l")["steps"][0]["output"], json!([1, 2]));
+}
+
 #[test]
 fn retries_in_code_journal_every_attempt_under_one_key() {
     let env = sdk_env();

@@ -57,6 +57,23 @@ await durun.result({ when });
   assert.equal(inspect(box, "t").task.output.when, "2026-12-01T09:00:00.000Z");
 });
 
+test("importing the SDK loads no module a first run does not use", () => {
+  // node:child_process and node:crypto cost milliseconds of a start each.
+  const box = sandbox();
+  const path = box.write("lean.mjs", `
+const before = new Set(process.moduleLoadList);
+const durun = await import(${JSON.stringify(sdk)});
+await durun.step("plain", { n: 1 }, () => [1, 2]);
+await durun.result(null);
+const loaded = process.moduleLoadList.filter((name) => !before.has(name) && /^NativeModule (child_process|crypto)$/.test(name));
+console.error("loaded:", JSON.stringify(loaded));
+`);
+  const run = durun(box, ["run", "--task", "l", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stderr, /loaded: \[\]/);
+  assert.deepEqual(inspect(box, "l").steps[0].output, [1, 2]);
+});
+
 test("a short step's commit is sent with the next request, when the event loop turns, or at exit", () => {
   const box = sandbox();
   // Step "a"'s commit waits for "b"'s begin; "b"'s for the timer (the

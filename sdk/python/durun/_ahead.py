@@ -4,8 +4,7 @@ durun told which were used (`replayed`) before the agent's next request.
 A replayed step then costs no round trip to durun."""
 
 import collections
-import hashlib
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 from ._values import _canonical
 
@@ -14,7 +13,7 @@ class _Ahead:
     """The steps offered and not used yet, and the last step used and not
     told yet. Used with the channel's lock held."""
 
-    __slots__ = ("_task", "_steps", "_unsaid", "asked", "empty_at", "off")
+    __slots__ = ("_task", "_steps", "_unsaid", "asked", "empty_at", "off", "_sha256")
 
     def __init__(self, task: str) -> None:
         self._task = task
@@ -28,6 +27,9 @@ class _Ahead:
         self.empty_at = -1
         # durun does not know `ahead` (an older durun): never asked again.
         self.off = False
+        # hashlib.sha256, imported when steps are first offered: a first
+        # run never needs it, and its import costs milliseconds of a start.
+        self._sha256: Optional[Callable[[bytes], Any]] = None
 
     def left(self, last_step: int) -> bool:
         """Whether an offered step is left past ``last_step`` (the ones the
@@ -46,13 +48,17 @@ class _Ahead:
         self._steps = collections.deque(answer["steps"])
         if not self._steps:
             self.empty_at = last_step
+        elif self._sha256 is None:
+            import hashlib
+
+            self._sha256 = hashlib.sha256
 
     def take(self, name: str, args: Any) -> Optional[Tuple[Any, int]]:
         """The recorded value and number of the next offered step, if it is
         this one: the same name, and the key SPEC 3.1 derives from the
         args (the rule durun replays by). Else none is used again: durun
         answers the step, replay or divergence, as it always did."""
-        if not self._steps:
+        if not self._steps or self._sha256 is None:
             return None
         recorded = self._steps[0]
         try:
@@ -61,7 +67,7 @@ class _Ahead:
             canonical = None
         key = recorded["idempotency_key"]
         step: int = recorded["step"]
-        if canonical is None or recorded["name"] != name or key != hashlib.sha256(
+        if canonical is None or recorded["name"] != name or key != self._sha256(
                 f"{self._task}:{step}:{canonical}".encode("utf-8")).hexdigest():
             self._steps.clear()
             return None

@@ -1,7 +1,6 @@
 """The channel: requests out on the real stdout, answers in on stdin,
 shared by threads and an event loop."""
 
-import asyncio
 import itertools
 import json
 import os
@@ -10,12 +9,18 @@ import select
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ._ahead import _Ahead
 from ._types import Answer
 from ._errors import _error
 from ._values import _line
+
+# asyncio is imported where a coroutine needs it: an async step runs in an
+# event loop, so it is loaded by then, and a script without one is spared
+# its import (tens of milliseconds of a start).
+if TYPE_CHECKING:
+    import asyncio
 
 
 # The channel: requests out on the real stdout, answers in on stdin.
@@ -70,7 +75,7 @@ class _Waiter:
 
     __slots__ = ("future", "loop", "answer", "spin")
 
-    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None, spin: float = 0.0) -> None:
+    def __init__(self, loop: Optional["asyncio.AbstractEventLoop"] = None, spin: float = 0.0) -> None:
         self.loop = loop
         # How long its reader looks for the answer before it sleeps.
         self.spin = spin
@@ -170,7 +175,7 @@ class _Channel:
         # Recorded steps durun offered, to replay without asking.
         self._ahead = _Ahead(os.environ.get("DURUN_TASK_ID", ""))
 
-    def send(self, messages: List[Dict[str, Any]], loop: Optional[asyncio.AbstractEventLoop] = None,
+    def send(self, messages: List[Dict[str, Any]], loop: Optional["asyncio.AbstractEventLoop"] = None,
              bodies: Optional[List[bytes]] = None, spin: Optional[float] = None) -> List[_Waiter]:
         """Writes every message, in order, before any answer is awaited:
         the order of the lines is the order of the steps. `bodies`, if
@@ -386,6 +391,8 @@ class _Channel:
 
     async def arequest_line(self, message: Dict[str, Any], body: bytes,
                             ahead: Optional[Dict[str, Any]] = None) -> Answer:
+        import asyncio
+
         if ahead is None:
             waiters = self.send([message], asyncio.get_running_loop(), bodies=[body])
         else:
@@ -446,6 +453,8 @@ class _Channel:
         return (await self.arequest_all([message]))[0]
 
     async def arequest_all(self, messages: List[Dict[str, Any]]) -> List[Answer]:
+        import asyncio
+
         waiters = self.send(messages, asyncio.get_running_loop())
         answers = [await cast("asyncio.Future[Answer]", waiter.future) for waiter in waiters]
         self._raise_refused()

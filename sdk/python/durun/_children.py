@@ -1,6 +1,5 @@
 """Sub-agents: child tasks spawned as steps, joined as waits."""
 
-import asyncio
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, cast
@@ -74,6 +73,8 @@ async def ajoin(task: str, timeout: Any = None) -> Dict[str, Any]:
 
 async def ajoin_all(tasks: Sequence[str], timeout: Any = None) -> List[Dict[str, Any]]:
     """``join`` several children at once, for asyncio."""
+    import asyncio  # loaded: the event loop runs (see _channel)
+
     return list(await asyncio.gather(*(ajoin(task, timeout) for task in tasks)))
 
 

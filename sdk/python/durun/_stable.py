@@ -2,7 +2,6 @@
 
 import datetime
 import random as _random
-import uuid as _uuid
 
 from ._process import _checked, _get_channel, active
 from ._steps import step
@@ -22,6 +21,8 @@ def random() -> float:
 
 def uuid() -> str:
     """A random UUID (as text), journaled: the same on every replay."""
+    import uuid as _uuid  # here: its import costs milliseconds of a start
+
     return step("durun.uuid", {}, lambda: str(_uuid.uuid4()))
 
 

@@ -1,20 +1,27 @@
 """Steps: `durun.step`, its context, retries, and the async form."""
 
-import asyncio
 import contextvars
 import functools
-import inspect
 import itertools
 import threading
 import time
 import types
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Optional, Tuple, cast, overload
 
 from ._types import Answer, F, T
 from ._errors import DurunError, Timeout
 from ._values import _SCALARS, _begin_line, _commit_line, _encode
 from ._channel import _SPIN, _SPIN_DURABLE, _Landing, _parsed
 from ._process import _checked, _get_channel, _open, active
+
+# asyncio and inspect are imported where needed (see _channel).
+if TYPE_CHECKING:
+    import inspect
+
+#: inspect.CO_COROUTINE and CO_ITERABLE_COROUTINE: a code object's flags
+#: for an `async def` and a `types.coroutine` generator.
+_CO_COROUTINE = 0x80
+_CO_ITERABLE_COROUTINE = 0x100
 
 
 # Steps.
@@ -169,8 +176,17 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     """``inspect.iscoroutinefunction``, at once for a plain function or
     lambda (a step's usual fn), whose code alone says it."""
     if type(fn) is types.FunctionType and not fn.__dict__:
-        return bool(fn.__code__.co_flags & inspect.CO_COROUTINE)
+        return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    import inspect
+
     return inspect.iscoroutinefunction(fn)
+
+
+def _awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``: anything with ``__await__`` (a coroutine, a
+    future), or a generator made a coroutine by ``types.coroutine``."""
+    return hasattr(type(value), "__await__") or (
+        type(value) is types.GeneratorType and bool(value.gi_code.co_flags & _CO_ITERABLE_COROUTINE))
 
 
 def _run_sync(fn: Callable[[], T], timeout: Optional[float], name: str) -> T:
@@ -255,7 +271,7 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
             continue
         finally:
             _current.reset(token)
-        if type(value) is not dict and type(value) not in _SCALARS and inspect.isawaitable(value):
+        if type(value) is not dict and type(value) not in _SCALARS and _awaitable(value):
             # A lambda around a coroutine: the sync path cannot await it.
             getattr(value, "close", lambda: None)()
             message = (f"durun: step {name!r} returned an awaitable: pass an `async def` function "
@@ -278,6 +294,8 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
 
 async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effect: str,
                      policy: _Policy = _NO_RETRIES) -> T:
+    import asyncio
+
     async def attempt_once() -> T:
         if policy.timeout is None:
             return await fn()
@@ -339,10 +357,12 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
         return cast(T, stored)
 
 
-def _call_args(function: Callable[..., Any], signature: inspect.Signature, chosen: Any,
+def _call_args(function: Callable[..., Any], signature: "inspect.Signature", chosen: Any,
                call_args: Tuple[Any, ...], call_kwargs: Dict[str, Any]) -> Any:
     """A decorated call's step args: ``chosen(...)`` if it is callable,
     else the call's arguments (without ``self``/``cls``) over ``chosen``."""
+    import inspect
+
     bound = signature.bind(*call_args, **call_kwargs)
     bound.apply_defaults()
     arguments = dict(bound.arguments)
@@ -395,6 +415,8 @@ def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, ef
         return _run_step(name, {} if args is None else args, fn, effect, policy)
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        import inspect
+
         signature = inspect.signature(function)
         if inspect.iscoroutinefunction(function):
             @functools.wraps(function)

@@ -1,8 +1,6 @@
 """Tools from durun.toml (`call`, `call_all`), and the task's result."""
 
-import asyncio
 import json
-import subprocess
 from typing import Any, Dict, List, Tuple
 
 from ._errors import DurunError, NotUnderDurun, ToolFailed, _ERRORS
@@ -13,6 +11,9 @@ from ._process import _checked, _get_channel, active
 def _standalone(tool: str, args: Dict[str, Any]) -> Any:
     """A tool outside durun: ``durun call`` runs it from durun.toml, once,
     journaled nowhere."""
+    # Imported here: under durun a script never runs `durun call` itself.
+    import subprocess
+
     try:
         done = subprocess.run(["durun", "call", tool, "--json", "--args", json.dumps(args)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -65,6 +66,8 @@ async def acall(tool: str, **args: Any) -> Any:
     """``call`` for asyncio: the event loop runs on while the tool does."""
     args = _encode(args, f"the args of tool {tool!r}")
     if not active():
+        import asyncio  # loaded: the event loop runs (see _channel)
+
         return await asyncio.get_running_loop().run_in_executor(None, _standalone, tool, args)
     return _checked(await _get_channel().arequest({"op": "call", "tool": tool, "args": args})).get("output")
 

@@ -1,6 +1,5 @@
 """Values: what a step may take and return, and a request as a line."""
 
-import dataclasses
 import datetime
 import json
 import sys
@@ -59,7 +58,11 @@ def _encode_any(value: Any, where: Where) -> Any:
             _warned_tuples.add(said)
             sys.stderr.write(f"durun: {said} holds a tuple; it is stored as a list, and a replay gives a list\n")
         return [_encode(item, where) for item in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    # dataclasses.is_dataclass, without importing dataclasses (milliseconds
+    # of a start) for a script that has none.
+    if hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type):
+        import dataclasses
+
         return _encode(dataclasses.asdict(value), where)
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()

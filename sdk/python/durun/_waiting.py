@@ -1,6 +1,5 @@
 """Waiting for people and time: signals, approvals, sleep."""
 
-import asyncio
 import datetime
 import time
 from typing import Any, Dict, Tuple, cast
@@ -87,6 +86,8 @@ async def asleep(until: Any) -> None:
     """``sleep`` for asyncio."""
     request, seconds = _sleep_request(until)
     if not active():
+        import asyncio  # loaded: the event loop runs (see _channel)
+
         await asyncio.sleep(max(0.0, seconds))
         return
     _checked(await _get_channel().arequest(request))

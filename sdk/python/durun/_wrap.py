@@ -19,10 +19,9 @@ the same chunks, each of the client's chunk or event type.
 
 import functools
 import importlib
-import inspect
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
 
-from ._steps import _arun_step, _run_step, usage
+from ._steps import _arun_step, _is_async, _run_step, usage
 
 _ENDPOINTS = {("chat", "completions", "create"), ("responses", "create"), ("messages", "create")}
 
@@ -65,7 +64,7 @@ class _Proxy:
         if path in _ENDPOINTS and callable(value):
             name = f"{self._provider}.{'.'.join(path)}"
             build = _builder(self._package, path)
-            return _journaled(value, name, self._async or inspect.iscoroutinefunction(value), build)
+            return _journaled(value, name, self._async or _is_async(value), build)
         if any(endpoint[:len(path)] == path for endpoint in _ENDPOINTS):
             return _Proxy(value, path, self._provider, self._async, self._package)
         return value
