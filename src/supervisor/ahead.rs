@@ -65,6 +65,9 @@ impl Supervisor<'_> {
                 output,
             });
         }
+        if let Some(offered) = steps.last() {
+            self.steps.recorded.offered_through(offered.step);
+        }
         let mut response = Response::ok(id);
         response.steps = Some(steps);
         self.respond(conn, &response);

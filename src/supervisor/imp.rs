@@ -305,6 +305,8 @@ impl Supervisor<'_> {
                 self.io.write_out();
             }
             self.tick();
+            // With the answers out: the agent works meanwhile.
+            self.read_next_page();
         }
     }
 

@@ -1,14 +1,15 @@
 //! The task's recorded steps, read from the journal a page at a time as the
-//! agent's protocol steps reach them (the first while the agent starts).
-//! Steps replayed by content (proxy and MCP requests) are in the pages
-//! too, so that the protocol's numbering can pass over their numbers.
+//! agent's protocol steps reach them (the first while the agent starts,
+//! the next while the agent replays the end of one from an `ahead`
+//! answer). Steps replayed by content (proxy and MCP requests) are in the
+//! pages too, so that the protocol's numbering can pass over their numbers.
 //!
 //! # Invariant
 //!
-//! Each recorded row is read once and memory holds one page however long
-//! the task; a step past the last one recorded when the run started is
-//! never looked up, so replaying a step or running a new one needs no
-//! round trip of its own.
+//! Each recorded row is read once and memory holds at most two pages
+//! however long the task; a step past the last one recorded when the run
+//! started is never looked up, so replaying a step or running a new one
+//! needs no round trip of its own.
 
 use std::collections::VecDeque;
 
@@ -19,6 +20,11 @@ const PAGE: usize = 1024;
 
 pub(super) struct Recorded {
     page: VecDeque<StepRecord>,
+    /// The page after `page`, read before the agent reached it.
+    next: Option<VecDeque<StepRecord>>,
+    /// An `ahead` answer offered the last step of `page`: the agent
+    /// replays up to there itself, and then needs the next page.
+    wanted: bool,
     /// The highest step number in the journal when the run started: no
     /// later step was recorded before this run.
     last: u64,
@@ -30,6 +36,8 @@ impl Recorded {
     pub(super) fn new(last: u64) -> Self {
         Self {
             page: VecDeque::new(),
+            next: None,
+            wanted: false,
             last,
             done: last == 0,
         }
@@ -39,8 +47,17 @@ impl Recorded {
     /// answer for `step`. Steps are asked for in increasing order, so the
     /// steps before `step` are dropped.
     pub(super) fn needs_page(&mut self, step: u64) -> bool {
-        while self.page.front().is_some_and(|record| record.step < step) {
-            self.page.pop_front();
+        loop {
+            while self.page.front().is_some_and(|record| record.step < step) {
+                self.page.pop_front();
+            }
+            match self.next.take() {
+                Some(next) if self.page.is_empty() => self.page = next,
+                next => {
+                    self.next = next;
+                    break;
+                }
+            }
         }
         if self.page.is_empty() && !self.done && step > self.last {
             self.done = true;
@@ -57,6 +74,36 @@ impl Recorded {
     ) -> anyhow::Result<()> {
         self.page = journal.steps_page(task, step - 1, PAGE)?.into();
         self.done = self.page.len() < PAGE;
+        Ok(())
+    }
+
+    /// Notes that an `ahead` answer offered steps through `step`: if that
+    /// is the last one in memory, the next page is wanted.
+    pub(super) fn offered_through(&mut self, step: u64) {
+        self.wanted = !self.done
+            && self.next.is_none()
+            && self.page.back().is_some_and(|record| record.step == step);
+    }
+
+    /// Whether the next page is wanted before the agent reaches it.
+    pub(super) fn wants_next(&self) -> bool {
+        self.wanted
+    }
+
+    /// Reads the page after the one in memory. On a failure nothing
+    /// changes: the page is read when the agent reaches it, as ever.
+    pub(super) fn read_next(
+        &mut self,
+        journal: &mut dyn Journal,
+        task: &str,
+    ) -> anyhow::Result<()> {
+        self.wanted = false;
+        let Some(back) = self.page.back() else {
+            return Ok(());
+        };
+        let next: VecDeque<StepRecord> = journal.steps_page(task, back.step, PAGE)?.into();
+        self.done = next.len() < PAGE;
+        self.next = Some(next);
         Ok(())
     }
 

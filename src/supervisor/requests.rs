@@ -125,6 +125,18 @@ impl Supervisor<'_> {
 
     /// Makes sure the recorded page in memory holds `step`, if the journal
     /// does: reads the next page once the one in memory is used up.
+    /// Reads the next page of recorded steps once an `ahead` answer offered
+    /// the last one in memory: the agent replays those itself meanwhile,
+    /// and its next request would wait for the read. A failure is left to
+    /// that request, which reads again and reports it.
+    pub(super) fn read_next_page(&mut self) {
+        if self.steps.recorded.wants_next() {
+            self.settle();
+            let journal = self.journal.as_deref_mut().expect("the journal is home");
+            let _ = self.steps.recorded.read_next(journal, self.spec.task_id);
+        }
+    }
+
     fn page_for(&mut self, step: u64) -> anyhow::Result<()> {
         if self.steps.recorded.needs_page(step) {
             self.settle();

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::env::{TestEnv, text};
+use crate::env::{TestEnv, sdk_path, text};
 
 /// What every agent here starts with: `ask` sends a request, waits for
 /// its answer and logs it in `log`.
@@ -213,4 +213,46 @@ fn requests_that_take_no_number_pass_over_steps_replayed_by_content() {
     assert_eq!(log[3]["replayed"], true, "{}", log[3]);
     assert_eq!(log[4], json!({"id": "r", "ok": true, "step": 3}));
     assert_eq!(env.inspect("m")["task"]["runs"][1]["replayed_steps"], 3);
+}
+
+/// Past the first page of recorded steps (1,024 rows), each page is read
+/// while the agent replays the end of the one before from an `ahead`
+/// answer: a resume through three pages gets every recorded output back
+/// in order, and a step whose args changed on the third page is a
+/// divergence there, not a replay.
+#[test]
+fn a_replay_across_pages_gets_every_step_back_and_stops_where_the_path_changed() {
+    let mut env = TestEnv::new();
+    env.set("PYTHONPATH", sdk_path());
+    env.set("DURUN_SYNC", "normal");
+    env.write(
+        "agent.py",
+        r#"
+import os, sys
+import durun
+run = int(os.environ["DURUN_RUN"])
+for i in range(1, 2601):
+    out = durun.step("s", {"i": i, "changed": run == 2 and i == 2100}, lambda: {"i": i, "run": run})
+    if out != {"i": i, "run": 1}:
+        sys.exit(f"step {i} gave {out}")
+    if run == 2 and i == 2099:
+        with open("replayed", "w") as done:
+            done.write("through 2099 in order")
+sys.exit(3)
+"#,
+    );
+    let first = env.durun(&["-q", "run", "--task", "p", "--", "python3", "agent.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let second = env.durun(&["-q", "resume", "p"]);
+    let stderr = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(65), "{stderr}");
+    assert!(stderr.contains("step 2100 of task p diverged"), "{stderr}");
+    let replayed = std::fs::read_to_string(env.path("replayed")).unwrap_or_default();
+    assert_eq!(replayed, "through 2099 in order", "{stderr}");
+    let view = env.inspect("p");
+    assert_eq!(
+        view["task"]["runs"][1]["replayed_steps"], 2099,
+        "{}",
+        view["task"]
+    );
 }
