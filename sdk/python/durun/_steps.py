@@ -140,9 +140,9 @@ def _failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _begin(name: str, args: Any, effect: str) -> Tuple[Dict[str, Any], bytes]:
-    """A step's `begin`, as a message and its line."""
-    encoded = _encode(args, ("the args of step %r", name))
+def _begin(name: str, encoded: Any, effect: str) -> Tuple[Dict[str, Any], bytes]:
+    """A step's `begin` (its args as `_encode` gave them), as a message and
+    its line: made only once the step is not replayed here."""
     return {"op": "begin", "name": name, "args": encoded, "effect": effect}, _begin_line(name, encoded, effect)
 
 
@@ -238,10 +238,11 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         encoded = _encode(args, ("the args of step %r", name))
         context._begun = (channel, channel.post(_begin_line(name, encoded, effect), context))
     else:
-        begin, line = _begin(name, args, effect)
-        here = channel.replay_here(name, begin["args"])
+        encoded = _encode(args, ("the args of step %r", name))
+        here = channel.replay_here(name, encoded)
         if here is not None:
             return cast(T, here[0])
+        begin, line = _begin(name, encoded, effect)
         opened = _checked(channel.request_line(begin, line,
                                                _SPIN_DURABLE if effect == "mutate" else _SPIN,
                                                channel.ahead()))
@@ -315,13 +316,14 @@ async def _arun_step(name: str, args: Any, fn: Callable[[], Awaitable[T]], effec
                     raise
                 await asyncio.sleep(policy.delay(attempt))
     channel = _get_channel()
-    begin, line = _begin(name, args, effect)
-    here = channel.replay_here(name, begin["args"])
+    encoded = _encode(args, ("the args of step %r", name))
+    here = channel.replay_here(name, encoded)
     if here is not None:
         # Other tasks go first, as when durun's answer is awaited: the
         # steps they begin keep the numbers they had.
         await asyncio.sleep(0)
         return cast(T, here[0])
+    begin, line = _begin(name, encoded, effect)
     opened = _checked(await channel.arequest_line(begin, line, channel.ahead()))
     if opened.get("replayed"):
         return cast(T, opened["output"])
