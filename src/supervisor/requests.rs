@@ -123,8 +123,6 @@ impl Supervisor<'_> {
         let _ = self.page_for(self.steps.next_step);
     }
 
-    /// Makes sure the recorded page in memory holds `step`, if the journal
-    /// does: reads the next page once the one in memory is used up.
     /// Reads the next page of recorded steps once an `ahead` answer offered
     /// the last one in memory: the agent replays those itself meanwhile,
     /// and its next request would wait for the read. A failure is left to
@@ -137,6 +135,9 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Makes sure the recorded page in memory holds `step`, if the journal
+    /// does: reads the next page once the one in memory is used up (unless
+    /// it was read ahead).
     fn page_for(&mut self, step: u64) -> anyhow::Result<()> {
         if self.steps.recorded.needs_page(step) {
             self.settle();

@@ -231,14 +231,13 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
     channel = _open()
     if channel is None:
         return _run_alone(name, fn, policy)
+    encoded = _encode(args, ("the args of step %r", name))
     if effect == "read" and channel.past_journal():
         # New: it cannot be a replay or diverge, so it runs at once; its
         # `begin` is answered meanwhile, checked as posted commits are.
         context = StepContext(0, "", 1, False)
-        encoded = _encode(args, ("the args of step %r", name))
         context._begun = (channel, channel.post(_begin_line(name, encoded, effect), context))
     else:
-        encoded = _encode(args, ("the args of step %r", name))
         here = channel.replay_here(name, encoded)
         if here is not None:
             return cast(T, here[0])
