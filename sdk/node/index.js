@@ -33,8 +33,8 @@ import {
   MAX_POSTED,
 } from "./channel.js";
 
-// Loaded when first used: under durun a script never runs `durun call`
-// itself, and a first run needs no hash; each costs milliseconds of start.
+// node:child_process and node:crypto are loaded when first used (`durun
+// call` outside durun, `durun.uuid`): each costs milliseconds of a start.
 const require = createRequire(import.meta.url);
 
 export { BadRequest, BudgetExceeded, Cancelled, DurunError, Divergence, JournalError, NotUnderDurun, Timeout, ToolFailed, UnknownTool };

@@ -51,12 +51,13 @@ impl Recorded {
             while self.page.front().is_some_and(|record| record.step < step) {
                 self.page.pop_front();
             }
+            // A page read ahead takes over once this one is used up.
+            if !self.page.is_empty() {
+                break;
+            }
             match self.next.take() {
-                Some(next) if self.page.is_empty() => self.page = next,
-                next => {
-                    self.next = next;
-                    break;
-                }
+                Some(next) => self.page = next,
+                None => break,
             }
         }
         if self.page.is_empty() && !self.done && step > self.last {

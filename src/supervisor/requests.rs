@@ -17,10 +17,11 @@ use serde_json::Value;
 
 use super::decide::{Asked, Decision, decide};
 use super::inbox::Conn;
+use super::recorded::Recorded;
 use super::retries::MAX_RETRYABLE;
 use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
 use crate::error::{Failure, Kind};
-use crate::journal::{self, StepError, StepKind, StepRecord, StepStatus};
+use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Closes, Effect, ErrorCode, Request, Response};
 use crate::report::Event as Report;
@@ -129,9 +130,9 @@ impl Supervisor<'_> {
     /// that request, which reads again and reports it.
     pub(super) fn read_next_page(&mut self) {
         if self.steps.recorded.wants_next() {
-            self.settle();
-            let journal = self.journal.as_deref_mut().expect("the journal is home");
-            let _ = self.steps.recorded.read_next(journal, self.spec.task_id);
+            let task = self.spec.task_id;
+            let (recorded, journal) = self.recorded_and_journal();
+            let _ = recorded.read_next(journal, task);
         }
     }
 
@@ -140,13 +141,19 @@ impl Supervisor<'_> {
     /// it was read ahead).
     fn page_for(&mut self, step: u64) -> anyhow::Result<()> {
         if self.steps.recorded.needs_page(step) {
-            self.settle();
-            let journal = self.journal.as_deref_mut().expect("the journal is home");
-            self.steps
-                .recorded
-                .read_page(journal, self.spec.task_id, step)?;
+            let task = self.spec.task_id;
+            let (recorded, journal) = self.recorded_and_journal();
+            recorded.read_page(journal, task, step)?;
         }
         Ok(())
+    }
+
+    /// The recorded steps and the journal to read them from, home: a batch
+    /// in flight lands first, so a page holds every commit before it.
+    fn recorded_and_journal(&mut self) -> (&mut Recorded, &mut dyn Journal) {
+        self.settle();
+        let journal = self.journal.as_deref_mut().expect("the journal is home");
+        (&mut self.steps.recorded, journal)
     }
 
     /// The number the agent's next protocol step takes; nothing is taken
