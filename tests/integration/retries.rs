@@ -11,10 +11,11 @@ use crate::env::{TestEnv, text, wait_for};
 use crate::workers::{stop, worker, worker_log};
 
 /// An agent that counts its runs in `runs-TASK.txt`, journals one step,
-/// and exits with its second argument in its first (first argument) runs.
+/// and exits with its second argument in its first (first argument) runs
+/// (`kill`: SIGKILLs itself, as the OOM killer would).
 const AGENT: &str = r#"
-import json, os, sys
-fail_runs, exit_code = int(sys.argv[1]), int(sys.argv[2])
+import json, os, signal, sys
+fail_runs, exit_code = int(sys.argv[1]), sys.argv[2]
 counter = "runs-" + os.environ["DURUN_TASK_ID"] + ".txt"
 n = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
 open(counter, "w").write(str(n))
@@ -26,7 +27,9 @@ if not opened.get("replayed"):
     open("plans-" + os.environ["DURUN_TASK_ID"] + ".txt", "a").write("plan\n")
     ask({"op": "commit", "id": 2, "step": opened["step"], "output": "the plan"})
 if n <= fail_runs:
-    sys.exit(exit_code)
+    if exit_code == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(exit_code))
 ask({"op": "result", "id": 3, "output": {"runs": n}})
 "#;
 
@@ -161,4 +164,48 @@ fn an_exit_that_needs_a_person_is_not_retried_and_a_queue_can_set_retries() {
             .map(Vec::len),
         Some(2)
     );
+}
+
+#[test]
+fn an_agent_killed_at_every_start_is_resumed_at_once_then_after_a_doubling_wait() {
+    // No retries are set: a crash is no failure, the task is left
+    // interrupted and a worker resumes it. But an agent that dies each
+    // time it starts must not be started again at once, forever.
+    let env = retry_env();
+    submit(&env, "oom", ("3", "kill"), &[]);
+    let mut pool = worker(&env, "w1", &["--queue", "q"]);
+    wait_for(
+        "the worker to see the task complete",
+        Duration::from_secs(40),
+        || worker_log(&env, "w1").contains("task oom completed"),
+    );
+    assert!(stop(&mut pool).success());
+    let task = env.inspect("oom");
+    let runs = task["task"]["runs"].as_array().expect("runs").clone();
+    assert_eq!(runs.len(), 4, "{task}");
+    assert_eq!(runs[0]["exit_code"], 137, "{task}");
+    // The first crash is resumed at once; the second after 1 s, the third
+    // after 2 s.
+    for (index, least) in [(2, 1000), (3, 2000)] {
+        let waited = at(&runs[index]["started_at"])
+            .duration_since(at(&runs[index - 1]["finished_at"]))
+            .expect("in order");
+        assert!(
+            waited >= Duration::from_millis(least),
+            "run {} started {waited:?} after the crash",
+            index + 1
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(env.path("plans-oom.txt")).expect("plans"),
+        "plan\n"
+    );
+    let log = worker_log(&env, "w1");
+    for said in [
+        "task oom ended: its agent was killed by signal 9 (exit 137); it is resumed at once",
+        "task oom ended: its agent was killed by signal 9 (exit 137), 2 runs in a row; it is resumed in 1s",
+        "task oom ended: its agent was killed by signal 9 (exit 137), 3 runs in a row; it is resumed in 2s",
+    ] {
+        assert!(log.contains(said), "{said:?} not in:\n{log}");
+    }
 }

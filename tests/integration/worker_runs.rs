@@ -186,7 +186,9 @@ fn an_agent_killed_outright_ends_its_run_not_the_worker() {
         .expect("a pid");
     crate::env::signal(pid, libc::SIGKILL);
     wait_for("its run to end", Duration::from_secs(30), || {
-        worker_log(&env, "w").contains("task victim ended with exit 137")
+        worker_log(&env, "w").contains(
+            "task victim ended: its agent was killed by signal 9 (exit 137); it is resumed at once",
+        )
     });
     // A crash leaves the task resumable: the worker runs it again.
     std::fs::write(env.path("release"), "").expect("release");

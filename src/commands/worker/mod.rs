@@ -34,6 +34,7 @@ use crate::lease;
 use crate::settings::Settings;
 use crate::supervisor::Stops;
 
+mod crashes;
 mod runs;
 
 use crate::task::{check_task_id, new_task_id};
@@ -435,7 +436,11 @@ impl Worker<'_> {
     /// gone, or parked and ready.
     fn may_take(&self, journal: &mut dyn Journal, task: &TaskRecord, now_ms: i64) -> Result<bool> {
         Ok(match task.status {
-            TaskStatus::Queued | TaskStatus::Interrupted => true,
+            TaskStatus::Queued => true,
+            // Unless its agent keeps dying (see `crashes`).
+            TaskStatus::Interrupted => {
+                crashes::left(&journal.runs(&task.id)?, self.settings.now()).is_zero()
+            }
             TaskStatus::Running => !task.lease.as_ref().is_some_and(|held| {
                 lease::is_live(
                     held,
@@ -491,7 +496,7 @@ impl Worker<'_> {
                     Some(0) => "completed".to_owned(),
                     Some(exit_code::LOCKED) => "was taken by another runner".to_owned(),
                     Some(exit_code::PARKED) => "parked (waits for a signal or a time)".to_owned(),
-                    Some(code) => format!("ended with exit {code}"),
+                    Some(code) => crashes::said(journal, &id, code)?.unwrap_or_else(|| format!("ended with exit {code}")),
                 };
                 crate::report::say(&format!("worker {}: task {id} {what}", self.record.id));
             }
