@@ -19,12 +19,20 @@ Needs `Authorization: Bearer demo-token` on /pulls.
 import json
 import os
 import random
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"llm_calls": 0, "pulls": [], "notifications": [], "keys": {}, "answers": {}, "tasks": {}}
 LOCK = threading.Lock()
 WORDS = "plan patch test review branch merge typo docs search refactor".split()
+
+
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client killed mid-answer (the demo's crash) is no error here.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -114,6 +122,6 @@ def tool_turn(body):
 
 if __name__ == "__main__":
     port = int(os.environ.get("FAKE_PORT", "8765"))
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = Server(("127.0.0.1", port), Handler)
     print(f"fake services on http://127.0.0.1:{port}", flush=True)
     server.serve_forever()

@@ -540,6 +540,9 @@ fn socket_directories_of_killed_runs_are_swept() {
             .env("TMPDIR", &tmp)
             .env_remove("XDG_RUNTIME_DIR")
             .args(args)
+            // Not the test's output: the runs' task ids.
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("durun")
     };
