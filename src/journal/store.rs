@@ -181,15 +181,16 @@ pub(crate) trait Transfer {
 /// The queue of submitted tasks and the workers that take them (SPEC 11).
 pub(crate) trait Queue {
     /// Tasks of `queues` a worker might take (SPEC 11), oldest submitted
-    /// first, at most `limit`: queued, running (the caller checks the
-    /// lease), interrupted, waiting and sleeping ones that no other worker
-    /// claimed within `stale`. Also the journal's clock, in milliseconds
-    /// (0 when no task was found).
+    /// first, at most `limit` after the first `offset`: queued, running
+    /// (the caller checks the lease), interrupted, waiting and sleeping
+    /// ones that no other worker claimed within `stale`. Also the
+    /// journal's clock, in milliseconds (0 when no task was found).
     fn claimable(
         &mut self,
         queues: &[String],
         worker: &str,
         limit: usize,
+        offset: usize,
     ) -> Result<(Vec<TaskRecord>, i64)>;
     /// Claims for `worker` those of `tasks` (all of `queue`) no other
     /// worker holds, keeping the queue's running and claimed tasks within
@@ -216,7 +217,7 @@ pub(crate) trait Queue {
             looked.workers = self.workers()?;
         }
         if let Some((queues, worker, limit)) = look.claimable {
-            (looked.claimable, looked.now_ms) = self.claimable(queues, worker, limit)?;
+            (looked.claimable, looked.now_ms) = self.claimable(queues, worker, limit, 0)?;
         }
         if look.retryable {
             looked.retryable = self.retryable()?;

@@ -244,3 +244,25 @@ fn a_busy_worker_waits_quietly_for_a_free_place() {
     // 100 ticks a second: a worker spinning on the news would use ~200.
     assert!(used < 50, "the worker used {used} ticks of CPU in 2 s");
 }
+
+#[test]
+fn tasks_a_worker_cannot_take_now_never_hide_the_ones_behind_them() {
+    let env = TestEnv::new();
+    // More sleeping tasks at the head of the queue than one look of a
+    // worker with one place reads (four).
+    let sleeper: Vec<String> = ["durun", "sleep", "1h"].map(str::to_owned).into();
+    for i in 1..=6 {
+        submit(&env, &format!("sleeper-{i}"), &sleeper);
+    }
+    submit(&env, "behind", &["true".to_owned()]);
+    let mut w = worker(&env, "w", &["--jobs", "1"]);
+    wait_for(
+        "the task behind them to run",
+        Duration::from_secs(30),
+        || status(&env, "behind") == "completed",
+    );
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    for i in 1..=6 {
+        assert_eq!(status(&env, &format!("sleeper-{i}")), "sleeping");
+    }
+}

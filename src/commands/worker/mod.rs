@@ -48,6 +48,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(1200);
 /// How often a worker looks for failed tasks to retry when nothing else
 /// tells it to (SPEC 16).
 const RETRY_LOOK: Duration = Duration::from_secs(10);
+/// The most tasks one look reads past those it cannot take now.
+const MOST_LOOKED_AT: usize = 4096;
 
 pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     crate::task::check_queue(&args.queue)?;
@@ -272,7 +274,8 @@ impl Worker<'_> {
                     news.any |= started;
                 }
                 if claim {
-                    self.take(journal, free, looked.claimable, looked.now_ms)?;
+                    let page = free * 4 + self.running.len();
+                    self.take(journal, free, (looked.claimable, page), looked.now_ms)?;
                 }
             }
             if !self.schedules.is_empty() {
@@ -394,28 +397,44 @@ impl Worker<'_> {
         Ok((next, started))
     }
 
-    /// Claims up to `free` of the `candidates` a look found and starts
+    /// Claims up to `free` of the candidates a look found (its first page
+    /// of `page` tasks) and starts them. Tasks it cannot take now (parked
+    /// and not ready, an agent that keeps dying) may fill that page: then
+    /// it reads the next pages, so that they never hide the tasks behind
     /// them.
     fn take(
         &mut self,
         journal: &mut dyn Journal,
         free: usize,
-        candidates: Vec<TaskRecord>,
-        now_ms: i64,
+        (mut candidates, page): (Vec<TaskRecord>, usize),
+        mut now_ms: i64,
     ) -> Result<()> {
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
-        for task in candidates {
-            if self.running.contains_key(&task.id)
-                || self.panicked.contains(&task.id)
-                || !self.may_take(journal, &task, now_ms)?
-            {
-                continue;
+        let mut found = 0;
+        let mut offset = 0;
+        loop {
+            let full = candidates.len() >= page;
+            for task in candidates {
+                if self.running.contains_key(&task.id)
+                    || self.panicked.contains(&task.id)
+                    || !self.may_take(journal, &task, now_ms)?
+                {
+                    continue;
+                }
+                found += 1;
+                let queue = task.queue.clone().unwrap_or_default();
+                match by_queue.iter_mut().find(|(name, _)| *name == queue) {
+                    Some((_, ids)) => ids.push(task.id),
+                    None => by_queue.push((queue, vec![task.id])),
+                }
             }
-            let queue = task.queue.clone().unwrap_or_default();
-            match by_queue.iter_mut().find(|(name, _)| *name == queue) {
-                Some((_, ids)) => ids.push(task.id),
-                None => by_queue.push((queue, vec![task.id])),
+            // As many as the first page holds when none is skipped.
+            offset += page;
+            if found >= free * 4 || !full || offset >= MOST_LOOKED_AT {
+                break;
             }
+            (candidates, now_ms) =
+                journal.claimable(&self.record.queues, &self.record.id, page, offset)?;
         }
         let mut free = free;
         for (queue, ids) in by_queue {

@@ -18,8 +18,15 @@ impl Queue for PostgresJournal {
         queues: &[String],
         worker: &str,
         limit: usize,
+        offset: usize,
     ) -> Result<(Vec<TaskRecord>, i64)> {
-        claimable(&mut self.client, queues, worker, limit, self.stale)
+        claimable(
+            &mut self.client,
+            queues,
+            worker,
+            (limit, offset),
+            self.stale,
+        )
     }
 
     fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
@@ -33,7 +40,7 @@ impl Queue for PostgresJournal {
         } = *look
         {
             (looked.claimable, looked.now_ms) =
-                claimable(&mut self.client, queues, worker, limit, self.stale)?;
+                claimable(&mut self.client, queues, worker, (limit, 0), self.stale)?;
             return Ok(looked);
         }
         // Else one transaction, whatever it holds: an idle worker's look
@@ -47,7 +54,7 @@ impl Queue for PostgresJournal {
         }
         if let Some((queues, worker, limit)) = look.claimable {
             (looked.claimable, looked.now_ms) =
-                claimable(&mut tx, queues, worker, limit, self.stale)?;
+                claimable(&mut tx, queues, worker, (limit, 0), self.stale)?;
         }
         if look.retryable {
             looked.retryable = retryable(&mut tx)?;
@@ -205,7 +212,7 @@ fn claimable(
     db: &mut impl Queries,
     queues: &[String],
     worker: &str,
-    limit: usize,
+    (limit, offset): (usize, usize),
     stale: Duration,
 ) -> Result<(Vec<TaskRecord>, i64)> {
     let stale = stale.as_millis() as i64;
@@ -215,9 +222,9 @@ fn claimable(
              WHERE t.queue = ANY($1)
                AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
                AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
-             ORDER BY t.created_at, t.id LIMIT $4"
+             ORDER BY t.created_at, t.id LIMIT $4 OFFSET $5"
         ),
-        &[&queues, &worker, &stale, &(limit as i64)],
+        &[&queues, &worker, &stale, &(limit as i64), &(offset as i64)],
     )?;
     // The server's clock, for the leases of the tasks found; with none
     // found nobody asks.

@@ -14,6 +14,7 @@ impl Queue for SqliteJournal {
         queues: &[String],
         worker: &str,
         limit: usize,
+        offset: usize,
     ) -> Result<(Vec<TaskRecord>, i64)> {
         let now = crate::journal::now_ms();
         let queues = serde_json::to_string(queues)?;
@@ -22,13 +23,14 @@ impl Queue for SqliteJournal {
              WHERE t.queue IN (SELECT value FROM json_each(?1))
                AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
                AND (t.claimed_by IS NULL OR t.claimed_by = ?2 OR t.claimed_at < ?3)
-             ORDER BY t.created_at, t.rowid LIMIT ?4"
+             ORDER BY t.created_at, t.rowid LIMIT ?4 OFFSET ?5"
         ))?;
         let mut rows = statement.query(params![
             queues,
             worker,
             now - self.stale.as_millis() as i64,
-            limit as i64
+            limit as i64,
+            offset as i64
         ])?;
         let mut tasks = Vec::new();
         while let Some(row) = rows.next()? {
