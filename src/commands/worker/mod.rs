@@ -48,8 +48,13 @@ const LOOK_EVERY: Duration = Duration::from_millis(1200);
 /// How often a worker looks for failed tasks to retry when nothing else
 /// tells it to (SPEC 16).
 const RETRY_LOOK: Duration = Duration::from_secs(10);
-/// The most tasks one look reads past those it cannot take now.
+/// The most tasks one look reads past those it cannot take now, and how
+/// many a query after the first page reads.
 const MOST_LOOKED_AT: usize = 4096;
+const DEEP_PAGE: usize = 256;
+/// How often a look reads past a first page full of tasks it cannot take
+/// now, when no news (a submit, a signal, a run's end) tells it to.
+const DEEP_LOOK_EVERY: Duration = Duration::from_secs(10);
 
 pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
     crate::task::check_queue(&args.queue)?;
@@ -225,6 +230,7 @@ impl Worker<'_> {
             run_ended: true,
         };
         let mut retry_look = Instant::now();
+        let mut last_deep_look: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
             self.reap(journal)?;
             let now = Instant::now();
@@ -275,7 +281,13 @@ impl Worker<'_> {
                 }
                 if claim {
                     let page = free * 4 + self.running.len();
-                    self.take(journal, free, (looked.claimable, page), looked.now_ms)?;
+                    // Past the first page on news, else now and then: its
+                    // cost grows with the tasks it passes over.
+                    let deep = heard.any
+                        || last_deep_look.is_none_or(|at| at.elapsed() >= DEEP_LOOK_EVERY);
+                    if self.take(journal, free, (looked.claimable, page, deep), looked.now_ms)? {
+                        last_deep_look = Some(now);
+                    }
                 }
             }
             if !self.schedules.is_empty() {
@@ -399,21 +411,22 @@ impl Worker<'_> {
 
     /// Claims up to `free` of the candidates a look found (its first page
     /// of `page` tasks) and starts them. Tasks it cannot take now (parked
-    /// and not ready, an agent that keeps dying) may fill that page: then
-    /// it reads the next pages, so that they never hide the tasks behind
-    /// them.
+    /// and not ready, an agent that keeps dying) may fill that page: then,
+    /// if `deep`, it reads the next pages, so that they never hide the
+    /// tasks behind them for long. Returns whether it read past the first.
     fn take(
         &mut self,
         journal: &mut dyn Journal,
         free: usize,
-        (mut candidates, page): (Vec<TaskRecord>, usize),
+        (mut candidates, page, deep): (Vec<TaskRecord>, usize, bool),
         mut now_ms: i64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
         let mut found = 0;
         let mut offset = 0;
+        let mut size = page;
         loop {
-            let full = candidates.len() >= page;
+            let full = candidates.len() >= size;
             for task in candidates {
                 if self.running.contains_key(&task.id)
                     || self.panicked.contains(&task.id)
@@ -429,12 +442,14 @@ impl Worker<'_> {
                 }
             }
             // As many as the first page holds when none is skipped.
-            offset += page;
-            if found >= free * 4 || !full || offset >= MOST_LOOKED_AT {
+            offset += size;
+            if found >= free * 4 || !full || !deep || offset >= MOST_LOOKED_AT {
                 break;
             }
+            // The next pages larger: fewer queries past many parked tasks.
+            size = size.max(DEEP_PAGE);
             (candidates, now_ms) =
-                journal.claimable(&self.record.queues, &self.record.id, page, offset)?;
+                journal.claimable(&self.record.queues, &self.record.id, size, offset)?;
         }
         let mut free = free;
         for (queue, ids) in by_queue {
@@ -448,7 +463,7 @@ impl Worker<'_> {
                 self.start(journal, &id)?;
             }
         }
-        Ok(())
+        Ok(offset > page)
     }
 
     /// Whether a task is one to run now: queued, or left by a run that is
