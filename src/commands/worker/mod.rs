@@ -253,17 +253,14 @@ impl Worker<'_> {
             let retries = heard.run_ended || now >= retry_look;
             let free = self.record.jobs as usize - self.running.len();
             let claim = free > 0 && (heard.any || sweep);
+            // A look's first page of tasks to claim: room for tasks of a
+            // queue at its concurrency, and for its own running ones.
+            let page = free * 4 + self.running.len();
             if beat || sweep || retries || claim {
                 let looked = journal.look(&Look {
                     heartbeat: beat.then_some(&self.record),
                     workers: sweep,
-                    claimable: claim.then(|| {
-                        (
-                            &self.record.queues[..],
-                            &self.record.id[..],
-                            free * 4 + self.running.len(),
-                        )
-                    }),
+                    claimable: claim.then(|| (&self.record.queues[..], &self.record.id[..], page)),
                     retryable: retries,
                 })?;
                 if beat {
@@ -280,7 +277,6 @@ impl Worker<'_> {
                     news.any |= started;
                 }
                 if claim {
-                    let page = free * 4 + self.running.len();
                     // Past the first page on news, else now and then: its
                     // cost grows with the tasks it passes over.
                     let deep = heard.any
