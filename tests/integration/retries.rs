@@ -55,6 +55,21 @@ fn at(text: &Value) -> SystemTime {
     humantime::parse_rfc3339(text.as_str().expect("a time")).expect("a time")
 }
 
+/// Asserts that each run (by index) started at least so many ms after
+/// the run before it ended.
+fn assert_waited(runs: &[Value], waits: &[(usize, u64)]) {
+    for &(index, least) in waits {
+        let waited = at(&runs[index]["started_at"])
+            .duration_since(at(&runs[index - 1]["finished_at"]))
+            .expect("in order");
+        assert!(
+            waited >= Duration::from_millis(least),
+            "run {} started {waited:?} after the run before it ended",
+            index + 1
+        );
+    }
+}
+
 #[test]
 fn a_failed_run_is_resumed_after_its_backoff_doubling_until_it_completes() {
     let env = retry_env();
@@ -74,16 +89,7 @@ fn a_failed_run_is_resumed_after_its_backoff_doubling_until_it_completes() {
     assert_eq!(runs.len(), 3, "{task}");
     assert_eq!(task["task"]["output"]["runs"], 3);
     // The backoff: 1 s after the first failure, 2 s after the second.
-    for (index, least) in [(1, 1000), (2, 2000)] {
-        let waited = at(&runs[index]["started_at"])
-            .duration_since(at(&runs[index - 1]["finished_at"]))
-            .expect("in order");
-        assert!(
-            waited >= Duration::from_millis(least),
-            "run {} started {waited:?} after the failure",
-            index + 1
-        );
-    }
+    assert_waited(&runs, &[(1, 1000), (2, 2000)]);
     // The step the first run finished was replayed, never run again.
     assert_eq!(
         std::fs::read_to_string(env.path("plans-flaky.txt")).expect("plans"),
@@ -186,16 +192,7 @@ fn an_agent_killed_at_every_start_is_resumed_at_once_then_after_a_doubling_wait(
     assert_eq!(runs[0]["exit_code"], 137, "{task}");
     // The first crash is resumed at once; the second after 1 s, the third
     // after 2 s.
-    for (index, least) in [(2, 1000), (3, 2000)] {
-        let waited = at(&runs[index]["started_at"])
-            .duration_since(at(&runs[index - 1]["finished_at"]))
-            .expect("in order");
-        assert!(
-            waited >= Duration::from_millis(least),
-            "run {} started {waited:?} after the crash",
-            index + 1
-        );
-    }
+    assert_waited(&runs, &[(2, 1000), (3, 2000)]);
     assert_eq!(
         std::fs::read_to_string(env.path("plans-oom.txt")).expect("plans"),
         "plan\n"
