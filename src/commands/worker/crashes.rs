@@ -15,7 +15,7 @@ use crate::journal::{Journal, RunRecord, TaskStatus};
 
 /// The wait after the second crash in a row; it doubles with each more.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
-/// The longest wait: a task that always crashes runs a few times an hour.
+/// The longest wait: a task that always crashes runs twelve times an hour.
 const MOST_WAIT: Duration = Duration::from_secs(300);
 
 /// Whether a run ended with its agent killed by a signal: durun recorded
