@@ -145,11 +145,22 @@ pub(crate) fn is_ready(
     task: &TaskRecord,
     now: SystemTime,
 ) -> anyhow::Result<bool> {
+    Ok(readiness(journal, task, now)?.0)
+}
+
+/// [`is_ready`], and the time the task waits for, if any (a sleep's
+/// wake time, a wait's timeout): it is ready by then at the latest.
+pub(crate) fn readiness(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    now: SystemTime,
+) -> anyhow::Result<(bool, Option<SystemTime>)> {
     let Some(step) = waiting_step(journal, &task.id)? else {
-        return Ok(true);
+        return Ok((true, None));
     };
-    let due = wake_time(&step).is_some_and(|at| now >= at);
-    Ok(match step.kind {
+    let wake = wake_time(&step);
+    let due = wake.is_some_and(|at| now >= at);
+    let ready = match step.kind {
         StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
         // A join is ready once its child has ended; at once for a child
         // without a queue, which runs only beside its parent's agent.
@@ -168,7 +179,8 @@ pub(crate) fn is_ready(
                 })
         }
         _ => due,
-    })
+    };
+    Ok((ready, wake))
 }
 
 /// The notice of a parked task that is not ready (exit 77), or `None`

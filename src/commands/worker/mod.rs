@@ -35,6 +35,7 @@ use crate::settings::Settings;
 use crate::supervisor::Stops;
 
 mod crashes;
+mod not_ready;
 mod runs;
 
 use crate::task::{check_task_id, new_task_id};
@@ -150,6 +151,7 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         concurrency: config.queues,
         running: HashMap::new(),
         panicked: HashSet::new(),
+        not_ready: not_ready::NotReady::default(),
         runs: Arc::new(Runs::new(location.clone(), stops, settings.quieted(), id)),
         settings,
     };
@@ -212,6 +214,8 @@ struct Worker<'a> {
     running: HashMap<String, Run>,
     /// Tasks whose run panicked here: this worker leaves them to others.
     panicked: HashSet<String>,
+    /// Tasks found not ready, passed by until their time.
+    not_ready: not_ready::NotReady,
     /// What the runs share.
     runs: Arc<Runs>,
     /// `[schedules.NAME]`: tasks it submits on a clock.
@@ -235,6 +239,9 @@ impl Worker<'_> {
             self.reap(journal)?;
             let now = Instant::now();
             let heard = std::mem::take(&mut news);
+            if heard.any {
+                self.not_ready.forget();
+            }
             // Dead workers of this host, stale leases and sleeping tasks
             // are looked for every LOOK_EVERY: a takeover within SPEC 16's
             // two seconds. An idle worker makes that one look, in one
@@ -426,7 +433,9 @@ impl Worker<'_> {
             for task in candidates {
                 if self.running.contains_key(&task.id)
                     || self.panicked.contains(&task.id)
-                    || !self.may_take(journal, &task, now_ms)?
+                    || !self
+                        .not_ready
+                        .may_take(journal, &task, self.settings, now_ms)?
                 {
                     continue;
                 }
@@ -460,30 +469,6 @@ impl Worker<'_> {
             }
         }
         Ok(offset > page)
-    }
-
-    /// Whether a task is one to run now: queued, or left by a run that is
-    /// gone, or parked and ready.
-    fn may_take(&self, journal: &mut dyn Journal, task: &TaskRecord, now_ms: i64) -> Result<bool> {
-        Ok(match task.status {
-            TaskStatus::Queued => true,
-            // Unless its agent keeps dying (see `crashes`).
-            TaskStatus::Interrupted => {
-                crashes::left(&journal.runs(&task.id)?, self.settings.now()).is_zero()
-            }
-            TaskStatus::Running => !task.lease.as_ref().is_some_and(|held| {
-                lease::is_live(
-                    held,
-                    self.settings.holder(),
-                    now_ms,
-                    self.settings.lease.stale,
-                )
-            }),
-            status if status.is_parked() => {
-                crate::task::is_ready(journal, task, self.settings.now())?
-            }
-            _ => false,
-        })
     }
 
     fn start(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
