@@ -288,7 +288,7 @@ impl Worker<'_> {
                     // cost grows with the tasks it passes over.
                     let deep = heard.any
                         || last_deep_look.is_none_or(|at| at.elapsed() >= DEEP_LOOK_EVERY);
-                    if self.take(journal, free, (looked.claimable, page, deep), looked.now_ms)? {
+                    if self.take(journal, free, looked.claimable, page, deep, looked.now_ms)? {
                         last_deep_look = Some(now);
                     }
                 }
@@ -421,7 +421,9 @@ impl Worker<'_> {
         &mut self,
         journal: &mut dyn Journal,
         free: usize,
-        (mut candidates, page, deep): (Vec<TaskRecord>, usize, bool),
+        mut candidates: Vec<TaskRecord>,
+        page: usize,
+        deep: bool,
         mut now_ms: i64,
     ) -> Result<bool> {
         let mut by_queue: Vec<(String, Vec<String>)> = Vec::new();
@@ -511,7 +513,11 @@ impl Worker<'_> {
                     Some(0) => "completed".to_owned(),
                     Some(exit_code::LOCKED) => "was taken by another runner".to_owned(),
                     Some(exit_code::PARKED) => "parked (waits for a signal or a time)".to_owned(),
-                    Some(code) => crashes::said(journal, &id, code)?.unwrap_or_else(|| format!("ended with exit {code}")),
+                    // A journal error here costs only the line's detail.
+                    Some(code) => crashes::said(journal, &id, code)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| format!("ended with exit {code}")),
                 };
                 crate::report::say(&format!("worker {}: task {id} {what}", self.record.id));
             }

@@ -20,13 +20,7 @@ impl Queue for PostgresJournal {
         limit: usize,
         offset: usize,
     ) -> Result<(Vec<TaskRecord>, i64)> {
-        claimable(
-            &mut self.client,
-            queues,
-            worker,
-            (limit, offset),
-            self.stale,
-        )
+        claimable(&mut self.client, queues, worker, limit, offset, self.stale)
     }
 
     fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
@@ -40,7 +34,7 @@ impl Queue for PostgresJournal {
         } = *look
         {
             (looked.claimable, looked.now_ms) =
-                claimable(&mut self.client, queues, worker, (limit, 0), self.stale)?;
+                claimable(&mut self.client, queues, worker, limit, 0, self.stale)?;
             return Ok(looked);
         }
         // Else one transaction, whatever it holds: an idle worker's look
@@ -54,7 +48,7 @@ impl Queue for PostgresJournal {
         }
         if let Some((queues, worker, limit)) = look.claimable {
             (looked.claimable, looked.now_ms) =
-                claimable(&mut tx, queues, worker, (limit, 0), self.stale)?;
+                claimable(&mut tx, queues, worker, limit, 0, self.stale)?;
         }
         if look.retryable {
             looked.retryable = retryable(&mut tx)?;
@@ -212,7 +206,8 @@ fn claimable(
     db: &mut impl Queries,
     queues: &[String],
     worker: &str,
-    (limit, offset): (usize, usize),
+    limit: usize,
+    offset: usize,
     stale: Duration,
 ) -> Result<(Vec<TaskRecord>, i64)> {
     let stale = stale.as_millis() as i64;
