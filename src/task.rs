@@ -1,6 +1,8 @@
 //! What every command says about a task: the status a person sees, its
 //! command as a shell line, and the error for a task that is not there.
 
+pub(crate) mod crashes;
+
 use std::path::Path;
 use std::time::SystemTime;
 

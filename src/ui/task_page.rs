@@ -169,6 +169,19 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
             ),
         );
     }
+    if shown.status == TaskStatus::Interrupted {
+        let wait = crate::task::crashes::left(runs, now);
+        if !wait.is_zero() {
+            row(
+                "resumed",
+                format!(
+                    "by a worker in {}: its agent was killed by a signal in its last {} runs",
+                    short_duration(wait),
+                    crate::task::crashes::in_a_row(runs)
+                ),
+            );
+        }
+    }
     row(
         "created",
         format!(

@@ -553,3 +553,31 @@ fn a_journal_being_created_reads_as_empty() {
         }
     }
 }
+
+#[test]
+fn a_task_held_back_after_its_agent_keeps_dying_says_when_a_worker_resumes_it() {
+    let env = TestEnv::new();
+    let killed = |output: std::process::Output| {
+        assert_eq!(output.status.code(), Some(137), "{}", text(&output.stderr));
+    };
+    killed(env.durun(&["run", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]));
+    // One crash: a worker resumes it at once, so nothing is said.
+    let shown = text(&env.durun(&["inspect", "oom"]).stdout);
+    assert!(shown.contains("status   interrupted"), "{shown}");
+    assert!(!shown.contains("resumes"), "{shown}");
+    for _ in 0..3 {
+        killed(env.durun(&["resume", "oom"]));
+    }
+    // Four in a row: the next waits 4 s from the last one's end.
+    let shown = text(&env.durun(&["inspect", "oom"]).stdout);
+    let line = shown
+        .lines()
+        .find(|line| line.starts_with("resumes  by a worker in "))
+        .unwrap_or_else(|| panic!("no line on the wait: {shown}"));
+    assert!(
+        line.ends_with(
+            "s: its agent was killed by a signal in its last 4 runs (`durun resume oom` resumes it now)"
+        ),
+        "{line}"
+    );
+}

@@ -438,6 +438,28 @@ fn a_divergence_shows_its_diff_on_the_task_page() {
 }
 
 #[test]
+fn a_task_held_back_after_its_agent_keeps_dying_says_so_on_its_page() {
+    let env = TestEnv::new();
+    env.durun(&["run", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]);
+    for _ in 0..3 {
+        assert_eq!(env.durun(&["resume", "oom"]).status.code(), Some(137));
+    }
+    // Four in a row: a worker waits 4 s from the last one's end.
+    let ui = Ui::start(&env, &[]);
+    let page = ui.get("/tasks/oom").body;
+    let row = page
+        .split("<dt>resumed</dt><dd>")
+        .nth(1)
+        .and_then(|rest| rest.split("</dd>").next())
+        .unwrap_or_else(|| panic!("no row on the wait: {page}"));
+    assert!(row.starts_with("by a worker in "), "{row}");
+    assert!(
+        row.ends_with("s: its agent was killed by a signal in its last 4 runs"),
+        "{row}"
+    );
+}
+
+#[test]
 fn the_api_answers_what_inspect_json_prints() {
     let env = TestEnv::new();
     let task = evil_task(&env);

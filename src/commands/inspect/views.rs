@@ -231,6 +231,21 @@ pub(super) fn task_view(
         };
         let _ = writeln!(out, "waits    {what}");
     }
+    if status == TaskStatus::Interrupted {
+        // A worker holds back an agent that keeps dying (see
+        // task::crashes): say so, or the task looks forgotten.
+        let wait = crate::task::crashes::left(runs, now);
+        if !wait.is_zero() {
+            let _ = writeln!(
+                out,
+                "resumes  by a worker in {}: its agent was killed by a signal in its last {} runs \
+                 (`durun resume {}` resumes it now)",
+                short_duration(wait),
+                crate::task::crashes::in_a_row(runs),
+                escape(&task.id)
+            );
+        }
+    }
     let budget = task.max_tokens.map_or_else(String::new, |max| {
         format!(
             ", budget {} ({} left)",

@@ -34,7 +34,6 @@ use crate::lease;
 use crate::settings::Settings;
 use crate::supervisor::Stops;
 
-mod crashes;
 mod not_ready;
 mod runs;
 
@@ -514,7 +513,7 @@ impl Worker<'_> {
                     Some(exit_code::LOCKED) => "was taken by another runner".to_owned(),
                     Some(exit_code::PARKED) => "parked (waits for a signal or a time)".to_owned(),
                     // A journal error here costs only the line's detail.
-                    Some(code) => crashes::said(journal, &id, code)
+                    Some(code) => crate::task::crashes::said(journal, &id, code)
                         .ok()
                         .flatten()
                         .unwrap_or_else(|| format!("ended with exit {code}")),

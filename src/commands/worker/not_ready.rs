@@ -1,5 +1,5 @@
 //! Tasks a worker found it cannot take yet: parked ones whose signal or
-//! time has not come, and agents that keep dying (see `crashes`). Finding
+//! time has not come, and agents that keep dying (see `task::crashes`). Finding
 //! that out costs a query or two a task, and such tasks can sit at the
 //! head of a queue for days (a wait for an approval), so a worker notes
 //! each and passes it by without a query until its time comes, its row
@@ -47,7 +47,7 @@ impl NotReady {
                 false
             }
             TaskStatus::Interrupted => {
-                let left = super::crashes::left(&journal.runs(&task.id)?, now);
+                let left = crate::task::crashes::left(&journal.runs(&task.id)?, now);
                 self.note(task, left.is_zero(), Some(left));
                 left.is_zero()
             }

@@ -25,14 +25,14 @@ fn crashed(run: &RunRecord) -> bool {
 }
 
 /// How many of the task's last runs in a row ended that way.
-pub(super) fn in_a_row(runs: &[RunRecord]) -> u32 {
+pub(crate) fn in_a_row(runs: &[RunRecord]) -> u32 {
     let count = runs.iter().rev().take_while(|run| crashed(run)).count();
     u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 /// The wait before the next run after `crashes` in a row: none after the
 /// first.
-pub(super) fn wait_after(crashes: u32) -> Duration {
+pub(crate) fn wait_after(crashes: u32) -> Duration {
     if crashes < 2 {
         return Duration::ZERO;
     }
@@ -43,7 +43,7 @@ pub(super) fn wait_after(crashes: u32) -> Duration {
 
 /// How long the task must still wait before a worker resumes it (zero:
 /// now), from its runs; the wait counts from the last run's end.
-pub(super) fn left(runs: &[RunRecord], now: SystemTime) -> Duration {
+pub(crate) fn left(runs: &[RunRecord], now: SystemTime) -> Duration {
     let wait = wait_after(in_a_row(runs));
     if wait.is_zero() {
         return Duration::ZERO;
@@ -60,7 +60,7 @@ pub(super) fn left(runs: &[RunRecord], now: SystemTime) -> Duration {
 
 /// What a worker says of a run of task `id` that ended with `code`, if
 /// its agent was killed by a signal and the task waits to be resumed.
-pub(super) fn said(journal: &mut dyn Journal, id: &str, code: i32) -> Result<Option<String>> {
+pub(crate) fn said(journal: &mut dyn Journal, id: &str, code: i32) -> Result<Option<String>> {
     if code <= 128
         || !journal
             .task(id)?
