@@ -89,6 +89,13 @@ impl Shared {
 pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
     let token = token(args)?;
     let location = Location::of(settings)?;
+    // A journal this user may not read, or one that is not a journal, is
+    // said now, once, and not on every page.
+    let first = if location.exists()? {
+        Some(location.open(Access::Read, settings)?)
+    } else {
+        None
+    };
     let listener = std::net::TcpListener::bind(args.listen).map_err(|err| {
         Failure::config(format!("cannot serve on {}: {err}", args.listen)).hint(
             if err.kind() == std::io::ErrorKind::AddrInUse {
@@ -122,7 +129,7 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
         keys: Keys::new(token, at.port()),
         location,
         settings: settings.clone(),
-        pool: Mutex::new(Vec::new()),
+        pool: Mutex::new(first.into_iter().collect()),
         allow_submit: args.allow_submit,
     });
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -195,13 +195,14 @@ fn unprivileged_user() -> Option<&'static str> {
 /// Variables and arguments of one unprivileged run.
 type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>);
 
-/// durun as the unprivileged user, with only `vars` in its environment.
+/// durun as the unprivileged user, with only `vars` in its environment;
+/// one that runs on past a minute is ended (exit 124).
 fn durun_as(user: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
     let mut command = Command::new("/usr/sbin/runuser");
     command
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .args(["-u", user, "--"])
+        .args(["-u", user, "--", "timeout", "60"])
         .arg(assert_cmd::cargo::cargo_bin("durun"))
         .args(args)
         .current_dir("/")
@@ -282,6 +283,36 @@ fn paths_an_unprivileged_user_may_not_use_are_journal_errors() {
                 .filter(|line| line.starts_with("durun: "))
                 .count(),
             1,
+            "{stderr}"
+        );
+    }
+    // Root's journal where the user may look (a directory of mode 755):
+    // the file is private all the same, and the error says whose it is.
+    let open = env.path("open");
+    std::fs::create_dir(&open).expect("dir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let private = open.join("j.db").to_string_lossy().into_owned();
+    let ok = env.durun(&[
+        "--journal",
+        &private,
+        "run",
+        "--task",
+        "secret",
+        "--",
+        "true",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    // `durun ui` says so before it serves (else it would run on, and
+    // `timeout` end it with 124).
+    let ui = vec!["ui", "--listen", "127.0.0.1:0"];
+    for args in [vec!["inspect"], vec!["inspect", "secret"], ui] {
+        let output = durun_as(user, &[("DURUN_JOURNAL", &private)], &args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(74), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "durun: cannot read the journal at {private}: {private} belongs to uid 0 (mode 600), and this user (uid "
+            )) && stderr.contains("\n  hint: run durun as the user whose runs wrote the journal"),
             "{stderr}"
         );
     }

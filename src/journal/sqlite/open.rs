@@ -91,6 +91,9 @@ impl SqliteJournal {
                         .hint("nothing has run with this journal yet; check --journal or DURUN_JOURNAL")
                         .into());
                 }
+                if let Some(refused) = unreadable(path) {
+                    return Err(refused);
+                }
                 // On read-only media SQLite cannot make the WAL index; a
                 // journal there cannot change under us, so read it as
                 // immutable, unless a WAL is there to read (a run's last
@@ -338,6 +341,30 @@ pub(crate) fn regular_file(path: &Path) -> Result<bool> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(err) => Err(cannot_use(path, &err)),
     }
+}
+
+/// The journal, or one of the WAL files beside it, that this user may
+/// not read: durun makes them private to the user whose run made them, so
+/// another user's `inspect` meets this, and SQLite would only say "unable
+/// to open database file".
+fn unreadable(path: &Path) -> Option<anyhow::Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    ["", "-wal", "-shm"].into_iter().find_map(|suffix| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let meta = std::fs::metadata(&name).ok()?;
+        rustix::fs::access(name.as_os_str(), rustix::fs::Access::READ_OK).err()?;
+        let error = Failure::journal(format!(
+            "cannot read the journal at {}: {} belongs to uid {} (mode {:o}), and this user (uid {}) may not read it",
+            path.display(),
+            Path::new(&name).display(),
+            meta.uid(),
+            meta.mode() & 0o7777,
+            rustix::process::getuid().as_raw()
+        ))
+        .hint("run durun as the user whose runs wrote the journal (`sudo -u USER durun ...`), or have them copy a task out with `durun export`");
+        Some(error.into())
+    })
 }
 
 /// The journal error for a path the file system refuses.
