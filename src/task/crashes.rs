@@ -5,7 +5,9 @@
 //! it again dozens of times a second, forever. So the first such end is
 //! resumed at once, and each one after it in a row waits twice as long
 //! as the one before, up to five minutes; a run that ends any other way
-//! starts the count again.
+//! starts the count again. An agent ended by a signal that asks it to
+//! stop (SIGTERM from a worker's drain or `docker stop`, SIGINT, SIGHUP)
+//! was stopped, not crashed.
 
 use std::time::{Duration, SystemTime};
 
@@ -18,10 +20,17 @@ const FIRST_WAIT: Duration = Duration::from_secs(1);
 /// The longest wait: a task that always crashes runs twelve times an hour.
 const MOST_WAIT: Duration = Duration::from_secs(300);
 
+/// The signals that ask a process to stop: SIGHUP, SIGINT and SIGTERM.
+const STOPS: [i32; 3] = [1, 2, 15];
+
 /// Whether a run ended with its agent killed by a signal: durun recorded
 /// 128 + the signal, and no error of its own.
 fn crashed(run: &RunRecord) -> bool {
-    run.finished_at.is_some() && run.error.is_none() && run.exit_code.is_some_and(|code| code > 128)
+    run.finished_at.is_some()
+        && run.error.is_none()
+        && run
+            .exit_code
+            .is_some_and(|code| code > 128 && !STOPS.contains(&(code - 128)))
 }
 
 /// How many of the task's last runs in a row ended that way.
@@ -124,7 +133,17 @@ mod tests {
             in_a_row(&[killed.clone(), stopped_by_durun, killed.clone()]),
             1
         );
-        assert_eq!(in_a_row(&[killed.clone(), died_with_durun, killed]), 1);
+        assert_eq!(
+            in_a_row(&[killed.clone(), died_with_durun, killed.clone()]),
+            1
+        );
+        // SIGTERM (a worker's drain), SIGINT, SIGHUP: stopped, not crashed.
+        for stop in [143, 130, 129] {
+            let stopped = run(Some(stop), None, ENDED);
+            assert_eq!(in_a_row(&[killed.clone(), stopped, killed.clone()]), 1);
+        }
+        let segfault = run(Some(139), None, ENDED);
+        assert_eq!(in_a_row(&[killed.clone(), segfault]), 2);
     }
 
     #[test]
