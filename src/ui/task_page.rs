@@ -13,7 +13,7 @@ use super::html::{json, page, task_href, text};
 use super::http::{Reply, Req};
 use super::pages::badge;
 use super::timeline::{LEGEND, step_class, task_timeline};
-use crate::commands::inspect::{age, task_json, took};
+use crate::commands::inspect::{age, held, task_json, took};
 use crate::exit_code;
 use crate::journal::{
     RunRecord, SignalRecord, StepKind, StepRecord, StepStatus, TaskRecord, TaskStatus,
@@ -169,18 +169,10 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
             ),
         );
     }
-    if shown.status == TaskStatus::Interrupted {
-        let wait = crate::task::crashes::left(runs, now);
-        if !wait.is_zero() {
-            row(
-                "resumed",
-                format!(
-                    "by a worker in {}: its agent was killed by a signal in its last {} runs",
-                    short_duration(wait),
-                    crate::task::crashes::in_a_row(runs)
-                ),
-            );
-        }
+    if shown.status == TaskStatus::Interrupted
+        && let Some(held) = held(runs, now)
+    {
+        row("resumed", held);
     }
     row(
         "created",

@@ -48,6 +48,19 @@ fn parse_time(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(text).ok()
 }
 
+/// When a worker resumes a task it holds back after crashes, and why
+/// (the task view, the web view); None when it is not held back.
+pub(crate) fn held(runs: &[RunRecord], now: SystemTime) -> Option<String> {
+    let wait = crate::task::crashes::left(runs, now);
+    (!wait.is_zero()).then(|| {
+        format!(
+            "by a worker in {}: its agent was killed by a signal in its last {} runs",
+            short_duration(wait),
+            crate::task::crashes::in_a_row(runs)
+        )
+    })
+}
+
 /// `3m ago`, `2h ago`, `4d ago`.
 pub(crate) fn age(then: &str, now: SystemTime) -> String {
     let Some(elapsed) = parse_time(then).and_then(|then| now.duration_since(then).ok()) else {
@@ -231,20 +244,16 @@ pub(super) fn task_view(
         };
         let _ = writeln!(out, "waits    {what}");
     }
-    if status == TaskStatus::Interrupted {
-        // A worker holds back an agent that keeps dying (see
-        // task::crashes): say so, or the task looks forgotten.
-        let wait = crate::task::crashes::left(runs, now);
-        if !wait.is_zero() {
-            let _ = writeln!(
-                out,
-                "resumes  by a worker in {}: its agent was killed by a signal in its last {} runs \
-                 (`durun resume {}` resumes it now)",
-                short_duration(wait),
-                crate::task::crashes::in_a_row(runs),
-                escape(&task.id)
-            );
-        }
+    // A worker holds back an agent that keeps dying (see task::crashes):
+    // say so, or the task looks forgotten.
+    if status == TaskStatus::Interrupted
+        && let Some(held) = held(runs, now)
+    {
+        let _ = writeln!(
+            out,
+            "resumes  {held} (`durun resume {}` resumes it now)",
+            escape(&task.id)
+        );
     }
     let budget = task.max_tokens.map_or_else(String::new, |max| {
         format!(
