@@ -170,7 +170,7 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         );
     }
     if shown.status == TaskStatus::Interrupted
-        && let Some(held) = held(runs, now)
+        && let Some(held) = held(task, runs, now)
     {
         row("resumed", held);
     }

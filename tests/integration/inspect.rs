@@ -560,7 +560,11 @@ fn a_task_held_back_after_its_agent_keeps_dying_says_when_a_worker_resumes_it() 
     let killed = |output: std::process::Output| {
         assert_eq!(output.status.code(), Some(137), "{}", text(&output.stderr));
     };
-    killed(env.durun(&["run", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]));
+    // A queued task, run here rather than by a worker.
+    let agent = ["--", "sh", "-c", "kill -9 $$"];
+    let submitted = env.durun(&[&["submit", "--task", "oom"][..], &agent].concat());
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    killed(env.durun(&["resume", "oom"]));
     // One crash: a worker resumes it at once, so nothing is said.
     let shown = text(&env.durun(&["inspect", "oom"]).stdout);
     assert!(shown.contains("status   interrupted"), "{shown}");
@@ -580,4 +584,11 @@ fn a_task_held_back_after_its_agent_keeps_dying_says_when_a_worker_resumes_it() 
         ),
         "{line}"
     );
+    // A task in no queue: no worker takes it, so none holds it back.
+    for _ in 0..4 {
+        killed(env.durun(&[&["run", "--task", "alone"][..], &agent].concat()));
+    }
+    let shown = text(&env.durun(&["inspect", "alone"]).stdout);
+    assert!(shown.contains(", 4 runs, "), "{shown}");
+    assert!(!shown.contains("resumes"), "{shown}");
 }

@@ -440,8 +440,8 @@ fn a_divergence_shows_its_diff_on_the_task_page() {
 #[test]
 fn a_task_held_back_after_its_agent_keeps_dying_says_so_on_its_page() {
     let env = TestEnv::new();
-    env.durun(&["run", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]);
-    for _ in 0..3 {
+    env.durun(&["submit", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]);
+    for _ in 0..4 {
         assert_eq!(env.durun(&["resume", "oom"]).status.code(), Some(137));
     }
     // Four in a row: a worker waits 4 s from the last one's end.

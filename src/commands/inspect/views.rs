@@ -49,10 +49,11 @@ fn parse_time(text: &str) -> Option<SystemTime> {
 }
 
 /// When a worker resumes a task it holds back after crashes, and why
-/// (the task view, the web view); None when it is not held back.
-pub(crate) fn held(runs: &[RunRecord], now: SystemTime) -> Option<String> {
+/// (the task view, the web view); None when it is not held back, or no
+/// worker takes it (a task of `durun run`, in no queue).
+pub(crate) fn held(task: &TaskRecord, runs: &[RunRecord], now: SystemTime) -> Option<String> {
     let wait = crate::task::crashes::left(runs, now);
-    (!wait.is_zero()).then(|| {
+    (task.queue.is_some() && !wait.is_zero()).then(|| {
         format!(
             "by a worker in {}: its agent was killed by a signal in its last {} runs",
             short_duration(wait),
@@ -247,7 +248,7 @@ pub(super) fn task_view(
     // A worker holds back an agent that keeps dying (see task::crashes):
     // say so, or the task looks forgotten.
     if status == TaskStatus::Interrupted
-        && let Some(held) = held(runs, now)
+        && let Some(held) = held(task, runs, now)
     {
         let _ = writeln!(
             out,
