@@ -7,6 +7,7 @@
 
 mod follow;
 mod json;
+mod step_view;
 mod tree;
 mod views;
 
@@ -132,7 +133,7 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
             if i > 0 {
                 writeln!(out)?;
             }
-            out.write_all(views::step_view(&style, &task, driven, step, now).as_bytes())?;
+            out.write_all(step_view::step_view(&style, &task, driven, step, now).as_bytes())?;
         }
     } else {
         let total = journal.count_steps(id)?;

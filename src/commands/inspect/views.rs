@@ -36,7 +36,7 @@ pub(super) fn step_tone(status: StepStatus) -> Tone {
 
 /// A step's state for people: a `pending` step of a task no runner drives
 /// is the step its last run died in, `interrupted`.
-fn step_state(step: &StepRecord, driven: bool) -> &'static str {
+pub(super) fn step_state(step: &StepRecord, driven: bool) -> &'static str {
     if step.status == StepStatus::Pending && !driven {
         "interrupted"
     } else {
@@ -83,7 +83,7 @@ pub(crate) fn took(started: &str, finished: Option<&str>) -> Option<Duration> {
 }
 
 /// `812 B`, `12.3 KiB`, `4.0 MiB`.
-fn size(bytes: usize) -> String {
+pub(super) fn size(bytes: usize) -> String {
     const KIB: f64 = 1024.0;
     let bytes_f = bytes as f64;
     if bytes_f < KIB {
@@ -485,108 +485,6 @@ fn not_replayed(run: &RunRecord, steps: &[StepRecord]) -> String {
     out
 }
 
-fn pretty(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        other => serde_json::to_string_pretty(other).expect("JSON serializes"),
-    }
-}
-
-fn indented(text: &str) -> String {
-    text.lines().flat_map(|line| ["  ", line, "\n"]).collect()
-}
-
-pub(super) fn step_view(
-    style: &Style,
-    task: &TaskRecord,
-    driven: bool,
-    step: &StepRecord,
-    now: SystemTime,
-) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "step        {} of task {}",
-        style.paint(Tone::Bold, &step.step.to_string()),
-        escape(&task.id)
-    );
-    let _ = writeln!(
-        out,
-        "name        {} ({}, {})",
-        escape(&step.name),
-        step.kind.as_str(),
-        step.effect.as_str()
-    );
-    let attempts = if step.attempts == 1 {
-        "1 attempt".to_owned()
-    } else {
-        format!("{} attempts", step.attempts)
-    };
-    let _ = writeln!(
-        out,
-        "status      {} after {attempts}",
-        style.paint(step_tone(step.status), step_state(step, driven))
-    );
-    if let Some(resolution) = &step.resolution {
-        let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
-    }
-    let _ = writeln!(out, "key         {}", step.idempotency_key);
-    let _ = writeln!(out, "args hash   {}", step.args_hash);
-    let _ = writeln!(
-        out,
-        "created     {} ({})",
-        step.created_at,
-        age(&step.created_at, now)
-    );
-    let _ = writeln!(out, "started     {} (run {})", step.started_at, step.run);
-    match (
-        &step.finished_at,
-        took(&step.started_at, step.finished_at.as_deref()),
-    ) {
-        (Some(finished), Some(took)) => {
-            let _ = writeln!(
-                out,
-                "finished    {finished} (took {})",
-                short_duration(took)
-            );
-        }
-        _ => {
-            let _ = writeln!(out, "finished    -");
-        }
-    }
-    if let Some(usage) = &step.usage {
-        let _ = writeln!(
-            out,
-            "tokens      {} ({})",
-            thousands(step.tokens),
-            escape(usage.as_str())
-        );
-    }
-    let _ = write!(
-        out,
-        "args\n{}",
-        indented(&escape(&pretty(&step.args.value())))
-    );
-    if let Some(output) = &step.output {
-        let text = pretty(&output.value());
-        let _ = write!(
-            out,
-            "output ({})\n{}",
-            size(text.len()),
-            indented(&escape(&text))
-        );
-    }
-    if let Some(error) = &step.error {
-        let _ = write!(
-            out,
-            "error\n{}",
-            indented(&escape(&format!("{}: {}", error.code, error.message)))
-        );
-    }
-    out
-}
-
-/// Prints the task's steps as they start and finish, until it stops.
 #[cfg(test)]
 mod tests {
     use super::*;
