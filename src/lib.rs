@@ -17,6 +17,7 @@ mod executor;
 pub mod exit_code;
 mod journal;
 mod json_text;
+mod keeper;
 mod lease;
 mod mcp;
 mod names;
@@ -57,6 +58,12 @@ pub mod fuzzing {
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 use cli::{Cli, Command};
+
+/// Becomes the keeper of an agent (`durun __keeper -- AGENT…`, started by
+/// durun itself) and never returns; returns at once otherwise.
+pub fn keep_if_asked() {
+    keeper::keep_if_asked();
+}
 
 /// Answers a shell's completion request (`COMPLETE=SHELL durun …`) and
 /// exits; returns at once otherwise.

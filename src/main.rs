@@ -1,4 +1,6 @@
 fn main() -> std::process::ExitCode {
+    // `durun __keeper -- AGENT…`, started by durun for each run: keep it.
+    durun::keep_if_asked();
     // `COMPLETE=bash durun …` from a completion script: answer and exit.
     durun::complete_if_asked();
     let code = durun::run(std::env::args_os());

@@ -1,20 +1,23 @@
-//! Starting the agent without copying durun.
+//! Starting the agent's keeper without copying durun.
 //!
-//! The agent must die with durun even when durun is killed with SIGKILL:
-//! its parent-death signal is set in the child, between the child's start
-//! and `exec`. `std::process::Command` can do that only through `fork`,
-//! which copies durun's page tables and then faults on every page durun
-//! writes until the child has exec'd (0.4 ms of a 5 ms `durun run -- true`
-//! here); `posix_spawn`, which does not copy, has no place for it. So the
-//! agent is started as `posix_spawn` does it, with `clone(CLONE_VM |
+//! Every process the agent starts must end with its run, even when durun
+//! is killed with SIGKILL: the agent runs under a keeper, durun's own
+//! binary started again ([`crate::keeper`]), which holds the read end of a
+//! lifeline pipe and says the agent's pid on a status pipe. Both are put
+//! on fixed descriptors in the child, between its start and `exec`.
+//! `std::process::Command` can do that only through `fork`, which copies
+//! durun's page tables and then faults on every page durun writes until the
+//! child has exec'd (0.4 ms of a 5 ms `durun run -- true` here);
+//! `posix_spawn`, which does not copy, has no place for it. So the keeper
+//! is started as `posix_spawn` does it, with `clone(CLONE_VM |
 //! CLONE_VFORK)`: the child runs on a stack of its own in durun's memory
-//! while durun waits, sets the signal, its stdio and directory, and execs.
+//! while durun waits, sets its stdio, descriptors and directory, and execs.
 //!
 //! The child starts as `std::process::Command` would start it: signals
 //! ignored by whoever started durun stay ignored (`trap '' QUIT` holds for
 //! the agent too), SIGPIPE is back to its default (Rust ignores it in
-//! durun), and the signal mask is empty. Linux only (`clone`, the
-//! parent-death signal), as durun is.
+//! durun), and the signal mask is empty; the keeper passes all three on to
+//! the agent. Linux only (`clone`, the child subreaper), as durun is.
 //!
 //! # Invariant
 //!
@@ -45,9 +48,18 @@ pub(crate) struct Plan<'a> {
     pub(crate) pipe_stderr: bool,
 }
 
-/// A started child: its pid and durun's ends of its pipes.
+/// A started agent: its keeper's pid, its own, and durun's ends of its
+/// pipes.
 pub(crate) struct Spawned {
+    /// The keeper: the process durun waits for. It exits once the agent
+    /// and everything it started have ended, with the agent's status.
+    pub(crate) keeper: u32,
+    /// The agent: the process durun's signals are for.
     pub(crate) pid: u32,
+    /// While durun holds this, the keeper lets the agent live; when it
+    /// closes (durun's exit, by any signal), the keeper kills the agent's
+    /// whole tree.
+    pub(crate) lifeline: OwnedFd,
     pub(crate) stdin: ChildStdin,
     pub(crate) stdout: ChildStdout,
     pub(crate) stderr: Option<ChildStderr>,
@@ -55,8 +67,8 @@ pub(crate) struct Spawned {
 
 /// Everything the child reads, prepared by the parent.
 struct ChildArgs {
-    /// Paths to try `execve` on, in `PATH` order.
-    candidates: Vec<CString>,
+    /// durun's own binary, run as the keeper.
+    keeper: CString,
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     cwd: CString,
@@ -64,7 +76,9 @@ struct ChildArgs {
     stdout: RawFd,
     /// -1: the child keeps durun's stderr.
     stderr: RawFd,
-    parent: libc::pid_t,
+    /// Put on [`keeper::LIFELINE_FD`] and [`keeper::STATUS_FD`].
+    lifeline: RawFd,
+    status: RawFd,
     /// durun's signal mask, restored in the parent after `clone`.
     mask: libc::sigset_t,
     /// The open-file limit to give back (durun raised its own).
@@ -73,17 +87,22 @@ struct ChildArgs {
     error: libc::c_int,
 }
 
-/// Starts `plan` as a child that gets SIGKILL when durun dies.
+/// Starts `plan` under a keeper: the agent and every process it starts
+/// end with its run, or when durun dies.
 pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
-    let program = plan
-        .argv
-        .first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command"))?;
-    let argv_storage = plan
-        .argv
-        .iter()
-        .map(|arg| cstring(arg.as_bytes()))
-        .collect::<io::Result<Vec<_>>>()?;
+    if plan.argv.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
+    }
+    // The keeper finds the program on the agent's PATH, as execvp does.
+    let argv_storage = [
+        keeper_exe()?.as_bytes(),
+        crate::keeper::ARG.as_bytes(),
+        b"--",
+    ]
+    .into_iter()
+    .chain(plan.argv.iter().map(String::as_bytes))
+    .map(cstring)
+    .collect::<io::Result<Vec<_>>>()?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(name, _)| {
             !plan
@@ -97,10 +116,6 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
             .iter()
             .map(|(name, value)| (OsString::from(name), value.clone())),
     );
-    let path = env
-        .iter()
-        .find(|(name, _)| name.as_bytes() == b"PATH")
-        .map(|(_, value)| value.clone());
     let env_storage = env
         .into_iter()
         .map(|(name, value)| {
@@ -110,7 +125,6 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
             cstring(&entry)
         })
         .collect::<io::Result<Vec<_>>>()?;
-    let candidates = candidates(program, plan.cwd, path.as_deref())?;
 
     let (child_stdin, stdin) = pipe()?;
     let (stdout, child_stdout) = pipe()?;
@@ -119,15 +133,20 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     } else {
         None
     };
+    let (child_lifeline, lifeline) = pipe()?;
+    let (status, child_status) = pipe()?;
     let child_stdin = above_stdio(child_stdin)?;
     let child_stdout = above_stdio(child_stdout)?;
     let (stderr, child_stderr) = match stderr_pipe {
         Some((read, write)) => (Some(read), Some(above_stdio(write)?)),
         None => (None, None),
     };
+    // Above the keeper's two: dup2 onto 3 and 4 overwrites neither.
+    let child_lifeline = above(child_lifeline, crate::keeper::STATUS_FD + 1)?;
+    let child_status = above(child_status, crate::keeper::STATUS_FD + 1)?;
 
     let mut args = ChildArgs {
-        candidates,
+        keeper: argv_storage[0].clone(),
         argv: argv_storage
             .iter()
             .map(|arg| arg.as_ptr())
@@ -148,8 +167,8 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         stderr: child_stderr
             .as_ref()
             .map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
-        // SAFETY: getpid has no preconditions.
-        parent: unsafe { libc::getpid() },
+        lifeline: child_lifeline.as_raw_fd(),
+        status: child_status.as_raw_fd(),
         // SAFETY: a zeroed sigset_t is a valid value to be overwritten.
         mask: unsafe { std::mem::zeroed() },
         error: 0,
@@ -182,21 +201,44 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         pid
     };
     drop((child_stdin, child_stdout, child_stderr));
+    drop((child_lifeline, child_status));
     // SAFETY: the child wrote it (or not) before clone returned.
     let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
-    if error != 0 {
-        let mut status = 0;
-        // SAFETY: reaps the child that failed to exec.
-        unsafe { libc::waitpid(pid, &raw mut status, 0) };
-        return Err(io::Error::from_raw_os_error(error));
-    }
+    let agent = if error == 0 {
+        crate::keeper::read_status(&status)
+    } else {
+        Err(io::Error::from_raw_os_error(error))
+    };
     drop(stack);
+    let agent = match agent {
+        Ok(agent) => agent,
+        Err(err) => {
+            // Reaps the keeper, which exits at once when it could not start
+            // the agent.
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            }
+            return Err(err);
+        }
+    };
     Ok(Spawned {
-        pid: pid as u32,
+        keeper: pid as u32,
+        pid: agent,
+        lifeline,
         stdin: ChildStdin::from(stdin),
         stdout: ChildStdout::from(stdout),
         stderr: stderr.map(ChildStderr::from),
     })
+}
+
+/// durun's own binary, which runs as the keeper.
+fn keeper_exe() -> io::Result<&'static OsString> {
+    static EXE: std::sync::OnceLock<OsString> = std::sync::OnceLock::new();
+    if let Some(exe) = EXE.get() {
+        return Ok(exe);
+    }
+    let exe = std::env::current_exe()?.into_os_string();
+    Ok(EXE.get_or_init(|| exe))
 }
 
 /// The child, from `clone` to `exec`: async-signal-safe calls only.
@@ -226,17 +268,16 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-            return fail(args, *libc::__errno_location());
-        }
-        // durun may have died before the signal was set.
-        if libc::getppid() != args.parent {
-            return fail(args, libc::ESRCH);
-        }
         if libc::dup2(args.stdin, 0) < 0 || libc::dup2(args.stdout, 1) < 0 {
             return fail(args, *libc::__errno_location());
         }
         if args.stderr >= 0 && libc::dup2(args.stderr, 2) < 0 {
+            return fail(args, *libc::__errno_location());
+        }
+        // dup2 leaves the copies open across exec, for the keeper alone.
+        if libc::dup2(args.lifeline, crate::keeper::LIFELINE_FD) < 0
+            || libc::dup2(args.status, crate::keeper::STATUS_FD) < 0
+        {
             return fail(args, *libc::__errno_location());
         }
         if let Some(limit) = &args.nofile
@@ -247,25 +288,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::chdir(args.cwd.as_ptr()) != 0 {
             return fail(args, *libc::__errno_location());
         }
-        // As execvp: the first candidate that execs; EACCES is kept if no
-        // other candidate exists.
-        let mut denied = false;
-        let mut error = libc::ENOENT;
-        for path in &args.candidates {
-            libc::execve(path.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
-            match *libc::__errno_location() {
-                libc::ENOENT | libc::ENOTDIR => {}
-                libc::EACCES => denied = true,
-                other => {
-                    error = other;
-                    break;
-                }
-            }
-        }
-        if error == libc::ENOENT && denied {
-            error = libc::EACCES;
-        }
-        fail(args, error)
+        libc::execve(args.keeper.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
+        fail(args, *libc::__errno_location())
     }
 }
 
@@ -331,28 +355,6 @@ unsafe fn fail(args: &mut ChildArgs, error: libc::c_int) -> libc::c_int {
     }
 }
 
-/// Where `program` may be: itself if it names a path (relative to `cwd`),
-/// else each directory of `PATH` (the default path if unset).
-fn candidates(
-    program: &str,
-    cwd: &Path,
-    path: Option<&std::ffi::OsStr>,
-) -> io::Result<Vec<CString>> {
-    if program.contains('/') {
-        return Ok(vec![cstring(cwd.join(program).as_os_str().as_bytes())?]);
-    }
-    let path = path.map_or(&b"/usr/local/bin:/usr/bin:/bin"[..], |path| path.as_bytes());
-    path.split(|&byte| byte == b':')
-        .map(|dir| {
-            let dir = if dir.is_empty() { &b"."[..] } else { dir };
-            let mut full = dir.to_vec();
-            full.push(b'/');
-            full.extend_from_slice(program.as_bytes());
-            cstring(&full)
-        })
-        .collect()
-}
-
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| {
         io::Error::new(
@@ -372,10 +374,15 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// started with one closed), so that the child's `dup2` onto 0, 1 and 2
 /// cannot overwrite another of its pipes.
 fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
+    above(fd, 3)
+}
+
+/// `fd`, or a close-on-exec copy of it at `lowest` or above.
+fn above(fd: OwnedFd, lowest: RawFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= lowest {
         return Ok(fd);
     }
-    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, lowest)?)
 }
 
 #[cfg(test)]

@@ -165,13 +165,18 @@ pub(crate) fn supervise(
         }
     };
     let child_pid = child.pid;
+    // Dropped when this function returns, or with durun: the keeper then
+    // ends whatever of the agent's tree is still alive.
+    let lifeline = child.lifeline;
     let stderr_done = match (copier, child.stderr.take()) {
         (Some(copy), Some(stderr)) => Some(super::child::spawn_stderr_copier(stderr, copy)),
         _ => None,
     };
     let mut io = AgentIo::new(child.stdin, child.stdout, wake)?;
-    if !io.watch_exit(child_pid) {
-        super::child::spawn_exit_waiter(child_pid, events_tx.clone());
+    // The keeper exits with the agent's status once the agent's whole tree
+    // has ended.
+    if !io.watch_exit(child.keeper) {
+        super::child::spawn_exit_waiter(child.keeper, events_tx.clone());
     }
     socket.sweep_once();
 
@@ -230,6 +235,7 @@ pub(crate) fn supervise(
         supervisor.journal();
         anyhow::Ok(supervisor.outcome())
     })?;
+    drop(lifeline);
     drop(caught);
     drop(proxy);
     drop(socket);

@@ -6,6 +6,7 @@ mod answers;
 mod browser;
 mod children;
 mod cli;
+mod containment;
 mod crash;
 mod crash_test;
 mod env;

@@ -1,0 +1,390 @@
+//! The keeper: the process between durun and the agent that makes every
+//! process the agent starts belong to its run (SPEC 17).
+//!
+//! A parent-death signal reaches only the process that set it: a
+//! grandchild that calls `setsid`, a double fork, a native binary under a
+//! `node` launcher all outlived a killed durun. So durun starts itself
+//! again as `durun __keeper -- AGENT…` ([`crate::spawn`]) and the keeper
+//! starts the agent. The keeper is a child subreaper: whatever the agent
+//! leaves behind, at any depth and in any session, is re-parented to it
+//! rather than to init, so it always has the whole tree below it.
+//!
+//! - The agent exits: the keeper ends what is left (SIGTERM, then SIGKILL
+//!   after [`GRACE`]), then exits with the agent's own status, which is what
+//!   durun sees.
+//! - durun dies, by any signal: the lifeline pipe, whose write end only
+//!   durun holds, reads end-of-file; the keeper SIGKILLs the agent and every
+//!   process below it, then exits.
+//!
+//! It needs nothing from the host (no cgroup delegation, no namespaces, no
+//! root), and costs one `exec` of durun's own binary per run
+//! (docs/reliability.md). A process that escapes it must leave the tree
+//! with a new parent that is not below the keeper, which only a process
+//! that ptraces or is re-parented by a privileged helper can do.
+//!
+//! The keeper's stdin, stdout and stderr are `/dev/null` once the agent has
+//! started, so that the agent's pipes close when the agent's tree is gone.
+//! Signals meant for the run go to the agent, whose pid durun learns from
+//! the keeper; the keeper itself shrugs off SIGINT, SIGTERM, SIGHUP and
+//! SIGQUIT (a `pkill durun` reaches it too) and lives in a process group of
+//! its own, so that a kill of durun's group leaves it to clean up.
+
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsFd, FromRawFd as _, OwnedFd};
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use rustix::event::PollFlags;
+use rustix::process::{Pid, Signal, WaitOptions};
+
+/// The argument that makes durun a keeper: never a subcommand name.
+pub(crate) const ARG: &str = "__keeper";
+
+/// Where durun's spawn puts the read end of the lifeline.
+pub(crate) const LIFELINE_FD: i32 = 3;
+
+/// Where durun's spawn puts the write end of the status pipe, on which the
+/// keeper says the agent's pid, or why it could not start it.
+pub(crate) const STATUS_FD: i32 = 4;
+
+/// How long what the agent left behind has between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_millis(500);
+
+/// How long the keeper tries to end processes it may not be able to signal
+/// (a setuid program) before it gives up on them.
+const GIVE_UP: Duration = Duration::from_secs(3);
+
+/// What the keeper writes on the status pipe: a tag byte and a number.
+pub(crate) const STARTED: u8 = b'P';
+pub(crate) const FAILED: u8 = b'E';
+
+/// Becomes the keeper and never returns if `args` asks for it
+/// (`durun __keeper -- AGENT…`); returns at once otherwise.
+pub(crate) fn keep_if_asked() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(ARG)) {
+        return;
+    }
+    let argv: Vec<std::ffi::OsString> = args.skip_while(|arg| arg != "--").skip(1).collect();
+    std::process::exit(keep(&argv));
+}
+
+/// The keeper's life; returns its exit code where it does not end by the
+/// agent's signal.
+fn keep(argv: &[std::ffi::OsString]) -> i32 {
+    // SAFETY: durun's spawn placed these two descriptors here for the
+    // keeper alone (dup2 before exec); nothing else in this process owns
+    // them.
+    let (lifeline, status) = unsafe {
+        (
+            OwnedFd::from_raw_fd(LIFELINE_FD),
+            OwnedFd::from_raw_fd(STATUS_FD),
+        )
+    };
+    // Neither may reach the agent.
+    for fd in [&lifeline, &status] {
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
+    }
+    let mut status = std::fs::File::from(status);
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let Some((program, args)) = argv.split_first() else {
+        let _ = status.write_all(&said(FAILED, libc::EINVAL));
+        return 127;
+    };
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    crate::os::die_with_parent(&mut command);
+    let agent = match command.spawn() {
+        Ok(child) => child.id(),
+        Err(err) => {
+            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            let _ = status.write_all(&said(FAILED, errno));
+            return 127;
+        }
+    };
+    let _ = status.write_all(&said(STARTED, agent as i32));
+    drop(status);
+    settle_in();
+    let Some(agent) = Pid::from_raw(agent as i32) else {
+        return 127;
+    };
+    let Ok(children) = Children::new() else {
+        // Without SIGCHLD's pipe the keeper can only wait for the agent.
+        return exit_code_of(wait_for(agent));
+    };
+    match children.until_agent_exits(agent, &lifeline) {
+        Some(agent_status) => {
+            children.end_the_rest(&lifeline);
+            exit_code_of(agent_status)
+        }
+        None => {
+            // durun is gone: nothing of its run may go on.
+            let _ = rustix::process::kill_process(agent, Signal::KILL);
+            end_tree(Signal::KILL, &children, Instant::now() + GIVE_UP);
+            137
+        }
+    }
+}
+
+/// The keeper's own house-keeping once the agent runs: its stdio lets go of
+/// the agent's pipes, it leaves durun's process group, and the signals
+/// that stop durun do not stop it. Done after the agent started, so that
+/// the agent inherits durun's dispositions, not these.
+fn settle_in() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+    let _ = rustix::process::setpgid(None, None);
+    let shrugged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        let _ = signal_hook::flag::register(signal, std::sync::Arc::clone(&shrugged));
+    }
+    // The keeper dies of the agent's signal at its end (exit_code_of): it
+    // leaves no core file of its own.
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: None,
+        },
+    );
+}
+
+/// The keeper's children, as SIGCHLD tells of them through a pipe.
+struct Children {
+    /// Read end: a byte per SIGCHLD (some may be merged).
+    wake: OwnedFd,
+}
+
+impl Children {
+    fn new() -> std::io::Result<Self> {
+        let (wake, notify) = crate::os::wake_pipe()?;
+        signal_hook::low_level::pipe::register(libc::SIGCHLD, notify)?;
+        Ok(Self { wake })
+    }
+
+    /// Reaps children until the agent exits (its status) or durun dies
+    /// (none).
+    fn until_agent_exits(&self, agent: Pid, lifeline: &OwnedFd) -> Option<ExitStatus> {
+        loop {
+            loop {
+                match rustix::process::wait(WaitOptions::NOHANG) {
+                    Ok(Some((pid, status))) if pid == agent => {
+                        return Some(ExitStatus::from_raw(status.as_raw()));
+                    }
+                    // An orphan that came to the keeper and ended.
+                    Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            if !self.sleep(lifeline, None) {
+                return None;
+            }
+        }
+    }
+
+    /// Ends what the agent left behind: SIGTERM, then SIGKILL after
+    /// [`GRACE`]; returns once nothing is left.
+    fn end_the_rest(&self, lifeline: &OwnedFd) {
+        if !any_child_left() {
+            return;
+        }
+        let deadline = Instant::now() + GRACE;
+        if signal_tree(Signal::TERM) > 0 {
+            while any_child_left() && Instant::now() < deadline {
+                if !self.sleep(lifeline, Some(deadline)) {
+                    break;
+                }
+            }
+        }
+        end_tree(Signal::KILL, self, Instant::now() + GIVE_UP);
+    }
+
+    /// Waits for a SIGCHLD, the lifeline, or `until`; false once durun is
+    /// gone.
+    fn sleep(&self, lifeline: &OwnedFd, until: Option<Instant>) -> bool {
+        let mut fds = [
+            crate::os::poll_fd(&self.wake, PollFlags::IN),
+            crate::os::poll_fd(lifeline, PollFlags::IN),
+        ];
+        let timeout = until.map_or(Duration::from_secs(3600), |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        let _ = crate::os::poll(&mut fds, timeout);
+        let durun_gone = !fds[1].revents().is_empty();
+        crate::os::drain(&self.wake);
+        !durun_gone
+    }
+}
+
+/// Whether the keeper has any child left, reaping those that have ended.
+fn any_child_left() -> bool {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {}
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Signals every process below the keeper with `signal` until none is
+/// left or `give_up` passes.
+fn end_tree(signal: Signal, children: &Children, give_up: Instant) {
+    loop {
+        signal_tree(signal);
+        if !any_child_left() || Instant::now() >= give_up {
+            return;
+        }
+        // A child that ignores nothing dies at once: wait for its SIGCHLD,
+        // briefly, and look again (it may have forked in between).
+        let mut fds = [crate::os::poll_fd(&children.wake, PollFlags::IN)];
+        let _ = crate::os::poll(&mut fds, Duration::from_millis(20));
+        crate::os::drain(&children.wake);
+    }
+}
+
+/// Sends `signal` to every live process below the keeper; how many.
+fn signal_tree(signal: Signal) -> usize {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let below = descendants(me, &processes());
+    for &pid in &below {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+    below.len()
+}
+
+/// Every process's (pid, parent pid), zombies left out, from /proc.
+fn processes() -> Vec<(i32, i32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut buffer = String::new();
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            buffer.clear();
+            std::fs::File::open(entry.path().join("stat"))
+                .ok()?
+                .read_to_string(&mut buffer)
+                .ok()?;
+            let (state, parent) = state_and_parent(&buffer)?;
+            (state != 'Z').then_some((pid, parent))
+        })
+        .collect()
+}
+
+/// The state and parent pid in a /proc/PID/stat line. The command's name
+/// may hold spaces and parentheses: the fields are read after its last `)`.
+fn state_and_parent(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// The pids below `root` in `processes`.
+fn descendants(root: i32, processes: &[(i32, i32)]) -> Vec<i32> {
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(
+            processes
+                .iter()
+                .filter(|&&(_, of)| of == parent)
+                .map(|&(pid, _)| pid),
+        );
+        next += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Waits for one process and gives its status.
+fn wait_for(pid: Pid) -> ExitStatus {
+    loop {
+        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return ExitStatus::from_raw(status.as_raw()),
+            Err(rustix::io::Errno::INTR) | Ok(None) => {}
+            Err(_) => return ExitStatus::from_raw(127 << 8),
+        }
+    }
+}
+
+/// Exits as the agent did: its code, or its signal.
+fn exit_code_of(status: ExitStatus) -> i32 {
+    if let Some(signal) = status.signal() {
+        let _ = signal_hook::low_level::emulate_default_handler(signal);
+        // A signal whose default is not to end (it cannot be the agent's).
+        return 128 + signal;
+    }
+    status.code().unwrap_or(127)
+}
+
+/// A status-pipe message: the tag and a number, little-endian.
+fn said(tag: u8, number: i32) -> [u8; 5] {
+    let mut message = [tag, 0, 0, 0, 0];
+    message[1..].copy_from_slice(&number.to_le_bytes());
+    message
+}
+
+/// What the keeper said on its status pipe: the agent's pid, or the error
+/// that kept it from starting. Read by durun's spawn.
+pub(crate) fn read_status(pipe: impl AsFd) -> std::io::Result<u32> {
+    let mut message = [0u8; 5];
+    let mut file = std::fs::File::from(pipe.as_fd().try_clone_to_owned()?);
+    file.read_exact(&mut message)
+        .map_err(|_| std::io::Error::other("durun's keeper ended before it started the agent"))?;
+    let number = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
+    match message[0] {
+        STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
+        _ => Err(std::io::Error::from_raw_os_error(number)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_after_the_commands_last_parenthesis() {
+        let stat = "4242 (a (b) c) S 17 4242 4242 0 -1 4194560";
+        assert_eq!(state_and_parent(stat), Some(('S', 17)));
+        assert_eq!(state_and_parent("1 (init) Z 0 1"), Some(('Z', 0)));
+        assert_eq!(state_and_parent("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_are_found_at_any_depth_and_nothing_else() {
+        let processes = [(10, 1), (11, 10), (12, 11), (13, 12), (20, 1), (14, 10)];
+        let mut below = descendants(10, &processes);
+        below.sort_unstable();
+        assert_eq!(below, [11, 12, 13, 14]);
+        assert!(descendants(20, &processes).is_empty());
+    }
+
+    #[test]
+    fn a_status_message_reads_back() {
+        let (read, write) = std::io::pipe().expect("pipe");
+        let mut write = write;
+        write.write_all(&said(STARTED, 4321)).expect("write");
+        assert_eq!(read_status(&read).expect("pid"), 4321);
+        write.write_all(&said(FAILED, libc::ENOENT)).expect("write");
+        let err = read_status(&read).expect_err("an error");
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        drop(write);
+        assert!(read_status(&read).is_err(), "a keeper that said nothing");
+    }
+}

@@ -1,0 +1,144 @@
+//! SPEC 17: every process an agent starts belongs to its run. Agents here
+//! start grandchildren that leave their process group and session
+//! (`setsid`), double-fork so that their parent is gone, and go through a
+//! `node` launcher that starts a detached native binary; then the run ends,
+//! or durun is killed with SIGKILL.
+
+use std::time::{Duration, Instant};
+
+use crate::env::{TestEnv, process_gone, read_pid, text, wait_exit, wait_for};
+
+/// How long SPEC 17 gives the run's processes once it has ended.
+const GONE_WITHIN: Duration = Duration::from_secs(1);
+
+/// An agent that starts three escaping grandchildren, writes their pids
+/// and its own, then either exits 0 (`exit`) or sleeps until killed.
+const ESCAPING_AGENT: &str = r#"#!/bin/sh
+set -e
+echo $$ > agent.pid
+# A new session and process group, its parent still alive.
+setsid sh -c 'sleep 300 & echo $! > setsid.pid; wait' &
+# A double fork: the sleep's parent exits at once.
+sh -c '(sleep 301 & echo $! > orphan.pid) &'
+# A launcher: node starts a detached native binary and exits.
+node -e "const c = require('child_process').spawn('sleep', ['302'], {detached: true, stdio: 'ignore'}); require('fs').writeFileSync('launched.pid', String(c.pid)); c.unref();"
+while [ ! -s setsid.pid ] || [ ! -s orphan.pid ] || [ ! -s launched.pid ]; do sleep 0.01; done
+touch ready
+if [ "$1" = exit ]; then exit 0; fi
+sleep 600
+"#;
+
+const ESCAPEES: [&str; 3] = ["setsid.pid", "orphan.pid", "launched.pid"];
+
+fn escaping_agent(env: &TestEnv) {
+    let path = env.write("escape.sh", ESCAPING_AGENT);
+    let mut permissions = std::fs::metadata(&path).expect("agent").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&path, permissions).expect("chmod");
+}
+
+/// Waits at most `within` for every one of `pids` to be gone, and says
+/// which were still alive.
+fn all_gone(pids: &[i32], within: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let alive: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|&pid| !process_gone(pid))
+            .collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn escapee_pids(env: &TestEnv) -> Vec<i32> {
+    ESCAPEES
+        .iter()
+        .map(|name| read_pid(&env.path(name)))
+        .collect()
+}
+
+/// Ends the processes a failed assertion left behind.
+fn cleanup(pids: &[i32]) {
+    for &pid in pids {
+        crate::env::signal(pid, libc::SIGKILL);
+    }
+}
+
+#[test]
+fn what_an_agent_leaves_running_ends_with_its_run() {
+    let env = TestEnv::new();
+    escaping_agent(&env);
+    let output = env.durun(&["run", "-q", "--task", "leaves", "--", "./escape.sh", "exit"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let pids = escapee_pids(&env);
+    let alive = all_gone(&pids, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "{alive:?} of {pids:?} outlived their run by {GONE_WITHIN:?}"
+    );
+    assert_eq!(env.inspect("leaves")["task"]["status"], "completed");
+}
+
+#[test]
+fn nothing_an_agent_started_outlives_durun_killed_with_sigkill() {
+    let env = TestEnv::new();
+    escaping_agent(&env);
+    let mut durun = env.spawn(
+        &["run", "-q", "--task", "killed", "--", "./escape.sh"],
+        "killed",
+    );
+    let ready = env.path("ready");
+    wait_for("the agent's grandchildren", Duration::from_secs(30), || {
+        ready.exists()
+    });
+    let mut pids = escapee_pids(&env);
+    pids.push(read_pid(&env.path("agent.pid")));
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap durun");
+    let alive = all_gone(&pids, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "{alive:?} of {pids:?} outlived a SIGKILLed durun by {GONE_WITHIN:?}"
+    );
+    // The task is left as a crash leaves it: resumable.
+    assert_eq!(env.inspect("killed")["task"]["status"], "interrupted");
+}
+
+#[test]
+fn a_kill_of_durun_and_its_agent_together_still_ends_the_grandchildren() {
+    // `kill -9 -PGID` (a CI runner cancelling a job) takes durun and the
+    // agent at once; the keeper, in a group of its own, is left to end the
+    // rest.
+    let env = TestEnv::new();
+    escaping_agent(&env);
+    let mut command = env.command();
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let stderr = std::fs::File::create(env.path("group.err")).expect("log");
+    let mut durun = command
+        .args(["run", "-q", "--task", "group", "--", "./escape.sh"])
+        .stderr(stderr)
+        .spawn()
+        .expect("durun");
+    let ready = env.path("ready");
+    wait_for("the agent's grandchildren", Duration::from_secs(30), || {
+        ready.exists()
+    });
+    let mut pids = escapee_pids(&env);
+    pids.push(read_pid(&env.path("agent.pid")));
+    let group = i32::try_from(durun.id()).expect("a pid");
+    crate::env::signal(-group, libc::SIGKILL);
+    let status = wait_exit(&mut durun, Duration::from_secs(10));
+    assert_eq!(status.code(), None, "killed: {status:?}");
+    let alive = all_gone(&pids, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "{alive:?} of {pids:?} outlived a killed process group by {GONE_WITHIN:?}"
+    );
+}
