@@ -51,7 +51,7 @@ async def main():
     firsts = [asyncio.get_running_loop().create_future() for _ in range(n)]
     tasks = [asyncio.create_task(stream(i, firsts[i])) for i in range(n)]
     await asyncio.gather(*firsts)
-    status = open(f"/proc/{os.getppid()}/status").read()
+    status = open(f"/proc/{os.environ['DURUN_PID']}/status").read()
     peak = next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]
     open(os.environ["RELEASE"], "w").write(peak)
     done = await asyncio.gather(*tasks)

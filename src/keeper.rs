@@ -30,7 +30,7 @@
 //! its own, so that a kill of durun's group leaves it to clean up.
 
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsFd, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -55,6 +55,9 @@ const GRACE: Duration = Duration::from_millis(500);
 /// (a setuid program) before it gives up on them.
 const GIVE_UP: Duration = Duration::from_secs(3);
 
+/// The option that starts the program in a process group of its own.
+const GROUP: &str = "--group";
+
 /// What the keeper writes on the status pipe: a tag byte and a number.
 pub(crate) const STARTED: u8 = b'P';
 pub(crate) const FAILED: u8 = b'E';
@@ -66,13 +69,26 @@ pub(crate) fn keep_if_asked() {
     if args.next().as_deref() != Some(std::ffi::OsStr::new(ARG)) {
         return;
     }
-    let argv: Vec<std::ffi::OsString> = args.skip_while(|arg| arg != "--").skip(1).collect();
-    std::process::exit(keep(&argv));
+    let mut own_group = false;
+    let mut argv = Vec::new();
+    let mut options = true;
+    for arg in args {
+        if !options {
+            argv.push(arg);
+        } else if arg == GROUP {
+            own_group = true;
+        } else if arg == "--" {
+            options = false;
+        }
+    }
+    std::process::exit(keep(&argv, own_group));
 }
 
 /// The keeper's life; returns its exit code where it does not end by the
-/// agent's signal.
-fn keep(argv: &[std::ffi::OsString]) -> i32 {
+/// agent's signal. With `own_group` the program starts in a process group
+/// of its own (a tool, whose group a timeout ends), else in the keeper's
+/// (the agent, in durun's foreground group so that Ctrl-C reaches it).
+fn keep(argv: &[std::ffi::OsString], own_group: bool) -> i32 {
     // SAFETY: durun's spawn placed these two descriptors here for the
     // keeper alone (dup2 before exec); nothing else in this process owns
     // them.
@@ -94,6 +110,9 @@ fn keep(argv: &[std::ffi::OsString]) -> i32 {
     };
     let mut command = std::process::Command::new(program);
     command.args(args);
+    if own_group {
+        crate::os::own_process_group(&mut command);
+    }
     crate::os::die_with_parent(&mut command);
     let agent = match command.spawn() {
         Ok(child) => child.id(),
@@ -351,6 +370,69 @@ pub(crate) fn read_status(pipe: impl AsFd) -> std::io::Result<u32> {
     match message[0] {
         STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
         _ => Err(std::io::Error::from_raw_os_error(number)),
+    }
+}
+
+/// durun's side of a keeper started through `std::process::Command` (a
+/// tool's, an MCP server's): the pipes, and the keeper's command line.
+pub(crate) struct Keeping {
+    /// Held by durun while the program may live: never read, its close is
+    /// the message.
+    _lifeline: OwnedFd,
+    status: OwnedFd,
+    /// The keeper's ends, until it has started.
+    ends: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Keeping {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        let (lifeline_end, lifeline) = std::io::pipe()?;
+        let (status, status_end) = std::io::pipe()?;
+        // Above 4, so that placing one on 3 or 4 cannot overwrite the other.
+        let above = |fd: OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, STATUS_FD + 1);
+        Ok(Self {
+            _lifeline: lifeline.into(),
+            status: status.into(),
+            ends: Some((above(lifeline_end.into())?, above(status_end.into())?)),
+        })
+    }
+
+    /// The keeper's program and arguments for `argv`: durun's own binary.
+    pub(crate) fn command_line(
+        argv: &[impl AsRef<std::ffi::OsStr>],
+        own_group: bool,
+    ) -> std::io::Result<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
+        let mut args: Vec<std::ffi::OsString> = vec![ARG.into()];
+        if own_group {
+            args.push(GROUP.into());
+        }
+        args.push("--".into());
+        args.extend(argv.iter().map(|arg| arg.as_ref().to_owned()));
+        Ok((std::env::current_exe()?, args))
+    }
+
+    /// What makes a `Command` of [`Self::command_line`] find its pipes
+    /// where the keeper looks for them (for duct's `before_spawn`).
+    pub(crate) fn hand_over(
+        &self,
+    ) -> impl Fn(&mut std::process::Command) -> std::io::Result<()> + Send + Sync + 'static {
+        let ends = self
+            .ends
+            .as_ref()
+            .map(|(lifeline, status)| (lifeline.as_raw_fd(), status.as_raw_fd()));
+        move |command| {
+            if let Some((lifeline, status)) = ends {
+                crate::os::hand_to_keeper(command, lifeline, status);
+            }
+            Ok(())
+        }
+    }
+
+    /// Once the keeper started: the program's pid, or why it could not
+    /// start.
+    pub(crate) fn started(&mut self) -> std::io::Result<u32> {
+        self.ends = None;
+        read_status(&self.status)
     }
 }
 

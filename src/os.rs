@@ -4,7 +4,7 @@
 //! between fork and exec, and for the boot clock (see [`boot_clock`]).
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
@@ -62,6 +62,29 @@ pub(crate) fn die_with_parent(command: &mut Command) {
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
                 return Err(io::Error::other("durun exited while starting the process"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes `command`, a keeper ([`crate::keeper`]), find its lifeline and
+/// status pipes on the descriptors it reads them from, and start with the
+/// open-file limit durun started with.
+pub(crate) fn hand_to_keeper(command: &mut Command, lifeline: RawFd, status: RawFd) {
+    use crate::keeper::{LIFELINE_FD, STATUS_FD};
+    let nofile = STARTED_NOFILE.get().copied();
+    // SAFETY: the closure runs between fork and exec and makes only raw
+    // system calls (setrlimit, dup2), which are async-signal-safe. Both
+    // descriptors are above 4 and alive in the parent until the keeper
+    // has started, so neither dup2 overwrites the other's source.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(limit) = &nofile {
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, *limit)?;
+            }
+            if libc::dup2(lifeline, LIFELINE_FD) < 0 || libc::dup2(status, STATUS_FD) < 0 {
+                return Err(io::Error::last_os_error());
             }
             Ok(())
         });

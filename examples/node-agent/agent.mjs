@@ -23,7 +23,7 @@ async function post(path, body, headers = {}) {
 
 function crashHere(name) {
   // Dies with its durun inside the step, once: the resume must not repeat it.
-  if (process.env.CRASH_IN === name && process.env.DURUN_RUN === "1") process.kill(process.ppid, "SIGKILL");
+  if (process.env.CRASH_IN === name && process.env.DURUN_RUN === "1") process.kill(Number(process.env.DURUN_PID), "SIGKILL");
 }
 
 async function ask(name, prompt) {

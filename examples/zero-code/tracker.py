@@ -19,6 +19,12 @@ crash_after_open = "--crash-after-open" in sys.argv
 server = FastMCP("tracker")
 
 
+def parent(pid: int) -> int:
+    """The parent of process `pid`."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def search_issues(query: str) -> str:
     """Searches the open issues."""
@@ -40,9 +46,9 @@ def open_pull(title: str, ctx: Context) -> str:
         # The pull request exists; its answer never reaches the journal:
         # `durun mcp` (this server's parent) and the agent above it die as
         # in an OOM kill.
-        relay = os.getppid()
-        with open(f"/proc/{relay}/stat") as stat:
-            agent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        # This server's parent is the keeper `durun mcp` runs it under.
+        relay = parent(os.getppid())
+        agent = parent(relay)
         os.kill(relay, signal.SIGKILL)
         os.kill(agent, signal.SIGKILL)
     return pull["url"]

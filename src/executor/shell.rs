@@ -39,7 +39,28 @@ pub(super) fn run_once(
     } else {
         argv[0].clone().into()
     };
-    let mut expression = duct::cmd(&program, &argv[1..])
+    // The tool runs under a keeper: whatever it starts, in any session,
+    // ends with it or with durun.
+    let keeping = crate::keeper::Keeping::new().and_then(|keeping| {
+        let (exe, args) = crate::keeper::Keeping::command_line(
+            &std::iter::once(program.clone())
+                .chain(argv[1..].iter().map(Into::into))
+                .collect::<Vec<std::ffi::OsString>>(),
+            true,
+        )?;
+        Ok((keeping, exe, args))
+    });
+    let (mut keeping, exe, keeper_args) = match keeping {
+        Ok(keeping) => keeping,
+        Err(err) => {
+            return failed(
+                ErrorCode::ToolFailed,
+                format!("cannot start `{}`: {err}", program.to_string_lossy()),
+                None,
+            );
+        }
+    };
+    let mut expression = duct::cmd(exe, keeper_args)
         .dir(&invocation.cwd)
         .env("DURUN_TASK_ID", &invocation.task_id)
         .env("DURUN_RUN", invocation.run.to_string())
@@ -47,11 +68,7 @@ pub(super) fn run_once(
         .env("DURUN_ATTEMPT", attempt.to_string())
         .env("DURUN_IDEMPOTENCY_KEY", &invocation.idempotency_key)
         .unchecked()
-        .before_spawn(|command| {
-            os::own_process_group(command);
-            os::die_with_parent(command);
-            Ok(())
-        });
+        .before_spawn(keeping.hand_over());
     if let Some(traceparent) = &invocation.traceparent {
         expression = expression.env("TRACEPARENT", traceparent);
     }
@@ -79,7 +96,14 @@ pub(super) fn run_once(
     // The expression holds the pipes' write ends: drop it so that the
     // readers see the end of output when the tool's processes are gone.
     drop(expression);
-    let handle = match started {
+    let handle = match started.and_then(|handle| match keeping.started() {
+        Ok(pid) => Ok((handle, pid)),
+        Err(err) => {
+            // The keeper exits at once when the tool could not start.
+            let _ = handle.wait();
+            Err(err)
+        }
+    }) {
         Ok(handle) => handle,
         Err(err) => {
             return failed(
@@ -89,9 +113,10 @@ pub(super) fn run_once(
             );
         }
     };
+    // The tool leads a process group of its own, which its keeper is not in.
+    let (handle, pgid) = handle;
     let stdout_thread = std::thread::spawn(move || read_capped(stdout_reader, STDOUT_LIMIT));
     let stderr_thread = std::thread::spawn(move || read_tail(stderr_reader, STDERR_KEEP));
-    let pgid = handle.pids().first().copied().unwrap_or(0);
     cancel.started(pgid);
     let mut timed_out = false;
     let result = match tool.timeout {
@@ -117,6 +142,7 @@ pub(super) fn run_once(
     // Whatever the tool left running in its group goes with it: no tool
     // process outlives its step (and holds its output pipes open).
     os::signal_group(pgid, libc::SIGKILL);
+    drop(keeping);
     cancel.ended();
     let (stdout, overflow) = stdout_thread.join().unwrap_or_default();
     let stderr = stderr_thread.join().unwrap_or_default();

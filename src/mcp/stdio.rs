@@ -17,19 +17,30 @@ pub(crate) fn relay_command(
     journaling: &Arc<Journaling>,
     client: &ToClient,
 ) -> Result<i32> {
-    let mut child = Command::new(&command[0])
-        .args(&command[1..])
+    // The server runs under a keeper: it and whatever it starts end when
+    // `durun mcp` does, however it ends.
+    let cannot_start = |err: std::io::Error| {
+        Failure::new(
+            Kind::CannotStart,
+            format!("cannot start the MCP server `{}`: {err}", command[0]),
+        )
+        .hint("check the command after `durun mcp --`")
+    };
+    let mut keeping = crate::keeper::Keeping::new().map_err(cannot_start)?;
+    let (exe, args) = crate::keeper::Keeping::command_line(command, false).map_err(cannot_start)?;
+    let mut server = Command::new(exe);
+    server
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|err| {
-            Failure::new(
-                Kind::CannotStart,
-                format!("cannot start the MCP server `{}`: {err}", command[0]),
-            )
-            .hint("check the command after `durun mcp --`")
-        })?;
+        .stderr(Stdio::inherit());
+    keeping.hand_over()(&mut server).map_err(cannot_start)?;
+    let mut child = server.spawn().map_err(cannot_start)?;
+    if let Err(err) = keeping.started() {
+        let _ = child.wait();
+        return Err(cannot_start(err).into());
+    }
+    let _keeping = keeping;
     let mut server_in = child.stdin.take().expect("piped");
     let server_out = child.stdout.take().expect("piped");
     let back = {

@@ -1,12 +1,13 @@
-//! The agent as a process: how it is started (environment, pipes,
-//! parent-death signal), the thread that waits for it where the kernel has
+//! The agent as a process: how it is started (environment, pipes, its
+//! keeper), the thread that waits for it where the kernel has
 //! no pidfd, the one that copies its stderr through the progress line, and
 //! durun's signals caught for the loop.
 //!
 //! # Invariant
 //!
-//! The agent never outlives durun: it gets SIGKILL when durun dies, and
-//! durun's signals are caught before it starts, so none is lost between.
+//! The agent never outlives durun: its keeper kills it and everything it
+//! started when durun dies, and durun's signals are caught before it
+//! starts, so none is lost between.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -33,6 +34,8 @@ pub(super) fn spawn_agent(
         ("DURUN_RUN", spec.run.to_string().into()),
         ("DURUN_PROTOCOL", protocol::VERSION.to_string().into()),
         ("DURUN_SOCKET", socket.as_os_str().to_owned()),
+        // The agent's parent is durun's keeper, not durun.
+        ("DURUN_PID", std::process::id().to_string().into()),
     ];
     // The model clients' base URLs point at the run's proxy.
     env.extend(

@@ -16,7 +16,7 @@ async function ask(prompt) {
 
 const answers = await Promise.all(["a", "b", "c"].map((part) => durun.step(`model ${part}`, { prompt: part }, () => ask(part))));
 if (process.env.DURUN_RUN === "1") {
-  process.kill(process.ppid, "SIGKILL");
+  process.kill(Number(process.env.DURUN_PID), "SIGKILL");
   await new Promise((resolve) => setTimeout(resolve, 30000));
 }
 writeFileSync(process.env.ANSWERS_FILE, JSON.stringify(answers.map((answer) => answer.text)));

@@ -33,7 +33,7 @@ async def main():
         durun.step(f"model {part}", {"prompt": part}, asking(part))
         for part in ("a", "b", "c")])
     if os.environ.get("DURUN_RUN") == "1":
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(int(os.environ["DURUN_PID"]), signal.SIGKILL)
         time.sleep(30)
     with open(os.environ["ANSWERS_FILE"], "w") as out:
         json.dump([answer["text"] for answer in answers], out)

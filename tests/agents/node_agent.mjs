@@ -90,7 +90,7 @@ if (!publish.replayed) {
   appendFileSync("publish.log", `${publish.attempt} ${publish.in_doubt === true}\n`);
   if (process.env.CRASH_ONCE && !existsSync(process.env.CRASH_ONCE)) {
     writeFileSync(process.env.CRASH_ONCE, "");
-    process.kill(process.ppid, "SIGKILL");
+    process.kill(Number(process.env.DURUN_PID), "SIGKILL");
     await new Promise(() => {});
   }
   await ask({ op: "commit", step: publish.step, output: published });

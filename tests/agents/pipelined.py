@@ -31,6 +31,6 @@ for i in range(1, steps + 1):
     value = durun.step(f"s{i}", {"i": i}, lambda: work(i, effect), effect)
     total += value["square"]
     if executed != before and executed == kill_at:
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(int(os.environ["DURUN_PID"]), signal.SIGKILL)
         os._exit(9)
 durun.result({"total": total})

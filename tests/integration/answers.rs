@@ -347,7 +347,9 @@ if os.fork() == 0:
 
 /// An agent that does not wait for its commits may exit before durun reads
 /// the last one: a step it opened and closed is recorded even when the
-/// commit is read after the exit, while a new step is still refused.
+/// commit is read after the exit. What it left running ends with it (its
+/// keeper, SPEC 17), so a request that process would send later never
+/// opens a step.
 #[test]
 fn a_commit_read_after_the_agent_exited_is_recorded() {
     let env = TestEnv::new();
@@ -360,11 +362,13 @@ sys.stdout.flush()
 sys.stdin.readline()
 if os.fork() == 0:
     time.sleep(0.3)
-    sys.stdout.write('{"op":"commit","id":2,"step":1,"output":"kept"}\n')
     sys.stdout.write('{"op":"begin","id":3,"name":"late","effect":"read"}\n')
     sys.stdout.flush()
     time.sleep(0.3)
     os._exit(0)
+sys.stdout.write('{"op":"commit","id":2,"step":1,"output":"kept"}\n')
+sys.stdout.flush()
+os._exit(0)
 "#,
     );
     let output = env.durun(&["run", "--task", "t", "--", "python3", "agent.py"]);
@@ -386,7 +390,7 @@ fn durun_step_records_and_replays_stdout_byte_for_byte() {
 set -e
 durun step bytes -- python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)) * 3)' > bytes.out
 durun step zeros -- sh -c 'echo ran >> zeros.ran; head -c 12000000 /dev/zero' > zeros.out
-test -e crashed || { touch crashed; kill -9 $PPID; }
+test -e crashed || { touch crashed; kill -9 $DURUN_PID; }
 ",
     );
     let first = env.durun(&["run", "--task", "bin", "--", "bash", "agent.sh"]);

@@ -142,3 +142,83 @@ fn a_kill_of_durun_and_its_agent_together_still_ends_the_grandchildren() {
         "{alive:?} of {pids:?} outlived a killed process group by {GONE_WITHIN:?}"
     );
 }
+
+/// A command that starts a grandchild in a session of its own, writes its
+/// pid to `file`, then runs `rest`.
+fn escaping(file: &str, rest: &str) -> String {
+    format!(
+        "setsid sh -c 'sleep 303 & echo $! > {file}; wait' & while [ ! -s {file} ]; do sleep 0.01; done; {rest}"
+    )
+}
+
+#[test]
+fn what_a_tool_leaves_running_ends_with_its_step() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[tools.leaves]\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"{}\"]\n",
+            escaping("tool-kid.pid", "echo done")
+        ),
+    );
+    let script = serde_json::json!([{"send": r#"{"op":"call","id":1,"tool":"leaves"}"#}]);
+    let (output, answers) = env.probe("tool", &script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(answers[0]["output"], "done\n", "{answers:?}");
+    let pid = read_pid(&env.path("tool-kid.pid"));
+    let alive = all_gone(&[pid], GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "the tool's grandchild {pid} outlived its step"
+    );
+}
+
+#[test]
+fn nothing_a_tool_or_an_mcp_server_started_outlives_durun_killed_with_sigkill() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[tools.hangs]\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"{}\"]\n",
+            escaping("tool-kid.pid", "sleep 300")
+        ),
+    );
+    let script = env.write(
+        "tool.json",
+        r#"[{"send": "{\"op\":\"call\",\"id\":1,\"tool\":\"hangs\"}"}]"#,
+    );
+    let mut durun = env
+        .command()
+        .args(["run", "-q", "--task", "tool", "--", "python3"])
+        .arg(crate::env::agents_dir().join("probe.py"))
+        .arg(&script)
+        .arg(env.path("tool.answers"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("durun");
+    let tool_kid = read_pid(&env.path("tool-kid.pid"));
+    // `durun mcp` in front of a server that starts an escaping grandchild.
+    let mut mcp = env
+        .command()
+        .args(["mcp", "--name", "escapes", "--", "sh", "-c"])
+        .arg(escaping("mcp-kid.pid", "exec cat"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("durun mcp");
+    let mcp_kid = read_pid(&env.path("mcp-kid.pid"));
+    for child in [&mut durun, &mut mcp] {
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+    let pids = [tool_kid, mcp_kid];
+    let alive = all_gone(&pids, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "{alive:?} of {pids:?} (a tool's, an MCP server's) outlived a SIGKILLed durun"
+    );
+}

@@ -539,7 +539,7 @@ fn the_proxy_and_the_socket_start_their_threads_at_their_first_client() {
 import glob, os, subprocess, urllib.error, urllib.request
 def threads():
     names = set()
-    for path in glob.glob(f"/proc/{os.getppid()}/task/*/comm"):
+    for path in glob.glob(f"/proc/{os.environ['DURUN_PID']}/task/*/comm"):
         try:
             names.add(open(path).read().strip())
         except FileNotFoundError:
