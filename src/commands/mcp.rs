@@ -14,6 +14,9 @@ use crate::report::say;
 use crate::settings::Settings;
 
 pub(crate) fn exec(args: &McpArgs, settings: &Settings) -> Result<i32> {
+    if let Some(name) = &args.name {
+        crate::names::check_given_name("MCP server name", name)?;
+    }
     let cwd = std::env::current_dir()?;
     let (config, _) = Config::discover(settings.config.as_deref(), &cwd)?;
     let run = match find_socket(settings.socket.clone()) {

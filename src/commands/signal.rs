@@ -13,6 +13,7 @@ use crate::settings::Settings;
 use crate::task::{shown_status, unknown_task};
 
 pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
+    crate::names::check_given_name("signal name", &args.name)?;
     let data = args.data.clone().unwrap_or(Value::Null);
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;

@@ -93,7 +93,7 @@ impl Journaling {
             .cloned()
             .unwrap_or_else(|| json!({}));
         let server = self.server();
-        let mutate = self.mutates(&server, &tool);
+        let mutate = self.mutates(&tool);
         let name = format!("mcp {server}/{tool}");
         let answer = {
             let mut run = self.run.lock().expect("run lock");
@@ -170,6 +170,11 @@ impl Journaling {
                     .and_then(|result| result.pointer("/serverInfo/name"))
                     .and_then(Value::as_str)
                 {
+                    if self.name.is_none() && self.config.contains_key(name) {
+                        crate::report::say(&format!(
+                            "the MCP server calls itself `{name}`, which does not choose `[mcp.{name}]` in durun.toml: start it with `durun mcp --name {name} -- …` for that section to apply"
+                        ));
+                    }
                     *self.server_name.lock().expect("name lock") = Some(name.to_owned());
                 }
             }
@@ -254,9 +259,11 @@ impl Journaling {
     }
 
     /// Whether `tool` may change the world: durun.toml's `[mcp.NAME]`
-    /// first, then the server's `readOnlyHint`, else it may.
-    fn mutates(&self, server: &str, tool: &str) -> bool {
-        if let Some(config) = self.config.get(server) {
+    /// first, then the server's `readOnlyHint`, else it may. The section is
+    /// the one `--name` names: a server cannot take another's `read` list
+    /// by giving itself that server's name.
+    fn mutates(&self, tool: &str) -> bool {
+        if let Some(config) = self.name.as_ref().and_then(|name| self.config.get(name)) {
             if config.mutate.iter().any(|name| name == tool) {
                 return true;
             }

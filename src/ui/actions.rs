@@ -14,59 +14,61 @@ use super::http::{Reply, Req};
 pub(super) const ACTIONS: [&str; 6] = ["approve", "reject", "signal", "cancel", "resolve", "fork"];
 
 /// The command line of `action` on task `id` from the form, or what is
-/// wrong with the form.
+/// wrong with the form. A value is never read as an option: options are
+/// given as `--name=VALUE` and the task id and other values come after
+/// `--`, so a form value that starts with `-` stays a value.
 fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
     let field = |name: &str| {
         req.field(name)
             .map(str::trim)
             .filter(|value| !value.is_empty())
     };
-    let mut args = vec![action.to_owned(), id.to_owned()];
+    let mut options: Vec<String> = Vec::new();
+    let mut values = vec![id.to_owned()];
     match action {
         "approve" => {
             if let Some(comment) = field("comment") {
-                args.extend([
-                    "--data".to_owned(),
-                    json!({ "comment": comment }).to_string(),
-                ]);
+                options.push(format!("--data={}", json!({ "comment": comment })));
             }
         }
         "reject" => {
             if let Some(reason) = field("reason") {
-                args.extend(["--reason".to_owned(), reason.to_owned()]);
+                options.push(format!("--reason={reason}"));
             }
         }
         "signal" => {
-            args.push(field("name").ok_or("a signal needs a name")?.to_owned());
+            values.push(field("name").ok_or("a signal needs a name")?.to_owned());
             if let Some(data) = field("data") {
-                args.extend(["--data".to_owned(), data.to_owned()]);
+                options.push(format!("--data={data}"));
             }
         }
         "resolve" => {
-            args.push(field("step").ok_or("which step?")?.to_owned());
+            values.push(field("step").ok_or("which step?")?.to_owned());
             match field("how") {
-                Some("retry") => args.push("--retry".to_owned()),
-                Some("output") => args.extend([
-                    "--output".to_owned(),
-                    field("value")
-                        .ok_or("the output, as JSON, is missing")?
-                        .to_owned(),
-                ]),
-                Some("fail") => args.extend([
-                    "--fail".to_owned(),
-                    field("value").ok_or("the reason is missing")?.to_owned(),
-                ]),
+                Some("retry") => options.push("--retry".to_owned()),
+                Some("output") => options.push(format!(
+                    "--output={}",
+                    field("value").ok_or("the output, as JSON, is missing")?
+                )),
+                Some("fail") => options.push(format!(
+                    "--fail={}",
+                    field("value").ok_or("the reason is missing")?
+                )),
                 _ => return Err("resolve how: retry, output or fail".to_owned()),
             }
         }
         "fork" => {
-            args.extend([
-                "--from-step".to_owned(),
-                field("from").ok_or("fork from which step?")?.to_owned(),
-            ]);
+            options.push(format!(
+                "--from-step={}",
+                field("from").ok_or("fork from which step?")?
+            ));
         }
         _ => {}
     }
+    let mut args = vec![action.to_owned()];
+    args.extend(options);
+    args.push("--".to_owned());
+    args.extend(values);
     Ok(args)
 }
 

@@ -41,19 +41,16 @@ pub(super) fn signal(req: &Req, shared: &Shared, id: &str, name: &str) -> Reply 
         Ok(data) => data,
         Err(reply) => return reply,
     };
-    let mut args = vec![
-        "signal".to_owned(),
-        id.to_owned(),
-        name.to_owned(),
-        "--data".to_owned(),
-        data.to_string(),
-    ];
+    // Options as `--name=VALUE` and the task id and name after `--`: a
+    // name that starts with `-` is a name, never an option.
+    let mut args = vec!["signal".to_owned(), format!("--data={data}")];
     if let Some(signal_id) = req
         .header("idempotency-key")
         .or_else(|| req.query.get("id").map(String::as_str))
     {
-        args.extend(["--id".to_owned(), signal_id.to_owned()]);
+        args.push(format!("--id={signal_id}"));
     }
+    args.extend(["--".to_owned(), id.to_owned(), name.to_owned()]);
     let said = durun(shared, &args, None);
     if said.ok {
         answer(
@@ -103,7 +100,8 @@ pub(super) fn submit(req: &Req, shared: &Shared) -> Reply {
     for (field, flag) in [("task", "--task"), ("queue", "--queue")] {
         match body.get(field) {
             None | Some(Value::Null) => {}
-            Some(Value::String(value)) => args.extend([flag.to_owned(), value.clone()]),
+            // `--task=VALUE`: a value that starts with `-` stays a value.
+            Some(Value::String(value)) => args.push(format!("{flag}={value}")),
             Some(_) => {
                 return refused(
                     StatusCode::BAD_REQUEST,

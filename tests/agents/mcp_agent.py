@@ -21,6 +21,8 @@ async def main():
         args = ["mcp", "--url", os.environ["MCP_URL"]]
     else:
         args = ["mcp", "--", *json.loads(os.environ["MCP_SERVER"])]
+    if os.environ.get("MCP_NAME"):
+        args[1:1] = ["--name", os.environ["MCP_NAME"]]
     # The SDK's default environment for the server: HOME, PATH and a few
     # more, not DURUN_SOCKET. durun mcp finds its run anyway.
     params = StdioServerParameters(command=durun, args=args)

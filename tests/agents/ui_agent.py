@@ -1,7 +1,7 @@
 """An agent for the web view's tests, speaking the raw protocol: its step
 names, outputs, errors and the data it waits with hold markup, event
-handler attributes, a javascript: URL and an ESC sequence, which the page
-must show as text.
+handler attributes, a javascript: URL and (all but the names) an ESC
+sequence, which the page must show as text.
 
 Environment: UI_STEPS (model steps, default 3), UI_SLEEP (seconds each
 takes, default 0), UI_WAIT (a signal to wait for at the end, if set),
@@ -36,7 +36,8 @@ if PLAIN:
 
 outputs = []
 for i in range(int(os.environ.get("UI_STEPS", "3"))):
-    name = NAMES[i % len(NAMES)] if PLAIN else f"llm.plan {i} {EVIL}"
+    # A name may hold markup, never a control character (durun refuses it).
+    name = NAMES[i % len(NAMES)] if PLAIN else f"llm.plan {i} {EVIL.replace(chr(27), '')}"
     opened = ask({"op": "begin", "name": name, "args": {"prompt": EVIL, "i": i}})
     if opened.get("replayed"):
         outputs.append(opened["output"])

@@ -461,8 +461,9 @@ fn progress_is_one_plain_line_per_step_in_a_log_and_none_with_q() {
 #[test]
 fn control_characters_from_the_journal_never_reach_the_terminal() {
     let env = TestEnv::new();
-    // A step name, an output, an error, a cwd and a command that would
-    // clear the screen and set the window title if printed raw.
+    // An output, an error, a cwd and a command that would clear the screen
+    // and set the window title if printed raw. A step name that would is
+    // refused where it is made (SPEC 17).
     let cwd = env.path("dir\u{1b}[2J");
     std::fs::create_dir(&cwd).expect("dir");
     std::fs::copy(
@@ -473,7 +474,8 @@ fn control_characters_from_the_journal_never_reach_the_terminal() {
     std::fs::write(
         cwd.join("script.json"),
         json!([
-            {"send": r#"{"op":"begin","id":1,"name":"clear\u001b[2J"}"#},
+            {"send": r#"{"op":"begin","id":5,"name":"clear\u001b[2J"}"#},
+            {"send": r#"{"op":"begin","id":1,"name":"clear"}"#},
             {"send": r#"{"op":"commit","id":2,"step":1,"output":"title\u001b]0;pwned\u0007\u009b31m"}"#},
             {"send": r#"{"op":"begin","id":3,"name":"fails"}"#},
             {"send": r#"{"op":"fail","id":4,"step":2,"error":"boom\u001b[31m red"}"#},
@@ -498,6 +500,14 @@ fn control_characters_from_the_journal_never_reach_the_terminal() {
         .output()
         .expect("run");
     assert!(output.status.success(), "{}", text(&output.stderr));
+    let answers = crate::env::read_json_lines(&cwd.join("answers"));
+    assert_eq!(answers[0]["error"]["code"], "bad_request", "{answers:?}");
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("control character")),
+        "{answers:?}"
+    );
     let mut shown = output.stderr.clone();
     for args in [
         vec!["inspect"],
@@ -517,7 +527,6 @@ fn control_characters_from_the_journal_never_reach_the_terminal() {
         !text.contains(['\u{1b}', '\u{7}', '\u{9b}']),
         "a control character reached the terminal:\n{text}"
     );
-    assert!(text.contains("clear\\x1b[2J"), "{text}");
     assert!(text.contains("boom\\x1b[31m red"), "{text}");
     assert!(text.contains("dir\\x1b[2J"), "{text}");
 }

@@ -14,6 +14,7 @@ mod examples;
 mod faults;
 mod fencing;
 mod http;
+mod inputs;
 mod inspect;
 mod journal_file;
 mod keys;

@@ -128,6 +128,21 @@ fn the_streamable_http_transport_its_get_stream_and_durun_toml_overrides() {
     );
     // The server's own messages come on the GET stream durun opens.
     env.set("MCP_AWAIT_NOTICE", "1");
+    // The section is the one `--name` names. Without it, the server's
+    // calling itself `tracker` does not choose it (SPEC 17): its
+    // annotations decide, and durun says why the section was passed by.
+    let unnamed = env.durun(&["run", "--task", "unnamed", "--", "python3", &agent()]);
+    assert!(unnamed.status.success(), "{}", text(&unnamed.stderr));
+    assert!(
+        text(&unnamed.stderr).contains("does not choose `[mcp.tracker]`"),
+        "{}",
+        text(&unnamed.stderr)
+    );
+    let task = env.inspect("unnamed");
+    assert_eq!(task["steps"][0]["effect"], "read", "{task}");
+    assert_eq!(task["steps"][1]["effect"], "mutate", "{task}");
+    std::fs::remove_file(&calls).expect("the calls so far");
+    env.set("MCP_NAME", "tracker");
     let run = env.durun(&["run", "--task", "t", "--", "python3", &agent()]);
     let _ = server.kill();
     let _ = server.wait();
@@ -135,7 +150,8 @@ fn the_streamable_http_transport_its_get_stream_and_durun_toml_overrides() {
     let printed: Value = serde_json::from_slice(&run.stdout).expect("the agent's print");
     assert_eq!(
         printed["got"],
-        json!([["facts about crashes"], ["issue-1"]])
+        json!([["facts about crashes"], ["issue-2"]]),
+        "the unnamed run made the server's first issue"
     );
     assert!(
         printed["announced_after"].is_u64(),

@@ -388,7 +388,11 @@ fn journal_data_is_shown_as_text_never_as_markup() {
                 ),
                 "{path}: {html}"
             );
-            assert!(html.contains("\\x1b[31mred"), "{path}: {html}");
+            // Shown escaped: `\x1b` in text, `\u001b` in JSON.
+            assert!(
+                html.contains("\\x1b[31mred") || html.contains("\\u001b[31mred"),
+                "{path}: {html}"
+            );
         }
     }
     let page = ui.get("/tasks/javascript%3Aalert.1").body;
@@ -538,4 +542,56 @@ fn a_port_in_use_is_said_plainly_and_sigterm_stops_the_server() {
     crate::env::signal(ui.child.id() as i32, libc::SIGTERM);
     let status = wait_exit(&mut ui.child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn a_form_or_api_value_that_starts_with_a_dash_is_a_value_never_an_option() {
+    let env = TestEnv::new();
+    let task = evil_task(&env);
+    let ui = Ui::start(&env, &[]);
+    let elsewhere = env.path("elsewhere.db");
+    let name = format!("--journal={}", elsewhere.display());
+    let bearer = ui.bearer();
+    let form = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Accept", "application/json"),
+    ];
+    let body: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &ui.csrf())
+        .append_pair("name", &name)
+        .append_pair("data", "-1")
+        .finish();
+    let answer = request(
+        &ui.at,
+        "POST",
+        "/tasks/javascript%3Aalert.1/signal",
+        &form,
+        &body,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let api = request(
+        &ui.at,
+        "POST",
+        "/api/tasks/javascript%3Aalert.1/signals/-v",
+        &[("Authorization", bearer.as_str())],
+        "-2",
+    );
+    assert_eq!(api.status, 200, "{}", api.body);
+    assert!(!elsewhere.exists(), "a form value was read as --journal");
+    let signals = env.inspect(task)["task"]["signals"].clone();
+    let named: Vec<(&str, &Value)> = signals
+        .as_array()
+        .expect("signals")
+        .iter()
+        .map(|signal| (signal["name"].as_str().expect("a name"), &signal["data"]))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (name.as_str(), &serde_json::json!(-1)),
+            ("-v", &serde_json::json!(-2))
+        ],
+        "{signals}"
+    );
 }

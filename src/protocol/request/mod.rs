@@ -240,12 +240,12 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
     let fail = |message: String| (id.clone(), message);
     let request = match op {
         "call" => Request::Call {
-            tool: required_string(&mut object, "tool", op).map_err(fail)?,
+            tool: required_name(&mut object, "tool", op).map_err(fail)?,
             args: object.remove("args").unwrap_or_else(empty_object),
             id: id.clone(),
         },
         "begin" => Request::Begin {
-            name: required_string(&mut object, "name", op).map_err(fail)?,
+            name: required_name(&mut object, "name", op).map_err(fail)?,
             args: object.remove("args").unwrap_or_else(empty_object),
             effect: match optional(&mut object, "effect") {
                 None => None,
@@ -303,7 +303,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             id: id.clone(),
         },
         "patched" => Request::Patched {
-            name: required_string(&mut object, "name", op).map_err(fail)?,
+            name: required_name(&mut object, "name", op).map_err(fail)?,
             id: id.clone(),
         },
         "retry" => Request::Retry {
@@ -311,7 +311,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             id: id.clone(),
         },
         "wait" => Request::Wait {
-            name: required_string(&mut object, "name", op).map_err(fail)?,
+            name: required_name(&mut object, "name", op).map_err(fail)?,
             data: object.remove("data").unwrap_or(Value::Null),
             timeout: timeout(&mut object).map_err(fail)?,
             id: id.clone(),
@@ -364,7 +364,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         }
         "spawn" => Request::Spawn {
             spawn: Box::new(SpawnArgs {
-            name: required_string(&mut object, "name", op).map_err(fail)?,
+            name: required_name(&mut object, "name", op).map_err(fail)?,
             command: match object.remove("command") {
                 Some(Value::Array(words))
                     if !words.is_empty() && words.iter().all(Value::is_string) =>
@@ -446,6 +446,15 @@ fn empty_object() -> Value {
 
 fn optional(object: &mut Map<String, Value>, name: &str) -> Option<Value> {
     object.remove(name).filter(|value| !value.is_null())
+}
+
+/// A name (a step's, a tool's, a signal's): a string that shows on one
+/// line of stderr and in `inspect`, so no newline or control character.
+fn required_name(object: &mut Map<String, Value>, name: &str, op: &str) -> Result<String, String> {
+    let text = required_string(object, name, op)?;
+    crate::names::check_name(&text)
+        .map_err(|why| format!("`{name}` of a `{op}` request must not hold {why}"))?;
+    Ok(text)
 }
 
 fn required_string(
