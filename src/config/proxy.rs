@@ -18,6 +18,8 @@ pub(crate) struct ProxyConfig {
     pub(crate) enabled: bool,
     /// JSON pointers left out of a request's args before matching and keys.
     pub(crate) ignore: Vec<String>,
+    /// Query parameters journaled as `"***"`, beside the built-in ones.
+    pub(crate) secret_query: Vec<String>,
     /// `[proxy.openai] upstream`, `[proxy.anthropic] upstream`.
     pub(crate) model_upstreams: BTreeMap<String, String>,
     /// `[proxy.routes.NAME]`.
@@ -29,6 +31,7 @@ impl Default for ProxyConfig {
         Self {
             enabled: true,
             ignore: Vec::new(),
+            secret_query: Vec::new(),
             model_upstreams: BTreeMap::new(),
             routes: BTreeMap::new(),
         }
@@ -77,6 +80,8 @@ pub(super) struct RawProxy {
     /// or shown, these included.
     #[serde(default)]
     secret_headers: Vec<String>,
+    #[serde(default)]
+    secret_query: Vec<String>,
     openai: Option<RawUpstream>,
     anthropic: Option<RawUpstream>,
     #[serde(default)]
@@ -126,6 +131,9 @@ impl RawProxy {
         }
         let mut routes = BTreeMap::new();
         for (name, raw) in self.routes {
+            // The route's own variable, set on top of the agent's
+            // environment: one that decides what runs or where durun is
+            // would let a config take over the agent.
             let at = format!("[proxy.routes.{name}]");
             if MODEL_ROUTES.contains(&name.as_str()) {
                 return Err(format!(
@@ -148,6 +156,14 @@ impl RawProxy {
                     || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
             {
                 return Err(format!("{at} env: {env:?} is not a variable name"));
+            }
+            if let Some(env) = &raw.env
+                && reserved_variable(env)
+            {
+                return Err(format!(
+                    "{at} env: `{env}` is not for a route's URL: it would change how the agent runs (PATH, HOME, LD_*, DYLD_* and DURUN_* are refused); name a variable of the agent's own, such as {}_URL",
+                    name.to_uppercase().replace('-', "_")
+                ));
             }
             for entry in raw.read.iter().chain(&raw.mutate) {
                 if !entry
@@ -172,6 +188,7 @@ impl RawProxy {
         Ok(ProxyConfig {
             enabled: self.enabled.unwrap_or(true),
             ignore: self.ignore,
+            secret_query: self.secret_query,
             model_upstreams,
             routes,
         })
@@ -186,6 +203,17 @@ pub(crate) fn check_upstream(url: &str) -> Result<(), String> {
         }
         _ => Err(format!("{url:?} is not an http:// or https:// URL")),
     }
+}
+
+/// A variable a route's `env` may not set (SPEC 17): what decides which
+/// program runs, where the agent's home is, what the loader preloads, and
+/// durun's own.
+fn reserved_variable(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["PATH", "HOME"].contains(&upper.as_str())
+        || ["LD_", "DYLD_", "DURUN_"]
+            .iter()
+            .any(|prefix| upper.starts_with(prefix))
 }
 
 #[cfg(test)]

@@ -108,14 +108,24 @@ impl Schedule {
                 ));
             }
         };
-        Ok(Self {
+        let schedule = Self {
             name: name.to_owned(),
             when,
             command: raw.command,
             queue,
             cwd: raw.cwd,
             catch_up,
-        })
+        };
+        // `0 0 30 2 *` parses, and never comes: a schedule that would sit
+        // in the config and never run a task is refused (SPEC 17).
+        if let When::Cron(_, cron) = &schedule.when
+            && schedule.next_after(SystemTime::now()).is_none()
+        {
+            return Err(format!(
+                "`cron` {cron:?} never fires (no such day comes): check its day-of-month and month"
+            ));
+        }
+        Ok(schedule)
     }
 
     /// The first tick after `after`.
@@ -203,6 +213,27 @@ mod tests {
 
     fn at(text: &str) -> SystemTime {
         humantime::parse_rfc3339(text).expect("a time")
+    }
+
+    #[test]
+    fn a_schedule_that_never_fires_is_refused() {
+        let raw = |cron: &str| RawSchedule {
+            cron: Some(cron.to_owned()),
+            every: None,
+            command: vec!["true".to_owned()],
+            queue: None,
+            cwd: None,
+            catch_up: None,
+        };
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
+            let err = Schedule::from_raw("s", raw(never)).expect_err(never);
+            assert!(err.contains("never fires"), "{never}: {err}");
+        }
+        // The 29th of February comes every four years; the 31st of some
+        // months every year.
+        for some_day in ["0 0 29 2 *", "0 0 31 * *", "0 0 30 2 1"] {
+            assert!(Schedule::from_raw("s", raw(some_day)).is_ok(), "{some_day}");
+        }
     }
 
     #[test]

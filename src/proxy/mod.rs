@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 
 pub(crate) use http::{Body, accept, error, is_secret};
 pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
-pub(crate) use routes::{Routes, TAPE};
+pub(crate) use routes::{Routes, TAPE, secret_query};
 pub(crate) use serve::recorded;
 
 use crate::protocol::Effect;

@@ -29,9 +29,15 @@ impl Answer {
 }
 
 /// The args of a request (SPEC 12): its JSON body, or the body's hash and
-/// length when it is not JSON, and its query; `ignore`'s JSON pointers
-/// taken out of the body first.
-pub(crate) fn request_args(body: &[u8], query: &str, ignore: &[String]) -> Value {
+/// length when it is not JSON, and its query, with the values of the
+/// `secret` parameters as `***`; `ignore`'s JSON pointers taken out of the
+/// body first.
+pub(crate) fn request_args(
+    body: &[u8],
+    query: &str,
+    ignore: &[String],
+    secret: &[String],
+) -> Value {
     let body = if body.is_empty() {
         Value::Null
     } else {
@@ -50,7 +56,32 @@ pub(crate) fn request_args(body: &[u8], query: &str, ignore: &[String]) -> Value
             }),
         }
     };
-    json!({ "body": body, "query": query })
+    json!({ "body": body, "query": masked_query(query, secret) })
+}
+
+/// `query` with the value of each parameter named in `secret` (any case)
+/// as `***`; every other byte as it came, so that a query with no secret
+/// in it is recorded as before.
+fn masked_query<'q>(query: &'q str, secret: &[String]) -> std::borrow::Cow<'q, str> {
+    let is_secret = |pair: &str| {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+        secret
+            .iter()
+            .any(|secret| secret.eq_ignore_ascii_case(&name))
+    };
+    if !query.split('&').any(is_secret) {
+        return query.into();
+    }
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_secret(pair) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+        .into()
 }
 
 /// Removes what `pointer` (RFC 6901) points at, if anything.
@@ -240,22 +271,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_secret_in_the_query_is_journaled_as_stars_and_nothing_else_changes() {
+        let secret = vec!["key".to_owned(), "sig".to_owned()];
+        let args = |query| request_args(b"", query, &[], &secret)["query"].clone();
+        assert_eq!(args("a=b+c&KEY=sk-1&x"), "a=b+c&KEY=***&x");
+        assert_eq!(args("%6Bey=sk-1&sig="), "%6Bey=***&sig=***");
+        assert_eq!(args("a=%20b&keys=1"), "a=%20b&keys=1");
+    }
+
+    #[test]
     fn args_are_the_json_body_and_the_query_without_ignored_members() {
         let body = br#"{"model":"m","metadata":{"ts":1},"messages":[{"a":1},{"b":2}]}"#;
         assert_eq!(
-            request_args(body, "x=1", &["/metadata".into(), "/messages/0".into()]),
+            request_args(
+                body,
+                "x=1",
+                &["/metadata".into(), "/messages/0".into()],
+                &[]
+            ),
             json!({"body": {"model": "m", "messages": [{"b": 2}]}, "query": "x=1"})
         );
         assert_eq!(
-            request_args(b"", "", &[]),
+            request_args(b"", "", &[], &[]),
             json!({"body": null, "query": ""})
         );
-        let binary = request_args(b"\x00\x01not json", "", &[]);
+        let binary = request_args(b"\x00\x01not json", "", &[], &[]);
         assert_eq!(binary["body"]["bytes"], 10);
         assert_eq!(binary["body"]["sha256"].as_str().unwrap().len(), 64);
         // Deeper than the parser goes: hashed, not parsed.
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(request_args(deep.as_bytes(), "", &[])["body"]["sha256"].is_string());
+        assert!(request_args(deep.as_bytes(), "", &[], &[])["body"]["sha256"].is_string());
     }
 
     #[test]

@@ -11,9 +11,24 @@ pub(crate) const TAPE: &str = "DURUN_TEST_TAPE";
 
 /// Every route of a run, with what a request on it is.
 pub(crate) struct Routes {
-    routes: BTreeMap<String, Route>,
+    by_name: BTreeMap<String, Route>,
     pub(crate) ignore: Vec<String>,
+    /// Query parameters journaled as `"***"` ([`SECRET_QUERY`] and
+    /// `[proxy] secret_query`).
+    pub(crate) secret_query: Vec<String>,
 }
+
+/// Query parameters that carry a credential by convention: forwarded as
+/// they are, journaled as `"***"` (SPEC 17).
+pub(crate) const SECRET_QUERY: [&str; 7] = [
+    "key",
+    "api_key",
+    "apikey",
+    "token",
+    "access_token",
+    "sig",
+    "signature",
+];
 
 pub(crate) struct Route {
     /// The upstream's base URL, no `/` at its end.
@@ -46,6 +61,43 @@ impl Route {
             path.starts_with('/').then_some(path)
         }
     }
+}
+
+/// The query parameters `config` has journaled as `"***"`.
+pub(crate) fn secret_query(config: &ProxyConfig) -> Vec<String> {
+    SECRET_QUERY
+        .iter()
+        .map(|name| (*name).to_owned())
+        .chain(config.secret_query.iter().cloned())
+        .collect()
+}
+
+/// `rest`, a path under a route, with its `.` and `..` segments resolved
+/// (also written `%2e`), and empty ones (`//`) dropped, as an upstream would
+/// read it; `None` when a `..` climbs above the route. Matching and tiers
+/// then see the path the upstream acts on.
+pub(crate) fn normalized(rest: &str) -> Option<String> {
+    let mut kept: Vec<&str> = Vec::new();
+    for segment in rest.split('/') {
+        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+        match decoded.as_str() {
+            "" | "." => {}
+            ".." => {
+                kept.pop()?;
+            }
+            _ => kept.push(segment),
+        }
+    }
+    let mut path = String::with_capacity(rest.len());
+    for segment in &kept {
+        path.push('/');
+        path.push_str(segment);
+    }
+    // A trailing slash is the upstream's to read (`/v1/` is not `/v1`).
+    if rest.ends_with('/') && !kept.is_empty() {
+        path.push('/');
+    }
+    Some(path)
 }
 
 impl Routes {
@@ -88,18 +140,19 @@ impl Routes {
             );
         }
         Self {
-            routes,
+            by_name: routes,
             ignore: config.ignore.clone(),
+            secret_query: secret_query(config),
         }
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Route> {
-        self.routes.get(name)
+        self.by_name.get(name)
     }
 
     /// Each route's variable and URL under the proxy at `base`.
     pub(super) fn env(&self, base: &str) -> Vec<(String, String)> {
-        self.routes
+        self.by_name
             .iter()
             .filter_map(|(name, route)| {
                 let variable = route.env.clone()?;
@@ -154,6 +207,27 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_path_is_read_as_the_upstream_would_read_it() {
+        assert_eq!(
+            normalized("/v1/chat/completions").as_deref(),
+            Some("/v1/chat/completions")
+        );
+        assert_eq!(
+            normalized("/v1//chat/./completions").as_deref(),
+            Some("/v1/chat/completions")
+        );
+        assert_eq!(normalized("/v1/x/../models").as_deref(), Some("/v1/models"));
+        assert_eq!(
+            normalized("/v1/x/%2e%2E/models").as_deref(),
+            Some("/v1/models")
+        );
+        assert_eq!(normalized("/v1/").as_deref(), Some("/v1/"));
+        assert_eq!(normalized("").as_deref(), Some(""));
+        assert_eq!(normalized("/v1/../../openai/v1"), None);
+        assert_eq!(normalized("/%2e%2e/admin"), None);
     }
 
     #[test]

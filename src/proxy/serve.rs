@@ -194,6 +194,23 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             format!("durun's proxy has no route `{route_name}`"),
         );
     };
+    // What the upstream will act on: `..` may not take a request to another
+    // route, or out of its route's base into another tier.
+    let Some(normal) = super::routes::normalized(&rest) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("`{rest}` leaves the base URL of route `{route_name}`"),
+        );
+    };
+    if normal != rest && route.path(&normal).is_none() && route.path(&rest).is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("`{rest}` leaves the base URL of route `{route_name}`"),
+        );
+    }
+    let rest = normal;
     let Some(path) = route.path(&rest).map(str::to_owned) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -214,7 +231,12 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    let args = recording::request_args(&body, &query, &shared.routes.ignore);
+    let args = recording::request_args(
+        &body,
+        &query,
+        &shared.routes.ignore,
+        &shared.routes.secret_query,
+    );
     let canonical = match crate::step_key::canonical_json(&args) {
         Ok(canonical) => canonical,
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad_request", err.to_string()),

@@ -28,7 +28,7 @@ fn llm_env() -> (TestEnv, LlmServer) {
 
 /// All the journal holds of `task`, as text: its export and, on SQLite,
 /// the file and its WAL byte for byte.
-fn journal_text(env: &TestEnv, task: &str) -> String {
+pub(crate) fn journal_text(env: &TestEnv, task: &str) -> String {
     let export = env.durun(&["export", task]);
     assert!(export.status.success(), "{}", text(&export.stderr));
     let mut bytes = export.stdout;

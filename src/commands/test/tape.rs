@@ -60,6 +60,7 @@ struct Shared {
     /// The real model routes, as durun would reach them.
     routes: Routes,
     ignore: Vec<String>,
+    secret_query: Vec<String>,
     state: Mutex<State>,
     client: reqwest::Client,
     /// How long a `timeout` fault holds a call.
@@ -90,6 +91,7 @@ impl Tape {
                     .flatten()
             }),
             ignore: config.ignore.clone(),
+            secret_query: crate::proxy::secret_query(config),
             state: Mutex::new(State {
                 recording: true,
                 ..State::default()
@@ -190,7 +192,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
             ));
         }
     };
-    let args = request_args(&body, &query, &shared.ignore);
+    let args = request_args(&body, &query, &shared.ignore, &shared.secret_query);
     let Ok(canonical) = crate::step_key::canonical_json(&args) else {
         return Ok(error(StatusCode::BAD_REQUEST, "bad_request", "args"));
     };
