@@ -35,7 +35,14 @@ pub(crate) fn exec(args: &McpArgs, settings: &Settings) -> Result<i32> {
             None
         }
     };
-    let journaling = Arc::new(Journaling::new(run, args.name.clone(), config.mcp));
+    let journaling = Arc::new(Journaling::new(
+        run,
+        args.name.clone(),
+        config.mcp,
+        config
+            .mcp_max_message
+            .unwrap_or(crate::config::MCP_MAX_MESSAGE),
+    ));
     let client = ToClient::new();
     match &args.url {
         Some(url) => {

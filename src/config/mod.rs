@@ -81,11 +81,64 @@ pub(crate) struct Config {
     /// `[mcp.NAME]`: which of an MCP server's tools read and which mutate,
     /// over its own annotations (SPEC 13).
     pub(crate) mcp: BTreeMap<String, McpServerConfig>,
+    /// `[mcp] max_message`: the largest JSON-RPC message `durun mcp`
+    /// relays, either way (SPEC 17); [`MCP_MAX_MESSAGE`] when unset.
+    pub(crate) mcp_max_message: Option<usize>,
     /// `[otel] endpoint`: the OTLP/HTTP base URL traces go to, under the
     /// standard variables (SPEC 15).
     pub(crate) otel_endpoint: Option<String>,
     /// `[schedules.NAME]`: tasks the workers submit on a clock (SPEC 16).
     pub(crate) schedules: Vec<Schedule>,
+}
+
+/// The largest message `durun mcp` relays unless `[mcp] max_message` says.
+pub(crate) const MCP_MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// `[mcp]`'s server tables and its `max_message` (bytes, or a size such as
+/// `"64MiB"`).
+fn mcp_tables(
+    raw: BTreeMap<String, toml::Value>,
+) -> anyhow::Result<(BTreeMap<String, McpServerConfig>, Option<usize>)> {
+    let mut max_message = None;
+    let mut servers = BTreeMap::new();
+    for (name, value) in raw {
+        if name == "max_message" {
+            let bytes = match &value {
+                toml::Value::Integer(bytes) => usize::try_from(*bytes).ok().filter(|n| *n > 0),
+                toml::Value::String(text) => size(text),
+                _ => None,
+            };
+            max_message = Some(bytes.ok_or_else(|| {
+                Failure::config(format!("[mcp] max_message = {value}: not a size"))
+                    .hint("a number of bytes, or a size like \"64MiB\"")
+            })?);
+            continue;
+        }
+        let server = McpServerConfig::deserialize(value)
+            .map_err(|err| Failure::config(format!("[mcp.{name}]: {err}")))?;
+        servers.insert(name, server);
+    }
+    Ok((servers, max_message))
+}
+
+/// A size like `"64MiB"`, `"512KiB"`, `"1GiB"` or `"1000"` (bytes).
+fn size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, ""), |at| text.split_at(at));
+    let unit = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    number
+        .parse::<usize>()
+        .ok()?
+        .checked_mul(unit)
+        .filter(|n| *n > 0)
 }
 
 /// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
@@ -174,8 +227,9 @@ struct RawConfig {
     queues: BTreeMap<String, RawQueue>,
     #[serde(default)]
     proxy: proxy::RawProxy,
+    /// `[mcp.NAME]` tables, and `[mcp] max_message`.
     #[serde(default)]
-    mcp: BTreeMap<String, McpServerConfig>,
+    mcp: BTreeMap<String, toml::Value>,
     #[serde(default)]
     otel: RawOtel,
     #[serde(default)]
@@ -284,6 +338,7 @@ impl Config {
             })
             .transpose()?;
         let proxy = raw.proxy.check().map_err(Failure::config)?;
+        let (mcp, mcp_max_message) = mcp_tables(raw.mcp)?;
         Ok(Self {
             source: text.to_owned(),
             sync: raw.journal.sync,
@@ -310,7 +365,8 @@ impl Config {
                 .filter_map(|(name, queue)| Some((name, queue.concurrency?)))
                 .collect(),
             proxy,
-            mcp: raw.mcp,
+            mcp,
+            mcp_max_message,
             otel_endpoint: raw.otel.endpoint,
             schedules,
         })

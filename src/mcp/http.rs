@@ -25,7 +25,14 @@ pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClien
         client: client.clone(),
     });
     let mut posts = Vec::new();
-    for_each_line(std::io::stdin().lock(), |message| {
+    let max = server.journaling.max_message();
+    let too_long = || {
+        client.error(
+            &Value::Null,
+            &format!("durun: a message over {max} bytes ([mcp] max_message) was refused"),
+        );
+    };
+    for_each_line(std::io::stdin().lock(), max, too_long, |message| {
         let Some(forward) = server.journaling.on_client_message(message, client) else {
             return true;
         };

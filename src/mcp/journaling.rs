@@ -16,9 +16,40 @@ use crate::report::say;
 /// Where the idempotency key of a `mutate` call goes.
 const KEY_META: &str = "io.durun/idempotency-key";
 
+/// The answer to a call once the run `durun mcp` belonged to is gone.
+const RUN_GONE: &str = "durun: the run this MCP server belongs to has ended: the call was not forwarded (resume the task to go on)";
+
+/// A client message that goes on to the server.
+enum Sent {
+    /// As it came.
+    Same(Value),
+    /// Changed: it carries a key now.
+    Changed(Value),
+}
+
+impl Sent {
+    /// The message's bytes: the client's own line when it is unchanged
+    /// and alone.
+    fn into_bytes(self, line: Vec<u8>) -> Vec<u8> {
+        match self {
+            Self::Same(_) => line,
+            Self::Changed(message) => message.to_string().into_bytes(),
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Self::Same(message) | Self::Changed(message) => message,
+        }
+    }
+}
+
 pub(crate) struct Journaling {
     /// The run, while it is there to talk to.
     run: Mutex<Option<Connection>>,
+    /// Whether `durun mcp` started inside a run: once that run is gone, a
+    /// call is refused, never forwarded unjournaled (SPEC 17).
+    had_run: bool,
     /// `--name`.
     name: Option<String>,
     /// The name the server gave itself in its `initialize` answer.
@@ -26,6 +57,8 @@ pub(crate) struct Journaling {
     /// Tools by name: whether the server marked them `readOnlyHint`.
     read_only: Mutex<HashMap<String, bool>>,
     config: BTreeMap<String, McpServerConfig>,
+    /// `[mcp] max_message`.
+    max_message: usize,
     /// Requests whose answers matter, by id.
     watched: Mutex<HashMap<String, Watch>>,
 }
@@ -33,7 +66,11 @@ pub(crate) struct Journaling {
 enum Watch {
     Initialize,
     ToolsList,
-    Call { step: u64 },
+    Call {
+        step: u64,
+    },
+    /// A call relayed outside a run: nothing to record, but in flight.
+    Relayed,
 }
 
 impl Journaling {
@@ -41,40 +78,91 @@ impl Journaling {
         run: Option<Connection>,
         name: Option<String>,
         config: BTreeMap<String, McpServerConfig>,
+        max_message: usize,
     ) -> Self {
         Self {
+            had_run: run.is_some(),
             run: Mutex::new(run),
             name,
             server_name: Mutex::new(None),
             read_only: Mutex::new(HashMap::new()),
             config,
+            max_message,
             watched: Mutex::new(HashMap::new()),
         }
     }
 
+    /// The largest message relayed either way, in bytes.
+    pub(crate) fn max_message(&self) -> usize {
+        self.max_message
+    }
+
     /// A message from the client: what goes on to the server (it may carry
-    /// a key now), or `None` when it was answered here.
+    /// a key now), or `None` when it was answered here. A JSON-RPC batch is
+    /// taken message by message: what is answered here leaves the batch.
     pub(crate) fn on_client_message(&self, line: Vec<u8>, client: &ToClient) -> Option<Vec<u8>> {
-        let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(&line) else {
-            return Some(line);
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(batch)) if !batch.is_empty() => {
+                let forward: Vec<Value> = batch
+                    .into_iter()
+                    .filter_map(|message| self.client_message(message, client))
+                    .map(Sent::into_value)
+                    .collect();
+                (!forward.is_empty()).then(|| Value::Array(forward).to_string().into_bytes())
+            }
+            Ok(message @ Value::Object(_)) => self
+                .client_message(message, client)
+                .map(|forward| forward.into_bytes(line)),
+            _ => Some(line),
+        }
+    }
+
+    /// One message of the client's: what goes on to the server, if
+    /// anything.
+    fn client_message(&self, message: Value, client: &ToClient) -> Option<Sent> {
+        let Value::Object(mut message) = message else {
+            return Some(Sent::Same(message));
         };
         let Some(id) = message.get("id").filter(|id| !id.is_null()).cloned() else {
-            return Some(line);
+            return Some(Sent::Same(Value::Object(message)));
         };
-        let watch = match message.get("method").and_then(Value::as_str) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if method.is_some() && self.in_flight(&id) {
+            client.error(
+                &id,
+                &format!(
+                    "durun: request id {id} is already in flight; a request needs an id of its own"
+                ),
+            );
+            return None;
+        }
+        let watch = match method.as_deref() {
             Some("initialize") => Watch::Initialize,
             Some("tools/list") => Watch::ToolsList,
             Some("tools/call") => {
-                return self
-                    .call(&id, &mut message, client)
-                    .map_or(Some(line), |forward| {
-                        forward.then(|| Value::Object(message).to_string().into_bytes())
-                    });
+                return match self.call(&id, &mut message, client) {
+                    None => {
+                        self.watch(&id, Watch::Relayed);
+                        Some(Sent::Same(Value::Object(message)))
+                    }
+                    Some(true) => Some(Sent::Changed(Value::Object(message))),
+                    Some(false) => None,
+                };
             }
-            _ => return Some(line),
+            _ => return Some(Sent::Same(Value::Object(message))),
         };
         self.watch(&id, watch);
-        Some(line)
+        Some(Sent::Same(Value::Object(message)))
+    }
+
+    fn in_flight(&self, id: &Value) -> bool {
+        self.watched
+            .lock()
+            .expect("watch lock")
+            .contains_key(&id.to_string())
     }
 
     /// Opens a `tools/call` as a step: `Some(true)` to forward it (its
@@ -97,7 +185,14 @@ impl Journaling {
         let name = format!("mcp {server}/{tool}");
         let answer = {
             let mut run = self.run.lock().expect("run lock");
-            let connection = run.as_mut()?;
+            let Some(connection) = run.as_mut() else {
+                // Outside a run: relayed as it is. After the run: refused.
+                if !self.had_run {
+                    return None;
+                }
+                client.error(id, RUN_GONE);
+                return Some(false);
+            };
             let answer = connection.request(&Outgoing::Begin {
                 name: &name,
                 args: &args,
@@ -109,9 +204,10 @@ impl Journaling {
                 Err(err) => {
                     *run = None;
                     say(&format!(
-                        "lost the run ({err:#}); MCP calls from here on are relayed without being journaled"
+                        "lost the run ({err:#}); MCP calls from here on are refused, never forwarded unjournaled"
                     ));
-                    return None;
+                    client.error(id, RUN_GONE);
+                    return Some(false);
                 }
             }
         };
@@ -124,7 +220,13 @@ impl Journaling {
             client.send(reply.to_string().as_bytes());
             return Some(false);
         }
-        let step = answer.step?;
+        let Some(step) = answer.step else {
+            client.error(
+                id,
+                "durun: the run opened no step for the call; it was not forwarded",
+            );
+            return Some(false);
+        };
         if mutate && let Some(key) = &answer.idempotency_key {
             let meta = params
                 .entry("_meta")
@@ -146,23 +248,47 @@ impl Journaling {
     /// A message from the server: noted, and for a call's answer recorded;
     /// what goes on to the client.
     pub(crate) fn on_server_message(&self, line: Vec<u8>) -> Vec<u8> {
-        let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(&line) else {
-            return line;
-        };
-        if message.contains_key("method") {
-            return line;
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Object(message)) => self
+                .server_message(&message)
+                .map_or(line, |replaced| replaced.to_string().into_bytes()),
+            // A batch's answers, each taken as a single one.
+            Ok(Value::Array(batch)) => {
+                let mut changed = false;
+                let answers: Vec<Value> = batch
+                    .into_iter()
+                    .map(|answer| match &answer {
+                        Value::Object(message) => {
+                            self.server_message(message).map_or(answer, |replaced| {
+                                changed = true;
+                                replaced
+                            })
+                        }
+                        _ => answer,
+                    })
+                    .collect();
+                if changed {
+                    Value::Array(answers).to_string().into_bytes()
+                } else {
+                    line
+                }
+            }
+            _ => line,
         }
-        let Some(id) = message.get("id") else {
-            return line;
-        };
-        let Some(watch) = self
+    }
+
+    /// One message of the server's: noted, a call's answer recorded; what
+    /// replaces it for the client, if anything does.
+    fn server_message(&self, message: &serde_json::Map<String, Value>) -> Option<Value> {
+        if message.contains_key("method") {
+            return None;
+        }
+        let id = message.get("id")?;
+        let watch = self
             .watched
             .lock()
             .expect("watch lock")
-            .remove(&id.to_string())
-        else {
-            return line;
-        };
+            .remove(&id.to_string())?;
         let result = message.get("result");
         match watch {
             Watch::Initialize => {
@@ -189,9 +315,10 @@ impl Journaling {
                     }
                 }
             }
-            Watch::Call { step } => return self.record(id, step, &message, line),
+            Watch::Call { step } => return self.record(id, step, message),
+            Watch::Relayed => {}
         }
-        line
+        None
     }
 
     /// Records a call's answer: a result (one with `isError` too) finishes
@@ -202,11 +329,10 @@ impl Journaling {
         id: &Value,
         step: u64,
         message: &serde_json::Map<String, Value>,
-        line: Vec<u8>,
-    ) -> Vec<u8> {
+    ) -> Option<Value> {
         let mut run = self.run.lock().expect("run lock");
         let Some(connection) = run.as_mut() else {
-            return line;
+            return Some(Self::unrecorded(id, "the run has ended"));
         };
         let answer = match message.get("result") {
             Some(result) => connection.request(&Outgoing::Commit {
@@ -228,19 +354,44 @@ impl Journaling {
             }
         };
         let problem = match answer {
-            Ok(answer) if answer.ok => return line,
+            Ok(answer) if answer.ok => return None,
             Ok(answer) => answer.error_text(),
             Err(err) => {
                 *run = None;
                 format!("{err:#}")
             }
         };
-        let error = json!({
+        Some(Self::unrecorded(id, &problem))
+    }
+
+    /// The error a client gets for a call whose answer durun could not
+    /// record: it runs again on resume.
+    fn unrecorded(id: &Value, problem: &str) -> Value {
+        json!({
             "jsonrpc": "2.0",
             "id": id,
             "error": {"code": -32000, "message": format!("durun could not record the call: {problem}")},
-        });
-        error.to_string().into_bytes()
+        })
+    }
+
+    /// Answers every call still in flight with an error: the server exited
+    /// before it answered them (SPEC 17).
+    pub(crate) fn server_gone(&self, client: &ToClient) {
+        let calls: Vec<String> = self
+            .watched
+            .lock()
+            .expect("watch lock")
+            .drain()
+            .filter(|(_, watch)| matches!(watch, Watch::Call { .. } | Watch::Relayed))
+            .map(|(id, _)| id)
+            .collect();
+        for id in calls {
+            let id: Value = serde_json::from_str(&id).unwrap_or(Value::Null);
+            client.error(
+                &id,
+                "durun: the MCP server exited before it answered the call (resume the task to run it again)",
+            );
+        }
     }
 
     fn watch(&self, id: &Value, watch: Watch) {

@@ -5,13 +5,16 @@ use std::io::{BufReader, Write as _};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use anyhow::Result;
 
 use super::{Journaling, ToClient};
 use crate::error::{Failure, Kind};
 
 /// Relays between this process's stdin/stdout and `command`'s until the
-/// client closes its end; returns the server's exit code.
+/// client closes its end or the server exits; exits with the server's
+/// code.
 pub(crate) fn relay_command(
     command: &[String],
     journaling: &Arc<Journaling>,
@@ -40,20 +43,43 @@ pub(crate) fn relay_command(
         let _ = child.wait();
         return Err(cannot_start(err).into());
     }
-    let _keeping = keeping;
     let mut server_in = child.stdin.take().expect("piped");
     let server_out = child.stdout.take().expect("piped");
-    let back = {
+    let max = journaling.max_message();
+    // The server's answers go to the client. When the server exits, every
+    // call in flight gets an error and `durun mcp` exits with it (SPEC 17):
+    // a client waiting on a dead server would hang.
+    {
         let journaling = Arc::clone(journaling);
         let client = client.clone();
         std::thread::spawn(move || {
-            for_each_line(BufReader::new(server_out), |message| {
-                client.send(&journaling.on_server_message(message))
-            });
-        })
-    };
-    for_each_line(std::io::stdin().lock(), |message| {
-        match journaling.on_client_message(message, client) {
+            for_each_line(
+                BufReader::new(server_out),
+                max,
+                || {
+                    client.error(
+                        &Value::Null,
+                        &format!("durun: the MCP server sent a message over {max} bytes ([mcp] max_message); it was dropped"),
+                    );
+                },
+                |message| client.send(&journaling.on_server_message(message)),
+            );
+            journaling.server_gone(&client);
+            let code = child.wait().map_or(1, |status| status.code().unwrap_or(1));
+            drop(keeping);
+            std::process::exit(code);
+        });
+    }
+    for_each_line(
+        std::io::stdin().lock(),
+        max,
+        || {
+            client.error(
+                &Value::Null,
+                &format!("durun: a message over {max} bytes ([mcp] max_message) was refused"),
+            );
+        },
+        |message| match journaling.on_client_message(message, client) {
             Some(mut forward) => {
                 forward.push(b'\n');
                 server_in
@@ -62,31 +88,89 @@ pub(crate) fn relay_command(
                     .is_ok()
             }
             None => true,
-        }
-    });
-    // The client is done: so is the server, once its stdin closes.
+        },
+    );
+    // The client is done: so is the server, once its stdin closes; the
+    // thread above then exits with the server's code.
     drop(server_in);
-    let _ = back.join();
-    let status = child.wait()?;
-    Ok(status.code().unwrap_or(1))
+    loop {
+        std::thread::park();
+    }
 }
 
 /// Calls `each` with every non-empty line of `reader` (without its end),
-/// until it returns `false` or the input ends.
+/// until it returns `false` or the input ends. A line over `max` bytes is
+/// never held: it is read past, and `too_long` is called instead.
 pub(super) fn for_each_line(
     mut reader: impl std::io::BufRead,
+    max: usize,
+    mut too_long: impl FnMut(),
     mut each: impl FnMut(Vec<u8>) -> bool,
 ) {
     let mut line = Vec::new();
+    let mut over = false;
     loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let message = line.trim_ascii();
-        if !message.is_empty() && !each(message.to_vec()) {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        if available.is_empty() {
+            // The input ended: a last line without its newline still counts.
+            let message = line.trim_ascii();
+            if !over && !message.is_empty() {
+                each(message.to_vec());
+            }
             return;
         }
+        let end = available.iter().position(|&byte| byte == b'\n');
+        let chunk = &available[..end.map_or(available.len(), |at| at + 1)];
+        let used = chunk.len();
+        if !over && line.len() + used > max.saturating_add(1) {
+            over = true;
+            line = Vec::new();
+        }
+        if !over {
+            line.extend_from_slice(chunk);
+        }
+        reader.consume(used);
+        if end.is_some() {
+            if over {
+                too_long();
+            } else {
+                let message = line.trim_ascii();
+                if !message.is_empty() && !each(message.to_vec()) {
+                    return;
+                }
+            }
+            over = false;
+            line.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_over_the_limit_is_read_past_and_said_never_held() {
+        let input = format!("{}\n{}\n{{\"a\":1}}\nlast", "x".repeat(10), "y".repeat(11));
+        let mut lines = Vec::new();
+        let mut too_long = 0;
+        for_each_line(
+            std::io::BufReader::with_capacity(4, input.as_bytes()),
+            10,
+            || too_long += 1,
+            |line| {
+                lines.push(String::from_utf8(line).expect("text"));
+                true
+            },
+        );
+        assert_eq!(
+            lines,
+            ["x".repeat(10), "{\"a\":1}".to_owned(), "last".to_owned()]
+        );
+        assert_eq!(too_long, 1);
     }
 }

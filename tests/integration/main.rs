@@ -21,6 +21,7 @@ mod keys;
 mod languages;
 mod lease;
 mod mcp;
+mod mcp_faults;
 mod messages;
 mod posted;
 mod proxy;
