@@ -374,3 +374,73 @@ command = ["./no-such-tool"]
     assert_eq!(statuses, ["failed", "failed", "failed"]);
     env.assert_journal_intact();
 }
+
+/// SPEC 17: runs, submits and a worker that all find the same new SQLite
+/// journal at once all succeed; none exits 74.
+#[test]
+fn several_processes_creating_one_new_journal_at_once_all_succeed() {
+    let env = TestEnv::new();
+    for round in 0..8 {
+        let journal = env.path(&format!("round{round}/journal.db"));
+        let start = |args: &[&str]| {
+            env.command()
+                .env("DURUN_JOURNAL", &journal)
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("durun")
+        };
+        let mut worker = start(&["worker"]);
+        let others: Vec<std::process::Child> = (0..4)
+            .map(|n| start(&["-q", "run", "--task", &format!("run{n}"), "--", "true"]))
+            .chain((0..4).map(|n| {
+                start(&[
+                    "-q",
+                    "submit",
+                    "--task",
+                    &format!("queued{n}"),
+                    "--",
+                    "true",
+                ])
+            }))
+            .collect();
+        for child in others {
+            let output = child.wait_with_output().expect("durun");
+            assert!(
+                output.status.success(),
+                "round {round}: {:?}: {}",
+                output.status,
+                text(&output.stderr)
+            );
+        }
+        let status = |task: &str| {
+            let output = env
+                .command()
+                .env("DURUN_JOURNAL", &journal)
+                .args(["inspect", task, "--json"])
+                .output()
+                .expect("inspect");
+            serde_json::from_slice::<Value>(&output.stdout)
+                .map_or(Value::Null, |view| view["task"]["status"].clone())
+        };
+        wait_for(
+            "the worker to run the queued tasks",
+            Duration::from_secs(60),
+            || {
+                assert!(
+                    worker.try_wait().expect("try_wait").is_none(),
+                    "round {round}: the worker exited"
+                );
+                (0..4).all(|n| status(&format!("queued{n}")) == "completed")
+            },
+        );
+        crate::env::signal(i32::try_from(worker.id()).expect("pid"), libc::SIGTERM);
+        let output = worker.wait_with_output().expect("worker");
+        assert!(
+            output.status.success(),
+            "round {round}: {}",
+            text(&output.stderr)
+        );
+    }
+}

@@ -125,7 +125,7 @@ impl SqliteJournal {
             wal_frames: Arc::default(),
         };
         journal
-            .prepare(access, settings.busy_timeout)
+            .prepare_patiently(access, settings.busy_timeout)
             .map_err(|err| {
                 // A refusal that says what is wrong leads; SQLite's own errors
                 // get the place.
@@ -213,6 +213,27 @@ impl SqliteJournal {
         journal
     }
 
+    /// [`Self::prepare`], tried again while SQLite says busy, up to
+    /// `busy_timeout`. Several processes creating one new journal at once
+    /// (a run, a submit, a worker) race to put it in WAL mode and to
+    /// migrate it, and SQLite answers some of those steps busy at once,
+    /// without its busy handler (SPEC 17: none of them may fail). Every
+    /// step is idempotent: a pragma, a migration that reads the version
+    /// under its exclusive lock.
+    fn prepare_patiently(&mut self, access: Access, busy_timeout: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + busy_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.prepare(access, busy_timeout) {
+                Err(err) if busy(&err) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                done => return done,
+            }
+        }
+    }
+
     fn prepare(&mut self, access: Access, busy_timeout: Duration) -> Result<()> {
         self.conn.busy_timeout(busy_timeout)?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -286,6 +307,18 @@ impl SqliteJournal {
         tx.commit()?;
         Ok(())
     }
+}
+
+/// Whether SQLite said busy or locked somewhere in `err`.
+fn busy(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<rusqlite::Error>().is_some_and(|err| {
+            matches!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            )
+        })
+    })
 }
 
 /// Refuses a journal path that is not a regular file (a directory, a FIFO
