@@ -42,6 +42,10 @@ pub(crate) struct Plan<'a> {
     /// The program as the user gave it (`argv[0]`) and its arguments.
     pub(crate) argv: &'a [String],
     pub(crate) cwd: &'a Path,
+    /// `protocol`: the agent's stdin and stdout are pipes to durun; else
+    /// its stdin is durun's own or /dev/null and its stdout durun's (the
+    /// pipes then read as closed at once).
+    pub(crate) stdin: crate::config::StdinMode,
     /// Variables set on top of durun's own environment.
     pub(crate) env: Vec<(&'a str, OsString)>,
     /// The child's stderr is a pipe to durun (else durun's own stderr).
@@ -72,7 +76,9 @@ struct ChildArgs {
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     cwd: CString,
+    /// -1: the child keeps durun's stdin.
     stdin: RawFd,
+    /// -1: the child keeps durun's stdout.
     stdout: RawFd,
     /// -1: the child keeps durun's stderr.
     stderr: RawFd,
@@ -137,6 +143,20 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     let (status, child_status) = pipe()?;
     let child_stdin = above_stdio(child_stdin)?;
     let child_stdout = above_stdio(child_stdout)?;
+    // Opened close-on-exec; dup2 gives the child its own copy.
+    let null = match plan.stdin {
+        crate::config::StdinMode::Null => {
+            Some(above_stdio(std::fs::File::open("/dev/null")?.into())?)
+        }
+        _ => None,
+    };
+    let (stdin_fd, stdout_fd) = match (plan.stdin, &null) {
+        (crate::config::StdinMode::Protocol, _) => {
+            (child_stdin.as_raw_fd(), child_stdout.as_raw_fd())
+        }
+        (_, Some(null)) => (null.as_raw_fd(), -1),
+        (_, None) => (-1, -1),
+    };
     let (stderr, child_stderr) = match stderr_pipe {
         Some((read, write)) => (Some(read), Some(above_stdio(write)?)),
         None => (None, None),
@@ -162,8 +182,8 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
             rlim_cur: current,
             rlim_max: maximum,
         }),
-        stdin: child_stdin.as_raw_fd(),
-        stdout: child_stdout.as_raw_fd(),
+        stdin: stdin_fd,
+        stdout: stdout_fd,
         stderr: child_stderr
             .as_ref()
             .map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
@@ -200,7 +220,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         }
         pid
     };
-    drop((child_stdin, child_stdout, child_stderr));
+    drop((child_stdin, child_stdout, child_stderr, null));
     drop((child_lifeline, child_status));
     // SAFETY: the child wrote it (or not) before clone returned.
     let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
@@ -268,7 +288,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
-        if libc::dup2(args.stdin, 0) < 0 || libc::dup2(args.stdout, 1) < 0 {
+        if (args.stdin >= 0 && libc::dup2(args.stdin, 0) < 0)
+            || (args.stdout >= 0 && libc::dup2(args.stdout, 1) < 0)
+        {
             return fail(args, *libc::__errno_location());
         }
         if args.stderr >= 0 && libc::dup2(args.stderr, 2) < 0 {

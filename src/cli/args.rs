@@ -68,6 +68,14 @@ pub(crate) struct Limits {
     #[arg(long)]
     pub(crate) no_proxy: bool,
 
+    /// The agent's stdin: `protocol`, durun's answers; `inherit`, durun's
+    /// own stdin, or `null`, /dev/null, for an agent that reads its stdin
+    /// itself (it then speaks the protocol over DURUN_SOCKET only, and its
+    /// stdout is durun's) [default: `[agent] stdin` in durun.toml, else
+    /// protocol]
+    #[arg(long, value_name = "MODE")]
+    pub(crate) stdin: Option<crate::config::StdinMode>,
+
     /// `durun test`'s kill point, `STEP:POINT[:DELAY_MS]`: durun kills itself
     /// there with SIGKILL
     #[arg(long, value_name = "STEP:POINT", hide = true)]

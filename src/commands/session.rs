@@ -78,6 +78,7 @@ pub(super) fn drive(
         run,
         argv: &task.argv,
         cwd: Path::new(&task.cwd),
+        stdin: limits.stdin.or(config.agent_stdin).unwrap_or_default(),
         tools: &config.tools,
         leased_at,
         lease: settings.lease,

@@ -84,6 +84,8 @@ pub(crate) struct Config {
     /// `[mcp] max_message`: the largest JSON-RPC message `durun mcp`
     /// relays, either way (SPEC 17); [`MCP_MAX_MESSAGE`] when unset.
     pub(crate) mcp_max_message: Option<usize>,
+    /// `[agent] stdin`: what the agent's stdin is, unless `--stdin` says.
+    pub(crate) agent_stdin: Option<StdinMode>,
     /// `[otel] endpoint`: the OTLP/HTTP base URL traces go to, under the
     /// standard variables (SPEC 15).
     pub(crate) otel_endpoint: Option<String>,
@@ -216,6 +218,8 @@ pub(crate) enum OutputMode {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default)]
+    agent: RawAgent,
+    #[serde(default)]
     journal: RawJournal,
     #[serde(default)]
     tools: BTreeMap<String, RawTool>,
@@ -234,6 +238,28 @@ struct RawConfig {
     otel: RawOtel,
     #[serde(default)]
     schedules: BTreeMap<String, schedules::RawSchedule>,
+}
+
+/// `[agent]`: how the agent is started.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    stdin: Option<StdinMode>,
+}
+
+/// What the agent's stdin is (SPEC 17): `run --stdin`, `[agent] stdin`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum StdinMode {
+    /// durun's answers: the agent speaks the protocol on stdin and stdout.
+    #[default]
+    Protocol,
+    /// durun's own stdin (a terminal, a pipe): the agent speaks the
+    /// protocol over `DURUN_SOCKET` only, and its stdout is durun's.
+    Inherit,
+    /// `/dev/null`: for an agent that reads its stdin to the end before it
+    /// starts; the protocol over `DURUN_SOCKET` only, its stdout durun's.
+    Null,
 }
 
 /// `[otel]`: where traces go when the environment does not say.
@@ -368,6 +394,7 @@ impl Config {
             mcp,
             mcp_max_message,
             otel_endpoint: raw.otel.endpoint,
+            agent_stdin: raw.agent.stdin,
             schedules,
         })
     }

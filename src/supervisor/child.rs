@@ -46,6 +46,7 @@ pub(super) fn spawn_agent(
     spawn::spawn(&Plan {
         argv: spec.argv,
         cwd: spec.cwd,
+        stdin: spec.stdin,
         env,
         // On a terminal the agent's stderr goes through the progress line;
         // elsewhere it is the agent's own, untouched.

@@ -30,6 +30,8 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) run: u32,
     pub(crate) argv: &'a [String],
     pub(crate) cwd: &'a Path,
+    /// What the agent's stdin is (SPEC 17).
+    pub(crate) stdin: crate::config::StdinMode,
     pub(crate) tools: &'a BTreeMap<String, Arc<Tool>>,
     /// [`crate::os::boot_clock`] just before the lease was taken: the run's
     /// first heartbeat.

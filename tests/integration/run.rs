@@ -619,3 +619,68 @@ fn the_agent_starts_with_the_signals_a_child_should_have() {
     );
     assert_eq!(mask("SigBlk:"), 0, "nothing blocked: {stdout}");
 }
+
+/// SPEC 17: an agent that reads its stdin to the end (as `codex exec`
+/// does) hangs on durun's answer pipe; `--stdin null` and `--stdin inherit`
+/// give it /dev/null or durun's own stdin, and it speaks the protocol over
+/// DURUN_SOCKET (here through `durun step`).
+#[test]
+fn an_agent_that_reads_its_stdin_gets_dev_null_or_duruns_own() {
+    use std::io::Write as _;
+    let mut env = TestEnv::new();
+    env.set("PATH", crate::env::path_with_durun());
+    env.write(
+        "agent.sh",
+        "got=$(cat)\ndurun step greet -- echo \"hello $got\"\necho \"agent saw [$got]\"\n",
+    );
+    let output = env.durun(&[
+        "run", "-q", "--task", "null", "--stdin", "null", "--", "sh", "agent.sh",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "hello \nagent saw []\n");
+    let mut durun = env
+        .command()
+        .args([
+            "run", "-q", "--task", "inherit", "--stdin", "inherit", "--", "sh", "agent.sh",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("durun");
+    durun
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"from the pipe")
+        .expect("write");
+    let output = durun.wait_with_output().expect("durun");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "hello from the pipe\nagent saw [from the pipe]\n"
+    );
+    for task in ["null", "inherit"] {
+        let view = env.inspect(task);
+        assert_eq!(view["steps"][0]["name"], "greet", "{view}");
+        assert_eq!(view["task"]["status"], "completed", "{view}");
+    }
+    // Set in durun.toml, it holds for every run of the task: the resume
+    // of a crashed run reads /dev/null too.
+    env.write("durun.toml", "[agent]\nstdin = \"null\"\n");
+    env.write(
+        "crash.sh",
+        "cat > /dev/null\ndurun step once -- echo ran\ntest -e crashed || { touch crashed; kill -9 $DURUN_PID; }\n",
+    );
+    let first = env.durun(&["run", "-q", "--task", "toml", "--", "sh", "crash.sh"]);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&first.status),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
+    std::fs::remove_file(env.path("durun.toml")).expect("the config is the task's now");
+    let resumed = env.durun(&["resume", "-q", "toml"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(env.inspect("toml")["task"]["status"], "completed");
+}
