@@ -105,11 +105,7 @@ fn mcp_tables(
     let mut servers = BTreeMap::new();
     for (name, value) in raw {
         if name == "max_message" {
-            let bytes = match &value {
-                toml::Value::Integer(bytes) => usize::try_from(*bytes).ok().filter(|n| *n > 0),
-                toml::Value::String(text) => size(text),
-                _ => None,
-            };
+            let bytes = size_value(&value);
             max_message = Some(bytes.ok_or_else(|| {
                 Failure::config(format!("[mcp] max_message = {value}: not a size"))
                     .hint("a number of bytes, or a size like \"64MiB\"")
@@ -121,6 +117,18 @@ fn mcp_tables(
         servers.insert(name, server);
     }
     Ok((servers, max_message))
+}
+
+/// The largest answer the proxy records unless `[proxy] max_record` says.
+pub(crate) const MAX_RECORD: usize = 64 * 1024 * 1024;
+
+/// A size in a config: a number of bytes, or a string like `"64MiB"`.
+fn size_value(value: &toml::Value) -> Option<usize> {
+    match value {
+        toml::Value::Integer(bytes) => usize::try_from(*bytes).ok().filter(|n| *n > 0),
+        toml::Value::String(text) => size(text),
+        _ => None,
+    }
 }
 
 /// A size like `"64MiB"`, `"512KiB"`, `"1GiB"` or `"1000"` (bytes).
@@ -248,17 +256,19 @@ struct RawAgent {
 }
 
 /// What the agent's stdin is (SPEC 17): `run --stdin`, `[agent] stdin`.
+/// (The variants' comments are not doc comments: clap would show them as
+/// a list under `--stdin` in every `-h`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum StdinMode {
-    /// durun's answers: the agent speaks the protocol on stdin and stdout.
+    // durun's answers: the agent speaks the protocol on stdin and stdout.
     #[default]
     Protocol,
-    /// durun's own stdin (a terminal, a pipe): the agent speaks the
-    /// protocol over `DURUN_SOCKET` only, and its stdout is durun's.
+    // durun's own stdin (a terminal, a pipe): the agent speaks the
+    // protocol over `DURUN_SOCKET` only, and its stdout is durun's.
     Inherit,
-    /// `/dev/null`: for an agent that reads its stdin to the end before it
-    /// starts; the protocol over `DURUN_SOCKET` only, its stdout durun's.
+    // `/dev/null`: for an agent that reads its stdin to the end before it
+    // starts; the protocol over `DURUN_SOCKET` only, its stdout durun's.
     Null,
 }
 

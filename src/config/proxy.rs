@@ -20,6 +20,8 @@ pub(crate) struct ProxyConfig {
     pub(crate) ignore: Vec<String>,
     /// Query parameters journaled as `"***"`, beside the built-in ones.
     pub(crate) secret_query: Vec<String>,
+    /// `[proxy] max_record`: the largest answer recorded, in bytes.
+    pub(crate) max_record: Option<usize>,
     /// `[proxy.openai] upstream`, `[proxy.anthropic] upstream`.
     pub(crate) model_upstreams: BTreeMap<String, String>,
     /// `[proxy.routes.NAME]`.
@@ -32,6 +34,7 @@ impl Default for ProxyConfig {
             enabled: true,
             ignore: Vec::new(),
             secret_query: Vec::new(),
+            max_record: None,
             model_upstreams: BTreeMap::new(),
             routes: BTreeMap::new(),
         }
@@ -82,6 +85,7 @@ pub(super) struct RawProxy {
     secret_headers: Vec<String>,
     #[serde(default)]
     secret_query: Vec<String>,
+    max_record: Option<toml::Value>,
     openai: Option<RawUpstream>,
     anthropic: Option<RawUpstream>,
     #[serde(default)]
@@ -189,6 +193,16 @@ impl RawProxy {
             enabled: self.enabled.unwrap_or(true),
             ignore: self.ignore,
             secret_query: self.secret_query,
+            max_record: self
+                .max_record
+                .map(|value| {
+                    super::size_value(&value).ok_or_else(|| {
+                        format!(
+                            "[proxy] max_record = {value}: not a size (bytes, or like \"64MiB\")"
+                        )
+                    })
+                })
+                .transpose()?,
             model_upstreams,
             routes,
         })

@@ -102,6 +102,9 @@ pub(crate) enum End {
     },
     /// No full answer: the upstream could not be reached, or cut it off.
     Lost { message: String },
+    /// A whole answer over `[proxy] max_record`: the agent got it, the
+    /// journal did not; the step stays an attempt (SPEC 17).
+    TooLarge { message: String },
 }
 
 /// How the proxy reaches the loop: `false` once the loop is gone.

@@ -84,6 +84,35 @@ fn masked_query<'q>(query: &'q str, secret: &[String]) -> std::borrow::Cow<'q, s
         .into()
 }
 
+/// Whether a body the upstream ended by closing its connection is whole
+/// by its type (SPEC 17): JSON that parses; an OpenAI chat stream that
+/// reached `[DONE]`; an Anthropic stream that reached `message_stop`; an
+/// OpenAI Responses stream that reached its last event. A body of another
+/// type cannot say, and counts as whole.
+pub(crate) fn whole(content_type: Option<&str>, body: &[u8]) -> bool {
+    let content_type = content_type.unwrap_or_default();
+    if content_type.starts_with("text/event-stream") {
+        let text = String::from_utf8_lossy(body);
+        let has = |mark: &str| text.contains(mark);
+        if has("message_start") {
+            return has("message_stop");
+        }
+        if has("response.created") {
+            return has("response.completed")
+                || has("response.failed")
+                || has("response.incomplete");
+        }
+        if has("chat.completion.chunk") {
+            return has("data: [DONE]");
+        }
+        return true;
+    }
+    if content_type.contains("json") {
+        return serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    }
+    true
+}
+
 /// Removes what `pointer` (RFC 6901) points at, if anything.
 fn remove_pointer(value: &mut Value, pointer: &str) {
     let Some((parent, last)) = pointer.rsplit_once('/') else {
@@ -269,6 +298,25 @@ fn stream_text(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_ended_by_a_close_is_whole_only_if_its_type_says_so() {
+        let sse = Some("text/event-stream");
+        let openai = "data: {\"object\":\"chat.completion.chunk\"}\n\n";
+        assert!(!whole(sse, openai.as_bytes()));
+        assert!(whole(sse, format!("{openai}data: [DONE]\n\n").as_bytes()));
+        let anthropic = "event: message_start\ndata: {}\n\n";
+        assert!(!whole(sse, anthropic.as_bytes()));
+        assert!(whole(
+            sse,
+            format!("{anthropic}event: message_stop\ndata: {{}}\n\n").as_bytes()
+        ));
+        assert!(whole(sse, b"data: something else\n\n"));
+        let json = Some("application/json; charset=utf-8");
+        assert!(whole(json, b"{\"a\": [1, 2]}"));
+        assert!(!whole(json, b"{\"a\": [1, "));
+        assert!(whole(Some("text/plain"), b"cut or not, no one can tell"));
+    }
 
     #[test]
     fn a_secret_in_the_query_is_journaled_as_stars_and_nothing_else_changes() {

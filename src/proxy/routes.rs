@@ -16,6 +16,9 @@ pub(crate) struct Routes {
     /// Query parameters journaled as `"***"` ([`SECRET_QUERY`] and
     /// `[proxy] secret_query`).
     pub(crate) secret_query: Vec<String>,
+    /// The largest answer recorded (`[proxy] max_record`); a larger one is
+    /// passed on whole and its step stays an attempt.
+    pub(crate) max_record: usize,
 }
 
 /// Query parameters that carry a credential by convention: forwarded as
@@ -143,6 +146,7 @@ impl Routes {
             by_name: routes,
             ignore: config.ignore.clone(),
             secret_query: secret_query(config),
+            max_record: config.max_record.unwrap_or(crate::config::MAX_RECORD),
         }
     }
 

@@ -34,8 +34,7 @@ const MAX_BODY: usize = crate::protocol::MAX_LINE;
 /// 413, and for how long at most.
 const DRAIN_MAX: usize = 256 << 20;
 const DRAIN_TIME: Duration = Duration::from_secs(10);
-/// The largest plain (not streamed) answer it records.
-const MAX_ANSWER: usize = 256 << 20;
+
 /// Chunks of a stream waiting for a slow agent before the upstream's
 /// reading waits too.
 const STREAM_BACKLOG: usize = 64;
@@ -427,20 +426,47 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         )
     };
 
+    let max_record = shared.routes.max_record;
+    // A body ended by closing the connection (no length, not chunked) is
+    // whole only if its type says so (SPEC 17).
+    let close_delimited = response.content_length().is_none()
+        && !response
+            .headers()
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .any(|value| value.to_str().is_ok_and(|value| value.contains("chunked")));
+    let too_large = |route: &str| {
+        format!(
+            "the answer of route `{route}` is over [proxy] max_record ({} MiB): the agent got it whole, the journal did not, and the call is made again on resume",
+            max_record >> 20
+        )
+    };
+
     if !status.is_success() || !streamed {
         // A plain answer: the agent gets it once it is durable.
         let mut body = Vec::new();
         loop {
             match response.chunk().await {
-                Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_ANSWER => {
+                Ok(Some(chunk)) if body.len() + chunk.len() <= max_record => {
                     body.extend_from_slice(&chunk);
                 }
-                Ok(Some(_)) => {
-                    let message = format!(
-                        "the answer of route `{route}` is over durun's {} MiB limit",
-                        MAX_ANSWER >> 20
-                    );
-                    return give_up(&done, head, "answer_too_large", message).await;
+                Ok(Some(chunk)) => {
+                    // Too large to record: passed on as it comes, never
+                    // held whole; the step stays an attempt.
+                    let (frames, stream) = stream_body();
+                    let _ = head.send(respond(stream));
+                    body.extend_from_slice(&chunk);
+                    let first = Bytes::from(body);
+                    let agent_there = frames.send(Ok(Frame::data(first))).await.is_ok();
+                    let end = match pass_on(&mut response, &frames, agent_there, None, &route).await
+                    {
+                        Ok(_) => End::TooLarge {
+                            message: too_large(&route),
+                        },
+                        Err(message) => End::Lost { message },
+                    };
+                    done(end).await;
+                    return;
                 }
                 Ok(None) => break,
                 Err(err) => {
@@ -448,6 +474,12 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
                     return give_up(&done, head, "upstream_cut_off", message).await;
                 }
             }
+        }
+        if close_delimited && !recording::whole(content_type.as_deref(), &body) {
+            let message = format!(
+                "the upstream of route `{route}` closed the connection before its answer was whole"
+            );
+            return give_up(&done, head, "upstream_cut_off", message).await;
         }
         let answer = Answer {
             status: status.as_u16(),
@@ -476,33 +508,47 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
     }
 
     // A stream: every chunk goes on as it comes; the end waits for the
-    // step to be durable.
-    let (frames, backlog) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(STREAM_BACKLOG);
-    let stream = futures_util::stream::unfold(backlog, |mut backlog| async move {
-        backlog.recv().await.map(|frame| (frame, backlog))
-    });
-    let _ = head.send(respond(StreamBody::new(stream).boxed()));
-    let mut body = Vec::new();
-    let mut agent_there = true;
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                body.extend_from_slice(&chunk);
-                if agent_there {
-                    agent_there = frames.send(Ok(Frame::data(chunk))).await.is_ok();
-                }
-            }
-            Ok(None) => break,
-            Err(err) => {
-                let message = cut_off(&route, &err);
-                done(End::Lost {
-                    message: message.clone(),
-                })
-                .await;
-                let _ = frames.send(Err(io::Error::other(message))).await;
-                return;
-            }
+    // step to be durable. It is recorded up to `max_record`, never past.
+    let (frames, stream) = stream_body();
+    let _ = head.send(respond(stream));
+    let mut body = Some(Vec::new());
+    let agent_there = match pass_on(
+        &mut response,
+        &frames,
+        true,
+        Some((&mut body, max_record)),
+        &route,
+    )
+    .await
+    {
+        Ok(agent_there) => agent_there,
+        Err(message) => {
+            done(End::Lost {
+                message: message.clone(),
+            })
+            .await;
+            let _ = frames.send(Err(io::Error::other(message))).await;
+            return;
         }
+    };
+    let Some(body) = body else {
+        // Passed on whole, not recorded: the agent has its end now.
+        done(End::TooLarge {
+            message: too_large(&route),
+        })
+        .await;
+        return;
+    };
+    if close_delimited && !recording::whole(content_type.as_deref(), &body) {
+        let message = format!(
+            "the upstream of route `{route}` closed the connection before its stream was whole"
+        );
+        done(End::Lost {
+            message: message.clone(),
+        })
+        .await;
+        let _ = frames.send(Err(io::Error::other(message))).await;
+        return;
     }
     let answer = Answer {
         status: status.as_u16(),
@@ -522,6 +568,60 @@ async fn exchange(shared: Arc<Shared>, forward: Forward, head: oneshot::Sender<R
         let _ = frames
             .send(Err(io::Error::other("durun could not journal the answer")))
             .await;
+    }
+}
+
+type Frames = mpsc::Sender<Result<Frame<Bytes>, io::Error>>;
+
+/// A body the agent reads as the frames sent on the channel come, at most
+/// [`STREAM_BACKLOG`] of them waiting.
+fn stream_body() -> (Frames, Body) {
+    let (frames, backlog) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(STREAM_BACKLOG);
+    let stream = futures_util::stream::unfold(backlog, |mut backlog| async move {
+        backlog.recv().await.map(|frame| (frame, backlog))
+    });
+    (frames, StreamBody::new(stream).boxed())
+}
+
+/// Passes the rest of `response` on to the agent chunk by chunk, and into
+/// `record` while it stays within its limit (past it, `record` becomes
+/// `None` and its bytes are let go). Whether the agent still reads, or
+/// why the upstream cut the answer off (the agent then gets an error).
+async fn pass_on(
+    response: &mut reqwest::Response,
+    frames: &Frames,
+    mut agent_there: bool,
+    mut record: Option<(&mut Option<Vec<u8>>, usize)>,
+    route: &str,
+) -> Result<bool, String> {
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if let Some((kept, max)) = &mut record
+                    && let Some(body) = kept.as_mut()
+                {
+                    if body.len() + chunk.len() > *max {
+                        **kept = None;
+                    } else {
+                        body.extend_from_slice(&chunk);
+                    }
+                }
+                if agent_there {
+                    agent_there = frames.send(Ok(Frame::data(chunk))).await.is_ok();
+                }
+            }
+            Ok(None) => return Ok(agent_there),
+            Err(err) => {
+                let message = format!(
+                    "the upstream of route `{route}` cut its answer off: {}",
+                    describe(&err)
+                );
+                if record.is_none() {
+                    let _ = frames.send(Err(io::Error::other(message.clone()))).await;
+                }
+                return Err(message);
+            }
+        }
     }
 }
 

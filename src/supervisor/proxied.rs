@@ -303,6 +303,12 @@ impl Supervisor<'_> {
                 let _ = reply.send(());
                 return;
             }
+            End::TooLarge { message } => {
+                self.reporter.report(&Report::Warning(&message));
+                self.lost(flight);
+                let _ = reply.send(());
+                return;
+            }
         };
         let Some(flight) = self.steps.contents.in_flight.remove(&flight) else {
             return;

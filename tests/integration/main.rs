@@ -25,6 +25,7 @@ mod mcp_faults;
 mod messages;
 mod posted;
 mod proxy;
+mod proxy_faults;
 mod recovery;
 mod replayed_here;
 mod retries;
