@@ -4,7 +4,7 @@
 //! A parent-death signal reaches only the process that set it: a
 //! grandchild that calls `setsid`, a double fork, a native binary under a
 //! `node` launcher all outlived a killed durun. So durun starts itself
-//! again as `durun __keeper -- AGENT…` ([`crate::spawn`]) and the keeper
+//! again as `durun __keeper -- AGENT…` (durun's spawn) and the keeper
 //! starts the agent. The keeper is a child subreaper: whatever the agent
 //! leaves behind, at any depth and in any session, is re-parented to it
 //! rather than to init, so it always has the whole tree below it.
@@ -422,7 +422,7 @@ impl Keeping {
             .map(|(lifeline, status)| (lifeline.as_raw_fd(), status.as_raw_fd()));
         move |command| {
             if let Some((lifeline, status)) = ends {
-                crate::os::hand_to_keeper(command, lifeline, status);
+                crate::os::pass_fds(command, [(lifeline, LIFELINE_FD), (status, STATUS_FD)]);
             }
             Ok(())
         }

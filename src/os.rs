@@ -68,23 +68,24 @@ pub(crate) fn die_with_parent(command: &mut Command) {
     }
 }
 
-/// Makes `command`, a keeper ([`crate::keeper`]), find its lifeline and
-/// status pipes on the descriptors it reads them from, and start with the
-/// open-file limit durun started with.
-pub(crate) fn hand_to_keeper(command: &mut Command, lifeline: RawFd, status: RawFd) {
-    use crate::keeper::{LIFELINE_FD, STATUS_FD};
+/// Makes `command` find each `(from, to)` descriptor of `fds` as `to`
+/// (a keeper's pipes, on the numbers it reads them from), and start with
+/// the open-file limit durun started with.
+pub(crate) fn pass_fds(command: &mut Command, fds: [(RawFd, RawFd); 2]) {
     let nofile = STARTED_NOFILE.get().copied();
     // SAFETY: the closure runs between fork and exec and makes only raw
-    // system calls (setrlimit, dup2), which are async-signal-safe. Both
-    // descriptors are above 4 and alive in the parent until the keeper
-    // has started, so neither dup2 overwrites the other's source.
+    // system calls (setrlimit, dup2), which are async-signal-safe. The
+    // callers' sources are above every target and alive in the parent
+    // until the child has started, so no dup2 overwrites another's source.
     unsafe {
         command.pre_exec(move || {
             if let Some(limit) = &nofile {
                 rustix::process::setrlimit(rustix::process::Resource::Nofile, *limit)?;
             }
-            if libc::dup2(lifeline, LIFELINE_FD) < 0 || libc::dup2(status, STATUS_FD) < 0 {
-                return Err(io::Error::last_os_error());
+            for (from, to) in fds {
+                if libc::dup2(from, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });

@@ -82,7 +82,7 @@ struct ChildArgs {
     stdout: RawFd,
     /// -1: the child keeps durun's stderr.
     stderr: RawFd,
-    /// Put on [`keeper::LIFELINE_FD`] and [`keeper::STATUS_FD`].
+    /// Put on [`crate::keeper::LIFELINE_FD`] and [`crate::keeper::STATUS_FD`].
     lifeline: RawFd,
     status: RawFd,
     /// durun's signal mask, restored in the parent after `clone`.
