@@ -107,6 +107,11 @@ pub(crate) struct Keys {
     pub(crate) csrf: String,
     /// The cookie's name: one per port, as cookies are not kept per port.
     cookie: String,
+    /// The cookie's value: derived from the token and the port. A browser
+    /// sends 127.0.0.1's cookies to every port of it, so another server
+    /// there may read this one; it learns a key to this port's pages, not
+    /// the token (SPEC 17).
+    cookie_value: String,
 }
 
 /// How a request stands with the token.
@@ -115,7 +120,8 @@ pub(crate) enum Pass {
     Bearer,
     /// It carries the cookie.
     Cookie,
-    /// It carries `?token=`: set the cookie.
+    /// It carries `?token=`: a page's GET trades it for the cookie;
+    /// nothing else takes it (a URL ends up in logs and histories).
     Given,
     Denied,
 }
@@ -125,10 +131,14 @@ impl Keys {
         let csrf = hex(&Sha256::digest(
             format!("durun ui csrf\0{token}").as_bytes(),
         ));
+        let cookie_value = hex(&Sha256::digest(
+            format!("durun ui cookie\0{port}\0{token}").as_bytes(),
+        ));
         Self {
             token,
             csrf,
             cookie: format!("durun_ui_{port}"),
+            cookie_value,
         }
     }
 
@@ -140,7 +150,7 @@ impl Keys {
             Pass::Bearer
         } else if req
             .cookie(&self.cookie)
-            .is_some_and(|given| is_secret(given, &self.token))
+            .is_some_and(|given| is_secret(given, &self.cookie_value))
         {
             Pass::Cookie
         } else if req
@@ -168,7 +178,7 @@ impl Keys {
     pub(crate) fn set_cookie(&self) -> String {
         format!(
             "{}={}; Path=/; HttpOnly; SameSite=Strict",
-            self.cookie, self.token
+            self.cookie, self.cookie_value
         )
     }
 }

@@ -232,10 +232,16 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         .with(header::WWW_AUTHENTICATE, "Bearer".to_owned())
         .into_response();
     }
-    if matches!(pass, Pass::Given)
-        && req.method == Method::GET
-        && req.path.first().is_none_or(|first| first != "api")
-    {
+    let a_page = req.method == Method::GET && req.path.first().is_none_or(|first| first != "api");
+    if matches!(pass, Pass::Given) && !a_page {
+        return Reply::text(
+            StatusCode::UNAUTHORIZED,
+            "durun ui: the API and the actions take the token in an Authorization: Bearer header or the page's cookie, never in the URL",
+        )
+        .with(header::WWW_AUTHENTICATE, "Bearer".to_owned())
+        .into_response();
+    }
+    if matches!(pass, Pass::Given) {
         // The token leaves the address bar (and the history) for the cookie.
         let rest: Vec<(&String, &String)> = req
             .query
@@ -262,7 +268,6 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             .with(header::SET_COOKIE, shared.keys.set_cookie())
             .into_response();
     }
-    let set_cookie = matches!(pass, Pass::Given).then(|| shared.keys.set_cookie());
     // A script with the bearer token sends no CSRF token: no browser sends
     // that header on its own, so no other site can make one send it.
     let vouched = matches!(pass, Pass::Bearer) || shared.keys.csrf_ok(&req);
@@ -276,10 +281,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 "durun ui: the page failed",
             )
         });
-    let mut reply = match set_cookie {
-        Some(cookie) => reply.with(header::SET_COOKIE, cookie),
-        None => reply,
-    };
+    let mut reply = reply;
     reply.took = Some(started.elapsed());
     reply.into_response()
 }

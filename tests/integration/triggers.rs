@@ -50,11 +50,14 @@ fn a_webhook_wakes_a_waiting_task_and_a_redelivery_is_kept_once() {
 
     // No token, or the cookie without the CSRF token: refused.
     assert_eq!(curl(&ui, path, &[], body).0, 401);
-    let cookie = format!(
-        "Cookie: durun_ui_{}={}",
-        ui.at.rsplit(':').next().expect("port"),
-        ui.token
-    );
+    // The page's cookie, as a first visit gets it.
+    let first = crate::ui::request(&ui.at, "GET", &format!("/?token={}", ui.token), &[], "");
+    let pair = first
+        .header("set-cookie")
+        .and_then(|cookie| cookie.split(';').next())
+        .expect("a cookie")
+        .to_owned();
+    let cookie = format!("Cookie: {pair}");
     assert_eq!(curl(&ui, path, &[&cookie], body).0, 403);
     let (status, said) = curl(
         &ui,

@@ -232,6 +232,29 @@ fn every_request_needs_the_token_and_the_first_visit_trades_it_for_a_cookie() {
         "{cookie}"
     );
     let pair = cookie.split(';').next().expect("name=value");
+    // Its name is the port's, its value is not the token (a browser sends
+    // 127.0.0.1's cookies to every port of it).
+    let port = ui.at.rsplit(':').next().expect("a port");
+    assert!(pair.starts_with(&format!("durun_ui_{port}=")), "{pair}");
+    assert!(!pair.contains(&ui.token), "the cookie is the token: {pair}");
+    // The API and the actions never take the token in the URL.
+    let in_url = request(
+        &ui.at,
+        "GET",
+        &format!("/api/tasks?token={}", ui.token),
+        &[],
+        "",
+    );
+    assert_eq!(in_url.status, 401, "{}", in_url.body);
+    assert!(in_url.body.contains("never in the URL"), "{}", in_url.body);
+    let posted = request(
+        &ui.at,
+        "POST",
+        &format!("/tasks/javascript%3Aalert.1/cancel?token={}", ui.token),
+        &[],
+        "",
+    );
+    assert_eq!(posted.status, 401, "{}", posted.body);
     let list = request(&ui.at, "GET", "/?status=waiting", &[("Cookie", pair)], "");
     assert_eq!(list.status, 200);
     assert!(list.body.contains("javascript:alert.1"), "{}", list.body);
