@@ -25,8 +25,18 @@ pub(crate) type Handler<S> =
         Arc<S>,
     ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<Response<Body>>> + Send>>;
 
+/// The most connections a listener serves at once (SPEC 17): more wait in
+/// the kernel's queue until one ends, so that no client, another local
+/// user's included, can run durun out of file descriptors.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection has to send a request's headers (SPEC 17); one
+/// that takes longer, or sits idle that long between requests, is closed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves HTTP/1.1 on `listener` until `stopped` fires, each request by
-/// `handle` with `shared`, each connection as a task of its own.
+/// `handle` with `shared`, each connection as a task of its own, at most
+/// [`MAX_CONNECTIONS`] at once.
 pub(crate) async fn accept<S: Send + Sync + 'static>(
     listener: std::net::TcpListener,
     shared: Arc<S>,
@@ -36,7 +46,15 @@ pub(crate) async fn accept<S: Send + Sync + 'static>(
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = tokio::select! {
+            _ = &mut stopped => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let stream = tokio::select! {
             _ = &mut stopped => return,
             accepted = listener.accept() => match accepted {
@@ -54,8 +72,11 @@ pub(crate) async fn accept<S: Send + Sync + 'static>(
             let service =
                 hyper::service::service_fn(move |request| handle(request, Arc::clone(&shared)));
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
+            drop(slot);
         });
     }
 }
