@@ -15,7 +15,8 @@
 //! protobuf stack and their build time for them.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -237,17 +238,25 @@ pub(crate) struct Tracer {
     /// Steps started and not finished: when, and their attempt.
     open: HashMap<u64, (SystemTime, u32)>,
     spans: Option<mpsc::SyncSender<Span>>,
-    exporter: Option<std::thread::JoinHandle<u64>>,
-    dropped: u64,
+    exporter: Option<std::thread::JoinHandle<()>>,
+    /// Where spans go, for the line that says how many did not.
+    endpoint: String,
+    /// Spans made, sent or not.
+    made: u64,
+    /// Spans the collector took, counted by the exporter.
+    delivered: Arc<AtomicU64>,
 }
 
 impl Tracer {
     pub(crate) fn new(inner: Box<dyn Reporter>, endpoint: String, context: Context) -> Self {
         let (spans, batches) = mpsc::sync_channel(BACKLOG);
         let trace_id = context.trace_id.clone();
+        let delivered = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&delivered);
+        let to = endpoint.clone();
         let exporter = std::thread::Builder::new()
             .name("durun-otlp".into())
-            .spawn(move || export(&endpoint, &trace_id, &batches))
+            .spawn(move || export(&to, &trace_id, &batches, &counted))
             .ok();
         Self {
             inner,
@@ -258,7 +267,9 @@ impl Tracer {
             open: HashMap::new(),
             spans: Some(spans),
             exporter,
-            dropped: 0,
+            endpoint,
+            made: 0,
+            delivered,
         }
     }
 
@@ -280,13 +291,12 @@ impl Tracer {
         }
     }
 
+    /// Hands a span to the exporter; one that finds its queue full is
+    /// dropped, and counted with the rest not sent.
     fn send(&mut self, span: Span) {
-        let sent = self
-            .spans
-            .as_ref()
-            .is_some_and(|spans| spans.try_send(span).is_ok());
-        if !sent {
-            self.dropped += 1;
+        self.made += 1;
+        if let Some(spans) = &self.spans {
+            let _ = spans.try_send(span);
         }
     }
 
@@ -324,7 +334,9 @@ impl Tracer {
         self.send(span);
     }
 
-    /// Ends the export: the last batch goes, or is given up on.
+    /// Ends the export: the last batch goes, or is given up on; the spans
+    /// the collector did not take (dropped, refused, or still on their way
+    /// when the run ends) are said once (SPEC 17).
     fn finish(&mut self) {
         drop(self.spans.take());
         let Some(exporter) = self.exporter.take() else {
@@ -334,19 +346,20 @@ impl Tracer {
         while !exporter.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
-        let dropped = if exporter.is_finished() {
-            exporter.join().unwrap_or(0)
-        } else {
-            // Still sending: left to the process's end.
-            0
-        };
-        let dropped = dropped + self.dropped;
-        if dropped > 0 {
-            self.inner.report(&Event::Warning(&format!(
-                "{dropped} trace span{} not sent: the OTLP collector did not take {}",
-                if dropped == 1 { " was" } else { "s were" },
-                if dropped == 1 { "it" } else { "them" }
-            )));
+        if exporter.is_finished() {
+            let _ = exporter.join();
+        }
+        // Still sending: left to the process's end, and not counted sent.
+        let unsent = self
+            .made
+            .saturating_sub(self.delivered.load(Ordering::SeqCst));
+        if unsent > 0 {
+            // After the run's last line, in SPEC 17's words.
+            crate::report::say(&format!(
+                "{unsent} span{} not sent to {}",
+                if unsent == 1 { "" } else { "s" },
+                self.endpoint
+            ));
         }
     }
 }
@@ -438,14 +451,13 @@ impl Reporter for Tracer {
 }
 
 /// The exporter's thread: batches of spans to `endpoint` until the channel
-/// closes; how many it could not send.
-fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>) -> u64 {
+/// closes, counting in `delivered` those the collector took.
+fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>, delivered: &AtomicU64) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(2)))
         .http_status_as_error(false)
         .build()
         .into();
-    let mut dropped = 0;
     let mut batch = Vec::new();
     // After a failed send, spans are dropped unsent for a while: a
     // collector that is away costs a connection attempt per five seconds,
@@ -472,7 +484,6 @@ fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>) -> u64 {
             }
         }
         if resting_until.is_some_and(|until| std::time::Instant::now() < until) {
-            dropped += batch.len() as u64;
             batch.clear();
         }
         if !batch.is_empty() {
@@ -491,13 +502,14 @@ fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>) -> u64 {
                 .header("content-type", "application/json")
                 .send(body.to_string().as_bytes())
                 .is_ok_and(|answer| answer.status().is_success());
-            if !sent {
-                dropped += count;
+            if sent {
+                delivered.fetch_add(count, Ordering::SeqCst);
+            } else {
                 resting_until = Some(std::time::Instant::now() + Duration::from_secs(5));
             }
         }
         if closed {
-            return dropped;
+            return;
         }
     }
 }

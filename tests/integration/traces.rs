@@ -167,9 +167,26 @@ fn a_collector_that_is_away_costs_the_run_nothing_but_a_line() {
     );
     let stderr = text(&run.stderr);
     assert!(
-        stderr.contains("1 trace span was not sent: the OTLP collector did not take it"),
+        stderr.contains(&format!(
+            "durun: 1 span not sent to http://127.0.0.1:{port}/v1/traces"
+        )),
         "{stderr}"
     );
+    // A collector that takes the connection and never answers: the spans
+    // still on their way when the run ends are said too (SPEC 17).
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    env.write(
+        "durun.toml",
+        &format!(
+            "[otel]\nendpoint = \"http://{}\"\n",
+            hole.local_addr().expect("addr")
+        ),
+    );
+    let run = env.durun(&["run", "--task", "hole", "--", "true"]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains("1 span not sent to"), "{stderr}");
+    drop(hole);
 }
 
 #[test]
