@@ -162,34 +162,55 @@ fn a_fifo_a_device_or_a_directory_is_not_a_journal() {
     }
 }
 
-/// A user without privileges, made once for the tests that need one.
-fn unprivileged_user() -> Option<&'static str> {
-    const USER: &str = "durun-unprivileged";
-    static MADE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let made = *MADE.get_or_init(|| {
+/// A user without privileges that a test makes and removes again, and a
+/// copy of durun it can run: the one cargo built may sit in a directory
+/// only root may enter (a clone under /root).
+struct Unprivileged {
+    name: String,
+    durun: std::path::PathBuf,
+}
+
+impl Unprivileged {
+    /// Needs root (CI runs as root); `None` elsewhere.
+    fn make(env: &TestEnv) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            return false;
+            return None;
         }
-        let exists = Command::new("id")
-            .arg(USER)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let name = format!("durun-t{}", std::process::id());
+        let made = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                &name,
+            ])
             .status()
             .is_ok_and(|status| status.success());
-        exists
-            || Command::new("useradd")
-                .args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    USER,
-                ])
-                .status()
-                .is_ok_and(|status| status.success())
-    });
-    made.then_some(USER)
+        assert!(made, "useradd {name} failed");
+        let user = Self {
+            name,
+            durun: env.path("bin/durun"),
+        };
+        let bin = env.path("bin");
+        std::fs::create_dir(&bin).expect("dir");
+        std::fs::copy(assert_cmd::cargo::cargo_bin("durun"), &user.durun).expect("copy durun");
+        for (path, mode) in [
+            (env.dir.path(), 0o755),
+            (bin.as_path(), 0o755),
+            (user.durun.as_path(), 0o755),
+        ] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        Some(user)
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
 }
 
 /// Variables and arguments of one unprivileged run.
@@ -197,13 +218,13 @@ type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>);
 
 /// durun as the unprivileged user, with only `vars` in its environment;
 /// one that runs on past a minute is ended (exit 124).
-fn durun_as(user: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
+fn durun_as(user: &Unprivileged, vars: &[(&str, &str)], args: &[&str]) -> Output {
     let mut command = Command::new("/usr/sbin/runuser");
     command
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .args(["-u", user, "--", "timeout", "60"])
-        .arg(assert_cmd::cargo::cargo_bin("durun"))
+        .args(["-u", &user.name, "--", "timeout", "60"])
+        .arg(&user.durun)
         .args(args)
         .current_dir("/")
         .stdin(Stdio::null());
@@ -215,17 +236,16 @@ fn durun_as(user: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
 
 #[test]
 fn paths_an_unprivileged_user_may_not_use_are_journal_errors() {
-    let Some(user) = unprivileged_user() else {
-        eprintln!("skipped: making a user needs root (CI runs as root)");
-        return;
-    };
     let env = TestEnv::new();
     if env.postgres.is_some() {
         return;
     }
     // The test directory is the user's to look into, not to write.
-    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("chmod");
+    let Some(user) = Unprivileged::make(&env) else {
+        eprintln!("skipped: making a user needs root (CI runs as root)");
+        return;
+    };
+    let user = &user;
     let locked = env.path("locked");
     std::fs::create_dir(&locked).expect("dir");
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).expect("chmod");
