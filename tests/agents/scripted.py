@@ -2,7 +2,11 @@
 
 usage: scripted.py PLAN.json
 
-The plan is {"steps": [...], "pidfile": optional path}. Each step is either
+The plan is {"steps": [...], "pidfile": optional path, "escapees": optional
+directory}. With "escapees" the agent first starts three processes that
+try to outlive it (one in a session of its own, the child of a double
+fork, and one a `node` launcher starts detached), each writing its pid to a
+file in that directory. Each step is either
 {"wait": NAME} (a signal's data is its output), {"sleep": SECONDS},
 {"call": TOOL, "args": {...}}, {"parallel": [CALL, ...]} (every call sent
 before any answer is read), or {"begin": NAME, "args": {...}, "effect": E,
@@ -91,8 +95,22 @@ def perform(action, args, opened):
     raise ValueError(action)
 
 
+ESCAPE = r"""
+setsid sh -c 'sleep 600 & echo $! > "$0/setsid.$$.tmp"; mv "$0/setsid.$$.tmp" "$0/setsid.$$"; wait' "$1" &
+sh -c '(sleep 601 & echo $! > "$0/fork.$$.tmp"; mv "$0/fork.$$.tmp" "$0/fork.$$") &' "$1"
+node -e "const c = require('child_process').spawn('sleep', ['602'], {detached: true, stdio: 'ignore'}); require('fs').writeFileSync(process.argv[1] + '/node.' + c.pid, String(c.pid)); c.unref();" "$1"
+"""
+
+
+def start_escapees(directory):
+    import subprocess
+    subprocess.run(["sh", "-c", ESCAPE, "escape", directory], check=True)
+
+
 def main():
     plan = json.load(open(sys.argv[1]))
+    if plan.get("escapees"):
+        start_escapees(plan["escapees"])
     if plan.get("pidfile"):
         with open(plan["pidfile"] + ".tmp", "w") as f:
             f.write(str(os.getpid()))

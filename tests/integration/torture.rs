@@ -61,6 +61,7 @@ fn environment(api: &FakeApi) -> TestEnv {
     let mut env = TestEnv::new();
     env.set("API_URL", &api.url);
     std::fs::create_dir(env.path("tools")).expect("tool pid dir");
+    std::fs::create_dir(env.path("escapees")).expect("escapees dir");
     let tools = env.path("tools").to_string_lossy().into_owned();
     env.set("TOOL_PIDS", tools);
     env.write("durun.toml", &tools_toml());
@@ -79,6 +80,7 @@ fn running_tool(env: &TestEnv, rng: &mut Rng) -> Option<i32> {
 fn agent_args(env: &TestEnv) -> Vec<String> {
     let mut plan = plan();
     plan["pidfile"] = json!(env.path("agent.pid"));
+    plan["escapees"] = json!(env.path("escapees"));
     env.scripted_agent("plan.json", &plan)
 }
 
@@ -134,6 +136,7 @@ fn torture(seed: u64, expected: &Value) {
     first.extend(agent_args(&env));
     let mut kills = 0;
     let mut runs = 0;
+    let mut escapees = 0;
     let mut recorded = false;
     loop {
         assert!(runs < 60, "seed {seed}: the task did not finish in 60 runs");
@@ -163,6 +166,7 @@ fn torture(seed: u64, expected: &Value) {
             std::thread::sleep(Duration::from_millis(5));
         }
         if let Some(status) = finished {
+            escapees += assert_none_outlived(&env, seed, runs);
             if status.success() {
                 break;
             }
@@ -186,7 +190,9 @@ fn torture(seed: u64, expected: &Value) {
                 // decides.
                 signal(tool, libc::SIGKILL);
                 kills += 1;
-                if ended_after_tool_kill(&mut durun, &env, seed, runs) {
+                let done = ended_after_tool_kill(&mut durun, &env, seed, runs);
+                escapees += assert_none_outlived(&env, seed, runs);
+                if done {
                     break;
                 }
                 continue;
@@ -194,6 +200,7 @@ fn torture(seed: u64, expected: &Value) {
             (Some(_), _) if victim == 1 => kill(&mut durun, agent_pid, true),
             _ => kill(&mut durun, agent_pid, false),
         }
+        escapees += assert_none_outlived(&env, seed, runs);
         kills += 1;
     }
 
@@ -235,9 +242,57 @@ fn torture(seed: u64, expected: &Value) {
     }
     env.assert_journal_intact();
     eprintln!(
-        "torture seed {seed}: {kills} kills, {runs} runs, {} API requests",
+        "torture seed {seed}: {kills} kills, {runs} runs, {} API requests, {escapees} escaping grandchildren ended, none past 1 s",
         keys.len()
     );
+}
+
+/// SPEC 17: once a run has ended, by a kill or on its own, none of the
+/// processes its agent started to outlive it (`escapees`) is alive 1 s
+/// later. Their pid files go with them.
+/// How many it saw end.
+fn assert_none_outlived(env: &TestEnv, seed: u64, runs: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let pids = || -> Vec<(std::path::PathBuf, i32)> {
+        std::fs::read_dir(env.path("escapees"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
+            .filter_map(|entry| {
+                let pid = std::fs::read_to_string(entry.path())
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                Some((entry.path(), pid))
+            })
+            .collect()
+    };
+    let mut ended = 0;
+    loop {
+        let alive: Vec<(std::path::PathBuf, i32)> = pids()
+            .into_iter()
+            .filter(|(path, pid)| {
+                let gone = process_gone(*pid);
+                if gone {
+                    ended += 1;
+                    let _ = std::fs::remove_file(path);
+                }
+                !gone
+            })
+            .collect();
+        if alive.is_empty() {
+            return ended;
+        }
+        if Instant::now() >= deadline {
+            for (_, pid) in &alive {
+                signal(*pid, libc::SIGKILL);
+            }
+            panic!("seed {seed}, run {runs}: {alive:?} outlived their run by 1 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// SIGKILL to the agent (when `agent` and it has a pid) or to durun,
