@@ -485,6 +485,64 @@ fn a_postgresql_restart_loses_nothing_and_doubles_nothing() {
     assert!(logs.contains("reconnecting"), "{logs}");
 }
 
+/// SPEC 17: a PostgreSQL restart in the middle of a run's step: the run
+/// cannot record its end, and its task read `running` under the live
+/// worker's pid for ever (no runner on its host would take it over, and
+/// `durun resume` refused with 75). The worker, reconnected, leaves it
+/// interrupted and runs it again, and it completes. Run alone by `.ci/run`
+/// with the other restart test (`--ignored`, one thread).
+#[test]
+#[ignore = "restarts the PostgreSQL server: .ci/run runs it alone"]
+fn a_postgresql_restart_mid_step_leaves_no_task_running_under_a_live_worker() {
+    let api = FakeApi::start();
+    let Some(env) = postgres_pool_env(&api) else {
+        return;
+    };
+    let plan = json!({"steps": [
+        {"begin": "long", "args": {}, "do": {"sleep_ms": 3000}},
+        {"begin": "after", "args": {}, "do": {"value": 1}},
+    ]});
+    submit(&env, "long", &plan, &[]);
+    let mut w = worker(&env, "w", &["--jobs", "1"]);
+    wait_for("the long step to begin", Duration::from_secs(30), || {
+        env.inspect("long")["steps"]
+            .as_array()
+            .is_some_and(|steps| !steps.is_empty())
+    });
+    let cluster = std::fs::read_dir("/etc/postgresql")
+        .expect("/etc/postgresql")
+        .find_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .expect("a cluster");
+    // Down past the step's end: the run's commit, and the record of its
+    // end, fail.
+    let pg = |action: &str| {
+        let done = std::process::Command::new("pg_ctlcluster")
+            .args(["--skip-systemctl-redirect", &cluster, "main", action])
+            .output()
+            .expect("pg_ctlcluster");
+        assert!(done.status.success(), "{action}: {}", text(&done.stderr));
+    };
+    pg("stop");
+    std::thread::sleep(Duration::from_secs(5));
+    pg("start");
+    wait_for("PostgreSQL to take connections", Duration::from_secs(30), || {
+        env.durun(&["inspect", "long"]).status.success()
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !all_completed(&env, &["long".to_owned()]) {
+        if Instant::now() > deadline {
+            let listed = env.durun(&["inspect", "long"]);
+            panic!(
+                "the task did not complete:\n{}\nw:\n{}",
+                text(&listed.stdout),
+                worker_log(&env, "w")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+}
+
 /// The server ends a worker's sessions while it idles (as a restart
 /// does): the worker reconnects, and the connection its last run left for
 /// the next is dropped, not handed to the next run to fail on.

@@ -38,7 +38,7 @@ mod not_ready;
 mod runs;
 
 use crate::task::{check_task_id, new_task_id};
-use runs::{Run, Runs};
+use runs::{Ended, Run, Runs};
 
 /// How long a worker waits for news before it looks again anyway (a
 /// sleeping task's time, a stale lease, a dead worker of its host): a
@@ -149,6 +149,7 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         schedules: super::schedules::Ticking::all(&config, &cwd),
         concurrency: config.queues,
         running: HashMap::new(),
+        reaped: Vec::new(),
         panicked: HashSet::new(),
         not_ready: not_ready::NotReady::default(),
         runs: Arc::new(Runs::new(location.clone(), stops, settings.quieted(), id)),
@@ -211,6 +212,8 @@ struct Worker<'a> {
     concurrency: std::collections::BTreeMap<String, u32>,
     /// Each task this worker runs, on a thread of its own.
     running: HashMap<String, Run>,
+    /// Runs that ended, until the journal has taken their ends.
+    reaped: Vec<(String, std::thread::Result<Ended>)>,
     /// Tasks whose run panicked here: this worker leaves them to others.
     panicked: HashSet<String>,
     /// Tasks found not ready, passed by until their time.
@@ -502,10 +505,21 @@ impl Worker<'_> {
             .map(|(id, _)| id.clone())
             .collect();
         for id in ended {
-            let Some(run) = self.running.remove(&id) else {
-                continue;
+            if let Some(run) = self.running.remove(&id) {
+                self.reaped.push((id, run.join()));
+            }
+        }
+        // Kept until the journal has taken each end: one that fails here
+        // (the journal went away) is done after the reconnect.
+        while !self.reaped.is_empty() {
+            let (id, outcome) = self.reaped.remove(0);
+            let code = match self.ended(journal, &id, &outcome) {
+                Ok(code) => code,
+                Err(err) => {
+                    self.reaped.insert(0, (id, outcome));
+                    return Err(err);
+                }
             };
-            let code = self.ended(journal, &id, run)?;
             if !self.settings.quiet {
                 let what = match code {
                     None => "ended in a panic of durun's (a bug); it is left interrupted and this worker leaves it to others".to_owned(),
@@ -527,8 +541,14 @@ impl Worker<'_> {
     /// The exit code of a run that ended, its claim released; `None` if
     /// it panicked, when its task is left interrupted (its agent died with
     /// the thread).
-    fn ended(&mut self, journal: &mut dyn Journal, id: &str, run: Run) -> Result<Option<i32>> {
-        if let Ok(ended) = run.join() {
+    fn ended(
+        &mut self,
+        journal: &mut dyn Journal,
+        id: &str,
+        outcome: &std::thread::Result<Ended>,
+    ) -> Result<Option<i32>> {
+        if let Ok(ended) = outcome {
+            self.interrupt_if_left_running(journal, id)?;
             if !ended.released {
                 journal.release_claim(id, &self.record.id)?;
             }
@@ -554,6 +574,41 @@ impl Worker<'_> {
         Ok(None)
     }
 
+    /// A run whose journal went away (a PostgreSQL restart) could not
+    /// record its end: its task reads `running` under this worker's live
+    /// process, which no other runner on this host would ever take over
+    /// (SPEC 17). Now that the journal answers, the run is ended as
+    /// interrupted, which lets its lease go.
+    fn interrupt_if_left_running(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
+        let me = self.settings.holder();
+        let Some(task) = journal.task(id)? else {
+            return Ok(());
+        };
+        let ours = task.lease.as_ref().is_some_and(|lease| {
+            lease.host == me.host && lease.pid == me.pid && lease.pid_start == me.pid_start
+        });
+        if task.status != TaskStatus::Running || !ours {
+            return Ok(());
+        }
+        if let Some(run) = journal
+            .runs(id)?
+            .last()
+            .filter(|run| run.finished_at.is_none())
+        {
+            let end = RunEnd {
+                status: TaskStatus::Interrupted,
+                exit_code: Some(exit_code::JOURNAL),
+                finished_at: journal::now(),
+                error: Some(
+                    "durun: the journal went away during the run; the worker left the task interrupted once it was back"
+                        .to_owned(),
+                ),
+            };
+            journal.finish_run(id, run.run, &end, &RunStats::default())?;
+        }
+        Ok(())
+    }
+
     /// Waits for every run, each stopped resumably by the signal that
     /// stopped the worker (the agent is told, the task is left interrupted
     /// for another worker), and leaves the list.
@@ -573,8 +628,12 @@ impl Worker<'_> {
         }
         for id in ids {
             if let Some(run) = self.running.remove(&id) {
-                let _ = self.ended(journal, &id, run);
+                let outcome = run.join();
+                let _ = self.ended(journal, &id, &outcome);
             }
+        }
+        for (id, outcome) in std::mem::take(&mut self.reaped) {
+            let _ = self.ended(journal, &id, &outcome);
         }
         let _ = journal.worker_gone(&self.record.id);
         if !self.settings.quiet {
