@@ -222,3 +222,91 @@ fn nothing_a_tool_or_an_mcp_server_started_outlives_durun_killed_with_sigkill() 
         "{alive:?} of {pids:?} (a tool's, an MCP server's) outlived a SIGKILLed durun"
     );
 }
+
+/// Starts three escaping grandchildren into `dir` (`$1`) from a shell.
+const ESCAPE_SH: &str = r#"
+setsid sh -c 'sleep 600 & echo $! > "$0/setsid.$$.tmp"; mv "$0/setsid.$$.tmp" "$0/setsid.$$"; wait' "$1" &
+sh -c '(sleep 601 & echo $! > "$0/fork.$$.tmp"; mv "$0/fork.$$.tmp" "$0/fork.$$") &' "$1"
+node -e "const c = require('child_process').spawn('sleep', ['602'], {detached: true, stdio: 'ignore'}); require('fs').writeFileSync(process.argv[1] + '/node.' + c.pid, String(c.pid)); c.unref();" "$1"
+"#;
+
+/// The pids the escapees in `dir` wrote.
+fn escapees_in(dir: &std::path::Path) -> Vec<i32> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
+        .filter_map(|entry| {
+            std::fs::read_to_string(entry.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// SPEC 17's torture of containment: a runner (`durun run`), a worker or
+/// `durun mcp` is killed with SIGKILL at a random moment while its agent,
+/// the agent's tool and an MCP server start grandchildren that try to
+/// outlive them; none may be alive 1 s later. Twelve kills in `cargo
+/// test`; `DURUN_CONTAINMENT_KILLS=1000` for the figure in
+/// docs/reliability.md.
+#[test]
+fn grandchildren_never_outlive_a_runner_a_worker_or_durun_mcp_killed_at_random() {
+    let kills: u64 = std::env::var("DURUN_CONTAINMENT_KILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(12);
+    let mut rng = crate::torture::Rng(0xC0_47A1 | 1);
+    let (mut seen, mut kinds) = (0, [0u64; 3]);
+    for round in 0..kills {
+        let mut env = TestEnv::new();
+        env.set("PATH", crate::env::path_with_durun());
+        let dir = env.path("escapees");
+        std::fs::create_dir(&dir).expect("dir");
+        env.write("escape.sh", ESCAPE_SH);
+        env.write(
+            "agent.sh",
+            "sh escape.sh \"$PWD/escapees\"\ndurun step tool -- sh -c 'sh escape.sh \"$PWD/escapees\"; sleep 30'\n",
+        );
+        env.write("server.sh", "sh escape.sh \"$PWD/escapees\"\nexec cat\n");
+        let kind = rng.below(3);
+        kinds[kind as usize] += 1;
+        let mut victim = match kind {
+            0 => env.spawn(&["-q", "run", "--", "sh", "agent.sh"], "victim"),
+            1 => {
+                let submitted = env.durun(&["-q", "submit", "--", "sh", "agent.sh"]);
+                assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+                env.spawn(&["-q", "worker"], "victim")
+            }
+            _ => env
+                .command()
+                .args(["mcp", "--", "sh", "server.sh"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("durun mcp"),
+        };
+        std::thread::sleep(Duration::from_millis(rng.below(400)));
+        victim.kill().expect("SIGKILL");
+        victim.wait().expect("reap");
+        // Let a pid file being written land: its process is then ended by
+        // its keeper, or was never alive.
+        std::thread::sleep(Duration::from_millis(20));
+        let pids = escapees_in(&dir);
+        seen += pids.len();
+        let alive = all_gone(&pids, GONE_WITHIN);
+        cleanup(&alive);
+        assert!(
+            alive.is_empty(),
+            "round {round} (victim kind {kind}): {alive:?} of {pids:?} outlived the kill by {GONE_WITHIN:?}"
+        );
+    }
+    eprintln!(
+        "containment: {kills} kills (runner {}, worker {}, durun mcp {}), {seen} escaping grandchildren, none alive 1 s later",
+        kinds[0], kinds[1], kinds[2]
+    );
+}

@@ -525,9 +525,11 @@ fn a_postgresql_restart_mid_step_leaves_no_task_running_under_a_live_worker() {
     pg("stop");
     std::thread::sleep(Duration::from_secs(5));
     pg("start");
-    wait_for("PostgreSQL to take connections", Duration::from_secs(30), || {
-        env.durun(&["inspect", "long"]).status.success()
-    });
+    wait_for(
+        "PostgreSQL to take connections",
+        Duration::from_secs(30),
+        || env.durun(&["inspect", "long"]).status.success(),
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while !all_completed(&env, &["long".to_owned()]) {
         if Instant::now() > deadline {
