@@ -113,9 +113,17 @@ impl Server {
         if event_stream {
             self.read_events(&mut body);
         } else {
+            // Read to `max_message` and no further (SPEC 17): a larger
+            // answer is refused, never held.
+            let max = self.journaling.max_message();
             let mut bytes = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut body, &mut bytes);
-            if !bytes.trim_ascii().is_empty() {
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut body, max as u64 + 1),
+                &mut bytes,
+            );
+            if bytes.len() > max {
+                self.too_large(id);
+            } else if !bytes.trim_ascii().is_empty() {
                 self.deliver(bytes.trim_ascii().to_vec());
             }
         }
@@ -153,30 +161,60 @@ impl Server {
     }
 
     /// Delivers each event's data, one message each, until the stream ends.
+    /// An event over `max_message` is read past and refused, never held.
     fn read_events(&self, body: &mut impl BufRead) {
+        let max = self.journaling.max_message();
         let mut data = Vec::new();
+        let mut over = false;
         let mut line = Vec::new();
         loop {
             line.clear();
-            match body.read_until(b'\n', &mut line) {
+            match std::io::Read::take(&mut *body, max as u64 + 2).read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
+            if !line.ends_with(b"\n") && line.len() > max {
+                // The rest of an over-long line, dropped as it comes.
+                over = true;
+                data = Vec::new();
+                continue;
+            }
             let text = line.trim_ascii_end();
             if text.is_empty() {
-                if !data.is_empty() {
+                if over {
+                    self.too_large(None);
+                    over = false;
+                } else if !data.is_empty() {
                     self.deliver(std::mem::take(&mut data));
                 }
             } else if let Some(more) = text.strip_prefix(b"data:") {
+                if over {
+                    continue;
+                }
                 if !data.is_empty() {
                     data.push(b'\n');
                 }
                 data.extend_from_slice(more.trim_ascii_start());
+                if data.len() > max {
+                    over = true;
+                    data = Vec::new();
+                }
             }
         }
         if !data.is_empty() {
             self.deliver(data);
         }
+    }
+
+    /// Says that a message from the server was over `max_message`.
+    fn too_large(&self, id: Option<&Value>) {
+        self.client.error(
+            id.unwrap_or(&Value::Null),
+            &format!(
+                "durun: the MCP server sent a message over {} bytes ([mcp] max_message); it was dropped",
+                self.journaling.max_message()
+            ),
+        );
     }
 
     fn deliver(&self, message: Vec<u8>) {
