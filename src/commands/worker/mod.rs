@@ -189,6 +189,25 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
     Ok(0)
 }
 
+/// Ends the task's last run, if it has not ended, as interrupted with
+/// `code` and `why`: its task can then be taken again.
+fn interrupt_open_run(journal: &mut dyn Journal, id: &str, code: i32, why: &str) -> Result<()> {
+    if let Some(run) = journal
+        .runs(id)?
+        .last()
+        .filter(|run| run.finished_at.is_none())
+    {
+        let end = RunEnd {
+            status: TaskStatus::Interrupted,
+            exit_code: Some(code),
+            finished_at: journal::now(),
+            error: Some(why.to_owned()),
+        };
+        journal.finish_run(id, run.run, &end, &RunStats::default())?;
+    }
+    Ok(())
+}
+
 /// Opens the journal again, once a second, until it answers or the
 /// worker is told to stop.
 fn reconnect(
@@ -557,19 +576,12 @@ impl Worker<'_> {
         self.panicked.insert(id.to_owned());
         // The task is left interrupted before its claim goes, so that no
         // other worker looks at it while it still reads `running`.
-        if let Some(run) = journal
-            .runs(id)?
-            .last()
-            .filter(|run| run.finished_at.is_none())
-        {
-            let end = RunEnd {
-                status: TaskStatus::Interrupted,
-                exit_code: Some(exit_code::INTERNAL),
-                finished_at: journal::now(),
-                error: Some("durun: the run's thread panicked (a bug in durun)".to_owned()),
-            };
-            journal.finish_run(id, run.run, &end, &RunStats::default())?;
-        }
+        interrupt_open_run(
+            journal,
+            id,
+            exit_code::INTERNAL,
+            "durun: the run's thread panicked (a bug in durun)",
+        )?;
         journal.release_claim(id, &self.record.id)?;
         Ok(None)
     }
@@ -579,7 +591,7 @@ impl Worker<'_> {
     /// process, which no other runner on this host would ever take over
     /// (SPEC 17). Now that the journal answers, the run is ended as
     /// interrupted, which lets its lease go.
-    fn interrupt_if_left_running(&mut self, journal: &mut dyn Journal, id: &str) -> Result<()> {
+    fn interrupt_if_left_running(&self, journal: &mut dyn Journal, id: &str) -> Result<()> {
         let me = self.settings.holder();
         let Some(task) = journal.task(id)? else {
             return Ok(());
@@ -590,23 +602,12 @@ impl Worker<'_> {
         if task.status != TaskStatus::Running || !ours {
             return Ok(());
         }
-        if let Some(run) = journal
-            .runs(id)?
-            .last()
-            .filter(|run| run.finished_at.is_none())
-        {
-            let end = RunEnd {
-                status: TaskStatus::Interrupted,
-                exit_code: Some(exit_code::JOURNAL),
-                finished_at: journal::now(),
-                error: Some(
-                    "durun: the journal went away during the run; the worker left the task interrupted once it was back"
-                        .to_owned(),
-                ),
-            };
-            journal.finish_run(id, run.run, &end, &RunStats::default())?;
-        }
-        Ok(())
+        interrupt_open_run(
+            journal,
+            id,
+            exit_code::JOURNAL,
+            "durun: the journal went away during the run; the worker left the task interrupted once it was back",
+        )
     }
 
     /// Waits for every run, each stopped resumably by the signal that
