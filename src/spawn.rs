@@ -89,7 +89,8 @@ struct ChildArgs {
     mask: libc::sigset_t,
     /// The open-file limit to give back (durun raised its own).
     nofile: Option<libc::rlimit>,
-    /// Set by the child when it could not exec: an errno.
+    /// Set by the child when it could not exec: an errno, negative when
+    /// durun's own binary could not be exec'd.
     error: libc::c_int,
 }
 
@@ -224,10 +225,14 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     drop((child_lifeline, child_status));
     // SAFETY: the child wrote it (or not) before clone returned.
     let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
-    let agent = if error == 0 {
-        crate::keeper::read_status(&status)
-    } else {
-        Err(io::Error::from_raw_os_error(error))
+    let agent = match error {
+        0 => crate::keeper::read_status(&status),
+        keeper if keeper < 0 => Err(io::Error::other(format!(
+            "durun cannot start its own binary {} to keep the agent: {}",
+            keeper_exe().map_or_else(|_| "?".into(), |exe| exe.to_string_lossy().into_owned()),
+            io::Error::from_raw_os_error(-keeper)
+        ))),
+        _ => Err(io::Error::from_raw_os_error(error)),
     };
     drop(stack);
     let agent = match agent {
@@ -311,7 +316,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             return fail(args, *libc::__errno_location());
         }
         libc::execve(args.keeper.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
-        fail(args, *libc::__errno_location())
+        // The keeper is durun's own binary: a failure here is not the
+        // agent's (a durun replaced or removed while it runs).
+        fail(args, -*libc::__errno_location())
     }
 }
 
@@ -364,7 +371,8 @@ impl Drop for Stack {
     }
 }
 
-/// Leaves the child with `error` for the parent to report.
+/// Leaves the child with `error` for the parent to report: an errno, or
+/// minus one when the keeper's own exec failed.
 ///
 /// # Safety
 /// Only in the child, before exec.
@@ -372,7 +380,8 @@ unsafe fn fail(args: &mut ChildArgs, error: libc::c_int) -> libc::c_int {
     // SAFETY: volatile, so the write is not dropped; the parent reads it
     // once the child has exited.
     unsafe {
-        std::ptr::write_volatile(&raw mut args.error, error.max(1));
+        let error = if error == 0 { libc::EIO } else { error };
+        std::ptr::write_volatile(&raw mut args.error, error);
         libc::_exit(127)
     }
 }
