@@ -564,7 +564,7 @@ mod tests {
         let run = built(command.find_subcommand("run").expect("run"));
         assert_eq!(
             synopsis(&run, "durun run"),
-            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] -- CMD [ARG…]"
+            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] [--stdin MODE] -- CMD [ARG…]"
         );
     }
 }
