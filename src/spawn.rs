@@ -227,11 +227,11 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
     let agent = match error {
         0 => crate::keeper::read_status(&status),
-        keeper if keeper < 0 => Err(io::Error::other(format!(
-            "durun cannot start its own binary {} to keep the agent: {}",
+        keeper if keeper < 0 => Err(io::Error::other(KeeperMissing(format!(
+            "cannot start durun's own binary {} to keep the agent: {}",
             keeper_exe().map_or_else(|_| "?".into(), |exe| exe.to_string_lossy().into_owned()),
             io::Error::from_raw_os_error(-keeper)
-        ))),
+        )))),
         _ => Err(io::Error::from_raw_os_error(error)),
     };
     drop(stack);
@@ -255,6 +255,19 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         stderr: stderr.map(ChildStderr::from),
     })
 }
+
+/// durun's own binary could not be exec'd as the keeper (removed or
+/// replaced since durun started): not the agent's fault.
+#[derive(Debug)]
+pub(crate) struct KeeperMissing(String);
+
+impl std::fmt::Display for KeeperMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KeeperMissing {}
 
 /// durun's own binary, which runs as the keeper.
 fn keeper_exe() -> io::Result<&'static OsString> {

@@ -134,7 +134,15 @@ pub(crate) fn supervise(
     ) {
         Ok(child) => child,
         Err(err) => {
-            let failure = if spec.cwd.is_dir() {
+            let keeper_missing = match err.get_ref() {
+                Some(inner) => inner.is::<crate::spawn::KeeperMissing>(),
+                None => false,
+            };
+            let failure = if keeper_missing {
+                Failure::new(Kind::CannotStart, format!("{err}")).hint(
+                    "durun's binary was removed or replaced while this durun ran: start durun again",
+                )
+            } else if spec.cwd.is_dir() {
                 Failure::new(
                     Kind::CannotStart,
                     format!("cannot start `{}`: {err}", spec.argv[0]),

@@ -310,3 +310,50 @@ fn grandchildren_never_outlive_a_runner_a_worker_or_durun_mcp_killed_at_random()
         kinds[0], kinds[1], kinds[2]
     );
 }
+
+#[test]
+fn a_worker_whose_binary_was_removed_says_so_not_that_the_agent_is_missing() {
+    let env = TestEnv::new();
+    let copy = env.path("durun-copy");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("durun"), &copy).expect("copy");
+    let journal = env.path("removed.db");
+    let log = std::fs::File::create(env.path("worker.err")).expect("log");
+    let mut worker = std::process::Command::new(&copy)
+        .env_clear()
+        .env("PATH", crate::env::path_with_durun())
+        .env("HOME", env.path(""))
+        .env("DURUN_JOURNAL", &journal)
+        .arg("worker")
+        .current_dir(env.path(""))
+        .stdin(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("worker");
+    wait_for("the worker to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(env.path("worker.err")).is_ok_and(|log| log.contains("takes tasks"))
+    });
+    std::fs::remove_file(&copy).expect("remove the worker's binary");
+    let submitted = env
+        .command()
+        .env("DURUN_JOURNAL", &journal)
+        .args(["-q", "submit", "--task", "orphaned", "--", "true"])
+        .output()
+        .expect("submit");
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    wait_for(
+        "the worker to try the task",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(env.path("worker.err"))
+                .is_ok_and(|log| log.contains("ended with exit"))
+        },
+    );
+    crate::env::signal(i32::try_from(worker.id()).expect("pid"), libc::SIGTERM);
+    wait_exit(&mut worker, Duration::from_secs(30));
+    let log = std::fs::read_to_string(env.path("worker.err")).expect("log");
+    assert!(
+        log.contains("cannot start durun's own binary") && log.contains("was removed or replaced"),
+        "{log}"
+    );
+    assert!(!log.contains("check the command"), "{log}");
+}
