@@ -126,8 +126,12 @@ fn a_pool_runs_every_task_once_though_workers_are_killed_and_paused() {
     let api = FakeApi::start();
     let env = pool_env(&api);
     let ids: Vec<String> = (0..30).map(|i| format!("t{i:02}")).collect();
+    // Every run's agent starts grandchildren that try to outlive it
+    // (SPEC 17): none may be left once the pool is done.
+    let escapees = env.path("escapees");
+    std::fs::create_dir(&escapees).expect("dir");
     for (i, id) in ids.iter().enumerate() {
-        let plan = json!({"steps": [
+        let plan = json!({"escapees": escapees, "steps": [
             {"begin": "think", "args": {"i": i}, "do": {"sleep_ms": 200}},
             {"begin": "charge", "effect": "mutate", "args": {"title": id}, "do": {"api": true}},
             {"begin": "after", "args": {"i": i}, "do": {"sleep_ms": 200}},
@@ -160,6 +164,27 @@ fn a_pool_runs_every_task_once_though_workers_are_killed_and_paused() {
     });
     assert!(stop(&mut w2).success(), "{}", worker_log(&env, "w2"));
     assert!(stop(&mut w3).success(), "{}", worker_log(&env, "w3"));
+    let pids: Vec<i32> = std::fs::read_dir(&escapees)
+        .expect("escapees")
+        .flatten()
+        .filter(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
+        .filter_map(|entry| {
+            std::fs::read_to_string(entry.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        pids.len() >= 90,
+        "each task's agent started three: {pids:?}"
+    );
+    wait_for(
+        "every escaping grandchild to be gone",
+        Duration::from_secs(1),
+        || pids.iter().all(|&pid| crate::env::process_gone(pid)),
+    );
     assert_eq!(api.resources(), 30, "every charge happened once");
     let mut keys = api.keys();
     keys.sort();
