@@ -12,19 +12,22 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::error::Failure;
-use crate::protocol::Effect;
 
 mod expand;
+mod mcp;
 mod proxy;
 mod schedules;
+mod size;
+mod tool;
 
-use expand::{Piece, parse_template};
 pub(crate) use expand::{Secrets, expand_env_noting};
-pub(crate) use proxy::{MODEL_ROUTES, ProxyConfig, RouteConfig, check_upstream};
+pub(crate) use mcp::{MCP_MAX_MESSAGE, McpServerConfig};
+pub(crate) use proxy::{MAX_RECORD, MODEL_ROUTES, ProxyConfig, RouteConfig, check_upstream};
 pub(crate) use schedules::{CatchUp, MAX_CATCH_UP, Schedule};
+use tool::RawTool;
+pub(crate) use tool::{HttpSpec, InDoubt, OutputMode, Tool, ToolKind};
 
 /// The file `run` looks for in its working directory.
 pub(crate) const FILE_NAME: &str = "durun.toml";
@@ -91,135 +94,6 @@ pub(crate) struct Config {
     pub(crate) otel_endpoint: Option<String>,
     /// `[schedules.NAME]`: tasks the workers submit on a clock (SPEC 16).
     pub(crate) schedules: Vec<Schedule>,
-}
-
-/// The largest message `durun mcp` relays unless `[mcp] max_message` says.
-pub(crate) const MCP_MAX_MESSAGE: usize = 64 * 1024 * 1024;
-
-/// `[mcp]`'s server tables and its `max_message` (bytes, or a size such as
-/// `"64MiB"`).
-fn mcp_tables(
-    raw: BTreeMap<String, toml::Value>,
-) -> anyhow::Result<(BTreeMap<String, McpServerConfig>, Option<usize>)> {
-    let mut max_message = None;
-    let mut servers = BTreeMap::new();
-    for (name, value) in raw {
-        if name == "max_message" {
-            let bytes = size_value(&value);
-            max_message = Some(bytes.ok_or_else(|| {
-                Failure::config(format!("[mcp] max_message = {value}: not a size"))
-                    .hint("a number of bytes, or a size like \"64MiB\"")
-            })?);
-            continue;
-        }
-        let server = McpServerConfig::deserialize(value)
-            .map_err(|err| Failure::config(format!("[mcp.{name}]: {err}")))?;
-        servers.insert(name, server);
-    }
-    Ok((servers, max_message))
-}
-
-/// The largest answer the proxy records unless `[proxy] max_record` says.
-pub(crate) const MAX_RECORD: usize = 64 * 1024 * 1024;
-
-/// A size in a config: a number of bytes, or a string like `"64MiB"`.
-fn size_value(value: &toml::Value) -> Option<usize> {
-    match value {
-        toml::Value::Integer(bytes) => usize::try_from(*bytes).ok().filter(|n| *n > 0),
-        toml::Value::String(text) => size(text),
-        _ => None,
-    }
-}
-
-/// A size like `"64MiB"`, `"512KiB"`, `"1GiB"` or `"1000"` (bytes).
-fn size(text: &str) -> Option<usize> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, ""), |at| text.split_at(at));
-    let unit = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        _ => return None,
-    };
-    number
-        .parse::<usize>()
-        .ok()?
-        .checked_mul(unit)
-        .filter(|n| *n > 0)
-}
-
-/// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct McpServerConfig {
-    #[serde(default)]
-    pub(crate) read: Vec<String>,
-    #[serde(default)]
-    pub(crate) mutate: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Tool {
-    pub(crate) name: String,
-    pub(crate) effect: Effect,
-    /// What runs: a command or an HTTP request.
-    pub(crate) kind: ToolKind,
-    pub(crate) output: OutputMode,
-    pub(crate) timeout: Option<Duration>,
-    /// More attempts after a failure, with backoff.
-    pub(crate) retries: u32,
-    /// Whether a step left in doubt by a dead run is retried on resume
-    /// (`retry`, for tools that honour the idempotency key) or waits for
-    /// `durun resolve` (`ask`, for tools that do not).
-    pub(crate) in_doubt: InDoubt,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ToolKind {
-    Command {
-        /// argv templates; `{name}` takes `args.name`.
-        argv: Vec<String>,
-        /// The args as JSON on stdin.
-        stdin_args: bool,
-    },
-    Http(HttpSpec),
-}
-
-/// An HTTP tool: the args are the JSON body, the step's key the
-/// `Idempotency-Key` header.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct HttpSpec {
-    pub(crate) method: String,
-    /// May hold `{name}` placeholders, like a command's argv, and
-    /// `${VAR}` / `${VAR:-default}` from the environment.
-    pub(crate) url: String,
-    /// Values may hold `${VAR}`, read from the environment at each call and
-    /// never journaled.
-    pub(crate) headers: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    method: Option<String>,
-    url: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum InDoubt {
-    Retry,
-    Ask,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum OutputMode {
-    Text,
-    Json,
 }
 
 #[derive(Deserialize)]
@@ -305,20 +179,6 @@ struct RawBudget {
     max_tokens: Option<u64>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTool {
-    effect: Option<Effect>,
-    command: Option<Vec<String>>,
-    http: Option<RawHttp>,
-    headers: Option<BTreeMap<String, String>>,
-    stdin: Option<String>,
-    output: Option<OutputMode>,
-    timeout: Option<String>,
-    retries: Option<u32>,
-    in_doubt: Option<InDoubt>,
-}
-
 impl Config {
     /// Finds the config for a new task: `explicit` (from `--config` or
     /// `DURUN_CONFIG`) must exist; otherwise `durun.toml` in `cwd` is used
@@ -374,7 +234,7 @@ impl Config {
             })
             .transpose()?;
         let proxy = raw.proxy.check().map_err(Failure::config)?;
-        let (mcp, mcp_max_message) = mcp_tables(raw.mcp)?;
+        let (mcp, mcp_max_message) = mcp::mcp_tables(raw.mcp)?;
         Ok(Self {
             source: text.to_owned(),
             sync: raw.journal.sync,
@@ -410,130 +270,11 @@ impl Config {
     }
 }
 
-impl Tool {
-    fn from_raw(name: &str, raw: RawTool) -> Result<Self, String> {
-        let stdin_args = match raw.stdin.as_deref() {
-            None | Some("null") => false,
-            Some("args") => true,
-            Some(other) => return Err(format!("`stdin` must be \"args\", not {other:?}")),
-        };
-        let kind = match (raw.http, raw.command) {
-            (Some(_), Some(_)) => {
-                return Err("has both `command` and `http`; choose one".to_owned());
-            }
-            (Some(http), None) => {
-                if stdin_args {
-                    return Err(
-                        "`stdin` goes with `command`; an HTTP tool sends its args as the body"
-                            .to_owned(),
-                    );
-                }
-                let method = http
-                    .method
-                    .unwrap_or_else(|| "POST".to_owned())
-                    .to_ascii_uppercase();
-                if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method.as_str()) {
-                    return Err(format!(
-                        "`http.method = {method:?}` is not GET, POST, PUT, PATCH or DELETE"
-                    ));
-                }
-                if !(http.url.starts_with("http://")
-                    || http.url.starts_with("https://")
-                    || http.url.starts_with("${"))
-                {
-                    return Err(format!(
-                        "`http.url = {:?}` must start with http:// or https://",
-                        http.url
-                    ));
-                }
-                ToolKind::Http(HttpSpec {
-                    method,
-                    url: http.url,
-                    headers: raw.headers.unwrap_or_default(),
-                })
-            }
-            (None, _) if raw.headers.is_some() => return Err("`headers` go with `http`".to_owned()),
-            (None, Some(argv)) => {
-                if argv.first().is_none_or(String::is_empty) {
-                    return Err("`command` needs a program as its first element".to_owned());
-                }
-                ToolKind::Command { argv, stdin_args }
-            }
-            (None, None) => {
-                return Err(
-                    "needs `command = [\"program\", \"arg\", …]` or `http = { url = \"…\" }`"
-                        .to_owned(),
-                );
-            }
-        };
-        let timeout = raw
-            .timeout
-            .map(|text| {
-                let timeout = humantime::parse_duration(&text).map_err(|err| {
-                    format!("`timeout = {text:?}` is not a duration like \"30s\": {err}")
-                })?;
-                if timeout.is_zero() {
-                    // Every call would time out before it started.
-                    return Err(format!("`timeout = {text:?}` must be longer than zero"));
-                }
-                Ok(timeout)
-            })
-            .transpose()?;
-        Ok(Self {
-            name: name.to_owned(),
-            // A tool nobody classified may change the world: assume it does.
-            effect: raw.effect.unwrap_or(Effect::Mutate),
-            // An HTTP API answers JSON as a rule; a command prints text.
-            output: raw.output.unwrap_or(match kind {
-                ToolKind::Http(_) => OutputMode::Json,
-                ToolKind::Command { .. } => OutputMode::Text,
-            }),
-            kind,
-            timeout,
-            retries: raw.retries.unwrap_or(0),
-            in_doubt: raw.in_doubt.unwrap_or(InDoubt::Retry),
-        })
-    }
-
-    /// Whether `args` fill every placeholder of the argv or URL.
-    pub(crate) fn check_args(&self, args: &Value) -> Result<(), String> {
-        match &self.kind {
-            ToolKind::Http(http) => self.expand(&http.url, args).map(drop),
-            ToolKind::Command { argv, .. } => self.argv(argv, args).map(drop),
-        }
-    }
-
-    /// One template filled from `args`.
-    pub(crate) fn expand(&self, template: &str, args: &Value) -> Result<String, String> {
-        let mut out = String::new();
-        for piece in parse_template(template) {
-            match piece {
-                Piece::Text(text) => out.push_str(&text),
-                Piece::Arg(name) => match args.get(&name) {
-                    Some(Value::String(text)) => out.push_str(text),
-                    Some(Value::Null) | None => {
-                        return Err(format!("tool `{}` needs `args.{name}`", self.name));
-                    }
-                    Some(other) => out.push_str(&other.to_string()),
-                },
-            }
-        }
-        Ok(out)
-    }
-
-    /// The argv `templates` filled from `args`, or why `args` do not fit.
-    pub(crate) fn argv(&self, templates: &[String], args: &Value) -> Result<Vec<String>, String> {
-        templates
-            .iter()
-            .map(|template| self.expand(template, args))
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::expand::{expand_env, expand_with};
     use super::*;
+    use crate::protocol::Effect;
     use serde_json::json;
 
     #[test]

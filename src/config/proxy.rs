@@ -11,6 +11,9 @@ use crate::protocol::Effect;
 /// The two routes every run has, for the model clients.
 pub(crate) const MODEL_ROUTES: [&str; 2] = ["openai", "anthropic"];
 
+/// The largest answer the proxy records unless `[proxy] max_record` says.
+pub(crate) const MAX_RECORD: usize = 64 * 1024 * 1024;
+
 /// A validated `[proxy]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ProxyConfig {
@@ -196,7 +199,7 @@ impl RawProxy {
             max_record: self
                 .max_record
                 .map(|value| {
-                    super::size_value(&value).ok_or_else(|| {
+                    super::size::size_value(&value).ok_or_else(|| {
                         format!(
                             "[proxy] max_record = {value}: not a size (bytes, or like \"64MiB\")"
                         )
