@@ -373,6 +373,16 @@ pub(crate) fn read_status(pipe: impl AsFd) -> std::io::Result<u32> {
     }
 }
 
+/// durun's own binary, which runs as the keeper: its path, found once.
+pub(crate) fn exe() -> std::io::Result<&'static std::ffi::OsString> {
+    static EXE: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+    if let Some(exe) = EXE.get() {
+        return Ok(exe);
+    }
+    let exe = std::env::current_exe()?.into_os_string();
+    Ok(EXE.get_or_init(|| exe))
+}
+
 /// durun's side of a keeper started through `std::process::Command` (a
 /// tool's, an MCP server's): the pipes, and the keeper's command line.
 pub(crate) struct Keeping {
@@ -401,14 +411,14 @@ impl Keeping {
     pub(crate) fn command_line(
         argv: &[impl AsRef<std::ffi::OsStr>],
         own_group: bool,
-    ) -> std::io::Result<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
+    ) -> std::io::Result<(&'static std::ffi::OsString, Vec<std::ffi::OsString>)> {
         let mut args: Vec<std::ffi::OsString> = vec![ARG.into()];
         if own_group {
             args.push(GROUP.into());
         }
         args.push("--".into());
         args.extend(argv.iter().map(|arg| arg.as_ref().to_owned()));
-        Ok((std::env::current_exe()?, args))
+        Ok((exe()?, args))
     }
 
     /// What makes a `Command` of [`Self::command_line`] find its pipes

@@ -130,7 +130,7 @@ where
         Command::Export(args) => commands::transfer::export(&args, &settings),
         Command::Import(args) => commands::transfer::import(&args, &settings),
         Command::Fork(args) => commands::transfer::fork(&args, &settings),
-        Command::Submit(args) => commands::worker::submit(&args, &settings),
+        Command::Submit(args) => commands::submit::submit(&args, &settings),
         Command::Worker(args) => commands::worker::worker(&args, &settings),
         Command::Ui(args) => ui::exec(&args, &settings),
         Command::Schedules(args) => commands::schedules::exec(&args, &settings),

@@ -102,7 +102,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     }
     // The keeper finds the program on the agent's PATH, as execvp does.
     let argv_storage = [
-        keeper_exe()?.as_bytes(),
+        crate::keeper::exe()?.as_bytes(),
         crate::keeper::ARG.as_bytes(),
         b"--",
     ]
@@ -110,132 +110,32 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     .chain(plan.argv.iter().map(String::as_bytes))
     .map(cstring)
     .collect::<io::Result<Vec<_>>>()?;
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(name, _)| {
-            !plan
-                .env
-                .iter()
-                .any(|(set, _)| name.as_bytes() == set.as_bytes())
-        })
-        .collect();
-    env.extend(
-        plan.env
-            .iter()
-            .map(|(name, value)| (OsString::from(name), value.clone())),
-    );
-    let env_storage = env
-        .into_iter()
-        .map(|(name, value)| {
-            let mut entry = name.into_vec();
-            entry.push(b'=');
-            entry.extend(value.into_vec());
-            cstring(&entry)
-        })
-        .collect::<io::Result<Vec<_>>>()?;
-
-    let (child_stdin, stdin) = pipe()?;
-    let (stdout, child_stdout) = pipe()?;
-    let stderr_pipe = if plan.pipe_stderr {
-        Some(pipe()?)
-    } else {
-        None
-    };
-    let (child_lifeline, lifeline) = pipe()?;
-    let (status, child_status) = pipe()?;
-    let child_stdin = above_stdio(child_stdin)?;
-    let child_stdout = above_stdio(child_stdout)?;
-    // Opened close-on-exec; dup2 gives the child its own copy.
-    let null = match plan.stdin {
-        crate::config::StdinMode::Null => {
-            Some(above_stdio(std::fs::File::open("/dev/null")?.into())?)
-        }
-        _ => None,
-    };
-    let (stdin_fd, stdout_fd) = match (plan.stdin, &null) {
-        (crate::config::StdinMode::Protocol, _) => {
-            (child_stdin.as_raw_fd(), child_stdout.as_raw_fd())
-        }
-        (_, Some(null)) => (null.as_raw_fd(), -1),
-        (_, None) => (-1, -1),
-    };
-    let (stderr, child_stderr) = match stderr_pipe {
-        Some((read, write)) => (Some(read), Some(above_stdio(write)?)),
-        None => (None, None),
-    };
-    // Above the keeper's two: dup2 onto 3 and 4 overwrites neither.
-    let child_lifeline = above(child_lifeline, crate::keeper::STATUS_FD + 1)?;
-    let child_status = above(child_status, crate::keeper::STATUS_FD + 1)?;
-
+    let env_storage = environment(plan)?;
+    let (durun, child) = pipes(plan)?;
     let mut args = ChildArgs {
         keeper: argv_storage[0].clone(),
-        argv: argv_storage
-            .iter()
-            .map(|arg| arg.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect(),
-        envp: env_storage
-            .iter()
-            .map(|entry| entry.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect(),
+        argv: null_ended(&argv_storage),
+        envp: null_ended(&env_storage),
         cwd: cstring(plan.cwd.as_os_str().as_bytes())?,
         nofile: crate::os::started_open_files().map(|(current, maximum)| libc::rlimit {
             rlim_cur: current,
             rlim_max: maximum,
         }),
-        stdin: stdin_fd,
-        stdout: stdout_fd,
-        stderr: child_stderr
-            .as_ref()
-            .map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
-        lifeline: child_lifeline.as_raw_fd(),
-        status: child_status.as_raw_fd(),
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        lifeline: child.lifeline.as_raw_fd(),
+        status: child.status.as_raw_fd(),
         // SAFETY: a zeroed sigset_t is a valid value to be overwritten.
         mask: unsafe { std::mem::zeroed() },
         error: 0,
     };
     // The child's stack: it makes a few system calls and execs.
     let stack = Stack::new(128 * 1024)?;
-    // SAFETY: see the module's invariant. The stack and `args` outlive the
-    // child's use of them: with CLONE_VFORK, clone returns only once the
-    // child has exec'd or exited.
-    let pid = unsafe {
-        let top = stack.top();
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&raw mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut args.mask);
-        let pid = libc::clone(
-            child_main,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&raw mut args).cast(),
-        );
-        let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(
-            libc::SIG_SETMASK,
-            &raw const args.mask,
-            std::ptr::null_mut(),
-        );
-        if pid < 0 {
-            return Err(clone_error);
-        }
-        pid
-    };
-    drop((child_stdin, child_stdout, child_stderr, null));
-    drop((child_lifeline, child_status));
-    // SAFETY: the child wrote it (or not) before clone returned.
-    let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
-    let agent = match error {
-        0 => crate::keeper::read_status(&status),
-        keeper if keeper < 0 => Err(io::Error::other(KeeperMissing(format!(
-            "cannot start durun's own binary {} to keep the agent: {}",
-            keeper_exe().map_or_else(|_| "?".into(), |exe| exe.to_string_lossy().into_owned()),
-            io::Error::from_raw_os_error(-keeper)
-        )))),
-        _ => Err(io::Error::from_raw_os_error(error)),
-    };
+    let pid = clone_child(&stack, &mut args)?;
+    drop(child);
     drop(stack);
-    let agent = match agent {
+    let agent = match started(&args, &durun.status) {
         Ok(agent) => agent,
         Err(err) => {
             // Reaps the keeper, which exits at once when it could not start
@@ -249,11 +149,162 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     Ok(Spawned {
         keeper: pid as u32,
         pid: agent,
-        lifeline,
-        stdin: ChildStdin::from(stdin),
-        stdout: ChildStdout::from(stdout),
-        stderr: stderr.map(ChildStderr::from),
+        lifeline: durun.lifeline,
+        stdin: ChildStdin::from(durun.stdin),
+        stdout: ChildStdout::from(durun.stdout),
+        stderr: durun.stderr.map(ChildStderr::from),
     })
+}
+
+/// The child's environment: durun's, with `plan.env` set on top, as
+/// `NAME=VALUE` strings.
+fn environment(plan: &Plan<'_>) -> io::Result<Vec<CString>> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(name, _)| {
+            !plan
+                .env
+                .iter()
+                .any(|(set, _)| name.as_bytes() == set.as_bytes())
+        })
+        .collect();
+    env.extend(
+        plan.env
+            .iter()
+            .map(|(name, value)| (OsString::from(name), value.clone())),
+    );
+    env.into_iter()
+        .map(|(name, value)| {
+            let mut entry = name.into_vec();
+            entry.push(b'=');
+            entry.extend(value.into_vec());
+            cstring(&entry)
+        })
+        .collect()
+}
+
+/// `strings` as the null-ended pointer array `execve` takes.
+fn null_ended(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|string| string.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// durun's ends of the child's pipes.
+struct DurunEnds {
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: Option<OwnedFd>,
+    lifeline: OwnedFd,
+    status: OwnedFd,
+}
+
+/// The child's ends, held open until it has exec'd; -1 where the child
+/// keeps durun's own descriptor.
+struct ChildEnds {
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+    lifeline: OwnedFd,
+    status: OwnedFd,
+    /// Every descriptor above, owned.
+    _held: Vec<OwnedFd>,
+}
+
+/// The pipes of a child that `plan` describes. Each child end is above
+/// stdio (durun may have started with one closed), and the keeper's two
+/// above its own numbers, so that no `dup2` in the child overwrites
+/// another's source. All are close-on-exec: `dup2` gives the child its own
+/// copies.
+fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
+    let (child_stdin, stdin) = pipe()?;
+    let (stdout, child_stdout) = pipe()?;
+    let (child_lifeline, lifeline) = pipe()?;
+    let (status, child_status) = pipe()?;
+    let mut held = vec![above_stdio(child_stdin)?, above_stdio(child_stdout)?];
+    let (stdin_fd, stdout_fd) = match plan.stdin {
+        crate::config::StdinMode::Protocol => (held[0].as_raw_fd(), held[1].as_raw_fd()),
+        crate::config::StdinMode::Null => {
+            held.push(above_stdio(std::fs::File::open("/dev/null")?.into())?);
+            (held[2].as_raw_fd(), -1)
+        }
+        crate::config::StdinMode::Inherit => (-1, -1),
+    };
+    let (stderr, stderr_fd) = if plan.pipe_stderr {
+        let (read, write) = pipe()?;
+        let write = above_stdio(write)?;
+        let fd = write.as_raw_fd();
+        held.push(write);
+        (Some(read), fd)
+    } else {
+        (None, -1)
+    };
+    let keeper = crate::keeper::STATUS_FD + 1;
+    Ok((
+        DurunEnds {
+            stdin,
+            stdout,
+            stderr,
+            lifeline,
+            status,
+        },
+        ChildEnds {
+            stdin: stdin_fd,
+            stdout: stdout_fd,
+            stderr: stderr_fd,
+            lifeline: above(child_lifeline, keeper)?,
+            status: above(child_status, keeper)?,
+            _held: held,
+        },
+    ))
+}
+
+/// Starts the child on `stack` with `args`; its pid once it has exec'd
+/// or failed.
+fn clone_child(stack: &Stack, args: &mut ChildArgs) -> io::Result<libc::pid_t> {
+    // SAFETY: see the module's invariant. The stack and `args` outlive the
+    // child's use of them: with CLONE_VFORK, clone returns only once the
+    // child has exec'd or exited.
+    unsafe {
+        let top = stack.top();
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut args.mask);
+        let pid = libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_mut(args).cast(),
+        );
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(
+            libc::SIG_SETMASK,
+            &raw const args.mask,
+            std::ptr::null_mut(),
+        );
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        Ok(pid)
+    }
+}
+
+/// The agent's pid, once the child has exec'd the keeper and the keeper
+/// said it started the agent; or why either failed.
+fn started(args: &ChildArgs, status: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: the child wrote it (or not) before clone returned.
+    let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
+    match error {
+        0 => crate::keeper::read_status(status),
+        keeper if keeper < 0 => Err(io::Error::other(KeeperMissing(format!(
+            "cannot start durun's own binary {} to keep the agent: {}",
+            crate::keeper::exe()
+                .map_or_else(|_| "?".into(), |exe| exe.to_string_lossy().into_owned()),
+            io::Error::from_raw_os_error(-keeper)
+        )))),
+        _ => Err(io::Error::from_raw_os_error(error)),
+    }
 }
 
 /// durun's own binary could not be exec'd as the keeper (removed or
@@ -268,16 +319,6 @@ impl std::fmt::Display for KeeperMissing {
 }
 
 impl std::error::Error for KeeperMissing {}
-
-/// durun's own binary, which runs as the keeper.
-fn keeper_exe() -> io::Result<&'static OsString> {
-    static EXE: std::sync::OnceLock<OsString> = std::sync::OnceLock::new();
-    if let Some(exe) = EXE.get() {
-        return Ok(exe);
-    }
-    let exe = std::env::current_exe()?.into_os_string();
-    Ok(EXE.get_or_init(|| exe))
-}
 
 /// The child, from `clone` to `exec`: async-signal-safe calls only.
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {

@@ -12,6 +12,7 @@ pub(crate) mod schedules;
 mod session;
 pub(crate) mod signal;
 pub(crate) mod step;
+pub(crate) mod submit;
 pub(crate) mod test;
 pub(crate) mod transfer;
 pub(crate) mod worker;

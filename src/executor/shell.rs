@@ -31,114 +31,21 @@ pub(super) fn run_once(
         Ok(argv) => argv,
         Err(message) => return failed(ErrorCode::ToolFailed, message, None),
     };
-    // A relative program path means the task's directory, wherever durun
-    // was started from.
-    // duct would look a `Path` up relative to the cwd, so pass a string.
-    let program = if argv[0].contains('/') {
-        invocation.cwd.join(&argv[0]).into_os_string()
-    } else {
-        argv[0].clone().into()
+    let started = match start(invocation, &argv, stdin_args, attempt) {
+        Ok(started) => started,
+        Err(message) => return failed(ErrorCode::ToolFailed, message, None),
     };
-    // The tool runs under a keeper: whatever it starts, in any session,
-    // ends with it or with durun.
-    let keeping = crate::keeper::Keeping::new().and_then(|keeping| {
-        let (exe, args) = crate::keeper::Keeping::command_line(
-            &std::iter::once(program.clone())
-                .chain(argv[1..].iter().map(Into::into))
-                .collect::<Vec<std::ffi::OsString>>(),
-            true,
-        )?;
-        Ok((keeping, exe, args))
-    });
-    let (mut keeping, exe, keeper_args) = match keeping {
-        Ok(keeping) => keeping,
-        Err(err) => {
-            return failed(
-                ErrorCode::ToolFailed,
-                format!("cannot start `{}`: {err}", program.to_string_lossy()),
-                None,
-            );
-        }
-    };
-    let mut expression = duct::cmd(exe, keeper_args)
-        .dir(&invocation.cwd)
-        .env("DURUN_TASK_ID", &invocation.task_id)
-        .env("DURUN_RUN", invocation.run.to_string())
-        .env("DURUN_STEP", invocation.step.to_string())
-        .env("DURUN_ATTEMPT", attempt.to_string())
-        .env("DURUN_IDEMPOTENCY_KEY", &invocation.idempotency_key)
-        .unchecked()
-        .before_spawn(keeping.hand_over());
-    if let Some(traceparent) = &invocation.traceparent {
-        expression = expression.env("TRACEPARENT", traceparent);
-    }
-    expression = if stdin_args {
-        expression.stdin_bytes(serde_json::to_vec(&invocation.args).expect("JSON serializes"))
-    } else {
-        expression.stdin_null()
-    };
-    // Output goes through pipes read with a cap, never into memory whole.
-    let pipes = std::io::pipe().and_then(|stdout| Ok((stdout, std::io::pipe()?)));
-    let ((stdout_reader, stdout_writer), (stderr_reader, stderr_writer)) = match pipes {
-        Ok(pipes) => pipes,
-        Err(err) => {
-            return failed(
-                ErrorCode::ToolFailed,
-                format!("cannot create pipes for the tool: {err}"),
-                None,
-            );
-        }
-    };
-    let started = expression
-        .stdout_file(stdout_writer)
-        .stderr_file(stderr_writer)
-        .start();
-    // The expression holds the pipes' write ends: drop it so that the
-    // readers see the end of output when the tool's processes are gone.
-    drop(expression);
-    let handle = match started.and_then(|handle| match keeping.started() {
-        Ok(pid) => Ok((handle, pid)),
-        Err(err) => {
-            // The keeper exits at once when the tool could not start.
-            let _ = handle.wait();
-            Err(err)
-        }
-    }) {
-        Ok(handle) => handle,
-        Err(err) => {
-            return failed(
-                ErrorCode::ToolFailed,
-                format!("cannot start `{}`: {err}", program.to_string_lossy()),
-                None,
-            );
-        }
-    };
-    // The tool leads a process group of its own, which its keeper is not in.
-    let (handle, pgid) = handle;
-    let stdout_thread = std::thread::spawn(move || read_capped(stdout_reader, STDOUT_LIMIT));
-    let stderr_thread = std::thread::spawn(move || read_tail(stderr_reader, STDERR_KEEP));
+    let Started {
+        handle,
+        pgid,
+        keeping,
+        stdout,
+        stderr,
+    } = started;
+    let stdout_thread = std::thread::spawn(move || read_capped(stdout, STDOUT_LIMIT));
+    let stderr_thread = std::thread::spawn(move || read_tail(stderr, STDERR_KEEP));
     cancel.started(pgid);
-    let mut timed_out = false;
-    let result = match tool.timeout {
-        None => handle.wait().cloned(),
-        Some(timeout) => match handle.wait_timeout(timeout) {
-            Ok(Some(output)) => Ok(output.clone()),
-            Ok(None) => {
-                // SIGTERM to the whole group, then SIGKILL after a grace.
-                timed_out = true;
-                os::signal_group(pgid, libc::SIGTERM);
-                match handle.wait_timeout(KILL_GRACE) {
-                    Ok(Some(output)) => Ok(output.clone()),
-                    Ok(None) => {
-                        os::signal_group(pgid, libc::SIGKILL);
-                        handle.wait().cloned()
-                    }
-                    Err(err) => Err(err),
-                }
-            }
-            Err(err) => Err(err),
-        },
-    };
+    let (result, timed_out) = wait(&handle, pgid, tool.timeout);
     // Whatever the tool left running in its group goes with it: no tool
     // process outlives its step (and holds its output pipes open).
     os::signal_group(pgid, libc::SIGKILL);
@@ -159,7 +66,130 @@ pub(super) fn run_once(
             );
         }
     };
-    let stdout = String::from_utf8_lossy(&stdout).into_owned();
+    judge(tool, &output, &stdout, &stderr, overflow, timed_out)
+}
+
+/// A tool started: its keeper's handle, its process group, and the read
+/// ends of its stdout and stderr.
+struct Started {
+    handle: duct::Handle,
+    /// The tool leads a process group of its own, which its keeper is not in.
+    pgid: u32,
+    /// Held until the tool's step is over: its close ends what is left.
+    keeping: crate::keeper::Keeping,
+    stdout: std::io::PipeReader,
+    stderr: std::io::PipeReader,
+}
+
+/// Starts the tool under a keeper: whatever it starts, in any session,
+/// ends with it or with durun. Its output goes through pipes read with a
+/// cap, never into memory whole.
+fn start(
+    invocation: &Invocation,
+    argv: &[String],
+    stdin_args: bool,
+    attempt: u32,
+) -> Result<Started, String> {
+    // A relative program path means the task's directory, wherever durun
+    // was started from.
+    // duct would look a `Path` up relative to the cwd, so pass a string.
+    let program = if argv[0].contains('/') {
+        invocation.cwd.join(&argv[0]).into_os_string()
+    } else {
+        argv[0].clone().into()
+    };
+    let cannot_start =
+        |err: std::io::Error| format!("cannot start `{}`: {err}", program.to_string_lossy());
+    let mut keeping = crate::keeper::Keeping::new().map_err(cannot_start)?;
+    let command: Vec<std::ffi::OsString> = std::iter::once(program.clone())
+        .chain(argv[1..].iter().map(Into::into))
+        .collect();
+    let (exe, keeper_args) =
+        crate::keeper::Keeping::command_line(&command, true).map_err(cannot_start)?;
+    let mut expression = duct::cmd(exe, keeper_args)
+        .dir(&invocation.cwd)
+        .env("DURUN_TASK_ID", &invocation.task_id)
+        .env("DURUN_RUN", invocation.run.to_string())
+        .env("DURUN_STEP", invocation.step.to_string())
+        .env("DURUN_ATTEMPT", attempt.to_string())
+        .env("DURUN_IDEMPOTENCY_KEY", &invocation.idempotency_key)
+        .unchecked()
+        .before_spawn(keeping.hand_over());
+    if let Some(traceparent) = &invocation.traceparent {
+        expression = expression.env("TRACEPARENT", traceparent);
+    }
+    expression = if stdin_args {
+        expression.stdin_bytes(serde_json::to_vec(&invocation.args).expect("JSON serializes"))
+    } else {
+        expression.stdin_null()
+    };
+    let (stdout, stdout_writer) =
+        std::io::pipe().map_err(|err| format!("cannot create pipes for the tool: {err}"))?;
+    let (stderr, stderr_writer) =
+        std::io::pipe().map_err(|err| format!("cannot create pipes for the tool: {err}"))?;
+    let started = expression
+        .stdout_file(stdout_writer)
+        .stderr_file(stderr_writer)
+        .start();
+    // The expression holds the pipes' write ends: drop it so that the
+    // readers see the end of output when the tool's processes are gone.
+    drop(expression);
+    let handle = started.map_err(cannot_start)?;
+    let pgid = match keeping.started() {
+        Ok(pid) => pid,
+        Err(err) => {
+            // The keeper exits at once when the tool could not start.
+            let _ = handle.wait();
+            return Err(cannot_start(err));
+        }
+    };
+    Ok(Started {
+        handle,
+        pgid,
+        keeping,
+        stdout,
+        stderr,
+    })
+}
+
+/// Waits for the tool; past `timeout`, SIGTERM to its whole group, then
+/// SIGKILL after a grace. Its output, and whether it timed out.
+fn wait(
+    handle: &duct::Handle,
+    pgid: u32,
+    timeout: Option<Duration>,
+) -> (std::io::Result<std::process::Output>, bool) {
+    let Some(timeout) = timeout else {
+        return (handle.wait().cloned(), false);
+    };
+    match handle.wait_timeout(timeout) {
+        Ok(Some(output)) => (Ok(output.clone()), false),
+        Ok(None) => {
+            os::signal_group(pgid, libc::SIGTERM);
+            let output = match handle.wait_timeout(KILL_GRACE) {
+                Ok(Some(output)) => Ok(output.clone()),
+                Ok(None) => {
+                    os::signal_group(pgid, libc::SIGKILL);
+                    handle.wait().cloned()
+                }
+                Err(err) => Err(err),
+            };
+            (output, true)
+        }
+        Err(err) => (Err(err), false),
+    }
+}
+
+/// The step's outcome from how the tool ended and what it printed.
+fn judge(
+    tool: &crate::config::Tool,
+    output: &std::process::Output,
+    stdout: &[u8],
+    stderr: &str,
+    overflow: bool,
+    timed_out: bool,
+) -> Outcome {
+    let stdout = String::from_utf8_lossy(stdout).into_owned();
     let stderr = tail(stderr.as_bytes());
     if overflow {
         return failed(

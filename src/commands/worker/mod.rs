@@ -1,5 +1,5 @@
-//! `durun submit` and `durun worker` (SPEC 11): a queue of tasks in the
-//! journal, and workers on any number of hosts that take them.
+//! `durun worker` (SPEC 11): workers on any number of hosts that take the
+//! tasks `durun submit` queued in the journal.
 //!
 //! A worker claims tasks in one transaction (of workers racing for one,
 //! exactly one claims it) and runs each as `durun resume TASK` would, on a
@@ -22,9 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use crate::cli::{SubmitArgs, WorkerArgs};
+use crate::cli::WorkerArgs;
 use crate::config::Config;
-use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{
     self, Access, Heard, Journal, Location, Look, Retryable, RunEnd, RunStats, TaskRecord,
@@ -37,7 +36,6 @@ use crate::supervisor::Stops;
 mod not_ready;
 mod runs;
 
-use crate::task::{check_task_id, new_task_id};
 use runs::{Ended, Run, Runs};
 
 /// How long a worker waits for news before it looks again anyway (a
@@ -55,54 +53,6 @@ const DEEP_PAGE: usize = 256;
 /// How often a look reads past a first page full of tasks it cannot take
 /// now, when no news (a submit, a signal, a run's end) tells it to.
 const DEEP_LOOK_EVERY: Duration = Duration::from_secs(10);
-
-pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
-    crate::task::check_queue(&args.queue)?;
-    if let Some(id) = &args.new.task {
-        check_task_id(id)?;
-    }
-    let cwd = std::env::current_dir().context("failed to read the current directory")?;
-    let location = Location::of(settings)?;
-    let mut journal = location.open(Access::Write, settings)?;
-    let id = args.new.task.clone().unwrap_or_else(new_task_id);
-    if journal.task(&id)?.is_some() {
-        return Err(Failure::config(format!("task {id} exists already"))
-            .hint("submit it under another --task id, or `durun resume` it")
-            .into());
-    }
-    let mut task = crate::task::new_task(
-        id.clone(),
-        &args.new.command,
-        &cwd,
-        args.new.config.as_deref(),
-        args.max_tokens,
-        Some(args.queue.clone()),
-        settings,
-    )?;
-    // The queue's retries, from the durun.toml here, unless told.
-    let (config, _) = Config::discover(args.new.config.as_deref(), &cwd)?;
-    let policy = config.queue_retries.get(&args.queue).copied();
-    let retries = args
-        .retries
-        .or(policy.map(|(retries, _)| retries))
-        .unwrap_or(0);
-    if retries > 0 {
-        let backoff = args
-            .backoff
-            .or(policy.map(|(_, backoff)| backoff))
-            .unwrap_or(crate::config::DEFAULT_BACKOFF);
-        task.retries = Some((retries, backoff.as_millis() as u64));
-    }
-    journal.create_task(&task)?;
-    println!("{id}");
-    if !settings.quiet {
-        crate::report::say(&format!(
-            "queued task {id} in `{}`; a `durun worker` runs it",
-            args.queue
-        ));
-    }
-    Ok(0)
-}
 
 pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
     let queues = if args.queues.is_empty() {
