@@ -54,9 +54,21 @@ impl Route {
         }
     }
 
-    /// The PATH of a step's name: what follows the route's base, if the
-    /// request is under it.
-    pub(crate) fn path<'p>(&self, rest: &'p str) -> Option<&'p str> {
+    /// The PATH of a step's name for `rest`, what follows the route's name
+    /// in a request: `rest` read as the upstream reads it (its `.` and
+    /// `..` resolved, [`normalized`]), then what follows the route's base.
+    pub(crate) fn resolve(&self, rest: &str) -> Result<String, Unresolved> {
+        let normal = normalized(rest).ok_or(Unresolved::LeavesBase)?;
+        match self.path(&normal) {
+            Some(path) => Ok(path.to_owned()),
+            // Under the base as written, out of it once resolved.
+            None if self.path(rest).is_some() => Err(Unresolved::LeavesBase),
+            None => Err(Unresolved::NotUnderBase),
+        }
+    }
+
+    /// What follows the route's base, if the request is under it.
+    fn path<'p>(&self, rest: &'p str) -> Option<&'p str> {
         let path = rest.strip_prefix(self.prefix)?;
         if path.is_empty() {
             Some("/")
@@ -64,6 +76,15 @@ impl Route {
             path.starts_with('/').then_some(path)
         }
     }
+}
+
+/// Why a request's path names no path of its route.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// Its `..` climbs out of the route, or out of the route's base.
+    LeavesBase,
+    /// It is not under the route's base (`/v1` for OpenAI's).
+    NotUnderBase,
 }
 
 /// The query parameters `config` has journaled as `"***"`.
@@ -246,5 +267,16 @@ mod tests {
         assert_eq!(openai.path("/chat/completions"), None);
         let anthropic = routes.get("anthropic").unwrap();
         assert_eq!(anthropic.path("/v1/messages"), Some("/v1/messages"));
+        // Resolved first: `..` may not leave the route or its base.
+        assert_eq!(
+            openai.resolve("/v1//chat/./completions"),
+            Ok("/chat/completions".to_owned())
+        );
+        assert_eq!(openai.resolve("/v1/../models"), Err(Unresolved::LeavesBase));
+        assert_eq!(
+            openai.resolve("/../anthropic/v1"),
+            Err(Unresolved::LeavesBase)
+        );
+        assert_eq!(openai.resolve("/chat"), Err(Unresolved::NotUnderBase));
     }
 }

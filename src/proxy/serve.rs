@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use super::exchange::{Clients, Forward, exchange};
 use super::http::{Body, accept, error, full, is_secret};
 use super::recording::{self, Answer};
-use super::routes::Routes;
+use super::routes::{Routes, Unresolved};
 use super::{Ask, Inbox, ToLoop, Verdict};
 
 /// The largest request body the proxy takes (the protocol's line limit).
@@ -114,48 +114,9 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, Response<Body>> {
 }
 
 async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
-    let path = request.uri().path().to_owned();
-    let mut segments = path.trim_start_matches('/').splitn(3, '/');
-    let given = segments.next().unwrap_or_default();
-    if !is_secret(given, &shared.secret) {
-        // Not a word on what the URL should be.
-        return error(StatusCode::NOT_FOUND, "not_found", "not found");
-    }
-    let route_name = segments.next().unwrap_or_default().to_owned();
-    let rest = segments
-        .next()
-        .map(|rest| format!("/{rest}"))
-        .unwrap_or_default();
-    let Some(route) = shared.routes.get(&route_name) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("durun's proxy has no route `{route_name}`"),
-        );
-    };
-    // What the upstream will act on: `..` may not take a request to another
-    // route, or out of its route's base into another tier.
-    let Some(normal) = super::routes::normalized(&rest) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("`{rest}` leaves the base URL of route `{route_name}`"),
-        );
-    };
-    if normal != rest && route.path(&normal).is_none() && route.path(&rest).is_some() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("`{rest}` leaves the base URL of route `{route_name}`"),
-        );
-    }
-    let rest = normal;
-    let Some(path) = route.path(&rest).map(str::to_owned) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("`{rest}` is not under the base URL of route `{route_name}`"),
-        );
+    let (route_name, route, path) = match target(request.uri().path(), &shared) {
+        Ok(target) => target,
+        Err(refused) => return *refused,
     };
     let method = request.method().clone();
     let query = request.uri().query().unwrap_or_default().to_owned();
@@ -231,6 +192,51 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             answer.await.unwrap_or_else(|_| ended())
         }
     }
+}
+
+/// The route a request's path names and the path under its base, or the
+/// answer that refuses it: 404 without the run's secret (not a word on
+/// what the URL should be) or on no route; 400 for a path that `..` takes
+/// out of its route's base (SPEC 17).
+fn target<'s>(
+    path: &str,
+    shared: &'s Shared,
+) -> Result<(String, &'s super::routes::Route, String), Box<Response<Body>>> {
+    let mut segments = path.trim_start_matches('/').splitn(3, '/');
+    let given = segments.next().unwrap_or_default();
+    if !is_secret(given, &shared.secret) {
+        return Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "not found",
+        )));
+    }
+    let route_name = segments.next().unwrap_or_default().to_owned();
+    let rest = segments
+        .next()
+        .map(|rest| format!("/{rest}"))
+        .unwrap_or_default();
+    let Some(route) = shared.routes.get(&route_name) else {
+        return Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("durun's proxy has no route `{route_name}`"),
+        )));
+    };
+    let refused = match route.resolve(&rest) {
+        Ok(path) => return Ok((route_name, route, path)),
+        Err(Unresolved::LeavesBase) => error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("`{rest}` leaves the base URL of route `{route_name}`"),
+        ),
+        Err(Unresolved::NotUnderBase) => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("`{rest}` is not under the base URL of route `{route_name}`"),
+        ),
+    };
+    Err(Box::new(refused))
 }
 
 /// The run is over or stopping: nothing is forwarded.
