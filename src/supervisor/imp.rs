@@ -83,95 +83,14 @@ pub(crate) fn supervise(
 
     let mut socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
-    let mut proxy = match spec.proxy {
-        Some(config) => {
-            crate::os::raise_open_files();
-            let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
-            let events = events_tx.clone();
-            let inbox: crate::proxy::Inbox =
-                Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());
-            Some(crate::proxy::Proxy::start(routes, inbox).map_err(|err| {
-                Failure::new(
-                    Kind::CannotStart,
-                    format!("cannot start the model proxy: {err}"),
-                )
-                .hint("`--no-proxy` (or `[proxy] enabled = false` in durun.toml) runs without it")
-            })?)
-        }
-        None => None,
-    };
-    let mut agent_env = proxy
-        .as_ref()
-        .map(crate::proxy::Proxy::env)
-        .unwrap_or_default();
-    if let Some(traceparent) = &spec.traceparent {
-        agent_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
-    }
-    // A child task's agent knows its parent and what it was spawned with.
-    if let Some((parent, args)) = &spec.parent {
-        agent_env.push(("DURUN_PARENT_TASK".to_owned(), parent.clone()));
-        agent_env.push(("DURUN_ARGS".to_owned(), args.clone()));
-    }
-    // A `read` step the agent opens once its answers have reached this
-    // number is new: it cannot be a replay or a divergence, so an SDK may
-    // run it without waiting for the `begin`'s answer. Not said where a new
-    // step may be answered as a replay (`durun test`'s seeds), nor where a
-    // token budget may refuse it (a model call must not run past one).
-    if spec.max_tokens.is_none()
-        && spec
-            .seeds
-            .as_ref()
-            .is_none_or(std::collections::HashMap::is_empty)
-    {
-        agent_env.push(("DURUN_JOURNAL_STEPS".to_owned(), last_recorded.to_string()));
-    }
+    let mut proxy = start_proxy(spec, &events_tx)?;
+    let agent_env = agent_env(spec, proxy.as_ref(), last_recorded);
     let copier = reporter.stderr_copier();
-    let mut child = match super::child::spawn_agent(
-        spec,
-        &socket.path,
-        &agent_env,
-        copier.is_some(),
-    ) {
-        Ok(child) => child,
-        Err(err) => {
-            let keeper_missing = match err.get_ref() {
-                Some(inner) => inner.is::<crate::spawn::KeeperMissing>(),
-                None => false,
-            };
-            let failure = if keeper_missing {
-                Failure::new(Kind::CannotStart, format!("{err}")).hint(
-                    "durun's binary was removed or replaced while this durun ran: start durun again",
-                )
-            } else if spec.cwd.is_dir() {
-                Failure::new(
-                    Kind::CannotStart,
-                    format!("cannot start `{}`: {err}", spec.argv[0]),
-                )
-                .hint(format!(
-                    "check the command and that it exists in {}",
-                    spec.cwd.display()
-                ))
-            } else {
-                // A task submitted on one host and taken by a worker on
-                // another that lacks its directory.
-                Failure::new(Kind::CannotStart,
-                    format!(
-                        "cannot start `{}`: the task's directory {} does not exist on this host",
-                        spec.argv[0],
-                        spec.cwd.display()
-                    ),
-                )
-                .hint("run workers where the task's directory exists (the same checkout path on every host), or submit it from such a path")
-            };
-            return Ok(Outcome {
-                status: TaskStatus::Failed,
-                exit_code: exit_code::CANNOT_START,
-                stats: RunStats::default(),
-                failure: Some(failure.into()),
-                output: None,
-            });
-        }
-    };
+    let mut child =
+        match super::child::spawn_agent(spec, &socket.path, &agent_env, copier.is_some()) {
+            Ok(child) => child,
+            Err(err) => return Ok(cannot_start(spec, &err)),
+        };
     let child_pid = child.pid;
     // Dropped when this function returns, or with durun: the keeper then
     // ends whatever of the agent's tree is still alive.
@@ -514,4 +433,102 @@ impl Supervisor<'_> {
 /// request the agent got wrong (truncated, or not UTF-8).
 fn looks_like_a_request(line: &[u8]) -> bool {
     line.trim_ascii_start().starts_with(b"{") && protocol::names_an_op(line)
+}
+
+/// The run's model/API proxy (SPEC 12), unless it is off.
+fn start_proxy(
+    spec: &RunSpec<'_>,
+    events_tx: &Events,
+) -> anyhow::Result<Option<crate::proxy::Proxy>> {
+    Ok(match spec.proxy {
+        Some(config) => {
+            crate::os::raise_open_files();
+            let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
+            let events = events_tx.clone();
+            let inbox: crate::proxy::Inbox =
+                Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());
+            Some(crate::proxy::Proxy::start(routes, inbox).map_err(|err| {
+                Failure::new(
+                    Kind::CannotStart,
+                    format!("cannot start the model proxy: {err}"),
+                )
+                .hint("`--no-proxy` (or `[proxy] enabled = false` in durun.toml) runs without it")
+            })?)
+        }
+        None => None,
+    })
+}
+
+/// What the agent's environment gets on top of durun's own, beside
+/// `DURUN_*` (set where it is started): the proxy's URLs, the trace, a
+/// child task's parent, and how many steps the journal held.
+fn agent_env(
+    spec: &RunSpec<'_>,
+    proxy: Option<&crate::proxy::Proxy>,
+    last_recorded: u64,
+) -> Vec<(String, String)> {
+    let mut agent_env = proxy.map(crate::proxy::Proxy::env).unwrap_or_default();
+    if let Some(traceparent) = &spec.traceparent {
+        agent_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
+    }
+    // A child task's agent knows its parent and what it was spawned with.
+    if let Some((parent, args)) = &spec.parent {
+        agent_env.push(("DURUN_PARENT_TASK".to_owned(), parent.clone()));
+        agent_env.push(("DURUN_ARGS".to_owned(), args.clone()));
+    }
+    // A `read` step the agent opens once its answers have reached this
+    // number is new: it cannot be a replay or a divergence, so an SDK may
+    // run it without waiting for the `begin`'s answer. Not said where a new
+    // step may be answered as a replay (`durun test`'s seeds), nor where a
+    // token budget may refuse it (a model call must not run past one).
+    if spec.max_tokens.is_none()
+        && spec
+            .seeds
+            .as_ref()
+            .is_none_or(std::collections::HashMap::is_empty)
+    {
+        agent_env.push(("DURUN_JOURNAL_STEPS".to_owned(), last_recorded.to_string()));
+    }
+    agent_env
+}
+
+/// The end of a run whose agent could not be started, and why, in the
+/// user's words.
+fn cannot_start(spec: &RunSpec<'_>, err: &std::io::Error) -> Outcome {
+    let keeper_missing = match err.get_ref() {
+        Some(inner) => inner.is::<crate::spawn::KeeperMissing>(),
+        None => false,
+    };
+    let failure = if keeper_missing {
+        Failure::new(Kind::CannotStart, format!("{err}"))
+            .hint("durun's binary was removed or replaced while this durun ran: start durun again")
+    } else if spec.cwd.is_dir() {
+        Failure::new(
+            Kind::CannotStart,
+            format!("cannot start `{}`: {err}", spec.argv[0]),
+        )
+        .hint(format!(
+            "check the command and that it exists in {}",
+            spec.cwd.display()
+        ))
+    } else {
+        // A task submitted on one host and taken by a worker on another
+        // that lacks its directory.
+        Failure::new(
+            Kind::CannotStart,
+            format!(
+                "cannot start `{}`: the task's directory {} does not exist on this host",
+                spec.argv[0],
+                spec.cwd.display()
+            ),
+        )
+        .hint("run workers where the task's directory exists (the same checkout path on every host), or submit it from such a path")
+    };
+    Outcome {
+        status: TaskStatus::Failed,
+        exit_code: exit_code::CANNOT_START,
+        stats: RunStats::default(),
+        failure: Some(failure.into()),
+        output: None,
+    }
 }
