@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::env::{TestEnv, process_gone, read_pid, text, wait_exit, wait_for};
 
 /// How long SPEC 17 gives the run's processes once it has ended.
-const GONE_WITHIN: Duration = Duration::from_secs(1);
+pub(crate) const GONE_WITHIN: Duration = Duration::from_secs(1);
 
 /// An agent that starts three escaping grandchildren, writes their pids
 /// and its own, then either exits 0 (`exit`) or sleeps until killed.
@@ -39,7 +39,7 @@ fn escaping_agent(env: &TestEnv) {
 
 /// Waits at most `within` for every one of `pids` to be gone, and says
 /// which were still alive.
-fn all_gone(pids: &[i32], within: Duration) -> Vec<i32> {
+pub(crate) fn all_gone(pids: &[i32], within: Duration) -> Vec<i32> {
     let deadline = Instant::now() + within;
     loop {
         let alive: Vec<i32> = pids
@@ -62,7 +62,7 @@ fn escapee_pids(env: &TestEnv) -> Vec<i32> {
 }
 
 /// Ends the processes a failed assertion left behind.
-fn cleanup(pids: &[i32]) {
+pub(crate) fn cleanup(pids: &[i32]) {
     for &pid in pids {
         crate::env::signal(pid, libc::SIGKILL);
     }
@@ -223,15 +223,8 @@ fn nothing_a_tool_or_an_mcp_server_started_outlives_durun_killed_with_sigkill() 
     );
 }
 
-/// Starts three escaping grandchildren into `dir` (`$1`) from a shell.
-const ESCAPE_SH: &str = r#"
-setsid sh -c 'sleep 600 & echo $! > "$0/setsid.$$.tmp"; mv "$0/setsid.$$.tmp" "$0/setsid.$$"; wait' "$1" &
-sh -c '(sleep 601 & echo $! > "$0/fork.$$.tmp"; mv "$0/fork.$$.tmp" "$0/fork.$$") &' "$1"
-node -e "const c = require('child_process').spawn('sleep', ['602'], {detached: true, stdio: 'ignore'}); require('fs').writeFileSync(process.argv[1] + '/node.' + c.pid, String(c.pid)); c.unref();" "$1"
-"#;
-
 /// The pids the escapees in `dir` wrote.
-fn escapees_in(dir: &std::path::Path) -> Vec<i32> {
+pub(crate) fn escapees_in(dir: &std::path::Path) -> Vec<i32> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -266,7 +259,11 @@ fn grandchildren_never_outlive_a_runner_a_worker_or_durun_mcp_killed_at_random()
         env.set("PATH", crate::env::path_with_durun());
         let dir = env.path("escapees");
         std::fs::create_dir(&dir).expect("dir");
-        env.write("escape.sh", ESCAPE_SH);
+        std::fs::copy(
+            crate::env::agents_dir().join("escape.sh"),
+            env.path("escape.sh"),
+        )
+        .expect("escape.sh");
         env.write(
             "agent.sh",
             "sh escape.sh \"$PWD/escapees\"\ndurun step tool -- sh -c 'sh escape.sh \"$PWD/escapees\"; sleep 30'\n",

@@ -204,6 +204,17 @@ fn torture(seed: u64, expected: &Value) {
         kills += 1;
     }
 
+    let requests = assert_every_step_once(&env, &api, seed, expected);
+    env.assert_journal_intact();
+    eprintln!(
+        "torture seed {seed}: {kills} kills, {runs} runs, {requests} API requests, {escapees} escaping grandchildren ended, none past 1 s"
+    );
+}
+
+/// The task ended as an uninterrupted run does: the same output, each
+/// `mutate` step with one key only, no resource made twice. How many
+/// requests the API saw.
+fn assert_every_step_once(env: &TestEnv, api: &FakeApi, seed: u64, expected: &Value) -> usize {
     let view = env.inspect("t");
     assert_eq!(view["task"]["status"], "completed", "seed {seed}");
     assert_eq!(
@@ -240,59 +251,27 @@ fn torture(seed: u64, expected: &Value) {
             "seed {seed}: the API saw a key the journal does not hold"
         );
     }
-    env.assert_journal_intact();
-    eprintln!(
-        "torture seed {seed}: {kills} kills, {runs} runs, {} API requests, {escapees} escaping grandchildren ended, none past 1 s",
-        keys.len()
-    );
+    keys.len()
 }
 
 /// SPEC 17: once a run has ended, by a kill or on its own, none of the
 /// processes its agent started to outlive it (`escapees`) is alive 1 s
-/// later. Their pid files go with them.
-/// How many it saw end.
+/// later. Their pid files go with them; how many there were.
 fn assert_none_outlived(env: &TestEnv, seed: u64, runs: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    let pids = || -> Vec<(std::path::PathBuf, i32)> {
-        std::fs::read_dir(env.path("escapees"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
-            .filter_map(|entry| {
-                let pid = std::fs::read_to_string(entry.path())
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()?;
-                Some((entry.path(), pid))
-            })
-            .collect()
-    };
-    let mut ended = 0;
-    loop {
-        let alive: Vec<(std::path::PathBuf, i32)> = pids()
-            .into_iter()
-            .filter(|(path, pid)| {
-                let gone = process_gone(*pid);
-                if gone {
-                    ended += 1;
-                    let _ = std::fs::remove_file(path);
-                }
-                !gone
-            })
-            .collect();
-        if alive.is_empty() {
-            return ended;
-        }
-        if Instant::now() >= deadline {
-            for (_, pid) in &alive {
-                signal(*pid, libc::SIGKILL);
-            }
-            panic!("seed {seed}, run {runs}: {alive:?} outlived their run by 1 s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    use crate::containment::{GONE_WITHIN, all_gone, cleanup, escapees_in};
+    let dir = env.path("escapees");
+    let pids = escapees_in(&dir);
+    let alive = all_gone(&pids, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "seed {seed}, run {runs}: {alive:?} outlived their run by {GONE_WITHIN:?}"
+    );
+    // Counted once: the next run's start their own.
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let _ = std::fs::remove_file(entry.path());
     }
+    pids.len()
 }
 
 /// SIGKILL to the agent (when `agent` and it has a pid) or to durun,
