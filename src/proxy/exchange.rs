@@ -128,6 +128,21 @@ impl Done<'_> {
         sent && durable.await.is_ok()
     }
 
+    /// A whole answer: recorded, and whether it is durable now.
+    async fn answered(
+        &self,
+        answer: Answer,
+        usage: Option<serde_json::Value>,
+        unheard: bool,
+    ) -> bool {
+        self.tell(End::Answered {
+            answer,
+            usage,
+            unheard,
+        })
+        .await
+    }
+
     /// No answer to record: the loop hears why, then the agent gets a 502.
     async fn give_up(&self, head: oneshot::Sender<Response<Body>>, kind: &str, message: String) {
         self.tell(End::Lost {
@@ -359,13 +374,7 @@ async fn plain(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, do
     let usage = success.then(|| recording::usage_of(&answer)).flatten();
     let body = Bytes::from(answer.body.clone());
     let unheard = head.is_closed();
-    let durable = done
-        .tell(End::Answered {
-            answer,
-            usage,
-            unheard,
-        })
-        .await;
+    let durable = done.answered(answer, usage, unheard).await;
     let _ = head.send(if durable || !success {
         respond.map(|_| full(body))
     } else {
@@ -419,14 +428,7 @@ async fn stream(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, d
                 let unheard = !agent_there || frames.is_closed();
                 let answer = upstream.into_answer(body);
                 let usage = recording::usage_of(&answer);
-                let durable = done
-                    .tell(End::Answered {
-                        answer,
-                        usage,
-                        unheard,
-                    })
-                    .await;
-                if durable {
+                if done.answered(answer, usage, unheard).await {
                     return;
                 }
                 // Not durable: the agent must not take the answer as whole.

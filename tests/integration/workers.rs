@@ -164,18 +164,7 @@ fn a_pool_runs_every_task_once_though_workers_are_killed_and_paused() {
     });
     assert!(stop(&mut w2).success(), "{}", worker_log(&env, "w2"));
     assert!(stop(&mut w3).success(), "{}", worker_log(&env, "w3"));
-    let pids: Vec<i32> = std::fs::read_dir(&escapees)
-        .expect("escapees")
-        .flatten()
-        .filter(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
-        .filter_map(|entry| {
-            std::fs::read_to_string(entry.path())
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .collect();
+    let pids = crate::containment::escapees_in(&escapees);
     assert!(
         pids.len() >= 90,
         "each task's agent started three: {pids:?}"
