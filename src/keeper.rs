@@ -363,9 +363,18 @@ fn said(tag: u8, number: i32) -> [u8; 5] {
 /// that kept it from starting. Read by durun's spawn.
 pub(crate) fn read_status(pipe: impl AsFd) -> std::io::Result<u32> {
     let mut message = [0u8; 5];
-    let mut file = std::fs::File::from(pipe.as_fd().try_clone_to_owned()?);
-    file.read_exact(&mut message)
-        .map_err(|_| std::io::Error::other("durun's keeper ended before it started the agent"))?;
+    let mut got = 0;
+    while got < message.len() {
+        match rustix::io::read(&pipe, &mut message[got..]) {
+            Ok(n) if n > 0 => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            _ => {
+                return Err(std::io::Error::other(
+                    "durun's keeper ended before it started the agent",
+                ));
+            }
+        }
+    }
     let number = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
     match message[0] {
         STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),

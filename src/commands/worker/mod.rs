@@ -517,7 +517,15 @@ impl Worker<'_> {
         outcome: &std::thread::Result<Ended>,
     ) -> Result<Option<i32>> {
         if let Ok(ended) = outcome {
-            self.interrupt_if_left_running(journal, id)?;
+            // Only a run that failed on the journal (or on its lease,
+            // which it checks there) can have left its end unwritten:
+            // other ends cost no look.
+            if matches!(
+                ended.code,
+                exit_code::JOURNAL | exit_code::INTERNAL | exit_code::LOCKED
+            ) {
+                self.interrupt_if_left_running(journal, id)?;
+            }
             if !ended.released {
                 journal.release_claim(id, &self.record.id)?;
             }
