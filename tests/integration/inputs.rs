@@ -135,3 +135,55 @@ fn a_schedule_that_never_fires_is_refused() {
         text(&output.stderr)
     );
 }
+
+#[test]
+fn a_form_or_api_value_that_starts_with_a_dash_is_a_value_never_an_option() {
+    let env = TestEnv::new();
+    let task = crate::ui::evil_task(&env);
+    let ui = crate::ui::Ui::start(&env, &[]);
+    let elsewhere = env.path("elsewhere.db");
+    let name = format!("--journal={}", elsewhere.display());
+    let bearer = ui.bearer();
+    let form = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Accept", "application/json"),
+    ];
+    let body: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &ui.csrf())
+        .append_pair("name", &name)
+        .append_pair("data", "-1")
+        .finish();
+    let answer = crate::ui::request(
+        &ui.at,
+        "POST",
+        "/tasks/javascript%3Aalert.1/signal",
+        &form,
+        &body,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let api = crate::ui::request(
+        &ui.at,
+        "POST",
+        "/api/tasks/javascript%3Aalert.1/signals/-v",
+        &[("Authorization", bearer.as_str())],
+        "-2",
+    );
+    assert_eq!(api.status, 200, "{}", api.body);
+    assert!(!elsewhere.exists(), "a form value was read as --journal");
+    let signals = env.inspect(task)["task"]["signals"].clone();
+    let named: Vec<(&str, &serde_json::Value)> = signals
+        .as_array()
+        .expect("signals")
+        .iter()
+        .map(|signal| (signal["name"].as_str().expect("a name"), &signal["data"]))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (name.as_str(), &serde_json::json!(-1)),
+            ("-v", &serde_json::json!(-2))
+        ],
+        "{signals}"
+    );
+}

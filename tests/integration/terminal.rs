@@ -197,3 +197,76 @@ fn a_tools_error_text_and_a_signal_name_are_escaped() {
     let stderr = text(&sent.stderr);
     assert!(!stderr.contains('\u{1b}'), "raw escape in {stderr:?}");
 }
+
+#[test]
+fn control_characters_from_the_journal_never_reach_the_terminal() {
+    let env = TestEnv::new();
+    // An output, an error, a cwd and a command that would clear the screen
+    // and set the window title if printed raw. A step name that would is
+    // refused where it is made (SPEC 17).
+    let cwd = env.path("dir\u{1b}[2J");
+    std::fs::create_dir(&cwd).expect("dir");
+    std::fs::copy(
+        crate::env::agents_dir().join("probe.py"),
+        cwd.join("probe.py"),
+    )
+    .expect("copy");
+    std::fs::write(
+        cwd.join("script.json"),
+        json!([
+            {"send": r#"{"op":"begin","id":5,"name":"clear\u001b[2J"}"#},
+            {"send": r#"{"op":"begin","id":1,"name":"clear"}"#},
+            {"send": r#"{"op":"commit","id":2,"step":1,"output":"title\u001b]0;pwned\u0007\u009b31m"}"#},
+            {"send": r#"{"op":"begin","id":3,"name":"fails"}"#},
+            {"send": r#"{"op":"fail","id":4,"step":2,"error":"boom\u001b[31m red"}"#},
+        ])
+        .to_string(),
+    )
+    .expect("script");
+    let output = env
+        .command()
+        .current_dir(&cwd)
+        .args([
+            "run",
+            "--task",
+            "esc",
+            "--",
+            "python3",
+            "probe.py",
+            "script.json",
+            "answers",
+            "\u{1b}]0;argv\u{7}",
+        ])
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let answers = crate::env::read_json_lines(&cwd.join("answers"));
+    assert_eq!(answers[0]["error"]["code"], "bad_request", "{answers:?}");
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("control character")),
+        "{answers:?}"
+    );
+    let mut shown = output.stderr.clone();
+    for args in [
+        vec!["inspect"],
+        vec!["inspect", "esc"],
+        vec!["inspect", "esc", "--step", "1"],
+        vec!["inspect", "esc", "--step", "2"],
+        vec!["inspect", "esc", "--follow"],
+        vec!["inspect", "\u{1b}[2Jno-such-task"],
+        vec!["cancel", "\u{1b}[2Jno-such-task"],
+    ] {
+        let output = env.durun(&args);
+        shown.extend(&output.stdout);
+        shown.extend(&output.stderr);
+    }
+    let text = String::from_utf8_lossy(&shown);
+    assert!(
+        !text.contains(['\u{1b}', '\u{7}', '\u{9b}']),
+        "a control character reached the terminal:\n{text}"
+    );
+    assert!(text.contains("boom\\x1b[31m red"), "{text}");
+    assert!(text.contains("dir\\x1b[2J"), "{text}");
+}
