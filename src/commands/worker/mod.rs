@@ -26,8 +26,7 @@ use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::exit_code;
 use crate::journal::{
-    self, Access, Heard, Journal, Location, Look, Retryable, RunEnd, RunStats, TaskRecord,
-    TaskStatus, WorkerRecord,
+    self, Access, Heard, Journal, Location, Look, Retryable, TaskRecord, WorkerRecord,
 };
 use crate::lease;
 use crate::settings::Settings;
@@ -137,25 +136,6 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
     }
     worker.drain(journal.as_mut());
     Ok(0)
-}
-
-/// Ends the task's last run, if it has not ended, as interrupted with
-/// `code` and `why`: its task can then be taken again.
-fn interrupt_open_run(journal: &mut dyn Journal, id: &str, code: i32, why: &str) -> Result<()> {
-    if let Some(run) = journal
-        .runs(id)?
-        .last()
-        .filter(|run| run.finished_at.is_none())
-    {
-        let end = RunEnd {
-            status: TaskStatus::Interrupted,
-            exit_code: Some(code),
-            finished_at: journal::now(),
-            error: Some(why.to_owned()),
-        };
-        journal.finish_run(id, run.run, &end, &RunStats::default())?;
-    }
-    Ok(())
 }
 
 /// Opens the journal again, once a second, until it answers or the
@@ -524,7 +504,7 @@ impl Worker<'_> {
                 ended.code,
                 exit_code::JOURNAL | exit_code::INTERNAL | exit_code::LOCKED
             ) {
-                self.interrupt_if_left_running(journal, id)?;
+                runs::interrupt_if_left_running(journal, id, self.settings.holder())?;
             }
             if !ended.released {
                 journal.release_claim(id, &self.record.id)?;
@@ -534,7 +514,7 @@ impl Worker<'_> {
         self.panicked.insert(id.to_owned());
         // The task is left interrupted before its claim goes, so that no
         // other worker looks at it while it still reads `running`.
-        interrupt_open_run(
+        runs::interrupt_open_run(
             journal,
             id,
             exit_code::INTERNAL,
@@ -542,30 +522,6 @@ impl Worker<'_> {
         )?;
         journal.release_claim(id, &self.record.id)?;
         Ok(None)
-    }
-
-    /// A run whose journal went away (a PostgreSQL restart) could not
-    /// record its end: its task reads `running` under this worker's live
-    /// process, which no other runner on this host would ever take over
-    /// (SPEC 17). Now that the journal answers, the run is ended as
-    /// interrupted, which lets its lease go.
-    fn interrupt_if_left_running(&self, journal: &mut dyn Journal, id: &str) -> Result<()> {
-        let me = self.settings.holder();
-        let Some(task) = journal.task(id)? else {
-            return Ok(());
-        };
-        let ours = task.lease.as_ref().is_some_and(|lease| {
-            lease.host == me.host && lease.pid == me.pid && lease.pid_start == me.pid_start
-        });
-        if task.status != TaskStatus::Running || !ours {
-            return Ok(());
-        }
-        interrupt_open_run(
-            journal,
-            id,
-            exit_code::JOURNAL,
-            "durun: the journal went away during the run; the worker left the task interrupted once it was back",
-        )
     }
 
     /// Waits for every run, each stopped resumably by the signal that

@@ -1,11 +1,13 @@
 //! A worker's runs: each claimed task runs as `durun resume` would, on a
-//! thread of the worker (SPEC 16).
+//! thread of the worker (SPEC 16); a run that could not record its end
+//! (its journal went away) is ended here once the journal is back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use crate::journal::{self, Access, Journal, Location};
+use crate::exit_code;
+use crate::journal::{self, Access, Journal, Location, RunEnd, RunStats, TaskStatus};
 use crate::settings::Settings;
 use crate::supervisor::Stops;
 
@@ -149,4 +151,55 @@ fn failed(err: anyhow::Error) -> i32 {
     let err = journal::explain(err);
     crate::report::error(&err);
     crate::error::exit_code_of(&err)
+}
+
+/// A run whose journal went away (a PostgreSQL restart) could not
+/// record its end: its task reads `running` under this worker's live
+/// process, which no other runner on this host would ever take over
+/// (SPEC 17). Now that the journal answers, the run is ended as
+/// interrupted, which lets its lease go.
+pub(super) fn interrupt_if_left_running(
+    journal: &mut dyn Journal,
+    id: &str,
+    me: &crate::lease::Holder,
+) -> anyhow::Result<()> {
+    let Some(task) = journal.task(id)? else {
+        return Ok(());
+    };
+    let ours = task.lease.as_ref().is_some_and(|lease| {
+        lease.host == me.host && lease.pid == me.pid && lease.pid_start == me.pid_start
+    });
+    if task.status != TaskStatus::Running || !ours {
+        return Ok(());
+    }
+    interrupt_open_run(
+        journal,
+        id,
+        exit_code::JOURNAL,
+        "durun: the journal went away during the run; the worker left the task interrupted once it was back",
+    )
+}
+
+/// Ends the task's last run, if it has not ended, as interrupted with
+/// `code` and `why`: its task can then be taken again.
+pub(super) fn interrupt_open_run(
+    journal: &mut dyn Journal,
+    id: &str,
+    code: i32,
+    why: &str,
+) -> anyhow::Result<()> {
+    if let Some(run) = journal
+        .runs(id)?
+        .last()
+        .filter(|run| run.finished_at.is_none())
+    {
+        let end = RunEnd {
+            status: TaskStatus::Interrupted,
+            exit_code: Some(code),
+            finished_at: journal::now(),
+            error: Some(why.to_owned()),
+        };
+        journal.finish_run(id, run.run, &end, &RunStats::default())?;
+    }
+    Ok(())
 }
