@@ -31,7 +31,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::os::unix::process::ExitStatusExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -69,26 +69,18 @@ pub(crate) fn keep_if_asked() {
     if args.next().as_deref() != Some(std::ffi::OsStr::new(ARG)) {
         return;
     }
-    let mut own_group = false;
+    let mut group = Group::Keepers;
     let mut argv = Vec::new();
     let mut options = true;
     for arg in args {
         if !options {
             argv.push(arg);
         } else if arg == GROUP {
-            own_group = true;
+            group = Group::Own;
         } else if arg == "--" {
             options = false;
         }
     }
-    std::process::exit(keep(&argv, own_group));
-}
-
-/// The keeper's life; returns its exit code where it does not end by the
-/// agent's signal. With `own_group` the program starts in a process group
-/// of its own (a tool, whose group a timeout ends), else in the keeper's
-/// (the agent, in durun's foreground group so that Ctrl-C reaches it).
-fn keep(argv: &[std::ffi::OsString], own_group: bool) -> i32 {
     // SAFETY: durun's spawn placed these two descriptors here for the
     // keeper alone (dup2 before exec); nothing else in this process owns
     // them.
@@ -98,23 +90,55 @@ fn keep(argv: &[std::ffi::OsString], own_group: bool) -> i32 {
             OwnedFd::from_raw_fd(STATUS_FD),
         )
     };
+    let charge = Charge {
+        argv,
+        group,
+        setup: None,
+    };
+    std::process::exit(keep(charge, &lifeline, status));
+}
+
+/// What a keeper starts, and how.
+pub(crate) struct Charge {
+    /// The program (found on the agent's `PATH`) and its arguments.
+    pub(crate) argv: Vec<std::ffi::OsString>,
+    pub(crate) group: Group,
+    /// For a keeper that the nursery forked rather than one exec'd for
+    /// this program: what exec would have given it.
+    pub(crate) setup: Option<Setup>,
+}
+
+/// The process group the program starts in.
+pub(crate) enum Group {
+    /// The keeper's: durun's foreground group, so that Ctrl-C reaches the
+    /// agent (an exec'd keeper starts in durun's group).
+    Keepers,
+    /// One of its own (a tool, whose group a timeout ends).
+    Own,
+    /// This one (the agent of a keeper from the nursery, which is not in
+    /// durun's group): durun's.
+    Join(i32),
+}
+
+/// The program's environment, directory and stdio, where the keeper did
+/// not get them from exec.
+pub(crate) struct Setup {
+    pub(crate) env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    pub(crate) cwd: std::path::PathBuf,
+    /// stdin, stdout and stderr.
+    pub(crate) stdio: [OwnedFd; 3],
+}
+
+/// The keeper's life; returns its exit code where it does not end by the
+/// agent's signal.
+pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     // Neither may reach the agent.
-    for fd in [&lifeline, &status] {
+    for fd in [lifeline, &status] {
         let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
     let mut status = std::fs::File::from(status);
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-    let Some((program, args)) = argv.split_first() else {
-        let _ = status.write_all(&said(FAILED, libc::EINVAL));
-        return 127;
-    };
-    let mut command = std::process::Command::new(program);
-    command.args(args);
-    if own_group {
-        crate::os::own_process_group(&mut command);
-    }
-    crate::os::die_with_parent(&mut command);
-    let agent = match command.spawn() {
+    let agent = match start(charge) {
         Ok(child) => child.id(),
         Err(err) => {
             let errno = err.raw_os_error().unwrap_or(libc::EIO);
@@ -132,9 +156,9 @@ fn keep(argv: &[std::ffi::OsString], own_group: bool) -> i32 {
         // Without SIGCHLD's pipe the keeper can only wait for the agent.
         return exit_code_of(wait_for(agent));
     };
-    match children.until_agent_exits(agent, &lifeline) {
+    match children.until_agent_exits(agent, lifeline) {
         Some(agent_status) => {
-            children.end_the_rest(&lifeline);
+            children.end_the_rest(lifeline);
             exit_code_of(agent_status)
         }
         None => {
@@ -144,6 +168,36 @@ fn keep(argv: &[std::ffi::OsString], own_group: bool) -> i32 {
             137
         }
     }
+}
+
+/// Starts the keeper's charge.
+fn start(charge: Charge) -> std::io::Result<std::process::Child> {
+    let Some((program, args)) = charge.argv.split_first() else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if let Some(setup) = charge.setup {
+        // In the keeper, not the child: a relative program is found from
+        // the agent's directory, as after an exec there.
+        std::env::set_current_dir(&setup.cwd)?;
+        let [stdin, stdout, stderr] = setup.stdio;
+        command
+            .env_clear()
+            .envs(setup.env)
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr);
+    }
+    match charge.group {
+        Group::Keepers => {}
+        Group::Own => crate::os::own_process_group(&mut command),
+        Group::Join(group) => {
+            command.process_group(group);
+        }
+    }
+    crate::os::die_with_parent(&mut command);
+    command.spawn()
 }
 
 /// The keeper's own house-keeping once the agent runs: its stdio lets go of

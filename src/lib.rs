@@ -21,6 +21,7 @@ mod keeper;
 mod lease;
 mod mcp;
 mod names;
+mod nursery;
 mod os;
 mod protocol;
 mod proxy;
@@ -63,6 +64,24 @@ use cli::{Cli, Command};
 /// durun itself) and never returns; returns at once otherwise.
 pub fn keep_if_asked() {
     keeper::keep_if_asked();
+}
+
+/// Forks the nursery that makes the agents' keepers, if the command
+/// (`run`, `resume`, `worker`) starts agents. Call first thing, while
+/// durun is one thread and small: the fork copies it.
+pub fn nurse_if_needed() {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--journal" {
+            // Its value.
+            args.next();
+        } else if !arg.as_encoded_bytes().starts_with(b"-") {
+            if arg == "run" || arg == "resume" || arg == "worker" {
+                nursery::open();
+            }
+            return;
+        }
+    }
 }
 
 /// Answers a shell's completion request (`COMPLETE=SHELL durun …`) and

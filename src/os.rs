@@ -35,17 +35,6 @@ pub(crate) fn raise_open_files() {
     }
 }
 
-/// The soft and hard open-file limits a child gets back, if durun raised
-/// its own ([`raise_open_files`]); `u64::MAX` for no limit.
-pub(crate) fn started_open_files() -> Option<(u64, u64)> {
-    STARTED_NOFILE.get().map(|limit| {
-        (
-            limit.current.unwrap_or(u64::MAX),
-            limit.maximum.unwrap_or(u64::MAX),
-        )
-    })
-}
-
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {

@@ -1,41 +1,24 @@
-//! Starting the agent's keeper without copying durun.
+//! Starting the agent under its keeper.
 //!
 //! Every process the agent starts must end with its run, even when durun
-//! is killed with SIGKILL: the agent runs under a keeper, durun's own
-//! binary started again ([`crate::keeper`]), which holds the read end of a
-//! lifeline pipe and says the agent's pid on a status pipe. Both are put
-//! on fixed descriptors in the child, between its start and `exec`.
-//! `std::process::Command` can do that only through `fork`, which copies
-//! durun's page tables and then faults on every page durun writes until the
-//! child has exec'd (0.4 ms of a 5 ms `durun run -- true` here);
-//! `posix_spawn`, which does not copy, has no place for it. So the keeper
-//! is started as `posix_spawn` does it, with `clone(CLONE_VM |
-//! CLONE_VFORK)`: the child runs on a stack of its own in durun's memory
-//! while durun waits, sets its stdio, descriptors and directory, and execs.
+//! is killed with SIGKILL: the agent runs under a keeper
+//! ([`crate::keeper`]), which holds the read end of a lifeline pipe and
+//! says the agent's pid on a status pipe. The nursery ([`crate::nursery`])
+//! makes the keeper by cloning itself, with no exec; where there is no
+//! nursery, durun's own binary is exec'd as the keeper, its two pipes
+//! placed on fixed descriptors between fork and exec.
 //!
-//! The child starts as `std::process::Command` would start it: signals
+//! The agent starts as `std::process::Command` starts a child: signals
 //! ignored by whoever started durun stay ignored (`trap '' QUIT` holds for
-//! the agent too), SIGPIPE is back to its default (Rust ignores it in
-//! durun), and the signal mask is empty; the keeper passes all three on to
-//! the agent. Linux only (`clone`, the child subreaper), as durun is.
-//!
-//! # Invariant
-//!
-//! Between `clone` and `exec` the child makes only async-signal-safe calls
-//! and touches no memory but [`ChildArgs`] and its own stack, which the
-//! parent prepared and keeps alive (the parent is suspended until the
-//! child execs or exits). The stack has a guard page below it: an
-//! overflow faults instead of writing over durun's heap. All signals are
-//! blocked across `clone`, and the child resets every handler durun
-//! installed to its default before it unblocks them, so no handler of
-//! durun's runs in the child.
+//! the agent too), SIGPIPE is back to its default, and the signal mask is
+//! empty. Linux only (the child subreaper), as durun is.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
-use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
-use std::process::{ChildStderr, ChildStdin, ChildStdout};
+use std::process::{ChildStderr, ChildStdin, ChildStdout, Stdio};
 
 /// What the child runs.
 pub(crate) struct Plan<'a> {
@@ -69,85 +52,54 @@ pub(crate) struct Spawned {
     pub(crate) stderr: Option<ChildStderr>,
 }
 
-/// Everything the child reads, prepared by the parent.
-struct ChildArgs {
-    /// durun's own binary, run as the keeper.
-    keeper: CString,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-    cwd: CString,
-    /// -1: the child keeps durun's stdin.
-    stdin: RawFd,
-    /// -1: the child keeps durun's stdout.
-    stdout: RawFd,
-    /// -1: the child keeps durun's stderr.
-    stderr: RawFd,
-    /// Put on [`crate::keeper::LIFELINE_FD`] and [`crate::keeper::STATUS_FD`].
-    lifeline: RawFd,
-    status: RawFd,
-    /// durun's signal mask, restored in the parent after `clone`.
-    mask: libc::sigset_t,
-    /// The open-file limit to give back (durun raised its own).
-    nofile: Option<libc::rlimit>,
-    /// Set by the child when it could not exec: an errno, negative when
-    /// durun's own binary could not be exec'd.
-    error: libc::c_int,
-}
-
 /// Starts `plan` under a keeper: the agent and every process it starts
 /// end with its run, or when durun dies.
 pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     if plan.argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     }
-    // The keeper finds the program on the agent's PATH, as execvp does.
-    let argv_storage = [
-        crate::keeper::exe()?.as_bytes(),
-        crate::keeper::ARG.as_bytes(),
-        b"--",
-    ]
-    .into_iter()
-    .chain(plan.argv.iter().map(String::as_bytes))
-    .map(cstring)
-    .collect::<io::Result<Vec<_>>>()?;
-    let env_storage = environment(plan)?;
-    let (durun, child) = pipes(plan)?;
-    let mut args = ChildArgs {
-        keeper: argv_storage[0].clone(),
-        argv: null_ended(&argv_storage),
-        envp: null_ended(&env_storage),
-        cwd: cstring(plan.cwd.as_os_str().as_bytes())?,
-        nofile: crate::os::started_open_files().map(|(current, maximum)| libc::rlimit {
-            rlim_cur: current,
-            rlim_max: maximum,
-        }),
-        stdin: child.stdin,
-        stdout: child.stdout,
-        stderr: child.stderr,
-        lifeline: child.lifeline.as_raw_fd(),
-        status: child.status.as_raw_fd(),
-        // SAFETY: a zeroed sigset_t is a valid value to be overwritten.
-        mask: unsafe { std::mem::zeroed() },
-        error: 0,
+    let argv: Vec<OsString> = plan.argv.iter().map(OsString::from).collect();
+    let env = environment(plan);
+    if argv
+        .iter()
+        .chain(env.iter().flat_map(|(name, value)| [name, value]))
+        .any(|string| string.as_bytes().contains(&0))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an argument or variable holds a NUL byte",
+        ));
+    }
+    let (durun, mut child) = pipes(plan)?;
+    let request = crate::nursery::Request {
+        argv: &argv,
+        env: &env,
+        cwd: plan.cwd,
+        stdio: child.stdio(),
+        lifeline: child.lifeline.as_fd(),
+        status: child.status.as_fd(),
     };
-    // The child's stack: it makes a few system calls and execs.
-    let stack = Stack::new(128 * 1024)?;
-    let pid = clone_child(&stack, &mut args)?;
+    let keeper = match crate::nursery::keeper(&request) {
+        Some(keeper) => keeper?,
+        None => exec_keeper(plan, &mut child)?,
+    };
     drop(child);
-    drop(stack);
-    let agent = match started(&args, &durun.status) {
+    let agent = match crate::keeper::read_status(&durun.status) {
         Ok(agent) => agent,
         Err(err) => {
             // Reaps the keeper, which exits at once when it could not start
             // the agent.
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            if let Some(pid) = i32::try_from(keeper)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+            {
                 let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
             }
             return Err(err);
         }
     };
     Ok(Spawned {
-        keeper: pid as u32,
+        keeper,
         pid: agent,
         lifeline: durun.lifeline,
         stdin: ChildStdin::from(durun.stdin),
@@ -156,9 +108,41 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     })
 }
 
-/// The child's environment: durun's, with `plan.env` set on top, as
-/// `NAME=VALUE` strings.
-fn environment(plan: &Plan<'_>) -> io::Result<Vec<CString>> {
+/// Execs durun's own binary as the keeper of `plan` (there is no nursery);
+/// its pid.
+fn exec_keeper(plan: &Plan<'_>, child: &mut ChildEnds) -> io::Result<u32> {
+    let (exe, args) = crate::keeper::Keeping::command_line(plan.argv, false)?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(args)
+        .envs(plan.env.iter().map(|(name, value)| (name, value)))
+        .current_dir(plan.cwd);
+    let [stdin, stdout, stderr] = child
+        .stdio
+        .each_mut()
+        .map(|fd| fd.take().map_or_else(Stdio::inherit, Stdio::from));
+    command.stdin(stdin).stdout(stdout).stderr(stderr);
+    crate::os::pass_fds(
+        &mut command,
+        [
+            (child.lifeline.as_raw_fd(), crate::keeper::LIFELINE_FD),
+            (child.status.as_raw_fd(), crate::keeper::STATUS_FD),
+        ],
+    );
+    match command.spawn() {
+        Ok(keeper) => Ok(keeper.id()),
+        Err(err) if std::fs::metadata(exe).is_err() => {
+            Err(io::Error::other(KeeperMissing(format!(
+                "cannot start durun's own binary {} to keep the agent: {err}",
+                exe.to_string_lossy()
+            ))))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// The child's environment: durun's, with `plan.env` set on top.
+fn environment(plan: &Plan<'_>) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(name, _)| {
             !plan
@@ -172,23 +156,7 @@ fn environment(plan: &Plan<'_>) -> io::Result<Vec<CString>> {
             .iter()
             .map(|(name, value)| (OsString::from(name), value.clone())),
     );
-    env.into_iter()
-        .map(|(name, value)| {
-            let mut entry = name.into_vec();
-            entry.push(b'=');
-            entry.extend(value.into_vec());
-            cstring(&entry)
-        })
-        .collect()
-}
-
-/// `strings` as the null-ended pointer array `execve` takes.
-fn null_ended(strings: &[CString]) -> Vec<*const libc::c_char> {
-    strings
-        .iter()
-        .map(|string| string.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
+    env
 }
 
 /// durun's ends of the child's pipes.
@@ -200,45 +168,49 @@ struct DurunEnds {
     status: OwnedFd,
 }
 
-/// The child's ends, held open until it has exec'd; -1 where the child
-/// keeps durun's own descriptor.
+/// The child's ends, held open until it has started.
 struct ChildEnds {
-    stdin: RawFd,
-    stdout: RawFd,
-    stderr: RawFd,
+    /// stdin, stdout, stderr; none where the child gets durun's own.
+    stdio: [Option<OwnedFd>; 3],
     lifeline: OwnedFd,
     status: OwnedFd,
-    /// Every descriptor above, owned.
-    _held: Vec<OwnedFd>,
 }
 
-/// The pipes of a child that `plan` describes. Each child end is above
-/// stdio (durun may have started with one closed), and the keeper's two
-/// above its own numbers, so that no `dup2` in the child overwrites
-/// another's source. All are close-on-exec: `dup2` gives the child its own
-/// copies.
+impl ChildEnds {
+    /// The agent's stdio, durun's own where it has none of its own.
+    fn stdio(&self) -> [BorrowedFd<'_>; 3] {
+        let mut stdio = [
+            rustix::stdio::stdin(),
+            rustix::stdio::stdout(),
+            rustix::stdio::stderr(),
+        ];
+        for (fd, end) in stdio.iter_mut().zip(&self.stdio) {
+            if let Some(end) = end {
+                *fd = end.as_fd();
+            }
+        }
+        stdio
+    }
+}
+
+/// The pipes of a child that `plan` describes. The keeper's two are above
+/// its own numbers, so that placing one cannot overwrite the other's
+/// source. All are close-on-exec: the child gets its own copies.
 fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
     let (child_stdin, stdin) = pipe()?;
     let (stdout, child_stdout) = pipe()?;
     let (child_lifeline, lifeline) = pipe()?;
     let (status, child_status) = pipe()?;
-    let mut held = vec![above_stdio(child_stdin)?, above_stdio(child_stdout)?];
-    let (stdin_fd, stdout_fd) = match plan.stdin {
-        crate::config::StdinMode::Protocol => (held[0].as_raw_fd(), held[1].as_raw_fd()),
-        crate::config::StdinMode::Null => {
-            held.push(above_stdio(std::fs::File::open("/dev/null")?.into())?);
-            (held[2].as_raw_fd(), -1)
-        }
-        crate::config::StdinMode::Inherit => (-1, -1),
+    let (child_stdin, child_stdout) = match plan.stdin {
+        crate::config::StdinMode::Protocol => (Some(child_stdin), Some(child_stdout)),
+        crate::config::StdinMode::Null => (Some(std::fs::File::open("/dev/null")?.into()), None),
+        crate::config::StdinMode::Inherit => (None, None),
     };
-    let (stderr, stderr_fd) = if plan.pipe_stderr {
+    let (stderr, child_stderr) = if plan.pipe_stderr {
         let (read, write) = pipe()?;
-        let write = above_stdio(write)?;
-        let fd = write.as_raw_fd();
-        held.push(write);
-        (Some(read), fd)
+        (Some(read), Some(write))
     } else {
-        (None, -1)
+        (None, None)
     };
     let keeper = crate::keeper::STATUS_FD + 1;
     Ok((
@@ -250,61 +222,11 @@ fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
             status,
         },
         ChildEnds {
-            stdin: stdin_fd,
-            stdout: stdout_fd,
-            stderr: stderr_fd,
+            stdio: [child_stdin, child_stdout, child_stderr],
             lifeline: above(child_lifeline, keeper)?,
             status: above(child_status, keeper)?,
-            _held: held,
         },
     ))
-}
-
-/// Starts the child on `stack` with `args`; its pid once it has exec'd
-/// or failed.
-fn clone_child(stack: &Stack, args: &mut ChildArgs) -> io::Result<libc::pid_t> {
-    // SAFETY: see the module's invariant. The stack and `args` outlive the
-    // child's use of them: with CLONE_VFORK, clone returns only once the
-    // child has exec'd or exited.
-    unsafe {
-        let top = stack.top();
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&raw mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut args.mask);
-        let pid = libc::clone(
-            child_main,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::from_mut(args).cast(),
-        );
-        let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(
-            libc::SIG_SETMASK,
-            &raw const args.mask,
-            std::ptr::null_mut(),
-        );
-        if pid < 0 {
-            return Err(clone_error);
-        }
-        Ok(pid)
-    }
-}
-
-/// The agent's pid, once the child has exec'd the keeper and the keeper
-/// said it started the agent; or why either failed.
-fn started(args: &ChildArgs, status: &OwnedFd) -> io::Result<u32> {
-    // SAFETY: the child wrote it (or not) before clone returned.
-    let error = unsafe { std::ptr::read_volatile(&raw const args.error) };
-    match error {
-        0 => crate::keeper::read_status(status),
-        keeper if keeper < 0 => Err(io::Error::other(KeeperMissing(format!(
-            "cannot start durun's own binary {} to keep the agent: {}",
-            crate::keeper::exe()
-                .map_or_else(|_| "?".into(), |exe| exe.to_string_lossy().into_owned()),
-            io::Error::from_raw_os_error(-keeper)
-        )))),
-        _ => Err(io::Error::from_raw_os_error(error)),
-    }
 }
 
 /// durun's own binary could not be exec'd as the keeper (removed or
@@ -320,146 +242,10 @@ impl std::fmt::Display for KeeperMissing {
 
 impl std::error::Error for KeeperMissing {}
 
-/// The child, from `clone` to `exec`: async-signal-safe calls only.
-extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the parent's ChildArgs, alive and not touched by the
-    // suspended parent; every call is async-signal-safe.
-    unsafe {
-        let args = &mut *arg.cast::<ChildArgs>();
-        // durun's handlers and its ignored SIGPIPE are not the agent's; a
-        // signal ignored by whoever started durun stays ignored, as exec
-        // and std::process::Command leave it.
-        for signal in 1..65 {
-            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-                continue;
-            }
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &raw mut old) != 0 {
-                continue;
-            }
-            if old.sa_sigaction != libc::SIG_DFL
-                && (old.sa_sigaction != libc::SIG_IGN || signal == libc::SIGPIPE)
-            {
-                libc::signal(signal, libc::SIG_DFL);
-            }
-        }
-        // The agent starts with no signal blocked, as std starts a child.
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&raw mut none);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
-        if (args.stdin >= 0 && libc::dup2(args.stdin, 0) < 0)
-            || (args.stdout >= 0 && libc::dup2(args.stdout, 1) < 0)
-        {
-            return fail(args, *libc::__errno_location());
-        }
-        if args.stderr >= 0 && libc::dup2(args.stderr, 2) < 0 {
-            return fail(args, *libc::__errno_location());
-        }
-        // dup2 leaves the copies open across exec, for the keeper alone.
-        if libc::dup2(args.lifeline, crate::keeper::LIFELINE_FD) < 0
-            || libc::dup2(args.status, crate::keeper::STATUS_FD) < 0
-        {
-            return fail(args, *libc::__errno_location());
-        }
-        if let Some(limit) = &args.nofile
-            && libc::setrlimit(libc::RLIMIT_NOFILE, limit) != 0
-        {
-            return fail(args, *libc::__errno_location());
-        }
-        if libc::chdir(args.cwd.as_ptr()) != 0 {
-            return fail(args, *libc::__errno_location());
-        }
-        libc::execve(args.keeper.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
-        // The keeper is durun's own binary: a failure here is not the
-        // agent's (a durun replaced or removed while it runs).
-        fail(args, -*libc::__errno_location())
-    }
-}
-
-/// A stack for the child, with a guard page below it.
-struct Stack {
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-impl Stack {
-    fn new(size: usize) -> io::Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let len = size.div_ceil(page) * page + page;
-        // SAFETY: a fresh anonymous mapping, owned by this Stack.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let stack = Self { base, len };
-        // The lowest page faults: a stack grows down into it.
-        // SAFETY: the first page of the mapping made above.
-        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(stack)
-    }
-
-    /// The top of the stack, 16-byte aligned.
-    fn top(&self) -> *mut u8 {
-        // SAFETY: one past the end of the mapping, as a stack top is.
-        let top = unsafe { self.base.cast::<u8>().add(self.len) };
-        top.wrapping_sub(top as usize % 16)
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, no longer used by any child.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
-}
-
-/// Leaves the child with `error` for the parent to report: an errno, or
-/// minus one when the keeper's own exec failed.
-///
-/// # Safety
-/// Only in the child, before exec.
-unsafe fn fail(args: &mut ChildArgs, error: libc::c_int) -> libc::c_int {
-    // SAFETY: volatile, so the write is not dropped; the parent reads it
-    // once the child has exited.
-    unsafe {
-        let error = if error == 0 { libc::EIO } else { error };
-        std::ptr::write_volatile(&raw mut args.error, error);
-        libc::_exit(127)
-    }
-}
-
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "an argument or variable holds a NUL byte",
-        )
-    })
-}
-
 /// A pipe, both ends close-on-exec: (read, write).
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read, write) = std::io::pipe()?;
     Ok((read.into(), write.into()))
-}
-
-/// `fd`, moved above 2 if it is one of the standard descriptors (durun
-/// started with one closed), so that the child's `dup2` onto 0, 1 and 2
-/// cannot overwrite another of its pipes.
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    above(fd, 3)
 }
 
 /// `fd`, or a close-on-exec copy of it at `lowest` or above.
@@ -468,40 +254,4 @@ fn above(fd: OwnedFd, lowest: RawFd) -> io::Result<OwnedFd> {
         return Ok(fd);
     }
     Ok(rustix::io::fcntl_dupfd_cloexec(&fd, lowest)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The child's stack has a page below it that no one may touch: an
-    /// overflow faults instead of writing over durun's memory.
-    #[test]
-    fn the_childs_stack_has_a_guard_page() {
-        let stack = Stack::new(128 * 1024).expect("a stack");
-        let base = stack.base as usize;
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let region = |line: &str| -> Option<(usize, usize, String)> {
-            let mut fields = line.split_whitespace();
-            let (start, end) = fields.next()?.split_once('-')?;
-            Some((
-                usize::from_str_radix(start, 16).ok()?,
-                usize::from_str_radix(end, 16).ok()?,
-                fields.next()?.to_owned(),
-            ))
-        };
-        let regions: Vec<(usize, usize, String)> = maps.lines().filter_map(region).collect();
-        let guard = regions
-            .iter()
-            .find(|(start, _, _)| *start == base)
-            .expect("the mapping's first page");
-        assert_eq!(guard.2, "---p", "the first page is not accessible: {maps}");
-        let usable = regions
-            .iter()
-            .find(|(start, _, _)| *start == guard.1)
-            .expect("the stack above it");
-        assert!(usable.2.starts_with("rw"), "{maps}");
-        assert!(stack.top() as usize <= base + stack.len);
-        assert_eq!(stack.top() as usize % 16, 0);
-    }
 }

@@ -308,9 +308,29 @@ fn grandchildren_never_outlive_a_runner_a_worker_or_durun_mcp_killed_at_random()
     );
 }
 
+/// The pid of `parent`'s child whose name is `name`, if any.
+fn child_named(parent: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent && comm == name).then_some(pid)
+        })
+}
+
+/// A package upgrade removes durun's binary under a live worker. Its
+/// agents' keepers come from the nursery, forked at the worker's start, so
+/// the worker runs on; once the nursery is gone too (killed here), a keeper
+/// must be exec'd from the binary, and the worker says that it is missing,
+/// not that the agent is.
 #[test]
-fn a_worker_whose_binary_was_removed_says_so_not_that_the_agent_is_missing() {
+fn a_worker_whose_binary_was_removed_runs_on_then_says_so_not_that_the_agent_is_missing() {
     let env = TestEnv::new();
+    escaping_agent(&env);
     let copy = env.path("durun-copy");
     std::fs::copy(assert_cmd::cargo::cargo_bin("durun"), &copy).expect("copy");
     let journal = env.path("removed.db");
@@ -326,28 +346,46 @@ fn a_worker_whose_binary_was_removed_says_so_not_that_the_agent_is_missing() {
         .stderr(log)
         .spawn()
         .expect("worker");
+    let worker_log = || std::fs::read_to_string(env.path("worker.err")).unwrap_or_default();
     wait_for("the worker to start", Duration::from_secs(30), || {
-        std::fs::read_to_string(env.path("worker.err")).is_ok_and(|log| log.contains("takes tasks"))
+        worker_log().contains("takes tasks")
     });
     std::fs::remove_file(&copy).expect("remove the worker's binary");
-    let submitted = env
-        .command()
-        .env("DURUN_JOURNAL", &journal)
-        .args(["-q", "submit", "--task", "orphaned", "--", "true"])
-        .output()
-        .expect("submit");
-    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
-    wait_for(
-        "the worker to try the task",
-        Duration::from_secs(30),
-        || {
-            std::fs::read_to_string(env.path("worker.err"))
-                .is_ok_and(|log| log.contains("ended with exit"))
-        },
+    let submit = |task: &str, argv: &[&str]| {
+        let submitted = env
+            .command()
+            .env("DURUN_JOURNAL", &journal)
+            .args(["-q", "submit", "--task", task, "--"])
+            .args(argv)
+            .output()
+            .expect("submit");
+        assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    };
+    // From the nursery: the task runs, and what its agent left behind
+    // still ends with it.
+    submit("kept", &["./escape.sh", "exit"]);
+    wait_for("the first task to end", Duration::from_secs(30), || {
+        worker_log().contains("task kept ")
+    });
+    assert!(
+        worker_log().contains("task kept completed"),
+        "{}",
+        worker_log()
     );
+    let escapees = escapee_pids(&env);
+    let alive = all_gone(&escapees, GONE_WITHIN);
+    cleanup(&alive);
+    assert!(alive.is_empty(), "{alive:?} outlived the run");
+
+    let nursery = child_named(worker.id(), "durun-nursery").expect("the worker's nursery");
+    crate::env::signal(nursery, libc::SIGKILL);
+    submit("orphaned", &["true"]);
+    wait_for("the second task to end", Duration::from_secs(30), || {
+        worker_log().contains("task orphaned ")
+    });
     crate::env::signal(i32::try_from(worker.id()).expect("pid"), libc::SIGTERM);
     wait_exit(&mut worker, Duration::from_secs(30));
-    let log = std::fs::read_to_string(env.path("worker.err")).expect("log");
+    let log = worker_log();
     assert!(
         log.contains("cannot start durun's own binary") && log.contains("was removed or replaced"),
         "{log}"

@@ -1,0 +1,367 @@
+//! The nursery: a copy of durun, forked while durun is still one small
+//! thread, that makes keepers for it (SPEC 17's start-up budget).
+//!
+//! Every agent runs under a keeper ([`crate::keeper`]), a process of its
+//! own. Exec'ing durun's binary again for it costs about 1 ms a start here
+//! (an exec, the loader, Rust's start-up), and forking durun once it runs
+//! copies the page tables of a process with threads, a journal and a proxy,
+//! whose copy could only exec. So `durun run`, `resume` and `worker` fork
+//! the nursery first thing, before any thread or journal exists. For each
+//! agent durun sends it the program, its arguments, environment and
+//! directory, with the agent's stdio and the keeper's two pipes; the
+//! nursery clones itself with `CLONE_PARENT`, which makes the copy durun's
+//! own child (durun waits for it as for any child), and the copy becomes
+//! the keeper. Nothing is exec'd but the agent.
+//!
+//! The nursery lives in a process group of its own (Ctrl-C and a kill of
+//! durun's group are not for it), holds `/dev/null` as its stdio, and exits
+//! when durun's end of its socket closes: when durun exits, by any signal.
+//! If it is gone, durun execs its own binary as the keeper
+//! ([`crate::keeper::Keeping`]), as before.
+
+use std::ffi::OsString;
+use std::io::{self, IoSlice, IoSliceMut, Read as _, Write as _};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use crate::keeper::{Charge, Group, Setup};
+
+/// durun's end of the nursery's socket; none when there is no nursery (not
+/// forked, or it went away).
+static NURSERY: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// The descriptors of a request, in this order: the agent's stdin, stdout
+/// and stderr, the read end of the lifeline, the write end of the status
+/// pipe.
+const FDS: usize = 5;
+
+/// The largest request: more than Linux's 2 MiB for arguments and
+/// environment together.
+const MAX_REQUEST: usize = 8 << 20;
+
+/// Forks the nursery. Call only while durun has a single thread (a fork
+/// copies only the calling thread, so a lock another thread held would
+/// stay locked in the copy).
+pub(crate) fn open() {
+    let Ok((ours, theirs)) = UnixStream::pair() else {
+        return;
+    };
+    // SAFETY: durun has one thread here (the caller's promise), so the
+    // child is a whole copy of it and may run any code.
+    match unsafe { libc::fork() } {
+        0 => {
+            drop(ours);
+            serve(theirs)
+        }
+        pid if pid > 0 => {
+            drop(theirs);
+            *lock() = Some(ours);
+        }
+        _ => {}
+    }
+}
+
+/// What a keeper from the nursery starts.
+pub(crate) struct Request<'a> {
+    pub(crate) argv: &'a [OsString],
+    pub(crate) env: &'a [(OsString, OsString)],
+    pub(crate) cwd: &'a std::path::Path,
+    /// The agent's stdin, stdout and stderr.
+    pub(crate) stdio: [BorrowedFd<'a>; 3],
+    /// The keeper's: the read end of its lifeline, the write end of its
+    /// status pipe.
+    pub(crate) lifeline: BorrowedFd<'a>,
+    pub(crate) status: BorrowedFd<'a>,
+}
+
+/// Has the nursery make a keeper for `request`; its pid (a child of
+/// durun's). None when there is no nursery: the caller execs a keeper.
+pub(crate) fn keeper(request: &Request<'_>) -> Option<io::Result<u32>> {
+    let mut nursery = lock();
+    let socket = nursery.as_mut()?;
+    match ask(socket, request) {
+        Ok(pid) if pid > 0 => Some(Ok(pid as u32)),
+        Ok(errno) => Some(Err(io::Error::from_raw_os_error(-errno))),
+        Err(_) => {
+            // It is gone (killed, out of memory): exec from now on.
+            *nursery = None;
+            None
+        }
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Option<UnixStream>> {
+    NURSERY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends `request` and reads the answer: a pid, or minus an errno.
+fn ask(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<i32> {
+    let payload = encode(request);
+    let length = u32::try_from(payload.len())
+        .ok()
+        .filter(|&length| length as usize <= MAX_REQUEST)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::E2BIG))?;
+    let fds = [
+        request.stdio[0],
+        request.stdio[1],
+        request.stdio[2],
+        request.lifeline,
+        request.status,
+    ];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    // The descriptors go with the length; the rest follows as a stream.
+    let header = length.to_le_bytes();
+    let mut sent = 0;
+    while sent == 0 {
+        match rustix::net::sendmsg(
+            socket.as_fd(),
+            &[IoSlice::new(&header)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => sent = n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    socket.write_all(&header[sent..])?;
+    socket.write_all(&payload)?;
+    let mut answer = [0u8; 4];
+    socket.read_exact(&mut answer)?;
+    Ok(i32::from_le_bytes(answer))
+}
+
+/// A request as bytes: counts, then NUL-ended strings (none holds a NUL:
+/// the caller made C strings of them).
+fn encode(request: &Request<'_>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4096);
+    bytes.extend(u32::try_from(request.argv.len()).unwrap_or(0).to_le_bytes());
+    bytes.extend(u32::try_from(request.env.len()).unwrap_or(0).to_le_bytes());
+    let mut put = |string: &[u8]| {
+        bytes.extend_from_slice(string);
+        bytes.push(0);
+    };
+    put(request.cwd.as_os_str().as_bytes());
+    for arg in request.argv {
+        put(arg.as_bytes());
+    }
+    for (name, value) in request.env {
+        put(name.as_bytes());
+        put(value.as_bytes());
+    }
+    bytes
+}
+
+/// A request as the nursery reads it.
+#[derive(Debug, PartialEq)]
+struct Decoded {
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
+}
+
+/// A request read back; none if it is not one.
+fn decode(bytes: &[u8]) -> Option<Decoded> {
+    let count = |at: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    let (argc, envc) = (count(0)?, count(4)?);
+    let mut strings = bytes.get(8..)?.split(|&byte| byte == 0);
+    let mut next = || {
+        strings
+            .next()
+            .map(|string| OsString::from_vec(string.to_vec()))
+    };
+    let cwd = PathBuf::from(next()?);
+    let argv = (0..argc).map(|_| next()).collect::<Option<Vec<_>>>()?;
+    let env = (0..envc)
+        .map(|_| Some((next()?, next()?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Decoded { argv, env, cwd })
+}
+
+/// The nursery's life: a keeper for each request, until durun's end
+/// closes.
+fn serve(mut socket: UnixStream) -> ! {
+    // What `ps` and `top` show.
+    let _ = rustix::thread::set_name(c"durun-nursery");
+    settle_in();
+    // The agents join durun's group, read before the nursery leaves it.
+    let durun_group = rustix::process::getpgrp().as_raw_nonzero().get();
+    let _ = rustix::process::setpgid(None, None);
+    loop {
+        let Some((payload, fds)) = receive(&socket) else {
+            // durun is gone.
+            std::process::exit(0)
+        };
+        let answer = match (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) {
+            (Some(decoded), Ok(fds)) => match hatch() {
+                Hatched::Nursery(answer) => answer,
+                Hatched::Keeper => {
+                    // The nursery's socket is not the keeper's to hold: durun
+                    // would not see the nursery's end close.
+                    drop(socket);
+                    keep(decoded, fds, durun_group)
+                }
+            },
+            _ => -libc::EINVAL,
+        };
+        if socket.write_all(&answer.to_le_bytes()).is_err() {
+            std::process::exit(0)
+        }
+    }
+}
+
+/// The nursery's own stdio lets go of durun's: a reader of durun's output
+/// sees its end when durun ends.
+fn settle_in() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// One request: its length and descriptors, then its bytes; none once
+/// durun's end is closed or sends what is not a request.
+fn receive(socket: &UnixStream) -> Option<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut header = [0u8; 4];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            socket.as_fd(),
+            &mut [IoSliceMut::new(&mut header)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Ok(message) => break message.bytes,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    };
+    let mut fds = Vec::with_capacity(FDS);
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    if got == 0 {
+        return None;
+    }
+    let mut socket = socket;
+    socket.read_exact(&mut header[got..]).ok()?;
+    let length = u32::from_le_bytes(header) as usize;
+    if length > MAX_REQUEST {
+        return None;
+    }
+    let mut payload = vec![0; length];
+    socket.read_exact(&mut payload).ok()?;
+    Some((payload, fds))
+}
+
+/// Which copy returned from [`hatch`].
+enum Hatched {
+    /// The nursery, with the keeper's pid or minus an errno.
+    Nursery(i32),
+    /// The copy, a child of durun's.
+    Keeper,
+}
+
+/// Clones the nursery as a child of durun's.
+fn hatch() -> Hatched {
+    // SAFETY: `clone` as `fork` (no new stack, no shared memory) in a
+    // process of one thread; CLONE_PARENT gives the copy durun as its
+    // parent.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_PARENT | libc::SIGCHLD,
+            0,
+            0,
+            0,
+            0,
+        )
+    };
+    match pid {
+        0 => Hatched::Keeper,
+        pid if pid > 0 => Hatched::Nursery(i32::try_from(pid).unwrap_or(-libc::EINVAL)),
+        _ => Hatched::Nursery(
+            -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ),
+    }
+}
+
+/// The keeper's life, from the nursery.
+fn keep(decoded: Decoded, fds: [OwnedFd; FDS], durun_group: i32) -> ! {
+    let Decoded { argv, env, cwd } = decoded;
+    let _ = rustix::thread::set_name(c"durun-keeper");
+    let [stdin, stdout, stderr, lifeline, status] = fds;
+    let charge = Charge {
+        argv,
+        group: Group::Join(durun_group),
+        setup: Some(Setup {
+            env,
+            cwd,
+            stdio: [stdin, stdout, stderr],
+        }),
+    };
+    std::process::exit(crate::keeper::keep(charge, &lifeline, status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_reads_back_with_empty_strings_and_odd_bytes() {
+        let argv: Vec<OsString> = vec!["agent".into(), String::new().into(), "a b\n".into()];
+        let env = vec![
+            (OsString::from("EMPTY"), OsString::new()),
+            (
+                OsString::from("BYTES"),
+                OsString::from_vec(vec![0xff, b'=', 1]),
+            ),
+        ];
+        let null = std::fs::File::open("/dev/null").expect("null");
+        let fd = null.as_fd();
+        let request = Request {
+            argv: &argv,
+            env: &env,
+            cwd: std::path::Path::new("/tmp/a dir"),
+            stdio: [fd, fd, fd],
+            lifeline: fd,
+            status: fd,
+        };
+        let back = decode(&encode(&request)).expect("a request");
+        assert_eq!(
+            back,
+            Decoded {
+                argv: argv.clone(),
+                env: env.clone(),
+                cwd: PathBuf::from("/tmp/a dir")
+            }
+        );
+        assert!(decode(&encode(&request)[..10]).is_none(), "a cut request");
+        assert!(decode(b"\x05").is_none());
+    }
+}
