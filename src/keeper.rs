@@ -406,34 +406,49 @@ fn exit_code_of(status: ExitStatus) -> i32 {
     status.code().unwrap_or(127)
 }
 
-/// A status-pipe message: the tag and a number, little-endian.
-fn said(tag: u8, number: i32) -> [u8; 5] {
-    let mut message = [tag, 0, 0, 0, 0];
-    message[1..].copy_from_slice(&number.to_le_bytes());
+/// A status-pipe message: the tag, a number and the keeper's pid,
+/// little-endian.
+pub(crate) fn said(tag: u8, number: i32) -> [u8; 9] {
+    let mut message = [tag, 0, 0, 0, 0, 0, 0, 0, 0];
+    message[1..5].copy_from_slice(&number.to_le_bytes());
+    let keeper = rustix::process::getpid().as_raw_nonzero().get();
+    message[5..].copy_from_slice(&keeper.to_le_bytes());
     message
 }
 
-/// What the keeper said on its status pipe: the agent's pid, or the error
-/// that kept it from starting. Read by durun's spawn.
-pub(crate) fn read_status(pipe: impl AsFd) -> std::io::Result<u32> {
-    let mut message = [0u8; 5];
+/// What a keeper said on its status pipe.
+pub(crate) struct Status {
+    /// The process that said it (the keeper; the nursery, when it could not
+    /// make one).
+    pub(crate) keeper: u32,
+    /// The agent's pid, or the error that kept it from starting.
+    pub(crate) agent: std::io::Result<u32>,
+}
+
+/// What the keeper said on its status pipe; none if it ended without a
+/// word. Read by durun's spawn.
+pub(crate) fn read_status(pipe: impl AsFd) -> Option<Status> {
+    let mut message = [0u8; 9];
     let mut got = 0;
     while got < message.len() {
         match rustix::io::read(&pipe, &mut message[got..]) {
             Ok(n) if n > 0 => got += n,
             Err(rustix::io::Errno::INTR) => {}
-            _ => {
-                return Err(std::io::Error::other(
-                    "durun's keeper ended before it started the agent",
-                ));
-            }
+            _ => return None,
         }
     }
     let number = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
-    match message[0] {
+    let keeper = u32::from_le_bytes([message[5], message[6], message[7], message[8]]);
+    let agent = match message[0] {
         STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
         _ => Err(std::io::Error::from_raw_os_error(number)),
-    }
+    };
+    Some(Status { keeper, agent })
+}
+
+/// A keeper that ended before it said whether the agent started.
+pub(crate) fn ended_without_a_word() -> std::io::Error {
+    std::io::Error::other("durun's keeper ended before it started the agent")
 }
 
 /// durun's own binary, which runs as the keeper: its path, found once.
@@ -505,7 +520,7 @@ impl Keeping {
     /// start.
     pub(crate) fn started(&mut self) -> std::io::Result<u32> {
         self.ends = None;
-        read_status(&self.status)
+        read_status(&self.status).map_or_else(|| Err(ended_without_a_word()), |said| said.agent)
     }
 }
 
@@ -535,11 +550,16 @@ mod tests {
         let (read, write) = std::io::pipe().expect("pipe");
         let mut write = write;
         write.write_all(&said(STARTED, 4321)).expect("write");
-        assert_eq!(read_status(&read).expect("pid"), 4321);
+        let status = read_status(&read).expect("a status");
+        assert_eq!(status.agent.expect("pid"), 4321);
+        assert_eq!(status.keeper, std::process::id());
         write.write_all(&said(FAILED, libc::ENOENT)).expect("write");
-        let err = read_status(&read).expect_err("an error");
+        let err = read_status(&read)
+            .expect("a status")
+            .agent
+            .expect_err("an error");
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
         drop(write);
-        assert!(read_status(&read).is_err(), "a keeper that said nothing");
+        assert!(read_status(&read).is_none(), "a keeper that said nothing");
     }
 }

@@ -83,20 +83,26 @@ pub(crate) struct Request<'a> {
     pub(crate) status: BorrowedFd<'a>,
 }
 
-/// Has the nursery make a keeper for `request`; its pid (a child of
-/// durun's). None when there is no nursery: the caller execs a keeper.
-pub(crate) fn keeper(request: &Request<'_>) -> Option<io::Result<u32>> {
+/// Has the nursery make a keeper for `request`, a child of durun's, which
+/// says its pid and the agent's on the status pipe (the nursery says why
+/// there, if it could not make one). False when there is no nursery: the
+/// caller execs a keeper.
+pub(crate) fn keeper(request: &Request<'_>) -> bool {
     let mut nursery = lock();
-    let socket = nursery.as_mut()?;
-    match ask(socket, request) {
-        Ok(pid) if pid > 0 => Some(Ok(pid as u32)),
-        Ok(errno) => Some(Err(io::Error::from_raw_os_error(-errno))),
-        Err(_) => {
-            // It is gone (killed, out of memory): exec from now on.
-            *nursery = None;
-            None
-        }
+    let Some(socket) = nursery.as_mut() else {
+        return false;
+    };
+    if send(socket, request).is_err() {
+        // It is gone (killed, out of memory): exec from now on.
+        *nursery = None;
+        return false;
     }
+    true
+}
+
+/// Forgets the nursery, which went away with a request: exec from now on.
+pub(crate) fn forget() {
+    *lock() = None;
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Option<UnixStream>> {
@@ -105,8 +111,8 @@ fn lock() -> std::sync::MutexGuard<'static, Option<UnixStream>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sends `request` and reads the answer: a pid, or minus an errno.
-fn ask(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<i32> {
+/// Sends `request`.
+fn send(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<()> {
     let payload = encode(request);
     let length = u32::try_from(payload.len())
         .ok()
@@ -138,10 +144,7 @@ fn ask(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<i32> {
         }
     }
     socket.write_all(&header[sent..])?;
-    socket.write_all(&payload)?;
-    let mut answer = [0u8; 4];
-    socket.read_exact(&mut answer)?;
-    Ok(i32::from_le_bytes(answer))
+    socket.write_all(&payload)
 }
 
 /// A request as bytes: counts, then NUL-ended strings (none holds a NUL:
@@ -195,7 +198,7 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
 
 /// The nursery's life: a keeper for each request, until durun's end
 /// closes.
-fn serve(mut socket: UnixStream) -> ! {
+fn serve(socket: UnixStream) -> ! {
     // What `ps` and `top` show.
     let _ = rustix::thread::set_name(c"durun-nursery");
     settle_in();
@@ -207,20 +210,26 @@ fn serve(mut socket: UnixStream) -> ! {
             // durun is gone.
             std::process::exit(0)
         };
-        let answer = match (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) {
-            (Some(decoded), Ok(fds)) => match hatch() {
-                Hatched::Nursery(answer) => answer,
-                Hatched::Keeper => {
-                    // The nursery's socket is not the keeper's to hold: durun
-                    // would not see the nursery's end close.
-                    drop(socket);
-                    keep(decoded, fds, durun_group)
-                }
-            },
-            _ => -libc::EINVAL,
-        };
-        if socket.write_all(&answer.to_le_bytes()).is_err() {
+        let (Some(decoded), Ok(fds)) = (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) else {
+            // Not durun's: there is no one to answer.
             std::process::exit(0)
+        };
+        match hatch() {
+            Ok(Hatched::Nursery) => {}
+            Ok(Hatched::Keeper) => {
+                // The nursery's socket is not the keeper's to hold: durun
+                // would not see the nursery's end close.
+                drop(socket);
+                keep(decoded, fds, durun_group)
+            }
+            Err(err) => {
+                let errno = err.raw_os_error().unwrap_or(libc::EIO);
+                let mut status = std::fs::File::from(fds.into_iter().nth(4).expect("five"));
+                let mut said = crate::keeper::said(crate::keeper::FAILED, errno);
+                // No keeper for durun to wait for.
+                said[5..].fill(0);
+                let _ = status.write_all(&said);
+            }
         }
     }
 }
@@ -279,14 +288,13 @@ fn receive(socket: &UnixStream) -> Option<(Vec<u8>, Vec<OwnedFd>)> {
 
 /// Which copy returned from [`hatch`].
 enum Hatched {
-    /// The nursery, with the keeper's pid or minus an errno.
-    Nursery(i32),
+    Nursery,
     /// The copy, a child of durun's.
     Keeper,
 }
 
 /// Clones the nursery as a child of durun's.
-fn hatch() -> Hatched {
+fn hatch() -> io::Result<Hatched> {
     // SAFETY: `clone` as `fork` (no new stack, no shared memory) in a
     // process of one thread; CLONE_PARENT gives the copy durun as its
     // parent.
@@ -301,13 +309,9 @@ fn hatch() -> Hatched {
         )
     };
     match pid {
-        0 => Hatched::Keeper,
-        pid if pid > 0 => Hatched::Nursery(i32::try_from(pid).unwrap_or(-libc::EINVAL)),
-        _ => Hatched::Nursery(
-            -io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        ),
+        0 => Ok(Hatched::Keeper),
+        pid if pid > 0 => Ok(Hatched::Nursery),
+        _ => Err(io::Error::last_os_error()),
     }
 }
 

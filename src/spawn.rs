@@ -79,23 +79,34 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         lifeline: child.lifeline.as_fd(),
         status: child.status.as_fd(),
     };
-    let keeper = match crate::nursery::keeper(&request) {
-        Some(keeper) => keeper?,
-        None => exec_keeper(plan, &mut child)?,
+    let from_nursery = crate::nursery::keeper(&request);
+    let exec_keeper = if from_nursery {
+        None
+    } else {
+        Some(exec_keeper(plan, &mut child)?)
     };
     drop(child);
-    let agent = match crate::keeper::read_status(&durun.status) {
-        Ok(agent) => agent,
-        Err(err) => {
-            // Reaps the keeper, which exits at once when it could not start
-            // the agent.
-            if let Some(pid) = i32::try_from(keeper)
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)
-            {
-                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+    let (keeper, agent) = match crate::keeper::read_status(&durun.status) {
+        Some(status) => {
+            let keeper = exec_keeper.unwrap_or(status.keeper);
+            match status.agent {
+                Ok(agent) => (keeper, agent),
+                Err(err) => {
+                    // The keeper exits at once when it could not start the
+                    // agent.
+                    reap(keeper);
+                    return Err(err);
+                }
             }
-            return Err(err);
+        }
+        None => {
+            if let Some(keeper) = exec_keeper {
+                reap(keeper);
+                return Err(crate::keeper::ended_without_a_word());
+            }
+            // The nursery went away with the request.
+            crate::nursery::forget();
+            return spawn(plan);
         }
     };
     Ok(Spawned {
@@ -106,6 +117,17 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         stdout: ChildStdout::from(durun.stdout),
         stderr: durun.stderr.map(ChildStderr::from),
     })
+}
+
+/// Waits for `pid`, a keeper of durun's that is ending; none for 0 (the
+/// nursery said it could not make one).
+fn reap(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+    }
 }
 
 /// Execs durun's own binary as the keeper of `plan` (there is no nursery);
