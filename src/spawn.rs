@@ -87,6 +87,12 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     };
     drop(child);
     let (keeper, agent) = match crate::keeper::read_status(&durun.status) {
+        // The nursery could not clone itself (a process limit, a seccomp
+        // filter): exec the keeper, now and from now on.
+        Some(status) if from_nursery && status.keeper == 0 => {
+            crate::nursery::forget();
+            return spawn(plan);
+        }
         Some(status) => {
             let keeper = exec_keeper.unwrap_or(status.keeper);
             match status.agent {
