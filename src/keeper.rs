@@ -205,15 +205,7 @@ fn start(charge: Charge) -> std::io::Result<std::process::Child> {
 /// that stop durun do not stop it. Done after the agent started, so that
 /// the agent inherits durun's dispositions, not these.
 fn settle_in() {
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        let _ = rustix::stdio::dup2_stdin(&null);
-        let _ = rustix::stdio::dup2_stdout(&null);
-        let _ = rustix::stdio::dup2_stderr(&null);
-    }
+    crate::os::stdio_to_null();
     let _ = rustix::process::setpgid(None, None);
     let shrugged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {

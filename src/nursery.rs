@@ -201,7 +201,8 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
 fn serve(socket: UnixStream) -> ! {
     // What `ps` and `top` show.
     let _ = rustix::thread::set_name(c"durun-nursery");
-    settle_in();
+    // A reader of durun's output sees its end when durun ends.
+    crate::os::stdio_to_null();
     // The agents join durun's group, read before the nursery leaves it.
     let durun_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let _ = rustix::process::setpgid(None, None);
@@ -231,20 +232,6 @@ fn serve(socket: UnixStream) -> ! {
                 let _ = status.write_all(&said);
             }
         }
-    }
-}
-
-/// The nursery's own stdio lets go of durun's: a reader of durun's output
-/// sees its end when durun ends.
-fn settle_in() {
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        let _ = rustix::stdio::dup2_stdin(&null);
-        let _ = rustix::stdio::dup2_stdout(&null);
-        let _ = rustix::stdio::dup2_stderr(&null);
     }
 }
 

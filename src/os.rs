@@ -87,6 +87,20 @@ pub(crate) fn own_process_group(command: &mut Command) {
     command.process_group(0);
 }
 
+/// Points this process's stdin, stdout and stderr at `/dev/null`, letting
+/// go of whatever pipes they were.
+pub(crate) fn stdio_to_null() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
 /// Sends `signal` to one process. A process that is already gone is fine.
 pub(crate) fn signal_process(pid: u32, signal: i32) {
     // pid 0 would mean durun's own process group.
