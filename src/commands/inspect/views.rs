@@ -194,6 +194,46 @@ pub(super) fn task_view(
     steps: &[StepRecord],
     now: SystemTime,
 ) -> String {
+    let mut out = task_header(style, (task, shown, family), runs, now);
+    if !runs.is_empty() {
+        out.push('\n');
+        out.push_str(&runs_table(style, runs, now));
+    }
+    // Why durun ended the last run (a divergence's diff, say): the
+    // terminal that showed it may be long gone.
+    if let Some((run, error)) = runs
+        .last()
+        .and_then(|run| Some((run.run, run.error.as_deref()?)))
+    {
+        out.push('\n');
+        let title = format!("run {run} was ended by durun:");
+        let _ = writeln!(out, "{}", style.paint(Tone::Bad, &title));
+        for line in error.lines() {
+            let _ = writeln!(out, "  {}", escape(line));
+        }
+    }
+    out.push('\n');
+    if steps.is_empty() {
+        out.push_str("no steps yet\n");
+        return out;
+    }
+    out.push_str(&steps_table(style, shown, runs, steps));
+    if let Some(run) = runs.last()
+        && !run.unreplayed.is_empty()
+    {
+        out.push_str(&not_replayed(run, steps));
+    }
+    out
+}
+
+/// The task's lines above its tables: id, status, command, family, what
+/// it waits for, tokens, journal, output.
+fn task_header(
+    style: &Style,
+    (task, shown, family): (&TaskRecord, &Shown, &crate::task::Family),
+    runs: &[RunRecord],
+    now: SystemTime,
+) -> String {
     let status = shown.status;
     let waiting = shown.waiting.as_ref();
     let mut out = String::new();
@@ -284,64 +324,53 @@ pub(super) fn task_view(
         let width = style.width.saturating_sub(9);
         let _ = writeln!(out, "output   {}", table::fit(&preview(output), width));
     }
-    if !runs.is_empty() {
-        out.push('\n');
-        let columns = [
-            Column::number("RUN"),
-            Column::number("EXIT"),
-            Column::number("REPLAYED"),
-            Column::number("EXECUTED"),
-            Column::number("SPENT"),
-            Column::number("SAVED"),
-            Column::fixed("STARTED"),
-            Column::number("TOOK"),
-        ];
-        let rows: Vec<Vec<(String, Tone)>> = runs
-            .iter()
-            .map(|run| {
-                let exit = run
-                    .exit_code
-                    .map_or_else(|| "-".to_owned(), |code| code.to_string());
-                let tone = match run.exit_code {
-                    Some(0) => Tone::Good,
-                    Some(_) => Tone::Bad,
-                    None => Tone::Warn,
-                };
-                vec![
-                    plain(run.run.to_string()),
-                    (exit, tone),
-                    plain(run.stats.replayed_steps.to_string()),
-                    plain(run.stats.executed_steps.to_string()),
-                    plain(thousands(run.stats.tokens_spent)),
-                    plain(thousands(run.stats.tokens_saved)),
-                    plain(age(&run.started_at, now)),
-                    plain(
-                        took(&run.started_at, run.finished_at.as_deref())
-                            .map_or_else(|| "-".to_owned(), short_duration),
-                    ),
-                ]
-            })
-            .collect();
-        out.push_str(&table::render(style, &columns, &rows));
-    }
-    // Why durun ended the last run (a divergence's diff, say): the
-    // terminal that showed it may be long gone.
-    if let Some((run, error)) = runs
-        .last()
-        .and_then(|run| Some((run.run, run.error.as_deref()?)))
-    {
-        out.push('\n');
-        let title = format!("run {run} was ended by durun:");
-        let _ = writeln!(out, "{}", style.paint(Tone::Bad, &title));
-        for line in error.lines() {
-            let _ = writeln!(out, "  {}", escape(line));
-        }
-    }
-    out.push('\n');
-    if steps.is_empty() {
-        out.push_str("no steps yet\n");
-        return out;
-    }
+    out
+}
+
+/// One row a run: its exit, steps, tokens and times.
+fn runs_table(style: &Style, runs: &[RunRecord], now: SystemTime) -> String {
+    let columns = [
+        Column::number("RUN"),
+        Column::number("EXIT"),
+        Column::number("REPLAYED"),
+        Column::number("EXECUTED"),
+        Column::number("SPENT"),
+        Column::number("SAVED"),
+        Column::fixed("STARTED"),
+        Column::number("TOOK"),
+    ];
+    let rows: Vec<Vec<(String, Tone)>> = runs
+        .iter()
+        .map(|run| {
+            let exit = run
+                .exit_code
+                .map_or_else(|| "-".to_owned(), |code| code.to_string());
+            let tone = match run.exit_code {
+                Some(0) => Tone::Good,
+                Some(_) => Tone::Bad,
+                None => Tone::Warn,
+            };
+            vec![
+                plain(run.run.to_string()),
+                (exit, tone),
+                plain(run.stats.replayed_steps.to_string()),
+                plain(run.stats.executed_steps.to_string()),
+                plain(thousands(run.stats.tokens_spent)),
+                plain(thousands(run.stats.tokens_saved)),
+                plain(age(&run.started_at, now)),
+                plain(
+                    took(&run.started_at, run.finished_at.as_deref())
+                        .map_or_else(|| "-".to_owned(), short_duration),
+                ),
+            ]
+        })
+        .collect();
+    table::render(style, &columns, &rows)
+}
+
+/// One row a step, narrower than 100 columns without the kind, tries and
+/// key.
+fn steps_table(style: &Style, shown: &Shown, runs: &[RunRecord], steps: &[StepRecord]) -> String {
     // The last run's recorded requests that no request asked for.
     let unreplayed: &[u64] = runs.last().map_or(&[], |run| run.unreplayed.as_slice());
     // Narrower than 100 columns, the kind, tries and key give their room
@@ -366,39 +395,7 @@ pub(super) fn task_view(
     let rows: Vec<Vec<(String, Tone)>> = steps
         .iter()
         .map(|step| {
-            let result = match (&step.error, &step.output) {
-                (Some(error), _) => (format!("{}: {}", error.code, error.message), Tone::Bad),
-                // The signal that answered a wait: who sent it, and what.
-                (None, Some(output)) if step.kind == crate::journal::StepKind::Wait => {
-                    let signal = output.value();
-                    plain(format!(
-                        "signal from {}: {}",
-                        signal["by"].as_str().unwrap_or("?"),
-                        crate::json_text::JsonText::from_value(&signal["data"]).preview(200)
-                    ))
-                }
-                (None, None) if step.status == StepStatus::Waiting => {
-                    match (step.kind, &step.wake_at) {
-                        (crate::journal::StepKind::Sleep, Some(at)) => plain(format!("until {at}")),
-                        (_, Some(at)) => plain(format!("for a signal, until {at}")),
-                        _ => plain("for a signal"),
-                    }
-                }
-                (None, Some(output)) if step.kind == crate::journal::StepKind::Proxy => {
-                    plain(crate::proxy::summary(&step.args.value(), &output.value()))
-                }
-                (None, Some(output)) if step.kind == crate::journal::StepKind::Mcp => {
-                    let output = output.value();
-                    plain(
-                        crate::proxy::answer_text(&output).map_or_else(
-                            || output.to_string(),
-                            |text| format!("{:?}", text.trim()),
-                        ),
-                    )
-                }
-                (None, Some(output)) => plain(output.preview(200)),
-                (None, None) => plain(""),
-            };
+            let result = step_result(step);
             let took = took(&step.started_at, step.finished_at.as_deref())
                 .map_or_else(|| "-".to_owned(), short_duration);
             let mut row = vec![
@@ -433,13 +430,42 @@ pub(super) fn task_view(
             row
         })
         .collect();
-    out.push_str(&table::render(style, &columns, &rows));
-    if let Some(run) = runs.last()
-        && !run.unreplayed.is_empty()
-    {
-        out.push_str(&not_replayed(run, steps));
+    table::render(style, &columns, &rows)
+}
+
+/// What a step's OUTPUT cell says: its error, the signal that answered a
+/// wait, what a waiting step waits for, a model call's or an MCP call's
+/// answer, or its output.
+fn step_result(step: &StepRecord) -> (String, Tone) {
+    match (&step.error, &step.output) {
+        (Some(error), _) => (format!("{}: {}", error.code, error.message), Tone::Bad),
+        // The signal that answered a wait: who sent it, and what.
+        (None, Some(output)) if step.kind == crate::journal::StepKind::Wait => {
+            let signal = output.value();
+            plain(format!(
+                "signal from {}: {}",
+                signal["by"].as_str().unwrap_or("?"),
+                crate::json_text::JsonText::from_value(&signal["data"]).preview(200)
+            ))
+        }
+        (None, None) if step.status == StepStatus::Waiting => match (step.kind, &step.wake_at) {
+            (crate::journal::StepKind::Sleep, Some(at)) => plain(format!("until {at}")),
+            (_, Some(at)) => plain(format!("for a signal, until {at}")),
+            _ => plain("for a signal"),
+        },
+        (None, Some(output)) if step.kind == crate::journal::StepKind::Proxy => {
+            plain(crate::proxy::summary(&step.args.value(), &output.value()))
+        }
+        (None, Some(output)) if step.kind == crate::journal::StepKind::Mcp => {
+            let output = output.value();
+            plain(
+                crate::proxy::answer_text(&output)
+                    .map_or_else(|| output.to_string(), |text| format!("{:?}", text.trim())),
+            )
+        }
+        (None, Some(output)) => plain(output.preview(200)),
+        (None, None) => plain(""),
     }
-    out
 }
 
 /// The recorded requests no request of `run` asked for, each with how it

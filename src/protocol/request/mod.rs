@@ -222,21 +222,7 @@ fn classify(object: Map<String, Value>) -> Line {
 type DecodeError = (Value, String);
 
 fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeError> {
-    let id = match object.remove("id") {
-        Some(id @ Value::String(_)) => id,
-        Some(Value::Number(number)) if is_integer_literal(&number.to_string()) => {
-            Value::Number(number)
-        }
-        Some(Value::Null) | None => {
-            return Err((Value::Null, format!("`{op}` request has no `id`")));
-        }
-        Some(_) => {
-            return Err((
-                Value::Null,
-                "`id` must be a string or an integer".to_owned(),
-            ));
-        }
-    };
+    let id = request_id(op, &mut object).map_err(|message| (Value::Null, message))?;
     let fail = |message: String| (id.clone(), message);
     let request = match op {
         "call" => Request::Call {
@@ -247,54 +233,19 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
         "begin" => Request::Begin {
             name: required_name(&mut object, "name", op).map_err(fail)?,
             args: object.remove("args").unwrap_or_else(empty_object),
-            effect: match optional(&mut object, "effect") {
-                None => None,
-                Some(Value::String(text)) => Some(Effect::parse(&text).ok_or_else(|| {
-                    fail(format!(
-                        "`effect` must be \"read\" or \"mutate\", not {text:?}"
-                    ))
-                })?),
-                Some(_) => return Err(fail("`effect` must be a string".to_owned())),
-            },
-            mcp: match optional(&mut object, "kind") {
-                None => false,
-                Some(Value::String(kind)) if kind == "mcp" => true,
-                Some(Value::String(kind)) if kind == "begin" => false,
-                Some(_) => {
-                    return Err(fail(
-                        "`kind` must be \"begin\" or \"mcp\" (an MCP tool call, as `durun mcp` sends)"
-                            .to_owned(),
-                    ));
-                }
-            },
+            effect: effect(&mut object).map_err(fail)?,
+            mcp: is_mcp(&mut object).map_err(fail)?,
             id: id.clone(),
         },
         "commit" => Request::Commit {
             step: closes(&mut object, op).map_err(fail)?,
             output: object.remove("output").unwrap_or(Value::Null),
-            usage: match optional(&mut object, "usage") {
-                None => None,
-                Some(usage @ Value::Object(_)) => {
-                    crate::usage::check_usage(&usage).map_err(fail)?;
-                    Some(usage)
-                }
-                Some(_) => return Err(fail("`usage` must be an object".to_owned())),
-            },
+            usage: usage(&mut object).map_err(fail)?,
             id: id.clone(),
         },
         "fail" => Request::Fail {
             step: closes(&mut object, op).map_err(fail)?,
-            error: match optional(&mut object, "error") {
-                Some(Value::String(text)) if text.contains('\0') => {
-                    return Err(fail(
-                        "`error` of a `fail` request must not hold a NUL character (\\u0000); put exact bytes in `output`"
-                            .to_owned(),
-                    ))
-                }
-                Some(Value::String(text)) => text,
-                None => "failed".to_owned(),
-                Some(_) => return Err(fail("`error` must be a string".to_owned())),
-            },
+            error: failure(&mut object).map_err(fail)?,
             output: optional(&mut object, "output"),
             id: id.clone(),
         },
@@ -317,45 +268,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             id: id.clone(),
         },
         "sleep" => {
-            let seconds = optional(&mut object, "seconds");
-            let until = optional(&mut object, "until");
-            let (args, wake) = match (seconds, until) {
-                (Some(seconds), None) => {
-                    let wake = match seconds.as_f64() {
-                        Some(n) if (0.0..MAX_SLEEP_SECONDS).contains(&n) => {
-                            Wake::After(Duration::from_secs_f64(n))
-                        }
-                        Some(n) if n >= MAX_SLEEP_SECONDS => {
-                            return Err(fail(format!(
-                                "`seconds` of a `sleep` is too far: {seconds} is past the limit of {MAX_SLEEP_SECONDS:e} seconds (about 3,000 years)"
-                            )));
-                        }
-                        _ => {
-                            return Err(fail(
-                                "`seconds` of a `sleep` must be a number, 0 or more".to_owned(),
-                            ));
-                        }
-                    };
-                    (serde_json::json!({ "seconds": seconds }), wake)
-                }
-                (None, Some(Value::String(until))) => {
-                    let at = crate::clock::parse(&until)
-                        .ok_or_else(|| {
-                            fail(format!(
-                                "`until` of a `sleep` must be an RFC 3339 time in UTC like \"2026-12-01T09:00:00Z\", not {until:?}"
-                            ))
-                        })?;
-                    (serde_json::json!({ "until": until }), Wake::At(at))
-                }
-                (None, Some(_)) => {
-                    return Err(fail("`until` of a `sleep` must be a string".to_owned()));
-                }
-                _ => {
-                    return Err(fail(
-                        "a `sleep` request has either `seconds` or `until`".to_owned(),
-                    ));
-                }
-            };
+            let (args, wake) = sleep(&mut object).map_err(fail)?;
             Request::Sleep {
                 args,
                 wake,
@@ -363,37 +276,7 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             }
         }
         "spawn" => Request::Spawn {
-            spawn: Box::new(SpawnArgs {
-            name: required_name(&mut object, "name", op).map_err(fail)?,
-            command: match object.remove("command") {
-                Some(Value::Array(words))
-                    if !words.is_empty() && words.iter().all(Value::is_string) =>
-                {
-                    words
-                        .into_iter()
-                        .filter_map(|word| match word {
-                            Value::String(word) => Some(word),
-                            _ => None,
-                        })
-                        .collect()
-                }
-                _ => {
-                    return Err(fail(
-                        "`command` of a `spawn` must be a non-empty array of strings, the child's argv"
-                            .to_owned(),
-                    ));
-                }
-            },
-            args: object.remove("args").unwrap_or(Value::Null),
-            queue: match optional(&mut object, "queue") {
-                None => None,
-                Some(Value::String(queue)) => {
-                    crate::names::check_queue(&queue).map_err(|err| fail(format!("{err:#}")))?;
-                    Some(queue)
-                }
-                Some(_) => return Err(fail("`queue` must be a string".to_owned())),
-            },
-            }),
+            spawn: Box::new(spawn(&mut object, op).map_err(fail)?),
             id: id.clone(),
         },
         "join" => Request::Join {
@@ -407,13 +290,146 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
                 Some(Value::Number(number)) => number.as_u64().filter(|step| *step > 0),
                 _ => None,
             }
-            .ok_or_else(|| fail("`through` of a `replayed` request must be a positive integer".to_owned()))?,
+            .ok_or_else(|| {
+                fail("`through` of a `replayed` request must be a positive integer".to_owned())
+            })?,
             key: required_string(&mut object, "idempotency_key", op).map_err(fail)?,
             id: id.clone(),
         },
         other => return Err(fail(format!("unknown op {other:?}"))),
     };
     Ok(request)
+}
+
+/// A request's `id`: a string or an integer.
+fn request_id(op: &str, object: &mut Map<String, Value>) -> Result<Value, String> {
+    match object.remove("id") {
+        Some(id @ Value::String(_)) => Ok(id),
+        Some(Value::Number(number)) if is_integer_literal(&number.to_string()) => {
+            Ok(Value::Number(number))
+        }
+        Some(Value::Null) | None => Err(format!("`{op}` request has no `id`")),
+        Some(_) => Err("`id` must be a string or an integer".to_owned()),
+    }
+}
+
+/// The `effect` of a `begin`, if it names one.
+fn effect(object: &mut Map<String, Value>) -> Result<Option<Effect>, String> {
+    match optional(object, "effect") {
+        None => Ok(None),
+        Some(Value::String(text)) => Effect::parse(&text)
+            .map(Some)
+            .ok_or_else(|| format!("`effect` must be \"read\" or \"mutate\", not {text:?}")),
+        Some(_) => Err("`effect` must be a string".to_owned()),
+    }
+}
+
+/// Whether a `begin` is an MCP tool call (`"kind": "mcp"`).
+fn is_mcp(object: &mut Map<String, Value>) -> Result<bool, String> {
+    match optional(object, "kind") {
+        None => Ok(false),
+        Some(Value::String(kind)) if kind == "mcp" => Ok(true),
+        Some(Value::String(kind)) if kind == "begin" => Ok(false),
+        Some(_) => Err(
+            "`kind` must be \"begin\" or \"mcp\" (an MCP tool call, as `durun mcp` sends)"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The `usage` of a `commit`, checked.
+fn usage(object: &mut Map<String, Value>) -> Result<Option<Value>, String> {
+    match optional(object, "usage") {
+        None => Ok(None),
+        Some(usage @ Value::Object(_)) => {
+            crate::usage::check_usage(&usage)?;
+            Ok(Some(usage))
+        }
+        Some(_) => Err("`usage` must be an object".to_owned()),
+    }
+}
+
+/// The `error` of a `fail`.
+fn failure(object: &mut Map<String, Value>) -> Result<String, String> {
+    match optional(object, "error") {
+        Some(Value::String(text)) if text.contains('\0') => Err(
+            "`error` of a `fail` request must not hold a NUL character (\\u0000); put exact bytes in `output`"
+                .to_owned(),
+        ),
+        Some(Value::String(text)) => Ok(text),
+        None => Ok("failed".to_owned()),
+        Some(_) => Err("`error` must be a string".to_owned()),
+    }
+}
+
+/// A `sleep`'s args as journaled, and when it wakes.
+fn sleep(object: &mut Map<String, Value>) -> Result<(Value, Wake), String> {
+    let seconds = optional(object, "seconds");
+    let until = optional(object, "until");
+    match (seconds, until) {
+        (Some(seconds), None) => {
+            let wake = match seconds.as_f64() {
+                Some(n) if (0.0..MAX_SLEEP_SECONDS).contains(&n) => {
+                    Wake::After(Duration::from_secs_f64(n))
+                }
+                Some(n) if n >= MAX_SLEEP_SECONDS => {
+                    return Err(format!(
+                        "`seconds` of a `sleep` is too far: {seconds} is past the limit of {MAX_SLEEP_SECONDS:e} seconds (about 3,000 years)"
+                    ));
+                }
+                _ => {
+                    return Err("`seconds` of a `sleep` must be a number, 0 or more".to_owned());
+                }
+            };
+            Ok((serde_json::json!({ "seconds": seconds }), wake))
+        }
+        (None, Some(Value::String(until))) => {
+            let at = crate::clock::parse(&until)
+                .ok_or_else(|| {
+                    format!(
+                        "`until` of a `sleep` must be an RFC 3339 time in UTC like \"2026-12-01T09:00:00Z\", not {until:?}"
+                    )
+                })?;
+            Ok((serde_json::json!({ "until": until }), Wake::At(at)))
+        }
+        (None, Some(_)) => Err("`until` of a `sleep` must be a string".to_owned()),
+        _ => Err("a `sleep` request has either `seconds` or `until`".to_owned()),
+    }
+}
+
+/// The child of a `spawn`.
+fn spawn(object: &mut Map<String, Value>, op: &str) -> Result<SpawnArgs, String> {
+    Ok(SpawnArgs {
+        name: required_name(object, "name", op)?,
+        command: match object.remove("command") {
+            Some(Value::Array(words))
+                if !words.is_empty() && words.iter().all(Value::is_string) =>
+            {
+                words
+                    .into_iter()
+                    .filter_map(|word| match word {
+                        Value::String(word) => Some(word),
+                        _ => None,
+                    })
+                    .collect()
+            }
+            _ => {
+                return Err(
+                    "`command` of a `spawn` must be a non-empty array of strings, the child's argv"
+                        .to_owned(),
+                );
+            }
+        },
+        args: object.remove("args").unwrap_or(Value::Null),
+        queue: match optional(object, "queue") {
+            None => None,
+            Some(Value::String(queue)) => {
+                crate::names::check_queue(&queue).map_err(|err| format!("{err:#}"))?;
+                Some(queue)
+            }
+            Some(_) => return Err("`queue` must be a string".to_owned()),
+        },
+    })
 }
 
 /// The `timeout` of a `wait` or `join`, if it has one.
