@@ -198,85 +198,25 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
     };
     let content = (name.clone(), crate::step_key::args_hash(&canonical));
 
+    let asked = Asked {
+        run,
+        name,
+        args,
+        content,
+    };
     let recording = shared.state.lock().expect("tape lock").recording;
     if recording {
-        let mut forward = shared.client.request(method, &url).body(body);
-        for (header_name, value) in &parts.headers {
-            if !matches!(
-                header_name.as_str(),
-                "host" | "connection" | "content-length" | "transfer-encoding" | "accept-encoding"
-            ) {
-                forward = forward.header(header_name, value);
-            }
-        }
-        let answer = match forward.send().await {
-            Ok(answer) => answer,
-            Err(err) => {
-                return Ok(error(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_unreachable",
-                    format!("durun test could not reach {route}'s upstream: {err}"),
-                ));
-            }
+        let forward = Forward {
+            method,
+            url: &url,
+            headers: &parts.headers,
+            body,
+            route: &route,
         };
-        let status = answer.status().as_u16();
-        let content_type = answer
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
-        let Ok(bytes) = answer.bytes().await else {
-            return Err(io::Error::other("the upstream's answer was cut off"));
-        };
-        let answer = Answer {
-            status,
-            content_type,
-            body: bytes.to_vec(),
-        };
-        if (200..300).contains(&status) {
-            let mut state = shared.state.lock().expect("tape lock");
-            state
-                .kept
-                .entry(content.clone())
-                .or_default()
-                .push(answer.clone());
-            state.made.entry(name).or_default().push(args);
-            let calls = state.calls.entry(run).or_default();
-            calls.requests += 1;
-            *calls.seen.entry(content).or_default() += 1;
-        }
-        return Ok(recorded(&answer));
+        return record(&shared, forward, asked).await;
     }
-
-    let (answer, fault) = {
-        let mut state = shared.state.lock().expect("tape lock");
-        let fault = state.faults.get(&content).copied();
-        let State {
-            kept, made, calls, ..
-        } = &mut *state;
-        let calls = calls.entry(run).or_default();
-        calls.requests += 1;
-        let fault = fault.filter(|_| {
-            let first = !calls.faulted.contains(&content);
-            if first {
-                calls.faulted.push(content.clone());
-            }
-            first
-        });
-        let answer = kept.get(&content).map(|answers| {
-            let asked = calls.asked.entry(content.clone()).or_default();
-            let answer = answers[(*asked).min(answers.len() - 1)].clone();
-            if fault.is_none() {
-                *asked += 1;
-                *calls.seen.entry(content.clone()).or_default() += 1;
-            }
-            answer
-        });
-        if answer.is_none() {
-            calls.misses.push(miss(&name, &args, made.get(&name)));
-        }
-        (answer, fault)
-    };
+    let (answer, fault) = shared.state.lock().expect("tape lock").answer(&asked);
+    let name = asked.name;
     let Some(answer) = answer else {
         return Ok(error(
             StatusCode::BAD_REQUEST,
@@ -287,6 +227,128 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
             ),
         ));
     };
+    faulty(answer, fault, shared.hold).await
+}
+
+fn head_value(value: Option<&str>) -> Option<HeaderValue> {
+    value.and_then(|value| HeaderValue::from_str(value).ok())
+}
+
+/// A model call as the recorder keys it.
+struct Asked {
+    run: String,
+    name: String,
+    args: Value,
+    content: Content,
+}
+
+/// A call to pass on to the real upstream while recording.
+struct Forward<'a> {
+    method: hyper::Method,
+    url: &'a str,
+    headers: &'a hyper::HeaderMap,
+    body: Bytes,
+    route: &'a str,
+}
+
+/// Passes a call of the reference run on to the upstream and keeps its
+/// answer.
+async fn record(shared: &Shared, forward: Forward<'_>, asked: Asked) -> io::Result<Response<Body>> {
+    let mut upstream = shared
+        .client
+        .request(forward.method, forward.url)
+        .body(forward.body);
+    for (header_name, value) in forward.headers {
+        if !matches!(
+            header_name.as_str(),
+            "host" | "connection" | "content-length" | "transfer-encoding" | "accept-encoding"
+        ) {
+            upstream = upstream.header(header_name, value);
+        }
+    }
+    let answer = match upstream.send().await {
+        Ok(answer) => answer,
+        Err(err) => {
+            return Ok(error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                format!(
+                    "durun test could not reach {}'s upstream: {err}",
+                    forward.route
+                ),
+            ));
+        }
+    };
+    let status = answer.status().as_u16();
+    let content_type = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let Ok(bytes) = answer.bytes().await else {
+        return Err(io::Error::other("the upstream's answer was cut off"));
+    };
+    let answer = Answer {
+        status,
+        content_type,
+        body: bytes.to_vec(),
+    };
+    if (200..300).contains(&status) {
+        let mut state = shared.state.lock().expect("tape lock");
+        state
+            .kept
+            .entry(asked.content.clone())
+            .or_default()
+            .push(answer.clone());
+        state.made.entry(asked.name).or_default().push(asked.args);
+        let calls = state.calls.entry(asked.run).or_default();
+        calls.requests += 1;
+        *calls.seen.entry(asked.content).or_default() += 1;
+    }
+    Ok(recorded(&answer))
+}
+
+impl State {
+    /// A trial's answer to `asked`, as the reference got it, and the fault
+    /// to make of it the first time, if any.
+    fn answer(&mut self, asked: &Asked) -> (Option<Answer>, Option<FaultKind>) {
+        let fault = self.faults.get(&asked.content).copied();
+        let State {
+            kept, made, calls, ..
+        } = self;
+        let calls = calls.entry(asked.run.clone()).or_default();
+        calls.requests += 1;
+        let fault = fault.filter(|_| {
+            let first = !calls.faulted.contains(&asked.content);
+            if first {
+                calls.faulted.push(asked.content.clone());
+            }
+            first
+        });
+        let answer = kept.get(&asked.content).map(|answers| {
+            let times = calls.asked.entry(asked.content.clone()).or_default();
+            let answer = answers[(*times).min(answers.len() - 1)].clone();
+            if fault.is_none() {
+                *times += 1;
+                *calls.seen.entry(asked.content.clone()).or_default() += 1;
+            }
+            answer
+        });
+        if answer.is_none() {
+            calls
+                .misses
+                .push(miss(&asked.name, &asked.args, made.get(&asked.name)));
+        }
+        (answer, fault)
+    }
+}
+
+/// The answer, or the fault made of it.
+async fn faulty(
+    answer: Answer,
+    fault: Option<FaultKind>,
+    hold: std::time::Duration,
+) -> io::Result<Response<Body>> {
     match fault {
         None => Ok(recorded(&answer)),
         Some(FaultKind::Http429) => {
@@ -309,7 +371,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
             "durun test: a 500 made on purpose (--fault)",
         )),
         Some(FaultKind::Timeout) => {
-            tokio::time::sleep(shared.hold).await;
+            tokio::time::sleep(hold).await;
             Err(io::Error::other("held until the trial's time was up"))
         }
         Some(FaultKind::Reset) => Err(io::Error::other("reset on purpose (--fault)")),
@@ -332,10 +394,6 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> io::Result<R
             Ok(response)
         }
     }
-}
-
-fn head_value(value: Option<&str>) -> Option<HeaderValue> {
-    value.and_then(|value| HeaderValue::from_str(value).ok())
 }
 
 /// A call the reference never made, with its difference from the nearest
