@@ -292,38 +292,56 @@ fn config_page() -> Result<Vec<u8>> {
         roff.text([bold(*key)]);
         roff.text([roman(*meaning)]);
     }
-    roff.control("SH", ["[journal]"]);
-    roff.control("TP", []);
-    roff.text([bold("sync")]);
-    roff.text([roman(
-        "\"full\" (the default): every step's commit is fsync'd, and survives a power cut. \"normal\": steps about ten times cheaper; \
-         every process crash is still survived, a power cut may lose the last steps. DURUN_SYNC overrides it.",
-    )]);
-    roff.control("SH", ["[wait]"]);
-    roff.control("TP", []);
-    roff.text([bold("park_after")]);
-    roff.text([roman(
-        "How long a wait or sleep step is waited on live before durun ends the agent, leaves the task waiting or sleeping \
-         and exits 77, like \"60s\" (the default) or \"0s\" (park at once). run --park-after and resume --park-after override it.",
-    )]);
-    roff.control("SH", ["[budget]"]);
-    roff.control("TP", []);
-    roff.text([bold("max_tokens")]);
-    roff.text([roman(
-        "The task's token budget, over all its runs (replayed steps cost nothing): once its steps have spent this many, \
-         the next new step is refused with budget_exceeded and durun exits 78. run --max-tokens overrides it; \
-         resume --max-tokens raises it.",
-    )]);
-    let entries = |roff: &mut Roff, entries: &[(&str, &str)]| {
-        for (key, meaning) in entries {
+    for (heading, entries) in CONFIG_SECTIONS {
+        roff.control("SH", [*heading]);
+        for (key, meaning) in *entries {
             roff.control("TP", []);
             roff.text([bold(*key)]);
             roff.text([roman(*meaning)]);
         }
-    };
-    roff.control("SH", ["[proxy]"]);
-    entries(
-        &mut roff,
+    }
+    roff.control("SH", ["EXAMPLE"]);
+    roff.control("nf", []);
+    for line in EXAMPLE.lines() {
+        roff.text([roman(line)]);
+    }
+    roff.control("fi", []);
+    see_also(&mut roff, &["durun(1)", "durun-run(1)"]);
+    let mut page = Vec::new();
+    roff.to_writer(&mut page)?;
+    Ok(page)
+}
+
+/// durun.toml(5)'s sections after `[tools.NAME]`: a heading, then each key
+/// with its meaning.
+const CONFIG_SECTIONS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "[journal]",
+        &[(
+            "sync",
+            "\"full\" (the default): every step's commit is fsync'd, and survives a power cut. \"normal\": steps about ten times cheaper; \
+         every process crash is still survived, a power cut may lose the last steps. DURUN_SYNC overrides it.",
+        )],
+    ),
+    (
+        "[wait]",
+        &[(
+            "park_after",
+            "How long a wait or sleep step is waited on live before durun ends the agent, leaves the task waiting or sleeping \
+         and exits 77, like \"60s\" (the default) or \"0s\" (park at once). run --park-after and resume --park-after override it.",
+        )],
+    ),
+    (
+        "[budget]",
+        &[(
+            "max_tokens",
+            "The task's token budget, over all its runs (replayed steps cost nothing): once its steps have spent this many, \
+         the next new step is refused with budget_exceeded and durun exits 78. run --max-tokens overrides it; \
+         resume --max-tokens raises it.",
+        )],
+    ),
+    (
+        "[proxy]",
         &[
             (
                 "enabled",
@@ -345,10 +363,9 @@ fn config_page() -> Result<Vec<u8>> {
           in durun's environment and the vendors' APIs.",
             ),
         ],
-    );
-    roff.control("SH", ["[proxy.routes.NAME]"]);
-    entries(
-        &mut roff,
+    ),
+    (
+        "[proxy.routes.NAME]",
         &[
             ("upstream", "The API this route forwards to."),
             ("env", "The variable the agent gets the route's URL in."),
@@ -358,27 +375,24 @@ fn config_page() -> Result<Vec<u8>> {
           (journaled before they are forwarded, with Idempotency-Key set to the step's key).",
             ),
         ],
-    );
-    roff.control("SH", ["[mcp.NAME]"]);
-    entries(
-        &mut roff,
+    ),
+    (
+        "[mcp.NAME]",
         &[(
             "read, mutate",
             "Tool names of the MCP server durun mcp --name NAME fronts, over the server's readOnlyHint annotations.",
         )],
-    );
-    roff.control("SH", ["[otel]"]);
-    entries(
-        &mut roff,
+    ),
+    (
+        "[otel]",
         &[(
             "endpoint",
             "The OTLP/HTTP base URL runs send their trace spans to, when neither OTEL_EXPORTER_OTLP_TRACES_ENDPOINT \
           nor OTEL_EXPORTER_OTLP_ENDPOINT is set.",
         )],
-    );
-    roff.control("SH", ["[queues.NAME]"]);
-    entries(
-        &mut roff,
+    ),
+    (
+        "[queues.NAME]",
         &[
             (
                 "concurrency",
@@ -390,10 +404,9 @@ fn config_page() -> Result<Vec<u8>> {
           after backoff, like \"30s\", default 10s, doubling each time).",
             ),
         ],
-    );
-    roff.control("SH", ["[schedules.NAME]"]);
-    entries(
-        &mut roff,
+    ),
+    (
+        "[schedules.NAME]",
         &[
             (
                 "cron, every",
@@ -410,18 +423,8 @@ fn config_page() -> Result<Vec<u8>> {
                 "Of the ticks missed while no worker ran: \"latest\" (the default) submits the last, \"none\" none, \"all\"           each of them (at most 100).",
             ),
         ],
-    );
-    roff.control("SH", ["EXAMPLE"]);
-    roff.control("nf", []);
-    for line in EXAMPLE.lines() {
-        roff.text([roman(line)]);
-    }
-    roff.control("fi", []);
-    see_also(&mut roff, &["durun(1)", "durun-run(1)"]);
-    let mut page = Vec::new();
-    roff.to_writer(&mut page)?;
-    Ok(page)
-}
+    ),
+];
 
 const TOOL_KEYS: &[(&str, &str)] = &[
     (
