@@ -95,32 +95,10 @@ fn call(
     if let Some(traceparent) = &invocation.traceparent {
         request = request.header("traceparent", traceparent);
     }
-    for (name, value) in &spec.headers {
-        let mut used = Secrets::default();
-        match expand_env_noting(value, &mut used) {
-            Ok(value) if value.contains(['\r', '\n']) => {
-                // Named by its variables, never by its value.
-                let message = format!(
-                    "header {name} of `{}` would hold a line break (from {}); fix the variable's value",
-                    tool.name,
-                    used.names()
-                        .iter()
-                        .map(|var| format!("${{{var}}}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                return failed(ErrorCode::ToolFailed, message, None, false, None);
-            }
-            Ok(expanded) => {
-                request = request.header(name.as_str(), expanded);
-                secrets.extend(used);
-            }
-            Err(message) => {
-                let message = format!("header {name} of `{}`: {message}", tool.name);
-                return failed(ErrorCode::ToolFailed, message, None, false, None);
-            }
-        }
-    }
+    request = match with_headers(request, spec, &tool.name, secrets) {
+        Ok(request) => request,
+        Err(message) => return failed(ErrorCode::ToolFailed, message, None, false, None),
+    };
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
@@ -139,33 +117,85 @@ fn call(
         }
     };
     match agent.run(request) {
-        Ok(response) if response.status().as_u16() < 400 => {
-            let status = response.status().as_u16();
+        Ok(response) => answered(&tool.name, tool.output, response),
+        Err(err) => {
+            let code = if matches!(err, ureq::Error::Timeout(_)) {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::ToolFailed
+            };
+            failed(
+                code,
+                format!("`{}` could not reach {shown_url}: {err}", tool.name),
+                None,
+                true,
+                None,
+            )
+        }
+    }
+}
+
+/// `request` with the tool's configured headers, their `${VAR}`s expanded
+/// (the variables' values noted as secrets to redact).
+fn with_headers(
+    mut request: ureq::http::request::Builder,
+    spec: &HttpSpec,
+    tool: &str,
+    secrets: &mut Secrets,
+) -> Result<ureq::http::request::Builder, String> {
+    for (name, value) in &spec.headers {
+        let mut used = Secrets::default();
+        match expand_env_noting(value, &mut used) {
+            Ok(value) if value.contains(['\r', '\n']) => {
+                // Named by its variables, never by its value.
+                let message = format!(
+                    "header {name} of `{}` would hold a line break (from {}); fix the variable's value",
+                    tool,
+                    used.names()
+                        .iter()
+                        .map(|var| format!("${{{var}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                return Err(message);
+            }
+            Ok(expanded) => {
+                request = request.header(name.as_str(), expanded);
+                secrets.extend(used);
+            }
+            Err(message) => return Err(format!("header {name} of `{tool}`: {message}")),
+        }
+    }
+    Ok(request)
+}
+
+/// What an answer of the tool's endpoint makes of the step: its output
+/// (below 400), or a failure that a 429 or a 5xx leaves retryable.
+fn answered(
+    tool: &str,
+    output: crate::config::OutputMode,
+    response: ureq::http::Response<ureq::Body>,
+) -> Outcome {
+    let status = response.status().as_u16();
+    match status {
+        ok if ok < 400 => {
             let (body, too_big) = read_body(response);
             if too_big {
-                let message = format!(
-                    "`{}` answered more than {} MiB",
-                    tool.name,
-                    BODY_LIMIT >> 20
-                );
+                let message = format!("`{}` answered more than {} MiB", tool, BODY_LIMIT >> 20);
                 return failed(ErrorCode::ToolFailed, message, None, false, None);
             }
-            match super::read_output(tool.output, body) {
+            match super::read_output(output, body) {
                 Ok((output, usage)) => Outcome::Done { output, usage },
                 Err((body, err)) => failed(
                     ErrorCode::ToolFailed,
-                    format!(
-                        "`{}` answered HTTP {status} with invalid JSON ({err})",
-                        tool.name
-                    ),
+                    format!("`{tool}` answered HTTP {status} with invalid JSON ({err})"),
                     Some(json!({"status": status, "body": body})),
                     false,
                     None,
                 ),
             }
         }
-        Ok(response) => {
-            let status = response.status().as_u16();
+        _ => {
             let retry_after = response
                 .headers()
                 .get("Retry-After")
@@ -187,20 +217,6 @@ fn call(
                 Some(json!({"status": status, "body": body})),
                 status == 429 || status >= 500,
                 retry_after,
-            )
-        }
-        Err(err) => {
-            let code = if matches!(err, ureq::Error::Timeout(_)) {
-                ErrorCode::Timeout
-            } else {
-                ErrorCode::ToolFailed
-            };
-            failed(
-                code,
-                format!("`{}` could not reach {shown_url}: {err}", tool.name),
-                None,
-                true,
-                None,
             )
         }
     }
