@@ -55,6 +55,10 @@ pub(crate) fn load_line(table: &Table) -> Option<String> {
     ))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the table's rows want a type that carries each figure with its floor"
+)]
 pub(crate) fn print_table(
     table: &Table,
     syncs: &[(&str, Option<f64>)],

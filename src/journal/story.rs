@@ -320,6 +320,10 @@ fn signal(name: &str, data: serde_json::Value, id: Option<&str>) -> SignalRecord
 /// Signals are kept once per id, taken oldest first, one per `wait` step,
 /// in the transaction that commits the step; a budget is kept with the
 /// task; a task's rows move whole to another journal.
+#[expect(
+    clippy::too_many_lines,
+    reason = "a journal story: signals, budgets and moves want a story each"
+)]
 fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal) {
     journal.create_task(&task("t6")).expect("create");
     let run = started(journal, "t6", &me());

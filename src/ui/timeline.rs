@@ -52,6 +52,10 @@ const ROW: f64 = 26.0;
 /// The task's runs, one row each, with the steps each run wrote placed
 /// where they started and as long as they took; each run after the first
 /// begins with a mark for the steps it replayed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the timeline's scale and rows want a Layout type"
+)]
 pub(super) fn task_timeline(
     task: &TaskRecord,
     runs: &[RunRecord],

@@ -95,6 +95,10 @@ fn llm_text(output: &Value) -> String {
         .to_owned()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "kill, resume and the checks of a variant want a CrashCase type"
+)]
 fn crash_and_resume(variant: Variant, kill: Kill) {
     let llm = FakeLlm::start();
     let api = FakeApi::start();

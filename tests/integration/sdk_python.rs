@@ -314,6 +314,10 @@ fn durun_step_counts_the_tokens_a_command_reports() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "setup of the fake upstream and the asyncio agent want a fixture of their own"
+)]
 fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() {
     if !llm_clients() {
         return;

@@ -48,6 +48,10 @@ pub(super) struct Judged {
 /// Judges `tried` against the reference. `faulted`: a fault was made, so
 /// the failed attempts it left shift the steps' numbers, and with them
 /// the keys: they are not compared with the reference's.
+#[expect(
+    clippy::too_many_lines,
+    reason = "each check (divergence, doubles, losses, keys) wants a type of its own"
+)]
 pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: bool) -> Judged {
     let mut diverged = Vec::new();
     let mut failed = Vec::new();
