@@ -168,3 +168,16 @@ pub(crate) fn abort_on_panic() {
 pub(crate) fn contain_panics() {
     CONTAINED.set(true);
 }
+
+/// `err` and its causes on one line, `: ` between them (a client error
+/// whose own text says only its kind, "error sending request").
+pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}

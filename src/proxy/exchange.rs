@@ -472,14 +472,7 @@ fn not_journaled() -> Response<Body> {
 
 /// An upstream error with its causes, one line.
 fn describe(err: &reqwest::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    crate::error::with_causes(err)
 }
 
 #[cfg(test)]

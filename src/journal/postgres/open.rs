@@ -17,16 +17,7 @@ use crate::settings::Settings;
 pub(crate) fn reason(err: &postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => db.message().to_owned(),
-        None => {
-            let mut text = err.to_string();
-            let mut cause = std::error::Error::source(err);
-            while let Some(inner) = cause {
-                text.push_str(": ");
-                text.push_str(&inner.to_string());
-                cause = inner.source();
-            }
-            text
-        }
+        None => crate::error::with_causes(err),
     }
 }
 
