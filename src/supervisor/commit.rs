@@ -14,7 +14,7 @@
 //!
 //! A batch no one waits for (the commits of an agent that does not wait
 //! for their answers, as the SDKs do) is written on the committer thread:
-//! the loop lends it the journal with the batch ([`Job`]) and goes on
+//! the loop lends it the journal with the batch ([`super::committer::Job`]) and goes on
 //! reading requests and answering those that need no write (a `read`
 //! step's `begin`, a replayed step) while the disk works; the steps that
 //! arrive meanwhile make the next batch. The journal comes back with the
@@ -24,37 +24,16 @@
 //! else the loop asks of the journal waits for it to be home
 //! ([`Supervisor::journal`]), so the journal sees one writer, in order.
 
-use std::sync::mpsc;
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::inbox::{Conn, Event, Events};
-use super::state::{Deferred, Job, Landed, Supervisor, Then};
-use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus, StepWrite};
+use super::committer::Landed;
+use super::inbox::Conn;
+use super::state::{Deferred, Supervisor, Then};
+use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus};
 use crate::protocol::{ErrorCode, Response};
 use crate::report::Event as Report;
-
-/// The committer thread: writes each batch it is lent, looks once more for
-/// a cancel or a takeover (a pipelining agent may keep the journal away
-/// from the loop's own look), and sends the batch and the journal back.
-pub(super) fn committer<'a>(
-    jobs: &mpsc::Receiver<Job<'a>>,
-    landed: &mpsc::Sender<Landed<'a>>,
-    events: &Events,
-    task: &str,
-    run: u32,
-) {
-    while let Ok(job) = jobs.recv() {
-        let mut back = write(job, task, run);
-        if back.written.is_ok() {
-            back.standing = back.journal.watch(task, run).ok();
-        }
-        if landed.send(back).is_err() || events.send(Event::Landed).is_err() {
-            return;
-        }
-    }
-}
 
 impl Supervisor<'_> {
     /// Takes back a batch the committer wrote, if one is back, and runs
@@ -120,7 +99,7 @@ impl<'a> Supervisor<'a> {
         // commits, written while the loop goes on.
         let off_the_loop = self.outbox.pipelined && batch.iter().all(Deferred::is_agent_commit);
         let journal = self.journal.take().expect("the journal is home");
-        let job = Job {
+        let job = super::committer::Job {
             journal,
             batch,
             stats,
@@ -130,7 +109,7 @@ impl<'a> Supervisor<'a> {
             // Someone waits for this commit (an intent, a tool's result, a
             // commit's answer): a hand-off to the committer and back would
             // only add two wake-ups to the wait.
-            let landed = write(job, self.spec.task_id, self.spec.run);
+            let landed = self.committer.write(job);
             self.take_landed(landed);
             if agent_commit
                 && !self.outbox.pipelined
@@ -141,16 +120,7 @@ impl<'a> Supervisor<'a> {
             }
             return;
         }
-        if let Some(start) = self.committer.start.take() {
-            // A thread that cannot start drops its end of the channel: the
-            // send below fails and the batch is written here.
-            let _ = start();
-        }
-        if let Err(mpsc::SendError(job)) = self.committer.jobs.send(job) {
-            // The committer is gone (it never ends before the loop does,
-            // unless it could not start): write here rather than lose the
-            // batch.
-            let landed = write(job, self.spec.task_id, self.spec.run);
+        if let Some(landed) = self.committer.lend(job) {
             self.take_landed(landed);
         }
     }
@@ -160,12 +130,7 @@ impl<'a> Supervisor<'a> {
         if !self.in_flight() {
             return;
         }
-        let landed = if wait {
-            self.committer.landed.recv().ok()
-        } else {
-            self.committer.landed.try_recv().ok()
-        };
-        if let Some(landed) = landed {
+        if let Some(landed) = self.committer.landed(wait) {
             self.take_landed(landed);
         }
     }
@@ -323,32 +288,5 @@ impl<'a> Supervisor<'a> {
             }
         };
         self.respond(conn, &response);
-    }
-}
-
-/// Writes a job's batch in one durable commit.
-fn write<'a>(job: Job<'a>, task: &str, run: u32) -> Landed<'a> {
-    let Job {
-        journal,
-        batch,
-        stats,
-        finished,
-    } = job;
-    let writes: Vec<StepWrite<'_>> = batch
-        .iter()
-        .map(|deferred| StepWrite {
-            record: &deferred.record,
-            fresh: deferred.fresh,
-        })
-        .collect();
-    // An intent changes no counter: one row less to write.
-    let written = journal.put_steps(task, &writes, run, finished.then_some(&stats));
-    drop(writes);
-    Landed {
-        journal,
-        batch,
-        stats,
-        written,
-        standing: None,
     }
 }

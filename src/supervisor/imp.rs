@@ -39,10 +39,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::agent_io::AgentIo;
+use super::committer::Committer;
 use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
 use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use super::state::{Committer, Deferred, Ending, Holding, Outbox, Steps, Supervisor};
+use super::state::{Deferred, Ending, Holding, Outbox, Steps, Supervisor};
 use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
@@ -117,7 +118,7 @@ pub(crate) fn supervise(
             std::thread::Builder::new()
                 .name("durun-committer".into())
                 .spawn_scoped(scope, move || {
-                    super::commit::committer(
+                    super::committer::committer(
                         &jobs,
                         &landed,
                         &committer_events,
@@ -130,11 +131,7 @@ pub(crate) fn supervise(
         let mut supervisor = Supervisor {
             spec,
             journal: Some(journal),
-            committer: Committer {
-                jobs: jobs_tx,
-                landed: landed_rx,
-                start: Some(start),
-            },
+            committer: Committer::new((jobs_tx, landed_rx), start, spec.task_id, spec.run),
             reporter,
             steps: Steps::new(last_recorded),
             stats: RunStats::default(),

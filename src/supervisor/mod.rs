@@ -13,6 +13,7 @@ mod calls;
 mod child;
 mod children;
 mod commit;
+mod committer;
 mod contents;
 mod crash;
 mod decide;

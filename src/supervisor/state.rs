@@ -4,8 +4,6 @@
 //! (`requests`, `calls`, `commit`, `fencing`, `stopping`), none of which
 //! imports another.
 
-use std::sync::mpsc;
-
 use serde_json::Value;
 
 use super::agent_io::AgentIo;
@@ -15,7 +13,7 @@ use super::inbox::Events;
 pub(super) use super::outbox::{Deferred, Outbox, ProxyThen, Then};
 use super::spec::RunSpec;
 pub(super) use super::steps::{CallInFlight, OpenStep, Steps, Waiter};
-use crate::journal::{Journal, RunStats, Standing, StepKind};
+use crate::journal::{Journal, RunStats, StepKind};
 use crate::protocol::Effect;
 use crate::report::Reporter;
 
@@ -25,7 +23,7 @@ pub(super) struct Supervisor<'a> {
     /// committer thread with a batch (the `commit` room).
     pub(super) journal: Option<&'a mut dyn Journal>,
     /// The way to the committer thread and back.
-    pub(super) committer: Committer<'a>,
+    pub(super) committer: super::committer::Committer<'a>,
     pub(super) reporter: &'a mut dyn Reporter,
     /// Every step of this run, by where it stands.
     pub(super) steps: Steps,
@@ -81,33 +79,4 @@ pub(super) struct Wanted<'a> {
     pub(super) canonical: &'a str,
     /// The tool wants an operator to decide before a step in doubt runs again.
     pub(super) ask_first: bool,
-}
-
-/// The committer thread's two channels.
-pub(super) struct Committer<'a> {
-    pub(super) jobs: mpsc::Sender<Job<'a>>,
-    pub(super) landed: mpsc::Receiver<Landed<'a>>,
-    /// Starts the thread, at the first batch it is lent; if it cannot
-    /// start, its channel is closed and the loop writes the batch itself.
-    pub(super) start: Option<Box<dyn FnOnce() -> std::io::Result<()> + 'a>>,
-}
-
-/// A batch to commit, with the journal lent to write it.
-pub(super) struct Job<'a> {
-    pub(super) journal: &'a mut dyn Journal,
-    pub(super) batch: Vec<Deferred>,
-    /// The run's counters once the batch is written.
-    pub(super) stats: RunStats,
-    /// Whether the counters change (an intent alone changes none).
-    pub(super) finished: bool,
-}
-
-/// A batch back from the committer, and the journal with it.
-pub(super) struct Landed<'a> {
-    pub(super) journal: &'a mut dyn Journal,
-    pub(super) batch: Vec<Deferred>,
-    pub(super) stats: RunStats,
-    pub(super) written: anyhow::Result<()>,
-    /// Where the run stood right after the commit (a cancel, a takeover).
-    pub(super) standing: Option<Standing>,
 }
