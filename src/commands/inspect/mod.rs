@@ -17,7 +17,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::cli::{InspectArgs, StatusFilter};
-use crate::journal::{Access, Journal, Location, RunRecord, StepRecord, TaskRecord, TaskStatus};
+use crate::journal::{Access, Journal, Location, RunRecord, TaskRecord, TaskStatus};
 use crate::report::table::Style;
 use crate::report::thousands;
 use crate::settings::Settings;
@@ -28,69 +28,23 @@ pub(crate) use views::{age, held, took};
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "chooses among the views by hand: the view model shared with the UI (issue 50) is the missing type"
-)]
 pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     let location = Location::of(settings)?;
-    let now = settings.now();
     let missing = !location.exists()?;
     let style = Style::stdout(settings);
     let mut out = std::io::stdout().lock();
     if args.workers {
-        let workers = if missing {
-            Vec::new()
-        } else {
-            location.open(Access::Read, settings)?.workers()?
-        };
-        let now_ms = crate::journal::now_ms();
-        let late = settings.lease.heartbeat * 2;
-        if args.json {
-            let workers: Vec<Value> = workers
-                .iter()
-                .map(|worker| json::worker_json(worker, now_ms, late))
-                .collect();
-            writeln!(out, "{}", json!({ "workers": workers }))?;
-        } else {
-            out.write_all(views::worker_list(&style, &workers, now_ms, late).as_bytes())?;
-        }
-        out.flush()?;
+        show_workers(args, settings, (&location, missing), &style, &mut out)?;
         return Ok(0);
     }
     let Some(id) = &args.task else {
         // No journal yet: no tasks.
-        let mut journal = if missing {
+        let journal = if missing {
             None
         } else {
             Some(location.open(Access::Read, settings)?)
         };
-        if args.tree {
-            let tasks = match journal.as_mut() {
-                Some(journal) => listed(journal.as_mut(), settings, usize::MAX, &|_, _| true)?,
-                None => Vec::new(),
-            };
-            tree::print(&tasks, args, &mut out)?;
-            return Ok(0);
-        }
-        let tasks = match journal.as_mut() {
-            Some(journal) => listed(
-                journal.as_mut(),
-                settings,
-                args.limit.unwrap_or(usize::MAX),
-                &|_, shown| {
-                    args.status
-                        .is_none_or(|wanted| status_matches(wanted, shown.status))
-                },
-            )?,
-            None => Vec::new(),
-        };
-        if args.json {
-            list_json(&tasks, &mut out)?;
-        } else {
-            out.write_all(views::task_list(&style, &tasks, now).as_bytes())?;
-        }
-        out.flush()?;
+        show_tasks(args, settings, journal, &style, &mut out)?;
         return Ok(0);
     };
     if missing {
@@ -109,55 +63,163 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     if args.json && args.step.is_none() {
         task_json(journal.as_mut(), &task, &runs, settings, &mut out)?;
     } else if let Some(n) = args.step {
-        let steps = journal.step_versions(id, n)?;
-        if args.json {
-            let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
-            let shown = shown(journal.as_mut(), &task, settings)?;
-            let signals = journal.signals(id)?;
-            let family = crate::task::family(journal.as_mut(), &task, settings)?;
-            serde_json::to_writer(
-                &mut out,
-                &json!({"task": task_out(&task, &runs, &shown, &signals, &family), "steps": steps}),
-            )?;
-            writeln!(out)?;
-            out.flush()?;
-            return Ok(0);
-        }
-        let matching: Vec<&StepRecord> = steps.iter().collect();
-        // A live runner's pending step is pending, else interrupted.
-        let driven = crate::task::shown_status(&task, settings) == TaskStatus::Running;
-        if matching.is_empty() {
-            return Err(
-                crate::error::Failure::config(format!("task {id} has no step {n}"))
-                    .hint(format!("`durun inspect {id}` lists its steps"))
-                    .into(),
-            );
-        }
-        for (i, step) in matching.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            out.write_all(step_view::step_view(&style, &task, driven, step, now).as_bytes())?;
-        }
-    } else {
-        let total = journal.count_steps(id)?;
-        let last = (!args.all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
-        let steps = journal.steps_tail(id, last)?;
-        let shown = shown(journal.as_mut(), &task, settings)?;
-        let family = crate::task::family(journal.as_mut(), &task, settings)?;
-        out.write_all(
-            views::task_view(&style, (&task, &shown, &family), &runs, &steps, now).as_bytes(),
+        show_step(
+            journal.as_mut(),
+            (&task, &runs),
+            n,
+            args.json,
+            settings,
+            &style,
+            &mut out,
         )?;
-        if last.is_some() {
-            writeln!(
-                out,
-                "… the last {VIEW_LIMIT} of {} steps; `--all` shows every one, `--json` prints them for scripts",
-                thousands(total)
-            )?;
-        }
+    } else {
+        show_task(
+            journal.as_mut(),
+            (&task, &runs),
+            args.all,
+            settings,
+            &style,
+            &mut out,
+        )?;
     }
     out.flush()?;
     Ok(0)
+}
+
+/// `inspect --workers`: the workers that share the journal.
+fn show_workers(
+    args: &InspectArgs,
+    settings: &Settings,
+    (location, missing): (&Location, bool),
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let workers = if missing {
+        Vec::new()
+    } else {
+        location.open(Access::Read, settings)?.workers()?
+    };
+    let now_ms = crate::journal::now_ms();
+    let late = settings.lease.heartbeat * 2;
+    if args.json {
+        let workers: Vec<Value> = workers
+            .iter()
+            .map(|worker| json::worker_json(worker, now_ms, late))
+            .collect();
+        writeln!(out, "{}", json!({ "workers": workers }))?;
+    } else {
+        out.write_all(views::worker_list(style, &workers, now_ms, late).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `inspect` with no task: the task list, or with `--tree` the families.
+fn show_tasks(
+    args: &InspectArgs,
+    settings: &Settings,
+    mut journal: Option<Box<dyn Journal>>,
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if args.tree {
+        let tasks = match journal.as_mut() {
+            Some(journal) => listed(journal.as_mut(), settings, usize::MAX, &|_, _| true)?,
+            None => Vec::new(),
+        };
+        tree::print(&tasks, args, out)?;
+        return Ok(());
+    }
+    let tasks = match journal.as_mut() {
+        Some(journal) => listed(
+            journal.as_mut(),
+            settings,
+            args.limit.unwrap_or(usize::MAX),
+            &|_, shown| {
+                args.status
+                    .is_none_or(|wanted| status_matches(wanted, shown.status))
+            },
+        )?,
+        None => Vec::new(),
+    };
+    if args.json {
+        list_json(&tasks, out)?;
+    } else {
+        out.write_all(views::task_list(style, &tasks, settings.now()).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `inspect TASK --step N`: every version of one step.
+fn show_step(
+    journal: &mut dyn Journal,
+    (task, runs): (&TaskRecord, &[RunRecord]),
+    n: u64,
+    as_json: bool,
+    settings: &Settings,
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let id = &task.id;
+    let steps = journal.step_versions(id, n)?;
+    if as_json {
+        let steps: Vec<StepOut<'_>> = steps.iter().map(step_json).collect();
+        let shown = shown(journal, task, settings)?;
+        let signals = journal.signals(id)?;
+        let family = crate::task::family(journal, task, settings)?;
+        serde_json::to_writer(
+            &mut *out,
+            &json!({"task": task_out(task, runs, &shown, &signals, &family), "steps": steps}),
+        )?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    // A live runner's pending step is pending, else interrupted.
+    let driven = crate::task::shown_status(task, settings) == TaskStatus::Running;
+    if steps.is_empty() {
+        return Err(
+            crate::error::Failure::config(format!("task {id} has no step {n}"))
+                .hint(format!("`durun inspect {id}` lists its steps"))
+                .into(),
+        );
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        out.write_all(step_view::step_view(style, task, driven, step, settings.now()).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `inspect TASK`: the task, its runs and its last steps (`all`: every
+/// one).
+fn show_task(
+    journal: &mut dyn Journal,
+    (task, runs): (&TaskRecord, &[RunRecord]),
+    all: bool,
+    settings: &Settings,
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let id = &task.id;
+    let total = journal.count_steps(id)?;
+    let last = (!all && total > VIEW_LIMIT as u64).then_some(VIEW_LIMIT);
+    let steps = journal.steps_tail(id, last)?;
+    let shown = shown(journal, task, settings)?;
+    let family = crate::task::family(journal, task, settings)?;
+    out.write_all(
+        views::task_view(style, (task, &shown, &family), runs, &steps, settings.now()).as_bytes(),
+    )?;
+    if last.is_some() {
+        writeln!(
+            out,
+            "… the last {VIEW_LIMIT} of {} steps; `--all` shows every one, `--json` prints them for scripts",
+            thousands(total)
+        )?;
+    }
+    Ok(())
 }
 
 /// The tasks, newest first, as they are shown, that `keep` keeps: at most
