@@ -29,10 +29,6 @@ pub(super) enum Begun {
 /// (made by this `durun run`) whose agent cannot be started is removed
 /// again: there is nothing to resume. `stops` is a worker's, for a run on
 /// one of its threads.
-#[expect(
-    clippy::too_many_lines,
-    reason = "a run's life (create, claim, drive, end) is the dispatcher of issue 50"
-)]
 pub(super) fn drive(
     journal: &mut dyn Journal,
     task: &TaskRecord,
@@ -77,6 +73,7 @@ pub(super) fn drive(
         traceparent = Some(context.traceparent());
         reporter = Box::new(crate::trace::Tracer::new(reporter, endpoint, context));
     }
+    let (seeds, faults) = trial_hooks()?;
     let spec = RunSpec {
         task_id: &task.id,
         run,
@@ -106,22 +103,8 @@ pub(super) fn drive(
         journal_arg: settings.journal_arg(),
         child_jobs: limits.child_jobs.map(|jobs| jobs as usize),
         parent: crate::task::parent_of(journal, &task.id)?,
-        seeds: std::env::var_os(supervisor::SEEDS)
-            .map(|path| {
-                supervisor::load_seeds(Path::new(&path)).with_context(|| {
-                    format!(
-                        "cannot read durun test's model steps from {}",
-                        path.display()
-                    )
-                })
-            })
-            .transpose()?,
-        faults: std::env::var(supervisor::FAULTS)
-            .ok()
-            .map(|text| supervisor::parse_faults(&text))
-            .transpose()
-            .context("durun test's tool faults are not JSON")?
-            .unwrap_or_default(),
+        seeds,
+        faults,
         stops,
         panic_on_request: std::env::var_os(supervisor::PANIC_TASK)
             .is_some_and(|named| named == task.id.as_str()),
@@ -139,28 +122,7 @@ pub(super) fn drive(
             return Err(err);
         }
     };
-    let end = RunEnd {
-        status: outcome.status,
-        exit_code: Some(outcome.exit_code),
-        finished_at: journal::now(),
-        error: outcome.failure.as_ref().map(report::described),
-    };
-    let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
-    // An agent that could not be started leaves nothing behind.
-    let unstarted = fresh
-        && recorded.is_ok()
-        && outcome.status == TaskStatus::Failed
-        && outcome.exit_code == exit_code::CANNOT_START
-        && outcome.failure.is_some()
-        && outcome.stats.executed_steps == 0
-        && outcome.stats.replayed_steps == 0;
-    let journaled = if unstarted && journal.forget_unstarted(&task.id).unwrap_or(false) {
-        report::Journaled::Removed
-    } else if task.steps == 0 && outcome.stats.executed_steps == 0 {
-        report::Journaled::Nothing
-    } else {
-        report::Journaled::Steps
-    };
+    let (recorded, journaled) = record_end(journal, task, run, fresh, &outcome);
     let mut output = outcome.output;
     if let Some(output) = &mut output {
         output.finish_stderr();
@@ -183,6 +145,62 @@ pub(super) fn drive(
     }
     recorded.context("failed to record the end of the run")?;
     Ok(outcome.exit_code)
+}
+
+/// What `durun test` gives a trial run through its environment: the model
+/// steps to answer from, and the tool faults to make.
+fn trial_hooks() -> Result<(Option<supervisor::Seeds>, supervisor::Faults)> {
+    let seeds = std::env::var_os(supervisor::SEEDS)
+        .map(|path| {
+            supervisor::load_seeds(Path::new(&path)).with_context(|| {
+                format!(
+                    "cannot read durun test's model steps from {}",
+                    path.display()
+                )
+            })
+        })
+        .transpose()?;
+    let faults = std::env::var(supervisor::FAULTS)
+        .ok()
+        .map(|text| supervisor::parse_faults(&text))
+        .transpose()
+        .context("durun test's tool faults are not JSON")?
+        .unwrap_or_default();
+    Ok((seeds, faults))
+}
+
+/// Records how the run ended, and what it left in the journal: a fresh
+/// task whose agent could not be started leaves nothing behind.
+fn record_end(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    run: u32,
+    fresh: bool,
+    outcome: &supervisor::Outcome,
+) -> (Result<()>, report::Journaled) {
+    let end = RunEnd {
+        status: outcome.status,
+        exit_code: Some(outcome.exit_code),
+        finished_at: journal::now(),
+        error: outcome.failure.as_ref().map(report::described),
+    };
+    let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    // An agent that could not be started leaves nothing behind.
+    let unstarted = fresh
+        && recorded.is_ok()
+        && outcome.status == TaskStatus::Failed
+        && outcome.exit_code == exit_code::CANNOT_START
+        && outcome.failure.is_some()
+        && outcome.stats.executed_steps == 0
+        && outcome.stats.replayed_steps == 0;
+    let journaled = if unstarted && journal.forget_unstarted(&task.id).unwrap_or(false) {
+        report::Journaled::Removed
+    } else if task.steps == 0 && outcome.stats.executed_steps == 0 {
+        report::Journaled::Nothing
+    } else {
+        report::Journaled::Steps
+    };
+    (recorded, journaled)
 }
 
 /// Starts a run of `task`: its number and when its lease was taken.

@@ -42,5 +42,5 @@ mod waiting;
 pub(crate) use crash::{CrashAt, FAULTS, Faults, Point, SEEDS, Seeds, load_seeds, parse_faults};
 pub(crate) use imp::supervise;
 pub(crate) use requests::PANIC_TASK;
-pub(crate) use spec::RunSpec;
+pub(crate) use spec::{Outcome, RunSpec};
 pub(crate) use stops::Stops;
