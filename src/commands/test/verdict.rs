@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
-use super::trial::{Reference, Tried};
+use super::trial::{Ran, Reference, Seen, Tried};
 use crate::supervisor::Point;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,114 +48,25 @@ pub(super) struct Judged {
 /// Judges `tried` against the reference. `faulted`: a fault was made, so
 /// the failed attempts it left shift the steps' numbers, and with them
 /// the keys: they are not compared with the reference's.
-#[expect(
-    clippy::too_many_lines,
-    reason = "each check (divergence, doubles, losses, keys) wants a type of its own"
-)]
 pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: bool) -> Judged {
-    let mut diverged = Vec::new();
-    let mut failed = Vec::new();
-    let mut notes = Vec::new();
+    let mut findings = Findings::default();
+    findings.runs(tried);
     let mut mutate_keys = Vec::new();
     let mut tokens_respent = 0;
-    if let Some(err) = &tried.error {
-        failed.push(err.clone());
-    }
-    if let Some(err) = &tried.setup_failed {
-        failed.push(format!("--setup: {err}"));
-    }
-    let last = tried.runs.last();
-    if let Some(last) = last {
-        if last.timed_out {
-            failed.push(
-                "a run did not end in time (see --timeout): the agent may wait for something a resumed run never gets".into(),
-            );
-        } else if last.code == Some(crate::exit_code::DIVERGENCE) {
-            diverged.extend(last.stderr.lines().map(str::to_owned));
-        } else if tried.killed && tried.runs.len() > super::trial::MOST_RESUMES {
-            failed.push("still not finished after the resumes a trial gets".into());
-        }
-    }
-    diverged.extend(tried.misses.iter().cloned());
-    if tried.resent > 0 {
-        failed.push(format!(
-            "{} finished model call{} sent again",
-            tried.resent,
-            if tried.resent == 1 { " was" } else { "s were" }
-        ));
-    }
     if let Some(seen) = &tried.seen {
-        if seen.status != "completed" && diverged.is_empty() {
-            let code = last.and_then(|last| last.code);
-            failed.push(format!(
-                "the task ended {} (exit {}), the reference completed",
-                seen.status,
-                code.map_or("by a signal".into(), |code| code.to_string())
-            ));
-            if let Some(last) = last {
-                failed.extend(tail(&last.stderr, 5));
-            }
-        }
-        if seen.status == "completed" {
-            if seen.output != reference.seen.output {
-                diverged.push(format!(
-                    "the task's output: {} (reference: {})",
-                    seen.output, reference.seen.output
-                ));
-            }
-            if let Some(last) = last
-                && last.stdout != reference.stdout
-            {
-                diverged.push("the agent printed something else than in the reference:".into());
-                diverged.extend(line_diff(&reference.stdout, &last.stdout));
-            }
-            diverged.extend(path_diff(&reference.seen.path(), &seen.path()));
-        }
-        let reference_keys: HashMap<(String, String), String> = reference
-            .seen
-            .steps
-            .iter()
-            .map(|step| {
-                (
-                    (text(&step["name"]), text(&step["args_hash"])),
-                    text(&step["idempotency_key"]),
-                )
-            })
-            .collect();
-        for step in &seen.steps {
-            if step["effect"] != "mutate" {
-                continue;
-            }
-            let number = step["step"].as_u64().unwrap_or_default();
-            let (name, key) = (text(&step["name"]), text(&step["idempotency_key"]));
-            let attempts = step["attempts"].as_u64().unwrap_or(1);
-            match reference_keys.get(&(name.clone(), text(&step["args_hash"]))) {
-                Some(expected) if *expected != key && !faulted => failed.push(format!(
-                    "step {number} `{name}` carried key {key}, the reference's {expected}: a retry would be a new call"
-                )),
-                _ => {}
-            }
-            if attempts > 1 {
-                notes.push(format!(
-                    "step {number} `{name}` was attempted {attempts} times, each with key {key}: the tool must deduplicate by it"
-                ));
-            }
-            mutate_keys.push((number, name, key, attempts));
-        }
+        let last = tried.runs.last();
+        findings.ending(seen, last, reference);
+        mutate_keys = findings.keys(seen, reference, faulted);
         tokens_respent = seen
             .tokens_spent
             .saturating_sub(reference.seen.tokens_spent);
     }
-    match (&tried.check, &reference.check) {
-        (Some(Err(err)), _) => failed.push(format!("--check: {err}")),
-        (Some(Ok(got)), Some(expected)) if got != expected => {
-            failed.push(
-                "--check printed another state of the world than after the reference:".into(),
-            );
-            failed.extend(line_diff(expected, got));
-        }
-        _ => {}
-    }
+    findings.check(tried, reference);
+    let Findings {
+        mut failed,
+        diverged,
+        notes,
+    } = findings;
     // A failure is the cause when there is one (a tool that created twice
     // also changes the output).
     let status = if !failed.is_empty() {
@@ -178,6 +89,140 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
         interrupted: tried.error.as_deref() == Some("interrupted"),
         problems: failed,
         notes,
+    }
+}
+
+/// What a trial's checks found: failures, divergences from the
+/// reference, and notes that are neither.
+#[derive(Default)]
+struct Findings {
+    failed: Vec<String>,
+    diverged: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Findings {
+    /// How the trial's runs went: an error, a setup that failed, a run out
+    /// of time or diverged, model calls sent again.
+    fn runs(&mut self, tried: &Tried) {
+        if let Some(err) = &tried.error {
+            self.failed.push(err.clone());
+        }
+        if let Some(err) = &tried.setup_failed {
+            self.failed.push(format!("--setup: {err}"));
+        }
+        if let Some(last) = tried.runs.last() {
+            if last.timed_out {
+                self.failed.push(
+                    "a run did not end in time (see --timeout): the agent may wait for something a resumed run never gets".into(),
+                );
+            } else if last.code == Some(crate::exit_code::DIVERGENCE) {
+                self.diverged.extend(last.stderr.lines().map(str::to_owned));
+            } else if tried.killed && tried.runs.len() > super::trial::MOST_RESUMES {
+                self.failed
+                    .push("still not finished after the resumes a trial gets".into());
+            }
+        }
+        self.diverged.extend(tried.misses.iter().cloned());
+        if tried.resent > 0 {
+            self.failed.push(format!(
+                "{} finished model call{} sent again",
+                tried.resent,
+                if tried.resent == 1 { " was" } else { "s were" }
+            ));
+        }
+    }
+
+    /// How the task ended against the reference: its status, its output,
+    /// what the agent printed, the path of its steps.
+    fn ending(&mut self, seen: &Seen, last: Option<&Ran>, reference: &Reference) {
+        if seen.status != "completed" && self.diverged.is_empty() {
+            let code = last.and_then(|last| last.code);
+            self.failed.push(format!(
+                "the task ended {} (exit {}), the reference completed",
+                seen.status,
+                code.map_or("by a signal".into(), |code| code.to_string())
+            ));
+            if let Some(last) = last {
+                self.failed.extend(tail(&last.stderr, 5));
+            }
+        }
+        if seen.status == "completed" {
+            if seen.output != reference.seen.output {
+                self.diverged.push(format!(
+                    "the task's output: {} (reference: {})",
+                    seen.output, reference.seen.output
+                ));
+            }
+            if let Some(last) = last
+                && last.stdout != reference.stdout
+            {
+                self.diverged
+                    .push("the agent printed something else than in the reference:".into());
+                self.diverged
+                    .extend(line_diff(&reference.stdout, &last.stdout));
+            }
+            self.diverged
+                .extend(path_diff(&reference.seen.path(), &seen.path()));
+        }
+    }
+
+    /// Each mutate step's key against the reference's (unless a fault
+    /// shifted the numbers), and a note for each one attempted more than
+    /// once; the mutate steps' numbers, names, keys and attempts.
+    fn keys(
+        &mut self,
+        seen: &Seen,
+        reference: &Reference,
+        faulted: bool,
+    ) -> Vec<(u64, String, String, u64)> {
+        let mut mutate_keys = Vec::new();
+        let reference_keys: HashMap<(String, String), String> = reference
+            .seen
+            .steps
+            .iter()
+            .map(|step| {
+                (
+                    (text(&step["name"]), text(&step["args_hash"])),
+                    text(&step["idempotency_key"]),
+                )
+            })
+            .collect();
+        for step in &seen.steps {
+            if step["effect"] != "mutate" {
+                continue;
+            }
+            let number = step["step"].as_u64().unwrap_or_default();
+            let (name, key) = (text(&step["name"]), text(&step["idempotency_key"]));
+            let attempts = step["attempts"].as_u64().unwrap_or(1);
+            match reference_keys.get(&(name.clone(), text(&step["args_hash"]))) {
+                Some(expected) if *expected != key && !faulted => self.failed.push(format!(
+                    "step {number} `{name}` carried key {key}, the reference's {expected}: a retry would be a new call"
+                )),
+                _ => {}
+            }
+            if attempts > 1 {
+                self.notes.push(format!(
+                    "step {number} `{name}` was attempted {attempts} times, each with key {key}: the tool must deduplicate by it"
+                ));
+            }
+            mutate_keys.push((number, name, key, attempts));
+        }
+        mutate_keys
+    }
+
+    /// What `--check` printed against the reference's.
+    fn check(&mut self, tried: &Tried, reference: &Reference) {
+        match (&tried.check, &reference.check) {
+            (Some(Err(err)), _) => self.failed.push(format!("--check: {err}")),
+            (Some(Ok(got)), Some(expected)) if got != expected => {
+                self.failed.push(
+                    "--check printed another state of the world than after the reference:".into(),
+                );
+                self.failed.extend(line_diff(expected, got));
+            }
+            _ => {}
+        }
     }
 }
 
