@@ -43,10 +43,6 @@ pub(super) fn badge(status: TaskStatus) -> String {
     format!("<span class=\"badge {0}\">{0}</span>", status.as_str())
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the task list's filters and rows want the view model shared with inspect (issue 50)"
-)]
 pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
     let tasks = all_tasks(shared)?;
     let wanted = req.field("status").filter(|status| !status.is_empty());
@@ -68,28 +64,7 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
         .clamp(1, pages);
     let now = shared.settings.now();
     let mut body = String::with_capacity(64 * PAGE + 4096);
-    body.push_str("<h1>Tasks</h1><form class=\"filter\" method=\"get\" action=\"/\">");
-    let _ = write!(
-        body,
-        "<input type=\"search\" name=\"q\" placeholder=\"task id, command or queue\" value=\"{}\">\
-         <select name=\"status\"><option value=\"\">every status ({})</option>",
-        text(&search),
-        tasks.len()
-    );
-    for status in STATUSES {
-        let name = status.as_str();
-        let _ = write!(
-            body,
-            "<option value=\"{name}\"{}>{name} ({})</option>",
-            if wanted == Some(name) {
-                " selected"
-            } else {
-                ""
-            },
-            counts.get(name).copied().unwrap_or(0)
-        );
-    }
-    body.push_str("</select><button>Show</button></form>");
+    filter_form(&mut body, &search, wanted, &counts, tasks.len());
     if matching.is_empty() {
         body.push_str(if tasks.is_empty() {
             "<p class=\"empty\">No tasks yet: <code>durun run -- CMD</code> makes one.</p>"
@@ -105,63 +80,10 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
         let known: std::collections::HashSet<&str> =
             tasks.iter().map(|(task, _)| task.id.as_str()).collect();
         for (task, shown) in matching.iter().skip((at - 1) * PAGE).take(PAGE) {
-            // A child task (SPEC 16) names its parent under its id.
-            let parent = task
-                .id
-                .rsplit_once("-s")
-                .map(|(parent, _)| parent)
-                .filter(|parent| {
-                    known.contains(parent) && crate::task::is_child_of(&task.id, parent)
-                })
-                .map_or_else(String::new, |parent| {
-                    format!(
-                        "<br><small>↳ of <a href=\"{}\">{}</a></small>",
-                        task_href(parent),
-                        text(parent)
-                    )
-                });
-            let _ = write!(
-                body,
-                "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}</td><td class=\"cmd\">{}</td>\
-                 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                 <td>{}</td><td title=\"{}\">{}</td></tr>",
-                task_href(&task.id),
-                text(&task.id),
-                badge(shown.status),
-                text(&shell_words(&task.argv)),
-                thousands(task.steps),
-                thousands(task.tokens_spent),
-                thousands(task.tokens_saved),
-                text(task.queue.as_deref().unwrap_or("")),
-                text(&task.updated_at),
-                age(&task.updated_at, now),
-            );
+            task_row(&mut body, task, shown, &known, now);
         }
         body.push_str("</tbody></table>");
-        let link = |page: usize| {
-            let mut query = format!("?page={page}");
-            if let Some(wanted) = wanted {
-                let _ = write!(query, "&status={}", query_value(wanted));
-            }
-            if !search.is_empty() {
-                let _ = write!(query, "&q={}", query_value(&search));
-            }
-            query
-        };
-        let _ = write!(
-            body,
-            "<p class=\"pages\">{}–{} of {} tasks",
-            thousands(((at - 1) * PAGE + 1) as u64),
-            thousands((at * PAGE).min(matching.len()) as u64),
-            thousands(matching.len() as u64)
-        );
-        if at > 1 {
-            let _ = write!(body, " · <a href=\"{}\">newer</a>", text(&link(at - 1)));
-        }
-        if at < pages {
-            let _ = write!(body, " · <a href=\"{}\">older</a>", text(&link(at + 1)));
-        }
-        body.push_str("</p>");
+        pager(&mut body, (at, pages, matching.len()), wanted, &search);
     }
     Ok(Reply::html(page(
         "Tasks",
@@ -169,6 +91,111 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
         Some("list"),
         &body,
     )))
+}
+
+/// The list's search box and status filter, each status with its count.
+fn filter_form(
+    body: &mut String,
+    search: &str,
+    wanted: Option<&str>,
+    counts: &BTreeMap<&'static str, usize>,
+    total: usize,
+) {
+    body.push_str("<h1>Tasks</h1><form class=\"filter\" method=\"get\" action=\"/\">");
+    let _ = write!(
+        body,
+        "<input type=\"search\" name=\"q\" placeholder=\"task id, command or queue\" value=\"{}\">\
+         <select name=\"status\"><option value=\"\">every status ({})</option>",
+        text(search),
+        total
+    );
+    for status in STATUSES {
+        let name = status.as_str();
+        let _ = write!(
+            body,
+            "<option value=\"{name}\"{}>{name} ({})</option>",
+            if wanted == Some(name) {
+                " selected"
+            } else {
+                ""
+            },
+            counts.get(name).copied().unwrap_or(0)
+        );
+    }
+    body.push_str("</select><button>Show</button></form>");
+}
+
+/// One task's row: its id (and parent, for a child task), status,
+/// command, counts and age.
+fn task_row(
+    body: &mut String,
+    task: &TaskRecord,
+    shown: &Shown,
+    known: &std::collections::HashSet<&str>,
+    now: std::time::SystemTime,
+) {
+    // A child task (SPEC 16) names its parent under its id.
+    let parent = task
+        .id
+        .rsplit_once("-s")
+        .map(|(parent, _)| parent)
+        .filter(|parent| known.contains(parent) && crate::task::is_child_of(&task.id, parent))
+        .map_or_else(String::new, |parent| {
+            format!(
+                "<br><small>↳ of <a href=\"{}\">{}</a></small>",
+                task_href(parent),
+                text(parent)
+            )
+        });
+    let _ = write!(
+        body,
+        "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}</td><td class=\"cmd\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td>{}</td><td title=\"{}\">{}</td></tr>",
+        task_href(&task.id),
+        text(&task.id),
+        badge(shown.status),
+        text(&shell_words(&task.argv)),
+        thousands(task.steps),
+        thousands(task.tokens_spent),
+        thousands(task.tokens_saved),
+        text(task.queue.as_deref().unwrap_or("")),
+        text(&task.updated_at),
+        age(&task.updated_at, now),
+    );
+}
+
+/// "1–50 of N tasks", with links to the newer and older pages.
+fn pager(
+    body: &mut String,
+    (at, pages, matching): (usize, usize, usize),
+    wanted: Option<&str>,
+    search: &str,
+) {
+    let link = |page: usize| {
+        let mut query = format!("?page={page}");
+        if let Some(wanted) = wanted {
+            let _ = write!(query, "&status={}", query_value(wanted));
+        }
+        if !search.is_empty() {
+            let _ = write!(query, "&q={}", query_value(search));
+        }
+        query
+    };
+    let _ = write!(
+        body,
+        "<p class=\"pages\">{}–{} of {} tasks",
+        thousands(((at - 1) * PAGE + 1) as u64),
+        thousands((at * PAGE).min(matching) as u64),
+        thousands(matching as u64)
+    );
+    if at > 1 {
+        let _ = write!(body, " · <a href=\"{}\">newer</a>", text(&link(at - 1)));
+    }
+    if at < pages {
+        let _ = write!(body, " · <a href=\"{}\">older</a>", text(&link(at + 1)));
+    }
+    body.push_str("</p>");
 }
 
 fn matches_search(task: &TaskRecord, search: &str) -> bool {
