@@ -79,10 +79,6 @@ pub(super) fn task(req: &Req, shared: &Shared, id: &str) -> Result<Reply> {
     )))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the task page's sections want the view model shared with inspect (issue 50)"
-)]
 fn task_body(loaded: &Loaded, shared: &Shared) -> String {
     let Loaded {
         task,
@@ -91,9 +87,35 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         signals,
         steps,
         last,
-        family,
+        ..
     } = loaded;
     let now = shared.settings.now();
+    let driven = shown.driven();
+    let mut body = head(loaded, now);
+    body.push_str(&actions(task, shown, steps, *last, &shared.keys.csrf));
+    body.push_str("<h2>Timeline</h2>");
+    body.push_str(&task_timeline(task, runs, steps, driven, now));
+    body.push_str("<p class=\"legend\">");
+    for (class, meaning) in LEGEND {
+        let _ = write!(body, "<span class=\"key {class}\"></span>{meaning} ");
+    }
+    body.push_str("</p>");
+    runs_table(&mut body, runs);
+    signals_table(&mut body, task, signals);
+    steps_table(&mut body, task, steps, *last, driven);
+    body
+}
+
+/// The task's head: a heading with its status, then its command,
+/// directory, family, counts, holder, what it waits for, times and output.
+fn head(loaded: &Loaded, now: std::time::SystemTime) -> String {
+    let Loaded {
+        task,
+        shown,
+        runs,
+        family,
+        ..
+    } = loaded;
     let driven = shown.driven();
     let mut body = format!(
         "<h1>{} {}</h1><dl class=\"head\">",
@@ -108,27 +130,7 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         format!("<code>{}</code>", text(&shell_words(&task.argv))),
     );
     row("directory", text(&task.cwd));
-    if let Some(parent) = &family.parent {
-        row(
-            "parent",
-            format!("<a href=\"{}\">{}</a>", task_href(parent), text(parent)),
-        );
-    }
-    if !family.children.is_empty() {
-        let children: Vec<String> = family
-            .children
-            .iter()
-            .map(|(id, status)| {
-                format!(
-                    "<a href=\"{}\">{}</a> {}",
-                    task_href(id),
-                    text(id),
-                    badge(*status)
-                )
-            })
-            .collect();
-        row("children", children.join(" "));
-    }
+    family_rows(&mut row, family);
     row("runs", task.runs.to_string());
     row("steps", thousands(task.steps));
     row(
@@ -201,18 +203,32 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         row("output", json(output, 1));
     }
     body.push_str("</dl>");
-    body.push_str(&actions(task, shown, steps, *last, &shared.keys.csrf));
-    body.push_str("<h2>Timeline</h2>");
-    body.push_str(&task_timeline(task, runs, steps, driven, now));
-    body.push_str("<p class=\"legend\">");
-    for (class, meaning) in LEGEND {
-        let _ = write!(body, "<span class=\"key {class}\"></span>{meaning} ");
-    }
-    body.push_str("</p>");
-    runs_table(&mut body, runs);
-    signals_table(&mut body, task, signals);
-    steps_table(&mut body, task, steps, *last, driven);
     body
+}
+
+/// The task's parent and children, linked.
+fn family_rows(row: &mut impl FnMut(&str, String), family: &crate::task::Family) {
+    if let Some(parent) = &family.parent {
+        row(
+            "parent",
+            format!("<a href=\"{}\">{}</a>", task_href(parent), text(parent)),
+        );
+    }
+    if !family.children.is_empty() {
+        let children: Vec<String> = family
+            .children
+            .iter()
+            .map(|(id, status)| {
+                format!(
+                    "<a href=\"{}\">{}</a> {}",
+                    task_href(id),
+                    text(id),
+                    badge(*status)
+                )
+            })
+            .collect();
+        row("children", children.join(" "));
+    }
 }
 
 fn form(task: &str, action: &str, csrf: &str, fields: &str, button: &str, class: &str) -> String {
