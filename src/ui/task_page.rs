@@ -459,10 +459,6 @@ fn steps_table(
 }
 
 /// One step whole: every version the journal keeps (a discarded one too).
-#[expect(
-    clippy::too_many_lines,
-    reason = "a step's versions want the view model shared with inspect (issue 50)"
-)]
 pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
     let Ok(number) = step.parse::<u64>() else {
         return Ok(Reply::text(
@@ -490,76 +486,7 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
         text(&task.id)
     );
     for step in &versions {
-        let class = step_class(step, &task, shown.driven());
-        let _ = write!(
-            body,
-            "<h1>Step {} {} <span class=\"badge {class}\">{class}</span></h1><dl class=\"head\">",
-            step.step,
-            text(&step.name)
-        );
-        let mut row = |name: &str, value: String| {
-            let _ = write!(body, "<dt>{name}</dt><dd>{value}</dd>");
-        };
-        row(
-            "kind",
-            format!("{} · {}", step.kind.as_str(), step.effect.as_str()),
-        );
-        row("status", step.status.as_str().to_owned());
-        row(
-            "idempotency key",
-            format!("<code>{}</code>", text(&step.idempotency_key)),
-        );
-        row(
-            "args hash",
-            format!("<code>{}</code>", text(&step.args_hash)),
-        );
-        row("attempts", step.attempts.to_string());
-        row("run", step.run.to_string());
-        row("started", text(&step.started_at));
-        if let Some(finished) = &step.finished_at {
-            row(
-                "finished",
-                format!(
-                    "{} (took {})",
-                    text(finished),
-                    took(&step.started_at, Some(finished)).map_or_else(String::new, short_duration)
-                ),
-            );
-        }
-        if let Some(wake) = &step.wake_at {
-            row(
-                if step.kind == StepKind::Sleep {
-                    "wakes at"
-                } else {
-                    "times out at"
-                },
-                text(wake),
-            );
-        }
-        if let Some(resolution) = step.resolution {
-            row("resolved", resolution.as_str().to_owned());
-        }
-        if step.tokens > 0 {
-            row("tokens", thousands(step.tokens));
-        }
-        if let Some(usage) = &step.usage {
-            row("usage", json(&usage.value(), 1));
-        }
-        row("args", json(&step.args.value(), 2));
-        if let Some(output) = &step.output {
-            row("output", json(&output.value(), 2));
-        }
-        if let Some(error) = &step.error {
-            row(
-                "error",
-                format!(
-                    "<span class=\"error\">{}: {}</span>",
-                    error.code.as_str(),
-                    text(&error.message)
-                ),
-            );
-        }
-        body.push_str("</dl>");
+        step_version(&mut body, step, step_class(step, &task, shown.driven()));
     }
     Ok(Reply::html(page(
         &format!("{} step {number}", task.id),
@@ -567,6 +494,79 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
         Some(&format!("task:{}", task.id)),
         &body,
     )))
+}
+
+/// One version of a step: its heading and every field the journal keeps.
+fn step_version(body: &mut String, step: &StepRecord, class: &str) {
+    let _ = write!(
+        body,
+        "<h1>Step {} {} <span class=\"badge {class}\">{class}</span></h1><dl class=\"head\">",
+        step.step,
+        text(&step.name)
+    );
+    let mut row = |name: &str, value: String| {
+        let _ = write!(body, "<dt>{name}</dt><dd>{value}</dd>");
+    };
+    row(
+        "kind",
+        format!("{} · {}", step.kind.as_str(), step.effect.as_str()),
+    );
+    row("status", step.status.as_str().to_owned());
+    row(
+        "idempotency key",
+        format!("<code>{}</code>", text(&step.idempotency_key)),
+    );
+    row(
+        "args hash",
+        format!("<code>{}</code>", text(&step.args_hash)),
+    );
+    row("attempts", step.attempts.to_string());
+    row("run", step.run.to_string());
+    row("started", text(&step.started_at));
+    if let Some(finished) = &step.finished_at {
+        row(
+            "finished",
+            format!(
+                "{} (took {})",
+                text(finished),
+                took(&step.started_at, Some(finished)).map_or_else(String::new, short_duration)
+            ),
+        );
+    }
+    if let Some(wake) = &step.wake_at {
+        row(
+            if step.kind == StepKind::Sleep {
+                "wakes at"
+            } else {
+                "times out at"
+            },
+            text(wake),
+        );
+    }
+    if let Some(resolution) = step.resolution {
+        row("resolved", resolution.as_str().to_owned());
+    }
+    if step.tokens > 0 {
+        row("tokens", thousands(step.tokens));
+    }
+    if let Some(usage) = &step.usage {
+        row("usage", json(&usage.value(), 1));
+    }
+    row("args", json(&step.args.value(), 2));
+    if let Some(output) = &step.output {
+        row("output", json(&output.value(), 2));
+    }
+    if let Some(error) = &step.error {
+        row(
+            "error",
+            format!(
+                "<span class=\"error\">{}: {}</span>",
+                error.code.as_str(),
+                text(&error.message)
+            ),
+        );
+    }
+    body.push_str("</dl>");
 }
 
 /// `/api/tasks/ID`: what `inspect ID --json` prints.
