@@ -52,10 +52,6 @@ const ROW: f64 = 26.0;
 /// The task's runs, one row each, with the steps each run wrote placed
 /// where they started and as long as they took; each run after the first
 /// begins with a mark for the steps it replayed.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the timeline's scale and rows want a Layout type"
-)]
 pub(super) fn task_timeline(
     task: &TaskRecord,
     runs: &[RunRecord],
@@ -63,43 +59,30 @@ pub(super) fn task_timeline(
     driven: bool,
     now: SystemTime,
 ) -> String {
-    let now_ms = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |at| at.as_millis() as i64);
-    let run_end = |run: &RunRecord| {
-        run.finished_at
-            .as_deref()
-            .and_then(millis)
-            .unwrap_or(if driven && run.run == task.runs {
-                now_ms
-            } else {
-                0
-            })
-    };
-    let step_span = |step: &StepRecord| {
-        let start = millis(&step.started_at)?;
-        let end = step
-            .finished_at
-            .as_deref()
-            .and_then(millis)
-            .unwrap_or(if driven { now_ms } else { start });
-        Some((start, end.max(start)))
+    let clock = Clock {
+        now_ms: now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |at| at.as_millis() as i64),
+        driven,
+        last_run: task.runs,
     };
     let starts = runs.iter().filter_map(|run| millis(&run.started_at)).chain(
         steps
             .iter()
-            .filter_map(|step| step_span(step).map(|span| span.0)),
+            .filter_map(|step| clock.step_span(step).map(|span| span.0)),
     );
-    let ends = runs.iter().map(run_end).chain(
+    let ends = runs.iter().map(|run| clock.run_end(run)).chain(
         steps
             .iter()
-            .filter_map(|step| step_span(step).map(|span| span.1)),
+            .filter_map(|step| clock.step_span(step).map(|span| span.1)),
     );
     let (Some(t0), Some(t1)) = (starts.min(), ends.max()) else {
         return "<p class=\"empty\">No run yet.</p>".to_owned();
     };
-    let span = (t1 - t0).max(1) as f64;
-    let x = |at: i64| LEFT + (at - t0) as f64 / span * (WIDTH - LEFT - 10.0);
+    let scale = Scale {
+        t0,
+        span: (t1 - t0).max(1) as f64,
+    };
     let rows = runs.len().max(1);
     let height = ROW * rows as f64 + 24.0;
     let mut svg = format!(
@@ -107,81 +90,15 @@ pub(super) fn task_timeline(
     );
     for (row, run) in runs.iter().enumerate() {
         let y = ROW * row as f64 + 4.0;
-        let start = millis(&run.started_at).unwrap_or(t0);
-        let end = run_end(run).max(start);
-        let _ = write!(
-            svg,
-            "<text x=\"0\" y=\"{:.1}\" class=\"label\">run {}</text>\
-             <rect class=\"run\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}</title></rect>",
-            y + 14.0,
-            run.run,
-            x(start),
-            y + 8.0,
-            (x(end) - x(start)).max(1.0),
-            ROW - 20.0,
-            text(&format!(
-                "run {} on {} (pid {}): {}, {} executed, {} replayed, {} tokens spent, {} saved",
-                run.run,
-                run.host,
-                run.pid,
-                run.exit_code.map_or_else(
-                    || "no exit recorded".to_owned(),
-                    |code| format!("exit {code}")
-                ),
-                run.stats.executed_steps,
-                run.stats.replayed_steps,
-                thousands(run.stats.tokens_spent),
-                thousands(run.stats.tokens_saved)
-            ))
-        );
+        run_row(&mut svg, (&clock, &scale), run, y);
         for step in steps.iter().filter(|step| step.run == run.run) {
-            let Some((start, end)) = step_span(step) else {
-                continue;
-            };
-            // Drawn in the row of the run that ran it: executed there.
-            let class = match step_class(step, task, driven) {
-                "replayed" => "executed",
-                class => class,
-            };
-            let took = Duration::from_millis((end - start) as u64);
-            let _ = write!(
-                svg,
-                "<rect class=\"step {class}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}</title></rect>",
-                x(start),
-                y + 2.0,
-                (x(end) - x(start)).max(2.0),
-                ROW - 8.0,
-                text(&format!(
-                    "step {} {}: {class}, {}{}",
-                    step.step,
-                    step.name,
-                    short_duration(took),
-                    if step.tokens > 0 {
-                        format!(", {} tokens", thousands(step.tokens))
-                    } else {
-                        String::new()
-                    }
-                ))
-            );
+            if let Some(span) = clock.step_span(step) {
+                step_rect(&mut svg, &scale, (task, step, span), (y, driven));
+            }
         }
         if run.stats.replayed_steps > 0 {
-            let _ = write!(
-                svg,
-                "<rect class=\"replayed\" x=\"{:.1}\" y=\"{:.1}\" width=\"8\" height=\"{:.1}\"><title>{}</title></rect>\
-                 <text x=\"{:.1}\" y=\"{:.1}\" class=\"label end\">{} replayed</text>",
-                x(start),
-                y + 2.0,
-                ROW - 8.0,
-                text(&format!(
-                    "run {} replayed {} steps from the journal ({} tokens saved)",
-                    run.run,
-                    run.stats.replayed_steps,
-                    thousands(run.stats.tokens_saved)
-                )),
-                x(start) - 3.0,
-                y + 14.0,
-                run.stats.replayed_steps,
-            );
+            let start = millis(&run.started_at).unwrap_or(t0);
+            replayed_mark(&mut svg, scale.x(start), run, y);
         }
     }
     let _ = write!(
@@ -197,6 +114,136 @@ pub(super) fn task_timeline(
         short_duration(Duration::from_millis((t1 - t0) as u64)),
     );
     svg
+}
+
+/// What "now" means for a timeline: a live run's end and a running step's
+/// are now.
+struct Clock {
+    now_ms: i64,
+    driven: bool,
+    /// The task's last run, the one a live runner drives.
+    last_run: u32,
+}
+
+impl Clock {
+    /// When `run` ended (now, for the live one).
+    fn run_end(&self, run: &RunRecord) -> i64 {
+        run.finished_at.as_deref().and_then(millis).unwrap_or(
+            if self.driven && run.run == self.last_run {
+                self.now_ms
+            } else {
+                0
+            },
+        )
+    }
+
+    /// When `step` started and ended, if it has a start.
+    fn step_span(&self, step: &StepRecord) -> Option<(i64, i64)> {
+        let start = millis(&step.started_at)?;
+        let end = step
+            .finished_at
+            .as_deref()
+            .and_then(millis)
+            .unwrap_or(if self.driven { self.now_ms } else { start });
+        Some((start, end.max(start)))
+    }
+}
+
+/// Times to x positions.
+struct Scale {
+    t0: i64,
+    span: f64,
+}
+
+impl Scale {
+    fn x(&self, at: i64) -> f64 {
+        LEFT + (at - self.t0) as f64 / self.span * (WIDTH - LEFT - 10.0)
+    }
+}
+
+/// A run's label and bar, with what it did in its title.
+fn run_row(svg: &mut String, (clock, scale): (&Clock, &Scale), run: &RunRecord, y: f64) {
+    let start = millis(&run.started_at).unwrap_or(scale.t0);
+    let end = clock.run_end(run).max(start);
+    let _ = write!(
+        svg,
+        "<text x=\"0\" y=\"{:.1}\" class=\"label\">run {}</text>\
+         <rect class=\"run\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}</title></rect>",
+        y + 14.0,
+        run.run,
+        scale.x(start),
+        y + 8.0,
+        (scale.x(end) - scale.x(start)).max(1.0),
+        ROW - 20.0,
+        text(&format!(
+            "run {} on {} (pid {}): {}, {} executed, {} replayed, {} tokens spent, {} saved",
+            run.run,
+            run.host,
+            run.pid,
+            run.exit_code.map_or_else(
+                || "no exit recorded".to_owned(),
+                |code| format!("exit {code}")
+            ),
+            run.stats.executed_steps,
+            run.stats.replayed_steps,
+            thousands(run.stats.tokens_spent),
+            thousands(run.stats.tokens_saved)
+        ))
+    );
+}
+
+/// A step, in the row of the run that wrote it: executed there.
+fn step_rect(
+    svg: &mut String,
+    scale: &Scale,
+    (task, step, (start, end)): (&TaskRecord, &StepRecord, (i64, i64)),
+    (y, driven): (f64, bool),
+) {
+    let class = match step_class(step, task, driven) {
+        "replayed" => "executed",
+        class => class,
+    };
+    let took = Duration::from_millis((end - start) as u64);
+    let _ = write!(
+        svg,
+        "<rect class=\"step {class}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}</title></rect>",
+        scale.x(start),
+        y + 2.0,
+        (scale.x(end) - scale.x(start)).max(2.0),
+        ROW - 8.0,
+        text(&format!(
+            "step {} {}: {class}, {}{}",
+            step.step,
+            step.name,
+            short_duration(took),
+            if step.tokens > 0 {
+                format!(", {} tokens", thousands(step.tokens))
+            } else {
+                String::new()
+            }
+        ))
+    );
+}
+
+/// The mark at a run's start for the steps it replayed.
+fn replayed_mark(svg: &mut String, at: f64, run: &RunRecord, y: f64) {
+    let _ = write!(
+        svg,
+        "<rect class=\"replayed\" x=\"{:.1}\" y=\"{:.1}\" width=\"8\" height=\"{:.1}\"><title>{}</title></rect>\
+             <text x=\"{:.1}\" y=\"{:.1}\" class=\"label end\">{} replayed</text>",
+        at,
+        y + 2.0,
+        ROW - 8.0,
+        text(&format!(
+            "run {} replayed {} steps from the journal ({} tokens saved)",
+            run.run,
+            run.stats.replayed_steps,
+            thousands(run.stats.tokens_saved)
+        )),
+        at - 3.0,
+        y + 14.0,
+        run.stats.replayed_steps,
+    );
 }
 
 /// Tokens spent and saved per day, two bars a day, the last 60 days that
