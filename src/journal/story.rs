@@ -318,13 +318,8 @@ fn signal(name: &str, data: serde_json::Value, id: Option<&str>) -> SignalRecord
 }
 
 /// Signals are kept once per id, taken oldest first, one per `wait` step,
-/// in the transaction that commits the step; a budget is kept with the
-/// task; a task's rows move whole to another journal.
-#[expect(
-    clippy::too_many_lines,
-    reason = "a journal story: signals, budgets and moves want a story each"
-)]
-fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal) {
+/// in the transaction that commits the step.
+fn signals_are_kept_once_and_taken_oldest_first(journal: &mut dyn Journal) {
     journal.create_task(&task("t6")).expect("create");
     let run = started(journal, "t6", &me());
     let mut wait = step(1, StepStatus::Waiting);
@@ -405,7 +400,10 @@ fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal)
             .is_err()
     );
     assert!(journal.signal_waiting("t6", "other").expect("look"));
+}
 
+/// A budget is kept with the task.
+fn a_budget_is_kept_with_the_task(journal: &mut dyn Journal) {
     journal.set_max_tokens("t6", Some(500)).expect("budget");
     assert_eq!(
         journal
@@ -415,7 +413,11 @@ fn signals_budgets_and_moves(journal: &mut dyn Journal, other: &mut dyn Journal)
             .max_tokens,
         Some(500)
     );
+}
 
+/// A task's rows (its steps, signals and budget) move whole to another
+/// journal, or not at all.
+fn a_task_moves_whole(journal: &mut dyn Journal, other: &mut dyn Journal) {
     let rows = journal.export("t6").expect("export").expect("the task");
     assert_eq!(rows.steps.len(), 2);
     assert_eq!(rows.signals.len(), 3);
@@ -462,7 +464,9 @@ fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     fenced_writes(journal);
     cancel_is_final(journal);
     retries_come_with_the_task(journal);
-    signals_budgets_and_moves(journal, other);
+    signals_are_kept_once_and_taken_oldest_first(journal);
+    a_budget_is_kept_with_the_task(journal);
+    a_task_moves_whole(journal, other);
 }
 
 #[test]
