@@ -37,11 +37,7 @@ fn lines_that_are_not_requests_pass_through() {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one example per op; split by op when the ops are spelled once (one op table, issue 50)"
-)]
-fn decodes_every_op() {
+fn decodes_call_and_begin() {
     assert_eq!(
         request(r#"{"op":"call","id":1,"tool":"t"}"#),
         Request::Call {
@@ -70,6 +66,10 @@ fn decodes_every_op() {
             mcp: true,
         }
     );
+}
+
+#[test]
+fn decodes_commit_and_fail_by_step_or_begin() {
     assert_eq!(
         request(r#"{"op":"commit","id":2,"step":5,"output":"x","usage":null}"#),
         Request::Commit {
@@ -106,6 +106,10 @@ fn decodes_every_op() {
             output: None
         }
     );
+}
+
+#[test]
+fn decodes_wait_and_sleep_and_refuses_a_bad_time() {
     assert_eq!(
         request(r#"{"op":"wait","id":7,"name":"approve","data":{"d":1},"timeout":"48h"}"#),
         Request::Wait {
@@ -146,6 +150,10 @@ fn decodes_every_op() {
             .1
             .contains("duration")
     );
+}
+
+#[test]
+fn decodes_result_ahead_and_replayed() {
     assert_eq!(
         request(r#"{"op":"result","id":9,"output":{"a":1}}"#),
         Request::Result {
