@@ -95,10 +95,6 @@ fn llm_text(output: &Value) -> String {
         .to_owned()
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "kill, resume and the checks of a variant want a CrashCase type"
-)]
 fn crash_and_resume(variant: Variant, kill: Kill) {
     let llm = FakeLlm::start();
     let api = FakeApi::start();
@@ -113,8 +109,59 @@ fn crash_and_resume(variant: Variant, kill: Kill) {
     let agent = env.scripted_agent("plan.json", &plan);
 
     let mut durun = api.spawn_until_held(&env, "t1", &agent);
-    let agent_pid = read_pid(&env.path("agent.pid"));
 
+    let (status, step4_attempts) = kill_first_run(kill, variant, &mut durun, (&env, &api));
+    api.release();
+    assert!(!status.success(), "the first run cannot complete");
+    assert_eq!(llm.calls(), 3, "the first run made the three LLM calls");
+    assert_eq!(api.resources(), 1, "step 4 reached the API once");
+    let first_answers = llm.answers();
+    let view = env.inspect("t1");
+    let interrupted = view["task"]["status"].as_str().expect("status").to_owned();
+    assert!(
+        ["interrupted", "failed"].contains(&interrupted.as_str()),
+        "after the kill the task is {interrupted}"
+    );
+
+    let resumed = env.durun(&["resume", "t1"]);
+    assert!(
+        resumed.status.success(),
+        "resume failed: {}",
+        text(&resumed.stderr)
+    );
+
+    assert_eq!(
+        llm.calls(),
+        4,
+        "steps 1-3 replayed from the journal; only step 7 called the LLM"
+    );
+    assert_eq!(
+        api.resources(),
+        2,
+        "step 4 created nothing new; step 8 created one"
+    );
+    check_the_resumed_task(
+        &env.inspect("t1"),
+        (&llm, &api),
+        &first_answers,
+        step4_attempts,
+    );
+    assert!(
+        text(&resumed.stderr).contains("3,000 tokens saved"),
+        "the run reports what it saved: {}",
+        text(&resumed.stderr)
+    );
+}
+
+/// Kills what `kill` names while step 4 is held at the API; the first
+/// run's status, and the attempts step 4 will have taken once resumed.
+fn kill_first_run(
+    kill: Kill,
+    variant: Variant,
+    durun: &mut std::process::Child,
+    (env, api): (&TestEnv, &FakeApi),
+) -> (std::process::ExitStatus, u64) {
+    let agent_pid = read_pid(&env.path("agent.pid"));
     // The step whose answer is lost: attempts it took, and how often its key
     // reaches the API.
     let mut step4_attempts = 2;
@@ -182,36 +229,18 @@ fn crash_and_resume(variant: Variant, kill: Kill) {
             status
         }
     };
-    api.release();
-    assert!(!status.success(), "the first run cannot complete");
-    assert_eq!(llm.calls(), 3, "the first run made the three LLM calls");
-    assert_eq!(api.resources(), 1, "step 4 reached the API once");
-    let first_answers = llm.answers();
-    let view = env.inspect("t1");
-    let interrupted = view["task"]["status"].as_str().expect("status").to_owned();
-    assert!(
-        ["interrupted", "failed"].contains(&interrupted.as_str()),
-        "after the kill the task is {interrupted}"
-    );
+    (status, step4_attempts)
+}
 
-    let resumed = env.durun(&["resume", "t1"]);
-    assert!(
-        resumed.status.success(),
-        "resume failed: {}",
-        text(&resumed.stderr)
-    );
-
-    assert_eq!(
-        llm.calls(),
-        4,
-        "steps 1-3 replayed from the journal; only step 7 called the LLM"
-    );
-    assert_eq!(
-        api.resources(),
-        2,
-        "step 4 created nothing new; step 8 created one"
-    );
-    let view = env.inspect("t1");
+/// The resumed task against an uninterrupted run's: every step
+/// committed, step 4's key sent as often as it was attempted, the LLM
+/// answers kept, the tokens saved.
+fn check_the_resumed_task(
+    view: &Value,
+    (llm, api): (&FakeLlm, &FakeApi),
+    first_answers: &[String],
+    step4_attempts: u64,
+) {
     assert_eq!(view["task"]["status"], "completed");
     assert_eq!(view["task"]["exit_code"], 0);
     let steps = view["steps"].as_array().expect("steps");
@@ -266,11 +295,6 @@ fn crash_and_resume(variant: Variant, kill: Kill) {
     assert!(
         saved / (saved + spent) > 0.7,
         "the resume saved over 70% of a restart from scratch"
-    );
-    assert!(
-        text(&resumed.stderr).contains("3,000 tokens saved"),
-        "the run reports what it saved: {}",
-        text(&resumed.stderr)
     );
 }
 
