@@ -217,22 +217,27 @@ fn filters_narrow_the_list() {
 
 /// The JSON of SPEC 6, member by member: what scripts rely on.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "checks SPEC 6's JSON member by member; a schema checked against the shape would replace it"
-)]
 fn the_json_shape() {
     let env = journal_with_every_kind_of_step();
     let list: Value =
         serde_json::from_slice(&env.durun(&["inspect", "--json"]).stdout).expect("JSON");
-    let summary = &list["tasks"][1];
-    let keys = |value: &Value| -> Vec<String> {
-        let mut keys: Vec<String> = value.as_object().expect("object").keys().cloned().collect();
-        keys.sort();
-        keys
-    };
+    a_summary_has_its_members(&list["tasks"][1]);
+    let view = env.inspect("fix-typo");
+    a_task_and_its_runs_have_their_members(&view["task"]);
+    every_version_of_a_step_is_listed_with_its_members(&view);
+}
+
+/// A task in `inspect --json`'s list.
+fn a_summary_has_its_members(summary: &Value) {
+    let mut keys: Vec<String> = summary
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
     assert_eq!(
-        keys(summary),
+        keys,
         [
             "command",
             "created_at",
@@ -253,9 +258,10 @@ fn the_json_shape() {
         json!(["python3", "probe.py", "script.json", "answers.jsonl"])
     );
     assert_eq!(summary["tokens_saved"], 1052);
+}
 
-    let view = env.inspect("fix-typo");
-    let task = &view["task"];
+/// `inspect TASK --json`'s task, and its runs.
+fn a_task_and_its_runs_have_their_members(task: &Value) {
     for member in [
         "id",
         "status",
@@ -303,6 +309,10 @@ fn the_json_shape() {
         ),
         (json!(1052), json!(1052))
     );
+}
+
+/// `inspect TASK --json`'s steps, a discarded version too.
+fn every_version_of_a_step_is_listed_with_its_members(view: &Value) {
     let steps = view["steps"].as_array().expect("steps");
     let statuses: Vec<(u64, &str)> = steps
         .iter()
