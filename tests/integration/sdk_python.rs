@@ -314,10 +314,6 @@ fn durun_step_counts_the_tokens_a_command_reports() {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "setup of the fake upstream and the asyncio agent want a fixture of their own"
-)]
 fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() {
     if !llm_clients() {
         return;
@@ -359,7 +355,13 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         after.as_object().unwrap().values().all(|count| count == 1),
         "{after}"
     );
-    let task = env.inspect("t");
+    the_asyncio_task_has_every_call_once(&env.inspect("t"));
+    durun_test_of_the_asyncio_agent_holds(&env, &server, &agent);
+}
+
+/// The resumed asyncio task: every call once, in argument order, the
+/// streams' usage counted, the first run's tokens saved.
+fn the_asyncio_task_has_every_call_once(task: &Value) {
     let summary = task["task"]["output"]["summary"].as_str().expect("summary");
     assert_eq!(
         summary,
@@ -397,7 +399,14 @@ fn an_asyncio_agent_with_wrapped_clients_survives_sigkill_and_resends_nothing() 
         .expect("saved");
     let spent = task["task"]["tokens_spent"].as_u64().expect("spent");
     assert!(saved >= 600 && saved == spent, "saved {saved} of {spent}");
+}
 
+/// `durun test` of the same agent.
+fn durun_test_of_the_asyncio_agent_holds(
+    env: &TestEnv,
+    server: &LlmServer,
+    agent: &std::path::Path,
+) {
     // `durun test` of the same asyncio agent (killed after each step, where
     // a commit is lost): every trial holds, and the wrapped calls of the
     // trials are answered from the reference's steps.
