@@ -693,10 +693,6 @@ fn sealed(lines: &[Value]) -> String {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "each refused import row is a case; wants a table of cases"
-)]
 fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     let env = waiter_env();
     let mut lines: Vec<Value> = two_step_export(&env)
@@ -705,11 +701,21 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
         .collect();
     lines.pop();
     let other = waiter_env();
-    let edited = |edit: &dyn Fn(&mut Vec<Value>)| {
-        let mut copy = lines.clone();
-        edit(&mut copy);
-        sealed(&copy)
-    };
+    every_bad_row_is_refused_and_nothing_written(&other, &lines);
+    an_imported_task_runs_only_when_asked(&other, &lines);
+}
+
+/// `lines`, edited, sealed again as an export file.
+fn edited(lines: &[Value], edit: &dyn Fn(&mut Vec<Value>)) -> String {
+    let mut copy = lines.to_vec();
+    edit(&mut copy);
+    sealed(&copy)
+}
+
+/// Every row an export holds is checked: ids, step numbers, statuses,
+/// JSON, times.
+fn every_bad_row_is_refused_and_nothing_written(other: &TestEnv, lines: &[Value]) {
+    let edited = |edit: &dyn Fn(&mut Vec<Value>)| edited(lines, edit);
     let rename = |id: &str| {
         let id = id.to_owned();
         move |lines: &mut Vec<Value>| {
@@ -806,7 +812,12 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     let listed: Value =
         serde_json::from_slice(&other.durun(&["inspect", "--json"]).stdout).expect("JSON");
     assert_eq!(listed["tasks"], json!([]), "nothing was written");
+}
 
+/// A file that says its task is queued does not get it run: it arrives
+/// interrupted, with no queue, until someone resumes or queues it.
+fn an_imported_task_runs_only_when_asked(other: &TestEnv, lines: &[Value]) {
+    let edited = |edit: &dyn Fn(&mut Vec<Value>)| edited(lines, edit);
     // A file that says it is queued arrives interrupted, with no queue: no
     // worker starts what a file says.
     let pwned = other.path("PWNED");
@@ -878,7 +889,7 @@ fn an_import_checks_every_row_and_never_hands_a_task_to_workers_unasked() {
     );
 
     // A completed task is not "continued".
-    let done = sealed(&lines);
+    let done = sealed(lines);
     other.write("done.jsonl", &done);
     let imported = other.durun(&["import", "done.jsonl", "--task", "done"]);
     let stderr = text(&imported.stderr);
