@@ -46,31 +46,9 @@ fn time(journal: &std::path::Path, args: &[&str]) -> Duration {
     median(samples)
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "a bench's setup, its rounds and its report are one script; the rounds want a type of their own"
-)]
-fn main() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let journal = dir.path().join("journal.db");
-    // DURUN_BENCH_KEEP=1 keeps the journal, to profile inspect on it.
-    let dir = if std::env::var_os("DURUN_BENCH_KEEP").is_some() {
-        let kept = dir.keep();
-        eprintln!("journal kept at {}", kept.join("journal.db").display());
-        None
-    } else {
-        Some(dir)
-    };
-    for task in ["big", "busy"] {
-        let status = durun()
-            .env("DURUN_JOURNAL", &journal)
-            .args(["-q", "run", "--task", task, "--", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .expect("durun");
-        assert!(status.success());
-    }
-    let mut conn = rusqlite::Connection::open(&journal).expect("open journal");
+/// Fills task `big` with the bench's steps, in one transaction.
+fn fill(journal: &std::path::Path) {
+    let mut conn = rusqlite::Connection::open(journal).expect("open journal");
     let tx = conn.transaction().expect("transaction");
     {
         let mut insert = tx
@@ -101,6 +79,61 @@ fn main() {
     }
     tx.commit().expect("commit");
     drop(conn);
+}
+
+/// A writer that commits a step into task `busy` every millisecond or so,
+/// as a live runner would, until `stop`; how many it wrote.
+fn writer(journal: &std::path::Path, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<i64> {
+    let stop = Arc::clone(stop);
+    let journal = journal.to_owned();
+    std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&journal).expect("open");
+        conn.busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
+        conn.pragma_update(None, "synchronous", "FULL")
+            .expect("sync");
+        let mut n: i64 = conn
+            .query_row(
+                "SELECT coalesce(max(step_index), 0) FROM steps WHERE task_id = 'busy'",
+                [],
+                |row| row.get(0),
+            )
+            .expect("max step");
+        while !stop.load(Ordering::Relaxed) {
+            n += 1;
+            conn.execute(
+                    "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash,
+                         idempotency_key, status, attempts, run, created_at, started_at)
+                     VALUES ('busy', ?1, 'w', 'begin', 'read', '{}', 'h', 'k', 'committed', 1, 1, 'x', 'x')",
+                    [n],
+                )
+                .expect("writer insert");
+        }
+        n
+    })
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.db");
+    // DURUN_BENCH_KEEP=1 keeps the journal, to profile inspect on it.
+    let dir = if std::env::var_os("DURUN_BENCH_KEEP").is_some() {
+        let kept = dir.keep();
+        eprintln!("journal kept at {}", kept.join("journal.db").display());
+        None
+    } else {
+        Some(dir)
+    };
+    for task in ["big", "busy"] {
+        let status = durun()
+            .env("DURUN_JOURNAL", &journal)
+            .args(["-q", "run", "--task", task, "--", "true"])
+            .stderr(Stdio::null())
+            .status()
+            .expect("durun");
+        assert!(status.success());
+    }
+    fill(&journal);
     let size = std::fs::metadata(&journal).map_or(0, |m| m.len());
 
     let rows = [
@@ -129,35 +162,7 @@ fn main() {
     for (label, args) in rows {
         let alone = time(&journal, &args);
         let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let stop = Arc::clone(&stop);
-            let journal = journal.clone();
-            std::thread::spawn(move || {
-                let conn = rusqlite::Connection::open(&journal).expect("open");
-                conn.busy_timeout(Duration::from_secs(5))
-                    .expect("busy timeout");
-                conn.pragma_update(None, "synchronous", "FULL")
-                    .expect("sync");
-                let mut n: i64 = conn
-                    .query_row(
-                        "SELECT coalesce(max(step_index), 0) FROM steps WHERE task_id = 'busy'",
-                        [],
-                        |row| row.get(0),
-                    )
-                    .expect("max step");
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    conn.execute(
-                        "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash,
-                             idempotency_key, status, attempts, run, created_at, started_at)
-                         VALUES ('busy', ?1, 'w', 'begin', 'read', '{}', 'h', 'k', 'committed', 1, 1, 'x', 'x')",
-                        [n],
-                    )
-                    .expect("writer insert");
-                }
-                n
-            })
-        };
+        let writer = writer(&journal, &stop);
         std::thread::sleep(Duration::from_millis(50));
         let busy = time(&journal, &args);
         stop.store(true, Ordering::Relaxed);
