@@ -49,7 +49,7 @@ mod traces;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -115,10 +115,124 @@ fn step_body(counter: &mut File, i: u64) -> String {
     format!("{{\"i\":{i},\"payload\":\"{}\"}}", "x".repeat(100))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the peers' rounds (DBOS, LangGraph, the floors) want a Round type each, not one sequence"
-)]
+/// `DURUN_BENCH_ONLY=proxy|traces|startup`: only those rows, printed;
+/// true when one of them ran.
+fn one_mode(
+    only: Option<&str>,
+    (rounds, steps, cores): (usize, u64, usize),
+    root: &Path,
+    static_durun: Option<&Path>,
+    table: &mut Table,
+) -> bool {
+    match only {
+        Some("proxy") => {
+            only_rounds(rounds, cores, table, |table| {
+                table.add("floor 1 commit full", floor(root, 1, "full", steps));
+                proxy::rows(root, (steps / 5).max(20), table);
+                proxy::first_chunk_rows(root, (steps / 5).max(20), table);
+            });
+            proxy::print(table);
+            true
+        }
+        Some("traces") => {
+            only_rounds(rounds, cores, table, |table| {
+                table.add("floor 1 commit full", floor(root, 1, "full", steps));
+                traces::rows(root, steps, table);
+            });
+            println!(
+                "floor: one SQLite commit, full sync: {:.0} µs",
+                table.get("floor 1 commit full").unwrap_or(f64::NAN)
+            );
+            traces::print(table);
+            true
+        }
+        Some("startup") => {
+            only_rounds(rounds, cores, table, |table| {
+                table.add("spawn true", spawn_true(200));
+                startup_rows(root, static_durun, table);
+            });
+            report::print_startup(table);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A round's step rows at one sync level: the floors of one and two
+/// commits, then durun's `read` and `mutate` steps, on any core and on one.
+fn step_rows(root: &Path, steps: u64, sync: &str, table: &mut Table) {
+    table.add(
+        &format!("floor 1 commit {sync}"),
+        floor(root, 1, sync, steps),
+    );
+    table.add(
+        &format!("floor 2 commits {sync}"),
+        floor(root, 2, sync, steps),
+    );
+    for (mode, pinned) in [
+        ("read", false),
+        ("mutate", false),
+        ("read", true),
+        ("mutate", true),
+    ] {
+        let scratch = Scratch::new(root, mode, sync);
+        let mut env = vec![("DURUN_BENCH_STEPS", steps.to_string())];
+        let pin = if pinned { " one core" } else { "" };
+        if pinned {
+            env.push(("DURUN_BENCH_PIN", "0".into()));
+        }
+        let (report, _, ok) = scratch.agent(&["run", "--task", "bench"], mode, &env);
+        assert_eq!(ok, Some(0), "durun run failed");
+        table.add(
+            &format!("durun {mode} {sync}{pin}"),
+            us_per_step(&report, steps),
+        );
+    }
+}
+
+/// A round's tool-call rows: `call`s of `true`, one at a time and 8 at
+/// once, `read` and `mutate`.
+fn call_rows(root: &Path, steps: u64, table: &mut Table) {
+    // Tool calls: each one starts a process, so fewer steps.
+    let calls = (steps / 4).max(8);
+    table.add("spawn true", spawn_true(calls));
+    for (mode, parallel) in [
+        ("call", 1),
+        ("call", 8),
+        ("call_mutate", 1),
+        ("call_mutate", 8),
+    ] {
+        let scratch = Scratch::new(root, mode, "full");
+        let (report, _, ok) = scratch.agent(
+            &["run", "--task", "bench"],
+            mode,
+            &[
+                ("DURUN_BENCH_STEPS", calls.to_string()),
+                ("DURUN_BENCH_PARALLEL", parallel.to_string()),
+            ],
+        );
+        assert_eq!(ok, Some(0), "durun run failed");
+        table.add(
+            &format!("durun {mode} x{parallel} full"),
+            us_per_step(&report, calls),
+        );
+    }
+}
+
+/// Syncs per step of each kind, counted with strace.
+fn syncs_per_step(root: &Path) -> Vec<(&'static str, Option<f64>)> {
+    eprintln!("syncs per step (strace)");
+    [
+        ("`read` step (begin/commit)", "read", 1),
+        ("`mutate` step (begin/commit)", "mutate", 1),
+        ("`call`, `mutate` tool, one at a time", "call_mutate", 1),
+        ("`call`, `mutate` tool, 8 at once", "call_mutate", 8),
+    ]
+    .into_iter()
+    .map(|(name, mode, parallel)| (name, fsyncs_per_step(root, mode, parallel)))
+    .collect()
+}
+
 fn orchestrate() {
     let rounds: usize = env_or("DURUN_BENCH_ROUNDS", 5);
     let steps: u64 = env_or("DURUN_BENCH_STEPS", 1000);
@@ -141,38 +255,13 @@ fn orchestrate() {
     let static_durun = (!matches!(only.as_deref(), Some("sdk" | "proxy" | "traces")))
         .then(startup::static_build)
         .flatten();
-    let one_mode = match only.as_deref() {
-        Some("proxy") => {
-            only_rounds(rounds, cores, &mut table, |table| {
-                table.add("floor 1 commit full", floor(root, 1, "full", steps));
-                proxy::rows(root, (steps / 5).max(20), table);
-                proxy::first_chunk_rows(root, (steps / 5).max(20), table);
-            });
-            proxy::print(&table);
-            true
-        }
-        Some("traces") => {
-            only_rounds(rounds, cores, &mut table, |table| {
-                table.add("floor 1 commit full", floor(root, 1, "full", steps));
-                traces::rows(root, steps, table);
-            });
-            println!(
-                "floor: one SQLite commit, full sync: {:.0} µs",
-                table.get("floor 1 commit full").unwrap_or(f64::NAN)
-            );
-            traces::print(&table);
-            true
-        }
-        Some("startup") => {
-            only_rounds(rounds, cores, &mut table, |table| {
-                table.add("spawn true", spawn_true(200));
-                startup_rows(root, static_durun.as_deref(), table);
-            });
-            report::print_startup(&table);
-            true
-        }
-        _ => false,
-    };
+    let one_mode = one_mode(
+        only.as_deref(),
+        (rounds, steps, cores),
+        root,
+        static_durun.as_deref(),
+        &mut table,
+    );
     if one_mode {
         if let Some(load) = report::load_line(&table) {
             println!("\n{load}");
@@ -203,59 +292,10 @@ fn orchestrate() {
         }
         language_round_trips(&mut table);
         for sync in ["full", "normal"] {
-            table.add(
-                &format!("floor 1 commit {sync}"),
-                floor(root, 1, sync, steps),
-            );
-            table.add(
-                &format!("floor 2 commits {sync}"),
-                floor(root, 2, sync, steps),
-            );
-            for (mode, pinned) in [
-                ("read", false),
-                ("mutate", false),
-                ("read", true),
-                ("mutate", true),
-            ] {
-                let scratch = Scratch::new(root, mode, sync);
-                let mut env = vec![("DURUN_BENCH_STEPS", steps.to_string())];
-                let pin = if pinned { " one core" } else { "" };
-                if pinned {
-                    env.push(("DURUN_BENCH_PIN", "0".into()));
-                }
-                let (report, _, ok) = scratch.agent(&["run", "--task", "bench"], mode, &env);
-                assert_eq!(ok, Some(0), "durun run failed");
-                table.add(
-                    &format!("durun {mode} {sync}{pin}"),
-                    us_per_step(&report, steps),
-                );
-            }
+            step_rows(root, steps, sync, &mut table);
             sdk_rows(root, steps, sync, &mut table);
         }
-        // Tool calls: each one starts a process, so fewer steps.
-        let calls = (steps / 4).max(8);
-        table.add("spawn true", spawn_true(calls));
-        for (mode, parallel) in [
-            ("call", 1),
-            ("call", 8),
-            ("call_mutate", 1),
-            ("call_mutate", 8),
-        ] {
-            let scratch = Scratch::new(root, mode, "full");
-            let (report, _, ok) = scratch.agent(
-                &["run", "--task", "bench"],
-                mode,
-                &[
-                    ("DURUN_BENCH_STEPS", calls.to_string()),
-                    ("DURUN_BENCH_PARALLEL", parallel.to_string()),
-                ],
-            );
-            assert_eq!(ok, Some(0), "durun run failed");
-            table.add(
-                &format!("durun {mode} x{parallel} full"),
-                us_per_step(&report, calls),
-            );
-        }
+        call_rows(root, steps, &mut table);
         proxy::rows(root, (steps / 5).max(20), &mut table);
         proxy::first_chunk_rows(root, (steps / 5).max(20), &mut table);
         traces::rows(root, steps, &mut table);
@@ -278,17 +318,7 @@ fn orchestrate() {
         print!("{out}");
         return;
     }
-    eprintln!("syncs per step (strace)");
-    let syncs: Vec<(&str, Option<f64>)> = [
-        ("`read` step (begin/commit)", "read", 1),
-        ("`mutate` step (begin/commit)", "mutate", 1),
-        ("`call`, `mutate` tool, one at a time", "call_mutate", 1),
-        ("`call`, `mutate` tool, 8 at once", "call_mutate", 8),
-    ]
-    .into_iter()
-    .map(|(name, mode, parallel)| (name, fsyncs_per_step(root, mode, parallel)))
-    .collect();
-
+    let syncs = syncs_per_step(root);
     let mut replay_rows = Vec::new();
     // 1,000 steps always: the target for the time to the first new step.
     for &size in std::iter::once(&1000).chain(replay_sizes.iter().filter(|&&size| size != 1000)) {
