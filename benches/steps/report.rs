@@ -55,22 +55,11 @@ pub(crate) fn load_line(table: &Table) -> Option<String> {
     ))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the table's rows want a type that carries each figure with its floor"
-)]
-pub(crate) fn print_table(
-    table: &Table,
-    syncs: &[(&str, Option<f64>)],
-    steps: u64,
-    replay: &[ReplayRow],
-    crash_s: f64,
-    peer_crash: Option<&Vec<PeerCrash>>,
-) {
-    let mut out = String::new();
-    // A ratio is taken per round, the row and its floor measured back to
-    // back, and shown as the range over the rounds.
-    let ratio = |row: &str, floor: &str| match (table.samples(row), table.samples(floor)) {
+/// A row against its floor: its median, the range of the ratios taken in
+/// each round (the row and its floor measured back to back), and the
+/// median difference.
+fn ratio(table: &Table, row: &str, floor: &str) -> String {
+    match (table.samples(row), table.samples(floor)) {
         (Some(values), Some(floors)) if values.len() == floors.len() => {
             let ratios: Vec<f64> = values
                 .iter()
@@ -90,7 +79,81 @@ pub(crate) fn print_table(
             )
         }
         _ => "- | - | -".into(),
-    };
+    }
+}
+
+/// The syncs per step and the replay table.
+fn syncs_and_replay(out: &mut String, syncs: &[(&str, Option<f64>)], replay: &[ReplayRow]) {
+    if syncs.iter().any(|(_, count)| count.is_some()) {
+        let _ = writeln!(
+            out,
+            "\nSyncs to disk per step (`sync = \"full\"`), counted with strace; exact, not timed.\n"
+        );
+        let _ = writeln!(out, "| durun | fsyncs per step |");
+        let _ = writeln!(out, "|---|---|");
+        for (name, count) in syncs {
+            if let Some(count) = count {
+                let _ = writeln!(out, "| {name} | {count:.2} |");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for row in replay {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} µs | {:.1} ms | {:.1} MiB | {:.1} MiB | {:.0} B |",
+            row.steps,
+            row.us_per_step,
+            row.first_new_ms,
+            row.peak_kib_first_run as f64 / 1024.0,
+            row.peak_kib_resume as f64 / 1024.0,
+            row.bytes_per_step,
+        );
+    }
+}
+
+/// Time to the first step after a crash, durun's and the peers'.
+fn crash_lines(out: &mut String, crash_s: f64, peer_crash: Option<&Vec<PeerCrash>>) {
+    let _ = writeln!(
+        out,
+        "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n"
+    );
+    let _ = writeln!(out, "| who | to first step | finished steps run again |");
+    let _ = writeln!(out, "|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| durun (`durun resume`, from its start) | {crash_s:.3} s | 0 |"
+    );
+    for PeerCrash {
+        name,
+        seconds,
+        rerun,
+    } in peer_crash.into_iter().flatten()
+    {
+        let _ = writeln!(
+            out,
+            "| {name} (from after the interpreter's start) | {seconds:.3} s | {rerun} |"
+        );
+    }
+}
+
+pub(crate) fn print_table(
+    table: &Table,
+    syncs: &[(&str, Option<f64>)],
+    steps: u64,
+    replay: &[ReplayRow],
+    crash_s: f64,
+    peer_crash: Option<&Vec<PeerCrash>>,
+) {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "Per step, median of the rounds, {steps} steps a sample; the ratio to the floor of the same sync mode (one commit; two for `mutate`) is taken in each round and shown as the range over the rounds.\n"
@@ -139,7 +202,7 @@ pub(crate) fn print_table(
             ),
         ] {
             if table.get(&row).is_some() {
-                let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(&row, &floor));
+                let _ = writeln!(out, "| {name} | {sync} | {} |", ratio(table, &row, &floor));
             }
         }
     }
@@ -171,66 +234,13 @@ pub(crate) fn print_table(
             "floor 2 commits full",
         ),
     ] {
-        let _ = writeln!(out, "| {name} | full | {} |", ratio(row, floor));
+        let _ = writeln!(out, "| {name} | full | {} |", ratio(table, row, floor));
     }
     crate::sdk_report::write(&mut out, table);
-    if syncs.iter().any(|(_, count)| count.is_some()) {
-        let _ = writeln!(
-            out,
-            "\nSyncs to disk per step (`sync = \"full\"`), counted with strace; exact, not timed.\n"
-        );
-        let _ = writeln!(out, "| durun | fsyncs per step |");
-        let _ = writeln!(out, "|---|---|");
-        for (name, count) in syncs {
-            if let Some(count) = count {
-                let _ = writeln!(out, "| {name} | {count:.2} |");
-            }
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nReplay: resuming a task whose steps are all recorded; the agent asks for every step, then one new one.\n"
-    );
-    let _ = writeln!(
-        out,
-        "| recorded steps | replay per step | `resume` to first new step | durun peak memory, first run | durun peak memory, resume | journal per step |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|");
-    for row in replay {
-        let _ = writeln!(
-            out,
-            "| {} | {:.2} µs | {:.1} ms | {:.1} MiB | {:.1} MiB | {:.0} B |",
-            row.steps,
-            row.us_per_step,
-            row.first_new_ms,
-            row.peak_kib_first_run as f64 / 1024.0,
-            row.peak_kib_resume as f64 / 1024.0,
-            row.bytes_per_step,
-        );
-    }
+    syncs_and_replay(&mut out, syncs, replay);
     startup_lines(&mut out, table);
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "Crash inside step 500 of 1,000 (SIGKILL), then recovery in a new process: time to the first step that runs.\n"
-    );
-    let _ = writeln!(out, "| who | to first step | finished steps run again |");
-    let _ = writeln!(out, "|---|---|---|");
-    let _ = writeln!(
-        out,
-        "| durun (`durun resume`, from its start) | {crash_s:.3} s | 0 |"
-    );
-    for PeerCrash {
-        name,
-        seconds,
-        rerun,
-    } in peer_crash.into_iter().flatten()
-    {
-        let _ = writeln!(
-            out,
-            "| {name} (from after the interpreter's start) | {seconds:.3} s | {rerun} |"
-        );
-    }
+    crash_lines(&mut out, crash_s, peer_crash);
     print!("{out}");
     let _ = std::io::stdout().flush();
 }
