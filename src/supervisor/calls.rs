@@ -14,7 +14,9 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::inbox::{Conn, Event};
-use super::state::{CallInFlight, Deferred, Supervisor, Then, Wanted};
+use super::outbox::{Deferred, Then};
+use super::state::{Supervisor, Wanted};
+use super::steps::CallInFlight;
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};

@@ -14,7 +14,9 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then, Waiter, Wanted};
+use super::outbox::{Deferred, Then};
+use super::state::{Supervisor, Wanted};
+use super::steps::Waiter;
 use crate::journal::{NewTask, StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
@@ -153,19 +155,14 @@ impl Supervisor<'_> {
         let jobs = self.spec.child_jobs.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
         });
-        if self.children.running >= jobs.max(1) {
-            self.children.waiting.push_back(child.to_owned());
-        } else {
+        if self.children.admit(child, jobs) {
             self.run_child(child);
         }
     }
 
     /// A child's runner ended: the next waiting child gets its place.
     pub(super) fn child_ended(&mut self) {
-        self.children.running = self.children.running.saturating_sub(1);
-        if self.ending.stop.is_none()
-            && let Some(next) = self.children.waiting.pop_front()
-        {
+        if let Some(next) = self.children.ended(self.ending.stop.is_none()) {
             self.run_child(&next);
         }
     }
@@ -188,7 +185,7 @@ impl Supervisor<'_> {
         crate::os::die_with_parent(&mut command);
         match command.spawn() {
             Ok(mut runner) => {
-                self.children.running += 1;
+                self.children.started();
                 // Reaped by a thread of its own, which tells the loop.
                 let events = self.events_tx.clone();
                 let _ = std::thread::Builder::new()

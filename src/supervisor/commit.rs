@@ -30,7 +30,8 @@ use serde_json::Value;
 
 use super::committer::Landed;
 use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then};
+use super::outbox::{Deferred, Then};
+use super::state::Supervisor;
 use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus};
 use crate::protocol::{ErrorCode, Response};
 use crate::report::Event as Report;

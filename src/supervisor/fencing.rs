@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::ending::Stop;
 use super::inbox::AGENT;
-use super::state::{Deferred, Stop, Supervisor, Then};
+use super::outbox::{Deferred, Then};
+use super::state::Supervisor;
 use crate::error::{Failure, Kind};
 use crate::journal::Standing;
 use crate::os;

@@ -40,10 +40,14 @@ use serde_json::Value;
 
 use super::agent_io::AgentIo;
 use super::committer::Committer;
+use super::ending::Ending;
+use super::holding::Holding;
 use super::inbox::{AGENT, Conn, Event, Events};
 use super::lines::Chunk;
+use super::outbox::{Deferred, Outbox};
 use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use super::state::{Deferred, Ending, Holding, Outbox, Steps, Supervisor};
+use super::state::Supervisor;
+use super::steps::Steps;
 use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
@@ -146,7 +150,7 @@ pub(crate) fn supervise(
             crashes: super::crash::Crashes::new(spec.crash_at),
             seeds: spec.seeds.clone().unwrap_or_default(),
             faults: spec.faults.clone(),
-            children: super::state::Runners::default(),
+            children: super::runners::Runners::default(),
             caught: caught.as_ref(),
             proxy: proxy.as_mut(),
             socket: &mut socket,

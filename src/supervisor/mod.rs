@@ -30,6 +30,7 @@ mod proxied;
 mod recorded;
 mod requests;
 mod retries;
+mod runners;
 mod seeded;
 mod socket;
 mod spec;

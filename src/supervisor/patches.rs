@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then, Wanted};
+use super::outbox::{Deferred, Then};
+use super::state::{Supervisor, Wanted};
 use crate::journal::{self, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, Response};

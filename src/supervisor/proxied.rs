@@ -17,7 +17,8 @@ use tokio::sync::oneshot;
 
 use super::contents::InFlight;
 use super::inbox::{Conn, PROXY};
-use super::state::{Deferred, ProxyThen, Supervisor, Then, Wanted};
+use super::outbox::{Deferred, ProxyThen, Then};
+use super::state::{Supervisor, Wanted};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};

@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::decide::{Asked, Decision, decide};
+use super::ending::Stop;
 use super::inbox::Conn;
+use super::outbox::{Deferred, Then};
 use super::recorded::Recorded;
 use super::retries::MAX_RETRYABLE;
-use super::state::{Deferred, OpenStep, Stop, Supervisor, Then, Wanted};
+use super::state::{Supervisor, Wanted};
+use super::steps::OpenStep;
 use crate::error::{Failure, Kind};
 use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;

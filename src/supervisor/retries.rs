@@ -4,7 +4,8 @@
 use serde_json::Value;
 
 use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then};
+use super::outbox::{Deferred, Then};
+use super::state::Supervisor;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::report::Event as Report;
 

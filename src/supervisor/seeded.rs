@@ -7,7 +7,8 @@ use std::collections::VecDeque;
 use serde_json::Value;
 
 use super::inbox::Conn;
-use super::state::{Deferred, Supervisor, Then};
+use super::outbox::{Deferred, Then};
+use super::state::Supervisor;
 use crate::journal::{StepRecord, StepStatus};
 use crate::json_text::JsonText;
 

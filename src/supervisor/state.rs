@@ -7,12 +7,12 @@
 use serde_json::Value;
 
 use super::agent_io::AgentIo;
-pub(super) use super::ending::{Ending, Stop};
-pub(super) use super::holding::Holding;
+use super::ending::Ending;
+use super::holding::Holding;
 use super::inbox::Events;
-pub(super) use super::outbox::{Deferred, Outbox, ProxyThen, Then};
+use super::outbox::Outbox;
 use super::spec::RunSpec;
-pub(super) use super::steps::{CallInFlight, OpenStep, Steps, Waiter};
+use super::steps::Steps;
 use crate::journal::{Journal, RunStats, StepKind};
 use crate::protocol::Effect;
 use crate::report::Reporter;
@@ -51,7 +51,7 @@ pub(super) struct Supervisor<'a> {
     pub(super) faults: super::Faults,
     /// The runners of child tasks without a queue (SPEC 16): how many run,
     /// and the children waiting for one of them to end.
-    pub(super) children: Runners,
+    pub(super) children: super::runners::Runners,
     /// durun's stop signals, when this run takes its own (not a worker's).
     pub(super) caught: Option<&'a super::child::Caught>,
     /// The model/API proxy, which starts serving at its first client.
@@ -59,14 +59,6 @@ pub(super) struct Supervisor<'a> {
     /// The socket of `durun step`, which starts accepting at its first
     /// client.
     pub(super) socket: &'a mut super::socket::SocketDir,
-}
-
-/// The runners of child tasks without a queue: at most
-/// `RunSpec::child_jobs` at once, the rest waiting in spawn order.
-#[derive(Default)]
-pub(super) struct Runners {
-    pub(super) running: usize,
-    pub(super) waiting: std::collections::VecDeque<String>,
 }
 
 /// A step as the agent asks for it.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::state::{Stop, Supervisor};
+use super::ending::Stop;
+use super::state::Supervisor;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{Fenced, Standing, TaskStatus};

@@ -13,8 +13,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
+use super::ending::Stop;
 use super::inbox::Conn;
-use super::state::{Deferred, Stop, Supervisor, Then, Waiter, Wanted};
+use super::outbox::{Deferred, Then};
+use super::state::{Supervisor, Wanted};
+use super::steps::Waiter;
 use crate::error::{Failure, Kind};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
