@@ -245,7 +245,7 @@ impl Upstream {
         Answer {
             status: self.status.as_u16(),
             content_type: self.content_type,
-            body,
+            body: body.into(),
         }
     }
 
@@ -372,7 +372,7 @@ async fn plain(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, do
     let respond = upstream.respond(full(Bytes::new()));
     let answer = upstream.into_answer(body);
     let usage = success.then(|| recording::usage_of(&answer)).flatten();
-    let body = Bytes::from(answer.body.clone());
+    let body = answer.body.clone();
     let unheard = head.is_closed();
     let durable = done.answered(answer, usage, unheard).await;
     let _ = head.send(if durable || !success {

@@ -16,7 +16,8 @@ use serde_json::{Map, Value, json};
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) content_type: Option<String>,
-    pub(crate) body: Vec<u8>,
+    /// Shared, not copied, with the agent's answer and the recorder.
+    pub(crate) body: bytes::Bytes,
 }
 
 impl Answer {
@@ -190,7 +191,7 @@ pub(crate) fn output_answer(output: &Value) -> Answer {
             .get("content_type")
             .and_then(Value::as_str)
             .map(str::to_owned),
-        body,
+        body: body.into(),
     }
 }
 
@@ -357,17 +358,17 @@ mod tests {
             Answer {
                 status: 200,
                 content_type: Some("application/json".into()),
-                body: br#"{"id":"x","n":1.50}"#.to_vec(),
+                body: bytes::Bytes::from_static(br#"{"id":"x","n":1.50}"#),
             },
             Answer {
                 status: 200,
                 content_type: Some("text/event-stream; charset=utf-8".into()),
-                body: b"data: {\"a\":1}\n\ndata: [DONE]\n\n".to_vec(),
+                body: bytes::Bytes::from_static(b"data: {\"a\":1}\n\ndata: [DONE]\n\n"),
             },
             Answer {
                 status: 201,
                 content_type: None,
-                body: vec![0, 159, 146, 150],
+                body: bytes::Bytes::from_static(&[0, 159, 146, 150]),
             },
         ] {
             let output = answer_output(&answer);
@@ -382,13 +383,13 @@ mod tests {
         let chat = answer_output(&Answer {
             status: 200,
             content_type: Some("application/json".into()),
-            body: br#"{"choices":[{"message":{"content":"the plan"}}]}"#.to_vec(),
+            body: bytes::Bytes::from_static(br#"{"choices":[{"message":{"content":"the plan"}}]}"#),
         });
         assert_eq!(summary(&args, &chat), r#"gpt-x: "the plan""#);
         let stream = answer_output(&Answer {
             status: 200,
             content_type: Some("text/event-stream".into()),
-            body: b"data: {\"choices\":[{\"delta\":{\"content\":\"a \"}}]}\n\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"b\"}}\n\ndata: [DONE]\n\n".to_vec(),
+            body: bytes::Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"a \"}}]}\n\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"b\"}}\n\ndata: [DONE]\n\n"),
         });
         assert_eq!(summary(&args, &stream), r#"gpt-x: "a b""#);
         let claude = json!({"content": [{"type": "text", "text": "hi"}]});
@@ -396,7 +397,7 @@ mod tests {
         let empty = answer_output(&Answer {
             status: 204,
             content_type: None,
-            body: Vec::new(),
+            body: bytes::Bytes::new(),
         });
         assert_eq!(summary(&json!({"body": null}), &empty), "HTTP 204");
     }
@@ -406,7 +407,9 @@ mod tests {
         let plain = Answer {
             status: 200,
             content_type: Some("application/json".into()),
-            body: br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#.to_vec(),
+            body: bytes::Bytes::from_static(
+                br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            ),
         };
         assert_eq!(crate::usage::tokens_of(&usage_of(&plain).unwrap()), 7);
         let anthropic = Answer {
@@ -419,13 +422,14 @@ mod tests {
                 "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
             )
             .as_bytes()
-            .to_vec(),
+            .to_vec()
+            .into(),
         };
         assert_eq!(crate::usage::tokens_of(&usage_of(&anthropic).unwrap()), 40);
         let responses = Answer {
             status: 200,
             content_type: Some("text/event-stream".into()),
-            body: b"data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\ndata: [DONE]\n\n".to_vec(),
+            body: bytes::Bytes::from_static(b"data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\ndata: [DONE]\n\n"),
         };
         assert_eq!(crate::usage::tokens_of(&usage_of(&responses).unwrap()), 11);
     }

@@ -250,7 +250,7 @@ fn ended() -> Response<Body> {
 
 /// A recorded answer, as it came the first time (a stream as a stream).
 pub(crate) fn recorded(answer: &Answer) -> Response<Body> {
-    let body = Bytes::from(answer.body.clone());
+    let body = answer.body.clone();
     let body = if answer.is_stream() {
         let frames = futures_util::stream::iter([Ok::<_, io::Error>(Frame::data(body))]);
         StreamBody::new(frames).boxed()

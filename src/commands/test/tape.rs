@@ -291,7 +291,7 @@ async fn record(shared: &Shared, forward: Forward<'_>, asked: Asked) -> io::Resu
     let answer = Answer {
         status,
         content_type,
-        body: bytes.to_vec(),
+        body: bytes,
     };
     if (200..300).contains(&status) {
         let mut state = shared.state.lock().expect("tape lock");
@@ -376,7 +376,7 @@ async fn faulty(
         }
         Some(FaultKind::Reset) => Err(io::Error::other("reset on purpose (--fault)")),
         Some(FaultKind::Truncate) => {
-            let half = Bytes::from(answer.body[..answer.body.len() / 2].to_vec());
+            let half = answer.body.slice(..answer.body.len() / 2);
             let frames = futures_util::stream::iter([
                 Ok(Frame::data(half)),
                 Err(io::Error::other("cut off on purpose (--fault)")),
