@@ -71,6 +71,8 @@ enum Watch {
     },
     /// A call relayed outside a run: nothing to record, but in flight.
     Relayed,
+    /// Any other request: in flight until answered.
+    Other,
 }
 
 impl Journaling {
@@ -152,7 +154,10 @@ impl Journaling {
                     Some(false) => None,
                 };
             }
-            _ => return Some(Sent::Same(Value::Object(message))),
+            // A request: its id is in flight until the server answers.
+            Some(_) => Watch::Other,
+            // The client's answer to a request of the server's.
+            None => return Some(Sent::Same(Value::Object(message))),
         };
         self.watch(&id, watch);
         Some(Sent::Same(Value::Object(message)))
@@ -316,7 +321,7 @@ impl Journaling {
                 }
             }
             Watch::Call { step } => return self.record(id, step, message),
-            Watch::Relayed => {}
+            Watch::Relayed | Watch::Other => {}
         }
         None
     }
@@ -374,22 +379,20 @@ impl Journaling {
         })
     }
 
-    /// Answers every call still in flight with an error: the server exited
-    /// before it answered them (SPEC 17).
+    /// Answers every request still in flight with an error: the server
+    /// exited before it answered them (SPEC 17).
     pub(crate) fn server_gone(&self, client: &ToClient) {
-        let calls: Vec<String> = self
-            .watched
-            .lock()
-            .expect("watch lock")
-            .drain()
-            .filter(|(_, watch)| matches!(watch, Watch::Call { .. } | Watch::Relayed))
-            .map(|(id, _)| id)
-            .collect();
-        for id in calls {
+        let in_flight: Vec<(String, Watch)> =
+            self.watched.lock().expect("watch lock").drain().collect();
+        for (id, watch) in in_flight {
             let id: Value = serde_json::from_str(&id).unwrap_or(Value::Null);
             client.error(
                 &id,
-                "durun: the MCP server exited before it answered the call (resume the task to run it again)",
+                if matches!(watch, Watch::Call { .. } | Watch::Relayed) {
+                    "durun: the MCP server exited before it answered the call (resume the task to run it again)"
+                } else {
+                    "durun: the MCP server exited before it answered the request"
+                },
             );
         }
     }

@@ -112,14 +112,25 @@ fn a_server_that_exits_fails_the_calls_in_flight_and_durun_mcp_exits_with_it() {
     relay.send(&initialize());
     assert_eq!(relay.next()["id"], 0);
     relay.send(&call(7, "die"));
-    let answer = relay.next();
-    assert_eq!(answer["id"], 7, "{answer}");
-    assert!(
-        answer["error"]["message"]
-            .as_str()
-            .is_some_and(|message| message.contains("exited before it answered")),
-        "{answer}"
+    // Any request, not only a call, is answered when the server is gone.
+    relay.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}));
+    let mut answered: Vec<Value> = (0..2).map(|_| relay.next()).collect();
+    answered.sort_by_key(|answer| answer["id"].as_u64());
+    assert_eq!(
+        answered
+            .iter()
+            .map(|answer| answer["id"].clone())
+            .collect::<Vec<_>>(),
+        [json!(7), json!(8)]
     );
+    for answer in &answered {
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("exited before it answered")),
+            "{answer}"
+        );
+    }
     // The client's stdin is still open: durun mcp exits on its own.
     let status = wait_exit(&mut relay.child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(3));
@@ -149,6 +160,31 @@ fn a_request_id_already_in_flight_is_refused() {
         .map(|call| call["name"].clone())
         .collect();
     assert_eq!(names, [json!("slow")]);
+    // Any request's id is in flight until its answer, not only a call's.
+    relay.send(&call(9, "slow"));
+    relay.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}));
+    relay.send(&call(8, "echo"));
+    let refused = relay.next();
+    assert_eq!(refused["id"], 8, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("already in flight")),
+        "{refused}"
+    );
+    let mut rest: Vec<Value> = (0..2).map(|_| relay.next()).collect();
+    rest.sort_by_key(|answer| answer["id"].as_u64());
+    assert_eq!(rest[0]["error"]["message"], "no such method", "{rest:?}");
+    assert_eq!(rest[1]["id"], 9, "{rest:?}");
+    let names: Vec<Value> = calls(&env)
+        .iter()
+        .map(|call| call["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        [json!("slow"), json!("slow")],
+        "the echo was not forwarded"
+    );
     drop(relay.input);
     wait_exit(&mut relay.child, Duration::from_secs(30));
 }
