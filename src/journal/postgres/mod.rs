@@ -10,6 +10,7 @@
 mod cached;
 mod open;
 mod queue;
+mod reconnect;
 mod rows;
 mod schema;
 mod signals;
@@ -19,11 +20,12 @@ use cached::Queries as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use postgres::NoTls;
 use serde_json::Value;
 
+use reconnect::Attempt;
 use rows::{
-    TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row, write_stats, write_step,
+    TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, step_is_there, task_from_row,
+    write_stats, write_step,
 };
 use schema::NOW_MS;
 
@@ -50,6 +52,15 @@ pub(crate) struct PostgresJournal {
     sync: Option<SyncMode>,
     /// How old another host's heartbeat may be before its lease is taken.
     stale: Duration,
+    /// The task channel a run listens on, to listen again on a new session.
+    channel: Option<String>,
+    /// A new session replaced a lost one since the last watch: what it
+    /// would have heard is read from the task's row.
+    missed: bool,
+    /// Says nothing of a lost connection (`--quiet`).
+    quiet: bool,
+    /// The server as messages name it (no password).
+    name: String,
 }
 
 /// The channel on which a task's runner hears of a takeover or a cancel
@@ -60,6 +71,90 @@ fn channel(task: &str) -> String {
 }
 
 impl PostgresJournal {
+    /// Renews the run's lease: one transaction.
+    fn renew(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let mut tx = self.client.transaction()?;
+        // A heartbeat need not survive a crash of the server: it does not
+        // wait for the server's disk.
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+        let row = tx.query_opt(
+            &format!(
+                "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
+                 RETURNING cancel_requested_at IS NOT NULL"
+            ),
+            &[&task, &(run as i32)],
+        )?;
+        tx.commit()?;
+        Ok(match row {
+            None => Standing::Lost,
+            Some(row) => super::standing_of(Some(run), row.get(0), run),
+        })
+    }
+
+    /// What the run's channel said since the last look, or, after a new
+    /// session replaced a lost one, what the task's row says.
+    fn look(&mut self, task: &str, run: u32) -> Result<Standing> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        // Polls the connection without waiting: a takeover or a cancel
+        // arrives as a notification on the task's channel.
+        let mut heard = false;
+        {
+            let mut notifications = self.client.client.notifications();
+            let mut pending = notifications.iter();
+            while pending.next()?.is_some() {
+                heard = true;
+            }
+        }
+        if !heard && !self.missed {
+            return Ok(Standing::Held);
+        }
+        let row = self.client.query_opt(sql::STANDING.postgres(), &[&task])?;
+        self.missed = false;
+        Ok(match row {
+            Some(row) => super::standing_of(
+                row.get::<_, Option<i32>>(0).map(|run| run as u32),
+                row.get(1),
+                run,
+            ),
+            None => Standing::Lost,
+        })
+    }
+
+    /// The steps and the run's counters, in one transaction. Made again
+    /// after a lost connection, a row the lost commit may have written
+    /// is written over rather than inserted twice.
+    fn write_steps(
+        &mut self,
+        task: &str,
+        steps: &[StepWrite<'_>],
+        run: u32,
+        stats: Option<&RunStats>,
+        attempt: Attempt,
+    ) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        let opens = steps.iter().any(|write| {
+            matches!(
+                write.record.status,
+                StepStatus::Pending | StepStatus::Waiting
+            )
+        });
+        fence(&mut tx, task, run, opens)?;
+        for &StepWrite {
+            record: step,
+            fresh,
+        } in steps
+        {
+            let fresh =
+                fresh && (attempt == Attempt::First || !step_is_there(&mut tx, task, step)?);
+            write_step(&mut tx, task, step, fresh, run)?;
+        }
+        if let Some(stats) = stats {
+            write_stats(&mut tx, task, run, stats)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The end of a run, and the release of its lease if it still holds it.
     fn record_end(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
         let mut tx = self.client.transaction()?;
@@ -92,6 +187,7 @@ impl PostgresJournal {
         // A worker's connection serves other tasks next.
         tx.batch_execute(&format!("UNLISTEN {}", channel(task)))?;
         tx.commit()?;
+        self.channel = None;
         Ok(())
     }
 }
@@ -140,11 +236,13 @@ impl Journal for PostgresJournal {
     }
 
     fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
-        let row = self.client.query_opt(
-            &format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"),
-            &[&id],
-        )?;
-        row.as_ref().map(task_from_row).transpose()
+        self.again(|journal, _| {
+            let row = journal.client.query_opt(
+                &format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"),
+                &[&id],
+            )?;
+            row.as_ref().map(task_from_row).transpose()
+        })
     }
 
     fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
@@ -156,7 +254,11 @@ impl Journal for PostgresJournal {
     }
 
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let rows = self.client.query(sql::RUNS_OF_TASK.postgres(), &[&task])?;
+        let rows = self.again(|journal, _| {
+            Ok(journal
+                .client
+                .query(sql::RUNS_OF_TASK.postgres(), &[&task])?)
+        })?;
         Ok(rows
             .iter()
             .map(|row| RunRecord {
@@ -270,6 +372,7 @@ impl Journal for PostgresJournal {
         // The run hears of a takeover or a cancel from its commit on.
         tx.batch_execute(&format!("LISTEN {}", channel(task)))?;
         tx.commit()?;
+        self.channel = Some(channel(task));
         Ok(RunStart::Started {
             run: run as u32,
             leased_at,
@@ -277,78 +380,49 @@ impl Journal for PostgresJournal {
     }
 
     fn heartbeat(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let mut tx = self.client.transaction()?;
-        // A heartbeat need not survive a crash of the server: it does not
-        // wait for the server's disk.
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-        let row = tx.query_opt(
-            &format!(
-                "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
-                 RETURNING cancel_requested_at IS NOT NULL"
-            ),
-            &[&task, &(run as i32)],
-        )?;
-        tx.commit()?;
-        Ok(match row {
-            None => Standing::Lost,
-            Some(row) => super::standing_of(Some(run), row.get(0), run),
-        })
+        self.again(|journal, _| journal.renew(task, run))
     }
 
     fn watch(&mut self, task: &str, run: u32) -> Result<Standing> {
-        use postgres::fallible_iterator::FallibleIterator as _;
-        // Polls the connection without waiting: a takeover or a cancel
-        // arrives as a notification on the task's channel.
-        let mut heard = false;
-        {
-            let mut notifications = self.client.client.notifications();
-            let mut pending = notifications.iter();
-            while pending.next()?.is_some() {
-                heard = true;
-            }
-        }
-        if !heard {
-            return Ok(Standing::Held);
-        }
-        let row = self.client.query_opt(sql::STANDING.postgres(), &[&task])?;
-        Ok(match row {
-            Some(row) => super::standing_of(
-                row.get::<_, Option<i32>>(0).map(|run| run as u32),
-                row.get(1),
-                run,
-            ),
-            None => Standing::Lost,
-        })
+        self.again(|journal, _| journal.look(task, run))
     }
 
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        let rows = self.client.query(
-            sql::STEPS_PAGE.postgres(),
-            &[&task, &(after as i64), &(limit as i64)],
-        )?;
+        let rows = self.again(|journal, _| {
+            Ok(journal.client.query(
+                sql::STEPS_PAGE.postgres(),
+                &[&task, &(after as i64), &(limit as i64)],
+            )?)
+        })?;
         rows.iter().map(step_from_row).collect()
     }
 
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()> {
         let steps = serde_json::to_string(steps)?;
-        self.client.execute(
-            sql::SET_UNREPLAYED.postgres(),
-            &[&task, &(run as i32), &steps],
-        )?;
-        Ok(())
+        self.again(|journal, _| {
+            journal.client.execute(
+                sql::SET_UNREPLAYED.postgres(),
+                &[&task, &(run as i32), &steps],
+            )?;
+            Ok(())
+        })
     }
 
     fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let rows = self
-            .client
-            .query(sql::STEPS_BY_CONTENT.postgres(), &[&task])?;
+        let rows = self.again(|journal, _| {
+            Ok(journal
+                .client
+                .query(sql::STEPS_BY_CONTENT.postgres(), &[&task])?)
+        })?;
         rows.iter().map(step_from_row).collect()
     }
 
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
-        let row = self
-            .client
-            .query_one(sql::REPLAY_BOUNDS.postgres(), &[&task])?;
+        let row = self.again(|journal, _| {
+            Ok(journal
+                .client
+                .query_one(sql::REPLAY_BOUNDS.postgres(), &[&task])?)
+        })?;
         let last: Option<i64> = row.get(1);
         Ok((row.get::<_, i64>(0) as u64, last.unwrap_or(0) as u64))
     }
@@ -360,54 +434,25 @@ impl Journal for PostgresJournal {
         run: u32,
         stats: Option<&RunStats>,
     ) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        let opens = steps.iter().any(|write| {
-            matches!(
-                write.record.status,
-                StepStatus::Pending | StepStatus::Waiting
-            )
-        });
-        fence(&mut tx, task, run, opens)?;
-        for &StepWrite {
-            record: step,
-            fresh,
-        } in steps
-        {
-            write_step(&mut tx, task, step, fresh, run)?;
-        }
-        if let Some(stats) = stats {
-            write_stats(&mut tx, task, run, stats)?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.again(|journal, attempt| journal.write_steps(task, steps, run, stats, attempt))
     }
 
     fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        fence(&mut tx, task, run, false)?;
-        tx.execute(
-            sql::SET_OUTPUT.postgres(),
-            &[&task, &serde_json::to_string(output)?, &super::now()],
-        )?;
-        tx.commit()?;
-        Ok(())
+        let output = serde_json::to_string(output)?;
+        self.again(|journal, _| {
+            let mut tx = journal.client.transaction()?;
+            fence(&mut tx, task, run, false)?;
+            tx.execute(sql::SET_OUTPUT.postgres(), &[&task, &output, &super::now()])?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        match self.record_end(task, run, end, stats) {
-            // The server ended this session (a run paused inside a
-            // transaction): the run's end is still worth recording, on a
-            // new one. It changes the task only if the run holds the lease.
-            Err(_) if self.client.client.is_closed() => {
-                self.client = cached::Conn {
-                    client: self.config.connect(NoTls)?,
-                    statements: cached::Statements::default(),
-                };
-                self.sync = None;
-                self.record_end(task, run, end, stats)
-            }
-            done => done,
-        }
+        // Also when the server ended this session (a run paused inside a
+        // transaction): the run's end is still worth recording, on a new
+        // one. It changes the task only if the run holds the lease.
+        self.again(|journal, _| journal.record_end(task, run, end, stats))
     }
 
     fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {

@@ -5,7 +5,7 @@ use super::cached::Queries as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use postgres::NoTls;
+use postgres::{Client, NoTls};
 
 use super::PostgresJournal;
 use super::schema::{MIGRATIONS, VERSION};
@@ -42,31 +42,35 @@ pub(crate) fn describe(url: &str) -> String {
     }
 }
 
+/// A session on the server, set up as every session of durun's is.
+pub(super) fn connect(
+    config: &postgres::Config,
+    stale: Duration,
+) -> Result<Client, postgres::Error> {
+    let mut client = config.connect(NoTls)?;
+    // A runner paused inside a transaction (SIGSTOP, a frozen VM) would
+    // hold its row locks and block every takeover until it came back: the
+    // server ends such a session after half the stale time, before anyone
+    // may take the task over. durun's own transactions never wait on the
+    // client that long.
+    let idle = (stale / 2).max(Duration::from_secs(1));
+    client.batch_execute(&format!(
+        "SET idle_in_transaction_session_timeout = {}",
+        idle.as_millis()
+    ))?;
+    Ok(client)
+}
+
 impl PostgresJournal {
     pub(crate) fn open(url: &str, write: bool, settings: &Settings) -> Result<Self> {
         let config: postgres::Config = url.parse().map_err(|err| {
             Failure::config(format!("the journal URL is not a PostgreSQL URL: {err}"))
                 .hint("postgres://USER@HOST:PORT/DATABASE, e.g. postgres://postgres@127.0.0.1/test")
         })?;
-        let client = config.connect(NoTls).map_err(|err| {
+        let client = connect(&config, settings.lease.stale).map_err(|err| {
             Failure::journal(format!("cannot reach {}: {}", describe(url), reason(&err)))
                 .hint("check that the server runs and accepts this user, or choose another journal with --journal")
         })?;
-        // A runner paused inside a transaction (SIGSTOP, a frozen VM)
-        // would hold its row locks and block every takeover until it came
-        // back: the server ends such a session after half the stale time,
-        // before anyone may take the task over. durun's own transactions
-        // never wait on the client that long.
-        let idle = (settings.lease.stale / 2).max(Duration::from_secs(1));
-        let mut client = client;
-        client
-            .batch_execute(&format!(
-                "SET idle_in_transaction_session_timeout = {}",
-                idle.as_millis()
-            ))
-            .map_err(|err| {
-                Failure::journal(format!("cannot set up {}: {}", describe(url), reason(&err)))
-            })?;
         let mut journal = Self {
             client: super::cached::Conn {
                 client,
@@ -76,6 +80,10 @@ impl PostgresJournal {
             listening: false,
             sync: None,
             stale: settings.lease.stale,
+            channel: None,
+            missed: false,
+            quiet: settings.quiet,
+            name: describe(url),
         };
         journal.migrate(write)?;
         Ok(journal)

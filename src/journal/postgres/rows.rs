@@ -102,6 +102,16 @@ pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
     .record()
 }
 
+/// Whether the step has a live row (a commit whose outcome was lost may
+/// have written it).
+pub(super) fn step_is_there(tx: &mut Tx<'_>, task: &str, step: &StepRecord) -> Result<bool> {
+    let row = tx.query_one(
+        "SELECT EXISTS (SELECT 1 FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded')",
+        &[&task, &(step.step as i64)],
+    )?;
+    Ok(row.get(0))
+}
+
 /// Inserts (`fresh`) or updates one step's row.
 pub(super) fn write_step(
     tx: &mut Tx<'_>,

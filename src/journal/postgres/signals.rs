@@ -35,16 +35,20 @@ impl Signals for PostgresJournal {
     }
 
     fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let rows = self
-            .client
-            .query(sql::SIGNALS_OF_TASK.postgres(), &[&task])?;
+        let rows = self.again(|journal, _| {
+            Ok(journal
+                .client
+                .query(sql::SIGNALS_OF_TASK.postgres(), &[&task])?)
+        })?;
         rows.iter().map(|row| signal_at(row, 0).record()).collect()
     }
 
     fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
-        let row = self
-            .client
-            .query_one(sql::SIGNAL_WAITING.postgres(), &[&task, &name])?;
+        let row = self.again(|journal, _| {
+            Ok(journal
+                .client
+                .query_one(sql::SIGNAL_WAITING.postgres(), &[&task, &name])?)
+        })?;
         Ok(row.get(0))
     }
 
