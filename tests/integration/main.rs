@@ -23,6 +23,7 @@ mod lease;
 mod listeners;
 mod mcp;
 mod mcp_faults;
+mod mcp_torture;
 mod messages;
 mod posted;
 mod proxy;
