@@ -492,7 +492,7 @@ impl Keeping {
     }
 
     /// What makes a `Command` of [`Self::command_line`] find its pipes
-    /// where the keeper looks for them (for duct's `before_spawn`).
+    /// where the keeper looks for them.
     pub(crate) fn hand_over(
         &self,
     ) -> impl Fn(&mut std::process::Command) -> std::io::Result<()> + Send + Sync + 'static {

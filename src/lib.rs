@@ -128,6 +128,7 @@ where
     {
         report::journal_named(journal);
     }
+    journal::notices_to(report::say);
     error::abort_on_panic();
     let settings = settings::Settings::resolve(cli.global.journal, cli.global.quiet);
     let result = match cli.command {

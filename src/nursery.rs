@@ -81,6 +81,9 @@ pub(crate) struct Request<'a> {
     /// status pipe.
     pub(crate) lifeline: BorrowedFd<'a>,
     pub(crate) status: BorrowedFd<'a>,
+    /// The charge leads a process group of its own (a tool), rather than
+    /// joining durun's (the agent, whom Ctrl-C reaches).
+    pub(crate) own_group: bool,
 }
 
 /// Has the nursery make a keeper for `request`, a child of durun's, which
@@ -147,12 +150,13 @@ fn send(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<()> {
     socket.write_all(&payload)
 }
 
-/// A request as bytes: counts, then NUL-ended strings (none holds a NUL:
-/// the caller made C strings of them).
+/// A request as bytes: counts and the group, then NUL-ended strings (none
+/// holds a NUL: the caller made C strings of them).
 fn encode(request: &Request<'_>) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(4096);
     bytes.extend(u32::try_from(request.argv.len()).unwrap_or(0).to_le_bytes());
     bytes.extend(u32::try_from(request.env.len()).unwrap_or(0).to_le_bytes());
+    bytes.extend(u32::from(request.own_group).to_le_bytes());
     let mut put = |string: &[u8]| {
         bytes.extend_from_slice(string);
         bytes.push(0);
@@ -174,6 +178,7 @@ struct Decoded {
     argv: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     cwd: PathBuf,
+    own_group: bool,
 }
 
 /// A request read back; none if it is not one.
@@ -181,8 +186,8 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
     let count = |at: usize| -> Option<usize> {
         Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
     };
-    let (argc, envc) = (count(0)?, count(4)?);
-    let mut strings = bytes.get(8..)?.split(|&byte| byte == 0);
+    let (argc, envc, own_group) = (count(0)?, count(4)?, count(8)? == 1);
+    let mut strings = bytes.get(12..)?.split(|&byte| byte == 0);
     let mut next = || {
         strings
             .next()
@@ -193,7 +198,12 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
     let env = (0..envc)
         .map(|_| Some((next()?, next()?)))
         .collect::<Option<Vec<_>>>()?;
-    Some(Decoded { argv, env, cwd })
+    Some(Decoded {
+        argv,
+        env,
+        cwd,
+        own_group,
+    })
 }
 
 /// The nursery's life: a keeper for each request, until durun's end
@@ -304,12 +314,21 @@ fn hatch() -> io::Result<Hatched> {
 
 /// The keeper's life, from the nursery.
 fn keep(decoded: Decoded, fds: [OwnedFd; FDS], durun_group: i32) -> ! {
-    let Decoded { argv, env, cwd } = decoded;
+    let Decoded {
+        argv,
+        env,
+        cwd,
+        own_group,
+    } = decoded;
     let _ = rustix::thread::set_name(c"durun-keeper");
     let [stdin, stdout, stderr, lifeline, status] = fds;
     let charge = Charge {
         argv,
-        group: Group::Join(durun_group),
+        group: if own_group {
+            Group::Own
+        } else {
+            Group::Join(durun_group)
+        },
         setup: Some(Setup {
             env,
             cwd,
@@ -342,6 +361,7 @@ mod tests {
             stdio: [fd, fd, fd],
             lifeline: fd,
             status: fd,
+            own_group: true,
         };
         let back = decode(&encode(&request)).expect("a request");
         assert_eq!(
@@ -349,7 +369,8 @@ mod tests {
             Decoded {
                 argv: argv.clone(),
                 env: env.clone(),
-                cwd: PathBuf::from("/tmp/a dir")
+                cwd: PathBuf::from("/tmp/a dir"),
+                own_group: true,
             }
         );
         assert!(decode(&encode(&request)[..10]).is_none(), "a cut request");

@@ -1,4 +1,4 @@
-//! Starting the agent under its keeper.
+//! Starting the agent, or a command tool, under its keeper.
 //!
 //! Every process the agent starts must end with its run, even when durun
 //! is killed with SIGKILL: the agent runs under a keeper
@@ -33,6 +33,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) env: Vec<(&'a str, OsString)>,
     /// The child's stderr is a pipe to durun (else durun's own stderr).
     pub(crate) pipe_stderr: bool,
+    /// The child leads a process group of its own (a tool, whose group is
+    /// ended with its step); else it is in durun's foreground group, so
+    /// that Ctrl-C reaches it (the agent).
+    pub(crate) own_group: bool,
 }
 
 /// A started agent: its keeper's pid, its own, and durun's ends of its
@@ -78,6 +82,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         stdio: child.stdio(),
         lifeline: child.lifeline.as_fd(),
         status: child.status.as_fd(),
+        own_group: plan.own_group,
     };
     let from_nursery = crate::nursery::keeper(&request);
     let exec_keeper = if from_nursery {
@@ -139,7 +144,7 @@ fn reap(pid: u32) {
 /// Execs durun's own binary as the keeper of `plan` (there is no nursery);
 /// its pid.
 fn exec_keeper(plan: &Plan<'_>, child: &mut ChildEnds) -> io::Result<u32> {
-    let (exe, args) = crate::keeper::Keeping::command_line(plan.argv, false)?;
+    let (exe, args) = crate::keeper::Keeping::command_line(plan.argv, plan.own_group)?;
     let mut command = std::process::Command::new(exe);
     command
         .args(args)

@@ -1,4 +1,4 @@
-//! One attempt of a command tool, through duct.
+//! One attempt of a command tool.
 
 use std::io::Read;
 use std::time::Duration;
@@ -36,28 +36,28 @@ pub(super) fn run_once(
         Err(message) => return failed(ErrorCode::ToolFailed, message, None),
     };
     let Started {
-        handle,
+        keeper,
         pgid,
-        keeping,
+        lifeline,
         stdout,
         stderr,
     } = started;
     let stdout_thread = std::thread::spawn(move || read_capped(stdout, STDOUT_LIMIT));
     let stderr_thread = std::thread::spawn(move || read_tail(stderr, STDERR_KEEP));
     cancel.started(pgid);
-    let (result, timed_out) = wait(&handle, pgid, tool.timeout);
+    let (result, timed_out) = wait(keeper, pgid, tool.timeout);
     // Whatever the tool left running in its group goes with it: no tool
     // process outlives its step (and holds its output pipes open).
     os::signal_group(pgid, libc::SIGKILL);
-    drop(keeping);
+    drop(lifeline);
     cancel.ended();
     let (stdout, overflow) = stdout_thread.join().unwrap_or_default();
     let stderr = stderr_thread.join().unwrap_or_default();
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
-    let output = match result {
-        Ok(output) => output,
+    let status = match result {
+        Ok(status) => status,
         Err(err) => {
             return failed(
                 ErrorCode::ToolFailed,
@@ -66,24 +66,26 @@ pub(super) fn run_once(
             );
         }
     };
-    judge(tool, &output, &stdout, &stderr, overflow, timed_out)
+    judge(tool, status, &stdout, &stderr, overflow, timed_out)
 }
 
-/// A tool started: its keeper's handle, its process group, and the read
-/// ends of its stdout and stderr.
+/// A tool started: its keeper, its process group, and the read ends of its
+/// stdout and stderr.
 struct Started {
-    handle: duct::Handle,
+    /// The keeper, durun's child: it exits with the tool's status once the
+    /// tool and everything it started have ended.
+    keeper: u32,
     /// The tool leads a process group of its own, which its keeper is not in.
     pgid: u32,
     /// Held until the tool's step is over: its close ends what is left.
-    keeping: crate::keeper::Keeping,
-    stdout: std::io::PipeReader,
-    stderr: std::io::PipeReader,
+    lifeline: std::os::fd::OwnedFd,
+    stdout: std::process::ChildStdout,
+    stderr: std::process::ChildStderr,
 }
 
-/// Starts the tool under a keeper: whatever it starts, in any session,
-/// ends with it or with durun. Its output goes through pipes read with a
-/// cap, never into memory whole.
+/// Starts the tool under a keeper (from the nursery where there is one):
+/// whatever it starts, in any session, ends with it or with durun. Its
+/// output goes through pipes read with a cap, never into memory whole.
 fn start(
     invocation: &Invocation,
     argv: &[String],
@@ -92,98 +94,108 @@ fn start(
 ) -> Result<Started, String> {
     // A relative program path means the task's directory, wherever durun
     // was started from.
-    // duct would look a `Path` up relative to the cwd, so pass a string.
-    let program = if argv[0].contains('/') {
-        invocation.cwd.join(&argv[0]).into_os_string()
-    } else {
-        argv[0].clone().into()
-    };
-    let cannot_start =
-        |err: std::io::Error| format!("cannot start `{}`: {err}", program.to_string_lossy());
-    let mut keeping = crate::keeper::Keeping::new().map_err(cannot_start)?;
-    let command: Vec<std::ffi::OsString> = std::iter::once(program.clone())
-        .chain(argv[1..].iter().map(Into::into))
-        .collect();
-    let (exe, keeper_args) =
-        crate::keeper::Keeping::command_line(&command, true).map_err(cannot_start)?;
-    let mut expression = duct::cmd(exe, keeper_args)
-        .dir(&invocation.cwd)
-        .env("DURUN_TASK_ID", &invocation.task_id)
-        .env("DURUN_RUN", invocation.run.to_string())
-        .env("DURUN_STEP", invocation.step.to_string())
-        .env("DURUN_ATTEMPT", attempt.to_string())
-        .env("DURUN_IDEMPOTENCY_KEY", &invocation.idempotency_key)
-        .unchecked()
-        .before_spawn(keeping.hand_over());
-    if let Some(traceparent) = &invocation.traceparent {
-        expression = expression.env("TRACEPARENT", traceparent);
+    let mut argv = argv.to_vec();
+    if argv[0].contains('/') {
+        argv[0] = invocation.cwd.join(&argv[0]).to_string_lossy().into_owned();
     }
-    expression = if stdin_args {
-        expression.stdin_bytes(serde_json::to_vec(&invocation.args).expect("JSON serializes"))
+    let cannot_start = |err: std::io::Error| format!("cannot start `{}`: {err}", argv[0]);
+    let mut env = vec![
+        ("DURUN_TASK_ID", invocation.task_id.clone().into()),
+        ("DURUN_RUN", invocation.run.to_string().into()),
+        ("DURUN_STEP", invocation.step.to_string().into()),
+        ("DURUN_ATTEMPT", attempt.to_string().into()),
+        (
+            "DURUN_IDEMPOTENCY_KEY",
+            invocation.idempotency_key.clone().into(),
+        ),
+    ];
+    if let Some(traceparent) = &invocation.traceparent {
+        env.push(("TRACEPARENT", traceparent.into()));
+    }
+    let spawned = crate::spawn::spawn(&crate::spawn::Plan {
+        argv: &argv,
+        cwd: &invocation.cwd,
+        stdin: crate::config::StdinMode::Protocol,
+        env,
+        pipe_stderr: true,
+        own_group: true,
+    })
+    .map_err(cannot_start)?;
+    let mut stdin = spawned.stdin;
+    if stdin_args {
+        // On a thread: args larger than the pipe's buffer would block here
+        // until the tool read them, and a tool may never read them.
+        let args = serde_json::to_vec(&invocation.args).expect("JSON serializes");
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let _ = stdin.write_all(&args);
+        });
     } else {
-        expression.stdin_null()
-    };
-    let (stdout, stdout_writer) =
-        std::io::pipe().map_err(|err| format!("cannot create pipes for the tool: {err}"))?;
-    let (stderr, stderr_writer) =
-        std::io::pipe().map_err(|err| format!("cannot create pipes for the tool: {err}"))?;
-    let started = expression
-        .stdout_file(stdout_writer)
-        .stderr_file(stderr_writer)
-        .start();
-    // The expression holds the pipes' write ends: drop it so that the
-    // readers see the end of output when the tool's processes are gone.
-    drop(expression);
-    let handle = started.map_err(cannot_start)?;
-    let pgid = match keeping.started() {
-        Ok(pid) => pid,
-        Err(err) => {
-            // The keeper exits at once when the tool could not start.
-            let _ = handle.wait();
-            return Err(cannot_start(err));
-        }
-    };
+        drop(stdin);
+    }
     Ok(Started {
-        handle,
-        pgid,
-        keeping,
-        stdout,
-        stderr,
+        keeper: spawned.keeper,
+        pgid: spawned.pid,
+        lifeline: spawned.lifeline,
+        stdout: spawned.stdout,
+        stderr: spawned.stderr.expect("a tool's stderr is piped"),
     })
 }
 
-/// Waits for the tool; past `timeout`, SIGTERM to its whole group, then
-/// SIGKILL after a grace. Its output, and whether it timed out.
+/// Waits for the tool's keeper; past `timeout`, SIGTERM to the tool's
+/// whole group, then SIGKILL after a grace. How it ended, and whether it
+/// timed out.
 fn wait(
-    handle: &duct::Handle,
+    keeper: u32,
     pgid: u32,
     timeout: Option<Duration>,
-) -> (std::io::Result<std::process::Output>, bool) {
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(reap(keeper));
+    });
     let Some(timeout) = timeout else {
-        return (handle.wait().cloned(), false);
+        return (rx.recv().unwrap_or_else(|_| Err(gone())), false);
     };
-    match handle.wait_timeout(timeout) {
-        Ok(Some(output)) => (Ok(output.clone()), false),
-        Ok(None) => {
+    match rx.recv_timeout(timeout) {
+        Ok(status) => (status, false),
+        Err(_) => {
             os::signal_group(pgid, libc::SIGTERM);
-            let output = match handle.wait_timeout(KILL_GRACE) {
-                Ok(Some(output)) => Ok(output.clone()),
-                Ok(None) => {
-                    os::signal_group(pgid, libc::SIGKILL);
-                    handle.wait().cloned()
-                }
-                Err(err) => Err(err),
-            };
-            (output, true)
+            let status = rx.recv_timeout(KILL_GRACE).unwrap_or_else(|_| {
+                os::signal_group(pgid, libc::SIGKILL);
+                rx.recv().unwrap_or_else(|_| Err(gone()))
+            });
+            (status, true)
         }
-        Err(err) => (Err(err), false),
     }
+}
+
+/// Waits for `pid`, a child of durun's.
+fn reap(pid: u32) -> std::io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(gone)?;
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                return Ok(std::process::ExitStatus::from_raw(status.as_raw()));
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+fn gone() -> std::io::Error {
+    std::io::Error::other("the tool's keeper is gone")
 }
 
 /// The step's outcome from how the tool ended and what it printed.
 fn judge(
     tool: &crate::config::Tool,
-    output: &std::process::Output,
+    status: std::process::ExitStatus,
     stdout: &[u8],
     stderr: &str,
     overflow: bool,
@@ -211,9 +223,9 @@ fn judge(
             Some(json!({"stdout": stdout, "stderr": stderr})),
         );
     }
-    if !output.status.success() {
+    if !status.success() {
         use std::os::unix::process::ExitStatusExt as _;
-        let (how, exit_code) = match (output.status.code(), output.status.signal()) {
+        let (how, exit_code) = match (status.code(), status.signal()) {
             (Some(code), _) => (format!("exit status {code}"), Value::from(code)),
             (None, Some(signal)) => (format!("killed by signal {signal}"), Value::Null),
             (None, None) => ("ended abnormally".to_owned(), Value::Null),

@@ -32,6 +32,23 @@ pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};
 
 use crate::json_text;
 
+/// How the journal tells a person what happens while a command works on
+/// (a lost connection, its return): the binary sets it to its stderr
+/// lines; unset, the journal says nothing (as in unit tests).
+static NOTICES: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sends the journal's notices to `say`.
+pub(crate) fn notices_to(say: fn(&str)) {
+    let _ = NOTICES.set(say);
+}
+
+/// Says `message` where [`notices_to`] sends it.
+fn notice(message: &str) {
+    if let Some(say) = NOTICES.get() {
+        say(message);
+    }
+}
+
 /// A `wait` step answered by `signal`: committed, the signal its output.
 pub(crate) fn take_into(step: &mut StepRecord, signal: &SignalRecord) {
     step.status = StepStatus::Committed;

@@ -51,6 +51,7 @@ pub(super) fn spawn_agent(
         // On a terminal the agent's stderr goes through the progress line;
         // elsewhere it is the agent's own, untouched.
         pipe_stderr: copier,
+        own_group: false,
     })
 }
 

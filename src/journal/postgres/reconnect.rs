@@ -41,10 +41,10 @@ impl PostgresJournal {
         let lost_at = Instant::now();
         let deadline = lost_at + (self.stale / 2).max(Duration::from_secs(1));
         if !self.quiet {
-            crate::report::say(&format!(
+            crate::journal::notice(&format!(
                 "warning: lost {} ({err:#}); reconnecting for up to {}",
                 self.name,
-                crate::report::short_duration(deadline - lost_at)
+                seconds(deadline - lost_at)
             ));
         }
         let mut wait = FIRST;
@@ -60,10 +60,10 @@ impl PostgresJournal {
                 Err(err) if self.lost(&err) => last = err,
                 done => {
                     if !self.quiet {
-                        crate::report::say(&format!(
+                        crate::journal::notice(&format!(
                             "{} is back after {}",
                             self.name,
-                            crate::report::short_duration(lost_at.elapsed())
+                            seconds(lost_at.elapsed())
                         ));
                     }
                     return done;
@@ -73,7 +73,7 @@ impl PostgresJournal {
         Err(last.context(format!(
             "{} did not come back within {}",
             self.name,
-            crate::report::short_duration(lost_at.elapsed())
+            seconds(lost_at.elapsed())
         )))
     }
 
@@ -111,6 +111,11 @@ impl PostgresJournal {
         }
         Ok(())
     }
+}
+
+/// `2.5s`.
+fn seconds(duration: Duration) -> String {
+    format!("{:.1}s", duration.as_secs_f64())
 }
 
 /// The server said it is going away (SQLSTATE class 57P: shutdown, crash,
