@@ -57,7 +57,8 @@ def main():
                 subprocess.run(
                     [binary, "-q", "--journal", journal, "run", "--",
                      sys.executable, "agent.py", str(calls)],
-                    cwd=scratch, check=True, stdout=subprocess.DEVNULL)
+                    cwd=scratch, check=True, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
                 took = time.perf_counter() - started
                 # The first two rounds warm the page cache.
                 if i >= 2:

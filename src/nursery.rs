@@ -7,11 +7,13 @@
 //! copies the page tables of a process with threads, a journal and a proxy,
 //! whose copy could only exec. So `durun run`, `resume` and `worker` fork
 //! the nursery first thing, before any thread or journal exists. For each
-//! agent durun sends it the program, its arguments, environment and
-//! directory, with the agent's stdio and the keeper's two pipes; the
-//! nursery clones itself with `CLONE_PARENT`, which makes the copy durun's
-//! own child (durun waits for it as for any child), and the copy becomes
-//! the keeper. Nothing is exec'd but the agent.
+//! agent (and each command tool) durun sends the program, its arguments,
+//! environment and directory, with its stdio and the keeper's two pipes.
+//! The nursery clones itself with `CLONE_PARENT`, which makes the copy
+//! durun's own child (durun waits for it as for any child), and the copy
+//! becomes the keeper. Nothing is exec'd but the agent. The copy is made
+//! before its request comes (a spare keeper waits for it), so a request
+//! pays for no clone.
 //!
 //! The nursery lives in a process group of its own (Ctrl-C and a kill of
 //! durun's group are not for it), holds `/dev/null` as its stdio, and exits
@@ -207,7 +209,9 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
 }
 
 /// The nursery's life: a keeper for each request, until durun's end
-/// closes.
+/// closes. Each keeper is cloned before its request comes (a spare), so
+/// that no request waits for a clone: the spare reads the request itself,
+/// tells the nursery it took one, and the nursery makes the next.
 fn serve(socket: UnixStream) -> ! {
     // What `ps` and `top` show.
     let _ = rustix::thread::set_name(c"durun-nursery");
@@ -217,31 +221,84 @@ fn serve(socket: UnixStream) -> ! {
     let durun_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let _ = rustix::process::setpgid(None, None);
     loop {
-        let Some((payload, fds)) = receive(&socket) else {
-            // durun is gone.
-            std::process::exit(0)
-        };
-        let (Some(decoded), Ok(fds)) = (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) else {
-            // Not durun's: there is no one to answer.
-            std::process::exit(0)
+        let (took, taken) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+            Ok(ends) => ends,
+            Err(err) => {
+                answer_failed(&socket, err.raw_os_error());
+                continue;
+            }
         };
         match hatch() {
-            Ok(Hatched::Nursery) => {}
-            Ok(Hatched::Keeper) => {
-                // The nursery's socket is not the keeper's to hold: durun
-                // would not see the nursery's end close.
-                drop(socket);
-                keep(decoded, fds, durun_group)
+            Ok(Hatched::Nursery) => {
+                drop(taken);
+                wait_for_the_spare(&socket, &took);
             }
-            Err(err) => {
-                let errno = err.raw_os_error().unwrap_or(libc::EIO);
-                let mut status = std::fs::File::from(fds.into_iter().nth(4).expect("five"));
-                let mut said = crate::keeper::said(crate::keeper::FAILED, errno);
-                // No keeper for durun to wait for.
-                said[5..].fill(0);
-                let _ = status.write_all(&said);
+            Ok(Hatched::Keeper) => {
+                drop(took);
+                spare(socket, taken, durun_group)
+            }
+            Err(err) => answer_failed(&socket, err.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+}
+
+/// The nursery, once its spare is out: back when the spare took a request
+/// (or died without one while durun lives on); exits once durun is gone.
+fn wait_for_the_spare(socket: &UnixStream, took: &OwnedFd) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(took, &mut byte) {
+            Ok(1) => return,
+            Err(rustix::io::Errno::INTR) => {}
+            // The spare died without a request: durun's end closed (the
+            // spare saw it first), or someone killed the spare.
+            _ => {
+                let mut fds = [PollFd::new(socket, PollFlags::empty())];
+                let _ = rustix::event::poll(&mut fds, Some(&Timespec::default()));
+                if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
+                    std::process::exit(0)
+                }
+                return;
             }
         }
+    }
+}
+
+/// The spare keeper: takes the next request, says so to the nursery, and
+/// keeps its charge; exits once durun's end closes.
+fn spare(socket: UnixStream, taken: OwnedFd, durun_group: i32) -> ! {
+    // A keeper already, for `ps` and for whoever looks for the nursery.
+    let _ = rustix::thread::set_name(c"durun-keeper");
+    let Some((payload, fds)) = receive(&socket) else {
+        // durun is gone.
+        std::process::exit(0)
+    };
+    let _ = rustix::io::write(&taken, &[1]);
+    drop(taken);
+    // The socket is not the keeper's to hold: durun would not see the
+    // nursery's end close.
+    drop(socket);
+    let (Some(decoded), Ok(fds)) = (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) else {
+        // Not durun's: there is no one to answer.
+        std::process::exit(0)
+    };
+    keep(decoded, fds, durun_group)
+}
+
+/// The nursery could not make a keeper (a process or descriptor limit):
+/// it reads the next request itself and says why on its status pipe, with
+/// no keeper for durun to wait for; exits once durun's end closes.
+fn answer_failed(socket: &UnixStream, errno: i32) {
+    let Some((_, fds)) = receive(socket) else {
+        // durun is gone.
+        std::process::exit(0)
+    };
+    if let Some(status) = fds.into_iter().nth(4) {
+        let mut status = std::fs::File::from(status);
+        let mut said = crate::keeper::said(crate::keeper::FAILED, errno);
+        said[5..].fill(0);
+        let _ = status.write_all(&said);
     }
 }
 
@@ -320,7 +377,6 @@ fn keep(decoded: Decoded, fds: [OwnedFd; FDS], durun_group: i32) -> ! {
         cwd,
         own_group,
     } = decoded;
-    let _ = rustix::thread::set_name(c"durun-keeper");
     let [stdin, stdout, stderr, lifeline, status] = fds;
     let charge = Charge {
         argv,

@@ -324,7 +324,8 @@ fn child_named(parent: u32, name: &str) -> Option<i32> {
 
 /// A package upgrade removes durun's binary under a live worker. Its
 /// agents' keepers come from the nursery, forked at the worker's start, so
-/// the worker runs on; once the nursery is gone too (killed here), a keeper
+/// the worker runs on; once the nursery and its spare keeper are gone too
+/// (killed here), a keeper
 /// must be exec'd from the binary, and the worker says that it is missing,
 /// not that the agent is.
 #[test]
@@ -377,8 +378,14 @@ fn a_worker_whose_binary_was_removed_runs_on_then_says_so_not_that_the_agent_is_
     cleanup(&alive);
     assert!(alive.is_empty(), "{alive:?} outlived the run");
 
+    // The nursery, and the spare keeper it made for the next request.
     let nursery = child_named(worker.id(), "durun-nursery").expect("the worker's nursery");
+    wait_for("the spare keeper", Duration::from_secs(10), || {
+        child_named(worker.id(), "durun-keeper").is_some()
+    });
+    let spare = child_named(worker.id(), "durun-keeper").expect("the spare keeper");
     crate::env::signal(nursery, libc::SIGKILL);
+    crate::env::signal(spare, libc::SIGKILL);
     submit("orphaned", &["true"]);
     wait_for("the second task to end", Duration::from_secs(30), || {
         worker_log().contains("task orphaned ")
