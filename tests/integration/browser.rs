@@ -25,7 +25,7 @@ fn chromium() -> Option<PathBuf> {
         "DURUN_TEST_BROWSER is set but there is no browser at {}: apt-get install chromium",
         path.display()
     );
-    eprintln!("skipped: apt-get install chromium to run it");
+    crate::env::skipped("apt-get install chromium to run it");
     None
 }
 

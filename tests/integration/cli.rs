@@ -216,7 +216,7 @@ fn absurd_values_are_refused_with_a_clear_line() {
 #[test]
 fn a_postgresql_server_that_refuses_says_why() {
     let Ok(base) = std::env::var("DURUN_TEST_POSTGRES") else {
-        eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
+        crate::env::skipped("DURUN_TEST_POSTGRES is not set");
         return;
     };
     let env = TestEnv::new();

@@ -393,6 +393,24 @@ pub(crate) fn signal(pid: i32, signal: i32) {
     }
 }
 
+/// Why a test of SQLite's own behaviour is skipped on the PostgreSQL run.
+pub(crate) const SQLITE_ONLY: &str =
+    "it tests a SQLite journal, and DURUN_TEST_POSTGRES chose PostgreSQL";
+
+/// Says that the running test is skipped, and why, on stderr past `cargo
+/// test`'s capture of a passing test's output: a green run lists by name
+/// what it did not run. (libtest names each test's thread after the test;
+/// run on the main thread, the line names none.)
+pub(crate) fn skipped(reason: &str) {
+    use std::io::Write as _;
+    let name = std::thread::current()
+        .name()
+        .filter(|name| *name != "main")
+        .map(|name| format!("{name}: "))
+        .unwrap_or_default();
+    let _ = writeln!(std::io::stderr(), "skipped: {name}{reason}");
+}
+
 /// Whether python3 can `import` these (comma-separated) modules. `.ci/run`
 /// installs the packages and sets `required`, which makes their absence a
 /// failure; elsewhere the test is skipped, saying what to install.
@@ -416,7 +434,7 @@ pub(crate) fn installed(check: &mut Command, missing: &str, required: &str, inst
             std::env::var(required).is_err(),
             "{required} is set but {missing}: {install}"
         );
-        eprintln!("skipped: {install} to run it");
+        skipped(&format!("{install} to run it"));
     }
     found
 }

@@ -24,6 +24,7 @@ fn sha(path: &Path) -> Vec<u8> {
 fn a_journal_deleted_under_a_live_run_stops_it_with_74() {
     let env = TestEnv::new();
     if env.postgres.is_some() {
+        crate::env::skipped(crate::env::SQLITE_ONLY);
         return;
     }
     let gate = env.path("gate");
@@ -238,11 +239,12 @@ fn durun_as(user: &Unprivileged, vars: &[(&str, &str)], args: &[&str]) -> Output
 fn paths_an_unprivileged_user_may_not_use_are_journal_errors() {
     let env = TestEnv::new();
     if env.postgres.is_some() {
+        crate::env::skipped(crate::env::SQLITE_ONLY);
         return;
     }
     // The test directory is the user's to look into, not to write.
     let Some(user) = Unprivileged::make(&env) else {
-        eprintln!("skipped: making a user needs root (CI runs as root)");
+        crate::env::skipped("making a user needs root (CI runs as root)");
         return;
     };
     let user = &user;

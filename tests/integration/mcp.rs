@@ -237,8 +237,8 @@ fn the_npm_memory_server_behind_durun_mcp_replays_on_resume() {
             std::env::var("DURUN_TEST_MCP").is_err(),
             "DURUN_TEST_MCP is set but DURUN_TEST_MCP_MEMORY is not"
         );
-        eprintln!(
-            "skipped: set DURUN_TEST_MCP_MEMORY to @modelcontextprotocol/server-memory's dist/index.js"
+        crate::env::skipped(
+            "set DURUN_TEST_MCP_MEMORY to @modelcontextprotocol/server-memory's dist/index.js",
         );
         return;
     };

@@ -686,7 +686,7 @@ fn node_openai() -> Option<String> {
         std::env::var("DURUN_TEST_LLM_CLIENTS").is_err(),
         "DURUN_TEST_LLM_CLIENTS is set but the openai npm package is not in sdk/node/node_modules"
     );
-    eprintln!("skipped: (cd sdk/node && npm install --no-save openai@4) to run it");
+    crate::env::skipped("(cd sdk/node && npm install --no-save openai@4) to run it");
     None
 }
 
@@ -1060,7 +1060,7 @@ fn the_agent_gets_the_open_file_limit_durun_started_with() {
         0
     );
     if limit.rlim_max < 600 {
-        eprintln!("skipped: the hard open-file limit is too low to lower the soft one");
+        crate::env::skipped("the hard open-file limit is too low to lower the soft one");
         return;
     }
     let hard = if limit.rlim_max == libc::RLIM_INFINITY {

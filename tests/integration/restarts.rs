@@ -29,7 +29,7 @@ fn pg(action: &str) {
 fn postgres_pool_env(api: &FakeApi) -> Option<TestEnv> {
     let env = pool_env(api);
     if env.postgres.is_none() {
-        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+        crate::env::skipped("set DURUN_TEST_POSTGRES");
         return None;
     }
     Some(env)
@@ -141,7 +141,7 @@ fn a_run_that_loses_postgresql_mid_step_reconnects_and_carries_on() {
     let api = FakeApi::start();
     let mut env = TestEnv::new();
     if env.postgres.is_none() {
-        eprintln!("skipped: set DURUN_TEST_POSTGRES");
+        crate::env::skipped("set DURUN_TEST_POSTGRES");
         return;
     }
     env.set("API_URL", &api.url);
