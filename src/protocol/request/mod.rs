@@ -528,4 +528,6 @@ fn is_integer_literal(literal: &str) -> bool {
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod spelled;
+#[cfg(test)]
 mod tests;
