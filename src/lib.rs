@@ -134,7 +134,7 @@ where
     let result = match cli.command {
         Command::Run(args) => commands::run::exec(&args, &settings),
         Command::Resume(args) => commands::resume::exec(&args, &settings),
-        Command::Test(args) => commands::test::exec(&args, &settings),
+        Command::Test(args) => commands::trials::exec(&args, &settings),
         Command::Inspect(args) => commands::inspect::exec(&args, &settings),
         Command::Resolve(args) => commands::resolve::exec(&args, &settings),
         Command::Cancel(args) => commands::cancel::exec(&args, &settings),
