@@ -123,9 +123,7 @@ impl SocketDir {
     /// Shuts the listener: clients are refused, and a thread blocked in
     /// accept(2) returns.
     fn shut(&self) {
-        use std::os::fd::AsRawFd as _;
-        // SAFETY: shutdown(2) on a descriptor this struct owns.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
     }
 }
 
