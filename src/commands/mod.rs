@@ -13,6 +13,6 @@ mod session;
 pub(crate) mod signal;
 pub(crate) mod step;
 pub(crate) mod submit;
-pub(crate) mod trials;
 pub(crate) mod transfer;
+pub(crate) mod trials;
 pub(crate) mod worker;

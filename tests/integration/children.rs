@@ -244,7 +244,9 @@ fn a_tree_of_ten_tasks_killed_again_and_again_makes_each_task_once() {
         }
         let _ = runner.wait();
         // The children beside it die with it (parent-death signal).
-        std::thread::sleep(Duration::from_millis(100));
+        wait_for("the killed tree to end", Duration::from_secs(10), || {
+            crate::env::processes_in(&env.path("")).is_empty()
+        });
     }
     let finished = env.durun(&["resume", "root"]);
     assert!(finished.status.success(), "{}", text(&finished.stderr));

@@ -356,7 +356,13 @@ fn a_run_that_hangs_is_ended_at_the_timeout_and_an_interrupt_cleans_up() {
         std::time::Duration::from_secs(30),
         || std::fs::read_dir(env.path("tmp")).is_ok_and(|mut dir| dir.next().is_some()),
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The reference run's agent is in its step.
+    let slow = slow.to_string_lossy().into_owned();
+    crate::env::wait_for(
+        "the reference run's agent",
+        std::time::Duration::from_secs(30),
+        || !crate::env::processes_with(&slow).is_empty(),
+    );
     crate::env::signal(test.id() as i32, libc::SIGINT);
     let status = crate::env::wait_exit(&mut test, std::time::Duration::from_secs(20));
     assert_eq!(status.code(), Some(130));

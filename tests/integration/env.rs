@@ -375,6 +375,41 @@ pub(crate) fn read_pid(path: &Path) -> i32 {
         .expect("a pid")
 }
 
+/// The live processes whose command line holds `needle` (an argument, or
+/// part of one), zombies left out.
+pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let found = cmdline
+                .split(|&byte| byte == 0)
+                .any(|arg| String::from_utf8_lossy(arg).contains(needle));
+            (found && !process_gone(pid)).then_some(pid)
+        })
+        .collect()
+}
+
+/// The live processes that run in `dir` or below it (their working
+/// directory), zombies left out.
+pub(crate) fn processes_in(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            (cwd.starts_with(dir) && !process_gone(pid)).then_some(pid)
+        })
+        .collect()
+}
+
 pub(crate) fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,

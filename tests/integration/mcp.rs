@@ -186,7 +186,7 @@ fn outside_a_run_it_relays_and_says_so_once() {
         lines.push('\n');
         lines
     });
-    let output = env
+    let mut mcp = env
         .command()
         .args(["mcp", "--", "python3", &server(), "stdio"])
         .arg(&calls)
@@ -194,27 +194,46 @@ fn outside_a_run_it_relays_and_says_so_once() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .and_then(|mut child| {
-            use std::io::Write as _;
-            let mut stdin = child.stdin.take().expect("stdin");
-            stdin.write_all(input.as_bytes())?;
-            // The answers come before the end of input.
-            wait_for("the call", Duration::from_secs(30), || calls.exists());
-            std::thread::sleep(Duration::from_millis(300));
-            drop(stdin);
-            child.wait_with_output()
-        })
         .expect("durun mcp");
+    let mut stdin = mcp.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, input.as_bytes()).expect("the requests");
+    // The end of input comes once both answers are out: the call's answer
+    // is not lost to a client that stops writing.
+    let stdout = mcp.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let answers: Vec<Value> = (0..2)
+        .map(|_| {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| {
+                    let _ = mcp.kill();
+                    panic!("durun mcp did not answer")
+                });
+            serde_json::from_str(&line).expect("JSON-RPC")
+        })
+        .collect();
+    drop(stdin);
+    let output = mcp.wait_with_output().expect("durun mcp");
     let stderr = text(&output.stderr);
     assert_eq!(
         stderr.matches("not inside a durun run").count(),
         1,
         "{stderr}"
     );
-    let answers: Vec<Value> = text(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON-RPC"))
-        .collect();
+    // The reader's end of the channel closes at the end of output.
+    let more = rx.recv_timeout(Duration::from_secs(10));
+    assert!(
+        matches!(more, Err(std::sync::mpsc::RecvTimeoutError::Disconnected)),
+        "one answer a request: {more:?}"
+    );
     assert_eq!(answers.len(), 2, "{answers:?}");
     assert_eq!(answers[0]["result"]["serverInfo"]["name"], "tracker");
     assert_eq!(answers[1]["result"]["content"][0]["text"], "issue-1");

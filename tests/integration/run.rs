@@ -512,7 +512,14 @@ while True:
         std::time::Duration::from_secs(30),
         || env.path("started").exists(),
     );
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // Nobody reads: durun's stdout pipe fills up (64 KiB, less what one
+    // atomic write of up to 4 KiB no longer fits in).
+    let stdout = durun.stdout.take().expect("stdout");
+    crate::env::wait_for(
+        "durun's stdout to fill",
+        std::time::Duration::from_secs(30),
+        || rustix::io::ioctl_fionread(&stdout).is_ok_and(|unread| unread > 65536 - 4096),
+    );
     // durun still serves signals: SIGTERM reaches the agent and the run ends.
     crate::env::signal(durun.id() as i32, libc::SIGTERM);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
