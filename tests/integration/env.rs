@@ -375,9 +375,9 @@ pub(crate) fn read_pid(path: &Path) -> i32 {
         .expect("a pid")
 }
 
-/// The live processes whose command line holds `needle` (an argument, or
-/// part of one), zombies left out.
-pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
+/// The live processes (zombies left out) whose `/proc/PID` directory
+/// `matches`.
+fn live_processes(matches: impl Fn(&Path) -> bool) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -385,29 +385,36 @@ pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let found = cmdline
-                .split(|&byte| byte == 0)
-                .any(|arg| String::from_utf8_lossy(arg).contains(needle));
-            (found && !process_gone(pid)).then_some(pid)
+            (matches(&entry.path()) && !process_gone(pid)).then_some(pid)
         })
         .collect()
 }
 
-/// The live processes that run in `dir` or below it (their working
-/// directory), zombies left out.
-pub(crate) fn processes_in(dir: &Path) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
-            (cwd.starts_with(dir) && !process_gone(pid)).then_some(pid)
+/// The live processes whose arguments (`argv[0]` first) pass `test`.
+pub(crate) fn processes_whose_args(test: impl Fn(&[&[u8]]) -> bool) -> Vec<i32> {
+    live_processes(|proc| {
+        std::fs::read(proc.join("cmdline")).is_ok_and(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|&byte| byte == 0).collect();
+            test(&args)
         })
-        .collect()
+    })
+}
+
+/// The live processes whose command line holds `needle` (an argument, or
+/// part of one).
+pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
+    processes_whose_args(|args| {
+        args.iter()
+            .any(|arg| String::from_utf8_lossy(arg).contains(needle))
+    })
+}
+
+/// The live processes that run in `dir` or below it (their working
+/// directory).
+pub(crate) fn processes_in(dir: &Path) -> Vec<i32> {
+    live_processes(|proc| {
+        std::fs::read_link(proc.join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+    })
 }
 
 pub(crate) fn process_gone(pid: i32) -> bool {

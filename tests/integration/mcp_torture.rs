@@ -67,19 +67,14 @@ fn kill_window() -> u64 {
 /// The MCP server's pid, if it runs: python running plain_mcp_server.py
 /// on `calls` (`durun mcp` and its keeper name both in their arguments).
 fn server_pid(calls: &str) -> Option<i32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let args: Vec<&[u8]> = cmdline.split(|&byte| byte == 0).collect();
-            let server = args.len() >= 3
-                && args[0].ends_with(b"python3")
-                && args[1].ends_with(b"plain_mcp_server.py")
-                && args[2] == calls.as_bytes();
-            server.then_some(pid)
-        })
+    crate::env::processes_whose_args(|args| {
+        args.len() >= 3
+            && args[0].ends_with(b"python3")
+            && args[1].ends_with(b"plain_mcp_server.py")
+            && args[2] == calls.as_bytes()
+    })
+    .first()
+    .copied()
 }
 
 /// What a round did: kills by victim (durun, `durun mcp`, the server),
