@@ -1,4 +1,7 @@
-//! What a request meets in the journal (SPEC 3.2), as a pure function.
+//! What a request meets in the journal (SPEC 3.2), as pure functions: by
+//! position for the agent's protocol steps ([`decide`]), by name and args
+//! for the requests replayed by content, proxied and MCP calls
+//! ([`decide_by_content`]).
 //!
 //! # Invariant
 //!
@@ -7,6 +10,7 @@
 //! identity is replayed, or run again with its own key, never with another.
 //! No I/O here: the loop does what the [`Decision`] says.
 
+use super::contents::Contents;
 use crate::journal::{ResolutionKind, StepRecord, StepStatus};
 
 /// A step as the agent asks for it, as far as the decision needs it.
@@ -82,10 +86,92 @@ fn failure_replays(recorded: &StepRecord, last_recorded: u64) -> bool {
     }
 }
 
+/// What a request replayed by content meets (SPEC 12, 13).
+#[derive(Debug)]
+pub(super) enum ByContent {
+    /// A finished step with its name and args that no request of this run
+    /// had, the earliest: answer it; nothing runs.
+    Replay(StepRecord),
+    /// The agent's open step it is part of (a proxied call inside a step
+    /// the agent journals itself): no step of its own.
+    PartOf(u64),
+    /// A `mutate` step with its name and args that a run died inside: run
+    /// it again as its next attempt, with its key.
+    Retry(StepRecord),
+    /// A new step.
+    Run,
+}
+
+/// Decides a request by content: `contents` holds the task's recorded
+/// steps by name and args (a step it answers is taken out: one answer a
+/// step); `part_of` is the agent's open step the request would be part of.
+pub(super) fn decide_by_content(
+    contents: &mut Contents,
+    name: &str,
+    args_hash: &str,
+    part_of: Option<u64>,
+) -> ByContent {
+    if let Some(record) = contents.take_finished(name, args_hash) {
+        return ByContent::Replay(record);
+    }
+    if let Some(step) = part_of {
+        return ByContent::PartOf(step);
+    }
+    match contents.take_pending(name, args_hash) {
+        Some(record) => ByContent::Retry(record),
+        None => ByContent::Run,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::journal::{StepKind, StepRecord};
+
+    fn content(step: u64, status: StepStatus, args_hash: &str) -> StepRecord {
+        StepRecord {
+            name: "POST /v1/chat/completions".into(),
+            kind: StepKind::Proxy,
+            args_hash: args_hash.into(),
+            ..StepRecord::sample(step, status)
+        }
+    }
+
+    /// By content: each finished step answers one request, earliest
+    /// first; then the agent's open step takes the request; then a step in
+    /// doubt runs again; else it is new. A failed attempt is no answer.
+    #[test]
+    fn every_row_of_the_content_table() {
+        let mut contents = Contents::default();
+        contents.load(vec![
+            content(2, StepStatus::Committed, "a"),
+            content(5, StepStatus::Committed, "a"),
+            content(7, StepStatus::Pending, "b"),
+            content(8, StepStatus::Failed, "c"),
+        ]);
+        let name = "POST /v1/chat/completions";
+        let mut decide = |args_hash: &str, part_of: Option<u64>| match decide_by_content(
+            &mut contents,
+            name,
+            args_hash,
+            part_of,
+        ) {
+            ByContent::Replay(record) => format!("replay {}", record.step),
+            ByContent::Retry(record) => format!("retry {}", record.step),
+            ByContent::PartOf(step) => format!("part of {step}"),
+            ByContent::Run => "run".to_owned(),
+        };
+        assert_eq!(decide("a", Some(9)), "replay 2", "a finished step first");
+        assert_eq!(decide("a", None), "replay 5", "then the next equal one");
+        assert_eq!(decide("a", Some(9)), "part of 9", "each answers once");
+        assert_eq!(decide("a", None), "run");
+        assert_eq!(decide("b", Some(9)), "part of 9", "before a step in doubt");
+        assert_eq!(decide("b", None), "retry 7");
+        assert_eq!(decide("b", None), "run", "retried once");
+        assert_eq!(decide("c", None), "run", "a failed attempt is no answer");
+        let other = decide_by_content(&mut contents, "another", "a", None);
+        assert!(matches!(other, ByContent::Run), "{other:?}");
+    }
 
     fn record(status: StepStatus) -> StepRecord {
         StepRecord {

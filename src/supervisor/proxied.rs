@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::contents::InFlight;
+use super::decide::{ByContent as Decided, decide_by_content};
 use super::inbox::{Conn, PROXY};
 use super::outbox::{Deferred, ProxyThen, Then};
 use super::state::{Supervisor, Wanted};
@@ -162,46 +163,46 @@ impl Supervisor<'_> {
             }
         }
         let args_hash = step_key::args_hash(wanted.canonical);
-        if let Some(record) = self.steps.contents.take_finished(wanted.name, &args_hash) {
-            self.count_replayed(&record);
-            return ByContent::Replay(record);
-        }
         // One call, one record: a request made inside a step the agent
         // journals itself (an SDK's `wrap`) is part of that step.
-        if wanted.kind == StepKind::Proxy
-            && let Some(step) = self
-                .steps
+        let part_of = if wanted.kind == StepKind::Proxy {
+            self.steps
                 .open
                 .iter()
                 .filter(|(_, open)| open.record.kind == StepKind::Begin)
                 .map(|(step, _)| *step)
                 .max()
-        {
-            return ByContent::OpenStep(step);
-        }
-        let (mut record, fresh, in_doubt) =
-            match self.steps.contents.take_pending(wanted.name, &args_hash) {
-                Some(record) => {
-                    if self.over_budget(conn, id, record.step) {
-                        return ByContent::OverBudget;
-                    }
-                    (self.next_attempt(record), false, true)
+        } else {
+            None
+        };
+        let decided = decide_by_content(&mut self.steps.contents, wanted.name, &args_hash, part_of);
+        let (mut record, fresh, in_doubt) = match decided {
+            Decided::Replay(record) => {
+                self.count_replayed(&record);
+                return ByContent::Replay(record);
+            }
+            Decided::PartOf(step) => return ByContent::OpenStep(step),
+            Decided::Retry(record) => {
+                if self.over_budget(conn, id, record.step) {
+                    return ByContent::OverBudget;
                 }
-                None => {
-                    // A proxy `read` request is numbered when its answer is
-                    // written, in the same commit: a number the journal
-                    // lacks is then always one of the agent's own protocol
-                    // steps (see `next_protocol_step`). Every other step
-                    // here writes its intent now, with its number.
-                    let later = wanted.kind == StepKind::Proxy && wanted.effect == Effect::Read;
-                    let shown = self.steps.peek_new(0);
-                    if self.over_budget(conn, id, shown) {
-                        return ByContent::OverBudget;
-                    }
-                    let step = if later { 0 } else { self.steps.new_number() };
-                    (self.new_record(step, wanted, args_hash), true, false)
+                (self.next_attempt(record), false, true)
+            }
+            Decided::Run => {
+                // A proxy `read` request is numbered when its answer is
+                // written, in the same commit: a number the journal lacks
+                // is then always one of the agent's own protocol steps
+                // (see `next_protocol_step`). Every other step here writes
+                // its intent now, with its number.
+                let later = wanted.kind == StepKind::Proxy && wanted.effect == Effect::Read;
+                let shown = self.steps.peek_new(0);
+                if self.over_budget(conn, id, shown) {
+                    return ByContent::OverBudget;
                 }
-            };
+                let step = if later { 0 } else { self.steps.new_number() };
+                (self.new_record(step, wanted, args_hash), true, false)
+            }
+        };
         record.effect = wanted.effect;
         if record.step != 0 {
             self.reporter.report(&Report::StepStarted {
