@@ -145,7 +145,7 @@ impl Supervisor<'_> {
     }
 
     pub(super) fn on_tool_done(&mut self, step: u64, finished: Finished) {
-        let Some(call) = self.steps.calls.remove(&step) else {
+        let Some(call) = self.steps.call_ended(step) else {
             return;
         };
         let conn = call.conn;

@@ -96,13 +96,11 @@ impl Supervisor<'_> {
         if self.ending.exited.is_none() {
             os::signal_process(self.child_pid, libc::SIGKILL);
         }
-        for call in self.steps.calls.values() {
+        for (_, call) in self.steps.calls() {
             call.cancel.cancel();
         }
         // An HTTP call cannot be stopped mid-request; its answer is dropped.
-        self.steps.calls.clear();
-        self.steps.open.clear();
-        self.steps.waits.clear();
+        self.steps.forget_in_flight();
         self.outbox.batch.clear();
         self.io.stdin = None;
         self.io.out.clear();
@@ -174,19 +172,7 @@ impl Supervisor<'_> {
         if self.ending.stop.is_some() {
             return;
         }
-        let mut marks = Vec::new();
-        for open in self.steps.open.values_mut() {
-            if open.fresh && open.started.elapsed() >= MARK_AFTER {
-                open.fresh = false;
-                marks.push(open.record.clone());
-            }
-        }
-        for call in self.steps.calls.values_mut() {
-            if call.fresh && call.started.elapsed() >= MARK_AFTER {
-                call.fresh = false;
-                marks.push(call.record.clone());
-            }
-        }
+        let marks = self.steps.unmarked_after(MARK_AFTER);
         if marks.is_empty() {
             return;
         }

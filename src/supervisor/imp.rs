@@ -280,7 +280,7 @@ impl Supervisor<'_> {
             && (self.ending.signal.is_some()
                 || (self.io.read_at.elapsed() >= DRAIN_GRACE && self.io.held.is_none()));
         (self.ending.stdout_closed || quiet || self.holding.fenced)
-            && self.steps.calls.is_empty()
+            && self.steps.no_calls()
             && !self.in_flight()
     }
 

@@ -166,12 +166,7 @@ impl Supervisor<'_> {
         // One call, one record: a request made inside a step the agent
         // journals itself (an SDK's `wrap`) is part of that step.
         let part_of = if wanted.kind == StepKind::Proxy {
-            self.steps
-                .open
-                .iter()
-                .filter(|(_, open)| open.record.kind == StepKind::Begin)
-                .map(|(step, _)| *step)
-                .max()
+            self.steps.innermost_begin()
         } else {
             None
         };
@@ -283,7 +278,7 @@ impl Supervisor<'_> {
                     answer,
                     ..
                 },
-            ) = (self.steps.open.get_mut(&flight), &end)
+            ) = (self.steps.open_mut(flight), &end)
                 && (200..300).contains(&answer.status)
             {
                 open.proxied.push(usage.clone());

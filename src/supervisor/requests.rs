@@ -20,9 +20,8 @@ use super::ending::Stop;
 use super::inbox::Conn;
 use super::outbox::{Deferred, Then};
 use super::recorded::Recorded;
-use super::retries::MAX_RETRYABLE;
 use super::state::{Supervisor, Wanted};
-use super::steps::OpenStep;
+use super::steps::{NotOpen, OpenStep};
 use crate::error::{Failure, Kind};
 use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
@@ -514,16 +513,22 @@ impl Supervisor<'_> {
                 }
             },
         };
-        let Some(open) = self.steps.open.remove(&step) else {
-            let message = if self.steps.calls.contains_key(&step) {
-                format!("step {step} is a `call`: durun closes it when the tool ends")
-            } else {
-                format!("step {step} is not open: commit or fail a step once, after its `begin`")
-            };
-            return self.respond(
-                conn,
-                &Response::error(id, ErrorCode::BadRequest, message).step(step),
-            );
+        let open = match self.steps.close(step) {
+            Ok(open) => open,
+            Err(not_open) => {
+                let message = match not_open {
+                    NotOpen::Call => {
+                        format!("step {step} is a `call`: durun closes it when the tool ends")
+                    }
+                    NotOpen::Closed => format!(
+                        "step {step} is not open: commit or fail a step once, after its `begin`"
+                    ),
+                };
+                return self.respond(
+                    conn,
+                    &Response::error(id, ErrorCode::BadRequest, message).step(step),
+                );
+            }
         };
         let mut record = open.record;
         match result {
@@ -545,12 +550,7 @@ impl Supervisor<'_> {
                 record.output = output.as_ref().map(JsonText::from_value);
                 // The agent reported the failure: it knows of it from here.
                 record.seen_from = Some(self.steps.next_step);
-                if self.steps.failed.len() >= MAX_RETRYABLE
-                    && let Some(oldest) = self.steps.failed.keys().min().copied()
-                {
-                    self.steps.failed.remove(&oldest);
-                }
-                self.steps.failed.insert(step, record.clone());
+                self.steps.failed(step, record.clone());
             }
         }
         self.finish_step(conn, id, record, open.fresh, open.started);

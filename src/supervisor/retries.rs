@@ -9,15 +9,12 @@ use super::state::Supervisor;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::report::Event as Report;
 
-/// How many failed steps of a run the agent may still `retry`.
-pub(super) const MAX_RETRYABLE: usize = 64;
-
 impl Supervisor<'_> {
     /// Opens a step that failed in this run again, as its next attempt
     /// with the same key (the agent's own retries: each attempt is in the
     /// journal).
     pub(super) fn on_retry(&mut self, conn: Conn, id: Value, step: u64) {
-        let Some(record) = self.steps.failed.remove(&step) else {
+        let Some(record) = self.steps.take_failed(step) else {
             return self.respond(
                 conn,
                 &Response::error(

@@ -6,7 +6,8 @@
 //!
 //! A step number is in at most one of `open`, `calls` and `waits` (and, in
 //! the `commit` room, the batch) at a time; the methods that put a step in
-//! one of them check that it is in no other. `next_step` is one past every
+//! one of them check that it is in no other. The four maps are private:
+//! every change to where a step stands goes through a method here. `next_step` is one past every
 //! step this run opened and every recorded step replayed by content that
 //! the numbering passed, `last_recorded` the highest step number the
 //! journal holds.
@@ -21,7 +22,7 @@ use super::contents::Contents;
 use super::inbox::Conn;
 use super::recorded::Recorded;
 use crate::executor::Cancel;
-use crate::journal::StepRecord;
+use crate::journal::{StepKind, StepRecord};
 
 pub(super) struct Steps {
     /// The steps the journal held when the run started, read as reached.
@@ -35,14 +36,18 @@ pub(super) struct Steps {
     /// Steps replayed by content: proxy and MCP requests.
     pub(super) contents: Contents,
     /// Steps the agent began and has not closed yet.
-    pub(super) open: HashMap<u64, OpenStep>,
+    open: HashMap<u64, OpenStep>,
     /// `call`s whose tool runs.
-    pub(super) calls: HashMap<u64, CallInFlight>,
+    calls: HashMap<u64, CallInFlight>,
     /// `wait` and `sleep` steps waited on live.
-    pub(super) waits: HashMap<u64, Waiter>,
-    /// `begin` steps that failed in this run, which the agent may `retry`.
-    pub(super) failed: HashMap<u64, StepRecord>,
+    waits: HashMap<u64, Waiter>,
+    /// `begin` steps that failed in this run, which the agent may `retry`
+    /// (the last [`MAX_RETRYABLE`]).
+    failed: HashMap<u64, StepRecord>,
 }
+
+/// How many failed steps of a run the agent may still `retry`.
+const MAX_RETRYABLE: usize = 64;
 
 impl Steps {
     pub(super) fn new(last_recorded: u64) -> Self {
@@ -109,6 +114,123 @@ impl Steps {
         debug_assert!(!self.in_flight(step), "step {step} is in flight already");
         self.waits.insert(step, waiter);
     }
+
+    /// Closes the open `step` (a `commit` or `fail` came): what it was, or
+    /// why it cannot be closed.
+    pub(super) fn close(&mut self, step: u64) -> Result<OpenStep, NotOpen> {
+        match self.open.remove(&step) {
+            Some(open) => Ok(open),
+            None if self.calls.contains_key(&step) => Err(NotOpen::Call),
+            None => Err(NotOpen::Closed),
+        }
+    }
+
+    /// The open `step`, if it is.
+    pub(super) fn open_mut(&mut self, step: u64) -> Option<&mut OpenStep> {
+        self.open.get_mut(&step)
+    }
+
+    /// The latest open step the agent journals itself (`begin`): a model
+    /// call made inside it is part of it.
+    pub(super) fn innermost_begin(&self) -> Option<u64> {
+        self.open
+            .iter()
+            .filter(|(_, open)| open.record.kind == StepKind::Begin)
+            .map(|(step, _)| *step)
+            .max()
+    }
+
+    /// The tool of `step` ended (or was given up on): its call.
+    pub(super) fn call_ended(&mut self, step: u64) -> Option<CallInFlight> {
+        self.calls.remove(&step)
+    }
+
+    /// The calls whose tools run.
+    pub(super) fn calls(&self) -> impl Iterator<Item = (u64, &CallInFlight)> {
+        self.calls.iter().map(|(step, call)| (*step, call))
+    }
+
+    /// Whether no tool runs.
+    pub(super) fn no_calls(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Forgets every step in flight: the run lost its lease, and nothing it
+    /// has open may be written or answered.
+    pub(super) fn forget_in_flight(&mut self) {
+        self.open.clear();
+        self.calls.clear();
+        self.waits.clear();
+    }
+
+    /// The open steps and calls that have run for `after` without a row
+    /// written, from now on marked as written: their records, to write as
+    /// `pending`.
+    pub(super) fn unmarked_after(&mut self, after: std::time::Duration) -> Vec<StepRecord> {
+        let opens = self
+            .open
+            .values_mut()
+            .map(|open| (&mut open.fresh, open.started, &open.record));
+        let calls = self
+            .calls
+            .values_mut()
+            .map(|call| (&mut call.fresh, call.started, &call.record));
+        let mut marks = Vec::new();
+        for (fresh, started, record) in opens.chain(calls) {
+            if *fresh && started.elapsed() >= after {
+                *fresh = false;
+                marks.push(record.clone());
+            }
+        }
+        marks
+    }
+
+    /// `step` failed in this run: the agent may `retry` it (the oldest of
+    /// more than [`MAX_RETRYABLE`] is forgotten).
+    pub(super) fn failed(&mut self, step: u64, record: StepRecord) {
+        if self.failed.len() >= MAX_RETRYABLE
+            && let Some(oldest) = self.failed.keys().min().copied()
+        {
+            self.failed.remove(&oldest);
+        }
+        self.failed.insert(step, record);
+    }
+
+    /// The failed `step`, to run again (`retry`), if the agent may.
+    pub(super) fn take_failed(&mut self, step: u64) -> Option<StepRecord> {
+        self.failed.remove(&step)
+    }
+
+    /// Whether no step is waited on live.
+    pub(super) fn no_waits(&self) -> bool {
+        self.waits.is_empty()
+    }
+
+    /// The steps waited on live, in order.
+    pub(super) fn waits_in_order(&self) -> Vec<u64> {
+        let mut steps: Vec<u64> = self.waits.keys().copied().collect();
+        steps.sort_unstable();
+        steps
+    }
+
+    /// The wait of `step`, taken out to be looked at (put it back with
+    /// [`Self::waiting`]).
+    pub(super) fn take_wait(&mut self, step: u64) -> Option<Waiter> {
+        self.waits.remove(&step)
+    }
+
+    /// The steps waited on live.
+    pub(super) fn waits(&self) -> impl Iterator<Item = &Waiter> {
+        self.waits.values()
+    }
+}
+
+/// Why a `commit` or `fail` cannot close a step.
+pub(super) enum NotOpen {
+    /// It is a `call`: durun closes it when the tool ends.
+    Call,
+    /// It was never opened, or is closed already.
+    Closed,
 }
 
 /// A `wait` or `sleep` step the run waits on live.

@@ -111,20 +111,19 @@ impl Supervisor<'_> {
             os::signal_process(self.child_pid, libc::SIGTERM);
             self.ending.kill_at = Some(Instant::now() + STOP_GRACE);
         }
-        for call in self.steps.calls.values() {
+        for (_, call) in self.steps.calls() {
             call.cancel.cancel();
         }
         // An HTTP call cannot be stopped mid-request: it is answered now and
         // left to finish on its own (its step stays in doubt).
         let http: Vec<u64> = self
             .steps
-            .calls
-            .iter()
+            .calls()
             .filter(|(_, call)| call.http)
-            .map(|(step, _)| *step)
+            .map(|(step, _)| step)
             .collect();
         for step in http {
-            if let Some(call) = self.steps.calls.remove(&step) {
+            if let Some(call) = self.steps.call_ended(step) {
                 self.refuse_start(call.conn, call.id, step);
             }
         }

@@ -198,20 +198,18 @@ impl Supervisor<'_> {
     /// Timers of the steps that wait live: a sleep's time, a wait's
     /// timeout, a look for signals, and parking after `park_after`.
     pub(super) fn tick_waits(&mut self) {
-        if self.steps.waits.is_empty() || self.ending.stop.is_some() || self.holding.fenced {
+        if self.steps.no_waits() || self.ending.stop.is_some() || self.holding.fenced {
             return;
         }
         let look = self.holding.last_signal_look.elapsed() >= SIGNAL_LOOK;
         if look {
             self.holding.last_signal_look = Instant::now();
         }
-        let mut steps: Vec<u64> = self.steps.waits.keys().copied().collect();
-        steps.sort_unstable();
-        for step in steps {
+        for step in self.steps.waits_in_order() {
             if self.ending.stop.is_some() {
                 return;
             }
-            let Some(waiter) = self.steps.waits.remove(&step) else {
+            let Some(waiter) = self.steps.take_wait(step) else {
                 continue;
             };
             let due = waiter.until.is_some_and(|until| self.spec.now() >= until);
@@ -247,12 +245,12 @@ impl Supervisor<'_> {
 
     /// How long the loop may sleep before a waiting step needs it.
     pub(super) fn wait_bound(&self) -> Option<Duration> {
-        if self.steps.waits.is_empty() {
+        if self.steps.no_waits() {
             return None;
         }
         let now = self.spec.now();
         let mut bound = SIGNAL_LOOK;
-        for waiter in self.steps.waits.values() {
+        for waiter in self.steps.waits() {
             if let Some(until) = waiter.until {
                 bound = bound.min(until.duration_since(now).unwrap_or_default());
             }

@@ -356,12 +356,20 @@ fn a_run_that_hangs_is_ended_at_the_timeout_and_an_interrupt_cleans_up() {
         std::time::Duration::from_secs(30),
         || std::fs::read_dir(env.path("tmp")).is_ok_and(|mut dir| dir.next().is_some()),
     );
-    // The reference run's agent is in its step.
+    // The reference run's agent runs (python3 itself: durun's command
+    // lines name slow.py too).
     let slow = slow.to_string_lossy().into_owned();
     crate::env::wait_for(
         "the reference run's agent",
         std::time::Duration::from_secs(30),
-        || !crate::env::processes_with(&slow).is_empty(),
+        || {
+            !crate::env::processes_whose_args(|args| {
+                args.first()
+                    .is_some_and(|program| program.ends_with(b"python3"))
+                    && args.contains(&slow.as_bytes())
+            })
+            .is_empty()
+        },
     );
     crate::env::signal(test.id() as i32, libc::SIGINT);
     let status = crate::env::wait_exit(&mut test, std::time::Duration::from_secs(20));

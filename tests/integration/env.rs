@@ -400,15 +400,6 @@ pub(crate) fn processes_whose_args(test: impl Fn(&[&[u8]]) -> bool) -> Vec<i32> 
     })
 }
 
-/// The live processes whose command line holds `needle` (an argument, or
-/// part of one).
-pub(crate) fn processes_with(needle: &str) -> Vec<i32> {
-    processes_whose_args(|args| {
-        args.iter()
-            .any(|arg| String::from_utf8_lossy(arg).contains(needle))
-    })
-}
-
 /// The live processes that run in `dir` or below it (their working
 /// directory).
 pub(crate) fn processes_in(dir: &Path) -> Vec<i32> {
