@@ -1,8 +1,9 @@
-//! PostgreSQL going away under workers: a restart mid-pool, the server
-//! down past a run's step, and sessions the server ended while a worker
-//! idled. The first two restart the server the rest of the suite uses:
+//! PostgreSQL going away under runs and workers: a restart mid-pool, the
+//! server down mid-step for a run (which reconnects) and past a worker's
+//! run's step (which cannot), and sessions the server ended while a worker
+//! idled. The first three restart the server the rest of the suite uses:
 //! `cargo test` leaves them out (`#[ignore]`) and `.ci/run` runs them alone,
-//! one at a time.
+//! one at a time (`restarts:: -- --ignored`).
 
 use std::time::{Duration, Instant};
 
