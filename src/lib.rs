@@ -36,6 +36,7 @@ mod test_helpers;
 mod trace;
 mod ui;
 mod usage;
+mod web;
 
 use std::ffi::OsString;
 

@@ -453,11 +453,7 @@ impl Reporter for Tracer {
 /// The exporter's thread: batches of spans to `endpoint` until the channel
 /// closes, counting in `delivered` those the collector took.
 fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>, delivered: &AtomicU64) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(2)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let client = crate::web::client();
     let mut batch = Vec::new();
     // After a failed send, spans are dropped unsent for a while: a
     // collector that is away costs a connection attempt per five seconds,
@@ -497,11 +493,15 @@ fn export(endpoint: &str, trace_id: &str, spans: &mpsc::Receiver<Span>, delivere
             let count = body["resourceSpans"][0]["scopeSpans"][0]["spans"]
                 .as_array()
                 .map_or(0, Vec::len) as u64;
-            let sent = agent
-                .post(endpoint)
-                .header("content-type", "application/json")
-                .send(body.to_string().as_bytes())
-                .is_ok_and(|answer| answer.status().is_success());
+            let sent = client.as_ref().is_ok_and(|client| {
+                client
+                    .post(endpoint)
+                    .timeout(Duration::from_secs(2))
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .is_ok_and(|answer| answer.status().is_success())
+            });
             if sent {
                 delivered.fetch_add(count, Ordering::SeqCst);
             } else {

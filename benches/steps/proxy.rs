@@ -90,20 +90,21 @@ pub(crate) fn agent() {
     let base = std::env::var("DURUN_BENCH_URL")
         .or_else(|_| std::env::var("OPENAI_BASE_URL"))
         .expect("a base URL");
-    let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+    let agent = reqwest::blocking::Client::new();
     let stream = std::env::var_os("DURUN_BENCH_STREAM").is_some();
     let mut first_chunk = Vec::new();
     let started = Instant::now();
     for i in 0..calls {
         let body = json!({"model": "m", "stream": stream,
             "messages": [{"role": "user", "content": format!("call {i}")}]});
-        let mut answer = agent
+        let answer = agent
             .post(format!("{base}/chat/completions"))
             .header("content-type", "application/json")
-            .send(body.to_string().as_bytes())
+            .body(body.to_string())
+            .send()
             .expect("a call");
         if stream {
-            let mut reader = BufReader::new(answer.body_mut().as_reader());
+            let mut reader = BufReader::new(answer);
             let mut line = String::new();
             reader.read_line(&mut line).expect("the first chunk");
             let arrived = super::unix_ns();
@@ -116,7 +117,7 @@ pub(crate) fn agent() {
             assert!(rest.contains("[DONE]"), "{rest}");
             continue;
         }
-        let text = answer.body_mut().read_to_string().expect("the answer");
+        let text = answer.text().expect("the answer");
         assert!(text.starts_with("{\"choices\""), "{text}");
     }
     let report = json!({

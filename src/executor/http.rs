@@ -1,4 +1,4 @@
-//! One attempt of an HTTP tool, through ureq (rustls).
+//! One attempt of an HTTP tool, through durun's HTTP client ([`crate::web`]).
 //!
 //! The args are the JSON body (none for GET and DELETE), the step's key
 //! the `Idempotency-Key` header. Headers take `${VAR}` from the environment
@@ -77,17 +77,19 @@ fn call(
         }
     };
     let timeout = tool.timeout.unwrap_or(DEFAULT_TIMEOUT);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        // Every status is an answer to read (a 429's Retry-After, a 4xx's
-        // body), not an error.
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut request = ureq::http::Request::builder()
-        .method(spec.method.as_str())
-        .uri(&url)
-        .header("User-Agent", concat!("durun/", env!("CARGO_PKG_VERSION")))
+    let client = match crate::web::client() {
+        Ok(client) => client,
+        Err(message) => return failed(ErrorCode::ToolFailed, message, None, true, None),
+    };
+    let Ok(method) = reqwest::Method::from_bytes(spec.method.as_bytes()) else {
+        let message = format!("`{}` has no HTTP method {}", tool.name, spec.method);
+        return failed(ErrorCode::ToolFailed, message, None, false, None);
+    };
+    // Every status is an answer to read (a 429's Retry-After, a 4xx's
+    // body), not an error.
+    let mut request = client
+        .request(method, &url)
+        .timeout(timeout)
         .header("Idempotency-Key", &invocation.idempotency_key)
         .header("Durun-Task", &invocation.task_id)
         .header("Durun-Step", invocation.step.to_string())
@@ -102,31 +104,38 @@ fn call(
     if cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
-    let body = if matches!(spec.method.as_str(), "GET" | "DELETE") {
-        Vec::new()
-    } else {
-        request = request.header("Content-Type", "application/json");
-        serde_json::to_vec(&invocation.args).expect("JSON serializes")
-    };
-    let request = match request.body(body) {
+    if !matches!(spec.method.as_str(), "GET" | "DELETE") {
+        request = request
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&invocation.args).expect("JSON serializes"));
+    }
+    let request = match request.build() {
         Ok(request) => request,
         Err(err) => {
             // The message may quote a header's value: redacted by the caller.
-            let message = format!("`{}` cannot send its request: {err}", tool.name);
+            let message = format!(
+                "`{}` cannot send its request: {}",
+                tool.name,
+                crate::web::reason(&err)
+            );
             return failed(ErrorCode::ToolFailed, message, None, false, None);
         }
     };
-    match agent.run(request) {
+    match client.execute(request) {
         Ok(response) => answered(&tool.name, tool.output, response),
         Err(err) => {
-            let code = if matches!(err, ureq::Error::Timeout(_)) {
+            let code = if err.is_timeout() {
                 ErrorCode::Timeout
             } else {
                 ErrorCode::ToolFailed
             };
             failed(
                 code,
-                format!("`{}` could not reach {shown_url}: {err}", tool.name),
+                format!(
+                    "`{}` could not reach {shown_url}: {}",
+                    tool.name,
+                    crate::web::reason(&err)
+                ),
                 None,
                 true,
                 None,
@@ -138,11 +147,11 @@ fn call(
 /// `request` with the tool's configured headers, their `${VAR}`s expanded
 /// (the variables' values noted as secrets to redact).
 fn with_headers(
-    mut request: ureq::http::request::Builder,
+    mut request: reqwest::blocking::RequestBuilder,
     spec: &HttpSpec,
     tool: &str,
     secrets: &mut Secrets,
-) -> Result<ureq::http::request::Builder, String> {
+) -> Result<reqwest::blocking::RequestBuilder, String> {
     for (name, value) in &spec.headers {
         let mut used = Secrets::default();
         match expand_env_noting(value, &mut used) {
@@ -174,7 +183,7 @@ fn with_headers(
 fn answered(
     tool: &str,
     output: crate::config::OutputMode,
-    response: ureq::http::Response<ureq::Body>,
+    response: reqwest::blocking::Response,
 ) -> Outcome {
     let status = response.status().as_u16();
     match status {
@@ -222,9 +231,9 @@ fn answered(
     }
 }
 
-fn read_body(response: ureq::http::Response<ureq::Body>) -> (String, bool) {
+fn read_body(response: reqwest::blocking::Response) -> (String, bool) {
     let mut bytes = Vec::new();
-    let mut reader = response.into_body().into_reader().take(BODY_LIMIT + 1);
+    let mut reader = response.take(BODY_LIMIT + 1);
     let _ = reader.read_to_end(&mut bytes);
     let too_big = bytes.len() as u64 > BODY_LIMIT;
     (String::from_utf8_lossy(&bytes).into_owned(), too_big)

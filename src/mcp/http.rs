@@ -13,13 +13,8 @@ use super::{Journaling, ToClient};
 /// Relays between this process's stdin/stdout and the server at `url`
 /// until the client closes its end.
 pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClient) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
     let server = Arc::new(Server {
         url: url.to_owned(),
-        agent,
         session: Mutex::new(None),
         journaling,
         client: client.clone(),
@@ -57,7 +52,6 @@ pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClien
 
 struct Server {
     url: String,
-    agent: ureq::Agent,
     /// `Mcp-Session-Id`, once the server gave one.
     session: Mutex<Option<String>>,
     journaling: Arc<Journaling>,
@@ -67,18 +61,19 @@ struct Server {
 impl Server {
     fn post(&self, message: &[u8], parsed: &Value) {
         let id = parsed.get("id").filter(|id| !id.is_null());
-        let mut request = ureq::http::Request::builder()
-            .method("POST")
-            .uri(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
-        if let Some(session) = self.session.lock().expect("session lock").as_deref() {
-            request = request.header("mcp-session-id", session);
-        }
-        let answer = request
-            .body(message.to_vec())
-            .map_err(anyhow::Error::from)
-            .and_then(|request| self.agent.run(request).map_err(anyhow::Error::from));
+        let answer = crate::web::client().and_then(|client| {
+            let mut request = client
+                .post(&self.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(session) = self.session.lock().expect("session lock").as_deref() {
+                request = request.header("mcp-session-id", session);
+            }
+            request
+                .body(message.to_vec())
+                .send()
+                .map_err(|err| crate::web::reason(&err))
+        });
         let response = match answer {
             Ok(response) => response,
             Err(err) => {
@@ -109,7 +104,7 @@ impl Server {
             }
             return;
         }
-        let mut body = std::io::BufReader::new(response.into_body().into_reader());
+        let mut body = std::io::BufReader::new(response);
         if event_stream {
             self.read_events(&mut body);
         } else {
@@ -136,16 +131,14 @@ impl Server {
         let Some(session) = self.session.lock().expect("session lock").clone() else {
             return;
         };
-        let request = ureq::http::Request::builder()
-            .method("GET")
-            .uri(&self.url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", session)
-            .body(());
-        let Ok(response) = request
-            .map_err(anyhow::Error::from)
-            .and_then(|request| self.agent.run(request).map_err(anyhow::Error::from))
-        else {
+        let Ok(response) = crate::web::client().and_then(|client| {
+            client
+                .get(&self.url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", session)
+                .send()
+                .map_err(|err| crate::web::reason(&err))
+        }) else {
             return;
         };
         let event_stream = response
@@ -154,9 +147,7 @@ impl Server {
             .and_then(|value| value.to_str().ok())
             .is_some_and(|value| value.starts_with("text/event-stream"));
         if response.status().is_success() && event_stream {
-            self.read_events(&mut std::io::BufReader::new(
-                response.into_body().into_reader(),
-            ));
+            self.read_events(&mut std::io::BufReader::new(response));
         }
     }
 

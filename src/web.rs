@@ -1,0 +1,52 @@
+//! durun's one HTTP client for its blocking code: HTTP tools, `durun mcp
+//! --url` and the trace exporter. The proxy uses the same library
+//! (reqwest, rustls, the system's roots and `SSL_CERT_FILE`, `HTTPS_PROXY`)
+//! on its own runtime, so every request durun makes trusts the same
+//! certificates and goes through the same proxy.
+
+use std::sync::OnceLock;
+
+/// The client, made at the first request (it loads the system's roots and
+/// starts the thread it runs on). No timeout of its own: each request
+/// sets the one it needs, and an event stream has none.
+pub(crate) fn client() -> Result<&'static reqwest::blocking::Client, String> {
+    static CLIENT: OnceLock<Result<reqwest::blocking::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::blocking::Client::builder()
+                .user_agent(concat!("durun/", env!("CARGO_PKG_VERSION")))
+                .timeout(None)
+                .build()
+                .map_err(|err| format!("cannot set up durun's HTTP client: {}", reason(&err)))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Why a request failed, with its causes and without its URL (messages
+/// name the URL as the user wrote it, `${VAR}`s unexpanded).
+pub(crate) fn reason(err: &reqwest::Error) -> String {
+    let mut text = String::new();
+    let mut cause: Option<&dyn std::error::Error> = Some(err);
+    let mut first = true;
+    while let Some(error) = cause {
+        let shown = if first {
+            // reqwest's own line names the URL: left out.
+            let plain = error.to_string();
+            plain
+                .split(" for url (")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            error.to_string()
+        };
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&shown);
+        first = false;
+        cause = error.source();
+    }
+    text
+}
