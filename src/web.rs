@@ -23,6 +23,16 @@ pub(crate) fn client() -> Result<&'static reqwest::blocking::Client, String> {
         .map_err(Clone::clone)
 }
 
+/// Makes the client on a thread of its own, so that the first request
+/// does not wait for it.
+pub(crate) fn warm() {
+    let _ = std::thread::Builder::new()
+        .name("http client".into())
+        .spawn(|| {
+            let _ = client();
+        });
+}
+
 /// Why a request failed, with its causes and without its URL (messages
 /// name the URL as the user wrote it, `${VAR}`s unexpanded).
 pub(crate) fn reason(err: &reqwest::Error) -> String {

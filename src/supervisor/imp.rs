@@ -111,6 +111,15 @@ pub(crate) fn supervise(
         super::child::spawn_exit_waiter(child.keeper, events_tx.clone());
     }
     socket.sweep_once();
+    // The HTTP client loads the system's roots when it is made: done while
+    // the agent starts, not in its first HTTP tool's call.
+    if spec
+        .tools
+        .values()
+        .any(|tool| matches!(tool.kind, crate::config::ToolKind::Http(_)))
+    {
+        crate::web::warm();
+    }
 
     let committer_events = events_tx.clone();
     let mut outcome = std::thread::scope(|scope| {
