@@ -291,7 +291,7 @@ impl Supervisor<'_> {
                 return;
             }
         }
-        self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
+        self.steps.recorded_up_to(waiter.record.step);
         // A child without a queue runs beside this agent and would end with
         // this durun: its join waits live, it never parks.
         let beside = found.as_ref().is_some_and(|task| task.queue.is_none());

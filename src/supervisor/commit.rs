@@ -90,7 +90,7 @@ impl<'a> Supervisor<'a> {
                 {
                     // Answered right after this commit: a step the agent
                     // opens from here on, it opens knowing of the failure.
-                    deferred.record.seen_from = Some(self.steps.next_step);
+                    deferred.record.seen_from = Some(self.steps.next_step());
                 }
             }
         }
@@ -191,7 +191,7 @@ impl<'a> Supervisor<'a> {
         let Deferred {
             conn, record, then, ..
         } = deferred;
-        self.steps.last_recorded = self.steps.last_recorded.max(record.step);
+        self.steps.recorded_up_to(record.step);
         match then {
             Then::Marked => {}
             Then::Finished { id, started } => self.answer_finished(conn, id, &record, started),

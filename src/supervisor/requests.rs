@@ -123,7 +123,7 @@ impl Supervisor<'_> {
     /// at its first request: a resume's first step would wait for it. A
     /// failure is left to that request, which reads again and reports it.
     pub(super) fn read_first_page(&mut self) {
-        let _ = self.page_for(self.steps.next_step);
+        let _ = self.page_for(self.steps.next_step());
     }
 
     /// Reads the next page of recorded steps once an `ahead` answer offered
@@ -166,7 +166,7 @@ impl Supervisor<'_> {
     /// recorded steps it is a number no step holds. Read from the journal
     /// only once a page of recorded steps is used up.
     pub(super) fn next_protocol_step(&mut self) -> anyhow::Result<u64> {
-        let mut step = self.steps.next_step;
+        let mut step = self.steps.next_step();
         loop {
             self.page_for(step)?;
             match self.steps.recorded.kind_at(step) {
@@ -175,8 +175,8 @@ impl Supervisor<'_> {
                     // page once passed: passed for good, so that a request
                     // that takes no number (`ahead`, a `patched` on an
                     // older path) leaves the numbering where it found it.
+                    self.steps.passed(step);
                     step += 1;
-                    self.steps.next_step = step;
                 }
                 Some(_) => return Ok(step),
                 None if step <= self.steps.recorded.last() => return Ok(step),
@@ -305,7 +305,7 @@ impl Supervisor<'_> {
             ask_first: wanted.ask_first,
         };
         let (mut record, fresh, in_doubt) = match (
-            decide(recorded.as_ref(), &asked, self.steps.last_recorded),
+            decide(recorded.as_ref(), &asked, self.steps.last_recorded()),
             recorded,
         ) {
             (Decision::Run, _) | (_, None) => {
@@ -549,7 +549,7 @@ impl Supervisor<'_> {
                 });
                 record.output = output.as_ref().map(JsonText::from_value);
                 // The agent reported the failure: it knows of it from here.
-                record.seen_from = Some(self.steps.next_step);
+                record.seen_from = Some(self.steps.next_step());
                 self.steps.failed(step, record.clone());
             }
         }

@@ -7,10 +7,11 @@
 //! A step number is in at most one of `open`, `calls` and `waits` (and, in
 //! the `commit` room, the batch) at a time; the methods that put a step in
 //! one of them check that it is in no other. The four maps are private:
-//! every change to where a step stands goes through a method here. `next_step` is one past every
-//! step this run opened and every recorded step replayed by content that
-//! the numbering passed, `last_recorded` the highest step number the
-//! journal holds.
+//! every change to where a step stands goes through a method here.
+//!
+//! `next_step` is one past every step this run opened and every recorded
+//! step replayed by content that the numbering passed, `last_recorded` the
+//! highest step number the journal holds; both only grow.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,9 +29,9 @@ pub(super) struct Steps {
     /// The steps the journal held when the run started, read as reached.
     pub(super) recorded: Recorded,
     /// The highest step number in the journal.
-    pub(super) last_recorded: u64,
+    last_recorded: u64,
     /// One past the agent's last protocol step.
-    pub(super) next_step: u64,
+    next_step: u64,
     /// One past every step number the journal held or this run gave.
     next_new: u64,
     /// Steps replayed by content: proxy and MCP requests.
@@ -74,6 +75,26 @@ impl Steps {
         let step = self.next_new;
         self.next_new += 1;
         step
+    }
+
+    /// One past the agent's last protocol step.
+    pub(super) fn next_step(&self) -> u64 {
+        self.next_step
+    }
+
+    /// The numbering passed `step`, a step replayed by content, for good.
+    pub(super) fn passed(&mut self, step: u64) {
+        self.next_step = self.next_step.max(step + 1);
+    }
+
+    /// The highest step number in the journal.
+    pub(super) fn last_recorded(&self) -> u64 {
+        self.last_recorded
+    }
+
+    /// The journal holds `step` now.
+    pub(super) fn recorded_up_to(&mut self, step: u64) {
+        self.last_recorded = self.last_recorded.max(step);
     }
 
     /// The agent's protocol step takes `step`: the next one comes after it.

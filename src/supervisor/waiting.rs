@@ -172,11 +172,11 @@ impl Supervisor<'_> {
         {
             Ok(Some(_)) => {
                 self.stats.executed_steps += 1;
-                self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
+                self.steps.recorded_up_to(waiter.record.step);
                 self.answer_finished(waiter.conn, waiter.id, &waiter.record, waiter.since);
             }
             Ok(None) => {
-                self.steps.last_recorded = self.steps.last_recorded.max(waiter.record.step);
+                self.steps.recorded_up_to(waiter.record.step);
                 if waiter.since.elapsed() >= self.spec.park_after {
                     self.park(waiter);
                 } else {
