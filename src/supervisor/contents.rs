@@ -16,7 +16,7 @@ use crate::journal::{StepRecord, StepStatus};
 #[derive(Default)]
 pub(super) struct Contents {
     /// Read from the journal (on the first request by content).
-    pub(super) loaded: bool,
+    loaded: bool,
     /// Finished steps no request of this run has had, by name and args
     /// hash, earliest first.
     finished: HashMap<(String, String), VecDeque<StepRecord>>,
@@ -24,7 +24,7 @@ pub(super) struct Contents {
     /// the same request runs them again with their key.
     pending: HashMap<(String, String), VecDeque<StepRecord>>,
     /// Requests forwarded, by flight.
-    pub(super) in_flight: HashMap<u64, InFlight>,
+    in_flight: HashMap<u64, InFlight>,
     /// The last flight given.
     flights: u64,
 }
@@ -66,6 +66,16 @@ impl Contents {
     /// A `mutate` step with this name and args left in doubt.
     pub(super) fn take_pending(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
         take(&mut self.pending, name, args_hash)
+    }
+
+    /// Whether the task's recorded steps were read ([`Self::load`]).
+    pub(super) fn loaded(&self) -> bool {
+        self.loaded
+    }
+
+    /// The request of `flight` came back (answered, cut off, or given up).
+    pub(super) fn landed(&mut self, flight: u64) -> Option<InFlight> {
+        self.in_flight.remove(&flight)
     }
 
     /// A request on its way: its flight, which its end comes back with.

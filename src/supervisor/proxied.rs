@@ -152,7 +152,7 @@ impl Supervisor<'_> {
     /// its key), an agent's open step it is part of (proxy requests only),
     /// or nothing (a new step).
     fn by_content(&mut self, conn: Conn, id: &Value, wanted: &Wanted<'_>) -> ByContent {
-        if !self.steps.contents.loaded {
+        if !self.steps.contents.loaded() {
             let task = self.spec.task_id;
             match self.journal().steps_by_content(task) {
                 Ok(recorded) => self.steps.contents.load(recorded),
@@ -248,7 +248,7 @@ impl Supervisor<'_> {
 
     /// A forwarded request that ended without an answer to record.
     fn lost(&mut self, flight: u64) {
-        if let Some(flight) = self.steps.contents.in_flight.remove(&flight)
+        if let Some(flight) = self.steps.contents.landed(flight)
             && !flight.fresh
         {
             self.steps.contents.keep_pending(flight.record);
@@ -307,7 +307,7 @@ impl Supervisor<'_> {
                 return;
             }
         };
-        let Some(flight) = self.steps.contents.in_flight.remove(&flight) else {
+        let Some(flight) = self.steps.contents.landed(flight) else {
             return;
         };
         self.crashes.finished();
