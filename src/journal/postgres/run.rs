@@ -1,0 +1,141 @@
+//! A run's own transactions, the lease holder's side: renewing its lease,
+//! looking for a takeover or a cancel on its channel, its fenced step
+//! writes, and its end. The trait's methods of the same names make these
+//! again on a new connection when the old one is lost (`reconnect`).
+
+use anyhow::Result;
+
+use super::cached::Queries as _;
+use super::reconnect::Attempt;
+use super::rows::{fence, step_is_there, write_stats, write_step};
+use super::schema::NOW_MS;
+use super::{PostgresJournal, channel};
+use crate::journal::{RunEnd, RunStats, Standing, StepStatus, StepWrite, sql};
+
+impl PostgresJournal {
+    /// Renews the run's lease: one transaction.
+    pub(super) fn renew(&mut self, task: &str, run: u32) -> Result<Standing> {
+        let mut tx = self.client.transaction()?;
+        // A heartbeat need not survive a crash of the server: it does not
+        // wait for the server's disk.
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+        let row = tx.query_opt(
+            &format!(
+                "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
+                 RETURNING cancel_requested_at IS NOT NULL"
+            ),
+            &[&task, &(run as i32)],
+        )?;
+        tx.commit()?;
+        Ok(match row {
+            None => Standing::Lost,
+            Some(row) => crate::journal::standing_of(Some(run), row.get(0), run),
+        })
+    }
+
+    /// What the run's channel said since the last look, or, after a new
+    /// session replaced a lost one, what the task's row says.
+    pub(super) fn look(&mut self, task: &str, run: u32) -> Result<Standing> {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        // Polls the connection without waiting: a takeover or a cancel
+        // arrives as a notification on the task's channel.
+        let mut heard = false;
+        {
+            let mut notifications = self.client.client.notifications();
+            let mut pending = notifications.iter();
+            while pending.next()?.is_some() {
+                heard = true;
+            }
+        }
+        if !heard && !self.missed {
+            return Ok(Standing::Held);
+        }
+        let row = self.client.query_opt(sql::STANDING.postgres(), &[&task])?;
+        self.missed = false;
+        Ok(match row {
+            Some(row) => crate::journal::standing_of(
+                row.get::<_, Option<i32>>(0).map(|run| run as u32),
+                row.get(1),
+                run,
+            ),
+            None => Standing::Lost,
+        })
+    }
+
+    /// The steps and the run's counters, in one transaction. Made again
+    /// after a lost connection, a row the lost commit may have written
+    /// is written over rather than inserted twice.
+    pub(super) fn write_steps(
+        &mut self,
+        task: &str,
+        steps: &[StepWrite<'_>],
+        run: u32,
+        stats: Option<&RunStats>,
+        attempt: Attempt,
+    ) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        let opens = steps.iter().any(|write| {
+            matches!(
+                write.record.status,
+                StepStatus::Pending | StepStatus::Waiting
+            )
+        });
+        fence(&mut tx, task, run, opens)?;
+        for &StepWrite {
+            record: step,
+            fresh,
+        } in steps
+        {
+            let fresh =
+                fresh && (attempt == Attempt::First || !step_is_there(&mut tx, task, step)?);
+            write_step(&mut tx, task, step, fresh, run)?;
+        }
+        if let Some(stats) = stats {
+            write_stats(&mut tx, task, run, stats)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The end of a run, and the release of its lease if it still holds it.
+    pub(super) fn record_end(
+        &mut self,
+        task: &str,
+        run: u32,
+        end: &RunEnd,
+        stats: &RunStats,
+    ) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        tx.execute(
+            sql::END_RUN.postgres(),
+            &[
+                &task,
+                &(run as i32),
+                &end.finished_at,
+                &end.exit_code,
+                &end.error,
+                &(stats.replayed_steps as i64),
+                &(stats.executed_steps as i64),
+                &(stats.tokens_spent as i64),
+                &(stats.tokens_saved as i64),
+            ],
+        )?;
+        tx.execute(
+            sql::END_TASK_RUN.postgres(),
+            &[
+                &task,
+                &(run as i32),
+                &end.status.as_str(),
+                &end.exit_code,
+                &end.finished_at,
+            ],
+        )?;
+        // A worker may take over what this run left (interrupted, parked).
+        tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
+        // A worker's connection serves other tasks next.
+        tx.batch_execute(&format!("UNLISTEN {}", channel(task)))?;
+        tx.commit()?;
+        self.channel = None;
+        Ok(())
+    }
+}
