@@ -87,7 +87,7 @@ impl Supervisor<'_> {
         record: StepRecord,
         fresh: bool,
     ) {
-        self.crashes.started();
+        self.trial.started();
         let fault = self.take_fault(&record);
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));

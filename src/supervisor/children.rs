@@ -104,7 +104,7 @@ impl Supervisor<'_> {
         let queue = args["queue"].as_str().map(str::to_owned);
         let child = child_id(self.spec.task_id, record.step);
         // `durun test`'s kill points: before the child is made, and after.
-        self.crashes.started();
+        self.trial.started();
         if let Err(err) = self.make_child(&child, command, queue.clone()) {
             return self.write_failed(conn, &id, err);
         }

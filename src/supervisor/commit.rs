@@ -228,7 +228,7 @@ impl<'a> Supervisor<'a> {
         fresh: bool,
         started: Instant,
     ) {
-        self.crashes.finished();
+        self.trial.finished();
         record.finished_at = Some(crate::journal::now());
         self.tokens_finished += record.tokens;
         self.outbox.batch.push(Deferred {

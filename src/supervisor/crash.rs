@@ -124,10 +124,61 @@ impl FromStr for CrashAt {
     }
 }
 
+/// What `durun test` asks of this run: its kill point, its answers to
+/// model steps and its tool faults; empty in every other run.
+pub(super) struct Trial {
+    crashes: Crashes,
+    /// The reference's answers to model steps, taken as they are used.
+    seeds: Seeds,
+    /// Tool faults, each taken by its first call.
+    faults: Faults,
+}
+
+impl Trial {
+    /// What `spec` asks: nothing, outside `durun test`.
+    pub(super) fn of(spec: &super::spec::RunSpec<'_>) -> Self {
+        Self {
+            crashes: Crashes::new(spec.crash_at),
+            seeds: spec.seeds.clone().unwrap_or_default(),
+            faults: spec.faults.clone(),
+        }
+    }
+
+    /// A new step is let start (its intent durable, for `mutate`).
+    pub(super) fn started(&mut self) {
+        self.crashes.started();
+    }
+
+    /// A step's result reached durun; it is not written yet.
+    pub(super) fn finished(&mut self) {
+        self.crashes.finished();
+    }
+
+    /// The reference's next answer to a new model step with this name and
+    /// args. Nothing is looked up (or allocated) in a run without seeds.
+    pub(super) fn seed(&mut self, name: &str, args_hash: &str) -> Option<(JsonText, Value)> {
+        if self.seeds.is_empty() {
+            return None;
+        }
+        self.seeds
+            .get_mut(&(name.to_owned(), args_hash.to_owned()))
+            .and_then(VecDeque::pop_front)
+    }
+
+    /// The fault to make of a `call` with this name and args, the first
+    /// time only. Nothing is looked up in a run without faults.
+    pub(super) fn fault(&mut self, name: &str, args_hash: &str) -> Option<String> {
+        if self.faults.is_empty() {
+            return None;
+        }
+        self.faults.remove(&(name.to_owned(), args_hash.to_owned()))
+    }
+}
+
 /// Counts the run's steps as they start and finish, and kills durun at
 /// the chosen one.
 #[derive(Default)]
-pub(super) struct Crashes {
+struct Crashes {
     at: Option<CrashAt>,
     started: u64,
     finished: u64,
@@ -137,7 +188,7 @@ pub(super) struct Crashes {
 }
 
 impl Crashes {
-    pub(super) fn new(at: Option<CrashAt>) -> Self {
+    fn new(at: Option<CrashAt>) -> Self {
         Self {
             at,
             ..Self::default()
@@ -145,7 +196,7 @@ impl Crashes {
     }
 
     /// A new step is let start.
-    pub(super) fn started(&mut self) {
+    fn started(&mut self) {
         let Some(at) = self.at else { return };
         self.started += 1;
         if self.started != at.step {
@@ -169,7 +220,7 @@ impl Crashes {
     }
 
     /// A step's result reached durun; it is not written yet.
-    pub(super) fn finished(&mut self) {
+    fn finished(&mut self) {
         let Some(at) = self.at else { return };
         self.finished += 1;
         if self.finished == at.step {

@@ -222,7 +222,7 @@ impl Supervisor<'_> {
         fresh: bool,
         canonical: Option<String>,
     ) {
-        self.crashes.started();
+        self.trial.started();
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         let traceparent = self.traceparent(record.step);
         let flight = self.steps.contents.take_off(InFlight {
@@ -310,7 +310,7 @@ impl Supervisor<'_> {
         let Some(flight) = self.steps.contents.landed(flight) else {
             return;
         };
-        self.crashes.finished();
+        self.trial.finished();
         let mut record = flight.record;
         if record.step == 0 {
             // Numbered now, in the commit that writes it.

@@ -277,7 +277,7 @@ impl Supervisor<'_> {
             },
         );
         self.respond(conn, &response);
-        self.crashes.started();
+        self.trial.started();
     }
 
     /// Numbers the next step and decides, against the journal, whether it

@@ -2,8 +2,6 @@
 //! new model step answered with the reference's output, a tool call
 //! failed in place of its tool. A run without them checks an empty map.
 
-use std::collections::VecDeque;
-
 use serde_json::Value;
 
 use super::inbox::Conn;
@@ -17,12 +15,7 @@ impl Supervisor<'_> {
     /// test` gave one. Nothing is looked up (or allocated) in a run
     /// without seeds.
     pub(super) fn take_seed(&mut self, record: &StepRecord) -> Option<(JsonText, Value)> {
-        if self.seeds.is_empty() {
-            return None;
-        }
-        self.seeds
-            .get_mut(&(record.name.clone(), record.args_hash.clone()))
-            .and_then(VecDeque::pop_front)
+        self.trial.seed(&record.name, &record.args_hash)
     }
 
     /// Records a seeded step as finished with the reference's output and
@@ -34,13 +27,13 @@ impl Supervisor<'_> {
         mut record: StepRecord,
         (output, usage): (JsonText, Value),
     ) {
-        self.crashes.started();
+        self.trial.started();
         record.status = StepStatus::Committed;
         record.output = Some(output);
         record.tokens = crate::usage::tokens_of(&usage);
         record.usage = Some(JsonText::from_value(&usage));
         record.finished_at = Some(crate::journal::now());
-        self.crashes.finished();
+        self.trial.finished();
         self.tokens_finished += record.tokens;
         self.outbox.batch.push(Deferred {
             conn,
@@ -53,10 +46,6 @@ impl Supervisor<'_> {
     /// The fault `durun test` makes of a `call` like `record`, the first
     /// time only. Nothing is looked up in a run without faults.
     pub(super) fn take_fault(&mut self, record: &StepRecord) -> Option<String> {
-        if self.faults.is_empty() {
-            return None;
-        }
-        self.faults
-            .remove(&(record.name.clone(), record.args_hash.clone()))
+        self.trial.fault(&record.name, &record.args_hash)
     }
 }

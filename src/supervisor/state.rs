@@ -43,12 +43,8 @@ pub(super) struct Supervisor<'a> {
     pub(super) ending: Ending,
     /// The run's hold on its task's lease.
     pub(super) holding: Holding,
-    /// `durun test`'s kill point, if any.
-    pub(super) crashes: super::crash::Crashes,
-    /// `durun test`'s answers to model steps, taken as they are used.
-    pub(super) seeds: super::Seeds,
-    /// `durun test`'s tool faults, each taken by its first call.
-    pub(super) faults: super::Faults,
+    /// What `durun test` asks of this run (kill point, seeds, faults).
+    pub(super) trial: super::crash::Trial,
     /// The runners of child tasks without a queue (SPEC 16): how many run,
     /// and the children waiting for one of them to end.
     pub(super) children: super::runners::Runners,
