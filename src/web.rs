@@ -36,27 +36,11 @@ pub(crate) fn warm() {
 /// Why a request failed, with its causes and without its URL (messages
 /// name the URL as the user wrote it, `${VAR}`s unexpanded).
 pub(crate) fn reason(err: &reqwest::Error) -> String {
-    let mut text = String::new();
-    let mut cause: Option<&dyn std::error::Error> = Some(err);
-    let mut first = true;
-    while let Some(error) = cause {
-        let shown = if first {
-            // reqwest's own line names the URL: left out.
-            let plain = error.to_string();
-            plain
-                .split(" for url (")
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        } else {
-            error.to_string()
-        };
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&shown);
-        first = false;
-        cause = error.source();
+    // reqwest's own line ends with ` for url (URL)`: left out.
+    let line = err.to_string();
+    let head = line.split(" for url (").next().unwrap_or_default();
+    match std::error::Error::source(err) {
+        Some(cause) => format!("{head}: {}", crate::error::with_causes(cause)),
+        None => head.to_owned(),
     }
-    text
 }
