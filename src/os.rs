@@ -1,7 +1,7 @@
 //! The few Unix calls durun needs: parent-death signals, process groups,
 //! sending signals, and waiting on pipes. Safe wrappers (rustix) wherever
 //! one exists; `unsafe` is left for `pre_exec`, whose closure runs
-//! between fork and exec, and for the boot clock (see [`boot_clock`]).
+//! between fork and exec ([`before_exec`]).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
@@ -38,40 +38,37 @@ pub(crate) fn raise_open_files() {
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {
-    let parent = rustix::process::getpid();
-    let nofile = STARTED_NOFILE.get().copied();
-    // SAFETY: the closure runs between fork and exec and makes only raw
-    // system calls (prctl, setrlimit, getppid), which are async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-            if let Some(limit) = &nofile {
-                rustix::process::setrlimit(rustix::process::Resource::Nofile, *limit)?;
-            }
-            // The parent may have died before prctl took effect.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(io::Error::other("durun exited while starting the process"));
-            }
-            Ok(())
-        });
-    }
+    before_exec(command, Some(rustix::process::getpid()), None);
 }
 
 /// Makes `command` find each `(from, to)` descriptor of `fds` as `to`
-/// (a keeper's pipes, on the numbers it reads them from), and start with
-/// the open-file limit durun started with.
+/// (a keeper's pipes, on the numbers it reads them from). The callers'
+/// sources are above every target and alive in the parent until the child
+/// has started, so no dup2 overwrites another's source.
 pub(crate) fn pass_fds(command: &mut Command, fds: [(RawFd, RawFd); 2]) {
+    before_exec(command, None, Some(fds));
+}
+
+/// What a started program gets between fork and exec: the open-file limit
+/// durun started with, SIGKILL when `parent` dies, and `fds` moved.
+fn before_exec(command: &mut Command, parent: Option<Pid>, fds: Option<[(RawFd, RawFd); 2]>) {
     let nofile = STARTED_NOFILE.get().copied();
     // SAFETY: the closure runs between fork and exec and makes only raw
-    // system calls (setrlimit, dup2), which are async-signal-safe. The
-    // callers' sources are above every target and alive in the parent
-    // until the child has started, so no dup2 overwrites another's source.
+    // system calls (prctl, setrlimit, getppid, dup2), which are
+    // async-signal-safe; it neither allocates nor locks.
     unsafe {
         command.pre_exec(move || {
             if let Some(limit) = &nofile {
                 rustix::process::setrlimit(rustix::process::Resource::Nofile, *limit)?;
             }
-            for (from, to) in fds {
+            if let Some(parent) = parent {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The parent may have died before prctl took effect.
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(io::Error::other("durun exited while starting the process"));
+                }
+            }
+            for (from, to) in fds.into_iter().flatten() {
                 if libc::dup2(from, to) < 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -163,17 +160,11 @@ pub(crate) fn poll_fd(fd: &impl AsFd, flags: PollFlags) -> PollFd<'_> {
 /// Time since boot, counting time the machine was suspended: a lease must
 /// age across a laptop lid or a paused VM, which `Instant` does not see.
 ///
-/// Read through libc, which finds the vDSO in the aux vector it was given:
-/// rustix asks the kernel for it, and under valgrind, which does not map
-/// the kernel's vDSO, durun died with SIGSEGV at its first lease.
+/// rustix reads the vDSO's address as libc does (`use-libc-auxv` in
+/// Cargo.toml): asking the kernel instead, durun died with SIGSEGV at its
+/// first lease under valgrind, which does not map the kernel's vDSO.
 pub(crate) fn boot_clock() -> std::time::Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes one timespec, which `now` is; it
-    // cannot fail for a clock every Linux since 2.6.39 has.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut now) };
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     std::time::Duration::new(
         u64::try_from(now.tv_sec).unwrap_or(0),
         u32::try_from(now.tv_nsec).unwrap_or(0),

@@ -11,7 +11,6 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -139,42 +138,46 @@ pub(super) fn spawn_stderr_copier(
 /// The signals that stop a run.
 const CAUGHT: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-/// durun's stop signals, caught without a thread: the handler counts each
-/// and wakes the loop through its pipe, and the loop takes them after its
-/// wait. Dropping it restores what was there before.
+/// durun's stop signals, caught without a thread and without `unsafe`:
+/// signal-hook's handler writes a byte to the signal's own pipe, which
+/// counts it, then one to the loop's wake pipe; the loop takes the counts
+/// after its wait. Dropping it restores what was there before.
 pub(super) struct Caught {
     ids: Vec<signal_hook::SigId>,
-    counts: Arc<[AtomicU32; 3]>,
+    /// The read ends of the signals' pipes, in the order of [`CAUGHT`].
+    counts: Vec<OwnedFd>,
 }
 
 impl Caught {
     pub(super) fn new(wake: &Arc<OwnedFd>) -> std::io::Result<Self> {
         let mut caught = Self {
             ids: Vec::new(),
-            counts: Arc::default(),
+            counts: Vec::new(),
         };
-        for (slot, signal) in CAUGHT.into_iter().enumerate() {
-            let counts = Arc::clone(&caught.counts);
-            let wake = Arc::clone(wake);
-            // SAFETY: the action is async-signal-safe: an atomic add and
-            // `os::wake`, one write(2) to a non-blocking pipe; nothing that
-            // allocates or locks.
-            let id = unsafe {
-                signal_hook::low_level::register(signal, move || {
-                    counts[slot].fetch_add(1, Ordering::SeqCst);
-                    crate::os::wake(&*wake);
-                })
-            }?;
-            caught.ids.push(id);
+        for signal in CAUGHT {
+            let (count, counted) = crate::os::wake_pipe()?;
+            caught.counts.push(count);
+            // Actions run in the order they were registered: the count is
+            // in its pipe before the loop wakes to look.
+            caught
+                .ids
+                .push(signal_hook::low_level::pipe::register(signal, counted)?);
+            let wake = wake.try_clone()?;
+            caught
+                .ids
+                .push(signal_hook::low_level::pipe::register(signal, wake)?);
         }
         Ok(caught)
     }
 
     /// Hands `each` the signals caught since the last look.
     pub(super) fn take(&self, mut each: impl FnMut(i32)) {
+        let mut buffer = [0u8; 16];
         for (count, signal) in self.counts.iter().zip(CAUGHT) {
-            for _ in 0..count.swap(0, Ordering::SeqCst) {
-                each(signal);
+            while let Ok(read @ 1..) = rustix::io::read(count, &mut buffer) {
+                for _ in 0..read {
+                    each(signal);
+                }
             }
         }
     }
