@@ -1,6 +1,7 @@
 //! durun's integration tests: the real binary, real agent processes (python3),
 //! real signals, a real SQLite file, and fake LLM and API servers on loopback.
 
+mod agent_process;
 mod ahead;
 mod answers;
 mod browser;
@@ -27,7 +28,9 @@ mod mcp_torture;
 mod messages;
 mod posted;
 mod proxy;
+mod proxy_clients;
 mod proxy_faults;
+mod proxy_transport;
 mod recovery;
 mod replayed_here;
 mod restarts;
@@ -40,7 +43,9 @@ mod servers;
 mod shared;
 mod terminal;
 mod torture;
+mod torture_pipelined;
 mod traces;
+mod transfer;
 mod triggers;
 mod ui;
 mod waiting;

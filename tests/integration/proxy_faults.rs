@@ -1,15 +1,20 @@
-//! SPEC 17's proxy edges: an answer ended by closing the connection is a
-//! finished step only when it is whole by its type, and one too large to
-//! record reaches the agent whole while its step stays an attempt.
+//! The proxy when something fails: an upstream that cannot be reached or
+//! hangs, bodies too big, an agent that hangs up mid-stream, and SPEC 17's
+//! edges: an answer ended by closing the connection is a finished step
+//! only when it is whole by its type, and one too large to record reaches
+//! the agent whole while its step stays an attempt.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::env::{TestEnv, text};
+use crate::proxy::llm_env;
+use crate::servers::{FakeApi, llm_clients};
 
 /// An upstream that answers each request by its path, with no length and
 /// no chunking: the body ends when it closes the connection. Counts the
@@ -142,5 +147,195 @@ if os.environ["DURUN_RUN"] == "1":
         again.as_array().map(|a| &a[1..]),
         got.as_array().map(|a| &a[1..]),
         "the resume's answers are the first run's"
+    );
+}
+
+#[test]
+fn an_upstream_that_cannot_be_reached_gets_the_agent_a_502_naming_the_route() {
+    let mut env = TestEnv::new();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    env.set("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"));
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, urllib.request, urllib.error
+open("secret", "w").write(os.environ["DURUN_PROXY"].rsplit("/", 1)[1])
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                 data=b'{"model": "m"}', method="POST")
+try:
+    urllib.request.urlopen(request)
+except urllib.error.HTTPError as err:
+    print(err.code, json.loads(err.read())["error"]["message"])
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let printed = text(&run.stdout);
+    assert!(
+        printed.starts_with("502 durun could not reach the upstream of route `openai`"),
+        "{printed}"
+    );
+    let secret = std::fs::read_to_string(env.path("secret")).expect("the secret segment");
+    assert!(
+        !printed.contains(&secret),
+        "the 502 never names the secret: {printed}"
+    );
+    assert!(
+        !text(&run.stderr).contains(&secret),
+        "{}",
+        text(&run.stderr)
+    );
+    assert_eq!(env.inspect("t")["steps"], serde_json::json!([]));
+}
+
+#[test]
+fn big_bodies_a_hung_upstream_and_a_request_after_the_run_each_have_a_clear_outcome() {
+    let api = FakeApi::start();
+    let mut env = TestEnv::new();
+    // An upstream that takes connections and never answers.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hung_port = hung.local_addr().expect("addr").port();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[proxy.routes.api]\nenv = \"MY_API\"\nupstream = \"{}\"\n\n[proxy.routes.hung]\nenv = \"HUNG_API\"\nupstream = \"http://127.0.0.1:{hung_port}\"\n",
+            api.url.trim_end_matches('/')
+        ),
+    );
+    env.set("PROXY_FILE", env.path("proxy-url").to_string_lossy());
+    let agent = env.write(
+        "agent.py",
+        r#"
+import os, socket, urllib.request, urllib.error
+open(os.environ["PROXY_FILE"], "w").write(os.environ["MY_API"])
+def post(url, body, timeout=60):
+    request = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (socket.timeout, urllib.error.URLError) as err:
+        return "timeout"
+base = os.environ["MY_API"]
+print("50 MB, not JSON:", post(base + "/upload", b"\xff" * (50 << 20)))
+print("over 64 MiB:", post(base + "/upload", b"\xff" * (96 << 20)))
+print("hung upstream:", post(os.environ["HUNG_API"] + "/x", b"{}", timeout=1))
+"#,
+    );
+    let started = std::time::Instant::now();
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        text(&run.stdout),
+        "50 MB, not JSON: 200\nover 64 MiB: 413\nhung upstream: timeout\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a hung upstream does not hold the run's end"
+    );
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    assert_eq!(
+        steps.len(),
+        2,
+        "the upload, and the hung call's intent: {steps:?}"
+    );
+    assert_eq!(steps[0]["args"]["body"]["bytes"], 50 << 20);
+    assert_eq!(
+        steps[0]["args"]["body"]["sha256"].as_str().map(str::len),
+        Some(64)
+    );
+    assert_eq!(steps[0]["status"], "committed");
+    assert_eq!(steps[1]["name"], "hung POST /x");
+    assert_eq!(
+        steps[1]["status"], "pending",
+        "in doubt: it may have reached the API"
+    );
+    assert_eq!(api.resources(), 1);
+
+    // After the run, its proxy is gone.
+    let url = std::fs::read_to_string(env.path("proxy-url")).expect("the proxy's URL");
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .expect("port")
+        .parse::<u16>()
+        .expect("a port");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    drop(hung);
+}
+
+#[test]
+fn an_agent_that_hangs_up_mid_stream_still_gets_the_call_from_the_journal() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, server) = llm_env();
+    env.set("RELEASE", env.path("llm.port.release").to_string_lossy());
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, socket, urllib.parse
+import openai
+base = urllib.parse.urlparse(os.environ["OPENAI_BASE_URL"])
+body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "slow stream"}]})
+raw = socket.create_connection((base.hostname, base.port))
+raw.sendall((f"POST {base.path}/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+             f"content-length: {len(body)}\r\n\r\n{body}").encode())
+seen = b""
+while b"data:" not in seen:
+    seen += raw.recv(65536)
+raw.shutdown(socket.SHUT_RDWR)   # hangs up mid-stream
+raw.close()
+import time
+time.sleep(0.3)
+open(os.environ["RELEASE"], "w").close()
+time.sleep(0.5)                  # the stream goes on to its end without the agent
+# The stream went on to its end without the agent, and was recorded: the
+# agent's retry is answered from the journal.
+client = openai.OpenAI(api_key="k", max_retries=0)
+stream = client.chat.completions.create(
+    model="m", messages=[{"role": "user", "content": "slow stream"}], stream=True)
+print("".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices))
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let counts = server.counts();
+    let task = env.inspect("t");
+    let steps = task["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0]["status"], "committed");
+    assert_eq!(text(&run.stdout), "first second\n");
+    assert_eq!(
+        counts["/v1/chat/completions slow stream"], 1,
+        "the retry came from the journal"
     );
 }
