@@ -17,6 +17,7 @@ use super::inbox::{Conn, Event};
 use super::outbox::{Deferred, Then};
 use super::state::{Supervisor, Wanted};
 use super::steps::CallInFlight;
+use super::transitions::Transition;
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
@@ -87,7 +88,7 @@ impl Supervisor<'_> {
         record: StepRecord,
         fresh: bool,
     ) {
-        self.trial.started();
+        self.transition(Transition::Started);
         let fault = self.take_fault(&record);
         let step = record.step;
         let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));

@@ -17,6 +17,7 @@ use super::inbox::Conn;
 use super::outbox::{Deferred, Then};
 use super::state::{Supervisor, Wanted};
 use super::steps::Waiter;
+use super::transitions::Transition;
 use crate::journal::{NewTask, StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
@@ -103,8 +104,9 @@ impl Supervisor<'_> {
             .unwrap_or_default();
         let queue = args["queue"].as_str().map(str::to_owned);
         let child = child_id(self.spec.task_id, record.step);
-        // `durun test`'s kill points: before the child is made, and after.
-        self.trial.started();
+        // Started before the child is made: `durun test`'s kill points fall
+        // before it and after.
+        self.transition(Transition::Started);
         if let Err(err) = self.make_child(&child, command, queue.clone()) {
             return self.write_failed(conn, &id, err);
         }

@@ -32,9 +32,9 @@ use super::committer::Landed;
 use super::inbox::Conn;
 use super::outbox::{Deferred, Then};
 use super::state::Supervisor;
+use super::transitions::Transition;
 use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus};
 use crate::protocol::{ErrorCode, Response};
-use crate::report::Event as Report;
 
 impl Supervisor<'_> {
     /// Takes back a batch the committer wrote, if one is back, and runs
@@ -228,7 +228,7 @@ impl<'a> Supervisor<'a> {
         fresh: bool,
         started: Instant,
     ) {
-        self.trial.finished();
+        self.transition(Transition::Returned);
         record.finished_at = Some(crate::journal::now());
         self.tokens_finished += record.tokens;
         self.outbox.batch.push(Deferred {
@@ -247,14 +247,9 @@ impl<'a> Supervisor<'a> {
         record: &StepRecord,
         started: Instant,
     ) {
-        self.reporter.report(&Report::StepFinished {
-            step: record.step,
-            name: &record.name,
-            status: record.status,
-            elapsed: started.elapsed(),
-            tokens: record.tokens,
-            error: record.error.as_ref().map(|error| error.message.as_str()),
+        self.transition(Transition::Finished {
             record,
+            elapsed: started.elapsed(),
         });
         let step = record.step;
         let response = match (record.kind, record.status) {

@@ -6,10 +6,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
 
+use super::transitions::Transition;
 use crate::json_text::JsonText;
 
 /// The model steps of `durun test`'s reference run (steps that reported
@@ -132,6 +135,9 @@ pub(super) struct Trial {
     seeds: Seeds,
     /// Tool faults, each taken by its first call.
     faults: Faults,
+    /// The chosen step finished before its `during` kill came: the kill
+    /// is off (it would land in another step).
+    called_off: Arc<AtomicBool>,
 }
 
 impl Trial {
@@ -141,17 +147,29 @@ impl Trial {
             crashes: Crashes::new(spec.crash_at),
             seeds: spec.seeds.clone().unwrap_or_default(),
             faults: spec.faults.clone(),
+            called_off: Arc::default(),
         }
     }
 
-    /// A new step is let start (its intent durable, for `mutate`).
-    pub(super) fn started(&mut self) {
-        self.crashes.started();
-    }
-
-    /// A step's result reached durun; it is not written yet.
-    pub(super) fn finished(&mut self) {
-        self.crashes.finished();
+    /// Kills durun where its kill point says, as the step transitions
+    /// come.
+    pub(super) fn observe(&mut self, transition: &Transition<'_>) {
+        match self.crashes.observe(transition) {
+            None => {}
+            Some(Crash::Now) => die(),
+            Some(Crash::After(delay)) => {
+                let called_off = Arc::clone(&self.called_off);
+                let _ = std::thread::Builder::new()
+                    .name("crash".into())
+                    .spawn(move || {
+                        std::thread::sleep(delay);
+                        if !called_off.load(Ordering::SeqCst) {
+                            die();
+                        }
+                    });
+            }
+            Some(Crash::CallOff) => self.called_off.store(true, Ordering::SeqCst),
+        }
     }
 
     /// The reference's next answer to a new model step with this name and
@@ -175,16 +193,24 @@ impl Trial {
     }
 }
 
-/// Counts the run's steps as they start and finish, and kills durun at
-/// the chosen one.
+/// What a kill point asks at a transition.
+#[derive(Debug, PartialEq, Eq)]
+enum Crash {
+    /// SIGKILL durun now.
+    Now,
+    /// SIGKILL durun after this long, unless called off.
+    After(Duration),
+    /// The step the kill waits for finished first: no kill.
+    CallOff,
+}
+
+/// Counts the run's steps as they start and return, and says when the
+/// chosen one is reached. Pure: [`Trial::observe`] carries it out.
 #[derive(Default)]
 struct Crashes {
     at: Option<CrashAt>,
     started: u64,
-    finished: u64,
-    /// The chosen step finished before its `during` kill came: the kill
-    /// is off (it would land in another step).
-    too_late: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    returned: u64,
 }
 
 impl Crashes {
@@ -195,42 +221,30 @@ impl Crashes {
         }
     }
 
-    /// A new step is let start.
-    fn started(&mut self) {
-        let Some(at) = self.at else { return };
-        self.started += 1;
-        if self.started != at.step {
-            return;
-        }
-        match at.point {
-            Point::Before => die(),
-            Point::During => {
-                let too_late = std::sync::Arc::clone(&self.too_late);
-                let _ = std::thread::Builder::new()
-                    .name("crash".into())
-                    .spawn(move || {
-                        std::thread::sleep(at.delay);
-                        if !too_late.load(std::sync::atomic::Ordering::SeqCst) {
-                            die();
-                        }
-                    });
+    fn observe(&mut self, transition: &Transition<'_>) -> Option<Crash> {
+        let at = self.at?;
+        match transition {
+            Transition::Started => {
+                self.started += 1;
+                (self.started == at.step).then_some(())?;
+                match at.point {
+                    Point::Before => Some(Crash::Now),
+                    Point::During => Some(Crash::After(at.delay)),
+                    Point::After => None,
+                }
             }
-            Point::After => {}
-        }
-    }
-
-    /// A step's result reached durun; it is not written yet.
-    fn finished(&mut self) {
-        let Some(at) = self.at else { return };
-        self.finished += 1;
-        if self.finished == at.step {
-            match at.point {
-                Point::After => die(),
-                Point::During => self
-                    .too_late
-                    .store(true, std::sync::atomic::Ordering::SeqCst),
-                Point::Before => {}
+            Transition::Returned => {
+                self.returned += 1;
+                (self.returned == at.step).then_some(())?;
+                match at.point {
+                    Point::After => Some(Crash::Now),
+                    Point::During => Some(Crash::CallOff),
+                    Point::Before => None,
+                }
             }
+            Transition::Opened { .. }
+            | Transition::Replayed { .. }
+            | Transition::Finished { .. } => None,
         }
     }
 }
@@ -262,5 +276,48 @@ mod tests {
         );
         assert!("x:before".parse::<CrashAt>().is_err());
         assert!("2:sometime".parse::<CrashAt>().is_err());
+    }
+
+    /// Feeds a run's transitions to a kill point and returns what it asked
+    /// at each.
+    fn walk(at: &str, transitions: &[Transition<'_>]) -> Vec<Option<Crash>> {
+        let mut crashes = Crashes::new(Some(at.parse().expect("a kill point")));
+        transitions
+            .iter()
+            .map(|transition| crashes.observe(transition))
+            .collect()
+    }
+
+    #[test]
+    fn a_kill_point_falls_at_its_steps_transition_and_only_there() {
+        let opened = Transition::Opened {
+            step: 1,
+            name: "s",
+            attempt: 1,
+        };
+        let replayed = Transition::Replayed { step: 1, name: "s" };
+        let (started, returned) = (Transition::Started, Transition::Returned);
+        // Steps opened or replayed are not counted; the second started is.
+        assert_eq!(
+            walk("2:before", &[replayed, opened, started, returned, started]),
+            [None, None, None, None, Some(Crash::Now)]
+        );
+        assert_eq!(
+            walk("1:during:250", &[opened, started, returned]),
+            [
+                None,
+                Some(Crash::After(Duration::from_millis(250))),
+                Some(Crash::CallOff)
+            ]
+        );
+        assert_eq!(
+            walk(
+                "2:after",
+                &[started, returned, started, started, returned, returned]
+            ),
+            [None, None, None, None, Some(Crash::Now), None]
+        );
+        let mut none = Crashes::new(None);
+        assert_eq!(none.observe(&started), None);
     }
 }

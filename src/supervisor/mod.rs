@@ -38,6 +38,7 @@ mod state;
 mod steps;
 mod stopping;
 mod stops;
+mod transitions;
 mod waiting;
 
 pub(crate) use crash::{CrashAt, FAULTS, Faults, Point, SEEDS, Seeds, load_seeds, parse_faults};

@@ -20,6 +20,7 @@ use super::decide::{ByContent as Decided, decide_by_content};
 use super::inbox::{Conn, PROXY};
 use super::outbox::{Deferred, ProxyThen, Then};
 use super::state::{Supervisor, Wanted};
+use super::transitions::Transition;
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
@@ -200,7 +201,7 @@ impl Supervisor<'_> {
         };
         record.effect = wanted.effect;
         if record.step != 0 {
-            self.reporter.report(&Report::StepStarted {
+            self.transition(Transition::Opened {
                 step: record.step,
                 name: &record.name,
                 attempt: record.attempts,
@@ -222,7 +223,7 @@ impl Supervisor<'_> {
         fresh: bool,
         canonical: Option<String>,
     ) {
-        self.trial.started();
+        self.transition(Transition::Started);
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         let traceparent = self.traceparent(record.step);
         let flight = self.steps.contents.take_off(InFlight {
@@ -310,7 +311,7 @@ impl Supervisor<'_> {
         let Some(flight) = self.steps.contents.landed(flight) else {
             return;
         };
-        self.trial.finished();
+        self.transition(Transition::Returned);
         let mut record = flight.record;
         if record.step == 0 {
             // Numbered now, in the commit that writes it.
@@ -375,14 +376,9 @@ impl Supervisor<'_> {
                     // from the journal.
                     self.steps.contents.keep_finished(record.clone());
                 }
-                self.reporter.report(&Report::StepFinished {
-                    step: record.step,
-                    name: &record.name,
-                    status: record.status,
-                    elapsed: started.elapsed(),
-                    tokens: record.tokens,
-                    error: record.error.as_ref().map(|error| error.message.as_str()),
+                self.transition(Transition::Finished {
                     record: &record,
+                    elapsed: started.elapsed(),
                 });
                 let _ = reply.send(());
             }

@@ -22,6 +22,7 @@ use super::outbox::{Deferred, Then};
 use super::recorded::Recorded;
 use super::state::{Supervisor, Wanted};
 use super::steps::{NotOpen, OpenStep};
+use super::transitions::Transition;
 use crate::error::{Failure, Kind};
 use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
@@ -277,7 +278,7 @@ impl Supervisor<'_> {
             },
         );
         self.respond(conn, &response);
-        self.trial.started();
+        self.transition(Transition::Started);
     }
 
     /// Numbers the next step and decides, against the journal, whether it
@@ -342,7 +343,7 @@ impl Supervisor<'_> {
             }
         };
         record.effect = wanted.effect;
-        self.reporter.report(&Report::StepStarted {
+        self.transition(Transition::Opened {
             step,
             name: wanted.name,
             attempt: record.attempts,
@@ -355,7 +356,7 @@ impl Supervisor<'_> {
     pub(super) fn count_replayed(&mut self, record: &StepRecord) {
         self.stats.replayed_steps += 1;
         self.stats.tokens_saved += record.tokens;
-        self.reporter.report(&Report::StepReplayed {
+        self.transition(Transition::Replayed {
             step: record.step,
             name: &record.name,
         });

@@ -6,8 +6,8 @@ use serde_json::Value;
 use super::inbox::Conn;
 use super::outbox::{Deferred, Then};
 use super::state::Supervisor;
+use super::transitions::Transition;
 use crate::protocol::{Effect, ErrorCode, Response};
-use crate::report::Event as Report;
 
 impl Supervisor<'_> {
     /// Opens a step that failed in this run again, as its next attempt
@@ -29,7 +29,7 @@ impl Supervisor<'_> {
             return;
         }
         let record = self.next_attempt(record);
-        self.reporter.report(&Report::StepStarted {
+        self.transition(Transition::Opened {
             step,
             name: &record.name,
             attempt: record.attempts,

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::inbox::Conn;
 use super::outbox::{Deferred, Then};
 use super::state::Supervisor;
+use super::transitions::Transition;
 use crate::journal::{StepRecord, StepStatus};
 use crate::json_text::JsonText;
 
@@ -27,13 +28,13 @@ impl Supervisor<'_> {
         mut record: StepRecord,
         (output, usage): (JsonText, Value),
     ) {
-        self.trial.started();
+        self.transition(Transition::Started);
         record.status = StepStatus::Committed;
         record.output = Some(output);
         record.tokens = crate::usage::tokens_of(&usage);
         record.usage = Some(JsonText::from_value(&usage));
         record.finished_at = Some(crate::journal::now());
-        self.trial.finished();
+        self.transition(Transition::Returned);
         self.tokens_finished += record.tokens;
         self.outbox.batch.push(Deferred {
             conn,
