@@ -13,6 +13,7 @@ use super::inbox::Events;
 use super::outbox::Outbox;
 use super::spec::RunSpec;
 use super::steps::Steps;
+use super::transitions::Transition;
 use crate::journal::{Journal, RunStats, StepKind};
 use crate::protocol::Effect;
 use crate::report::Reporter;
@@ -67,4 +68,14 @@ pub(super) struct Wanted<'a> {
     pub(super) canonical: &'a str,
     /// The tool wants an operator to decide before a step in doubt runs again.
     pub(super) ask_first: bool,
+}
+
+impl Supervisor<'_> {
+    /// Hands `transition` to every observer.
+    pub(super) fn transition(&mut self, transition: Transition<'_>) {
+        self.trial.observe(&transition);
+        if let Some(event) = transition.report() {
+            self.reporter.report(&event);
+        }
+    }
 }

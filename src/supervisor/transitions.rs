@@ -1,12 +1,11 @@
 //! A step's changes of state as one feed. The rooms say what happened to
-//! a step ([`Supervisor::transition`]); the observers read the feed: the
+//! a step (`Supervisor::transition`, in `state`); the observers read the feed: the
 //! reporter (progress line, spans) and `durun test`'s kill points
-//! ([`super::crash::Trial`]). Neither has a hook of its own in the rooms,
+//! (`crash::Trial`). Neither has a hook of its own in the rooms,
 //! and a new observer (an event stream) reads the same transitions.
 
 use std::time::Duration;
 
-use super::state::Supervisor;
 use crate::journal::StepRecord;
 use crate::report::Event as Report;
 
@@ -36,7 +35,7 @@ pub(super) enum Transition<'a> {
 
 impl Transition<'_> {
     /// What the reporter shows of it, if anything.
-    fn report(&self) -> Option<Report<'_>> {
+    pub(super) fn report(&self) -> Option<Report<'_>> {
         match *self {
             Transition::Opened {
                 step,
@@ -58,16 +57,6 @@ impl Transition<'_> {
                 error: record.error.as_ref().map(|error| error.message.as_str()),
                 record,
             }),
-        }
-    }
-}
-
-impl Supervisor<'_> {
-    /// Hands `transition` to every observer.
-    pub(super) fn transition(&mut self, transition: Transition<'_>) {
-        self.trial.observe(&transition);
-        if let Some(event) = transition.report() {
-            self.reporter.report(&event);
         }
     }
 }
