@@ -17,6 +17,8 @@ mod store;
 #[cfg(test)]
 mod story;
 mod transfer;
+pub(crate) mod tx;
+pub(crate) mod writes;
 
 pub(crate) use crate::clock::{now, now_ms};
 pub(crate) use explain::{connection_lost, explain};

@@ -1,8 +1,10 @@
 //! The queries both backends run, written once: in PostgreSQL's `$N`
 //! placeholders, read by SQLite as `?N` (the same numbered parameters).
-//! The schema and the queries where the dialects differ (`greatest` and
-//! `max`, `FOR UPDATE`, `json_each` and `ANY`, `NOTIFY`, casts) stay with
-//! each backend.
+//! A closing lock clause (`FOR UPDATE`, `FOR SHARE`) is PostgreSQL's
+//! alone: SQLite's write transaction (`IMMEDIATE`) holds the whole file
+//! already, so its text leaves the clause out. The schema and the queries
+//! where the dialects differ otherwise (`greatest` and `max`, `json_each`
+//! and `ANY`, `NOTIFY`, casts) stay with each backend.
 
 use std::sync::OnceLock;
 
@@ -43,10 +45,16 @@ impl Sql {
         }
     }
 
-    /// `?N` for `$N`, made once.
+    /// `?N` for `$N`, without a closing lock clause; made once.
     pub(crate) fn sqlite(&self) -> &str {
-        self.sqlite
-            .get_or_init(|| self.postgres().replace('$', "?"))
+        self.sqlite.get_or_init(|| {
+            let text = self.postgres();
+            let text = [" FOR UPDATE", " FOR SHARE"]
+                .iter()
+                .find_map(|clause| text.strip_suffix(clause))
+                .unwrap_or(text);
+            text.replace('$', "?")
+        })
     }
 }
 
@@ -237,6 +245,13 @@ pub(crate) static CANCEL_FREE: Sql = Sql::new(
 /// A task, and its rows with it (ON DELETE CASCADE).
 pub(crate) static DELETE_TASK: Sql = Sql::new("DELETE FROM tasks WHERE id = $1");
 
+/// Finished tasks last updated before a time, with their leases, locked:
+/// what `durun gc` may delete.
+pub(crate) static GC_CANDIDATES: Sql = Sql::new(
+    "SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks
+     WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1 FOR UPDATE",
+);
+
 /// A task whose agent never started.
 pub(crate) static FORGET_UNSTARTED: Sql = Sql::new(
     "DELETE FROM tasks WHERE id = $1 AND runs = 1 AND status = 'failed'
@@ -250,6 +265,37 @@ pub(crate) static SET_MAX_TOKENS: Sql = Sql::new("UPDATE tasks SET max_tokens = 
 /// Who holds the task, and whether it was cancelled.
 pub(crate) static STANDING: Sql =
     Sql::new("SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1");
+
+/// The fence of a run's write: who holds the task and whether it was
+/// cancelled, read `FOR SHARE` so that no takeover or cancel commits
+/// before the write does.
+pub(crate) static FENCE: Sql = Sql::new(
+    "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
+);
+
+/// The oldest signal of a name not taken yet, locked: of two runners only
+/// the lease holder gets this far, and still no signal is taken twice.
+pub(crate) static NEXT_SIGNAL: Sql = Sql::made(|| {
+    format!(
+        "SELECT id, {SIGNAL_COLUMNS} FROM signals
+         WHERE task_id = $1 AND name = $2 AND taken_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE"
+    )
+});
+
+/// The live steps from a step number on, locked, in order: what
+/// `resume --from-step` takes out.
+pub(crate) static DISCARDABLE: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps
+         WHERE task_id = $1 AND step_index >= $2 AND status <> 'discarded' ORDER BY step_index FOR UPDATE"
+    )
+});
+
+/// Whether a step has a live row (a commit whose outcome was lost may have
+/// written it).
+pub(crate) static STEP_IS_THERE: Sql = Sql::new(
+    "SELECT EXISTS (SELECT 1 FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded')",
+);
 
 /// A new step row.
 pub(crate) static INSERT_STEP: Sql = Sql::new(
@@ -311,9 +357,14 @@ mod tests {
             &CANCEL_HELD,
             &CANCEL_FREE,
             &DELETE_TASK,
+            &GC_CANDIDATES,
             &FORGET_UNSTARTED,
             &SET_MAX_TOKENS,
             &STANDING,
+            &FENCE,
+            &NEXT_SIGNAL,
+            &DISCARDABLE,
+            &STEP_IS_THERE,
             &INSERT_STEP,
             &UPDATE_STEP,
             &WRITE_STATS,
@@ -327,7 +378,9 @@ mod tests {
                 );
             }
             assert!(!sql.sqlite().contains('$'), "{}", sql.sqlite());
+            assert!(!sql.sqlite().contains(" FOR "), "{}", sql.sqlite());
         }
+        assert!(FENCE.postgres().ends_with(" FOR SHARE"));
         assert_eq!(
             TAKE_SIGNAL.sqlite(),
             TAKE_SIGNAL

@@ -8,15 +8,17 @@
 use anyhow::Result;
 use serde_json::Value;
 
+use super::tx::{Transact, committed};
 use super::{
     NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
     StepRecord, TaskRecord, TaskRows, WorkerRecord,
 };
+use super::{sql, writes};
 use crate::config::SyncMode;
 use crate::lease::Holder;
 
 /// Storage for tasks, runs and steps.
-pub(crate) trait Journal: Signals + Transfer + Queue + Send {
+pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// Sets how hard commits are pushed to disk from now on.
     fn set_sync(&mut self, sync: SyncMode) -> Result<()>;
     /// Whether the journal still answers: a connection that sat idle may
@@ -107,15 +109,26 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Send {
         steps: &[StepWrite<'_>],
         run: u32,
         stats: Option<&RunStats>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        committed(self, |tx| {
+            writes::put_steps(tx, task, steps, run, stats, false)
+        })
+    }
     /// Stores the task's final output; fenced like [`Journal::put_steps`].
-    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()>;
+    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
+        let output = serde_json::to_string(output)?;
+        committed(self, |tx| writes::set_output(tx, task, run, &output))
+    }
     /// Closes the run and, if it still holds the lease, releases it and
     /// records the task's status (`cancelled` if a cancel came meanwhile).
-    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()>;
+    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
+        committed(self, |tx| writes::end_run(tx, task, run, end, stats))
+    }
     /// Takes steps `step` and later out of replay (kept as `discarded`) and
     /// returns them as they were; fenced like [`Journal::put_steps`].
-    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>>;
+    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
+        committed(self, |tx| writes::discard_from(tx, task, run, step))
+    }
     /// Settles a step by hand and keeps the resolution; refused while a live
     /// runner holds the task.
     fn resolve(
@@ -124,25 +137,45 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Send {
         step: u64,
         resolution: &Resolution,
         me: &Holder,
-    ) -> Result<StepRecord>;
+    ) -> Result<StepRecord> {
+        let stale = self.stale();
+        committed(self, |tx| {
+            writes::resolve(tx, task, step, resolution, (me, stale))
+        })
+    }
     /// Cancels the task for good: from this commit on no run may start and
     /// no running one may open a step. Returns whether a live runner holds
     /// it (it is told, and stops its agent).
-    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool>;
+    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
+        let stale = self.stale();
+        committed(self, |tx| writes::request_cancel(tx, task, (me, stale)))
+    }
     /// Deletes finished tasks (completed, failed, cancelled) last updated
     /// before `finished_before`, never one a live runner holds; returns
     /// their ids.
-    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>>;
+    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
+        let stale = self.stale();
+        committed(self, |tx| writes::gc(tx, finished_before, (me, stale)))
+    }
     /// Sets the task's token budget (SPEC 9); `None` removes it.
-    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()>;
+    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
+        committed(self, |tx| {
+            tx.execute(&sql::SET_MAX_TOKENS, &[task.into(), max_tokens.into()])?;
+            Ok(())
+        })
+    }
     /// Removes a task whose first and only run failed before the agent
     /// opened a step or was sent a signal: nothing of it is worth keeping
     /// or resuming. True when it was removed.
-    fn forget_unstarted(&mut self, task: &str) -> Result<bool>;
+    fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
+        committed(self, |tx| {
+            Ok(tx.execute(&sql::FORGET_UNSTARTED, &[task.into()])? > 0)
+        })
+    }
 }
 
 /// Signals for `wait` steps (SPEC 8), on every backend.
-pub(crate) trait Signals {
+pub(crate) trait Signals: Transact {
     /// Records a signal for the task and wakes a live runner of it;
     /// false when a signal with the same `signal_id` was recorded before
     /// (nothing is written then).
@@ -163,7 +196,9 @@ pub(crate) trait Signals {
         run: u32,
         step: &mut StepRecord,
         fresh: bool,
-    ) -> Result<Option<SignalRecord>>;
+    ) -> Result<Option<SignalRecord>> {
+        committed(self, |tx| writes::take_signal(tx, task, run, step, fresh))
+    }
 }
 
 /// A task's rows out of and into a journal (SPEC 10).
@@ -179,7 +214,7 @@ pub(crate) trait Transfer {
 }
 
 /// The queue of submitted tasks and the workers that take them (SPEC 11).
-pub(crate) trait Queue {
+pub(crate) trait Queue: Transact {
     /// Tasks of `queues` a worker might take (SPEC 11), oldest submitted
     /// first, at most `limit` after the first `offset`: queued, running
     /// (the caller checks the lease), interrupted, waiting and sleeping
@@ -241,7 +276,14 @@ pub(crate) trait Queue {
     /// Counts the task's retry (it had `used`) and leaves it interrupted
     /// for a worker to claim, in one transaction; false if another worker
     /// did first or the task is no longer failed.
-    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool>;
+    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
+        let mut retried = false;
+        self.transact(&mut |tx| {
+            retried = writes::start_retry(tx, task, used)?;
+            Ok(retried)
+        })?;
+        Ok(retried)
+    }
     /// The tasks whose id starts with `prefix` (a parent's children,
     /// `PARENT-s`), in id order.
     fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>>;

@@ -16,6 +16,7 @@ mod run;
 mod schema;
 mod signals;
 mod transfer;
+mod tx;
 
 use cached::Queries as _;
 use std::time::Duration;
@@ -23,20 +24,19 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use rows::{TASK_COLUMNS, fence, lease_at, lease_of, step_from_row, task_from_row};
+use rows::{TASK_COLUMNS, lease_at, step_from_row, task_from_row};
 use schema::NOW_MS;
 
 pub(crate) use open::describe;
 
 use super::rows::STEP_COLUMNS;
 use super::{
-    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
-    StepRecord, StepWrite, TaskRecord,
+    Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord, StepWrite,
+    TaskRecord,
 };
 use crate::config::SyncMode;
-use crate::error::Failure;
 use crate::journal::sql;
-use crate::json_text::JsonText;
+use crate::journal::writes;
 use crate::lease::{self, Holder};
 
 pub(crate) struct PostgresJournal {
@@ -316,8 +316,7 @@ impl Journal for PostgresJournal {
         let output = serde_json::to_string(output)?;
         self.again(|journal, _| {
             let mut tx = journal.client.transaction()?;
-            fence(&mut tx, task, run, false)?;
-            tx.execute(sql::SET_OUTPUT.postgres(), &[&task, &output, &super::now()])?;
+            writes::set_output(&mut tx, task, run, &output)?;
             tx.commit()?;
             Ok(())
         })
@@ -328,129 +327,6 @@ impl Journal for PostgresJournal {
         // transaction): the run's end is still worth recording, on a new
         // one. It changes the task only if the run holds the lease.
         self.again(|journal, _| journal.record_end(task, run, end, stats))
-    }
-
-    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
-        let mut tx = self.client.transaction()?;
-        fence(&mut tx, task, run, true)?;
-        let rows = tx.query(
-            &format!(
-                "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index >= $2 AND status <> 'discarded'
-                 ORDER BY step_index FOR UPDATE"
-            ),
-            &[&task, &(step as i64)],
-        )?;
-        let discarded = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        tx.execute(sql::DISCARD_FROM.postgres(), &[&task, &(step as i64)])?;
-        tx.commit()?;
-        Ok(discarded)
-    }
-
-    fn resolve(
-        &mut self,
-        task: &str,
-        step: u64,
-        resolution: &Resolution,
-        me: &Holder,
-    ) -> Result<StepRecord> {
-        let mut tx = self.client.transaction()?;
-        if let (Some(lease), server_now) = lease_of(&mut tx, task)?
-            && lease::is_live(&lease, me, server_now, self.stale)
-        {
-            return Err(super::locked(task, &lease).into());
-        }
-        let row = tx.query_opt(sql::LIVE_STEP.postgres(), &[&task, &(step as i64)])?;
-        let Some(row) = row else {
-            return Err(Failure::config(format!("task {task} has no step {step}"))
-                .hint(format!("`durun inspect {task}` lists its steps"))
-                .into());
-        };
-        let mut record = step_from_row(&row)?;
-        let value = super::apply_resolution(&mut record, resolution);
-        let (error_code, error) = match &record.error {
-            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-            None => (None, None),
-        };
-        tx.execute(
-            sql::RESOLVE_STEP.postgres(),
-            &[
-                &task,
-                &(step as i64),
-                &record.status.as_str(),
-                &record.output.as_ref().map(JsonText::as_str),
-                &error_code,
-                &error,
-                &record.finished_at,
-                &record.resolution.map(ResolutionKind::as_str),
-            ],
-        )?;
-        tx.execute(
-            sql::INSERT_RESOLUTION.postgres(),
-            &[
-                &task,
-                &(step as i64),
-                &resolution.action.kind().as_str(),
-                &value,
-                &resolution.by,
-                &resolution.at,
-            ],
-        )?;
-        tx.commit()?;
-        Ok(record)
-    }
-
-    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
-        let mut tx = self.client.transaction()?;
-        let now = super::now();
-        let (lease, server_now) = lease_of(&mut tx, task)?;
-        let live = lease.is_some_and(|lease| lease::is_live(&lease, me, server_now, self.stale));
-        if live {
-            // The runner keeps its lease to record what finishes, but may
-            // open no step: every write it makes checks this mark.
-            tx.execute(sql::CANCEL_HELD.postgres(), &[&task, &now])?;
-            tx.execute("SELECT pg_notify($1, 'cancel')", &[&channel(task)])?;
-        } else {
-            tx.execute(sql::CANCEL_FREE.postgres(), &[&task, &now])?;
-        }
-        tx.commit()?;
-        Ok(live)
-    }
-
-    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
-        let mut tx = self.client.transaction()?;
-        let rows = tx.query(
-            &format!("SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS} FROM tasks
-                      WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1 FOR UPDATE"),
-            &[&finished_before],
-        )?;
-        let now_ms = rows.first().map_or(0, |row| row.get::<_, i64>(6));
-        let mut removed = Vec::new();
-        for row in &rows {
-            let id: String = row.get(0);
-            if lease_at(row, 1).is_some_and(|lease| lease::is_live(&lease, me, now_ms, self.stale))
-            {
-                continue;
-            }
-            tx.execute(sql::DELETE_TASK.postgres(), &[&id])?;
-            removed.push(id);
-        }
-        tx.commit()?;
-        Ok(removed)
-    }
-
-    fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
-        let removed = self
-            .client
-            .execute(sql::FORGET_UNSTARTED.postgres(), &[&task])?;
-        Ok(removed > 0)
-    }
-
-    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
-        self.client.execute(
-            sql::SET_MAX_TOKENS.postgres(),
-            &[&task, &max_tokens.map(|max| max as i64)],
-        )?;
-        Ok(())
     }
 }
 

@@ -146,18 +146,6 @@ impl Queue for PostgresJournal {
         retryable(&mut self.client)
     }
 
-    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
-        let mut tx = self.client.transaction()?;
-        let counted = tx.execute(sql::COUNT_RETRY.postgres(), &[&task, &(used as i32)])?;
-        let retried = tx.execute(sql::RETRY_TASK.postgres(), &[&task, &crate::journal::now()])?;
-        if counted == 1 && retried == 1 {
-            tx.commit()?;
-            Ok(true)
-        } else {
-            Ok(false)
-        }
-    }
-
     fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
         let length = prefix.chars().count() as i32;
         let rows = self.client.query(

@@ -9,10 +9,8 @@ use postgres::Row;
 use super::cached::Tx;
 
 use super::schema::NOW_MS;
-pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
-use crate::journal::rows::{self, SignalColumns, StepColumns, StepTexts, TaskColumns};
-use crate::journal::sql;
-use crate::journal::{ResolutionKind, RunStats, StepRecord, TaskRecord};
+use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::{StepRecord, TaskRecord};
 use crate::lease::Lease;
 
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
@@ -26,7 +24,7 @@ pub(super) fn lease_at(row: &Row, first: usize) -> Option<Lease> {
     )
 }
 
-/// The [`SIGNAL_COLUMNS`] starting at `first`.
+/// The [`crate::journal::rows::SIGNAL_COLUMNS`] starting at `first`.
 pub(super) fn signal_at(row: &Row, first: usize) -> SignalColumns<'_> {
     SignalColumns {
         name: row.get(first),
@@ -102,108 +100,6 @@ pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
     .record()
 }
 
-/// Whether the step has a live row (a commit whose outcome was lost may
-/// have written it).
-pub(super) fn step_is_there(tx: &mut Tx<'_>, task: &str, step: &StepRecord) -> Result<bool> {
-    let row = tx.query_one(
-        "SELECT EXISTS (SELECT 1 FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded')",
-        &[&task, &(step.step as i64)],
-    )?;
-    Ok(row.get(0))
-}
-
-/// Inserts (`fresh`) or updates one step's row.
-pub(super) fn write_step(
-    tx: &mut Tx<'_>,
-    task: &str,
-    step: &StepRecord,
-    fresh: bool,
-    run: u32,
-) -> Result<()> {
-    let StepTexts {
-        output,
-        usage,
-        error_code,
-        error,
-    } = StepTexts::of(step);
-    let index = step.step as i64;
-    let attempts = step.attempts as i32;
-    let tokens = step.tokens as i64;
-    let run_number = run as i32;
-    let seen_from = step.seen_from.map(|step| step as i64);
-    if fresh {
-        tx.execute(
-            sql::INSERT_STEP.postgres(),
-            &[
-                &task,
-                &index,
-                &step.name,
-                &step.kind.as_str(),
-                &step.effect.as_str(),
-                &step.args.as_str(),
-                &step.args_hash,
-                &step.idempotency_key,
-                &step.status.as_str(),
-                &attempts,
-                &output,
-                &error_code,
-                &error,
-                &usage,
-                &tokens,
-                &run_number,
-                &step.created_at,
-                &step.started_at,
-                &step.finished_at,
-                &step.resolution.map(ResolutionKind::as_str),
-                &seen_from,
-                &step.wake_at,
-            ],
-        )?;
-    } else {
-        let changed = tx.execute(
-            sql::UPDATE_STEP.postgres(),
-            &[
-                &task,
-                &index,
-                &step.status.as_str(),
-                &attempts,
-                &output,
-                &error_code,
-                &error,
-                &usage,
-                &tokens,
-                &run_number,
-                &step.started_at,
-                &step.finished_at,
-                &step.resolution.map(ResolutionKind::as_str),
-                &seen_from,
-                &step.wake_at,
-            ],
-        )?;
-        anyhow::ensure!(
-            changed == 1,
-            "step {} of task {task} is missing from the journal",
-            step.step
-        );
-    }
-    Ok(())
-}
-
-pub(super) fn write_stats(tx: &mut Tx<'_>, task: &str, run: u32, stats: &RunStats) -> Result<()> {
-    tx.execute(
-        sql::WRITE_STATS.postgres(),
-        &[
-            &task,
-            &(run as i32),
-            &(stats.replayed_steps as i64),
-            &(stats.executed_steps as i64),
-            &(stats.tokens_spent as i64),
-            &(stats.tokens_saved as i64),
-        ],
-    )?;
-    Ok(())
-}
-
 /// The task's lease, locked until the transaction ends, and the server's
 /// clock.
 pub(super) fn lease_of(tx: &mut Tx<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
@@ -218,23 +114,4 @@ pub(super) fn lease_of(tx: &mut Tx<'_>, task: &str) -> Result<(Option<Lease>, i6
         Some(row) => (lease_at(&row, 0), row.get(5)),
         None => (None, 0),
     })
-}
-
-/// The fence of a run's write: the task's holder and cancel mark, read
-/// `FOR SHARE` so that no takeover or cancel commits before this
-/// transaction does.
-pub(super) fn fence(tx: &mut Tx<'_>, task: &str, run: u32, opens: bool) -> Result<()> {
-    let row = tx.query_opt(
-        "SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1 FOR SHARE",
-        &[&task],
-    )?;
-    let (lease_run, cancelled) = match row {
-        Some(row) => (
-            row.get::<_, Option<i32>>(0).map(|run| run as u32),
-            row.get(1),
-        ),
-        None => (None, false),
-    };
-    crate::journal::fence(lease_run, cancelled, run, opens)?;
-    Ok(())
 }

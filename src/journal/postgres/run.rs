@@ -7,10 +7,10 @@ use anyhow::Result;
 
 use super::cached::Queries as _;
 use super::reconnect::Attempt;
-use super::rows::{fence, step_is_there, write_stats, write_step};
 use super::schema::NOW_MS;
 use super::{PostgresJournal, channel};
-use crate::journal::{RunEnd, RunStats, Standing, StepStatus, StepWrite, sql};
+use crate::journal::writes;
+use crate::journal::{RunEnd, RunStats, Standing, StepWrite, sql};
 
 impl PostgresJournal {
     /// Renews the run's lease: one transaction.
@@ -74,25 +74,8 @@ impl PostgresJournal {
         attempt: Attempt,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        let opens = steps.iter().any(|write| {
-            matches!(
-                write.record.status,
-                StepStatus::Pending | StepStatus::Waiting
-            )
-        });
-        fence(&mut tx, task, run, opens)?;
-        for &StepWrite {
-            record: step,
-            fresh,
-        } in steps
-        {
-            let fresh =
-                fresh && (attempt == Attempt::First || !step_is_there(&mut tx, task, step)?);
-            write_step(&mut tx, task, step, fresh, run)?;
-        }
-        if let Some(stats) = stats {
-            write_stats(&mut tx, task, run, stats)?;
-        }
+        let in_doubt = attempt != Attempt::First;
+        writes::put_steps(&mut tx, task, steps, run, stats, in_doubt)?;
         tx.commit()?;
         Ok(())
     }
@@ -106,30 +89,7 @@ impl PostgresJournal {
         stats: &RunStats,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        tx.execute(
-            sql::END_RUN.postgres(),
-            &[
-                &task,
-                &(run as i32),
-                &end.finished_at,
-                &end.exit_code,
-                &end.error,
-                &(stats.replayed_steps as i64),
-                &(stats.executed_steps as i64),
-                &(stats.tokens_spent as i64),
-                &(stats.tokens_saved as i64),
-            ],
-        )?;
-        tx.execute(
-            sql::END_TASK_RUN.postgres(),
-            &[
-                &task,
-                &(run as i32),
-                &end.status.as_str(),
-                &end.exit_code,
-                &end.finished_at,
-            ],
-        )?;
+        writes::end_run(&mut tx, task, run, end, stats)?;
         // A worker may take over what this run left (interrupted, parked).
         tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
         // A worker's connection serves other tasks next.

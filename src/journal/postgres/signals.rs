@@ -4,10 +4,10 @@
 use super::cached::Queries as _;
 use anyhow::Result;
 
-use super::rows::{SIGNAL_COLUMNS, fence, signal_at, write_step};
+use super::rows::signal_at;
 use super::{PostgresJournal, channel};
 use crate::journal::sql;
-use crate::journal::{SignalRecord, Signals, StepRecord};
+use crate::journal::{SignalRecord, Signals};
 
 impl Signals for PostgresJournal {
     fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
@@ -50,45 +50,5 @@ impl Signals for PostgresJournal {
                 .query_one(sql::SIGNAL_WAITING.postgres(), &[&task, &name])?)
         })?;
         Ok(row.get(0))
-    }
-
-    fn take_signal(
-        &mut self,
-        task: &str,
-        run: u32,
-        step: &mut StepRecord,
-        fresh: bool,
-    ) -> Result<Option<SignalRecord>> {
-        let mut tx = self.client.transaction()?;
-        fence(&mut tx, task, run, true)?;
-        // FOR UPDATE: of two runners, only the lease holder gets here, but
-        // a signal is still never taken twice.
-        let row = tx.query_opt(
-            &format!(
-                "SELECT id, {SIGNAL_COLUMNS} FROM signals
-                 WHERE task_id = $1 AND name = $2 AND taken_by IS NULL ORDER BY id LIMIT 1 FOR UPDATE"
-            ),
-            &[&task, &step.name],
-        )?;
-        let taken = match row {
-            Some(row) => {
-                let mut signal = signal_at(&row, 1).record()?;
-                signal.taken_by = Some(step.step);
-                tx.execute(
-                    sql::TAKE_SIGNAL.postgres(),
-                    &[&row.get::<_, i64>(0), &(step.step as i64)],
-                )?;
-                crate::journal::take_into(step, &signal);
-                write_step(&mut tx, task, step, fresh, run)?;
-                Some(signal)
-            }
-            None if fresh => {
-                write_step(&mut tx, task, step, fresh, run)?;
-                None
-            }
-            None => None,
-        };
-        tx.commit()?;
-        Ok(taken)
     }
 }

@@ -11,26 +11,18 @@ mod queue;
 mod rows;
 mod signals;
 mod transfer;
+mod tx;
 
 use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
-use serde_json::Value;
 
 pub(crate) use open::{SqliteJournal, holds_tables};
-use rows::{
-    TASK_COLUMNS, json_text, lease_from, lease_of, standing_columns, step_from_row, task_from_row,
-    write_stats, write_step,
-};
+use rows::{TASK_COLUMNS, lease_from, standing_columns, step_from_row, task_from_row};
 
 use super::rows::STEP_COLUMNS;
-use super::{
-    Journal, NewTask, Resolution, ResolutionKind, RunEnd, RunRecord, RunStart, RunStats, Standing,
-    StepRecord, StepStatus, StepWrite, TaskRecord,
-};
+use super::{Journal, NewTask, RunRecord, RunStart, RunStats, Standing, StepRecord, TaskRecord};
 use crate::config::SyncMode;
-use crate::error::Failure;
 use crate::journal::sql;
-use crate::json_text::JsonText;
 use crate::lease::{self, Holder, Lease};
 
 impl Journal for SqliteJournal {
@@ -257,228 +249,6 @@ impl Journal for SqliteJournal {
             .prepare_cached(sql::REPLAY_BOUNDS.sqlite())?
             .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))?;
         Ok((count as u64, last.unwrap_or(0) as u64))
-    }
-
-    fn put_steps(
-        &mut self,
-        task: &str,
-        steps: &[StepWrite<'_>],
-        run: u32,
-        stats: Option<&RunStats>,
-    ) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // The write lock is ours until the commit: no takeover or cancel
-        // can come between this check and the writes.
-        let (lease_run, cancelled) = standing_columns(&tx, task)?;
-        let opens = steps.iter().any(|write| {
-            matches!(
-                write.record.status,
-                StepStatus::Pending | StepStatus::Waiting
-            )
-        });
-        super::fence(lease_run, cancelled, run, opens)?;
-        for &StepWrite {
-            record: step,
-            fresh,
-        } in steps
-        {
-            write_step(&tx, task, step, fresh, run)?;
-        }
-        if let Some(stats) = stats {
-            write_stats(&tx, task, run, stats)?;
-        }
-        tx.commit()?;
-        self.check_identity()
-    }
-
-    fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (lease_run, cancelled) = standing_columns(&tx, task)?;
-        super::fence(lease_run, cancelled, run, false)?;
-        tx.prepare_cached(sql::SET_OUTPUT.sqlite())?
-            .execute(params![task, json_text(output), super::now()])?;
-        tx.commit()?;
-        self.check_identity()
-    }
-
-    fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            sql::END_RUN.sqlite(),
-            params![
-                task,
-                run,
-                end.finished_at,
-                end.exit_code,
-                end.error,
-                stats.replayed_steps as i64,
-                stats.executed_steps as i64,
-                stats.tokens_spent as i64,
-                stats.tokens_saved as i64,
-            ],
-        )?;
-        // Release the lease only if this run still holds it; a cancel that
-        // came meanwhile decides the status.
-        tx.execute(
-            sql::END_TASK_RUN.sqlite(),
-            params![
-                task,
-                run,
-                end.status.as_str(),
-                end.exit_code,
-                end.finished_at
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-    fn discard_from(&mut self, task: &str, run: u32, step: u64) -> Result<Vec<StepRecord>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (lease_run, cancelled) = standing_columns(&tx, task)?;
-        super::fence(lease_run, cancelled, run, true)?;
-        let discarded = {
-            let mut statement = tx.prepare_cached(&format!(
-                "SELECT {STEP_COLUMNS} FROM steps
-                 WHERE task_id = ?1 AND step_index >= ?2 AND status <> 'discarded' ORDER BY step_index"
-            ))?;
-            let mut rows = statement.query(params![task, step as i64])?;
-            let mut discarded = Vec::new();
-            while let Some(row) = rows.next()? {
-                discarded.push(step_from_row(row)?);
-            }
-            discarded
-        };
-        tx.execute(sql::DISCARD_FROM.sqlite(), params![task, step as i64])?;
-        tx.commit()?;
-        Ok(discarded)
-    }
-
-    fn resolve(
-        &mut self,
-        task: &str,
-        step: u64,
-        resolution: &Resolution,
-        me: &Holder,
-    ) -> Result<StepRecord> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(lease) = lease_of(&tx, task)?
-            && lease::is_live(&lease, me, super::now_ms(), self.stale)
-        {
-            return Err(super::locked(task, &lease).into());
-        }
-        let mut record = {
-            let mut statement = tx.prepare_cached(sql::LIVE_STEP.sqlite())?;
-            let mut rows = statement.query(params![task, step as i64])?;
-            match rows.next()? {
-                Some(row) => step_from_row(row)?,
-                None => {
-                    return Err(Failure::config(format!("task {task} has no step {step}"))
-                        .hint(format!("`durun inspect {task}` lists its steps"))
-                        .into());
-                }
-            }
-        };
-        let value = super::apply_resolution(&mut record, resolution);
-        let (error_code, error) = match &record.error {
-            Some(error) => (Some(error.code.as_str()), Some(error.message.as_str())),
-            None => (None, None),
-        };
-        tx.execute(
-            sql::RESOLVE_STEP.sqlite(),
-            params![
-                task,
-                step as i64,
-                record.status.as_str(),
-                record.output.as_ref().map(JsonText::as_str),
-                error_code,
-                error,
-                record.finished_at,
-                record.resolution.map(ResolutionKind::as_str),
-            ],
-        )?;
-        tx.execute(
-            sql::INSERT_RESOLUTION.sqlite(),
-            params![
-                task,
-                step as i64,
-                resolution.action.kind().as_str(),
-                value,
-                resolution.by,
-                resolution.at
-            ],
-        )?;
-        tx.commit()?;
-        Ok(record)
-    }
-
-    fn request_cancel(&mut self, task: &str, me: &Holder) -> Result<bool> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = super::now();
-        let live = lease_of(&tx, task)?
-            .is_some_and(|lease| lease::is_live(&lease, me, super::now_ms(), self.stale));
-        if live {
-            // The runner keeps its lease to record what finishes, but may
-            // open no step: every write it makes checks this mark.
-            tx.execute(sql::CANCEL_HELD.sqlite(), params![task, now])?;
-        } else {
-            tx.execute(sql::CANCEL_FREE.sqlite(), params![task, now])?;
-        }
-        tx.commit()?;
-        Ok(live)
-    }
-
-    fn gc(&mut self, finished_before: &str, me: &Holder) -> Result<Vec<String>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let candidates: Vec<(String, Option<Lease>)> = {
-            let mut statement = tx.prepare(
-                "SELECT id, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks
-                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ?1",
-            )?;
-            let rows = statement.query_map([finished_before], |row| {
-                Ok((row.get(0)?, lease_from(row, 1)?))
-            })?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let now_ms = super::now_ms();
-        let mut removed = Vec::new();
-        for (id, lease) in candidates {
-            if lease.is_some_and(|lease| lease::is_live(&lease, me, now_ms, self.stale)) {
-                continue;
-            }
-            tx.execute(sql::DELETE_TASK.sqlite(), [&id])?;
-            removed.push(id);
-        }
-        tx.commit()?;
-        Ok(removed)
-    }
-
-    fn forget_unstarted(&mut self, task: &str) -> Result<bool> {
-        let removed = self
-            .conn
-            .prepare_cached(sql::FORGET_UNSTARTED.sqlite())?
-            .execute([task])?;
-        Ok(removed > 0)
-    }
-
-    fn set_max_tokens(&mut self, task: &str, max_tokens: Option<u64>) -> Result<()> {
-        self.conn
-            .prepare_cached(sql::SET_MAX_TOKENS.sqlite())?
-            .execute(params![task, max_tokens.map(|max| max as i64)])?;
-        self.check_identity()
     }
 }
 

@@ -147,24 +147,6 @@ impl Queue for SqliteJournal {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let counted = tx
-            .prepare_cached(sql::COUNT_RETRY.sqlite())?
-            .execute(params![task, used])?;
-        let retried = tx
-            .prepare_cached(sql::RETRY_TASK.sqlite())?
-            .execute(params![task, crate::journal::now()])?;
-        if counted == 1 && retried == 1 {
-            tx.commit()?;
-            Ok(true)
-        } else {
-            Ok(false)
-        }
-    }
-
     fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
         let mut statement = self.conn.prepare_cached(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, ?2) = ?1 ORDER BY t.id"

@@ -4,12 +4,11 @@
 
 use crate::journal::sql;
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension as _, Row, params};
+use rusqlite::{Connection, OptionalExtension as _, Row};
 use serde_json::Value;
 
-pub(super) use crate::journal::rows::SIGNAL_COLUMNS;
-use crate::journal::rows::{self, SignalColumns, StepColumns, StepTexts, TaskColumns};
-use crate::journal::{ResolutionKind, RunStats, SignalRecord, StepRecord, TaskRecord};
+use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
+use crate::journal::{SignalRecord, StepRecord, TaskRecord};
 use crate::lease::Lease;
 
 pub(super) fn json_text(value: &Value) -> String {
@@ -80,7 +79,7 @@ pub(super) fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
     .record()
 }
 
-/// The [`SIGNAL_COLUMNS`] starting at `first`.
+/// The [`crate::journal::rows::SIGNAL_COLUMNS`] starting at `first`.
 pub(super) fn signal_columns<'r>(
     row: &'r Row<'_>,
     first: usize,
@@ -129,91 +128,4 @@ pub(super) fn standing_columns(conn: &Connection, task: &str) -> Result<(Option<
         .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     Ok(columns.unwrap_or((None, false)))
-}
-
-/// Inserts (`fresh`) or updates one step's row.
-pub(super) fn write_step(
-    tx: &rusqlite::Transaction<'_>,
-    task: &str,
-    step: &StepRecord,
-    fresh: bool,
-    run: u32,
-) -> Result<()> {
-    let StepTexts {
-        output,
-        usage,
-        error_code,
-        error,
-    } = StepTexts::of(step);
-    if fresh {
-        tx.prepare_cached(sql::INSERT_STEP.sqlite())?
-            .execute(params![
-                task,
-                step.step as i64,
-                step.name,
-                step.kind.as_str(),
-                step.effect.as_str(),
-                step.args.as_str(),
-                step.args_hash,
-                step.idempotency_key,
-                step.status.as_str(),
-                step.attempts,
-                output,
-                error_code,
-                error,
-                usage,
-                step.tokens as i64,
-                run,
-                step.created_at,
-                step.started_at,
-                step.finished_at,
-                step.resolution.map(ResolutionKind::as_str),
-                step.seen_from.map(|step| step as i64),
-                step.wake_at,
-            ])?;
-    } else {
-        let changed = tx
-            .prepare_cached(sql::UPDATE_STEP.sqlite())?
-            .execute(params![
-                task,
-                step.step as i64,
-                step.status.as_str(),
-                step.attempts,
-                output,
-                error_code,
-                error,
-                usage,
-                step.tokens as i64,
-                run,
-                step.started_at,
-                step.finished_at,
-                step.resolution.map(ResolutionKind::as_str),
-                step.seen_from.map(|step| step as i64),
-                step.wake_at,
-            ])?;
-        anyhow::ensure!(
-            changed == 1,
-            "step {} of task {task} is missing from the journal",
-            step.step
-        );
-    }
-    Ok(())
-}
-
-pub(super) fn write_stats(
-    tx: &rusqlite::Transaction<'_>,
-    task: &str,
-    run: u32,
-    stats: &RunStats,
-) -> Result<()> {
-    tx.prepare_cached(sql::WRITE_STATS.sqlite())?
-        .execute(params![
-            task,
-            run,
-            stats.replayed_steps as i64,
-            stats.executed_steps as i64,
-            stats.tokens_spent as i64,
-            stats.tokens_saved as i64,
-        ])?;
-    Ok(())
 }

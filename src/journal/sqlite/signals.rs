@@ -2,14 +2,12 @@
 //! transaction that commits them.
 
 use anyhow::Result;
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use rusqlite::params;
 
 use super::SqliteJournal;
-use super::rows::{
-    SIGNAL_COLUMNS, json_text, signal_columns, signal_from_row, standing_columns, write_step,
-};
+use super::rows::{json_text, signal_from_row};
 use crate::journal::sql;
-use crate::journal::{SignalRecord, Signals, StepRecord};
+use crate::journal::{SignalRecord, Signals};
 
 impl Signals for SqliteJournal {
     fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
@@ -49,47 +47,5 @@ impl Signals for SqliteJournal {
             .prepare_cached(sql::SIGNAL_WAITING.sqlite())?
             .query_row(params![task, name], |row| row.get(0))?;
         Ok(waiting)
-    }
-
-    fn take_signal(
-        &mut self,
-        task: &str,
-        run: u32,
-        step: &mut StepRecord,
-        fresh: bool,
-    ) -> Result<Option<SignalRecord>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (lease_run, cancelled) = standing_columns(&tx, task)?;
-        crate::journal::fence(lease_run, cancelled, run, true)?;
-        let found = tx
-            .prepare_cached(&format!(
-                "SELECT id, {SIGNAL_COLUMNS} FROM signals
-                 WHERE task_id = ?1 AND name = ?2 AND taken_by IS NULL ORDER BY id LIMIT 1"
-            ))?
-            .query_row(params![task, step.name], |row| {
-                Ok((row.get::<_, i64>(0)?, signal_columns(row, 1)?.record()))
-            })
-            .optional()?;
-        let taken = match found {
-            Some((id, signal)) => {
-                let mut signal = signal?;
-                signal.taken_by = Some(step.step);
-                tx.prepare_cached(sql::TAKE_SIGNAL.sqlite())?
-                    .execute(params![id, step.step as i64])?;
-                crate::journal::take_into(step, &signal);
-                write_step(&tx, task, step, fresh, run)?;
-                Some(signal)
-            }
-            None if fresh => {
-                write_step(&tx, task, step, fresh, run)?;
-                None
-            }
-            None => None,
-        };
-        tx.commit()?;
-        self.check_identity()?;
-        Ok(taken)
     }
 }

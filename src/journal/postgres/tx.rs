@@ -1,0 +1,108 @@
+//! PostgreSQL's side of [`crate::journal::tx`]: a transaction runs the
+//! shared writes on the connection's prepared statements.
+
+use std::error::Error;
+
+use anyhow::Result;
+use bytes::BytesMut;
+use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
+use super::cached::Queries;
+use super::cached::Tx as Transaction;
+use super::rows::lease_of;
+use super::schema::NOW_MS;
+use super::{PostgresJournal, channel};
+use crate::journal::sql::Sql;
+use crate::journal::tx::{Arg, Row, Transact, Tx};
+use crate::lease::Lease;
+
+type Boxed = Box<dyn Error + Sync + Send>;
+
+impl ToSql for Arg<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, Boxed> {
+        match *self {
+            Arg::Null => Ok(IsNull::Yes),
+            Arg::Text(text) if <&str as ToSql>::accepts(ty) => text.to_sql(ty, out),
+            Arg::Int(value) if *ty == Type::INT2 => i16::try_from(value)?.to_sql(ty, out),
+            Arg::Int(value) if *ty == Type::INT4 => i32::try_from(value)?.to_sql(ty, out),
+            Arg::Int(value) if *ty == Type::INT8 => value.to_sql(ty, out),
+            arg => Err(format!("{arg:?} does not fit a parameter of type {ty}").into()),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(*ty, Type::INT2 | Type::INT4 | Type::INT8) || <&str as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
+impl Row for postgres::Row {
+    fn int(&self, column: usize) -> Result<Option<i64>> {
+        Ok(match *self.columns()[column].type_() {
+            Type::INT2 => self.try_get::<_, Option<i16>>(column)?.map(i64::from),
+            Type::INT4 => self.try_get::<_, Option<i32>>(column)?.map(i64::from),
+            _ => self.try_get(column)?,
+        })
+    }
+
+    fn text(&self, column: usize) -> Result<Option<&str>> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn boolean(&self, column: usize) -> Result<Option<bool>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+/// The arguments as the client takes them.
+fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
+}
+
+impl Tx for Transaction<'_> {
+    fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64> {
+        Ok(Queries::execute(self, sql.postgres(), &params(args))?)
+    }
+
+    fn query(
+        &mut self,
+        sql: &Sql,
+        args: &[Arg<'_>],
+        each: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        let rows = Queries::query(self, sql.postgres(), &params(args))?;
+        for row in &rows {
+            each(row)?;
+        }
+        Ok(())
+    }
+
+    fn lease(&mut self, task: &str) -> Result<(Option<Lease>, i64)> {
+        lease_of(self, task)
+    }
+
+    fn now_ms(&mut self) -> Result<i64> {
+        let row = Queries::query_one(self, &format!("SELECT {NOW_MS}"), &[])?;
+        Ok(row.get(0))
+    }
+
+    fn notify(&mut self, task: &str, what: &str) -> Result<()> {
+        Queries::execute(self, "SELECT pg_notify($1, $2)", &[&channel(task), &what])?;
+        Ok(())
+    }
+}
+
+impl Transact for PostgresJournal {
+    fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        if work(&mut tx)? {
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    fn stale(&self) -> std::time::Duration {
+        self.stale
+    }
+}

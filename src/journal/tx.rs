@@ -1,0 +1,173 @@
+//! One transaction on either backend, so that a write is written once
+//! (in `writes`): a statement of [`super::sql`], its arguments as
+//! [`Arg`]s, its rows read by position through [`Row`]. Each backend
+//! implements [`Tx`] over its own write transaction (SQLite's `IMMEDIATE`
+//! one; PostgreSQL's, on the connection's prepared statements) and
+//! supplies the one read its dialect makes differently: a task's lease
+//! with the clock that judges it.
+
+use anyhow::Result;
+
+use super::sql::Sql;
+use crate::lease::Lease;
+
+/// A statement's argument, as the column takes it. PostgreSQL's `INTEGER`
+/// and `BIGINT` both take [`Arg::Int`]: the statement's parameter type
+/// decides the width.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg<'a> {
+    Int(i64),
+    Text(&'a str),
+    Null,
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<u64> for Arg<'_> {
+    fn from(value: u64) -> Self {
+        Arg::Int(value as i64)
+    }
+}
+
+impl From<u32> for Arg<'_> {
+    fn from(value: u32) -> Self {
+        Arg::Int(i64::from(value))
+    }
+}
+
+impl From<i32> for Arg<'_> {
+    fn from(value: i32) -> Self {
+        Arg::Int(i64::from(value))
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a, T: Into<Arg<'a>>> From<Option<T>> for Arg<'a> {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Arg::Null, Into::into)
+    }
+}
+
+/// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
+pub(crate) fn lease_at(row: &dyn Row, first: usize) -> Result<Option<Lease>> {
+    Ok(super::rows::lease(
+        row.text(first)?.map(str::to_owned),
+        row.int(first + 1)?,
+        row.int(first + 2)?,
+        row.int(first + 3)?,
+        row.int(first + 4)?,
+    ))
+}
+
+/// A row a [`Tx`] read: its columns by position.
+pub(crate) trait Row {
+    /// An integer column (any width), or NULL.
+    fn int(&self, column: usize) -> Result<Option<i64>>;
+    /// A text column, or NULL.
+    fn text(&self, column: usize) -> Result<Option<&str>>;
+    /// A boolean (SQLite: an integer, 0 or not), or NULL.
+    fn boolean(&self, column: usize) -> Result<Option<bool>>;
+
+    /// An integer column that is never NULL.
+    fn some_int(&self, column: usize) -> Result<i64> {
+        self.int(column)?.ok_or_else(|| null(column))
+    }
+
+    /// A text column that is never NULL.
+    fn some_text(&self, column: usize) -> Result<&str> {
+        self.text(column)?.ok_or_else(|| null(column))
+    }
+}
+
+fn null(column: usize) -> anyhow::Error {
+    crate::error::Failure::journal(format!(
+        "the journal holds NULL in column {column} of a row that needs a value"
+    ))
+    .into()
+}
+
+/// One write transaction, on either backend; its owner commits it, and
+/// dropped uncommitted it rolls back.
+pub(crate) trait Tx {
+    /// Runs `sql`; how many rows it changed.
+    fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64>;
+    /// Runs `sql` and hands each row it returns to `each`, in order.
+    fn query(
+        &mut self,
+        sql: &Sql,
+        args: &[Arg<'_>],
+        each: &mut dyn FnMut(&dyn Row) -> Result<()>,
+    ) -> Result<()>;
+    /// The task's lease, held until the transaction ends, and the clock
+    /// (ms) that judges it: the server's on PostgreSQL, this host's on
+    /// SQLite.
+    fn lease(&mut self, task: &str) -> Result<(Option<Lease>, i64)>;
+    /// The clock (ms) that judges leases: the server's on PostgreSQL,
+    /// this host's on SQLite.
+    fn now_ms(&mut self) -> Result<i64>;
+    /// Tells a live runner of `task` at the commit that `what` changed
+    /// (PostgreSQL's NOTIFY; SQLite's runners look at the file).
+    fn notify(&mut self, task: &str, what: &str) -> Result<()>;
+}
+
+impl dyn Tx + '_ {
+    /// The first row `sql` returns, made into a `T` by `make`.
+    pub(crate) fn query_opt<T>(
+        &mut self,
+        sql: &Sql,
+        args: &[Arg<'_>],
+        make: impl FnOnce(&dyn Row) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut make = Some(make);
+        let mut found = None;
+        self.query(sql, args, &mut |row| {
+            if let Some(make) = make.take() {
+                found = Some(make(row)?);
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+}
+
+/// A journal's write transactions, which the writes written once (in
+/// `writes`) run in.
+pub(crate) trait Transact {
+    /// Runs `work` in one write transaction: committed when it returns
+    /// `Ok(true)`, rolled back otherwise.
+    fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>;
+    /// How old a lease's heartbeat may be before the lease is free.
+    fn stale(&self) -> std::time::Duration;
+}
+
+/// Runs `work` in one of `journal`'s write transactions, commits it, and
+/// returns what `work` did.
+pub(crate) fn committed<T>(
+    journal: &mut (impl Transact + ?Sized),
+    work: impl FnOnce(&mut dyn Tx) -> Result<T>,
+) -> Result<T> {
+    let mut work = Some(work);
+    let mut done = None;
+    journal.transact(&mut |tx| {
+        if let Some(work) = work.take() {
+            done = Some(work(tx)?);
+        }
+        Ok(true)
+    })?;
+    done.ok_or_else(|| anyhow::anyhow!("a journal transaction ended without running its work"))
+}

@@ -1,0 +1,400 @@
+//! The journal's writes, written once for both backends over a [`Tx`]: a
+//! run's fenced step writes, a signal taken, an operator's resolution, a
+//! task's retry. The caller opens the transaction and commits it; these
+//! say what goes in it.
+
+use anyhow::Result;
+
+use super::rows::{SignalColumns, StepColumns, StepTexts};
+use super::sql;
+use super::tx::{Row, Tx, lease_at};
+use super::{Resolution, ResolutionKind, RunEnd, RunStats, SignalRecord, StepRecord, StepWrite};
+use crate::error::Failure;
+use crate::json_text::JsonText;
+use crate::lease::{self, Holder};
+
+/// A step row selected with [`super::rows::STEP_COLUMNS`].
+pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
+    StepColumns {
+        step: row.some_int(0)?,
+        name: row.some_text(1)?.to_owned(),
+        kind: row.some_text(2)?,
+        effect: row.some_text(3)?,
+        args: row.some_text(4)?,
+        args_hash: row.some_text(5)?.to_owned(),
+        idempotency_key: row.some_text(6)?.to_owned(),
+        status: row.some_text(7)?,
+        attempts: row.some_int(8)?,
+        output: row.text(9)?,
+        error_code: row.text(10)?,
+        error: row.text(11)?.map(str::to_owned),
+        usage: row.text(12)?,
+        tokens: row.some_int(13)?,
+        run: row.some_int(14)?,
+        created_at: row.some_text(15)?.to_owned(),
+        started_at: row.some_text(16)?.to_owned(),
+        finished_at: row.text(17)?.map(str::to_owned),
+        resolution: row.text(18)?,
+        seen_from: row.int(20)?,
+        wake_at: row.text(21)?.map(str::to_owned),
+    }
+    .record()
+}
+
+/// The [`super::rows::SIGNAL_COLUMNS`] starting at `first`.
+fn signal_from(row: &dyn Row, first: usize) -> Result<SignalRecord> {
+    SignalColumns {
+        name: row.some_text(first)?.to_owned(),
+        data: row.some_text(first + 1)?,
+        signal_id: row.text(first + 2)?.map(str::to_owned),
+        sent_by: row.some_text(first + 3)?.to_owned(),
+        sent_at: row.some_text(first + 4)?.to_owned(),
+        taken_by: row.int(first + 5)?,
+    }
+    .record()
+}
+
+/// The fence of a run's write: fails unless `run` still holds the task
+/// (and, for a write that `opens` a step, unless it was cancelled).
+pub(crate) fn fence(tx: &mut dyn Tx, task: &str, run: u32, opens: bool) -> Result<()> {
+    let standing = tx.query_opt(&sql::FENCE, &[task.into()], |row| {
+        Ok((
+            row.int(0)?.map(|run| run as u32),
+            row.boolean(1)?.unwrap_or(false),
+        ))
+    })?;
+    let (lease_run, cancelled) = standing.unwrap_or((None, false));
+    super::fence(lease_run, cancelled, run, opens)?;
+    Ok(())
+}
+
+/// A run's steps and counters, fenced. `in_doubt`: the same writes were
+/// made before on a connection lost with its commit's outcome, so a fresh
+/// row that is there already is written over rather than inserted twice.
+pub(crate) fn put_steps(
+    tx: &mut dyn Tx,
+    task: &str,
+    steps: &[StepWrite<'_>],
+    run: u32,
+    stats: Option<&RunStats>,
+    in_doubt: bool,
+) -> Result<()> {
+    let opens = steps.iter().any(|write| {
+        matches!(
+            write.record.status,
+            super::StepStatus::Pending | super::StepStatus::Waiting
+        )
+    });
+    fence(tx, task, run, opens)?;
+    for &StepWrite {
+        record: step,
+        fresh,
+    } in steps
+    {
+        let fresh = fresh && !(in_doubt && step_is_there(tx, task, step.step)?);
+        write_step(tx, task, step, fresh, run)?;
+    }
+    if let Some(stats) = stats {
+        write_stats(tx, task, run, stats)?;
+    }
+    Ok(())
+}
+
+/// Whether the step has a live row.
+fn step_is_there(tx: &mut dyn Tx, task: &str, step: u64) -> Result<bool> {
+    let there = tx.query_opt(&sql::STEP_IS_THERE, &[task.into(), step.into()], |row| {
+        Ok(row.boolean(0)?.unwrap_or(false))
+    })?;
+    Ok(there.unwrap_or(false))
+}
+
+/// Inserts (`fresh`) or updates one step's row.
+pub(crate) fn write_step(
+    tx: &mut dyn Tx,
+    task: &str,
+    step: &StepRecord,
+    fresh: bool,
+    run: u32,
+) -> Result<()> {
+    let StepTexts {
+        output,
+        usage,
+        error_code,
+        error,
+    } = StepTexts::of(step);
+    let resolution = step.resolution.map(ResolutionKind::as_str);
+    if fresh {
+        tx.execute(
+            &sql::INSERT_STEP,
+            &[
+                task.into(),
+                step.step.into(),
+                step.name.as_str().into(),
+                step.kind.as_str().into(),
+                step.effect.as_str().into(),
+                step.args.as_str().into(),
+                (&step.args_hash).into(),
+                (&step.idempotency_key).into(),
+                step.status.as_str().into(),
+                step.attempts.into(),
+                output.into(),
+                error_code.into(),
+                error.into(),
+                usage.into(),
+                step.tokens.into(),
+                run.into(),
+                (&step.created_at).into(),
+                (&step.started_at).into(),
+                step.finished_at.as_ref().into(),
+                resolution.into(),
+                step.seen_from.into(),
+                step.wake_at.as_ref().into(),
+            ],
+        )?;
+        return Ok(());
+    }
+    let changed = tx.execute(
+        &sql::UPDATE_STEP,
+        &[
+            task.into(),
+            step.step.into(),
+            step.status.as_str().into(),
+            step.attempts.into(),
+            output.into(),
+            error_code.into(),
+            error.into(),
+            usage.into(),
+            step.tokens.into(),
+            run.into(),
+            (&step.started_at).into(),
+            step.finished_at.as_ref().into(),
+            resolution.into(),
+            step.seen_from.into(),
+            step.wake_at.as_ref().into(),
+        ],
+    )?;
+    anyhow::ensure!(
+        changed == 1,
+        "step {} of task {task} is missing from the journal",
+        step.step
+    );
+    Ok(())
+}
+
+/// A run's counters.
+pub(crate) fn write_stats(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStats) -> Result<()> {
+    tx.execute(
+        &sql::WRITE_STATS,
+        &[
+            task.into(),
+            run.into(),
+            stats.replayed_steps.into(),
+            stats.executed_steps.into(),
+            stats.tokens_spent.into(),
+            stats.tokens_saved.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Takes the oldest signal waiting for `step` into it and writes the step,
+/// fenced; a `fresh` step that found none is written as it is.
+pub(crate) fn take_signal(
+    tx: &mut dyn Tx,
+    task: &str,
+    run: u32,
+    step: &mut StepRecord,
+    fresh: bool,
+) -> Result<Option<SignalRecord>> {
+    fence(tx, task, run, true)?;
+    let found = tx.query_opt(
+        &sql::NEXT_SIGNAL,
+        &[task.into(), step.name.as_str().into()],
+        |row| Ok((row.some_int(0)?, signal_from(row, 1)?)),
+    )?;
+    match found {
+        Some((id, mut signal)) => {
+            signal.taken_by = Some(step.step);
+            tx.execute(&sql::TAKE_SIGNAL, &[id.into(), step.step.into()])?;
+            super::take_into(step, &signal);
+            write_step(tx, task, step, fresh, run)?;
+            Ok(Some(signal))
+        }
+        None => {
+            if fresh {
+                write_step(tx, task, step, fresh, run)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// An operator's word on a step (`durun resolve`), unless a live runner
+/// holds the task.
+pub(crate) fn resolve(
+    tx: &mut dyn Tx,
+    task: &str,
+    step: u64,
+    resolution: &Resolution,
+    (me, stale): (&Holder, std::time::Duration),
+) -> Result<StepRecord> {
+    if let (Some(lease), now) = tx.lease(task)?
+        && lease::is_live(&lease, me, now, stale)
+    {
+        return Err(super::locked(task, &lease).into());
+    }
+    let Some(mut record) = tx.query_opt(&sql::LIVE_STEP, &[task.into(), step.into()], step_from)?
+    else {
+        return Err(Failure::config(format!("task {task} has no step {step}"))
+            .hint(format!("`durun inspect {task}` lists its steps"))
+            .into());
+    };
+    let value = super::apply_resolution(&mut record, resolution);
+    let StepTexts {
+        error_code, error, ..
+    } = StepTexts::of(&record);
+    tx.execute(
+        &sql::RESOLVE_STEP,
+        &[
+            task.into(),
+            step.into(),
+            record.status.as_str().into(),
+            record.output.as_ref().map(JsonText::as_str).into(),
+            error_code.into(),
+            error.into(),
+            record.finished_at.as_ref().into(),
+            record.resolution.map(ResolutionKind::as_str).into(),
+        ],
+    )?;
+    tx.execute(
+        &sql::INSERT_RESOLUTION,
+        &[
+            task.into(),
+            step.into(),
+            resolution.action.kind().as_str().into(),
+            value.as_ref().into(),
+            (&resolution.by).into(),
+            (&resolution.at).into(),
+        ],
+    )?;
+    Ok(record)
+}
+
+/// The task's output, fenced.
+pub(crate) fn set_output(tx: &mut dyn Tx, task: &str, run: u32, output: &str) -> Result<()> {
+    fence(tx, task, run, false)?;
+    tx.execute(
+        &sql::SET_OUTPUT,
+        &[task.into(), output.into(), super::now().as_str().into()],
+    )?;
+    Ok(())
+}
+
+/// Takes out the live steps from `step` on (`resume --from-step`),
+/// fenced; returns them as they were.
+pub(crate) fn discard_from(
+    tx: &mut dyn Tx,
+    task: &str,
+    run: u32,
+    step: u64,
+) -> Result<Vec<StepRecord>> {
+    fence(tx, task, run, true)?;
+    let mut discarded = Vec::new();
+    tx.query(&sql::DISCARDABLE, &[task.into(), step.into()], &mut |row| {
+        discarded.push(step_from(row)?);
+        Ok(())
+    })?;
+    tx.execute(&sql::DISCARD_FROM, &[task.into(), step.into()])?;
+    Ok(discarded)
+}
+
+/// The end of a run, and the release of its lease if it still holds it
+/// (a cancel that came meanwhile decides the task's status).
+pub(crate) fn end_run(
+    tx: &mut dyn Tx,
+    task: &str,
+    run: u32,
+    end: &RunEnd,
+    stats: &RunStats,
+) -> Result<()> {
+    tx.execute(
+        &sql::END_RUN,
+        &[
+            task.into(),
+            run.into(),
+            (&end.finished_at).into(),
+            end.exit_code.into(),
+            end.error.as_ref().into(),
+            stats.replayed_steps.into(),
+            stats.executed_steps.into(),
+            stats.tokens_spent.into(),
+            stats.tokens_saved.into(),
+        ],
+    )?;
+    tx.execute(
+        &sql::END_TASK_RUN,
+        &[
+            task.into(),
+            run.into(),
+            end.status.as_str().into(),
+            end.exit_code.into(),
+            (&end.finished_at).into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Cancels the task for good; whether a live runner holds it (it is told,
+/// and keeps its lease to record what finishes, but may open no step:
+/// every write it makes checks the mark).
+pub(crate) fn request_cancel(
+    tx: &mut dyn Tx,
+    task: &str,
+    (me, stale): (&Holder, std::time::Duration),
+) -> Result<bool> {
+    let now = super::now();
+    let (lease, clock) = tx.lease(task)?;
+    let live = lease.is_some_and(|lease| lease::is_live(&lease, me, clock, stale));
+    if live {
+        tx.execute(&sql::CANCEL_HELD, &[task.into(), now.as_str().into()])?;
+        tx.notify(task, "cancel")?;
+    } else {
+        tx.execute(&sql::CANCEL_FREE, &[task.into(), now.as_str().into()])?;
+    }
+    Ok(live)
+}
+
+/// Deletes the finished tasks last updated before `finished_before` that
+/// no live runner holds; their ids.
+pub(crate) fn gc(
+    tx: &mut dyn Tx,
+    finished_before: &str,
+    (me, stale): (&Holder, std::time::Duration),
+) -> Result<Vec<String>> {
+    let mut candidates = Vec::new();
+    tx.query(&sql::GC_CANDIDATES, &[finished_before.into()], &mut |row| {
+        candidates.push((row.some_text(0)?.to_owned(), lease_at(row, 1)?));
+        Ok(())
+    })?;
+    let clock = tx.now_ms()?;
+    let mut removed = Vec::new();
+    for (id, lease) in candidates {
+        if lease.is_some_and(|lease| lease::is_live(&lease, me, clock, stale)) {
+            continue;
+        }
+        tx.execute(&sql::DELETE_TASK, &[id.as_str().into()])?;
+        removed.push(id);
+    }
+    Ok(removed)
+}
+
+/// Counts one of a task's retries and queues it again; false (and the
+/// caller rolls back) when its retries ran out or it is not failed.
+pub(crate) fn start_retry(tx: &mut dyn Tx, task: &str, used: u32) -> Result<bool> {
+    let counted = tx.execute(&sql::COUNT_RETRY, &[task.into(), used.into()])?;
+    let retried = tx.execute(
+        &sql::RETRY_TASK,
+        &[task.into(), crate::journal::now().as_str().into()],
+    )?;
+    Ok(counted == 1 && retried == 1)
+}
