@@ -426,6 +426,25 @@ pub(crate) fn signal(pid: i32, signal: i32) {
     }
 }
 
+/// Makes `command` start with SIGINT at its default, as a shell at a
+/// terminal starts a command. A suite started in the background of a
+/// script (`sh` ignores SIGINT in asynchronous commands) would otherwise
+/// hand the ignore down to durun and from it to the agent, as any program
+/// passes an ignored signal on to its children; the tests of Ctrl-C are
+/// about durun, not about how the suite was started.
+pub(crate) fn interruptible(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: signal(2) is async-signal-safe, the only call between fork
+    // and exec here.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    command
+}
+
 /// Why a test of SQLite's own behaviour is skipped on the PostgreSQL run.
 pub(crate) const SQLITE_ONLY: &str =
     "it tests a SQLite journal, and DURUN_TEST_POSTGRES chose PostgreSQL";
