@@ -141,7 +141,9 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     let agent = match start(charge) {
         Ok(child) => child.id(),
         Err(err) => {
-            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            let errno = err
+                .raw_os_error()
+                .unwrap_or(rustix::io::Errno::IO.raw_os_error());
             let _ = status.write_all(&said(FAILED, errno));
             return 127;
         }
@@ -173,7 +175,9 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
 /// Starts the keeper's charge.
 fn start(charge: Charge) -> std::io::Result<std::process::Child> {
     let Some((program, args)) = charge.argv.split_first() else {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        return Err(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::INVAL.raw_os_error(),
+        ));
     };
     let mut command = std::process::Command::new(program);
     command.args(args);
@@ -208,7 +212,12 @@ fn settle_in() {
     crate::os::stdio_to_null();
     let _ = rustix::process::setpgid(None, None);
     let shrugged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+    for signal in [
+        Signal::INT.as_raw(),
+        Signal::TERM.as_raw(),
+        Signal::HUP.as_raw(),
+        Signal::QUIT.as_raw(),
+    ] {
         let _ = signal_hook::flag::register(signal, std::sync::Arc::clone(&shrugged));
     }
     // The keeper dies of the agent's signal at its end (exit_code_of): it
@@ -231,7 +240,7 @@ struct Children {
 impl Children {
     fn new() -> std::io::Result<Self> {
         let (wake, notify) = crate::os::wake_pipe()?;
-        signal_hook::low_level::pipe::register(libc::SIGCHLD, notify)?;
+        signal_hook::low_level::pipe::register(Signal::CHILD.as_raw(), notify)?;
         Ok(Self { wake })
     }
 
@@ -545,7 +554,9 @@ mod tests {
         let status = read_status(&read).expect("a status");
         assert_eq!(status.agent.expect("pid"), 4321);
         assert_eq!(status.keeper, std::process::id());
-        write.write_all(&said(FAILED, libc::ENOENT)).expect("write");
+        write
+            .write_all(&said(FAILED, rustix::io::Errno::NOENT.raw_os_error()))
+            .expect("write");
         let err = read_status(&read)
             .expect("a status")
             .agent

@@ -122,7 +122,7 @@ fn send(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<()> {
     let length = u32::try_from(payload.len())
         .ok()
         .filter(|&length| length as usize <= MAX_REQUEST)
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::E2BIG))?;
+        .ok_or_else(|| io::Error::from_raw_os_error(rustix::io::Errno::TOOBIG.raw_os_error()))?;
     let fds = [
         request.stdio[0],
         request.stdio[1],
@@ -237,7 +237,11 @@ fn serve(socket: UnixStream) -> ! {
                 drop(took);
                 spare(socket, taken, durun_group)
             }
-            Err(err) => answer_failed(&socket, err.raw_os_error().unwrap_or(libc::EIO)),
+            Err(err) => answer_failed(
+                &socket,
+                err.raw_os_error()
+                    .unwrap_or(rustix::io::Errno::IO.raw_os_error()),
+            ),
         }
     }
 }

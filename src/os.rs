@@ -99,17 +99,17 @@ pub(crate) fn stdio_to_null() {
 }
 
 /// Sends `signal` to one process. A process that is already gone is fine.
-pub(crate) fn signal_process(pid: u32, signal: i32) {
+pub(crate) fn signal_process(pid: u32, signal: Signal) {
     // pid 0 would mean durun's own process group.
-    if let (Some(pid), Some(signal)) = (pid_of(pid), Signal::from_named_raw(signal)) {
+    if let Some(pid) = pid_of(pid) {
         let _ = rustix::process::kill_process(pid, signal);
     }
 }
 
 /// Sends `signal` to every process in the group `pgid`.
-pub(crate) fn signal_group(pgid: u32, signal: i32) {
+pub(crate) fn signal_group(pgid: u32, signal: Signal) {
     // Group 0 would mean durun's own.
-    if let (Some(pgid), Some(signal)) = (pid_of(pgid), Signal::from_named_raw(signal)) {
+    if let Some(pgid) = pid_of(pgid) {
         let _ = rustix::process::kill_process_group(pgid, signal);
     }
 }

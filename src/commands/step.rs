@@ -14,6 +14,7 @@ use crate::protocol::ErrorCode;
 use crate::protocol::client::{Answer, Connection, Outgoing};
 use crate::report::say;
 use crate::settings::Settings;
+use rustix::process::Signal;
 
 /// The most stdout a step records; more still passes through.
 const RECORD_LIMIT: usize = 32 * 1024 * 1024;
@@ -40,7 +41,7 @@ fn error_exit(answer: &Answer) -> i32 {
         Some(ErrorCode::Divergence) => exit_code::DIVERGENCE,
         Some(ErrorCode::Journal) => exit_code::JOURNAL,
         Some(ErrorCode::BadRequest | ErrorCode::UnknownTool) => exit_code::USAGE,
-        Some(ErrorCode::Cancelled) => exit_code::from_signal(libc::SIGTERM),
+        Some(ErrorCode::Cancelled) => exit_code::from_signal(Signal::TERM.as_raw()),
         Some(ErrorCode::BudgetExceeded) => exit_code::OVER_BUDGET,
         _ => 1,
     }
@@ -422,6 +423,6 @@ fn call_standalone(tool: &str, args: Value, answer: bool, settings: &Settings) -
         crate::executor::Outcome::Failed { code, message, .. } => {
             Ok(call_failed(tool, &code.to_string(), &message, answer))
         }
-        crate::executor::Outcome::Cancelled => Ok(exit_code::from_signal(libc::SIGTERM)),
+        crate::executor::Outcome::Cancelled => Ok(exit_code::from_signal(Signal::TERM.as_raw())),
     }
 }

@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::config::{Tool, ToolKind};
 use crate::os;
 use crate::protocol::ErrorCode;
+use rustix::process::Signal;
 
 /// One step's call of one tool.
 #[derive(Debug, Clone)]
@@ -91,7 +92,7 @@ impl Cancel {
         self.wake.1.notify_all();
         let pgid = self.pgid.load(Ordering::SeqCst);
         if pgid != 0 {
-            os::signal_group(pgid, libc::SIGKILL);
+            os::signal_group(pgid, Signal::KILL);
         }
     }
 
@@ -103,7 +104,7 @@ impl Cancel {
         self.pgid.store(pgid, Ordering::SeqCst);
         // A cancel that came while the process was starting still counts.
         if self.is_cancelled() {
-            os::signal_group(pgid, libc::SIGKILL);
+            os::signal_group(pgid, Signal::KILL);
         }
     }
 

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::{Cancel, Invocation, Outcome};
 use crate::os;
 use crate::protocol::ErrorCode;
+use rustix::process::Signal;
 
 /// How long a timed-out tool gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -48,7 +49,7 @@ pub(super) fn run_once(
     let (result, timed_out) = wait(keeper, pgid, tool.timeout);
     // Whatever the tool left running in its group goes with it: no tool
     // process outlives its step (and holds its output pipes open).
-    os::signal_group(pgid, libc::SIGKILL);
+    os::signal_group(pgid, Signal::KILL);
     drop(lifeline);
     cancel.ended();
     let (stdout, overflow) = stdout_thread.join().unwrap_or_default();
@@ -160,9 +161,9 @@ fn wait(
     match rx.recv_timeout(timeout) {
         Ok(status) => (status, false),
         Err(_) => {
-            os::signal_group(pgid, libc::SIGTERM);
+            os::signal_group(pgid, Signal::TERM);
             let status = rx.recv_timeout(KILL_GRACE).unwrap_or_else(|_| {
-                os::signal_group(pgid, libc::SIGKILL);
+                os::signal_group(pgid, Signal::KILL);
                 rx.recv().unwrap_or_else(|_| Err(gone()))
             });
             (status, true)

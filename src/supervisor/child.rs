@@ -19,6 +19,7 @@ use super::spec::RunSpec;
 use crate::protocol;
 use crate::report::StderrCopier;
 use crate::spawn::{self, Plan, Spawned};
+use rustix::process::Signal;
 
 /// Starts the agent of `spec`, its stdin and stdout piped to durun, its
 /// stderr piped only when `copier` takes it.
@@ -136,7 +137,11 @@ pub(super) fn spawn_stderr_copier(
 }
 
 /// The signals that stop a run.
-const CAUGHT: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+const CAUGHT: [i32; 3] = [
+    Signal::INT.as_raw(),
+    Signal::TERM.as_raw(),
+    Signal::HUP.as_raw(),
+];
 
 /// durun's stop signals, caught without a thread and without `unsafe`:
 /// signal-hook's handler writes a byte to the signal's own pipe, which

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::transitions::Transition;
 use crate::json_text::JsonText;
+use rustix::process::Signal;
 
 /// The model steps of `durun test`'s reference run (steps that reported
 /// token usage), by name and args hash: in a trial, a new step that asks
@@ -250,7 +251,7 @@ impl Crashes {
 }
 
 fn die() -> ! {
-    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::KILL);
     loop {
         std::thread::park();
     }

@@ -21,6 +21,7 @@ use crate::error::{Failure, Kind};
 use crate::journal::Standing;
 use crate::os;
 use crate::report::Event as Report;
+use rustix::process::Signal;
 
 /// How long a `read` step runs before its row is written as in flight, so
 /// that `inspect` shows it if the run dies (a quick step costs no write
@@ -94,7 +95,7 @@ impl Supervisor<'_> {
         }
         self.holding.fenced = true;
         if self.ending.exited.is_none() {
-            os::signal_process(self.child_pid, libc::SIGKILL);
+            os::signal_process(self.child_pid, Signal::KILL);
         }
         for (_, call) in self.steps.calls() {
             call.cancel.cancel();
@@ -121,7 +122,7 @@ impl Supervisor<'_> {
             && Instant::now() >= kill_at
             && self.ending.exited.is_none()
         {
-            os::signal_process(self.child_pid, libc::SIGKILL);
+            os::signal_process(self.child_pid, Signal::KILL);
             self.ending.kill_at = None;
         }
         if self.holding.fenced {

@@ -19,6 +19,7 @@ use crate::exit_code;
 use crate::journal::{Fenced, Standing, TaskStatus};
 use crate::os;
 use crate::protocol::{ErrorCode, Response};
+use rustix::process::Signal;
 
 /// How long the agent gets to exit after durun ends a run itself.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -108,7 +109,7 @@ impl Supervisor<'_> {
             return;
         }
         if !matches!(stop, Stop::Signal) && self.ending.exited.is_none() {
-            os::signal_process(self.child_pid, libc::SIGTERM);
+            os::signal_process(self.child_pid, Signal::TERM);
             self.ending.kill_at = Some(Instant::now() + STOP_GRACE);
         }
         for (_, call) in self.steps.calls() {
@@ -134,15 +135,18 @@ impl Supervisor<'_> {
         if self.ending.signal.is_some() {
             // A second signal: stop waiting.
             if self.ending.exited.is_none() {
-                os::signal_process(self.child_pid, libc::SIGKILL);
+                os::signal_process(self.child_pid, Signal::KILL);
             }
             return;
         }
         self.ending.signal = Some(signal);
         // A Ctrl-C at a terminal reaches the agent directly (it shares
         // durun's process group); anything else is passed on.
-        let from_terminal = signal == libc::SIGINT && self.interactive;
-        if !from_terminal && self.ending.exited.is_none() {
+        let from_terminal = signal == Signal::INT.as_raw() && self.interactive;
+        if !from_terminal
+            && self.ending.exited.is_none()
+            && let Some(signal) = Signal::from_named_raw(signal)
+        {
             os::signal_process(self.child_pid, signal);
         }
         if self.ending.exited.is_none() {

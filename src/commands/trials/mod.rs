@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::error::Failure;
 use crate::settings::Settings;
 use crate::supervisor::Point;
+use rustix::process::Signal;
 use tape::{Content, Tape};
 use trial::{Bench, Reference};
 
@@ -36,7 +37,7 @@ const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The exit of a test stopped by SIGINT or SIGTERM, as a shell reports a
 /// process ended by SIGINT.
-const INTERRUPTED: i32 = 128 + libc::SIGINT;
+const INTERRUPTED: i32 = 128 + Signal::INT.as_raw();
 
 pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
@@ -49,7 +50,7 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     points.sort();
     points.dedup();
     let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM] {
+    for signal in [Signal::INT.as_raw(), Signal::TERM.as_raw()] {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))
             .context("cannot set up the signal handlers")?;
     }

@@ -36,6 +36,7 @@ mod not_ready;
 mod runs;
 
 use runs::{Ended, Run, Runs};
+use rustix::process::Signal;
 
 /// How long a worker waits for news before it looks again anyway (a
 /// sleeping task's time, a stale lease, a dead worker of its host): a
@@ -70,8 +71,11 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
     // threads: they stop resumably, as `durun resume` does.
     let stop = Arc::new(AtomicBool::new(false));
     let stops = Arc::new(Stops::default());
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        Signal::INT.as_raw(),
+        Signal::TERM.as_raw(),
+        Signal::HUP.as_raw(),
+    ])?;
     {
         let (stop, stops) = (Arc::clone(&stop), Arc::clone(&stops));
         std::thread::Builder::new()
