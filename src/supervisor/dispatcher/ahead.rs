@@ -16,12 +16,12 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
-use super::inbox::{AGENT, Conn};
+use super::Supervisor;
 use super::patches::PATCH_STEP;
-use super::state::Supervisor;
 use crate::journal::{StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{AheadStep, ErrorCode, Response};
+use crate::supervisor::inbox::{AGENT, Conn};
 
 /// Steps offered in one answer.
 const MAX_STEPS: usize = 256;

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::ending::Stop;
-use super::state::Supervisor;
+use super::Supervisor;
 use crate::error::Failure;
 use crate::exit_code;
 use crate::journal::{Fenced, Standing, TaskStatus};
 use crate::os;
 use crate::protocol::{ErrorCode, Response};
+use crate::supervisor::ending::Stop;
+use crate::supervisor::inbox;
 use rustix::process::Signal;
 
 /// How long the agent gets to exit after durun ends a run itself.
@@ -29,12 +30,7 @@ const SIGNAL_GRACE: Duration = Duration::from_secs(10);
 impl Supervisor<'_> {
     /// A fenced write failed: the lease is lost, the task cancelled, or
     /// the journal broken. `id` is the request it answers (`null`: none).
-    pub(super) fn write_failed(
-        &mut self,
-        conn: super::inbox::Conn,
-        id: &Value,
-        err: anyhow::Error,
-    ) {
+    pub(super) fn write_failed(&mut self, conn: inbox::Conn, id: &Value, err: anyhow::Error) {
         match err.downcast_ref::<Fenced>() {
             Some(Fenced(standing)) => {
                 let standing = *standing;
@@ -55,12 +51,7 @@ impl Supervisor<'_> {
     }
 
     /// The journal could not be written: answer `journal`, stop the run.
-    pub(super) fn journal_failed(
-        &mut self,
-        conn: super::inbox::Conn,
-        id: &Value,
-        err: anyhow::Error,
-    ) {
+    pub(super) fn journal_failed(&mut self, conn: inbox::Conn, id: &Value, err: anyhow::Error) {
         // A storage error says what happened (a full disk, a lock) and
         // what to do.
         let err = if crate::journal::connection_lost(&err) {

@@ -13,16 +13,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
-use super::ending::Stop;
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::{Supervisor, Wanted};
-use super::steps::Waiter;
+use super::{Supervisor, Wanted};
 use crate::error::{Failure, Kind};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response, Wake};
 use crate::step_key;
+use crate::supervisor::ending::Stop;
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::steps::Waiter;
 
 /// How often a run that waits live looks for its signal: one indexed read
 /// of the journal, on every backend, so that a signal sent from any host

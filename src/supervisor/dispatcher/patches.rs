@@ -4,12 +4,12 @@
 
 use serde_json::Value;
 
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::{Supervisor, Wanted};
+use super::{Supervisor, Wanted};
 use crate::journal::{self, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, Response};
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
 
 impl Supervisor<'_> {
     /// `patched`: a step recording the patch where the journal holds

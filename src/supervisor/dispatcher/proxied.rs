@@ -15,18 +15,18 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::contents::InFlight;
-use super::decide::{ByContent as Decided, decide_by_content};
-use super::inbox::{Conn, PROXY};
-use super::outbox::{Deferred, ProxyThen, Then};
-use super::state::{Supervisor, Wanted};
-use super::transitions::Transition;
+use super::{Supervisor, Wanted};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
 use crate::proxy::{Ask, End, ToLoop, Verdict};
 use crate::report::Event as Report;
 use crate::step_key;
+use crate::supervisor::contents::InFlight;
+use crate::supervisor::decide::{ByContent as Decided, decide_by_content};
+use crate::supervisor::inbox::{Conn, PROXY};
+use crate::supervisor::outbox::{Deferred, ProxyThen, Then};
+use crate::supervisor::transitions::Transition;
 
 impl Supervisor<'_> {
     pub(super) fn on_proxy(&mut self, message: ToLoop) {

@@ -13,17 +13,17 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::inbox::{Conn, Event};
-use super::outbox::{Deferred, Then};
-use super::state::{Supervisor, Wanted};
-use super::steps::CallInFlight;
-use super::transitions::Transition;
+use super::{Supervisor, Wanted};
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::executor::{self, Cancel, Finished, Invocation};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::step_key;
+use crate::supervisor::inbox::{Conn, Event};
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::steps::CallInFlight;
+use crate::supervisor::transitions::Transition;
 
 impl Supervisor<'_> {
     pub(super) fn on_call(&mut self, conn: Conn, id: Value, name: &str, args: Value) {

@@ -14,7 +14,7 @@
 //!
 //! A batch no one waits for (the commits of an agent that does not wait
 //! for their answers, as the SDKs do) is written on the committer thread:
-//! the loop lends it the journal with the batch ([`super::committer::Job`]) and goes on
+//! the loop lends it the journal with the batch ([`crate::supervisor::committer::Job`]) and goes on
 //! reading requests and answering those that need no write (a `read`
 //! step's `begin`, a replayed step) while the disk works; the steps that
 //! arrive meanwhile make the next batch. The journal comes back with the
@@ -28,13 +28,14 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::committer::Landed;
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::Supervisor;
-use super::transitions::Transition;
+use super::Supervisor;
 use crate::journal::{Fenced, Journal, Standing, StepKind, StepRecord, StepStatus};
 use crate::protocol::{ErrorCode, Response};
+use crate::supervisor::committer;
+use crate::supervisor::committer::Landed;
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::transitions::Transition;
 
 impl Supervisor<'_> {
     /// Takes back a batch the committer wrote, if one is back, and runs
@@ -100,7 +101,7 @@ impl<'a> Supervisor<'a> {
         // commits, written while the loop goes on.
         let off_the_loop = self.outbox.pipelined && batch.iter().all(Deferred::is_agent_commit);
         let journal = self.journal.take().expect("the journal is home");
-        let job = super::committer::Job {
+        let job = committer::Job {
             journal,
             batch,
             stats,

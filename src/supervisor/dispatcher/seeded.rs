@@ -4,12 +4,12 @@
 
 use serde_json::Value;
 
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::Supervisor;
-use super::transitions::Transition;
+use super::Supervisor;
 use crate::journal::{StepRecord, StepStatus};
 use crate::json_text::JsonText;
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::transitions::Transition;
 
 impl Supervisor<'_> {
     /// The reference's answer to a new `begin` like `record`, if `durun

@@ -15,20 +15,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::decide::{Asked, Decision, decide};
-use super::ending::Stop;
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::recorded::Recorded;
-use super::state::{Supervisor, Wanted};
-use super::steps::{NotOpen, OpenStep};
-use super::transitions::Transition;
+use super::{Supervisor, Wanted};
 use crate::error::{Failure, Kind};
 use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Closes, Effect, ErrorCode, Request, Response};
 use crate::report::Event as Report;
 use crate::step_key;
+use crate::supervisor::decide::{Asked, Decision, decide};
+use crate::supervisor::ending::Stop;
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::recorded::Recorded;
+use crate::supervisor::steps::{NotOpen, OpenStep};
+use crate::supervisor::transitions::Transition;
 
 /// Names a task whose runs panic at the agent's first request, as a bug
 /// would: for the tests of a worker's isolation.

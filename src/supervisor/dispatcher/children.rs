@@ -13,14 +13,15 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::{Supervisor, Wanted};
-use super::steps::Waiter;
-use super::transitions::Transition;
+use super::{Supervisor, Wanted};
 use crate::journal::{NewTask, StepError, StepKind, StepRecord, StepStatus, TaskStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode};
+use crate::supervisor::inbox;
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::steps::Waiter;
+use crate::supervisor::transitions::Transition;
 
 /// The id of the child a parent's step `step` spawns.
 fn child_id(parent: &str, step: u64) -> String {
@@ -194,7 +195,7 @@ impl Supervisor<'_> {
                     .name(format!("child {child}"))
                     .spawn(move || {
                         let _ = runner.wait();
-                        let _ = events.send(super::inbox::Event::ChildEnded);
+                        let _ = events.send(inbox::Event::ChildEnded);
                     });
             }
             Err(err) => self

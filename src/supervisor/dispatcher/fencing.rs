@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::ending::Stop;
-use super::inbox::AGENT;
-use super::outbox::{Deferred, Then};
-use super::state::Supervisor;
+use super::Supervisor;
 use crate::error::{Failure, Kind};
 use crate::journal::Standing;
 use crate::os;
 use crate::report::Event as Report;
+use crate::supervisor::ending::Stop;
+use crate::supervisor::inbox::AGENT;
+use crate::supervisor::outbox::{Deferred, Then};
 use rustix::process::Signal;
 
 /// How long a `read` step runs before its row is written as in flight, so

@@ -12,13 +12,13 @@
 //! The loop owns the journal and all state, and reads the agent's stdout
 //! and writes its stdin itself, without blocking ([`AgentIo`]): a step
 //! costs one wake-up of durun and one of the agent, no hand-off between
-//! threads. Other threads only send it events ([`super::inbox`]): one per
+//! threads. Other threads only send it events ([`crate::supervisor::inbox`]): one per
 //! tool call runs the tool, the socket's serve `durun step` clients, and
 //! the model proxy's serves its clients; those two start at their first
 //! client (the loop polls their listeners until then), and the agent's
 //! exit and durun's signals wake the loop's `poll` itself where the
 //! kernel allows (a pidfd, the wake pipe). One more copies the agent's
-//! prints to durun's stdout ([`super::passthrough::Passthrough`]), from
+//! prints to durun's stdout ([`crate::supervisor::passthrough::Passthrough`]), from
 //! the first print.
 //! And the committer borrows the journal to write a batch no one waits for
 //! (the commits of an agent that does not wait for their answers), so
@@ -38,22 +38,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::agent_io::AgentIo;
-use super::committer::Committer;
-use super::ending::Ending;
-use super::holding::Holding;
-use super::inbox::{AGENT, Conn, Event, Events};
-use super::lines::Chunk;
-use super::outbox::{Deferred, Outbox};
-use super::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use super::state::Supervisor;
-use super::steps::Steps;
+use super::Supervisor;
 use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
 use crate::os;
 use crate::protocol::{self, ErrorCode, Line, Response};
 use crate::report::{Event as Report, Reporter};
+use crate::supervisor::agent_io::AgentIo;
+use crate::supervisor::committer::Committer;
+use crate::supervisor::ending::Ending;
+use crate::supervisor::holding::Holding;
+use crate::supervisor::inbox::{AGENT, Conn, Event, Events};
+use crate::supervisor::lines::Chunk;
+use crate::supervisor::outbox::{Deferred, Outbox};
+use crate::supervisor::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
+use crate::supervisor::steps::Steps;
+use crate::supervisor::{child, committer, crash, runners, socket};
 
 /// The most answers (bytes) waiting for the agent to read them: past it,
 /// durun stops reading the agent's requests until it reads its answers. An
@@ -79,36 +80,35 @@ pub(crate) fn supervise(
     // a worker's runs get them from the worker.
     let caught = match &spec.stops {
         Some(_) => None,
-        None => Some(super::child::Caught::new(events_tx.wake())?),
+        None => Some(child::Caught::new(events_tx.wake())?),
     };
     let _joined = spec
         .stops
         .as_ref()
         .map(|stops| stops.join(events_tx.clone()));
 
-    let mut socket = super::socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
+    let mut socket = socket::listen(events_tx.clone(), spec.runtime_dir.as_deref())
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let mut proxy = start_proxy(spec, &events_tx)?;
     let agent_env = agent_env(spec, proxy.as_ref(), last_recorded);
     let copier = reporter.stderr_copier();
-    let mut child =
-        match super::child::spawn_agent(spec, &socket.path, &agent_env, copier.is_some()) {
-            Ok(child) => child,
-            Err(err) => return Ok(cannot_start(spec, &err)),
-        };
+    let mut child = match child::spawn_agent(spec, &socket.path, &agent_env, copier.is_some()) {
+        Ok(child) => child,
+        Err(err) => return Ok(cannot_start(spec, &err)),
+    };
     let child_pid = child.pid;
     // Dropped when this function returns, or with durun: the keeper then
     // ends whatever of the agent's tree is still alive.
     let lifeline = child.lifeline;
     let stderr_done = match (copier, child.stderr.take()) {
-        (Some(copy), Some(stderr)) => Some(super::child::spawn_stderr_copier(stderr, copy)),
+        (Some(copy), Some(stderr)) => Some(child::spawn_stderr_copier(stderr, copy)),
         _ => None,
     };
     let mut io = AgentIo::new(child.stdin, child.stdout, wake)?;
     // The keeper exits with the agent's status once the agent's whole tree
     // has ended.
     if !io.watch_exit(child.keeper) {
-        super::child::spawn_exit_waiter(child.keeper, events_tx.clone());
+        child::spawn_exit_waiter(child.keeper, events_tx.clone());
     }
     socket.sweep_once();
     // The HTTP client loads the system's roots when it is made: done while
@@ -131,13 +131,7 @@ pub(crate) fn supervise(
             std::thread::Builder::new()
                 .name("durun-committer".into())
                 .spawn_scoped(scope, move || {
-                    super::committer::committer(
-                        &jobs,
-                        &landed,
-                        &committer_events,
-                        spec.task_id,
-                        spec.run,
-                    );
+                    committer::committer(&jobs, &landed, &committer_events, spec.task_id, spec.run);
                 })
                 .map(drop)
         });
@@ -156,8 +150,8 @@ pub(crate) fn supervise(
             interactive: os::stdin_is_terminal(),
             ending: Ending::default(),
             holding: Holding::new(spec.leased_at),
-            trial: super::crash::Trial::of(spec),
-            children: super::runners::Runners::default(),
+            trial: crash::Trial::of(spec),
+            children: runners::Runners::default(),
             caught: caught.as_ref(),
             proxy: proxy.as_mut(),
             socket: &mut socket,
@@ -293,7 +287,7 @@ impl Supervisor<'_> {
 
     /// Handles the lines the agent's stdout holds now (a bounded number, so
     /// a flood cannot starve the other events).
-    fn read_agent(&mut self) {
+    pub(super) fn read_agent(&mut self) {
         for _ in 0..4096 {
             if self.holding.fenced {
                 return;

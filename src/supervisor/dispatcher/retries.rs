@@ -3,11 +3,11 @@
 
 use serde_json::Value;
 
-use super::inbox::Conn;
-use super::outbox::{Deferred, Then};
-use super::state::Supervisor;
-use super::transitions::Transition;
+use super::Supervisor;
 use crate::protocol::{Effect, ErrorCode, Response};
+use crate::supervisor::inbox::Conn;
+use crate::supervisor::outbox::{Deferred, Then};
+use crate::supervisor::transitions::Transition;
 
 impl Supervisor<'_> {
     /// Opens a step that failed in this run again, as its next attempt

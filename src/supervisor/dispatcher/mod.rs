@@ -1,0 +1,105 @@
+//! The dispatcher: the run's one owner of state. [`Supervisor`] is made of
+//! owned parts (the step book `Steps`, `Outbox`, `Ending`, `Holding`, each
+//! in a module of `supervisor` that says what it owns), and its fields are
+//! private to this module: only the rooms below, which handle the loop's
+//! events (`imp` is the loop; `requests`, `calls`, `commit`, `fencing`,
+//! `stopping`, `waiting`, `proxied`, ...), read or change them. The parts
+//! around the dispatcher (the agent's pipes, the inbox, the committer
+//! thread, the socket, the replay decision) cannot: the compiler holds the
+//! boundary.
+
+mod ahead;
+mod calls;
+mod children;
+mod commit;
+mod fencing;
+mod imp;
+mod patches;
+mod proxied;
+mod requests;
+mod retries;
+mod seeded;
+mod stopping;
+mod waiting;
+#[cfg(test)]
+mod walk;
+
+pub(crate) use imp::supervise;
+pub(crate) use requests::PANIC_TASK;
+
+use serde_json::Value;
+
+use crate::journal::{Journal, RunStats, StepKind};
+use crate::protocol::Effect;
+use crate::report::Reporter;
+use crate::supervisor::agent_io::AgentIo;
+use crate::supervisor::ending::Ending;
+use crate::supervisor::holding::Holding;
+use crate::supervisor::inbox::Events;
+use crate::supervisor::outbox::Outbox;
+use crate::supervisor::spec::RunSpec;
+use crate::supervisor::steps::Steps;
+use crate::supervisor::transitions::Transition;
+use crate::supervisor::{child, committer, crash, runners, socket};
+
+struct Supervisor<'a> {
+    spec: &'a RunSpec<'a>,
+    /// The journal when it is home; `None` while it is lent to the
+    /// committer thread with a batch (the `commit` room).
+    journal: Option<&'a mut dyn Journal>,
+    /// The way to the committer thread and back.
+    committer: committer::Committer<'a>,
+    reporter: &'a mut dyn Reporter,
+    /// Every step of this run, by where it stands.
+    steps: Steps,
+    stats: RunStats,
+    /// The agent's pipes; its answers are written after each batch.
+    io: AgentIo,
+    /// The next commit and where answers go.
+    outbox: Outbox,
+    /// Tokens of the steps this run finished, their commits written or
+    /// not yet: what the budget counts.
+    tokens_finished: u64,
+    events_tx: Events,
+    child_pid: u32,
+    /// Whether a Ctrl-C from the terminal reaches the agent by itself.
+    interactive: bool,
+    /// How the run ends.
+    ending: Ending,
+    /// The run's hold on its task's lease.
+    holding: Holding,
+    /// What `durun test` asks of this run (kill point, seeds, faults).
+    trial: crash::Trial,
+    /// The runners of child tasks without a queue (SPEC 16): how many run,
+    /// and the children waiting for one of them to end.
+    children: runners::Runners,
+    /// durun's stop signals, when this run takes its own (not a worker's).
+    caught: Option<&'a child::Caught>,
+    /// The model/API proxy, which starts serving at its first client.
+    proxy: Option<&'a mut crate::proxy::Proxy>,
+    /// The socket of `durun step`, which starts accepting at its first
+    /// client.
+    socket: &'a mut socket::SocketDir,
+}
+
+/// A step as the agent asks for it.
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    name: &'a str,
+    kind: StepKind,
+    effect: Effect,
+    args: &'a Value,
+    canonical: &'a str,
+    /// The tool wants an operator to decide before a step in doubt runs again.
+    ask_first: bool,
+}
+
+impl Supervisor<'_> {
+    /// Hands `transition` to every observer.
+    fn transition(&mut self, transition: Transition<'_>) {
+        self.trial.observe(&transition);
+        if let Some(event) = transition.report() {
+            self.reporter.report(&event);
+        }
+    }
+}
