@@ -9,6 +9,7 @@ mod explain;
 mod fence;
 mod location;
 pub(crate) mod postgres;
+mod reads;
 mod records;
 mod rows;
 mod sql;

@@ -87,6 +87,32 @@ pub(crate) fn steps_of_task(discarded: bool, last: bool) -> String {
 pub(crate) static SIGNALS_OF_TASK: Sql =
     Sql::made(|| format!("SELECT {SIGNAL_COLUMNS} FROM signals WHERE task_id = $1 ORDER BY id"));
 
+/// A task's steps, as [`steps_of_task`] makes them: live only or with the
+/// discarded ones, all or the last `$2`.
+pub(crate) static STEPS_OF_TASK: [Sql; 4] = [
+    Sql::made(|| steps_of_task(false, false)),
+    Sql::made(|| steps_of_task(false, true)),
+    Sql::made(|| steps_of_task(true, false)),
+    Sql::made(|| steps_of_task(true, true)),
+];
+
+/// How many steps a task has, discarded ones included (two counts, so
+/// that the live one uses the partial index).
+pub(crate) static COUNT_STEPS: Sql = Sql::new(
+    "SELECT (SELECT count(*) FROM steps WHERE task_id = $1 AND status <> 'discarded')
+          + (SELECT count(*) FROM steps WHERE task_id = $1 AND status = 'discarded')",
+);
+
+/// Every row of a step, a discarded one before its replacement.
+pub(crate) static STEP_VERSIONS: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'
+         UNION ALL
+         SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 AND status = 'discarded'
+         ORDER BY id"
+    )
+});
+
 /// A page of a task's live steps, after a step number.
 pub(crate) static STEPS_PAGE: Sql = Sql::made(|| {
     format!(
@@ -331,6 +357,12 @@ mod tests {
         for sql in [
             &SIGNALS_OF_TASK,
             &STEPS_PAGE,
+            &STEPS_OF_TASK[0],
+            &STEPS_OF_TASK[1],
+            &STEPS_OF_TASK[2],
+            &STEPS_OF_TASK[3],
+            &COUNT_STEPS,
+            &STEP_VERSIONS,
             &STEPS_BY_CONTENT,
             &LIVE_STEP,
             &SIGNAL_WAITING,

@@ -8,12 +8,12 @@
 use anyhow::Result;
 use serde_json::Value;
 
-use super::tx::{Transact, committed};
+use super::tx::{Transact, committed, read};
 use super::{
     NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
     StepRecord, TaskRecord, TaskRows, WorkerRecord,
 };
-use super::{sql, writes};
+use super::{reads, sql, writes};
 use crate::config::SyncMode;
 use crate::lease::Holder;
 
@@ -30,9 +30,13 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     fn task(&mut self, id: &str) -> Result<Option<TaskRecord>>;
     /// Every task, newest first.
     fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
-    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>>;
+    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
+        read(self, |tx| reads::runs(tx, task))
+    }
     /// Tokens spent and saved per day (`YYYY-MM-DD`, UTC), oldest first.
-    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>>;
+    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
+        read(self, reads::token_days)
+    }
     /// The task's steps that take part in replay, in step order; with
     /// `discarded`, also the steps `resume --from-step` took out, each
     /// before its replacement.
@@ -53,7 +57,11 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
         discarded: bool,
         last: Option<usize>,
         visit: &mut dyn FnMut(StepRecord) -> Result<()>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        read(self, |tx| {
+            reads::visit_steps(tx, task, discarded, last, visit)
+        })
+    }
     /// Every step of the task (discarded ones included), or only its last
     /// `last`.
     fn steps_tail(&mut self, task: &str, last: Option<usize>) -> Result<Vec<StepRecord>> {
@@ -65,9 +73,15 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
         Ok(steps)
     }
     /// How many steps the task has, discarded ones included.
-    fn count_steps(&mut self, task: &str) -> Result<u64>;
+    fn count_steps(&mut self, task: &str) -> Result<u64> {
+        read(self, |tx| reads::count_steps(tx, task))
+    }
     /// Every row of step `step` (a discarded one before its replacement).
-    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>>;
+    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
+        read(self, |tx| {
+            reads::steps(tx, &sql::STEP_VERSIONS, &[task.into(), step.into()])
+        })
+    }
     /// Takes the task's lease for `me` and opens a new run, unless a live
     /// runner holds it or the task was cancelled. Atomic: of two racing
     /// runners one wins.
@@ -88,14 +102,28 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     fn watch(&mut self, task: &str, run: u32) -> Result<Standing>;
     /// The task's live steps after step `after`, in order, at most `limit`:
     /// replay reads a long task page by page, each row once.
-    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>>;
-    /// How many live steps the task has, and the highest step number.
+    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        read(self, |tx| {
+            reads::steps(
+                tx,
+                &sql::STEPS_PAGE,
+                &[task.into(), after.into(), (limit as u64).into()],
+            )
+        })
+    }
     /// Records which steps replayed by content no request of `run` asked
     /// for (`inspect` shows them `not replayed`).
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()>;
     /// The task's live steps replayed by content (SPEC 12, 13), in order.
-    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>>;
-    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)>;
+    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
+        read(self, |tx| {
+            reads::steps(tx, &sql::STEPS_BY_CONTENT, &[task.into()])
+        })
+    }
+    /// How many live steps the task has, and the highest step number.
+    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
+        read(self, |tx| reads::replay_bounds(tx, task))
+    }
     /// Writes steps, each new (`fresh`) or updated, and the run's counters
     /// if given, in one durable transaction: steps that finish together
     /// share one commit (group commit).
@@ -181,10 +209,14 @@ pub(crate) trait Signals: Transact {
     /// (nothing is written then).
     fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool>;
     /// The task's signals, oldest first.
-    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>>;
+    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
+        read(self, |tx| reads::signals(tx, task))
+    }
     /// Whether a signal called `name` waits, untaken: a cheap read, for
     /// a runner that waits live and for `resume` of a parked task.
-    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool>;
+    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
+        read(self, |tx| reads::signal_waiting(tx, task, name))
+    }
     /// Fenced like [`Journal::put_steps`]: takes the oldest untaken signal
     /// called `step.name` for `step` and commits the step with it as its
     /// output (updating `step`), in one transaction. With no such signal

@@ -151,8 +151,26 @@ pub(crate) trait Transact {
     /// Runs `work` in one write transaction: committed when it returns
     /// `Ok(true)`, rolled back otherwise.
     fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>;
+    /// Runs `work` on the journal's connection, outside a write
+    /// transaction: a read, which PostgreSQL makes again on a new
+    /// connection after a lost one (a read is safe to repeat).
+    fn read(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
     /// How old a lease's heartbeat may be before the lease is free.
     fn stale(&self) -> std::time::Duration;
+}
+
+/// What `work` reads from `journal` (made again, whole, if the
+/// connection was lost).
+pub(crate) fn read<T>(
+    journal: &mut (impl Transact + ?Sized),
+    mut work: impl FnMut(&mut dyn Tx) -> Result<T>,
+) -> Result<T> {
+    let mut done = None;
+    journal.read(&mut |tx| {
+        done = Some(work(tx)?);
+        Ok(())
+    })?;
+    done.ok_or_else(|| anyhow::anyhow!("a journal read ended without running its work"))
 }
 
 /// Runs `work` in one of `journal`'s write transactions, commits it, and

@@ -5,54 +5,14 @@
 
 use anyhow::Result;
 
-use super::rows::{SignalColumns, StepColumns, StepTexts};
+use super::reads::{signal_from, step_from};
+use super::rows::StepTexts;
 use super::sql;
-use super::tx::{Row, Tx, lease_at};
+use super::tx::{Tx, lease_at};
 use super::{Resolution, ResolutionKind, RunEnd, RunStats, SignalRecord, StepRecord, StepWrite};
 use crate::error::Failure;
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
-
-/// A step row selected with [`super::rows::STEP_COLUMNS`].
-pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
-    StepColumns {
-        step: row.some_int(0)?,
-        name: row.some_text(1)?.to_owned(),
-        kind: row.some_text(2)?,
-        effect: row.some_text(3)?,
-        args: row.some_text(4)?,
-        args_hash: row.some_text(5)?.to_owned(),
-        idempotency_key: row.some_text(6)?.to_owned(),
-        status: row.some_text(7)?,
-        attempts: row.some_int(8)?,
-        output: row.text(9)?,
-        error_code: row.text(10)?,
-        error: row.text(11)?.map(str::to_owned),
-        usage: row.text(12)?,
-        tokens: row.some_int(13)?,
-        run: row.some_int(14)?,
-        created_at: row.some_text(15)?.to_owned(),
-        started_at: row.some_text(16)?.to_owned(),
-        finished_at: row.text(17)?.map(str::to_owned),
-        resolution: row.text(18)?,
-        seen_from: row.int(20)?,
-        wake_at: row.text(21)?.map(str::to_owned),
-    }
-    .record()
-}
-
-/// The [`super::rows::SIGNAL_COLUMNS`] starting at `first`.
-fn signal_from(row: &dyn Row, first: usize) -> Result<SignalRecord> {
-    SignalColumns {
-        name: row.some_text(first)?.to_owned(),
-        data: row.some_text(first + 1)?,
-        signal_id: row.text(first + 2)?.map(str::to_owned),
-        sent_by: row.some_text(first + 3)?.to_owned(),
-        sent_at: row.some_text(first + 4)?.to_owned(),
-        taken_by: row.int(first + 5)?,
-    }
-    .record()
-}
 
 /// The fence of a run's write: fails unless `run` still holds the task
 /// (and, for a write that `opens` a step, unless it was cancelled).

@@ -24,16 +24,12 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use rows::{TASK_COLUMNS, lease_at, step_from_row, task_from_row};
+use rows::{TASK_COLUMNS, lease_at, task_from_row};
 use schema::NOW_MS;
 
 pub(crate) use open::describe;
 
-use super::rows::STEP_COLUMNS;
-use super::{
-    Journal, NewTask, RunEnd, RunRecord, RunStart, RunStats, Standing, StepRecord, StepWrite,
-    TaskRecord,
-};
+use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite, TaskRecord};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::journal::writes;
@@ -128,80 +124,6 @@ impl Journal for PostgresJournal {
         rows.iter().map(task_from_row).collect()
     }
 
-    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let rows = self.again(|journal, _| {
-            Ok(journal
-                .client
-                .query(sql::RUNS_OF_TASK.postgres(), &[&task])?)
-        })?;
-        Ok(rows
-            .iter()
-            .map(|row| RunRecord {
-                run: row.get::<_, i32>(0) as u32,
-                host: row.get(1),
-                pid: row.get::<_, i64>(2) as u32,
-                started_at: row.get(3),
-                finished_at: row.get(4),
-                exit_code: row.get(5),
-                stats: RunStats {
-                    replayed_steps: row.get::<_, i64>(6) as u64,
-                    executed_steps: row.get::<_, i64>(7) as u64,
-                    tokens_spent: row.get::<_, i64>(8) as u64,
-                    tokens_saved: row.get::<_, i64>(9) as u64,
-                },
-                unreplayed: super::rows::step_list(row.get::<_, Option<String>>(10).as_deref()),
-                error: row.get(11),
-            })
-            .collect())
-    }
-
-    fn visit_steps(
-        &mut self,
-        task: &str,
-        discarded: bool,
-        last: Option<usize>,
-        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
-    ) -> Result<()> {
-        let sql = sql::steps_of_task(discarded, last.is_some());
-        let rows = match last {
-            Some(last) => self.client.query(&sql, &[&task, &(last as i64)])?,
-            None => self.client.query(&sql, &[&task])?,
-        };
-        for row in &rows {
-            visit(step_from_row(row)?)?;
-        }
-        Ok(())
-    }
-
-    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
-        let rows = self.client.query(sql::TOKEN_DAYS.postgres(), &[])?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                (
-                    row.get(0),
-                    row.get::<_, i64>(1) as u64,
-                    row.get::<_, i64>(2) as u64,
-                )
-            })
-            .collect())
-    }
-
-    fn count_steps(&mut self, task: &str) -> Result<u64> {
-        let row = self
-            .client
-            .query_one("SELECT count(*) FROM steps WHERE task_id = $1", &[&task])?;
-        Ok(row.get::<_, i64>(0) as u64)
-    }
-
-    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
-        let rows = self.client.query(
-            &format!("SELECT {STEP_COLUMNS} FROM steps WHERE task_id = $1 AND step_index = $2 ORDER BY (status <> 'discarded'), id"),
-            &[&task, &(step as i64)],
-        )?;
-        rows.iter().map(step_from_row).collect()
-    }
-
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
         let mut tx = self.client.transaction()?;
         // FOR UPDATE: a racing runner waits here, then sees our lease.
@@ -262,16 +184,6 @@ impl Journal for PostgresJournal {
         self.again(|journal, _| journal.look(task, run))
     }
 
-    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        let rows = self.again(|journal, _| {
-            Ok(journal.client.query(
-                sql::STEPS_PAGE.postgres(),
-                &[&task, &(after as i64), &(limit as i64)],
-            )?)
-        })?;
-        rows.iter().map(step_from_row).collect()
-    }
-
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()> {
         let steps = serde_json::to_string(steps)?;
         self.again(|journal, _| {
@@ -281,25 +193,6 @@ impl Journal for PostgresJournal {
             )?;
             Ok(())
         })
-    }
-
-    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let rows = self.again(|journal, _| {
-            Ok(journal
-                .client
-                .query(sql::STEPS_BY_CONTENT.postgres(), &[&task])?)
-        })?;
-        rows.iter().map(step_from_row).collect()
-    }
-
-    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
-        let row = self.again(|journal, _| {
-            Ok(journal
-                .client
-                .query_one(sql::REPLAY_BOUNDS.postgres(), &[&task])?)
-        })?;
-        let last: Option<i64> = row.get(1);
-        Ok((row.get::<_, i64>(0) as u64, last.unwrap_or(0) as u64))
     }
 
     fn put_steps(

@@ -2,15 +2,13 @@
 //! decodes, the statements that write a step and a run's counters, and the
 //! fence every run's write goes through.
 
-use super::cached::Queries as _;
+use super::cached::Queries;
 use anyhow::Result;
 use postgres::Row;
 
-use super::cached::Tx;
-
 use super::schema::NOW_MS;
-use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
-use crate::journal::{StepRecord, TaskRecord};
+use crate::journal::TaskRecord;
+use crate::journal::rows::{self, TaskColumns};
 use crate::lease::Lease;
 
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
@@ -22,18 +20,6 @@ pub(super) fn lease_at(row: &Row, first: usize) -> Option<Lease> {
         row.get(first + 3),
         row.get::<_, Option<i32>>(first + 4).map(i64::from),
     )
-}
-
-/// The [`crate::journal::rows::SIGNAL_COLUMNS`] starting at `first`.
-pub(super) fn signal_at(row: &Row, first: usize) -> SignalColumns<'_> {
-    SignalColumns {
-        name: row.get(first),
-        data: row.get(first + 1),
-        signal_id: row.get(first + 2),
-        sent_by: row.get(first + 3),
-        sent_at: row.get(first + 4),
-        taken_by: row.get(first + 5),
-    }
 }
 
 /// The task columns, in the order [`TaskColumns`] reads them.
@@ -72,37 +58,9 @@ pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord> {
     .record()
 }
 
-/// A step row selected with [`crate::journal::rows::STEP_COLUMNS`].
-pub(super) fn step_from_row(row: &Row) -> Result<StepRecord> {
-    StepColumns {
-        step: row.get(0),
-        name: row.get(1),
-        kind: row.get(2),
-        effect: row.get(3),
-        args: row.get(4),
-        args_hash: row.get(5),
-        idempotency_key: row.get(6),
-        status: row.get(7),
-        attempts: i64::from(row.get::<_, i32>(8)),
-        output: row.get(9),
-        error_code: row.get(10),
-        error: row.get(11),
-        usage: row.get(12),
-        tokens: row.get(13),
-        run: i64::from(row.get::<_, i32>(14)),
-        created_at: row.get(15),
-        started_at: row.get(16),
-        finished_at: row.get(17),
-        resolution: row.get(18),
-        seen_from: row.get(20),
-        wake_at: row.get(21),
-    }
-    .record()
-}
-
 /// The task's lease, locked until the transaction ends, and the server's
 /// clock.
-pub(super) fn lease_of(tx: &mut Tx<'_>, task: &str) -> Result<(Option<Lease>, i64)> {
+pub(super) fn lease_of(tx: &mut impl Queries, task: &str) -> Result<(Option<Lease>, i64)> {
     let row = tx.query_opt(
         &format!(
             "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run, {NOW_MS}

@@ -4,9 +4,7 @@
 use super::cached::Queries as _;
 use anyhow::Result;
 
-use super::rows::signal_at;
 use super::{PostgresJournal, channel};
-use crate::journal::sql;
 use crate::journal::{SignalRecord, Signals};
 
 impl Signals for PostgresJournal {
@@ -32,23 +30,5 @@ impl Signals for PostgresJournal {
         }
         tx.commit()?;
         Ok(added == 1)
-    }
-
-    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let rows = self.again(|journal, _| {
-            Ok(journal
-                .client
-                .query(sql::SIGNALS_OF_TASK.postgres(), &[&task])?)
-        })?;
-        rows.iter().map(|row| signal_at(row, 0).record()).collect()
-    }
-
-    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
-        let row = self.again(|journal, _| {
-            Ok(journal
-                .client
-                .query_one(sql::SIGNAL_WAITING.postgres(), &[&task, &name])?)
-        })?;
-        Ok(row.get(0))
     }
 }

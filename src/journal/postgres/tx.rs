@@ -8,7 +8,6 @@ use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::cached::Queries;
-use super::cached::Tx as Transaction;
 use super::rows::lease_of;
 use super::schema::NOW_MS;
 use super::{PostgresJournal, channel};
@@ -60,7 +59,9 @@ fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
     args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
 }
 
-impl Tx for Transaction<'_> {
+/// A connection, or a transaction on it: both run the connection's
+/// prepared statements.
+impl<Q: Queries> Tx for Q {
     fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64> {
         Ok(Queries::execute(self, sql.postgres(), &params(args))?)
     }
@@ -100,6 +101,10 @@ impl Transact for PostgresJournal {
             tx.commit()?;
         }
         Ok(())
+    }
+
+    fn read(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        self.again(|journal, _| work(&mut journal.client))
     }
 
     fn stale(&self) -> std::time::Duration {

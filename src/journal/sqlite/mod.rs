@@ -17,10 +17,9 @@ use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 
 pub(crate) use open::{SqliteJournal, holds_tables};
-use rows::{TASK_COLUMNS, lease_from, standing_columns, step_from_row, task_from_row};
+use rows::{TASK_COLUMNS, lease_from, standing_columns, task_from_row};
 
-use super::rows::STEP_COLUMNS;
-use super::{Journal, NewTask, RunRecord, RunStart, RunStats, Standing, StepRecord, TaskRecord};
+use super::{Journal, NewTask, RunStart, Standing, TaskRecord};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::lease::{self, Holder, Lease};
@@ -78,92 +77,6 @@ impl Journal for SqliteJournal {
         Ok(tasks)
     }
 
-    fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
-        let mut statement = self.conn.prepare_cached(sql::TOKEN_DAYS.sqlite())?;
-        let days = statement
-            .query_map([], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get::<_, i64>(1)? as u64,
-                    row.get::<_, i64>(2)? as u64,
-                ))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(days)
-    }
-
-    fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
-        let mut statement = self.conn.prepare_cached(sql::RUNS_OF_TASK.sqlite())?;
-        let runs = statement
-            .query_map([task], |row| {
-                Ok(RunRecord {
-                    run: row.get(0)?,
-                    host: row.get(1)?,
-                    pid: row.get(2)?,
-                    started_at: row.get(3)?,
-                    finished_at: row.get(4)?,
-                    exit_code: row.get(5)?,
-                    stats: RunStats {
-                        replayed_steps: row.get::<_, i64>(6)? as u64,
-                        executed_steps: row.get::<_, i64>(7)? as u64,
-                        tokens_spent: row.get::<_, i64>(8)? as u64,
-                        tokens_saved: row.get::<_, i64>(9)? as u64,
-                    },
-                    unreplayed: super::rows::step_list(
-                        row.get::<_, Option<String>>(10)?.as_deref(),
-                    ),
-                    error: row.get(11)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(runs)
-    }
-
-    fn visit_steps(
-        &mut self,
-        task: &str,
-        discarded: bool,
-        last: Option<usize>,
-        visit: &mut dyn FnMut(StepRecord) -> Result<()>,
-    ) -> Result<()> {
-        let sql = sql::steps_of_task(discarded, last.is_some()).replace('$', "?");
-        let mut statement = self.conn.prepare_cached(&sql)?;
-        let mut rows = match last {
-            Some(last) => statement.query(params![task, last as i64])?,
-            None => statement.query([task])?,
-        };
-        while let Some(row) = rows.next()? {
-            visit(step_from_row(row)?)?;
-        }
-        Ok(())
-    }
-
-    fn count_steps(&mut self, task: &str) -> Result<u64> {
-        let count: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT (SELECT count(*) FROM steps WHERE task_id = ?1 AND status <> 'discarded')
-                      + (SELECT count(*) FROM steps WHERE task_id = ?1 AND status = 'discarded')",
-            )?
-            .query_row([task], |row| row.get(0))?;
-        Ok(count as u64)
-    }
-
-    fn step_versions(&mut self, task: &str, step: u64) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status <> 'discarded'
-             UNION ALL
-             SELECT {STEP_COLUMNS} FROM steps WHERE task_id = ?1 AND step_index = ?2 AND status = 'discarded'
-             ORDER BY id"
-        ))?;
-        let mut rows = statement.query(params![task, step as i64])?;
-        let mut steps = Vec::new();
-        while let Some(row) = rows.next()? {
-            steps.push(step_from_row(row)?);
-        }
-        Ok(steps)
-    }
-
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
         let tx = self
             .conn
@@ -215,40 +128,12 @@ impl Journal for SqliteJournal {
         Ok(super::standing_of(lease_run, cancelled, run))
     }
 
-    fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(sql::STEPS_PAGE.sqlite())?;
-        let mut rows = statement.query(params![task, after as i64, limit as i64])?;
-        let mut steps = Vec::with_capacity(limit.min(4096));
-        while let Some(row) = rows.next()? {
-            steps.push(step_from_row(row)?);
-        }
-        Ok(steps)
-    }
-
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()> {
         let steps = serde_json::to_string(steps)?;
         self.conn
             .prepare_cached(sql::SET_UNREPLAYED.sqlite())?
             .execute(params![task, run, steps])?;
         Ok(())
-    }
-
-    fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
-        let mut statement = self.conn.prepare_cached(sql::STEPS_BY_CONTENT.sqlite())?;
-        let mut rows = statement.query(params![task])?;
-        let mut steps = Vec::new();
-        while let Some(row) = rows.next()? {
-            steps.push(step_from_row(row)?);
-        }
-        Ok(steps)
-    }
-
-    fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
-        let (count, last): (i64, Option<i64>) = self
-            .conn
-            .prepare_cached(sql::REPLAY_BOUNDS.sqlite())?
-            .query_row([task], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok((count as u64, last.unwrap_or(0) as u64))
     }
 }
 

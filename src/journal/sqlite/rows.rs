@@ -7,8 +7,8 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension as _, Row};
 use serde_json::Value;
 
-use crate::journal::rows::{self, SignalColumns, StepColumns, TaskColumns};
-use crate::journal::{SignalRecord, StepRecord, TaskRecord};
+use crate::journal::TaskRecord;
+use crate::journal::rows::{self, TaskColumns};
 use crate::lease::Lease;
 
 pub(super) fn json_text(value: &Value) -> String {
@@ -51,53 +51,6 @@ pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
     .record()
 }
 
-/// A step row selected with [`crate::journal::rows::STEP_COLUMNS`].
-pub(super) fn step_from_row(row: &Row<'_>) -> Result<StepRecord> {
-    StepColumns {
-        step: row.get(0)?,
-        name: row.get(1)?,
-        kind: row.get_ref(2)?.as_str()?,
-        effect: row.get_ref(3)?.as_str()?,
-        args: row.get_ref(4)?.as_str()?,
-        args_hash: row.get(5)?,
-        idempotency_key: row.get(6)?,
-        status: row.get_ref(7)?.as_str()?,
-        attempts: row.get(8)?,
-        output: row.get_ref(9)?.as_str_or_null()?,
-        error_code: row.get_ref(10)?.as_str_or_null()?,
-        error: row.get(11)?,
-        usage: row.get_ref(12)?.as_str_or_null()?,
-        tokens: row.get(13)?,
-        run: row.get(14)?,
-        created_at: row.get(15)?,
-        started_at: row.get(16)?,
-        finished_at: row.get(17)?,
-        resolution: row.get_ref(18)?.as_str_or_null()?,
-        seen_from: row.get(20)?,
-        wake_at: row.get(21)?,
-    }
-    .record()
-}
-
-/// The [`crate::journal::rows::SIGNAL_COLUMNS`] starting at `first`.
-pub(super) fn signal_columns<'r>(
-    row: &'r Row<'_>,
-    first: usize,
-) -> rusqlite::Result<SignalColumns<'r>> {
-    Ok(SignalColumns {
-        name: row.get(first)?,
-        data: row.get_ref(first + 1)?.as_str()?,
-        signal_id: row.get(first + 2)?,
-        sent_by: row.get(first + 3)?,
-        sent_at: row.get(first + 4)?,
-        taken_by: row.get(first + 5)?,
-    })
-}
-
-pub(super) fn signal_from_row(row: &Row<'_>) -> Result<SignalRecord> {
-    signal_columns(row, 0)?.record()
-}
-
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
 pub(super) fn lease_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<Lease>> {
     Ok(rows::lease(
@@ -109,7 +62,7 @@ pub(super) fn lease_from(row: &Row<'_>, first: usize) -> rusqlite::Result<Option
     ))
 }
 
-pub(super) fn lease_of(tx: &rusqlite::Transaction<'_>, task: &str) -> Result<Option<Lease>> {
+pub(super) fn lease_of(tx: &rusqlite::Connection, task: &str) -> Result<Option<Lease>> {
     let lease = tx
         .query_row(
             "SELECT lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run FROM tasks WHERE id = ?1",

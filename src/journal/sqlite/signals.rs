@@ -5,8 +5,7 @@ use anyhow::Result;
 use rusqlite::params;
 
 use super::SqliteJournal;
-use super::rows::{json_text, signal_from_row};
-use crate::journal::sql;
+use super::rows::json_text;
 use crate::journal::{SignalRecord, Signals};
 
 impl Signals for SqliteJournal {
@@ -29,23 +28,5 @@ impl Signals for SqliteJournal {
             ])?;
         self.check_identity()?;
         Ok(added == 1)
-    }
-
-    fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
-        let mut statement = self.conn.prepare_cached(sql::SIGNALS_OF_TASK.sqlite())?;
-        let mut rows = statement.query([task])?;
-        let mut signals = Vec::new();
-        while let Some(row) = rows.next()? {
-            signals.push(signal_from_row(row)?);
-        }
-        Ok(signals)
-    }
-
-    fn signal_waiting(&mut self, task: &str, name: &str) -> Result<bool> {
-        let waiting = self
-            .conn
-            .prepare_cached(sql::SIGNAL_WAITING.sqlite())?
-            .query_row(params![task, name], |row| row.get(0))?;
-        Ok(waiting)
     }
 }

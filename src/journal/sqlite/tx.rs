@@ -36,7 +36,8 @@ impl Row for rusqlite::Row<'_> {
     }
 }
 
-impl Tx for rusqlite::Transaction<'_> {
+/// The connection, or a transaction on it (which derefs to it).
+impl Tx for &rusqlite::Connection {
     fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64> {
         let changed = self
             .prepare_cached(sql.sqlite())?
@@ -73,14 +74,18 @@ impl Tx for rusqlite::Transaction<'_> {
 
 impl Transact for SqliteJournal {
     fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()> {
-        let mut tx = self
+        let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        if work(&mut tx)? {
+        if work(&mut &*tx)? {
             tx.commit()?;
             self.check_identity()?;
         }
         Ok(())
+    }
+
+    fn read(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        work(&mut &self.conn)
     }
 
     fn stale(&self) -> std::time::Duration {

@@ -1,0 +1,157 @@
+//! The journal's reads, written once for both backends over a [`Tx`]:
+//! a task's steps (in order, a page, by content, every version of one),
+//! its runs, its signals, the tokens of each day. A backend runs them on
+//! its connection ([`super::tx::Transact::read`]).
+
+use anyhow::Result;
+
+use super::rows::{SignalColumns, StepColumns};
+use super::sql;
+use super::tx::{Arg, Row, Tx};
+use super::{RunRecord, RunStats, SignalRecord, StepRecord};
+
+/// A step row selected with [`super::rows::STEP_COLUMNS`].
+pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
+    StepColumns {
+        step: row.some_int(0)?,
+        name: row.some_text(1)?.to_owned(),
+        kind: row.some_text(2)?,
+        effect: row.some_text(3)?,
+        args: row.some_text(4)?,
+        args_hash: row.some_text(5)?.to_owned(),
+        idempotency_key: row.some_text(6)?.to_owned(),
+        status: row.some_text(7)?,
+        attempts: row.some_int(8)?,
+        output: row.text(9)?,
+        error_code: row.text(10)?,
+        error: row.text(11)?.map(str::to_owned),
+        usage: row.text(12)?,
+        tokens: row.some_int(13)?,
+        run: row.some_int(14)?,
+        created_at: row.some_text(15)?.to_owned(),
+        started_at: row.some_text(16)?.to_owned(),
+        finished_at: row.text(17)?.map(str::to_owned),
+        resolution: row.text(18)?,
+        seen_from: row.int(20)?,
+        wake_at: row.text(21)?.map(str::to_owned),
+    }
+    .record()
+}
+
+/// The [`super::rows::SIGNAL_COLUMNS`] starting at `first`.
+pub(crate) fn signal_from(row: &dyn Row, first: usize) -> Result<SignalRecord> {
+    SignalColumns {
+        name: row.some_text(first)?.to_owned(),
+        data: row.some_text(first + 1)?,
+        signal_id: row.text(first + 2)?.map(str::to_owned),
+        sent_by: row.some_text(first + 3)?.to_owned(),
+        sent_at: row.some_text(first + 4)?.to_owned(),
+        taken_by: row.int(first + 5)?,
+    }
+    .record()
+}
+
+/// Hands the task's steps to `visit` in order (with the discarded ones
+/// if asked, only the last `last` if given).
+pub(crate) fn visit_steps(
+    tx: &mut dyn Tx,
+    task: &str,
+    discarded: bool,
+    last: Option<usize>,
+    visit: &mut dyn FnMut(StepRecord) -> Result<()>,
+) -> Result<()> {
+    let statement = &sql::STEPS_OF_TASK[usize::from(discarded) * 2 + usize::from(last.is_some())];
+    let args: &[Arg<'_>] = &[task.into(), last.map(|last| last as u64).into()];
+    let args = if last.is_some() { args } else { &args[..1] };
+    tx.query(statement, args, &mut |row| visit(step_from(row)?))
+}
+
+/// The steps `statement` selects, with `args`.
+pub(crate) fn steps(
+    tx: &mut dyn Tx,
+    statement: &sql::Sql,
+    args: &[Arg<'_>],
+) -> Result<Vec<StepRecord>> {
+    let mut steps = Vec::new();
+    tx.query(statement, args, &mut |row| {
+        steps.push(step_from(row)?);
+        Ok(())
+    })?;
+    Ok(steps)
+}
+
+/// One integer column of the one row `statement` returns.
+fn count(tx: &mut dyn Tx, statement: &sql::Sql, args: &[Arg<'_>]) -> Result<u64> {
+    let count = tx.query_opt(statement, args, |row| row.some_int(0))?;
+    Ok(count.unwrap_or(0) as u64)
+}
+
+/// How many steps the task has, discarded ones included.
+pub(crate) fn count_steps(tx: &mut dyn Tx, task: &str) -> Result<u64> {
+    count(tx, &sql::COUNT_STEPS, &[task.into()])
+}
+
+/// How many live steps the task has, and the highest step number.
+pub(crate) fn replay_bounds(tx: &mut dyn Tx, task: &str) -> Result<(u64, u64)> {
+    let bounds = tx.query_opt(&sql::REPLAY_BOUNDS, &[task.into()], |row| {
+        Ok((row.some_int(0)? as u64, row.int(1)?.unwrap_or(0) as u64))
+    })?;
+    Ok(bounds.unwrap_or((0, 0)))
+}
+
+/// The task's runs, in order.
+pub(crate) fn runs(tx: &mut dyn Tx, task: &str) -> Result<Vec<RunRecord>> {
+    let mut runs = Vec::new();
+    tx.query(&sql::RUNS_OF_TASK, &[task.into()], &mut |row| {
+        runs.push(RunRecord {
+            run: row.some_int(0)? as u32,
+            host: row.some_text(1)?.to_owned(),
+            pid: row.some_int(2)? as u32,
+            started_at: row.some_text(3)?.to_owned(),
+            finished_at: row.text(4)?.map(str::to_owned),
+            exit_code: row.int(5)?.map(|code| code as i32),
+            stats: RunStats {
+                replayed_steps: row.some_int(6)? as u64,
+                executed_steps: row.some_int(7)? as u64,
+                tokens_spent: row.some_int(8)? as u64,
+                tokens_saved: row.some_int(9)? as u64,
+            },
+            unreplayed: super::rows::step_list(row.text(10)?),
+            error: row.text(11)?.map(str::to_owned),
+        });
+        Ok(())
+    })?;
+    Ok(runs)
+}
+
+/// Tokens spent and saved per day, oldest first.
+pub(crate) fn token_days(tx: &mut dyn Tx) -> Result<Vec<(String, u64, u64)>> {
+    let mut days = Vec::new();
+    tx.query(&sql::TOKEN_DAYS, &[], &mut |row| {
+        days.push((
+            row.some_text(0)?.to_owned(),
+            row.some_int(1)? as u64,
+            row.some_int(2)? as u64,
+        ));
+        Ok(())
+    })?;
+    Ok(days)
+}
+
+/// The task's signals, oldest first.
+pub(crate) fn signals(tx: &mut dyn Tx, task: &str) -> Result<Vec<SignalRecord>> {
+    let mut signals = Vec::new();
+    tx.query(&sql::SIGNALS_OF_TASK, &[task.into()], &mut |row| {
+        signals.push(signal_from(row, 0)?);
+        Ok(())
+    })?;
+    Ok(signals)
+}
+
+/// Whether a signal called `name` waits, untaken.
+pub(crate) fn signal_waiting(tx: &mut dyn Tx, task: &str, name: &str) -> Result<bool> {
+    let waiting = tx.query_opt(&sql::SIGNAL_WAITING, &[task.into(), name.into()], |row| {
+        Ok(row.boolean(0)?.unwrap_or(false))
+    })?;
+    Ok(waiting.unwrap_or(false))
+}
