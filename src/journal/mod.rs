@@ -9,7 +9,7 @@ mod explain;
 mod fence;
 mod location;
 pub(crate) mod postgres;
-mod reads;
+pub(crate) mod reads;
 mod records;
 mod rows;
 mod sql;

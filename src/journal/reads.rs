@@ -5,10 +5,10 @@
 
 use anyhow::Result;
 
-use super::rows::{SignalColumns, StepColumns};
+use super::rows::{SignalColumns, StepColumns, TaskColumns};
 use super::sql;
 use super::tx::{Arg, Row, Tx};
-use super::{RunRecord, RunStats, SignalRecord, StepRecord};
+use super::{Retryable, RunRecord, RunStats, SignalRecord, StepRecord, TaskRecord};
 
 /// A step row selected with [`super::rows::STEP_COLUMNS`].
 pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
@@ -154,4 +154,80 @@ pub(crate) fn signal_waiting(tx: &mut dyn Tx, task: &str, name: &str) -> Result<
         Ok(row.boolean(0)?.unwrap_or(false))
     })?;
     Ok(waiting.unwrap_or(false))
+}
+
+/// A task row selected with [`super::rows::TASK_COLUMNS`].
+pub(crate) fn task_from(row: &dyn Row) -> Result<TaskRecord> {
+    TaskColumns {
+        id: row.some_text(0)?.to_owned(),
+        status: row.some_text(1)?,
+        argv: row.some_text(2)?,
+        cwd: row.some_text(3)?.to_owned(),
+        config: row.text(4)?.map(str::to_owned),
+        config_path: row.text(5)?.map(str::to_owned),
+        sync: row.some_text(6)?,
+        exit_code: row.int(7)?.map(|code| code as i32),
+        output: row.text(8)?,
+        runs: row.some_int(9)?,
+        lease: super::tx::lease_at(row, 10)?,
+        created_at: row.some_text(15)?.to_owned(),
+        updated_at: row.some_text(16)?.to_owned(),
+        steps: row.some_int(17)?,
+        tokens_spent: row.some_int(18)?,
+        tokens_saved: row.some_int(19)?,
+        max_tokens: row.int(20)?,
+        queue: row.text(21)?.map(str::to_owned),
+        imported_at: row.text(22)?.map(str::to_owned),
+    }
+    .record()
+}
+
+/// The tasks `statement` selects, with `args`.
+fn tasks(tx: &mut dyn Tx, statement: &sql::Sql, args: &[Arg<'_>]) -> Result<Vec<TaskRecord>> {
+    let mut tasks = Vec::new();
+    tx.query(statement, args, &mut |row| {
+        tasks.push(task_from(row)?);
+        Ok(())
+    })?;
+    Ok(tasks)
+}
+
+/// One task, if the journal holds it.
+pub(crate) fn task(tx: &mut dyn Tx, id: &str) -> Result<Option<TaskRecord>> {
+    Ok(tasks(tx, &sql::TASK, &[id.into()])?.pop())
+}
+
+/// The tasks whose id starts with `prefix`, in id order.
+pub(crate) fn tasks_with_prefix(tx: &mut dyn Tx, prefix: &str) -> Result<Vec<TaskRecord>> {
+    let length = prefix.chars().count() as u64;
+    tasks(tx, &sql::TASKS_WITH_PREFIX, &[prefix.into(), length.into()])
+}
+
+/// The greatest task id that starts with `prefix`, if any.
+pub(crate) fn latest_task_id(tx: &mut dyn Tx, prefix: &str) -> Result<Option<String>> {
+    let length = prefix.chars().count() as u64;
+    let latest = tx.query_opt(
+        &sql::LATEST_TASK_ID,
+        &[prefix.into(), length.into()],
+        |row| Ok(row.text(0)?.map(str::to_owned)),
+    )?;
+    Ok(latest.flatten())
+}
+
+/// The failed tasks with retries left.
+pub(crate) fn retryable(tx: &mut dyn Tx) -> Result<Vec<Retryable>> {
+    let mut retryable = Vec::new();
+    tx.query(&sql::RETRYABLE, &[], &mut |row| {
+        retryable.push(Retryable {
+            id: row.some_text(0)?.to_owned(),
+            queue: row.text(1)?.map(str::to_owned),
+            failed_at: row.some_text(2)?.to_owned(),
+            exit_code: row.int(3)?.map(|code| code as i32),
+            retries: row.some_int(4)? as u32,
+            backoff_ms: row.some_int(5)? as u64,
+            used: row.some_int(6)? as u32,
+        });
+        Ok(())
+    })?;
+    Ok(retryable)
 }

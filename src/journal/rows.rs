@@ -1,7 +1,7 @@
 //! Rows into records, the same for every backend.
 //!
 //! A backend reads its row's columns (in the order of [`STEP_COLUMNS`] and
-//! of its own `TASK_COLUMNS`) into [`StepColumns`] or [`TaskColumns`]; everything
+//! [`TASK_COLUMNS`]) into [`StepColumns`] or [`TaskColumns`]; everything
 //! the columns mean (enum texts, JSON, defaults) is decided once, here.
 
 use anyhow::{Context as _, Result};
@@ -16,6 +16,18 @@ use crate::error::Failure;
 use crate::json_text::JsonText;
 use crate::lease::Lease;
 use crate::protocol::{Effect, ErrorCode};
+
+/// The task columns every backend selects, in the order [`TaskColumns`]
+/// reads them (SQLite reads `greatest` as its scalar `max`).
+pub(crate) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
+    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
+    t.created_at,
+    greatest(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
+        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
+    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
+    (SELECT CAST(coalesce(sum(r.tokens_spent), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
+    (SELECT CAST(coalesce(sum(r.tokens_saved), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
+    t.max_tokens, t.queue, t.imported_at";
 
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,

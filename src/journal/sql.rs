@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS};
+use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS, TASK_COLUMNS};
 
 /// One query, as each backend reads it.
 pub(crate) struct Sql {
@@ -47,15 +47,18 @@ impl Sql {
 
     /// `?N` for `$N`, without a closing lock clause; made once.
     pub(crate) fn sqlite(&self) -> &str {
-        self.sqlite.get_or_init(|| {
-            let text = self.postgres();
-            let text = [" FOR UPDATE", " FOR SHARE"]
-                .iter()
-                .find_map(|clause| text.strip_suffix(clause))
-                .unwrap_or(text);
-            text.replace('$', "?")
-        })
+        self.sqlite.get_or_init(|| for_sqlite(self.postgres()))
     }
+}
+
+/// A query in `$N` form as SQLite reads it: `?N`, no closing lock clause
+/// (`FOR UPDATE`, `FOR SHARE`), and `greatest` as SQLite's scalar `max`.
+pub(crate) fn for_sqlite(postgres: &str) -> String {
+    let text = [" FOR UPDATE", " FOR SHARE"]
+        .iter()
+        .find_map(|clause| postgres.strip_suffix(clause))
+        .unwrap_or(postgres);
+    text.replace('$', "?").replace("greatest(", "max(")
 }
 
 /// A task's steps in order, the discarded ones too if asked (after the
@@ -82,6 +85,15 @@ pub(crate) fn steps_of_task(discarded: bool, last: bool) -> String {
         format!("{body} ORDER BY step_index")
     }
 }
+
+/// One task.
+pub(crate) static TASK: Sql =
+    Sql::made(|| format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"));
+
+/// The tasks whose id starts with `$1` (`$2` characters long), in id order.
+pub(crate) static TASKS_WITH_PREFIX: Sql = Sql::made(|| {
+    format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, $2) = $1 ORDER BY t.id")
+});
 
 /// A task's signals, oldest first.
 pub(crate) static SIGNALS_OF_TASK: Sql =
@@ -373,6 +385,8 @@ mod tests {
             &RUNS_OF_TASK,
             &TOKEN_DAYS,
             &LATEST_TASK_ID,
+            &TASK,
+            &TASKS_WITH_PREFIX,
             &SET_RETRIES,
             &RETRYABLE,
             &COUNT_RETRY,

@@ -27,7 +27,9 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
         true
     }
     fn create_task(&mut self, task: &NewTask) -> Result<()>;
-    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>>;
+    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
+        read(self, |tx| reads::task(tx, id))
+    }
     /// Every task, newest first.
     fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
@@ -234,7 +236,7 @@ pub(crate) trait Signals: Transact {
 }
 
 /// A task's rows out of and into a journal (SPEC 10).
-pub(crate) trait Transfer {
+pub(crate) trait Transfer: Transact {
     /// Every row of the task (runs, steps with discarded ones, signals,
     /// resolutions) with every column, as JSON (SPEC 10); `None` for an
     /// unknown task.
@@ -302,9 +304,13 @@ pub(crate) trait Queue: Transact {
     fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<Heard>;
     /// The greatest task id that starts with `prefix` (a schedule's last
     /// tick), if any.
-    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>>;
+    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
+        read(self, |tx| reads::latest_task_id(tx, prefix))
+    }
     /// The failed tasks with retries left.
-    fn retryable(&mut self) -> Result<Vec<Retryable>>;
+    fn retryable(&mut self) -> Result<Vec<Retryable>> {
+        read(self, reads::retryable)
+    }
     /// Counts the task's retry (it had `used`) and leaves it interrupted
     /// for a worker to claim, in one transaction; false if another worker
     /// did first or the task is no longer failed.
@@ -318,7 +324,9 @@ pub(crate) trait Queue: Transact {
     }
     /// The tasks whose id starts with `prefix` (a parent's children,
     /// `PARENT-s`), in id order.
-    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>>;
+    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
+        read(self, |tx| reads::tasks_with_prefix(tx, prefix))
+    }
 }
 
 /// What a worker reads and writes on one look (SPEC 16).

@@ -24,7 +24,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use rows::{TASK_COLUMNS, lease_at, task_from_row};
+use crate::journal::rows::TASK_COLUMNS;
+use rows::{lease_at, task_from_row};
 use schema::NOW_MS;
 
 pub(crate) use open::describe;
@@ -104,16 +105,6 @@ impl Journal for PostgresJournal {
         }
         tx.commit()?;
         Ok(())
-    }
-
-    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
-        self.again(|journal, _| {
-            let row = journal.client.query_opt(
-                &format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"),
-                &[&id],
-            )?;
-            row.as_ref().map(task_from_row).transpose()
-        })
     }
 
     fn tasks(&mut self) -> Result<Vec<TaskRecord>> {

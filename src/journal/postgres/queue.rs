@@ -6,11 +6,11 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::PostgresJournal;
-use super::rows::TASK_COLUMNS;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
+use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::sql;
-use crate::journal::{Heard, Look, Looked, Queue, Retryable, TaskRecord, WorkerRecord};
+use crate::journal::{Heard, Look, Looked, Queue, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
     fn claimable(
@@ -51,7 +51,7 @@ impl Queue for PostgresJournal {
                 claimable(&mut tx, queues, worker, limit, 0, self.stale)?;
         }
         if look.retryable {
-            looked.retryable = retryable(&mut tx)?;
+            looked.retryable = crate::journal::reads::retryable(&mut tx)?;
         }
         tx.commit()?;
         Ok(looked)
@@ -134,29 +134,6 @@ impl Queue for PostgresJournal {
         Ok(())
     }
 
-    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
-        let length = prefix.chars().count() as i32;
-        let row = self
-            .client
-            .query_one(sql::LATEST_TASK_ID.postgres(), &[&prefix, &length])?;
-        Ok(row.get(0))
-    }
-
-    fn retryable(&mut self) -> Result<Vec<Retryable>> {
-        retryable(&mut self.client)
-    }
-
-    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
-        let length = prefix.chars().count() as i32;
-        let rows = self.client.query(
-            &format!(
-                "SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, $2) = $1 ORDER BY t.id"
-            ),
-            &[&prefix, &length],
-        )?;
-        rows.iter().map(task_from_row).collect()
-    }
-
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
         workers(&mut self.client, self.stale)
     }
@@ -237,22 +214,6 @@ fn heartbeat(tx: &mut Tx<'_>, worker: &WorkerRecord) -> Result<()> {
         ],
     )?;
     Ok(())
-}
-
-fn retryable(db: &mut impl Queries) -> Result<Vec<Retryable>> {
-    let rows = db.query(sql::RETRYABLE.postgres(), &[])?;
-    Ok(rows
-        .iter()
-        .map(|row| Retryable {
-            id: row.get(0),
-            queue: row.get(1),
-            failed_at: row.get(2),
-            exit_code: row.get(3),
-            retries: row.get::<_, i32>(4) as u32,
-            backoff_ms: row.get::<_, i64>(5) as u64,
-            used: row.get::<_, i32>(6) as u32,
-        })
-        .collect())
 }
 
 fn workers(db: &mut impl Queries, stale: Duration) -> Result<Vec<WorkerRecord>> {

@@ -16,8 +16,10 @@ mod tx;
 use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 
+use crate::journal::rows::TASK_COLUMNS;
+use crate::journal::sql::for_sqlite;
 pub(crate) use open::{SqliteJournal, holds_tables};
-use rows::{TASK_COLUMNS, lease_from, standing_columns, task_from_row};
+use rows::{lease_from, standing_columns, task_from_row};
 
 use super::{Journal, NewTask, RunStart, Standing, TaskRecord};
 use crate::config::SyncMode;
@@ -57,18 +59,11 @@ impl Journal for SqliteJournal {
         Ok(started)
     }
 
-    fn task(&mut self, id: &str) -> Result<Option<TaskRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = ?1"
-        ))?;
-        let mut rows = statement.query([id])?;
-        rows.next()?.map(task_from_row).transpose()
-    }
-
     fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
+        // Newest first, in the order they were made within a millisecond.
+        let mut statement = self.conn.prepare_cached(&for_sqlite(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
-        ))?;
+        )))?;
         let mut rows = statement.query([])?;
         let mut tasks = Vec::new();
         while let Some(row) = rows.next()? {

@@ -4,9 +4,11 @@ use anyhow::Result;
 use rusqlite::{TransactionBehavior, params};
 
 use super::SqliteJournal;
-use super::rows::{TASK_COLUMNS, task_from_row};
+use super::rows::task_from_row;
+use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::sql;
-use crate::journal::{Heard, Queue, Retryable, TaskRecord, WorkerRecord};
+use crate::journal::sql::for_sqlite;
+use crate::journal::{Heard, Queue, TaskRecord, WorkerRecord};
 
 impl Queue for SqliteJournal {
     fn claimable(
@@ -18,13 +20,13 @@ impl Queue for SqliteJournal {
     ) -> Result<(Vec<TaskRecord>, i64)> {
         let now = crate::journal::now_ms();
         let queues = serde_json::to_string(queues)?;
-        let mut statement = self.conn.prepare_cached(&format!(
+        let mut statement = self.conn.prepare_cached(&for_sqlite(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks t
              WHERE t.queue IN (SELECT value FROM json_each(?1))
                AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
                AND (t.claimed_by IS NULL OR t.claimed_by = ?2 OR t.claimed_at < ?3)
              ORDER BY t.created_at, t.rowid LIMIT ?4 OFFSET ?5"
-        ))?;
+        )))?;
         let mut rows = statement.query(params![
             queues,
             worker,
@@ -121,42 +123,6 @@ impl Queue for SqliteJournal {
         tx.execute(sql::RELEASE_CLAIMS_OF.sqlite(), [worker])?;
         tx.commit()?;
         Ok(())
-    }
-
-    fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
-        let length = prefix.chars().count() as i32;
-        Ok(self
-            .conn
-            .prepare_cached(sql::LATEST_TASK_ID.sqlite())?
-            .query_row(rusqlite::params![prefix, length], |row| row.get(0))?)
-    }
-
-    fn retryable(&mut self) -> Result<Vec<Retryable>> {
-        let mut statement = self.conn.prepare_cached(sql::RETRYABLE.sqlite())?;
-        let rows = statement.query_map([], |row| {
-            Ok(Retryable {
-                id: row.get(0)?,
-                queue: row.get(1)?,
-                failed_at: row.get(2)?,
-                exit_code: row.get(3)?,
-                retries: row.get(4)?,
-                backoff_ms: row.get::<_, i64>(5)? as u64,
-                used: row.get(6)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    fn tasks_with_prefix(&mut self, prefix: &str) -> Result<Vec<TaskRecord>> {
-        let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, ?2) = ?1 ORDER BY t.id"
-        ))?;
-        let mut rows = statement.query(params![prefix, prefix.chars().count() as i64])?;
-        let mut tasks = Vec::new();
-        while let Some(row) = rows.next()? {
-            tasks.push(task_from_row(row)?);
-        }
-        Ok(tasks)
     }
 
     fn workers(&mut self) -> Result<Vec<WorkerRecord>> {

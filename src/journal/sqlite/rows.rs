@@ -8,47 +8,16 @@ use rusqlite::{Connection, OptionalExtension as _, Row};
 use serde_json::Value;
 
 use crate::journal::TaskRecord;
-use crate::journal::rows::{self, TaskColumns};
+use crate::journal::rows::{self};
 use crate::lease::Lease;
 
 pub(super) fn json_text(value: &Value) -> String {
     serde_json::to_string(value).expect("a JSON value always serializes")
 }
 
-/// The task columns, in the order [`TaskColumns`] reads them.
-pub(super) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, t.config_path, t.sync_mode, t.exit_code,
-    t.output, t.runs, t.lease_host, t.lease_pid, t.lease_pid_start, t.lease_heartbeat, t.lease_run,
-    t.created_at,
-    max(t.updated_at, coalesce((SELECT coalesce(s.finished_at, s.started_at) FROM steps s
-        WHERE s.task_id = t.id AND s.status <> 'discarded' ORDER BY s.step_index DESC LIMIT 1), '')),
-    (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
-    (SELECT coalesce(sum(r.tokens_spent), 0) FROM runs r WHERE r.task_id = t.id),
-    (SELECT coalesce(sum(r.tokens_saved), 0) FROM runs r WHERE r.task_id = t.id),
-    t.max_tokens, t.queue, t.imported_at";
-
+/// A task row selected with [`crate::journal::rows::TASK_COLUMNS`].
 pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
-    TaskColumns {
-        id: row.get(0)?,
-        status: row.get_ref(1)?.as_str()?,
-        argv: row.get_ref(2)?.as_str()?,
-        cwd: row.get(3)?,
-        config: row.get(4)?,
-        config_path: row.get(5)?,
-        sync: row.get_ref(6)?.as_str()?,
-        exit_code: row.get(7)?,
-        output: row.get_ref(8)?.as_str_or_null()?,
-        runs: row.get(9)?,
-        lease: lease_from(row, 10)?,
-        created_at: row.get(15)?,
-        updated_at: row.get(16)?,
-        steps: row.get(17)?,
-        tokens_spent: row.get(18)?,
-        tokens_saved: row.get(19)?,
-        max_tokens: row.get(20)?,
-        queue: row.get(21)?,
-        imported_at: row.get(22)?,
-    }
-    .record()
+    crate::journal::reads::task_from(row)
 }
 
 /// The lease columns starting at `first`: host, pid, pid start, heartbeat, run.
