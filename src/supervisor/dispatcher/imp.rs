@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::Supervisor;
+use super::{Parts, Supervisor};
 use crate::error::{Failure, Kind};
 use crate::exit_code;
 use crate::journal::{Journal, RunStats, TaskStatus};
@@ -47,14 +47,11 @@ use crate::protocol::{self, ErrorCode, Line, Response};
 use crate::report::{Event as Report, Reporter};
 use crate::supervisor::agent_io::AgentIo;
 use crate::supervisor::committer::Committer;
-use crate::supervisor::ending::Ending;
-use crate::supervisor::holding::Holding;
 use crate::supervisor::inbox::{AGENT, Conn, Event, Events};
 use crate::supervisor::lines::Chunk;
-use crate::supervisor::outbox::{Deferred, Outbox};
+use crate::supervisor::outbox::Deferred;
 use crate::supervisor::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
-use crate::supervisor::steps::Steps;
-use crate::supervisor::{child, committer, crash, runners, socket};
+use crate::supervisor::{child, committer, socket};
 
 /// The most answers (bytes) waiting for the agent to read them: past it,
 /// durun stops reading the agent's requests until it reads its answers. An
@@ -135,27 +132,20 @@ pub(crate) fn supervise(
                 })
                 .map(drop)
         });
-        let mut supervisor = Supervisor {
+        let mut supervisor = Supervisor::new(Parts {
             spec,
-            journal: Some(journal),
+            journal,
             committer: Committer::new((jobs_tx, landed_rx), start, spec.task_id, spec.run),
             reporter,
-            steps: Steps::new(last_recorded),
-            stats: RunStats::default(),
             io,
-            outbox: Outbox::default(),
-            tokens_finished: 0,
             events_tx,
-            child_pid,
-            interactive: os::stdin_is_terminal(),
-            ending: Ending::default(),
-            holding: Holding::new(spec.leased_at),
-            trial: crash::Trial::of(spec),
-            children: runners::Runners::default(),
-            caught: caught.as_ref(),
-            proxy: proxy.as_mut(),
             socket: &mut socket,
-        };
+            last_recorded,
+        });
+        supervisor.child_pid = child_pid;
+        supervisor.interactive = os::stdin_is_terminal();
+        supervisor.caught = caught.as_ref();
+        supervisor.proxy = proxy.as_mut();
         supervisor.read_first_page();
         supervisor.serve(&events);
         supervisor.report_unreplayed();

@@ -94,6 +94,57 @@ struct Wanted<'a> {
     ask_first: bool,
 }
 
+/// What a run's dispatcher is made of; the rest starts empty.
+struct Parts<'a> {
+    spec: &'a RunSpec<'a>,
+    journal: &'a mut dyn Journal,
+    committer: committer::Committer<'a>,
+    reporter: &'a mut dyn Reporter,
+    io: AgentIo,
+    events_tx: Events,
+    socket: &'a mut socket::SocketDir,
+    /// The highest step number the journal holds.
+    last_recorded: u64,
+}
+
+impl<'a> Supervisor<'a> {
+    /// A run's dispatcher before the agent's first line: no step open,
+    /// nothing waited on, no agent pid to signal, no listener started.
+    fn new(parts: Parts<'a>) -> Self {
+        let Parts {
+            spec,
+            journal,
+            committer,
+            reporter,
+            io,
+            events_tx,
+            socket,
+            last_recorded,
+        } = parts;
+        Self {
+            spec,
+            journal: Some(journal),
+            committer,
+            reporter,
+            steps: Steps::new(last_recorded),
+            stats: RunStats::default(),
+            io,
+            outbox: Outbox::default(),
+            tokens_finished: 0,
+            events_tx,
+            child_pid: 0,
+            interactive: false,
+            ending: Ending::default(),
+            holding: Holding::new(spec.leased_at),
+            trial: crash::Trial::of(spec),
+            children: runners::Runners::default(),
+            caught: None,
+            proxy: None,
+            socket,
+        }
+    }
+}
+
 impl Supervisor<'_> {
     /// Hands `transition` to every observer.
     fn transition(&mut self, transition: Transition<'_>) {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::Supervisor;
+use super::{Parts, Supervisor};
 use crate::journal::sqlite::SqliteJournal;
 use crate::journal::{
     Journal, NewTask, RunEnd, RunStart, RunStats, Signals as _, StepRecord, StepStatus, TaskStatus,
@@ -22,13 +22,9 @@ use crate::lease::Holder;
 use crate::report::{Event as Report, Reporter};
 use crate::supervisor::agent_io::AgentIo;
 use crate::supervisor::committer::Committer;
-use crate::supervisor::ending::Ending;
-use crate::supervisor::holding::Holding;
 use crate::supervisor::inbox::Events;
-use crate::supervisor::outbox::Outbox;
 use crate::supervisor::spec::RunSpec;
-use crate::supervisor::steps::Steps;
-use crate::supervisor::{crash, runners, socket};
+use crate::supervisor::{crash, socket};
 
 /// What the observers saw: the transitions handed to the reporter.
 #[derive(Default)]
@@ -113,27 +109,16 @@ fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>,
     let mut seen = Seen::default();
     let mut answers = Vec::new();
     {
-        let mut dispatcher = Supervisor {
+        let mut dispatcher = Supervisor::new(Parts {
             spec: &spec,
-            journal: Some(&mut *journal),
+            journal: &mut *journal,
             committer,
             reporter: &mut seen,
-            steps: Steps::new(last_recorded),
-            stats: RunStats::default(),
             io,
-            outbox: Outbox::default(),
-            tokens_finished: 0,
             events_tx,
-            child_pid: 0,
-            interactive: false,
-            ending: Ending::default(),
-            holding: Holding::new(leased_at),
-            trial: crash::Trial::of(&spec),
-            children: runners::Runners::default(),
-            caught: None,
-            proxy: None,
             socket: &mut socket,
-        };
+            last_recorded,
+        });
         dispatcher.read_first_page();
         for line in lines {
             agent.say(line);
