@@ -274,7 +274,9 @@ pub(crate) trait Queue: Transact {
     ) -> Result<Vec<String>>;
     /// Gives up `worker`'s claim of the task (its run has ended), and
     /// wakes the workers: the one whose run it was fills its place.
-    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()>;
+    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
+        committed(self, |tx| writes::release_claim(tx, task, worker))
+    }
     /// A worker's look: what `look` asks for, in one transaction where
     /// the journal counts them (PostgreSQL).
     fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
@@ -296,7 +298,9 @@ pub(crate) trait Queue: Transact {
     /// Records the worker as live, with the tasks it runs now.
     fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()>;
     /// Takes the worker off the list, and its claims with it.
-    fn worker_gone(&mut self, worker: &str) -> Result<()>;
+    fn worker_gone(&mut self, worker: &str) -> Result<()> {
+        committed(self, |tx| writes::worker_gone(tx, worker))
+    }
     /// The workers whose heartbeat is younger than the stale time.
     fn workers(&mut self) -> Result<Vec<WorkerRecord>>;
     /// Waits up to `timeout` for news a worker may act on (a submit, a

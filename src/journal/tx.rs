@@ -123,6 +123,9 @@ pub(crate) trait Tx {
     /// Tells a live runner of `task` at the commit that `what` changed
     /// (PostgreSQL's NOTIFY; SQLite's runners look at the file).
     fn notify(&mut self, task: &str, what: &str) -> Result<()>;
+    /// Tells the workers listening at the commit that `what` changed
+    /// (PostgreSQL's NOTIFY on `durun_work`; SQLite's workers look).
+    fn notify_workers(&mut self, what: &str) -> Result<()>;
 }
 
 impl dyn Tx + '_ {

@@ -348,6 +348,20 @@ pub(crate) fn gc(
     Ok(removed)
 }
 
+/// Lets go of a worker's claim on a task; the workers hear of it (the one
+/// whose run released it fills its place at once).
+pub(crate) fn release_claim(tx: &mut dyn Tx, task: &str, worker: &str) -> Result<()> {
+    tx.execute(&sql::RELEASE_CLAIM, &[task.into(), worker.into()])?;
+    tx.notify_workers("released")
+}
+
+/// A worker that stopped: its row and its claims go.
+pub(crate) fn worker_gone(tx: &mut dyn Tx, worker: &str) -> Result<()> {
+    tx.execute(&sql::DELETE_WORKER, &[worker.into()])?;
+    tx.execute(&sql::RELEASE_CLAIMS_OF, &[worker.into()])?;
+    tx.notify_workers("worker")
+}
+
 /// Counts one of a task's retries and queues it again; false (and the
 /// caller rolls back) when its retries ran out or it is not failed.
 pub(crate) fn start_retry(tx: &mut dyn Tx, task: &str, used: u32) -> Result<bool> {

@@ -9,7 +9,6 @@ use super::PostgresJournal;
 use super::rows::task_from_row;
 use super::schema::NOW_MS;
 use crate::journal::rows::TASK_COLUMNS;
-use crate::journal::sql;
 use crate::journal::{Heard, Look, Looked, Queue, TaskRecord, WorkerRecord};
 
 impl Queue for PostgresJournal {
@@ -109,27 +108,9 @@ impl Queue for PostgresJournal {
         Ok(claimed)
     }
 
-    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.execute(sql::RELEASE_CLAIM.postgres(), &[&task, &worker])?;
-        // The worker whose run released it fills its place at once.
-        tx.execute("SELECT pg_notify('durun_work', 'released')", &[])?;
-        tx.commit()?;
-        Ok(())
-    }
-
     fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()> {
         let mut tx = self.client.transaction()?;
         heartbeat(&mut tx, worker)?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn worker_gone(&mut self, worker: &str) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.execute(sql::DELETE_WORKER.postgres(), &[&worker])?;
-        tx.execute(sql::RELEASE_CLAIMS_OF.postgres(), &[&worker])?;
-        tx.execute("SELECT pg_notify('durun_work', 'worker')", &[])?;
         tx.commit()?;
         Ok(())
     }

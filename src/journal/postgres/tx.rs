@@ -92,6 +92,11 @@ impl<Q: Queries> Tx for Q {
         Queries::execute(self, "SELECT pg_notify($1, $2)", &[&channel(task), &what])?;
         Ok(())
     }
+
+    fn notify_workers(&mut self, what: &str) -> Result<()> {
+        Queries::execute(self, "SELECT pg_notify('durun_work', $1)", &[&what])?;
+        Ok(())
+    }
 }
 
 impl Transact for PostgresJournal {

@@ -6,7 +6,6 @@ use rusqlite::{TransactionBehavior, params};
 use super::SqliteJournal;
 use super::rows::task_from_row;
 use crate::journal::rows::TASK_COLUMNS;
-use crate::journal::sql;
 use crate::journal::sql::for_sqlite;
 use crate::journal::{Heard, Queue, TaskRecord, WorkerRecord};
 
@@ -80,13 +79,6 @@ impl Queue for SqliteJournal {
         Ok(claimed)
     }
 
-    fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        self.conn
-            .prepare_cached(sql::RELEASE_CLAIM.sqlite())?
-            .execute(params![task, worker])?;
-        Ok(())
-    }
-
     fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()> {
         // Like a lease's heartbeat, it need not survive a power cut.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -112,16 +104,6 @@ impl Queue for SqliteJournal {
         self.conn
             .pragma_update(None, "synchronous", self.sync.as_str().to_ascii_uppercase())?;
         written?;
-        Ok(())
-    }
-
-    fn worker_gone(&mut self, worker: &str) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(sql::DELETE_WORKER.sqlite(), [worker])?;
-        tx.execute(sql::RELEASE_CLAIMS_OF.sqlite(), [worker])?;
-        tx.commit()?;
         Ok(())
     }
 

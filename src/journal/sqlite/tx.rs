@@ -70,6 +70,10 @@ impl Tx for &rusqlite::Connection {
     fn notify(&mut self, _task: &str, _what: &str) -> Result<()> {
         Ok(())
     }
+
+    fn notify_workers(&mut self, _what: &str) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl Transact for SqliteJournal {
