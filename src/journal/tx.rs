@@ -1,10 +1,11 @@
-//! One transaction on either backend, so that a write is written once
-//! (in `writes`): a statement of [`super::sql`], its arguments as
-//! [`Arg`]s, its rows read by position through [`Row`]. Each backend
-//! implements [`Tx`] over its own write transaction (SQLite's `IMMEDIATE`
-//! one; PostgreSQL's, on the connection's prepared statements) and
-//! supplies the one read its dialect makes differently: a task's lease
-//! with the clock that judges it.
+//! Statements on either backend, so that a write or a read is written
+//! once (in `writes` and `reads`): a statement of [`super::sql`], its
+//! arguments as [`Arg`]s, its rows read by position through [`Row`]. Each
+//! backend implements [`Tx`] on its connection and its write transactions
+//! (SQLite's `IMMEDIATE` one; PostgreSQL's, on the connection's prepared
+//! statements) and supplies what its dialect does differently: a task's
+//! lease with the clock that judges it, the clock, NOTIFY. [`Transact`]
+//! is how a journal runs them.
 
 use anyhow::Result;
 
@@ -101,8 +102,9 @@ fn null(column: usize) -> anyhow::Error {
     .into()
 }
 
-/// One write transaction, on either backend; its owner commits it, and
-/// dropped uncommitted it rolls back.
+/// Where statements run on either backend: a write transaction (its
+/// owner commits it; dropped uncommitted, it rolls back) or, for a read,
+/// the connection itself.
 pub(crate) trait Tx {
     /// Runs `sql`; how many rows it changed.
     fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64>;
