@@ -86,6 +86,13 @@ pub(crate) fn steps_of_task(discarded: bool, last: bool) -> String {
     }
 }
 
+/// A signal, kept once per sender's id.
+pub(crate) static SEND_SIGNAL: Sql = Sql::new(
+    "INSERT INTO signals (task_id, name, data, signal_id, sent_by, sent_at)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (task_id, signal_id) WHERE signal_id IS NOT NULL DO NOTHING",
+);
+
 /// One task.
 pub(crate) static TASK: Sql =
     Sql::made(|| format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"));
@@ -386,6 +393,7 @@ mod tests {
             &TOKEN_DAYS,
             &LATEST_TASK_ID,
             &TASK,
+            &SEND_SIGNAL,
             &TASKS_WITH_PREFIX,
             &SET_RETRIES,
             &RETRYABLE,

@@ -209,7 +209,9 @@ pub(crate) trait Signals: Transact {
     /// Records a signal for the task and wakes a live runner of it;
     /// false when a signal with the same `signal_id` was recorded before
     /// (nothing is written then).
-    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool>;
+    fn send_signal(&mut self, task: &str, signal: &SignalRecord) -> Result<bool> {
+        committed(self, |tx| writes::send_signal(tx, task, signal))
+    }
     /// The task's signals, oldest first.
     fn signals(&mut self, task: &str) -> Result<Vec<SignalRecord>> {
         read(self, |tx| reads::signals(tx, task))

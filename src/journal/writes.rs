@@ -157,6 +157,28 @@ pub(crate) fn write_stats(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStat
     Ok(())
 }
 
+/// Keeps a signal for the task (once per `signal_id`); a live runner of it
+/// and the workers hear of it at the commit. Whether it was new.
+pub(crate) fn send_signal(tx: &mut dyn Tx, task: &str, signal: &SignalRecord) -> Result<bool> {
+    let data = serde_json::to_string(&signal.data)?;
+    let added = tx.execute(
+        &sql::SEND_SIGNAL,
+        &[
+            task.into(),
+            signal.name.as_str().into(),
+            data.as_str().into(),
+            signal.signal_id.as_ref().into(),
+            signal.sent_by.as_str().into(),
+            signal.sent_at.as_str().into(),
+        ],
+    )? == 1;
+    if added {
+        tx.notify(task, "signal")?;
+        tx.notify_workers("signal")?;
+    }
+    Ok(added)
+}
+
 /// Takes the oldest signal waiting for `step` into it and writes the step,
 /// fenced; a `fresh` step that found none is written as it is.
 pub(crate) fn take_signal(

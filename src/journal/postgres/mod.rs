@@ -14,7 +14,6 @@ mod reconnect;
 mod rows;
 mod run;
 mod schema;
-mod signals;
 mod transfer;
 mod tx;
 
@@ -63,6 +62,10 @@ fn channel(task: &str) -> String {
     let hash = crate::step_key::args_hash(task);
     format!("durun_task_{}", &hash[..24])
 }
+
+/// Signals (SPEC 8): kept once per id, taken by `wait` steps in the
+/// transaction that commits them; written once for both backends.
+impl crate::journal::Signals for PostgresJournal {}
 
 impl Journal for PostgresJournal {
     fn answers(&mut self) -> bool {

@@ -9,7 +9,6 @@ mod migrations;
 mod open;
 mod queue;
 mod rows;
-mod signals;
 mod transfer;
 mod tx;
 
@@ -25,6 +24,10 @@ use super::{Journal, NewTask, RunStart, Standing, TaskRecord};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::lease::{self, Holder, Lease};
+
+/// Signals (SPEC 8): kept once per id, taken by `wait` steps in the
+/// transaction that commits them; written once for both backends.
+impl crate::journal::Signals for SqliteJournal {}
 
 impl Journal for SqliteJournal {
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {

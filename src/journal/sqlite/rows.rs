@@ -5,15 +5,10 @@
 use crate::journal::sql;
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension as _, Row};
-use serde_json::Value;
 
 use crate::journal::TaskRecord;
 use crate::journal::rows::{self};
 use crate::lease::Lease;
-
-pub(super) fn json_text(value: &Value) -> String {
-    serde_json::to_string(value).expect("a JSON value always serializes")
-}
 
 /// A task row selected with [`crate::journal::rows::TASK_COLUMNS`].
 pub(super) fn task_from_row(row: &Row<'_>) -> Result<TaskRecord> {
