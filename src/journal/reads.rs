@@ -80,15 +80,10 @@ pub(crate) fn steps(
     Ok(steps)
 }
 
-/// One integer column of the one row `statement` returns.
-fn count(tx: &mut dyn Tx, statement: &sql::Sql, args: &[Arg<'_>]) -> Result<u64> {
-    let count = tx.query_opt(statement, args, |row| row.some_int(0))?;
-    Ok(count.unwrap_or(0) as u64)
-}
-
 /// How many steps the task has, discarded ones included.
 pub(crate) fn count_steps(tx: &mut dyn Tx, task: &str) -> Result<u64> {
-    count(tx, &sql::COUNT_STEPS, &[task.into()])
+    let count = tx.query_opt(&sql::COUNT_STEPS, &[task.into()], |row| row.some_int(0))?;
+    Ok(count.unwrap_or(0) as u64)
 }
 
 /// How many live steps the task has, and the highest step number.

@@ -24,13 +24,7 @@ if not answer["replayed"]:
     sys.stdin.readline()
 "#;
     env.write("agent.py", agent);
-    let log = std::fs::File::create(env.path("run.err")).expect("log");
-    let mut durun = crate::env::interruptible(&mut env.command())
-        .args(["run", "--task", "i", "--", "python3", "agent.py"])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn durun");
+    let mut durun = env.spawn(&["run", "--task", "i", "--", "python3", "agent.py"], "run");
     crate::env::wait_for(
         "the agent to start",
         std::time::Duration::from_secs(30),

@@ -119,6 +119,19 @@ impl TestEnv {
         for (name, value) in &self.vars {
             command.env(name, value);
         }
+        // durun starts as a shell at a terminal starts it, with SIGINT at
+        // its default: a suite started in the background of a script
+        // (`sh` ignores SIGINT in asynchronous commands) would otherwise
+        // hand the ignore down to durun and, as any program passes an
+        // ignored signal on, to its agent.
+        // SAFETY: signal(2) is async-signal-safe, the only call between
+        // fork and exec here.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         command
     }
 
@@ -424,25 +437,6 @@ pub(crate) fn signal(pid: i32, signal: i32) {
     unsafe {
         libc::kill(pid, signal);
     }
-}
-
-/// Makes `command` start with SIGINT at its default, as a shell at a
-/// terminal starts a command. A suite started in the background of a
-/// script (`sh` ignores SIGINT in asynchronous commands) would otherwise
-/// hand the ignore down to durun and from it to the agent, as any program
-/// passes an ignored signal on to its children; the tests of Ctrl-C are
-/// about durun, not about how the suite was started.
-pub(crate) fn interruptible(command: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: signal(2) is async-signal-safe, the only call between fork
-    // and exec here.
-    unsafe {
-        command.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    command
 }
 
 /// Why a test of SQLite's own behaviour is skipped on the PostgreSQL run.

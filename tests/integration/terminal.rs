@@ -100,7 +100,7 @@ durun.step("think", {}, think)
     let mut command = env.command();
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let log = std::fs::File::create(env.path("run.err")).expect("log");
-    let mut durun = crate::env::interruptible(&mut command)
+    let mut durun = command
         .args(["run", "--task", "stop", "--", "python3", "agent.py"])
         .stderr(log)
         .spawn()

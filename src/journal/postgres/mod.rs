@@ -23,8 +23,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
+use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
-use rows::{lease_at, task_from_row};
+use crate::journal::tx::lease_at;
 use schema::NOW_MS;
 
 pub(crate) use open::describe;
@@ -115,7 +116,7 @@ impl Journal for PostgresJournal {
             &format!("SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.id DESC"),
             &[],
         )?;
-        rows.iter().map(task_from_row).collect()
+        rows.iter().map(|row| task_from(row)).collect()
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
@@ -134,7 +135,7 @@ impl Journal for PostgresJournal {
         }
         let runs = row.get::<_, i32>(0);
         let server_now: i64 = row.get(7);
-        let taken_over = lease_at(&row, 1);
+        let taken_over = lease_at(&row, 1)?;
         if let Some(lease) = &taken_over
             && lease::is_live(lease, me, server_now, self.stale)
         {

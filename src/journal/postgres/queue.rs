@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::PostgresJournal;
-use super::rows::task_from_row;
 use super::schema::NOW_MS;
+use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::{Heard, Look, Looked, Queue, TaskRecord, WorkerRecord};
 
@@ -170,7 +170,10 @@ fn claimable(
     // The server's clock, for the leases of the tasks found; with none
     // found nobody asks.
     let now = rows.first().map_or(0, |row| row.get(23));
-    let tasks = rows.iter().map(task_from_row).collect::<Result<_>>()?;
+    let tasks = rows
+        .iter()
+        .map(|row| task_from(row))
+        .collect::<Result<_>>()?;
     Ok((tasks, now))
 }
 

@@ -15,10 +15,12 @@ mod tx;
 use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 
+use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::sql::for_sqlite;
+use crate::journal::tx::lease_at;
 pub(crate) use open::{SqliteJournal, holds_tables};
-use rows::{lease_from, standing_columns, task_from_row};
+use rows::standing_columns;
 
 use super::{Journal, NewTask, RunStart, Standing, TaskRecord};
 use crate::config::SyncMode;
@@ -63,14 +65,18 @@ impl Journal for SqliteJournal {
     }
 
     fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
-        // Newest first, in the order they were made within a millisecond.
-        let mut statement = self.conn.prepare_cached(&for_sqlite(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
-        )))?;
+        // Newest first, in the order they were made within a millisecond;
+        // the text is made once (it is SQLite's alone: `rowid`).
+        static TASKS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            for_sqlite(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
+            ))
+        });
+        let mut statement = self.conn.prepare_cached(&TASKS)?;
         let mut rows = statement.query([])?;
         let mut tasks = Vec::new();
         while let Some(row) = rows.next()? {
-            tasks.push(task_from_row(row)?);
+            tasks.push(task_from(row)?);
         }
         Ok(tasks)
     }
@@ -170,13 +176,16 @@ fn start_in(
     now: &str,
     stale: std::time::Duration,
 ) -> Result<RunStart> {
-    let (runs, current, cancelled): (u32, Option<Lease>, bool) = tx.query_row(
-        "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
-                cancel_requested_at IS NOT NULL OR status = 'cancelled'
-         FROM tasks WHERE id = ?1",
-        [task],
-        |row| Ok((row.get(0)?, lease_from(row, 1)?, row.get(6)?)),
-    )?;
+    let (runs, current, cancelled): (u32, Option<Lease>, bool) = {
+        let mut statement = tx.prepare_cached(
+            "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                    cancel_requested_at IS NOT NULL OR status = 'cancelled'
+             FROM tasks WHERE id = ?1",
+        )?;
+        let mut rows = statement.query([task])?;
+        let row = rows.next()?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+        (row.get(0)?, lease_at(row, 1)?, row.get(6)?)
+    };
     if cancelled {
         return Ok(RunStart::Cancelled);
     }

@@ -4,10 +4,22 @@ use anyhow::Result;
 use rusqlite::{TransactionBehavior, params};
 
 use super::SqliteJournal;
-use super::rows::task_from_row;
+use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::sql::for_sqlite;
 use crate::journal::{Heard, Queue, TaskRecord, WorkerRecord};
+
+/// The tasks a worker might claim: made once, since a worker looks for
+/// work every few hundred milliseconds.
+static CLAIMABLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    for_sqlite(&format!(
+        "SELECT {TASK_COLUMNS} FROM tasks t
+         WHERE t.queue IN (SELECT value FROM json_each(?1))
+           AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+           AND (t.claimed_by IS NULL OR t.claimed_by = ?2 OR t.claimed_at < ?3)
+         ORDER BY t.created_at, t.rowid LIMIT ?4 OFFSET ?5"
+    ))
+});
 
 impl Queue for SqliteJournal {
     fn claimable(
@@ -19,13 +31,7 @@ impl Queue for SqliteJournal {
     ) -> Result<(Vec<TaskRecord>, i64)> {
         let now = crate::journal::now_ms();
         let queues = serde_json::to_string(queues)?;
-        let mut statement = self.conn.prepare_cached(&for_sqlite(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t
-             WHERE t.queue IN (SELECT value FROM json_each(?1))
-               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-               AND (t.claimed_by IS NULL OR t.claimed_by = ?2 OR t.claimed_at < ?3)
-             ORDER BY t.created_at, t.rowid LIMIT ?4 OFFSET ?5"
-        )))?;
+        let mut statement = self.conn.prepare_cached(&CLAIMABLE)?;
         let mut rows = statement.query(params![
             queues,
             worker,
@@ -35,7 +41,7 @@ impl Queue for SqliteJournal {
         ])?;
         let mut tasks = Vec::new();
         while let Some(row) = rows.next()? {
-            tasks.push(task_from_row(row)?);
+            tasks.push(task_from(row)?);
         }
         Ok((tasks, now))
     }
