@@ -225,6 +225,47 @@ impl TestEnv {
             .expect("end the sessions");
     }
 
+    /// Stops `target` (a pid, or a process group as its negative) with
+    /// SIGSTOP at a moment it holds no journal write: a process frozen in
+    /// the middle of a SQLite commit keeps the write lock, and then nothing
+    /// else can write until it is continued, which is not what a test of a
+    /// paused worker or runner means to try. It stops and checks, and
+    /// continues and tries again while the journal is held.
+    pub(crate) fn pause_outside_a_write(&self, target: i32) {
+        for _ in 0..1000 {
+            signal(target, libc::SIGSTOP);
+            if self.journal_writable() {
+                return;
+            }
+            signal(target, libc::SIGCONT);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("{target} never stopped outside a journal write");
+    }
+
+    /// Whether another process could write to the journal now.
+    fn journal_writable(&self) -> bool {
+        if let Some(pg) = &self.postgres {
+            // A stopped client's open transaction is idle on the server.
+            let open: i64 = pg
+                .client()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+                    &[&pg.schema],
+                )
+                .expect("look for open transactions")
+                .get(0);
+            return open == 0;
+        }
+        if !self.journal.exists() {
+            return true;
+        }
+        let conn = rusqlite::Connection::open(&self.journal).expect("open the journal");
+        conn.busy_timeout(Duration::ZERO).expect("busy_timeout");
+        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK").is_ok()
+    }
+
     /// Runs SQL on the journal file directly (to age a step, say).
     pub(crate) fn sql(&self, sql: &str) {
         if let Some(pg) = &self.postgres {

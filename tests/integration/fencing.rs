@@ -88,7 +88,7 @@ fn a_paused_runner_taken_over_by_another_host_runs_and_writes_nothing_more() {
 
     // Runner A stops (its agent goes on); once its lease is stale, host B
     // takes the task over and runs it to the end.
-    signal(first.id() as i32, libc::SIGSTOP);
+    env.pause_outside_a_write(first.id() as i32);
     std::thread::sleep(STALE + Duration::from_millis(300));
     std::fs::write(env.path("gate"), "").expect("open the gate");
     let mut second = env.spawn_on("host-b", &["resume", "t"], "b");
@@ -142,7 +142,7 @@ fn a_runner_that_could_not_renew_for_half_the_stale_time_stops_itself() {
 
     // Paused past half the stale time, and nobody took the task over yet:
     // the run still must not go on.
-    signal(first.id() as i32, libc::SIGSTOP);
+    env.pause_outside_a_write(first.id() as i32);
     std::thread::sleep(STALE * 3 / 4);
     std::fs::write(env.path("gate"), "").expect("open the gate");
     std::thread::sleep(Duration::from_millis(100));
@@ -172,7 +172,7 @@ fn of_many_runners_racing_for_a_stale_task_one_wins() {
     let env = environment(&api);
     let agent = env.scripted_agent("plan.json", &gated_plan(&env));
     let mut first = start_at_gate(&env, &api, &agent);
-    signal(first.id() as i32, libc::SIGSTOP);
+    env.pause_outside_a_write(first.id() as i32);
     std::thread::sleep(STALE + Duration::from_millis(300));
 
     let mut racers: Vec<_> = (0..6)
@@ -233,7 +233,7 @@ fn once_cancel_returns_no_runner_starts_a_step_even_one_that_died_unaware() {
     let mut first = start_at_gate(&env, &api, &agent);
 
     // The runner cannot hear the cancel: it is stopped, then killed.
-    signal(first.id() as i32, libc::SIGSTOP);
+    env.pause_outside_a_write(first.id() as i32);
     let cancel = env.durun(&["cancel", "t"]);
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     let cancelled = SystemTime::now();
@@ -337,6 +337,7 @@ fn split_brain_torture() {
             continue;
         }
         paused += 1;
+        // Any moment, a commit in flight included: B then waits for A.
         signal(first.id() as i32, libc::SIGSTOP);
         std::thread::sleep(STALE + Duration::from_millis(300));
         let mut second = env.spawn_on("host-b", &["resume", "t"], "b");

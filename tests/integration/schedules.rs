@@ -80,7 +80,7 @@ fn workers_sharing_a_journal_submit_each_tick_once_a_stopped_one_too() {
     wait_for("the first tick's task", Duration::from_secs(20), || {
         !ticks(&env).is_empty()
     });
-    crate::env::signal(paused.id() as i32, libc::SIGSTOP);
+    env.pause_outside_a_write(paused.id() as i32);
     let mut pool: Vec<_> = ["w1", "w2", "w3"]
         .iter()
         .map(|host| worker(&env, host, &args))

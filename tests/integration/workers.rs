@@ -143,10 +143,8 @@ fn a_pool_runs_every_task_once_though_workers_are_killed_and_paused() {
         worker_log(&env, "w2").contains("runs task")
     });
     let group = -(w2.id() as i32);
-    crate::env::signal(group, libc::SIGSTOP);
-    // Paused past the stale time (1.5 s here). This waits on the clock,
-    // not on a takeover it could watch: a frozen process may hold SQLite's
-    // write lock, and then no takeover happens until it is continued.
+    env.pause_outside_a_write(group);
+    // Paused past the stale time (1.5 s here).
     std::thread::sleep(Duration::from_millis(2500));
     crate::env::signal(group, libc::SIGCONT);
     wait_for("every task to complete", Duration::from_secs(120), || {
