@@ -12,6 +12,7 @@ pub(crate) mod postgres;
 pub(crate) mod reads;
 mod records;
 mod rows;
+mod schema;
 mod sql;
 pub(crate) mod sqlite;
 mod store;

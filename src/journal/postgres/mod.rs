@@ -8,12 +8,12 @@
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
 mod cached;
+mod clock;
 mod open;
 mod queue;
 mod reconnect;
 mod rows;
 mod run;
-mod schema;
 mod transfer;
 mod tx;
 
@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::tx::lease_at;
-use schema::NOW_MS;
+use clock::NOW_MS;
 
 pub(crate) use open::describe;
 

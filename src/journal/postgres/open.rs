@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result};
 use postgres::{Client, NoTls};
 
 use super::PostgresJournal;
-use super::schema::{MIGRATIONS, VERSION};
 use crate::error::Failure;
+use crate::journal::schema::{POSTGRES_VERSION, postgres_from};
 use crate::settings::Settings;
 
 /// What the server said, for messages: `postgres::Error` prints only its
@@ -98,25 +98,22 @@ impl PostgresJournal {
             .query_opt("SELECT max(version) FROM durun_schema", &[])?
             .and_then(|row| row.get(0));
         let version = version.unwrap_or(0);
-        if version > VERSION {
+        let known = POSTGRES_VERSION as i32;
+        if version > known {
             if write {
                 return Err(Failure::journal(format!(
-                    "the PostgreSQL journal was written by a newer durun (format {version}; this durun knows up to {VERSION})"
+                    "the PostgreSQL journal was written by a newer durun (format {version}; this durun knows up to {known})"
                 ))
                 .hint("upgrade durun to use this journal")
                 .into());
             }
-        } else if version < VERSION {
-            for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                tx.batch_execute(sql).with_context(|| {
-                    format!("failed to migrate the journal to format {}", index + 1)
-                })?;
+        } else if version < known {
+            for (format, sql) in postgres_from(version as usize) {
+                tx.batch_execute(&sql)
+                    .with_context(|| format!("failed to migrate the journal to format {format}"))?;
             }
             tx.execute("DELETE FROM durun_schema", &[])?;
-            tx.execute(
-                "INSERT INTO durun_schema (version) VALUES ($1)",
-                &[&VERSION],
-            )?;
+            tx.execute("INSERT INTO durun_schema (version) VALUES ($1)", &[&known])?;
         }
         tx.commit()?;
         Ok(())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::PostgresJournal;
-use super::schema::NOW_MS;
+use super::clock::NOW_MS;
 use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::{Heard, Look, Looked, Queue, TaskRecord, WorkerRecord};

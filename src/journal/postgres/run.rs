@@ -6,8 +6,8 @@
 use anyhow::Result;
 
 use super::cached::Queries as _;
+use super::clock::NOW_MS;
 use super::reconnect::Attempt;
-use super::schema::NOW_MS;
 use super::{PostgresJournal, channel};
 use crate::journal::writes;
 use crate::journal::{RunEnd, RunStats, Standing, StepWrite, sql};

@@ -8,8 +8,8 @@ use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::cached::Queries;
+use super::clock::NOW_MS;
 use super::rows::lease_of;
-use super::schema::NOW_MS;
 use super::{PostgresJournal, channel};
 use crate::journal::sql::Sql;
 use crate::journal::tx::{Arg, Row, Transact, Tx};

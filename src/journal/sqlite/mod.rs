@@ -5,7 +5,6 @@
 //! Migrations are an append-only list tracked by `PRAGMA user_version`; a
 //! journal from a newer durun is refused rather than written.
 
-mod migrations;
 mod open;
 mod queue;
 mod rows;

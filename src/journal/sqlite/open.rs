@@ -14,12 +14,16 @@ use anyhow::{Context as _, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use super::migrations::{APPLICATION_ID, MIGRATIONS};
 use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::journal::Access;
+use crate::journal::schema::{SQLITE_VERSION, sqlite_from};
 use crate::os;
 use crate::settings::Settings;
+
+/// `PRAGMA application_id` of a durun journal ("durn"): a file with other
+/// tables and another id belongs to another program and is left alone.
+const APPLICATION_ID: i32 = 0x6475_726e;
 
 pub(crate) struct SqliteJournal {
     pub(super) conn: Connection,
@@ -241,7 +245,7 @@ impl SqliteJournal {
         let version: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let known = MIGRATIONS.len() as i64;
+        let known = SQLITE_VERSION as i64;
         if version > known {
             let message = format!(
                 "journal {} was written by a newer durun (format {version}; this durun knows up to {known})",
@@ -289,7 +293,7 @@ impl SqliteJournal {
             .conn
             .pragma_query_value(None, "application_id", |row| row.get::<_, i32>(0))?
             == APPLICATION_ID;
-        if version >= MIGRATIONS.len() as i64 && marked {
+        if version >= SQLITE_VERSION as i64 && marked {
             return Ok(());
         }
         let tx = self
@@ -297,12 +301,11 @@ impl SqliteJournal {
             .transaction_with_behavior(TransactionBehavior::Exclusive)?;
         // Another process may have migrated between our check and the lock.
         let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.execute_batch(sql).with_context(|| {
-                format!("failed to migrate the journal to format {}", index + 1)
-            })?;
+        for (format, sql) in sqlite_from(version as usize) {
+            tx.execute_batch(&sql)
+                .with_context(|| format!("failed to migrate the journal to format {format}"))?;
         }
-        tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        tx.pragma_update(None, "user_version", SQLITE_VERSION as i64)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)?;
         tx.commit()?;
         Ok(())

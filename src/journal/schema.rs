@@ -1,8 +1,12 @@
-//! The SQLite journal's schema: an append-only list of migrations, tracked
-//! by `PRAGMA user_version`, and the mark that says a file is durun's.
+//! The journal's schema, written once for both backends: an append-only
+//! list of migrations in PostgreSQL's types, which SQLite reads with its
+//! own (`INTEGER` is 64 bits there, and `INTEGER PRIMARY KEY` is its row
+//! id). SQLite's format number is the number of migrations applied;
+//! PostgreSQL's first format made the first two at once, so its number is
+//! one less.
 
 /// Never edit a migration that has shipped: append a new one.
-pub(super) const MIGRATIONS: &[&str] = &[
+const MIGRATIONS: &[&str] = &[
     r"
 CREATE TABLE tasks (
     id              TEXT PRIMARY KEY NOT NULL,
@@ -16,9 +20,9 @@ CREATE TABLE tasks (
     output          TEXT,
     runs            INTEGER NOT NULL DEFAULT 0,
     lease_host      TEXT,
-    lease_pid       INTEGER,
-    lease_pid_start INTEGER,
-    lease_heartbeat INTEGER,
+    lease_pid       BIGINT,
+    lease_pid_start BIGINT,
+    lease_heartbeat BIGINT,
     lease_run       INTEGER,
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL
@@ -29,21 +33,21 @@ CREATE TABLE runs (
     task_id        TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
     run            INTEGER NOT NULL,
     host           TEXT NOT NULL,
-    pid            INTEGER NOT NULL,
+    pid            BIGINT NOT NULL,
     started_at     TEXT NOT NULL,
     finished_at    TEXT,
     exit_code      INTEGER,
-    replayed_steps INTEGER NOT NULL DEFAULT 0,
-    executed_steps INTEGER NOT NULL DEFAULT 0,
-    tokens_spent   INTEGER NOT NULL DEFAULT 0,
-    tokens_saved   INTEGER NOT NULL DEFAULT 0,
+    replayed_steps BIGINT NOT NULL DEFAULT 0,
+    executed_steps BIGINT NOT NULL DEFAULT 0,
+    tokens_spent   BIGINT NOT NULL DEFAULT 0,
+    tokens_saved   BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (task_id, run)
 );
 
 CREATE TABLE steps (
-    id              INTEGER PRIMARY KEY,
+    id              BIGSERIAL PRIMARY KEY,
     task_id         TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    step_index      INTEGER NOT NULL,
+    step_index      BIGINT NOT NULL,
     tool_name       TEXT NOT NULL,
     kind            TEXT NOT NULL,
     effect          TEXT NOT NULL,
@@ -56,7 +60,7 @@ CREATE TABLE steps (
     error_code      TEXT,
     error           TEXT,
     usage           TEXT,
-    tokens          INTEGER NOT NULL DEFAULT 0,
+    tokens          BIGINT NOT NULL DEFAULT 0,
     run             INTEGER NOT NULL,
     created_at      TEXT NOT NULL,
     started_at      TEXT NOT NULL,
@@ -73,9 +77,9 @@ ALTER TABLE steps ADD COLUMN resolution TEXT;
 CREATE INDEX steps_discarded ON steps (task_id) WHERE status = 'discarded';
 -- Every hand-made decision about a step (`durun resolve`), for the audit trail.
 CREATE TABLE resolutions (
-    id          INTEGER PRIMARY KEY,
+    id          BIGSERIAL PRIMARY KEY,
     task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    step_index  INTEGER NOT NULL,
+    step_index  BIGINT NOT NULL,
     action      TEXT NOT NULL,
     value       TEXT,
     resolved_by TEXT NOT NULL,
@@ -85,22 +89,22 @@ CREATE TABLE resolutions (
     r"
 -- For a failed step, the first step number the agent could open knowing
 -- of the failure: it replays only if the journal holds a step from there.
-ALTER TABLE steps ADD COLUMN seen_from INTEGER;
+ALTER TABLE steps ADD COLUMN seen_from BIGINT;
 ",
     r"
 -- SPEC 8 and 9: a token budget per task, the wake time of a `sleep` step
 -- (or the timeout of a `wait`), and the signals sent to tasks.
-ALTER TABLE tasks ADD COLUMN max_tokens INTEGER;
+ALTER TABLE tasks ADD COLUMN max_tokens BIGINT;
 ALTER TABLE steps ADD COLUMN wake_at TEXT;
 CREATE TABLE signals (
-    id        INTEGER PRIMARY KEY,
+    id        BIGSERIAL PRIMARY KEY,
     task_id   TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
     name      TEXT NOT NULL,
     data      TEXT NOT NULL,
     signal_id TEXT,
     sent_by   TEXT NOT NULL,
     sent_at   TEXT NOT NULL,
-    taken_by  INTEGER
+    taken_by  BIGINT
 );
 -- The same `--id` twice is kept once.
 CREATE UNIQUE INDEX signals_by_id ON signals (task_id, signal_id) WHERE signal_id IS NOT NULL;
@@ -112,16 +116,16 @@ CREATE INDEX signals_untaken ON signals (task_id, name, id) WHERE taken_by IS NU
 -- it (until its run takes the lease), and the live workers.
 ALTER TABLE tasks ADD COLUMN queue TEXT;
 ALTER TABLE tasks ADD COLUMN claimed_by TEXT;
-ALTER TABLE tasks ADD COLUMN claimed_at INTEGER;
+ALTER TABLE tasks ADD COLUMN claimed_at BIGINT;
 CREATE INDEX tasks_by_queue ON tasks (queue, created_at) WHERE queue IS NOT NULL;
 CREATE TABLE workers (
     id         TEXT PRIMARY KEY NOT NULL,
     host       TEXT NOT NULL,
-    pid        INTEGER NOT NULL,
+    pid        BIGINT NOT NULL,
     queues     TEXT NOT NULL,
     jobs       INTEGER NOT NULL,
     started_at TEXT NOT NULL,
-    heartbeat  INTEGER NOT NULL,
+    heartbeat  BIGINT NOT NULL,
     tasks      TEXT NOT NULL
 );
 ",
@@ -141,7 +145,7 @@ ALTER TABLE runs ADD COLUMN unreplayed TEXT;
 CREATE TABLE task_retries (
     task_id    TEXT PRIMARY KEY NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
     retries    INTEGER NOT NULL,
-    backoff_ms INTEGER NOT NULL,
+    backoff_ms BIGINT NOT NULL,
     used       INTEGER NOT NULL DEFAULT 0
 );
 ",
@@ -153,6 +157,65 @@ ALTER TABLE runs ADD COLUMN error TEXT;
 ",
 ];
 
-/// `PRAGMA application_id` of a durun journal ("durn"): a file with other
-/// tables and another id belongs to another program and is left alone.
-pub(super) const APPLICATION_ID: i32 = 0x6475_726e;
+/// The SQLite format this durun writes.
+pub(crate) const SQLITE_VERSION: usize = MIGRATIONS.len();
+
+/// The PostgreSQL format this durun writes.
+pub(crate) const POSTGRES_VERSION: usize = MIGRATIONS.len() - 1;
+
+/// The migrations that take a SQLite journal from format `from` to
+/// [`SQLITE_VERSION`], each with the format it makes.
+pub(crate) fn sqlite_from(from: usize) -> impl Iterator<Item = (usize, String)> {
+    MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(from)
+        .map(|(index, sql)| {
+            (
+                index + 1,
+                sql.replace("BIGSERIAL", "INTEGER")
+                    .replace("BIGINT", "INTEGER"),
+            )
+        })
+}
+
+/// The migrations that take a PostgreSQL journal from format `from` to
+/// [`POSTGRES_VERSION`], each with the format it makes.
+pub(crate) fn postgres_from(from: usize) -> impl Iterator<Item = (usize, String)> {
+    let first = MIGRATIONS[..2].concat();
+    std::iter::once(first)
+        .chain(MIGRATIONS[2..].iter().map(|sql| (*sql).to_owned()))
+        .enumerate()
+        .skip(from)
+        .map(|(index, sql)| (index + 1, sql))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite gets its own types, so that a new journal's tables read as
+    /// they always have (`INTEGER PRIMARY KEY` is the row id).
+    #[test]
+    fn sqlite_reads_the_schema_in_its_types() {
+        let all: String = sqlite_from(0).map(|(_, sql)| sql).collect();
+        assert!(!all.contains("BIG"), "{all}");
+        assert!(all.contains("id              INTEGER PRIMARY KEY,"));
+        assert_eq!(
+            sqlite_from(0).last().map(|(version, _)| version),
+            Some(SQLITE_VERSION)
+        );
+    }
+
+    /// A PostgreSQL journal of format 1 had both first migrations.
+    #[test]
+    fn postgresql_formats_are_one_behind() {
+        let formats: Vec<usize> = postgres_from(0).map(|(version, _)| version).collect();
+        assert_eq!(formats, (1..=POSTGRES_VERSION).collect::<Vec<_>>());
+        let (_, first) = postgres_from(0).next().expect("a first migration");
+        assert!(
+            first.contains("cancel_requested_at") && first.contains("CREATE TABLE resolutions")
+        );
+        assert_eq!(postgres_from(POSTGRES_VERSION).count(), 0);
+    }
+}
