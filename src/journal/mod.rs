@@ -31,7 +31,7 @@ pub(crate) use records::{
     RunStats, SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord, TaskRows,
     TaskStatus, WorkerRecord, apply_resolution,
 };
-pub(crate) use store::{Access, Heard, Journal, Look, Looked, Queue, Signals, StepWrite, Transfer};
+pub(crate) use store::{Access, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer};
 pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};
 
 use crate::json_text;

@@ -3,12 +3,14 @@
 //! its runs, its signals, the tokens of each day. A backend runs them on
 //! its connection ([`super::tx::Transact::read`]).
 
+use std::time::Duration;
+
 use anyhow::Result;
 
-use super::rows::{SignalColumns, StepColumns, TaskColumns};
+use super::rows::{SignalColumns, StepColumns, TASK_WIDTH, TaskColumns};
 use super::sql;
 use super::tx::{Arg, Row, Tx};
-use super::{Retryable, RunRecord, RunStats, SignalRecord, StepRecord, TaskRecord};
+use super::{Retryable, RunRecord, RunStats, SignalRecord, StepRecord, TaskRecord, WorkerRecord};
 
 /// A step row selected with [`super::rows::STEP_COLUMNS`].
 pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
@@ -225,4 +227,58 @@ pub(crate) fn retryable(tx: &mut dyn Tx) -> Result<Vec<Retryable>> {
         Ok(())
     })?;
     Ok(retryable)
+}
+
+/// The tasks of `queues` `worker` might claim (see `Queue::claimable`),
+/// and the clock that judges their leases (0 when none was found).
+pub(crate) fn claimable(
+    tx: &mut dyn Tx,
+    queues: &[String],
+    worker: &str,
+    page: (usize, usize),
+    stale: Duration,
+) -> Result<(Vec<TaskRecord>, i64)> {
+    let (limit, offset) = page;
+    let mut tasks = Vec::new();
+    let mut now = 0;
+    tx.query(
+        &sql::CLAIMABLE,
+        &[
+            Arg::Texts(queues),
+            worker.into(),
+            millis(stale),
+            (limit as u64).into(),
+            (offset as u64).into(),
+        ],
+        &mut |row| {
+            // The clock comes after the task's columns.
+            now = row.some_int(TASK_WIDTH)?;
+            tasks.push(task_from(row)?);
+            Ok(())
+        },
+    )?;
+    Ok((tasks, now))
+}
+
+/// The workers whose heartbeat is younger than `stale`.
+pub(crate) fn workers(tx: &mut dyn Tx, stale: Duration) -> Result<Vec<WorkerRecord>> {
+    let mut workers = Vec::new();
+    tx.query(&sql::WORKERS, &[millis(stale)], &mut |row| {
+        workers.push(super::rows::worker(
+            row.some_text(0)?.to_owned(),
+            row.some_text(1)?.to_owned(),
+            row.some_int(2)?,
+            row.some_text(3)?,
+            row.some_int(4)?,
+            row.some_text(5)?.to_owned(),
+            row.some_int(6)?,
+            row.some_text(7)?,
+        )?);
+        Ok(())
+    })?;
+    Ok(workers)
+}
+
+fn millis(duration: Duration) -> Arg<'static> {
+    Arg::Int(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
 }

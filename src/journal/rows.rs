@@ -29,6 +29,9 @@ pub(crate) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
     (SELECT CAST(coalesce(sum(r.tokens_saved), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
     t.max_tokens, t.queue, t.imported_at";
 
+/// How many columns [`TASK_COLUMNS`] selects.
+pub(crate) const TASK_WIDTH: usize = 23;
+
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
     attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,

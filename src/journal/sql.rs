@@ -2,18 +2,31 @@
 //! placeholders, read by SQLite as `?N` (the same numbered parameters).
 //! A closing lock clause (`FOR UPDATE`, `FOR SHARE`) is PostgreSQL's
 //! alone: SQLite's write transaction (`IMMEDIATE`) holds the whole file
-//! already, so its text leaves the clause out. The schema and the queries
-//! where the dialects differ otherwise (`greatest` and `max`, `json_each`
-//! and `ANY`, `NOTIFY`, casts) stay with each backend.
+//! already, so its text leaves the clause out; `greatest` is SQLite's
+//! scalar `max`, and [`NOW_MS`] its own clock. A query whose dialects
+//! differ beyond that (`json_each` and `ANY`, the order of a
+//! millisecond's tasks) is written in both, side by side
+//! ([`Sql::dialects`]).
 
 use std::sync::OnceLock;
 
 use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS, TASK_COLUMNS};
 
+/// The clock (ms) that judges leases and heartbeats, in SQL: the
+/// server's on PostgreSQL, so that hosts whose clocks disagree still agree
+/// on whether a heartbeat is stale. SQLite reads it as [`SQLITE_NOW_MS`].
+pub(crate) const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";
+
+/// This host's clock (ms) in SQLite's SQL, the one `crate::clock::now_ms`
+/// reads: one host shares a SQLite journal.
+const SQLITE_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
 /// One query, as each backend reads it.
 pub(crate) struct Sql {
     text: Text,
     sqlite: OnceLock<String>,
+    /// SQLite's own text, where it is not made from PostgreSQL's.
+    sqlite_text: Option<fn() -> String>,
 }
 
 /// A query's text in `$N` form: as written, or made once from the column
@@ -28,6 +41,7 @@ impl Sql {
         Self {
             text: Text::Written(postgres),
             sqlite: OnceLock::new(),
+            sqlite_text: None,
         }
     }
 
@@ -35,6 +49,17 @@ impl Sql {
         Self {
             text: Text::Made(make, OnceLock::new()),
             sqlite: OnceLock::new(),
+            sqlite_text: None,
+        }
+    }
+
+    /// A query each dialect writes its own way, with the same parameters
+    /// and columns; SQLite's text is read as [`for_sqlite`] reads any.
+    const fn dialects(postgres: fn() -> String, sqlite: fn() -> String) -> Self {
+        Self {
+            text: Text::Made(postgres, OnceLock::new()),
+            sqlite: OnceLock::new(),
+            sqlite_text: Some(sqlite),
         }
     }
 
@@ -47,18 +72,24 @@ impl Sql {
 
     /// `?N` for `$N`, without a closing lock clause; made once.
     pub(crate) fn sqlite(&self) -> &str {
-        self.sqlite.get_or_init(|| for_sqlite(self.postgres()))
+        self.sqlite.get_or_init(|| match self.sqlite_text {
+            Some(make) => for_sqlite(&make()),
+            None => for_sqlite(self.postgres()),
+        })
     }
 }
 
 /// A query in `$N` form as SQLite reads it: `?N`, no closing lock clause
-/// (`FOR UPDATE`, `FOR SHARE`), and `greatest` as SQLite's scalar `max`.
+/// (`FOR UPDATE`, `FOR SHARE`), `greatest` as SQLite's scalar `max`, and
+/// its own clock for [`NOW_MS`].
 pub(crate) fn for_sqlite(postgres: &str) -> String {
     let text = [" FOR UPDATE", " FOR SHARE"]
         .iter()
         .find_map(|clause| postgres.strip_suffix(clause))
         .unwrap_or(postgres);
-    text.replace('$', "?").replace("greatest(", "max(")
+    text.replace(NOW_MS, SQLITE_NOW_MS)
+        .replace('$', "?")
+        .replace("greatest(", "max(")
 }
 
 /// A task's steps in order, the discarded ones too if asked (after the
@@ -367,6 +398,87 @@ pub(crate) static WRITE_STATS: Sql = Sql::new(
 /// Whether a task is there.
 pub(crate) static TASK_EXISTS: Sql = Sql::new("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)");
 
+/// The tasks of the queues `$1` a worker (`$2`) might claim: no other
+/// worker claimed them within `$3` ms; oldest submitted first, `$4` of
+/// them after the first `$5`; and the clock. SQLite orders a
+/// millisecond's tasks as they were submitted (`rowid`).
+pub(crate) static CLAIMABLE: Sql = Sql::dialects(
+    || {
+        format!(
+            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
+             WHERE t.queue = ANY($1)
+               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+             ORDER BY t.created_at, t.id LIMIT $4 OFFSET $5"
+        )
+    },
+    || {
+        format!(
+            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
+             WHERE t.queue IN (SELECT value FROM json_each($1))
+               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+             ORDER BY t.created_at, t.rowid LIMIT $4 OFFSET $5"
+        )
+    },
+);
+
+/// The workers whose heartbeat is younger than `$1` ms.
+pub(crate) static WORKERS: Sql = Sql::made(|| {
+    format!(
+        "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
+         WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
+    )
+});
+
+/// Holds a queue's claims until the transaction ends, so that its count
+/// of active tasks stays true: PostgreSQL's advisory lock; SQLite's write
+/// transaction holds the whole file already.
+pub(crate) static LOCK_QUEUE: Sql = Sql::dialects(
+    || "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))".to_owned(),
+    || "SELECT $1".to_owned(),
+);
+
+/// How many of queue `$1`'s tasks run or are claimed, within `$2` ms.
+pub(crate) static ACTIVE_IN_QUEUE: Sql = Sql::made(|| {
+    format!(
+        "SELECT count(*) FROM tasks WHERE queue = $1 AND (
+             (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
+             OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
+    )
+});
+
+/// Claims the tasks `$1` for worker `$2` where no other worker claimed
+/// them within `$3` ms: one statement, so a row another worker claimed
+/// first fails the condition when it is checked again after that worker's
+/// commit.
+pub(crate) static CLAIM: Sql = Sql::dialects(
+    || {
+        format!(
+            "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
+             WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
+             RETURNING id"
+        )
+    },
+    || {
+        format!(
+            "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
+             WHERE id IN (SELECT value FROM json_each($1))
+               AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
+             RETURNING id"
+        )
+    },
+);
+
+/// A worker's heartbeat, with the tasks it runs.
+pub(crate) static WORKER_HEARTBEAT: Sql = Sql::made(|| {
+    format!(
+        "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
+         VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
+         ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
+    )
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +535,12 @@ mod tests {
             &UPDATE_STEP,
             &WRITE_STATS,
             &TASK_EXISTS,
+            &CLAIMABLE,
+            &WORKERS,
+            &LOCK_QUEUE,
+            &ACTIVE_IN_QUEUE,
+            &CLAIM,
+            &WORKER_HEARTBEAT,
         ] {
             let text = sql.postgres();
             for (at, _) in text.match_indices('$') {
@@ -441,6 +559,37 @@ mod tests {
                 .postgres()
                 .replace("$2", "?2")
                 .replace("$1", "?1")
+        );
+    }
+
+    /// SQLite's clock in SQL is this host's clock, as durun reads it.
+    #[test]
+    fn sqlites_clock_is_the_hosts() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        let before = crate::clock::now_ms();
+        let clock: i64 = conn
+            .query_row(&format!("SELECT {SQLITE_NOW_MS}"), [], |row| row.get(0))
+            .expect("the clock");
+        let after = crate::clock::now_ms();
+        assert!(
+            before - 1 <= clock && clock <= after + 1,
+            "{before} {clock} {after}"
+        );
+        assert!(WORKERS.sqlite().contains(SQLITE_NOW_MS));
+        assert!(!WORKERS.sqlite().contains("extract"));
+    }
+
+    /// The queries read a task's columns by position, the clock after them.
+    #[test]
+    fn a_task_is_task_width_columns_wide() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        for (_, migration) in crate::journal::schema::sqlite_from(0) {
+            conn.execute_batch(&migration).expect("migrate");
+        }
+        let statement = conn.prepare(CLAIMABLE.sqlite()).expect("prepare");
+        assert_eq!(
+            statement.column_count(),
+            crate::journal::rows::TASK_WIDTH + 1
         );
     }
 }

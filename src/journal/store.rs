@@ -8,7 +8,7 @@
 use anyhow::Result;
 use serde_json::Value;
 
-use super::tx::{Transact, committed, read};
+use super::tx::{Transact, Tx, committed, committed_unsynced, read};
 use super::{
     NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
     StepRecord, TaskRecord, TaskRows, WorkerRecord,
@@ -262,7 +262,12 @@ pub(crate) trait Queue: Transact {
         worker: &str,
         limit: usize,
         offset: usize,
-    ) -> Result<(Vec<TaskRecord>, i64)>;
+    ) -> Result<(Vec<TaskRecord>, i64)> {
+        let stale = self.stale();
+        read(self, |tx| {
+            reads::claimable(tx, queues, worker, (limit, offset), stale)
+        })
+    }
     /// Claims for `worker` those of `tasks` (all of `queue`) no other
     /// worker holds, keeping the queue's running and claimed tasks within
     /// `concurrency`; one transaction, so of workers racing for a task
@@ -273,38 +278,56 @@ pub(crate) trait Queue: Transact {
         tasks: &[String],
         worker: &str,
         concurrency: Option<u32>,
-    ) -> Result<Vec<String>>;
+    ) -> Result<Vec<String>> {
+        // A claim need not survive a crash: it is void after the stale
+        // time, and the lease is what fences a run.
+        let stale = self.stale();
+        committed_unsynced(self, |tx| {
+            writes::claim(tx, queue, tasks, worker, concurrency, stale)
+        })
+    }
     /// Gives up `worker`'s claim of the task (its run has ended), and
     /// wakes the workers: the one whose run it was fills its place.
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
         committed(self, |tx| writes::release_claim(tx, task, worker))
     }
-    /// A worker's look: what `look` asks for, in one transaction where
-    /// the journal counts them (PostgreSQL).
+    /// A worker's look: what `look` asks for. Tasks to claim alone (a
+    /// submit came) is one query, no more; anything else one transaction,
+    /// whatever it holds, so that an idle worker's look costs the server
+    /// one (SPEC 16); its heartbeat need not survive a power cut.
     fn look(&mut self, look: &Look<'_>) -> Result<Looked> {
-        let mut looked = Looked::default();
-        if let Some(worker) = look.heartbeat {
-            self.worker_heartbeat(worker)?;
+        let stale = self.stale();
+        let each = |tx: &mut dyn Tx| -> Result<Looked> {
+            let mut looked = Looked::default();
+            if let Some(worker) = look.heartbeat {
+                writes::worker_heartbeat(tx, worker)?;
+            }
+            if look.workers {
+                looked.workers = reads::workers(tx, stale)?;
+            }
+            if let Some((queues, worker, limit)) = look.claimable {
+                (looked.claimable, looked.now_ms) =
+                    reads::claimable(tx, queues, worker, (limit, 0), stale)?;
+            }
+            if look.retryable {
+                looked.retryable = reads::retryable(tx)?;
+            }
+            Ok(looked)
+        };
+        if look.heartbeat.is_none() && !look.workers && !look.retryable {
+            return read(self, each);
         }
-        if look.workers {
-            looked.workers = self.workers()?;
-        }
-        if let Some((queues, worker, limit)) = look.claimable {
-            (looked.claimable, looked.now_ms) = self.claimable(queues, worker, limit, 0)?;
-        }
-        if look.retryable {
-            looked.retryable = self.retryable()?;
-        }
-        Ok(looked)
+        committed_unsynced(self, each)
     }
-    /// Records the worker as live, with the tasks it runs now.
-    fn worker_heartbeat(&mut self, worker: &WorkerRecord) -> Result<()>;
     /// Takes the worker off the list, and its claims with it.
     fn worker_gone(&mut self, worker: &str) -> Result<()> {
         committed(self, |tx| writes::worker_gone(tx, worker))
     }
     /// The workers whose heartbeat is younger than the stale time.
-    fn workers(&mut self) -> Result<Vec<WorkerRecord>>;
+    fn workers(&mut self) -> Result<Vec<WorkerRecord>> {
+        let stale = self.stale();
+        read(self, |tx| reads::workers(tx, stale))
+    }
     /// Waits up to `timeout` for news a worker may act on (a submit, a
     /// signal, a run that ended).
     fn wait_for_work(&mut self, timeout: std::time::Duration) -> Result<Heard>;
@@ -312,10 +335,6 @@ pub(crate) trait Queue: Transact {
     /// tick), if any.
     fn latest_task_id(&mut self, prefix: &str) -> Result<Option<String>> {
         read(self, |tx| reads::latest_task_id(tx, prefix))
-    }
-    /// The failed tasks with retries left.
-    fn retryable(&mut self) -> Result<Vec<Retryable>> {
-        read(self, reads::retryable)
     }
     /// Counts the task's retry (it had `used`) and leaves it interrupted
     /// for a worker to claim, in one transaction; false if another worker

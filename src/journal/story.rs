@@ -297,7 +297,13 @@ fn retries_come_with_the_task(journal: &mut dyn Journal) {
     journal.create_task(&again).expect_err("the id is taken");
     let run = started(journal, "t7", &me());
     finish(journal, "t7", run, TaskStatus::Failed, Some(1));
-    let retryable = journal.retryable().expect("retryable");
+    let retryable = journal
+        .look(&crate::journal::Look {
+            retryable: true,
+            ..crate::journal::Look::default()
+        })
+        .expect("retryable")
+        .retryable;
     let found: Vec<_> = retryable
         .iter()
         .filter(|task| task.id == "t7")

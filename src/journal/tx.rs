@@ -19,6 +19,9 @@ use crate::lease::Lease;
 pub(crate) enum Arg<'a> {
     Int(i64),
     Text(&'a str),
+    /// A list of texts: PostgreSQL's `text[]`, SQLite's JSON array (its
+    /// query reads it with `json_each`).
+    Texts(&'a [String]),
     Null,
 }
 
@@ -156,6 +159,15 @@ pub(crate) trait Transact {
     /// Runs `work` in one write transaction: committed when it returns
     /// `Ok(true)`, rolled back otherwise.
     fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>;
+    /// Like [`Transact::transact`], for writes that need not survive a
+    /// power cut or a crash of the server (a worker's claim and heartbeat,
+    /// void after the stale time anyway): the commit does not wait for the
+    /// disk (SQLite's `synchronous = NORMAL`; PostgreSQL's
+    /// `synchronous_commit` off, which does not wait for the server's).
+    fn transact_unsynced(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
+    ) -> Result<()>;
     /// Runs `work` on the journal's connection, outside a write
     /// transaction: a read, which PostgreSQL makes again on a new
     /// connection after a lost one (a read is safe to repeat).
@@ -184,9 +196,27 @@ pub(crate) fn committed<T>(
     journal: &mut (impl Transact + ?Sized),
     work: impl FnOnce(&mut dyn Tx) -> Result<T>,
 ) -> Result<T> {
+    once(work, |each| journal.transact(each))
+}
+
+/// [`committed`], in a transaction that does not wait for the disk
+/// ([`Transact::transact_unsynced`]).
+pub(crate) fn committed_unsynced<T>(
+    journal: &mut (impl Transact + ?Sized),
+    work: impl FnOnce(&mut dyn Tx) -> Result<T>,
+) -> Result<T> {
+    once(work, |each| journal.transact_unsynced(each))
+}
+
+/// Hands `work` to `transact` as the closure it calls (once), and
+/// returns what `work` did.
+fn once<T>(
+    work: impl FnOnce(&mut dyn Tx) -> Result<T>,
+    transact: impl FnOnce(&mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>,
+) -> Result<T> {
     let mut work = Some(work);
     let mut done = None;
-    journal.transact(&mut |tx| {
+    transact(&mut |tx| {
         if let Some(work) = work.take() {
             done = Some(work(tx)?);
         }

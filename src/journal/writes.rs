@@ -3,13 +3,17 @@
 //! task's retry. The caller opens the transaction and commits it; these
 //! say what goes in it.
 
+use std::time::Duration;
+
 use anyhow::Result;
 
 use super::reads::{signal_from, step_from};
 use super::rows::StepTexts;
 use super::sql;
-use super::tx::{Tx, lease_at};
-use super::{Resolution, ResolutionKind, RunEnd, RunStats, SignalRecord, StepRecord, StepWrite};
+use super::tx::{Arg, Tx, lease_at};
+use super::{
+    Resolution, ResolutionKind, RunEnd, RunStats, SignalRecord, StepRecord, StepWrite, WorkerRecord,
+};
 use crate::error::Failure;
 use crate::json_text::JsonText;
 use crate::lease::{self, Holder};
@@ -375,6 +379,65 @@ pub(crate) fn gc(
 pub(crate) fn release_claim(tx: &mut dyn Tx, task: &str, worker: &str) -> Result<()> {
     tx.execute(&sql::RELEASE_CLAIM, &[task.into(), worker.into()])?;
     tx.notify_workers("released")
+}
+
+/// Claims for `worker` those of `tasks` (all of `queue`) no other worker
+/// holds, keeping the queue's running and claimed tasks within
+/// `concurrency`; the ids claimed, in the order of `tasks`.
+pub(crate) fn claim(
+    tx: &mut dyn Tx,
+    queue: &str,
+    tasks: &[String],
+    worker: &str,
+    concurrency: Option<u32>,
+    stale: Duration,
+) -> Result<Vec<String>> {
+    let stale = Arg::Int(i64::try_from(stale.as_millis()).unwrap_or(i64::MAX));
+    let wanted = match concurrency {
+        None => tasks,
+        Some(limit) => {
+            // One claimer of the queue at a time: the count stays true
+            // until the commit.
+            tx.query(&sql::LOCK_QUEUE, &[queue.into()], &mut |_| Ok(()))?;
+            let active = tx
+                .query_opt(&sql::ACTIVE_IN_QUEUE, &[queue.into(), stale], |row| {
+                    row.some_int(0)
+                })?
+                .unwrap_or(0);
+            let room = (i64::from(limit) - active).max(0) as usize;
+            &tasks[..room.min(tasks.len())]
+        }
+    };
+    let mut claimed = Vec::new();
+    tx.query(
+        &sql::CLAIM,
+        &[Arg::Texts(wanted), worker.into(), stale],
+        &mut |row| {
+            claimed.push(row.some_text(0)?.to_owned());
+            Ok(())
+        },
+    )?;
+    claimed.sort_by_key(|id| wanted.iter().position(|wanted| wanted == id));
+    Ok(claimed)
+}
+
+/// Records the worker as live, with the tasks it runs now.
+pub(crate) fn worker_heartbeat(tx: &mut dyn Tx, worker: &WorkerRecord) -> Result<()> {
+    let queues = serde_json::to_string(&worker.queues)?;
+    let tasks = serde_json::to_string(&worker.tasks)?;
+    tx.execute(
+        &sql::WORKER_HEARTBEAT,
+        &[
+            worker.id.as_str().into(),
+            worker.host.as_str().into(),
+            worker.pid.into(),
+            queues.as_str().into(),
+            worker.jobs.into(),
+            worker.started_at.as_str().into(),
+            tasks.as_str().into(),
+        ],
+    )?;
+    Ok(())
 }
 
 /// A worker that stopped: its row and its claims go.

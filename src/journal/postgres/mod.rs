@@ -8,7 +8,6 @@
 //! task exactly one wins. The URL is never printed: it may hold a password.
 
 mod cached;
-mod clock;
 mod open;
 mod queue;
 mod reconnect;
@@ -25,8 +24,8 @@ use serde_json::Value;
 
 use crate::journal::reads::task_from;
 use crate::journal::rows::TASK_COLUMNS;
+use crate::journal::sql::NOW_MS;
 use crate::journal::tx::lease_at;
-use clock::NOW_MS;
 
 pub(crate) use open::describe;
 

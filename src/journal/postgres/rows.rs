@@ -3,7 +3,7 @@
 use super::cached::Queries;
 use anyhow::Result;
 
-use super::clock::NOW_MS;
+use crate::journal::sql::NOW_MS;
 use crate::journal::tx::lease_at;
 use crate::lease::Lease;
 

@@ -6,9 +6,9 @@
 use anyhow::Result;
 
 use super::cached::Queries as _;
-use super::clock::NOW_MS;
 use super::reconnect::Attempt;
 use super::{PostgresJournal, channel};
+use crate::journal::sql::NOW_MS;
 use crate::journal::writes;
 use crate::journal::{RunEnd, RunStats, Standing, StepWrite, sql};
 

@@ -8,9 +8,9 @@ use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::cached::Queries;
-use super::clock::NOW_MS;
 use super::rows::lease_of;
 use super::{PostgresJournal, channel};
+use crate::journal::sql::NOW_MS;
 use crate::journal::sql::Sql;
 use crate::journal::tx::{Arg, Row, Transact, Tx};
 use crate::lease::Lease;
@@ -22,6 +22,7 @@ impl ToSql for Arg<'_> {
         match *self {
             Arg::Null => Ok(IsNull::Yes),
             Arg::Text(text) if <&str as ToSql>::accepts(ty) => text.to_sql(ty, out),
+            Arg::Texts(list) if <&[String] as ToSql>::accepts(ty) => list.to_sql(ty, out),
             Arg::Int(value) if *ty == Type::INT2 => i16::try_from(value)?.to_sql(ty, out),
             Arg::Int(value) if *ty == Type::INT4 => i32::try_from(value)?.to_sql(ty, out),
             Arg::Int(value) if *ty == Type::INT8 => value.to_sql(ty, out),
@@ -30,7 +31,9 @@ impl ToSql for Arg<'_> {
     }
 
     fn accepts(ty: &Type) -> bool {
-        matches!(*ty, Type::INT2 | Type::INT4 | Type::INT8) || <&str as ToSql>::accepts(ty)
+        matches!(*ty, Type::INT2 | Type::INT4 | Type::INT8)
+            || <&str as ToSql>::accepts(ty)
+            || <&[String] as ToSql>::accepts(ty)
     }
 
     to_sql_checked!();
@@ -102,6 +105,18 @@ impl<Q: Queries> Tx for Q {
 impl Transact for PostgresJournal {
     fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()> {
         let mut tx = self.client.transaction()?;
+        if work(&mut tx)? {
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    fn transact_unsynced(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
+    ) -> Result<()> {
+        let mut tx = self.client.transaction()?;
+        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
         if work(&mut tx)? {
             tx.commit()?;
         }

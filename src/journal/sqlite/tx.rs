@@ -17,6 +17,10 @@ impl ToSql for Arg<'_> {
         Ok(match *self {
             Arg::Int(value) => ToSqlOutput::from(value),
             Arg::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
+            Arg::Texts(list) => ToSqlOutput::from(
+                serde_json::to_string(list)
+                    .map_err(|error| rusqlite::Error::ToSqlConversionFailure(error.into()))?,
+            ),
             Arg::Null => ToSqlOutput::from(rusqlite::types::Null),
         })
     }
@@ -86,6 +90,18 @@ impl Transact for SqliteJournal {
             self.check_identity()?;
         }
         Ok(())
+    }
+
+    fn transact_unsynced(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
+    ) -> Result<()> {
+        // A pragma outside the transaction: within one it would not apply.
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let done = self.transact(work);
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.as_str().to_ascii_uppercase())?;
+        done
     }
 
     fn read(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
