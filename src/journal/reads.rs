@@ -189,6 +189,11 @@ fn tasks(tx: &mut dyn Tx, statement: &sql::Sql, args: &[Arg<'_>]) -> Result<Vec<
     Ok(tasks)
 }
 
+/// Every task, newest first.
+pub(crate) fn all_tasks(tx: &mut dyn Tx) -> Result<Vec<TaskRecord>> {
+    tasks(tx, &sql::ALL_TASKS, &[])
+}
+
 /// One task, if the journal holds it.
 pub(crate) fn task(tx: &mut dyn Tx, id: &str) -> Result<Option<TaskRecord>> {
     Ok(tasks(tx, &sql::TASK, &[id.into()])?.pop())

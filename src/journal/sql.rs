@@ -128,6 +128,13 @@ pub(crate) static SEND_SIGNAL: Sql = Sql::new(
 pub(crate) static TASK: Sql =
     Sql::made(|| format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE t.id = $1"));
 
+/// Every task, newest first; SQLite orders a millisecond's tasks as they
+/// were made (`rowid`).
+pub(crate) static ALL_TASKS: Sql = Sql::dialects(
+    || format!("SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.id DESC"),
+    || format!("SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"),
+);
+
 /// The tasks whose id starts with `$1` (`$2` characters long), in id order.
 pub(crate) static TASKS_WITH_PREFIX: Sql = Sql::made(|| {
     format!("SELECT {TASK_COLUMNS} FROM tasks t WHERE substr(t.id, 1, $2) = $1 ORDER BY t.id")
@@ -507,6 +514,7 @@ mod tests {
             &TASK,
             &SEND_SIGNAL,
             &TASKS_WITH_PREFIX,
+            &ALL_TASKS,
             &SET_RETRIES,
             &RETRYABLE,
             &COUNT_RETRY,

@@ -8,7 +8,7 @@
 use anyhow::Result;
 use serde_json::Value;
 
-use super::tx::{Transact, Tx, committed, committed_unsynced, read};
+use super::tx::{Commit, Transact, Tx, committed, committed_unsynced, read};
 use super::{
     NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
     StepRecord, TaskRecord, TaskRows, WorkerRecord,
@@ -31,7 +31,9 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
         read(self, |tx| reads::task(tx, id))
     }
     /// Every task, newest first.
-    fn tasks(&mut self) -> Result<Vec<TaskRecord>>;
+    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
+        read(self, reads::all_tasks)
+    }
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
         read(self, |tx| reads::runs(tx, task))
     }
@@ -341,7 +343,7 @@ pub(crate) trait Queue: Transact {
     /// did first or the task is no longer failed.
     fn start_retry(&mut self, task: &str, used: u32) -> Result<bool> {
         let mut retried = false;
-        self.transact(&mut |tx| {
+        self.transact(Commit::Durable, &mut |tx| {
             retried = writes::start_retry(tx, task, used)?;
             Ok(retried)
         })?;

@@ -105,6 +105,9 @@ fn null(column: usize) -> anyhow::Error {
     .into()
 }
 
+/// What a query hands each row it returns to.
+pub(crate) type EachRow<'a> = dyn FnMut(&dyn Row) -> Result<()> + 'a;
+
 /// Where statements run on either backend: a write transaction (its
 /// owner commits it; dropped uncommitted, it rolls back) or, for a read,
 /// the connection itself.
@@ -112,12 +115,7 @@ pub(crate) trait Tx {
     /// Runs `sql`; how many rows it changed.
     fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64>;
     /// Runs `sql` and hands each row it returns to `each`, in order.
-    fn query(
-        &mut self,
-        sql: &Sql,
-        args: &[Arg<'_>],
-        each: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()>;
+    fn query(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()>;
     /// The task's lease, held until the transaction ends, and the clock
     /// (ms) that judges it: the server's on PostgreSQL, this host's on
     /// SQLite.
@@ -153,21 +151,27 @@ impl dyn Tx + '_ {
     }
 }
 
+/// How a write transaction commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// As the journal's sync mode says (fsync'd, by default).
+    Durable,
+    /// Without waiting for the disk, for writes that need not survive a
+    /// power cut or a crash of the server (a worker's claim and heartbeat,
+    /// void after the stale time anyway): SQLite's `synchronous = NORMAL`,
+    /// PostgreSQL's `synchronous_commit` off.
+    Unsynced,
+}
+
+/// The work of one write transaction: it commits when this returns
+/// `Ok(true)` and rolls back otherwise.
+pub(crate) type Work<'a> = dyn FnMut(&mut dyn Tx) -> Result<bool> + 'a;
+
 /// A journal's write transactions, which the writes written once (in
 /// `writes`) run in.
 pub(crate) trait Transact {
-    /// Runs `work` in one write transaction: committed when it returns
-    /// `Ok(true)`, rolled back otherwise.
-    fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>;
-    /// Like [`Transact::transact`], for writes that need not survive a
-    /// power cut or a crash of the server (a worker's claim and heartbeat,
-    /// void after the stale time anyway): the commit does not wait for the
-    /// disk (SQLite's `synchronous = NORMAL`; PostgreSQL's
-    /// `synchronous_commit` off, which does not wait for the server's).
-    fn transact_unsynced(
-        &mut self,
-        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
-    ) -> Result<()>;
+    /// Runs `work` in one write transaction, committed as `commit` says.
+    fn transact(&mut self, commit: Commit, work: &mut Work<'_>) -> Result<()>;
     /// Runs `work` on the journal's connection, outside a write
     /// transaction: a read, which PostgreSQL makes again on a new
     /// connection after a lost one (a read is safe to repeat).
@@ -196,23 +200,23 @@ pub(crate) fn committed<T>(
     journal: &mut (impl Transact + ?Sized),
     work: impl FnOnce(&mut dyn Tx) -> Result<T>,
 ) -> Result<T> {
-    once(work, |each| journal.transact(each))
+    once(work, |each| journal.transact(Commit::Durable, each))
 }
 
 /// [`committed`], in a transaction that does not wait for the disk
-/// ([`Transact::transact_unsynced`]).
+/// ([`Commit::Unsynced`]).
 pub(crate) fn committed_unsynced<T>(
     journal: &mut (impl Transact + ?Sized),
     work: impl FnOnce(&mut dyn Tx) -> Result<T>,
 ) -> Result<T> {
-    once(work, |each| journal.transact_unsynced(each))
+    once(work, |each| journal.transact(Commit::Unsynced, each))
 }
 
 /// Hands `work` to `transact` as the closure it calls (once), and
 /// returns what `work` did.
 fn once<T>(
     work: impl FnOnce(&mut dyn Tx) -> Result<T>,
-    transact: impl FnOnce(&mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()>,
+    transact: impl FnOnce(&mut Work<'_>) -> Result<()>,
 ) -> Result<T> {
     let mut work = Some(work);
     let mut done = None;

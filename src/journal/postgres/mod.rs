@@ -22,14 +22,12 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::journal::reads::task_from;
-use crate::journal::rows::TASK_COLUMNS;
 use crate::journal::sql::NOW_MS;
 use crate::journal::tx::lease_at;
 
 pub(crate) use open::describe;
 
-use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite, TaskRecord};
+use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::journal::writes;
@@ -108,14 +106,6 @@ impl Journal for PostgresJournal {
         }
         tx.commit()?;
         Ok(())
-    }
-
-    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
-        let rows = self.client.query(
-            &format!("SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.id DESC"),
-            &[],
-        )?;
-        rows.iter().map(|row| task_from(row)).collect()
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {

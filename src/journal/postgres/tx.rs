@@ -12,7 +12,7 @@ use super::rows::lease_of;
 use super::{PostgresJournal, channel};
 use crate::journal::sql::NOW_MS;
 use crate::journal::sql::Sql;
-use crate::journal::tx::{Arg, Row, Transact, Tx};
+use crate::journal::tx::{Arg, Commit, EachRow, Row, Transact, Tx, Work};
 use crate::lease::Lease;
 
 type Boxed = Box<dyn Error + Sync + Send>;
@@ -69,12 +69,7 @@ impl<Q: Queries> Tx for Q {
         Ok(Queries::execute(self, sql.postgres(), &params(args))?)
     }
 
-    fn query(
-        &mut self,
-        sql: &Sql,
-        args: &[Arg<'_>],
-        each: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
+    fn query(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()> {
         let rows = Queries::query(self, sql.postgres(), &params(args))?;
         for row in &rows {
             each(row)?;
@@ -103,20 +98,11 @@ impl<Q: Queries> Tx for Q {
 }
 
 impl Transact for PostgresJournal {
-    fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()> {
+    fn transact(&mut self, commit: Commit, work: &mut Work<'_>) -> Result<()> {
         let mut tx = self.client.transaction()?;
-        if work(&mut tx)? {
-            tx.commit()?;
+        if commit == Commit::Unsynced {
+            tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
         }
-        Ok(())
-    }
-
-    fn transact_unsynced(
-        &mut self,
-        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
-    ) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
         if work(&mut tx)? {
             tx.commit()?;
         }

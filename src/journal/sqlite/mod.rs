@@ -14,14 +14,11 @@ mod tx;
 use anyhow::{Context as _, Result};
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 
-use crate::journal::reads::task_from;
-use crate::journal::rows::TASK_COLUMNS;
-use crate::journal::sql::for_sqlite;
 use crate::journal::tx::lease_at;
 pub(crate) use open::{SqliteJournal, holds_tables};
 use rows::standing_columns;
 
-use super::{Journal, NewTask, RunStart, Standing, TaskRecord};
+use super::{Journal, NewTask, RunStart, Standing};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::lease::{self, Holder, Lease};
@@ -61,23 +58,6 @@ impl Journal for SqliteJournal {
         let started = start_in(&tx, &task.id, me, now, self.stale)?;
         tx.commit()?;
         Ok(started)
-    }
-
-    fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
-        // Newest first, in the order they were made within a millisecond;
-        // the text is made once (it is SQLite's alone: `rowid`).
-        static TASKS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            for_sqlite(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks t ORDER BY t.created_at DESC, t.rowid DESC"
-            ))
-        });
-        let mut statement = self.conn.prepare_cached(&TASKS)?;
-        let mut rows = statement.query([])?;
-        let mut tasks = Vec::new();
-        while let Some(row) = rows.next()? {
-            tasks.push(task_from(row)?);
-        }
-        Ok(tasks)
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {

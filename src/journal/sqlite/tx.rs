@@ -9,7 +9,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use super::SqliteJournal;
 use super::rows::lease_of;
 use crate::journal::sql::Sql;
-use crate::journal::tx::{Arg, Row, Transact, Tx};
+use crate::journal::tx::{Arg, Commit, EachRow, Row, Transact, Tx, Work};
 use crate::lease::Lease;
 
 impl ToSql for Arg<'_> {
@@ -49,12 +49,7 @@ impl Tx for &rusqlite::Connection {
         Ok(changed as u64)
     }
 
-    fn query(
-        &mut self,
-        sql: &Sql,
-        args: &[Arg<'_>],
-        each: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
+    fn query(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()> {
         let mut statement = self.prepare_cached(sql.sqlite())?;
         let mut rows = statement.query(rusqlite::params_from_iter(args))?;
         while let Some(row) = rows.next()? {
@@ -81,26 +76,20 @@ impl Tx for &rusqlite::Connection {
 }
 
 impl Transact for SqliteJournal {
-    fn transact(&mut self, work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        if work(&mut &*tx)? {
-            tx.commit()?;
-            self.check_identity()?;
+    fn transact(&mut self, commit: Commit, work: &mut Work<'_>) -> Result<()> {
+        if commit == Commit::Unsynced {
+            // A pragma outside the transaction: within one it would not
+            // apply.
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         }
-        Ok(())
-    }
-
-    fn transact_unsynced(
-        &mut self,
-        work: &mut dyn FnMut(&mut dyn Tx) -> Result<bool>,
-    ) -> Result<()> {
-        // A pragma outside the transaction: within one it would not apply.
-        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let done = self.transact(work);
-        self.conn
-            .pragma_update(None, "synchronous", self.sync.as_str().to_ascii_uppercase())?;
+        let done = self.immediate(work);
+        if commit == Commit::Unsynced {
+            self.conn.pragma_update(
+                None,
+                "synchronous",
+                self.sync.as_str().to_ascii_uppercase(),
+            )?;
+        }
         done
     }
 
@@ -110,5 +99,19 @@ impl Transact for SqliteJournal {
 
     fn stale(&self) -> std::time::Duration {
         self.stale
+    }
+}
+
+impl SqliteJournal {
+    /// `work` in an `IMMEDIATE` transaction.
+    fn immediate(&mut self, work: &mut Work<'_>) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        if work(&mut &*tx)? {
+            tx.commit()?;
+            self.check_identity()?;
+        }
+        Ok(())
     }
 }
