@@ -24,7 +24,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
     let (task, begun) = if let Some(task) = existing {
         (task, Begun::Not)
     } else {
-        let task = crate::task::new_task(
+        let mut task = crate::task::new_task(
             args.new.task.clone().unwrap_or_else(new_task_id),
             &args.new.command,
             &cwd,
@@ -33,6 +33,8 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             None,
             settings,
         )?;
+        // Every resume gives the agent the stdin this run chose.
+        task.stdin = args.limits.stdin;
         // The task and its first run: one transaction (one commit), and
         // no fsync of their own (see `session::unsynced`).
         let started = session::unsynced(journal.as_mut(), task.sync, |journal| {

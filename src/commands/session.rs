@@ -79,7 +79,9 @@ pub(super) fn drive(
         run,
         argv: &task.argv,
         cwd: Path::new(&task.cwd),
-        stdin: limits.stdin.or(config.agent_stdin).unwrap_or_default(),
+        // Given to this command, else the task's: its first run's
+        // `--stdin`, or its durun.toml.
+        stdin: (limits.stdin.or(task.stdin).or(config.agent_stdin)).unwrap_or_default(),
         tools: &config.tools,
         leased_at,
         lease: settings.lease,

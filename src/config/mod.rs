@@ -146,6 +146,23 @@ pub(crate) enum StdinMode {
     Null,
 }
 
+impl StdinMode {
+    /// As durun.toml, `--stdin` and the journal spell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StdinMode::Protocol => "protocol",
+            StdinMode::Inherit => "inherit",
+            StdinMode::Null => "null",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        [StdinMode::Protocol, StdinMode::Inherit, StdinMode::Null]
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+    }
+}
+
 /// `[otel]`: where traces go when the environment does not say.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

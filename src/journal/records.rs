@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use crate::json_text::JsonText;
 
-use crate::config::SyncMode;
+use crate::config::{StdinMode, SyncMode};
 use crate::lease::Lease;
 use crate::protocol::{Effect, ErrorCode};
 
@@ -126,6 +126,8 @@ pub(crate) struct NewTask {
     /// milliseconds (SPEC 16), recorded with the task, in its transaction:
     /// a worker never sees the task without them.
     pub(crate) retries: Option<(u32, u64)>,
+    /// The agent's stdin, when `--stdin` chose it: every run has it.
+    pub(crate) stdin: Option<StdinMode>,
 }
 
 impl NewTask {
@@ -157,6 +159,7 @@ impl NewTask {
             max_tokens: self.max_tokens,
             queue: self.queue.clone(),
             imported_at: None,
+            stdin: self.stdin,
         }
     }
 }
@@ -187,6 +190,8 @@ pub(crate) struct TaskRecord {
     pub(crate) queue: Option<String>,
     /// When the task was imported (SPEC 10), if it was.
     pub(crate) imported_at: Option<String>,
+    /// The agent's stdin as `--stdin` chose it at `run` or `submit`.
+    pub(crate) stdin: Option<StdinMode>,
 }
 
 /// What one run did, as counted while it ran.

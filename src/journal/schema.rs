@@ -155,6 +155,11 @@ CREATE TABLE task_retries (
 -- show it after the terminal is gone.
 ALTER TABLE runs ADD COLUMN error TEXT;
 ",
+    r"
+-- SPEC 17: the agent's stdin as the run's command line chose it
+-- (`--stdin`), so that every resume gives the agent the same.
+ALTER TABLE tasks ADD COLUMN stdin TEXT;
+",
 ];
 
 /// The SQLite format this durun writes.

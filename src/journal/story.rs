@@ -25,6 +25,8 @@ fn task(id: &str) -> NewTask {
         max_tokens: None,
         queue: None,
         retries: None,
+        // Read back as written, on both journals.
+        stdin: Some(crate::config::StdinMode::Null),
     }
 }
 

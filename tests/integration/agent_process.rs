@@ -243,3 +243,36 @@ fn an_agent_that_reads_its_stdin_gets_dev_null_or_duruns_own() {
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     assert_eq!(env.inspect("toml")["task"]["status"], "completed");
 }
+
+/// SPEC 17: the `--stdin` a task's `run` chose holds for every resume,
+/// in a shell or on a worker that does not say it again. (Given
+/// protocol's pipe instead, this agent's `cat` would wait for ever.)
+#[test]
+fn the_stdin_a_run_chose_is_its_resumes_stdin() {
+    let mut env = TestEnv::new();
+    env.set("PATH", crate::env::path_with_durun());
+    env.write(
+        "crash.sh",
+        "cat > /dev/null\ndurun step once -- echo ran\ntest -e crashed || { touch crashed; kill -9 $DURUN_PID; }\n",
+    );
+    let first = env.durun(&[
+        "run", "-q", "--task", "t", "--stdin", "null", "--", "sh", "crash.sh",
+    ]);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&first.status),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&first.stderr)
+    );
+    let mut resumed = env
+        .command()
+        .args(["resume", "-q", "t"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("durun");
+    let status = crate::env::wait_exit(&mut resumed, std::time::Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let view = env.inspect("t");
+    assert_eq!(view["task"]["status"], "completed", "{view}");
+    assert_eq!(view["steps"][0]["name"], "once", "{view}");
+}

@@ -106,6 +106,7 @@ mod tests {
             max_tokens: None,
             queue: Some("q".into()),
             retries: None,
+            stdin: None,
         }
         .record();
         task.status = TaskStatus::Sleeping;

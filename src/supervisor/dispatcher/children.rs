@@ -149,6 +149,9 @@ impl Supervisor<'_> {
             max_tokens: left,
             queue,
             retries: None,
+            // A child's agent reads what its config says, not the stdin
+            // its parent's run was given.
+            stdin: None,
         })
     }
 

@@ -153,6 +153,7 @@ fn new_task(id: &str) -> NewTask {
         max_tokens: None,
         queue: None,
         retries: None,
+        stdin: None,
     }
 }
 
