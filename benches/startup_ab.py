@@ -72,9 +72,13 @@ def main():
     count = int(os.environ.get("N", "200"))
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["DURUN_JOURNAL"] = os.path.join(scratch, "journal.db")
+        # A journal each: an older durun refuses a journal a newer one
+        # migrated.
+        journals = {b: os.path.join(scratch, f"journal-{i}.db") for i, b in enumerate(bins)}
+        run = lambda b, _: [b, "--journal", journals[b], "-q", "run", "--", "true"]
         for binary in bins:
-            timed([binary, "-q", "run", "--", "true"])
-        times = rounds(bins, count, lambda b, _: [b, "-q", "run", "--", "true"])
+            timed(run(binary, 0))
+        times = rounds(bins, count, run)
         report("durun run -- true", times)
         if os.environ.get("STEPS", "1") == "1":
             agent = os.path.join(scratch, "steps.py")
