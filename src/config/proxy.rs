@@ -120,6 +120,11 @@ impl RawProxy {
                     "[proxy] ignore: {pointer:?} is not a JSON pointer (write \"/{pointer}\")"
                 ));
             }
+            if pointer.ends_with("/**") {
+                return Err(format!(
+                    "[proxy] ignore: {pointer:?} names no member to take out (name one after `**`: \"{pointer}/NAME\")"
+                ));
+            }
         }
         for header in &self.secret_headers {
             if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {

@@ -114,24 +114,75 @@ pub(crate) fn whole(content_type: Option<&str>, body: &[u8]) -> bool {
     true
 }
 
-/// Removes what `pointer` (RFC 6901) points at, if anything.
+/// Takes out of `value` what `pointer` names: a JSON pointer whose `*`
+/// stands for any one member or index and `**` for any depth, none
+/// included (`/input/*/id`, `/**/prompt_cache_key`).
 fn remove_pointer(value: &mut Value, pointer: &str) {
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
+    let tokens: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|token| token.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    remove_at(value, &tokens);
+}
+
+fn remove_at(value: &mut Value, tokens: &[String]) {
+    let Some((head, rest)) = tokens.split_first() else {
         return;
     };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    match value.pointer_mut(parent) {
-        Some(Value::Object(map)) => {
-            map.remove(&last);
+    if head == "**" {
+        remove_at(value, rest);
+        for child in children(value, "*") {
+            remove_at(child, tokens);
         }
-        Some(Value::Array(items)) => {
-            if let Ok(index) = last.parse::<usize>()
+        return;
+    }
+    if !rest.is_empty() {
+        for child in children(value, head) {
+            remove_at(child, rest);
+        }
+        return;
+    }
+    match value {
+        Value::Object(map) if head == "*" => map.clear(),
+        Value::Object(map) => {
+            map.remove(head.as_str());
+        }
+        Value::Array(items) if head == "*" => items.clear(),
+        Value::Array(items) => {
+            if let Ok(index) = head.parse::<usize>()
                 && index < items.len()
             {
                 items.remove(index);
             }
         }
         _ => {}
+    }
+}
+
+/// The members or items of `value` that `token` names (`*`: all).
+fn children<'v>(value: &'v mut Value, token: &str) -> Vec<&'v mut Value> {
+    let all = token == "*";
+    match value {
+        Value::Object(map) => {
+            if all {
+                map.values_mut().collect()
+            } else {
+                map.get_mut(token).into_iter().collect()
+            }
+        }
+        Value::Array(items) => {
+            if all {
+                items.iter_mut().collect()
+            } else {
+                let index = token.parse::<usize>().ok();
+                index
+                    .and_then(|index| items.get_mut(index))
+                    .into_iter()
+                    .collect()
+            }
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -350,6 +401,30 @@ mod tests {
         // Deeper than the parser goes: hashed, not parsed.
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(request_args(deep.as_bytes(), "", &[], &[])["body"]["sha256"].is_string());
+    }
+
+    /// SPEC 18: `*` is any one member or index, `**` any depth.
+    #[test]
+    fn ignore_takes_wildcards() {
+        let body = br#"{"input":[{"id":"a","text":"x"},{"id":"b","text":"y"}],
+            "prompt_cache_key":"k","meta":{"deep":{"prompt_cache_key":"k2","kept":1}},
+            "list":[[{"prompt_cache_key":3}]],"a/b":{"*":1,"c":2}}"#;
+        let args = |ignore: &[&str]| {
+            let ignore: Vec<String> = ignore.iter().map(|&pointer| pointer.to_owned()).collect();
+            request_args(body, "", &ignore, &[])["body"].clone()
+        };
+        assert_eq!(
+            args(&["/input/*/id", "/**/prompt_cache_key"]),
+            json!({"input": [{"text": "x"}, {"text": "y"}],
+                   "meta": {"deep": {"kept": 1}}, "list": [[{}]], "a/b": {"*": 1, "c": 2}})
+        );
+        assert_eq!(args(&["/input/*"])["input"], json!([]));
+        assert_eq!(args(&["/a~1b/*"])["a/b"], json!({}));
+        assert_eq!(
+            args(&["/meta/*/kept"])["meta"],
+            json!({"deep": {"prompt_cache_key": "k2"}})
+        );
+        assert_eq!(args(&["/input/1/text"])["input"][1], json!({"id": "b"}));
     }
 
     #[test]

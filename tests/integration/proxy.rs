@@ -480,8 +480,9 @@ if run == "1":
         serde_json::json!([1, 2])
     );
 
-    // `[proxy] ignore` takes the changing member out of matching.
-    env.write("durun.toml", "[proxy]\nignore = [\"/user\"]\n");
+    // `[proxy] ignore` takes the changing member out of matching (`**`:
+    // at any depth, here the top).
+    env.write("durun.toml", "[proxy]\nignore = [\"/**/user\"]\n");
     let run = env.durun(&["run", "--task", "u", "--", "python3", &agent]);
     assert_eq!(run.status.code(), Some(3));
     let before = server.counts()["/v1/chat/completions stable"].clone();
