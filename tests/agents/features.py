@@ -41,7 +41,9 @@ if scenario == "methods":
             return n * 2
 
     agent = Agent()
-    seen([agent.ask("plan")["text"], agent.ask_with("go", Client()), Agent.make(21)])
+    # A function of no arguments in args' place is the step itself.
+    thunk = durun.step("thunk", lambda: 40 + 2)
+    seen([agent.ask("plan")["text"], agent.ask_with("go", Client()), Agent.make(21), thunk])
     durun.result("ok")
 
 elif scenario == "values":

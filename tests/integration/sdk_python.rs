@@ -53,7 +53,7 @@ fn methods_leave_self_out_and_args_choose_the_identity() {
     let env = sdk_env();
     let output = run(&env, "t", "methods");
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert_eq!(seen(&output)[0], json!(["answer to plan", "GO", 42]));
+    assert_eq!(seen(&output)[0], json!(["answer to plan", "GO", 42, 42]));
     let task = env.inspect("t");
     let args: Vec<&Value> = task["steps"]
         .as_array()
@@ -64,16 +64,18 @@ fn methods_leave_self_out_and_args_choose_the_identity() {
     assert_eq!(
         args,
         [
+            &json!({}),
             &json!({"prompt": "plan", "temperature": 0}),
             &json!({"prompt": "go"}),
             &json!({"n": 21})
         ]
     );
+    assert_eq!(task["steps"][0]["name"], "thunk");
     assert_eq!(
-        task["steps"][0]["tokens"], 15,
+        task["steps"][1]["tokens"], 15,
         "usage in the returned dict counts"
     );
-    let again = env.durun(&["resume", "t", "--from-step", "4"]);
+    let again = env.durun(&["resume", "t", "--from-step", "5"]);
     assert!(
         again.status.success(),
         "every step replays: {}",

@@ -384,6 +384,28 @@ def _call_args(function: Callable[..., Any], signature: "inspect.Signature", cho
     return step_args
 
 
+def _is_thunk(value: Any) -> bool:
+    """Whether ``value`` is a function that takes no arguments."""
+    import inspect
+    if not callable(value) or isinstance(value, type):
+        return False
+    try:
+        parameters = inspect.signature(value).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return not any(
+        parameter.default is inspect.Parameter.empty
+        and parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                               inspect.Parameter.KEYWORD_ONLY)
+        for parameter in parameters
+    ) and not any(parameter.kind is inspect.Parameter.VAR_POSITIONAL for parameter in parameters)
+
+
+@overload
+def step(name: str, args: Callable[[], T], fn: None = None, effect: str = "read", *,
+         retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> T: ...
+
+
 @overload
 def step(name: str, args: Any = None, fn: None = None, effect: str = "read", *,
          retries: int = 0, backoff: float = 1.0, timeout: Optional[float] = None) -> Callable[[F], F]: ...
@@ -399,7 +421,8 @@ def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, ef
     """Runs ``fn()`` as journaled step ``name`` unless the journal holds it.
 
     ``durun.step(name, args, fn)`` returns fn's value, or the recorded one
-    (an ``async`` fn gives an awaitable). ``@durun.step(name)`` on a
+    (an ``async`` fn gives an awaitable); so does ``durun.step(name, fn)``
+    with a function of no arguments (its args ``{}``). ``@durun.step(name)`` on a
     function, method or ``async def`` makes each call a step whose args are
     the call's arguments without ``self``/``cls``; ``args=`` a dict adds to
     them, ``args=`` a callable taking the call's arguments chooses them
@@ -409,6 +432,11 @@ def step(name: str, args: Any = None, fn: Optional[Callable[[], Any]] = None, ef
     """
     if effect not in ("read", "mutate"):
         raise ValueError("effect must be 'read' or 'mutate'")
+    if fn is None and _is_thunk(args):
+        # `durun.step("name", lambda: ...)`: the callable is the step to
+        # run, not a decorator's args (which a decorated call's arguments
+        # are handed to); returning a decorator would run nothing.
+        fn, args = args, None
     policy = _NO_RETRIES if retries == 0 and timeout is None else _Policy(retries, backoff, timeout)
     if fn is not None:
         if _is_async(fn):
