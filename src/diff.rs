@@ -4,16 +4,33 @@
 //! # Invariant
 //!
 //! Args that differ give at least one line and equal args none; the lines
-//! name each differing leaf by its path, in a stable order (object keys
-//! sorted), and stop at [`MOST`] however large the args.
+//! name each differing leaf by its JSON pointer, the syntax `[proxy]
+//! ignore` takes (a proxied request's from its body, so that a line can be
+//! pasted there), in a stable order (object keys sorted), and stop at
+//! [`MOST`] however large the args.
 
 use serde_json::Value;
 
 /// A line per leaf that differs between the recorded and the asked args,
-/// with its path: `args.files[2].path: "a" -> "b"`.
+/// with its pointer: `/files/2/path: "a" -> "b"`.
 pub(crate) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
     let mut lines = Vec::new();
-    diff_at("args", recorded, asked, &mut lines);
+    diff_at("", recorded, asked, &mut lines);
+    lines.truncate(MOST);
+    lines
+}
+
+/// [`args_diff`] of a proxied request's args (`{"body", "query"}`): its
+/// body's leaves by their pointers into the body, as `[proxy] ignore`
+/// names them, and its query as `?query`.
+pub(crate) fn request_diff(recorded: &Value, asked: &Value) -> Vec<String> {
+    let part = |args: &Value, name: &str| args.get(name).cloned().unwrap_or(Value::Null);
+    let mut lines = Vec::new();
+    diff_at("", &part(recorded, "body"), &part(asked, "body"), &mut lines);
+    let (was, is) = (part(recorded, "query"), part(asked, "query"));
+    if was != is {
+        lines.push(format!("  ?query: {was} -> {is}"));
+    }
     lines.truncate(MOST);
     lines
 }
@@ -21,59 +38,75 @@ pub(crate) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
 /// The most lines a divergence shows.
 const MOST: usize = 20;
 
+/// `path` and one more token, escaped as a JSON pointer's.
+fn child(path: &str, token: &str) -> String {
+    format!("{path}/{}", token.replace('~', "~0").replace('/', "~1"))
+}
+
 fn diff_at(path: &str, recorded: &Value, asked: &Value, lines: &mut Vec<String>) {
     if recorded == asked || lines.len() >= MOST {
         return;
     }
+    let mut both = |child: String, x: Option<&Value>, y: Option<&Value>| match (x, y) {
+        (Some(x), Some(y)) => diff_at(&child, x, y, lines),
+        (Some(x), None) => lines.push(format!("- {child}: {x}")),
+        (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
+        (None, None) => {}
+    };
     match (recorded, asked) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for key in keys {
-                let child = format!("{path}.{key}");
-                match (a.get(key), b.get(key)) {
-                    (Some(x), Some(y)) => diff_at(&child, x, y, lines),
-                    (Some(x), None) => lines.push(format!("- {child}: {x}")),
-                    (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
-                    (None, None) => {}
-                }
+                both(child(path, key), a.get(key), b.get(key));
             }
         }
         (Value::Array(a), Value::Array(b)) => {
             for i in 0..a.len().max(b.len()) {
-                let child = format!("{path}[{i}]");
-                match (a.get(i), b.get(i)) {
-                    (Some(x), Some(y)) => diff_at(&child, x, y, lines),
-                    (Some(x), None) => lines.push(format!("- {child}: {x}")),
-                    (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
-                    (None, None) => {}
-                }
+                both(child(path, &i.to_string()), a.get(i), b.get(i));
             }
         }
+        // The whole value: the empty pointer, shown as `/`.
+        _ if path.is_empty() => lines.push(format!("  /: {recorded} -> {asked}")),
         _ => lines.push(format!("  {path}: {recorded} -> {asked}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::args_diff;
+    use super::{args_diff, request_diff};
     use serde_json::json;
 
     #[test]
-    fn diffs_name_the_path_of_each_change() {
-        let recorded =
-            json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "b"}], "draft": true});
-        let asked = json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "c"}, {"path": "d"}], "labels": []});
+    fn diffs_name_the_pointer_of_each_change() {
+        let recorded = json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "b"}], "draft": true, "a/b~": 1});
+        let asked = json!({"title": "Fix typo", "files": [{"path": "a"}, {"path": "c"}, {"path": "d"}], "labels": [], "a/b~": 2});
         assert_eq!(
             args_diff(&recorded, &asked),
             [
-                "- args.draft: true",
-                "  args.files[1].path: \"b\" -> \"c\"",
-                "+ args.files[2]: {\"path\":\"d\"}",
-                "+ args.labels: []",
+                "  /a~1b~0: 1 -> 2",
+                "- /draft: true",
+                "  /files/1/path: \"b\" -> \"c\"",
+                "+ /files/2: {\"path\":\"d\"}",
+                "+ /labels: []",
             ]
         );
-        assert_eq!(args_diff(&json!(1), &json!("1")), ["  args: 1 -> \"1\""]);
+        assert_eq!(args_diff(&json!(1), &json!("1")), ["  /: 1 -> \"1\""]);
         assert!(args_diff(&recorded, &recorded).is_empty());
+    }
+
+    /// A proxied request's lines name pointers into its body, as `[proxy]
+    /// ignore` takes them.
+    #[test]
+    fn a_requests_lines_can_be_pasted_into_ignore() {
+        let recorded = json!({"body": {"messages": [{"content": "run 1"}], "user": "a"}, "query": "x=1"});
+        let asked = json!({"body": {"messages": [{"content": "run 2"}], "user": "a"}, "query": "x=2"});
+        assert_eq!(
+            request_diff(&recorded, &asked),
+            [
+                "  /messages/0/content: \"run 1\" -> \"run 2\"",
+                "  ?query: \"x=1\" -> \"x=2\"",
+            ]
+        );
     }
 
     #[test]
@@ -87,9 +120,9 @@ mod tests {
         };
         let lines = args_diff(&wide(1), &wide(2));
         assert_eq!(lines.len(), super::MOST);
-        assert_eq!(lines[19], "  args.k019: 1 -> 2");
+        assert_eq!(lines[19], "  /k019: 1 -> 2");
         let lines = args_diff(&json!([wide(1), 7]), &json!([wide(2)]));
         assert_eq!(lines.len(), super::MOST);
-        assert_eq!(lines[0], "  args[0].k000: 1 -> 2");
+        assert_eq!(lines[0], "  /0/k000: 1 -> 2");
     }
 }

@@ -137,7 +137,7 @@ fn a_prompt_from_the_clock_diverges_with_the_diff() {
     let diff = trial["diff"].to_string();
     assert!(diff.contains("not made by the reference"), "{diff}");
     assert!(
-        diff.contains("args.body.messages[0].content"),
+        diff.contains("/messages/0/content"),
         "the diff names what changed: {diff}"
     );
     // The trial's changed call never reached the model.

@@ -468,11 +468,11 @@ if run == "1":
     let shown = text(&shown.stdout);
     assert!(shown.contains("not replayed in run 2"), "{shown}");
     assert!(
-        shown.contains(r#"args.body.messages[0].content: "run 1" -> "run 2""#),
+        shown.contains(r#"/messages/0/content: "run 1" -> "run 2""#),
         "{shown}"
     );
     assert!(
-        shown.contains(r#"args.body.user: "session-1" -> "session-2""#),
+        shown.contains(r#"/user: "session-1" -> "session-2""#),
         "{shown}"
     );
     assert_eq!(

@@ -484,6 +484,13 @@ fn not_replayed(run: &RunRecord, steps: &[StepRecord]) -> String {
         };
         let _ = writeln!(out, "  step {number} `{}`", escape(&recorded.name));
         let recorded_args = recorded.args.value();
+        // A proxied request's lines name pointers into its body, ready for
+        // `[proxy] ignore`.
+        let diff = if recorded.kind == crate::journal::StepKind::Proxy {
+            crate::diff::request_diff
+        } else {
+            crate::diff::args_diff
+        };
         let nearest = steps
             .iter()
             .filter(|step| {
@@ -492,7 +499,7 @@ fn not_replayed(run: &RunRecord, steps: &[StepRecord]) -> String {
                     && !run.unreplayed.contains(&step.step)
             })
             .map(|step| {
-                let lines = crate::diff::args_diff(&recorded_args, &step.args.value());
+                let lines = diff(&recorded_args, &step.args.value());
                 (step.step, lines)
             })
             .min_by_key(|(_, lines)| lines.len());

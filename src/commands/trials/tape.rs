@@ -401,7 +401,7 @@ async fn faulty(
 fn miss(name: &str, args: &Value, made: Option<&Vec<Value>>) -> String {
     let nearest = made.and_then(|made| {
         made.iter()
-            .map(|recorded| crate::diff::args_diff(recorded, args))
+            .map(|recorded| crate::diff::request_diff(recorded, args))
             .min_by_key(Vec::len)
     });
     match nearest {
