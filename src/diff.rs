@@ -26,7 +26,12 @@ pub(crate) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
 pub(crate) fn request_diff(recorded: &Value, asked: &Value) -> Vec<String> {
     let part = |args: &Value, name: &str| args.get(name).cloned().unwrap_or(Value::Null);
     let mut lines = Vec::new();
-    diff_at("", &part(recorded, "body"), &part(asked, "body"), &mut lines);
+    diff_at(
+        "",
+        &part(recorded, "body"),
+        &part(asked, "body"),
+        &mut lines,
+    );
     let (was, is) = (part(recorded, "query"), part(asked, "query"));
     if was != is {
         lines.push(format!("  ?query: {was} -> {is}"));
@@ -98,8 +103,10 @@ mod tests {
     /// ignore` takes them.
     #[test]
     fn a_requests_lines_can_be_pasted_into_ignore() {
-        let recorded = json!({"body": {"messages": [{"content": "run 1"}], "user": "a"}, "query": "x=1"});
-        let asked = json!({"body": {"messages": [{"content": "run 2"}], "user": "a"}, "query": "x=2"});
+        let recorded =
+            json!({"body": {"messages": [{"content": "run 1"}], "user": "a"}, "query": "x=1"});
+        let asked =
+            json!({"body": {"messages": [{"content": "run 2"}], "user": "a"}, "query": "x=2"});
         assert_eq!(
             request_diff(&recorded, &asked),
             [

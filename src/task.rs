@@ -39,7 +39,7 @@ pub(crate) fn new_task(
         max_tokens: max_tokens.or(config.max_tokens),
         queue,
         retries: None,
-        stdin: None,
+        launch: crate::journal::Launch::default(),
     })
 }
 

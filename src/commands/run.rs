@@ -33,8 +33,11 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             None,
             settings,
         )?;
-        // Every resume gives the agent the stdin this run chose.
-        task.stdin = args.limits.stdin;
+        // Every resume starts the agent as this run does.
+        task.launch = crate::journal::Launch {
+            stdin: args.limits.stdin,
+            upstreams: crate::proxy::upstreams_from_env(),
+        };
         // The task and its first run: one transaction (one commit), and
         // no fsync of their own (see `session::unsynced`).
         let started = session::unsynced(journal.as_mut(), task.sync, |journal| {

@@ -81,7 +81,8 @@ pub(super) fn drive(
         cwd: Path::new(&task.cwd),
         // Given to this command, else the task's: its first run's
         // `--stdin`, or its durun.toml.
-        stdin: (limits.stdin.or(task.stdin).or(config.agent_stdin)).unwrap_or_default(),
+        stdin: (limits.stdin.or(task.launch.stdin).or(config.agent_stdin)).unwrap_or_default(),
+        upstreams: task.launch.upstreams.clone(),
         tools: &config.tools,
         leased_at,
         lease: settings.lease,

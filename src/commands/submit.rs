@@ -33,6 +33,8 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
         Some(args.queue.clone()),
         settings,
     )?;
+    // A worker's runs send the model calls where this shell would.
+    task.launch.upstreams = crate::proxy::upstreams_from_env();
     // The queue's retries, from the durun.toml here, unless told.
     let (config, _) = Config::discover(args.new.config.as_deref(), &cwd)?;
     let policy = config.queue_retries.get(&args.queue).copied();

@@ -132,7 +132,9 @@ struct RawAgent {
 /// What the agent's stdin is (SPEC 17): `run --stdin`, `[agent] stdin`.
 /// (The variants' comments are not doc comments: clap would show them as
 /// a list under `--stdin` in every `-h`.)
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum StdinMode {
     // durun's answers: the agent speaks the protocol on stdin and stdout.
@@ -144,23 +146,6 @@ pub(crate) enum StdinMode {
     // `/dev/null`: for an agent that reads its stdin to the end before it
     // starts; the protocol over `DURUN_SOCKET` only, its stdout durun's.
     Null,
-}
-
-impl StdinMode {
-    /// As durun.toml, `--stdin` and the journal spell it.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            StdinMode::Protocol => "protocol",
-            StdinMode::Inherit => "inherit",
-            StdinMode::Null => "null",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        [StdinMode::Protocol, StdinMode::Inherit, StdinMode::Null]
-            .into_iter()
-            .find(|mode| mode.as_str() == text)
-    }
 }
 
 /// `[otel]`: where traces go when the environment does not say.

@@ -175,7 +175,7 @@ pub(crate) fn task_from(row: &dyn Row) -> Result<TaskRecord> {
         max_tokens: row.int(20)?,
         queue: row.text(21)?.map(str::to_owned),
         imported_at: row.text(22)?.map(str::to_owned),
-        stdin: row.text(23)?,
+        launch: row.text(23)?,
     }
     .record()
 }

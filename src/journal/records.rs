@@ -126,8 +126,31 @@ pub(crate) struct NewTask {
     /// milliseconds (SPEC 16), recorded with the task, in its transaction:
     /// a worker never sees the task without them.
     pub(crate) retries: Option<(u32, u64)>,
-    /// The agent's stdin, when `--stdin` chose it: every run has it.
+    /// What every run of the task is started with.
+    pub(crate) launch: Launch,
+}
+
+/// What a task's first run was started with beyond its command, directory
+/// and config, so that every resume (in another shell, on a worker) starts
+/// its agent the same way (SPEC 17, 18). Stored as JSON; a field a newer
+/// durun added is passed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Launch {
+    /// The agent's stdin, when `--stdin` chose it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) stdin: Option<StdinMode>,
+    /// The model upstreams durun's environment named, by variable
+    /// (`OPENAI_BASE_URL`): a resume without them sends the agent's model
+    /// calls where the first run did.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) upstreams: std::collections::BTreeMap<String, String>,
+}
+
+impl Launch {
+    /// As the journal's column holds it: nothing when there is nothing.
+    pub(crate) fn column(&self) -> Option<String> {
+        (*self != Self::default()).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
 }
 
 impl NewTask {
@@ -159,7 +182,7 @@ impl NewTask {
             max_tokens: self.max_tokens,
             queue: self.queue.clone(),
             imported_at: None,
-            stdin: self.stdin,
+            launch: self.launch.clone(),
         }
     }
 }
@@ -190,8 +213,8 @@ pub(crate) struct TaskRecord {
     pub(crate) queue: Option<String>,
     /// When the task was imported (SPEC 10), if it was.
     pub(crate) imported_at: Option<String>,
-    /// The agent's stdin as `--stdin` chose it at `run` or `submit`.
-    pub(crate) stdin: Option<StdinMode>,
+    /// What every run of the task is started with.
+    pub(crate) launch: Launch,
 }
 
 /// What one run did, as counted while it ran.

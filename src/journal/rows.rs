@@ -11,7 +11,7 @@ use super::{
     ResolutionKind, SignalRecord, StepError, StepKind, StepRecord, StepStatus, TaskRecord,
     TaskStatus, WorkerRecord,
 };
-use crate::config::{StdinMode, SyncMode};
+use crate::config::SyncMode;
 use crate::error::Failure;
 use crate::json_text::JsonText;
 use crate::lease::Lease;
@@ -27,7 +27,7 @@ pub(crate) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT CAST(coalesce(sum(r.tokens_spent), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
     (SELECT CAST(coalesce(sum(r.tokens_saved), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
-    t.max_tokens, t.queue, t.imported_at, t.stdin";
+    t.max_tokens, t.queue, t.imported_at, t.launch";
 
 /// How many columns [`TASK_COLUMNS`] selects.
 pub(crate) const TASK_WIDTH: usize = 24;
@@ -129,7 +129,7 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) max_tokens: Option<i64>,
     pub(crate) queue: Option<String>,
     pub(crate) imported_at: Option<String>,
-    pub(crate) stdin: Option<&'a str>,
+    pub(crate) launch: Option<&'a str>,
 }
 
 impl TaskColumns<'_> {
@@ -160,10 +160,11 @@ impl TaskColumns<'_> {
             max_tokens: self.max_tokens.map(|max| max as u64),
             queue: self.queue,
             imported_at: self.imported_at,
-            stdin: self
-                .stdin
-                .map(|text| StdinMode::parse(text).ok_or_else(|| bad_column("stdin", text)))
-                .transpose()?,
+            launch: self
+                .launch
+                .map(|text| serde_json::from_str(text).map_err(|_| bad_column("launch", text)))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 }

@@ -156,9 +156,11 @@ CREATE TABLE task_retries (
 ALTER TABLE runs ADD COLUMN error TEXT;
 ",
     r"
--- SPEC 17: the agent's stdin as the run's command line chose it
--- (`--stdin`), so that every resume gives the agent the same.
-ALTER TABLE tasks ADD COLUMN stdin TEXT;
+-- SPEC 17 and 18: what the task's first run was started with beyond its
+-- command, directory and config (JSON: the agent's stdin as `--stdin`
+-- chose it, the model upstreams durun's environment named), so that every
+-- resume starts the agent the same way.
+ALTER TABLE tasks ADD COLUMN launch TEXT;
 ",
 ];
 

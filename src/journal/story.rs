@@ -26,7 +26,10 @@ fn task(id: &str) -> NewTask {
         queue: None,
         retries: None,
         // Read back as written, on both journals.
-        stdin: Some(crate::config::StdinMode::Null),
+        launch: crate::journal::Launch {
+            stdin: Some(crate::config::StdinMode::Null),
+            upstreams: [("OPENAI_BASE_URL".into(), "http://127.0.0.1:1/v1".into())].into(),
+        },
     }
 }
 

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 pub(crate) use http::{Body, accept, error, is_secret};
 pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
-pub(crate) use routes::{Routes, TAPE, secret_query};
+pub(crate) use routes::{Routes, TAPE, secret_query, upstreams_from_env};
 pub(crate) use serve::recorded;
 
 use crate::protocol::Effect;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{MODEL_ROUTES, ProxyConfig, RouteConfig};
+use crate::config::{ProxyConfig, RouteConfig};
 use crate::protocol::Effect;
 
 /// Where `durun test` has a run's model calls go (SPEC 14): its recorder.
@@ -124,17 +124,44 @@ pub(crate) fn normalized(rest: &str) -> Option<String> {
     Some(path)
 }
 
+/// The variable that names each model route's upstream, the vendor's API
+/// when none does, and what follows the route's name in the agent's URL.
+const MODEL_UPSTREAMS: [(&str, &str, &str, &str); 2] = [
+    (
+        "openai",
+        "OPENAI_BASE_URL",
+        "https://api.openai.com/v1",
+        "/v1",
+    ),
+    (
+        "anthropic",
+        "ANTHROPIC_BASE_URL",
+        "https://api.anthropic.com",
+        "",
+    ),
+];
+
+/// The model upstreams this process's environment names, by variable: a
+/// task records them, and its resumes send their model calls there when
+/// their own environment names none (SPEC 18).
+pub(crate) fn upstreams_from_env() -> BTreeMap<String, String> {
+    MODEL_UPSTREAMS
+        .iter()
+        .filter_map(|(_, variable, _, _)| {
+            let url = std::env::var(variable).ok()?;
+            crate::config::check_upstream(&url).ok()?;
+            Some(((*variable).to_owned(), url))
+        })
+        .collect()
+}
+
 impl Routes {
     /// The routes of `config`, their upstreams resolved: `durun.toml`
     /// first, then (for the model routes) the variable in `env`, then the
     /// vendor's API.
     pub(crate) fn new(config: &ProxyConfig, env: impl Fn(&str) -> Option<String>) -> Self {
         let mut routes = BTreeMap::new();
-        for name in MODEL_ROUTES {
-            let (variable, default, prefix) = match name {
-                "openai" => ("OPENAI_BASE_URL", "https://api.openai.com/v1", "/v1"),
-                _ => ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", ""),
-            };
+        for (name, variable, default, prefix) in MODEL_UPSTREAMS {
             // `durun test` answers a trial's model calls from the
             // reference run's recording, whatever else is configured.
             let upstream = env(TAPE)

@@ -180,11 +180,19 @@ impl Drop for FakeServices {
 
 /// Runs `examples/NAME` as task `task` with `CRASH_IN` set, so that it
 /// dies with SIGKILL inside that step, then resumes it.
-fn crash_and_resume(env: &TestEnv, name: &str, task: &str, crash_in: &str, agent: &[&str]) {
+/// Runs the example `name` until it crashes in `crash_in` (with `first`
+/// in the first run's environment alone), then resumes it.
+fn crash_and_resume(
+    env: &TestEnv,
+    (name, task, crash_in): (&str, &str, &str),
+    first: &[(&str, String)],
+    agent: &[&str],
+) {
     let dir = copy_example(env, name);
     let first = env
         .command()
         .current_dir(&dir)
+        .envs(first.iter().map(|(name, value)| (*name, value)))
         .env("CRASH_IN", crash_in)
         .args(["run", "--task", task, "--"])
         .args(agent)
@@ -208,9 +216,8 @@ fn the_python_agent_example_opens_one_pull_request_across_a_crash() {
     env.set("PYTHONPATH", sdk_path());
     crash_and_resume(
         &env,
-        "python-agent",
-        "py",
-        "research",
+        ("python-agent", "py", "research"),
+        &[],
         &["python3", "agent.py"],
     );
     let stats = services.stats().expect("stats");
@@ -241,7 +248,12 @@ fn the_shell_agent_example_publishes_once_across_a_crash() {
     let mut env = TestEnv::new();
     env.set("FAKE_PORT", services.port.to_string());
     env.set("PATH", path_with_durun());
-    crash_and_resume(&env, "shell-agent", "sh", "draft", &["bash", "agent.sh"]);
+    crash_and_resume(
+        &env,
+        ("shell-agent", "sh", "draft"),
+        &[],
+        &["bash", "agent.sh"],
+    );
     let stats = services.stats().expect("stats");
     assert_eq!(stats["llm_calls"], 2, "the plan came from the journal");
     assert_eq!(stats["notifications"], 1);
@@ -283,17 +295,17 @@ fn the_zero_code_example_opens_one_pull_request_across_a_crash() {
     let services = FakeServices::start();
     let mut env = TestEnv::new();
     env.set("FAKE_PORT", services.port.to_string());
-    env.set(
-        "OPENAI_BASE_URL",
-        format!("http://127.0.0.1:{}/v1", services.port),
-    );
     env.set("OPENAI_API_KEY", "demo");
     env.set("PATH", path_with_durun());
+    // The upstream is in the run's environment alone: the resume, as from
+    // another shell, sends the model calls where the run did (SPEC 18).
     crash_and_resume(
         &env,
-        "zero-code",
-        "zc",
-        "open_pull",
+        ("zero-code", "zc", "open_pull"),
+        &[(
+            "OPENAI_BASE_URL",
+            format!("http://127.0.0.1:{}/v1", services.port),
+        )],
         &["python3", "agent.py"],
     );
     let stats = services.stats().expect("stats");
@@ -321,5 +333,9 @@ fn the_zero_code_example_opens_one_pull_request_across_a_crash() {
         .map(|step| step["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["proxy", "mcp", "proxy", "mcp", "proxy"]);
+    env.set(
+        "OPENAI_BASE_URL",
+        format!("http://127.0.0.1:{}/v1", services.port),
+    );
     let _ = passes_durun_test(&env, "zero-code", &["python3", "agent.py"]);
 }

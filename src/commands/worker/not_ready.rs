@@ -106,7 +106,7 @@ mod tests {
             max_tokens: None,
             queue: Some("q".into()),
             retries: None,
-            stdin: None,
+            launch: crate::journal::Launch::default(),
         }
         .record();
         task.status = TaskStatus::Sleeping;

@@ -212,7 +212,7 @@ fn insert_task(client: &mut impl cached::Queries, task: &NewTask) -> Result<()> 
     client
         .execute(
             "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-                 max_tokens, queue, stdin)
+                 max_tokens, queue, launch)
              VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)",
             &[
                 &task.id,
@@ -224,7 +224,7 @@ fn insert_task(client: &mut impl cached::Queries, task: &NewTask) -> Result<()> 
                 &task.created_at,
                 &task.max_tokens.map(|max| max as i64),
                 &task.queue,
-                &task.stdin.map(crate::config::StdinMode::as_str),
+                &task.launch.column(),
             ],
         )
         .with_context(|| format!("failed to create task {}", task.id))?;

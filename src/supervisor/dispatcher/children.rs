@@ -150,8 +150,12 @@ impl Supervisor<'_> {
             queue,
             retries: None,
             // A child's agent reads what its config says, not the stdin
-            // its parent's run was given.
-            stdin: None,
+            // its parent's run was given; its model calls go where its
+            // parent's do.
+            launch: crate::journal::Launch {
+                stdin: None,
+                upstreams: parent.launch.upstreams,
+            },
         })
     }
 

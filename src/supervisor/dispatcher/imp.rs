@@ -435,7 +435,12 @@ fn start_proxy(
     Ok(match spec.proxy {
         Some(config) => {
             crate::os::raise_open_files();
-            let routes = crate::proxy::Routes::new(config, |name| std::env::var(name).ok());
+            // The environment's upstreams, else those the task recorded.
+            let routes = crate::proxy::Routes::new(config, |name| {
+                std::env::var(name)
+                    .ok()
+                    .or_else(|| spec.upstreams.get(name).cloned())
+            });
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
                 Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());

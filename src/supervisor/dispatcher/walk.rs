@@ -153,7 +153,7 @@ fn new_task(id: &str) -> NewTask {
         max_tokens: None,
         queue: None,
         retries: None,
-        stdin: None,
+        launch: crate::journal::Launch::default(),
     }
 }
 
@@ -169,6 +169,7 @@ fn spec<'a>(
         argv: &[],
         cwd: Path::new("/"),
         stdin: crate::config::StdinMode::default(),
+        upstreams: BTreeMap::new(),
         tools,
         leased_at,
         lease: crate::settings::LeaseTimes::default(),
