@@ -101,6 +101,9 @@ pub(super) struct Forward {
     pub(super) url: String,
     pub(super) headers: HeaderMap,
     pub(super) body: Bytes,
+    /// durun asked for the usage the agent did not: the agent's stream
+    /// goes without it ([`super::usage`]).
+    pub(super) hide_usage: bool,
     pub(super) key: Option<String>,
     pub(super) flight: u64,
     pub(super) own: bool,
@@ -169,6 +172,8 @@ struct Upstream {
     close_delimited: bool,
     /// `[proxy] max_record`.
     max_record: usize,
+    /// What durun added to the stream, taken out of the agent's.
+    hidden: Option<super::usage::Hidden>,
 }
 
 impl Upstream {
@@ -202,6 +207,7 @@ impl Upstream {
             response,
             route,
             max_record,
+            hidden: None,
         }
     }
 
@@ -270,11 +276,21 @@ impl Upstream {
                             body.extend_from_slice(&chunk);
                         }
                     }
-                    if agent_there {
+                    let chunk = match self.hidden.as_mut() {
+                        Some(hidden) => Bytes::from(hidden.feed(&chunk)),
+                        None => chunk,
+                    };
+                    if agent_there && !chunk.is_empty() {
                         agent_there = frames.send(Ok(Frame::data(chunk))).await.is_ok();
                     }
                 }
-                Ok(None) => return Ok(agent_there),
+                Ok(None) => {
+                    let rest = self.hidden.as_mut().map(super::usage::Hidden::finish);
+                    if let Some(rest) = rest.filter(|rest| agent_there && !rest.is_empty()) {
+                        agent_there = frames.send(Ok(Frame::data(rest.into()))).await.is_ok();
+                    }
+                    return Ok(agent_there);
+                }
                 Err(err) => return Err(self.cut_off(&err)),
             }
         }
@@ -296,12 +312,16 @@ pub(super) async fn exchange(
         own: forward.own,
     };
     let route = forward.route.clone();
+    let hide_usage = forward.hide_usage;
     let response = match send(clients, forward).await {
         Ok(response) => response,
         Err(message) => return done.give_up(head, "upstream_unreachable", message).await,
     };
-    let upstream = Upstream::new(response, route, max_record);
+    let mut upstream = Upstream::new(response, route, max_record);
     if upstream.status.is_success() && upstream.streamed {
+        if hide_usage {
+            upstream.hidden = Some(super::usage::Hidden::default());
+        }
         stream(upstream, head, &done).await;
     } else {
         plain(upstream, head, &done).await;

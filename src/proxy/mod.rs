@@ -25,6 +25,7 @@ mod http;
 mod recording;
 mod routes;
 mod serve;
+mod usage;
 
 use std::io;
 use std::sync::Arc;

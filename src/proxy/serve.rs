@@ -137,6 +137,9 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         &shared.routes.ignore,
         &shared.routes.secret_query,
     );
+    // Journaled as the agent sent it; sent asking for usage if it did not.
+    let asked = super::usage::asked(&route_name, &path, &body);
+    let hide_usage = asked.is_some();
     let canonical = match crate::step_key::canonical_json(&args) {
         Ok(canonical) => canonical,
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad_request", err.to_string()),
@@ -156,7 +159,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         return ended();
     };
     match verdict {
-        Verdict::Replay(output) => replay(&recording::output_answer(&output)),
+        Verdict::Replay(output) => {
+            let mut answer = recording::output_answer(&output);
+            if hide_usage && answer.is_stream() {
+                answer.body = super::usage::Hidden::whole(&answer.body).into();
+            }
+            replay(&answer)
+        }
         Verdict::Refuse {
             status,
             kind,
@@ -178,7 +187,8 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 method,
                 url: upstream,
                 headers: parts.headers,
-                body,
+                body: asked.unwrap_or(body),
+                hide_usage,
                 key,
                 flight,
                 own,

@@ -134,6 +134,20 @@ class Handler(BaseHTTPRequestHandler):
             return self.slow_stream(model)
         if self.path.endswith("/chat/completions") and body.get("tools"):
             return self.send_json(self.tool_turn(body, model))
+        if self.path.endswith("/chat/completions") and prompt == "quiet stream":
+            # As OpenAI streams: usage only when asked, then `usage: null`
+            # on every other chunk and a last chunk with no choices.
+            asked = bool((body.get("stream_options") or {}).get("include_usage"))
+            nulls = {"usage": None} if asked else {}
+            chunks = [("", {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": model,
+                            "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}],
+                            **nulls}) for word in text.split()]
+            if asked:
+                chunks.append(("", {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": model,
+                                    "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10,
+                                                             "total_tokens": 60}}))
+            chunks.append(("", "[DONE]"))
+            return self.send_events(chunks)
         if self.path.endswith("/chat/completions"):
             if body.get("stream"):
                 chunks = [("", {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,

@@ -96,3 +96,61 @@ if os.environ["DURUN_RUN"] == "1":
     assert_eq!(server.counts(), before, "no model call was sent again");
     assert_eq!(env.inspect("t")["task"]["runs"][1]["replayed_steps"], 2);
 }
+
+/// SPEC 18: an OpenAI chat stream the agent asked without usage (as aider
+/// does) is sent asking for it, so the step counts its tokens, and the
+/// agent gets the stream it asked for, first run and replay: no usage
+/// chunk, no `usage` member.
+#[test]
+fn a_stream_without_usage_is_counted_and_the_agent_sees_none() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, server) = llm_env();
+    env.write(
+        "quiet.py",
+        r#"
+import json, os, sys
+import openai
+client = openai.OpenAI(api_key="k", max_retries=0)
+chunks = list(client.chat.completions.create(
+    model="m", messages=[{"role": "user", "content": "quiet stream"}], stream=True))
+print(json.dumps({
+    "text": "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip(),
+    "usage": sum("usage" in c.model_fields_set for c in chunks),
+    "no_choices": sum(not c.choices for c in chunks),
+}))
+sys.exit(3 if os.environ.get("DURUN_RUN") == "1" else 0)
+"#,
+    );
+    let seen = serde_json::json!({"text": "echo: quiet stream", "usage": 0, "no_choices": 0});
+    let first = env.durun(&["run", "--task", "q", "--", "python3", "quiet.py"]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let resumed = env.durun(&["resume", "q"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    for run in [&first, &resumed] {
+        let said: serde_json::Value =
+            serde_json::from_str(text(&run.stdout).trim()).expect("the agent's JSON");
+        assert_eq!(said, seen);
+    }
+    let task = crate::env::TestEnv::inspect(&env, "q");
+    assert_eq!(task["steps"][0]["tokens"], 60, "the usage durun asked for");
+    assert_eq!(
+        task["steps"][0]["args"]["body"].get("stream_options"),
+        None,
+        "journaled as the agent sent it"
+    );
+    assert_eq!(
+        server.counts().as_object().map(serde_json::Map::len),
+        Some(1)
+    );
+    assert!(
+        server
+            .counts()
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|count| count == 1),
+        "replayed, not sent again"
+    );
+}
