@@ -138,7 +138,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         &shared.routes.secret_query,
     );
     // Journaled as the agent sent it; sent asking for usage if it did not.
-    let asked = super::usage::asked(&route_name, &path, &body);
+    let asked = super::usage::asked(&route_name, &path, &body, &args["body"]);
     let hide_usage = asked.is_some();
     let canonical = match crate::step_key::canonical_json(&args) {
         Ok(canonical) => canonical,

@@ -13,15 +13,15 @@ use serde_json::Value;
 /// What durun adds to the request.
 const ASK: &str = r#""stream_options":{"include_usage":true},"#;
 
-/// The body to send for the agent's `body` on `route` at `path`: the same
-/// JSON asking for usage, when it is an OpenAI chat stream whose request
-/// has no `stream_options`; none when it goes as it came.
-pub(crate) fn asked(route: &str, path: &str, body: &[u8]) -> Option<Bytes> {
+/// The body to send for the agent's `body` on `route` at `path` (`parsed`
+/// as the journal has it, not parsed again): the same JSON asking for
+/// usage, when it is an OpenAI chat stream whose request has no
+/// `stream_options`; none when it goes as it came.
+pub(crate) fn asked(route: &str, path: &str, body: &[u8], parsed: &Value) -> Option<Bytes> {
     if route != "openai" || !path.ends_with("/chat/completions") {
         return None;
     }
-    let request: Value = serde_json::from_slice(body).ok()?;
-    let object = request.as_object()?;
+    let object = parsed.as_object()?;
     if object.get("stream") != Some(&Value::Bool(true)) || object.contains_key("stream_options") {
         return None;
     }
@@ -163,6 +163,10 @@ mod tests {
 
     #[test]
     fn a_chat_stream_that_does_not_ask_is_sent_asking() {
+        let asked = |route: &str, path: &str, body: &[u8]| {
+            let parsed = serde_json::from_slice(body).unwrap_or(Value::Null);
+            asked(route, path, body, &parsed)
+        };
         let body = br#" {"model":"m","stream":true,"messages":[]}"#;
         let sent = asked("openai", "/v1/chat/completions", body).expect("asked");
         let sent: Value = serde_json::from_slice(&sent).expect("JSON");
