@@ -128,16 +128,17 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     if args.json {
         println!("{}", verdict::json(&judged, &reference, reference_calls));
     } else {
-        print!("{}", verdict::table(&judged, &points));
-        println!("\n{}", verdict::verdict(&judged));
+        print!(
+            "{}",
+            verdict::table(&judged, &points, &verdict::Again { args })
+        );
+        println!("\n{}", verdict::verdict(&judged, args.check.is_some()));
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, verdict::junit(&judged))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let held = judged
-        .iter()
-        .all(|trial| trial.status == verdict::Status::Ok);
+    let held = !judged.iter().any(|trial| trial.status.broke());
     Ok(i32::from(!held))
 }
 
@@ -196,6 +197,9 @@ fn reference(bench: &Bench<'_>, dir: &Path) -> Result<Option<Reference>> {
     }))
 }
 
+/// How long after a held model call's start (`during`) durun is killed.
+const HELD_CALL_KILL: Duration = Duration::from_millis(100);
+
 /// A trial to run: the step, its name, the point, and for `during` how long
 /// after the step's start durun is killed.
 struct Planned {
@@ -203,6 +207,9 @@ struct Planned {
     name: String,
     point: Point,
     delay: Duration,
+    /// A `during` trial at a model call: the call the recorder holds while
+    /// durun is killed.
+    held: Option<Content>,
 }
 
 fn plan(reference: &Reference, steps: Option<(u64, u64)>, points: &[Point]) -> Vec<Planned> {
@@ -223,12 +230,26 @@ fn plan(reference: &Reference, steps: Option<(u64, u64)>, points: &[Point]) -> V
                 .unwrap_or_default(),
             _ => Duration::ZERO,
         };
+        let model_call = step["kind"] == "proxy";
         for &point in points {
+            let held = (point == Point::During && model_call).then(|| {
+                (
+                    step["name"].as_str().unwrap_or_default().to_owned(),
+                    step["args_hash"].as_str().unwrap_or_default().to_owned(),
+                )
+            });
             plan.push(Planned {
                 step: number,
                 name: step["name"].as_str().unwrap_or_default().to_owned(),
                 point,
-                delay: took / 2,
+                // A held call is in flight until durun dies: time for the
+                // request to reach the recorder.
+                delay: if held.is_some() {
+                    HELD_CALL_KILL
+                } else {
+                    took / 2
+                },
+                held,
             });
         }
     }
@@ -324,6 +345,12 @@ fn run_trials(
                         return;
                     };
                     let dir = scratch.join(format!("{}-{}", planned.step, planned.point.as_str()));
+                    if let Some(content) = &planned.held {
+                        bench.tape.hold_during(
+                            &trial::run_name(planned.step, planned.point),
+                            content.clone(),
+                        );
+                    }
                     let tried =
                         trial::trial(bench, &dir, planned.step, planned.point, planned.delay);
                     let judged = verdict::judge(&tried, reference, &planned.name, faulted);

@@ -54,6 +54,9 @@ struct State {
     made: HashMap<String, Vec<Value>>,
     calls: HashMap<String, Calls>,
     faults: HashMap<Content, FaultKind>,
+    /// A `during` trial's model call, by the trial: held the first time
+    /// it comes, so that durun is killed while it is in flight (SPEC 18).
+    held: HashMap<String, Content>,
 }
 
 struct Shared {
@@ -130,6 +133,13 @@ impl Tape {
         let mut state = self.shared.state.lock().expect("tape lock");
         state.recording = false;
         state.faults = faults;
+    }
+
+    /// Holds the trial `run`'s first call with `content` (its `during`
+    /// step's model call) until durun is gone.
+    pub(crate) fn hold_during(&self, run: &str, content: Content) {
+        let mut state = self.shared.state.lock().expect("tape lock");
+        state.held.insert(run.to_owned(), content);
     }
 
     /// Whether the reference made a call with this content.
@@ -312,7 +322,12 @@ impl State {
     /// A trial's answer to `asked`, as the reference got it, and the fault
     /// to make of it the first time, if any.
     fn answer(&mut self, asked: &Asked) -> (Option<Answer>, Option<FaultKind>) {
-        let fault = self.faults.get(&asked.content).copied();
+        let held = self.held.get(&asked.run) == Some(&asked.content);
+        let fault = if held {
+            Some(FaultKind::Timeout)
+        } else {
+            self.faults.get(&asked.content).copied()
+        };
         let State {
             kept, made, calls, ..
         } = self;

@@ -288,6 +288,11 @@ pub(super) struct Tried {
     pub(super) error: Option<String>,
 }
 
+/// The trial's name, by which the recorder knows its calls.
+pub(super) fn run_name(step: u64, point: Point) -> String {
+    format!("{step}-{}", point.as_str())
+}
+
 /// Runs one trial in `dir`: killed at `step`/`point`, resumed to the end.
 pub(super) fn trial(
     bench: &Bench<'_>,
@@ -318,7 +323,7 @@ pub(super) fn trial(
         tried.setup_failed = Some(err);
         return tried;
     }
-    let name = format!("{step}-{}", point.as_str());
+    let name = run_name(step, point);
     let crash = format!("{step}:{}:{}", point.as_str(), delay.as_millis());
     if let Err(err) = run_trial(bench, dir, &name, crash, &mut tried) {
         tried.error = Some(format!("{err:#}"));

@@ -12,6 +12,9 @@ use crate::supervisor::Point;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Status {
     Ok,
+    /// The trial ran to its end without reaching its kill point: it shows
+    /// nothing about a crash there (SPEC 18), and is not `ok`.
+    NotReached,
     Diverged,
     Failed,
 }
@@ -20,9 +23,15 @@ impl Status {
     pub(super) fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
+            Status::NotReached => "not reached",
             Status::Diverged => "diverged",
             Status::Failed => "failed",
         }
+    }
+
+    /// Whether the agent did not hold: what makes `durun test` exit 1.
+    pub(super) fn broke(self) -> bool {
+        matches!(self, Status::Diverged | Status::Failed)
     }
 }
 
@@ -73,6 +82,8 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
         Status::Failed
     } else if !diverged.is_empty() {
         Status::Diverged
+    } else if !tried.killed {
+        Status::NotReached
     } else {
         Status::Ok
     };
@@ -289,7 +300,7 @@ fn path_diff(reference: &[(String, String)], trial: &[(String, String)]) -> Vec<
 
 /// The human report: a row per step, a column per point, then what went
 /// wrong, then the verdict.
-pub(super) fn table(judged: &[Judged], points: &[Point]) -> String {
+pub(super) fn table(judged: &[Judged], points: &[Point], again: &Again<'_>) -> String {
     let mut out = String::new();
     let mut steps: Vec<(u64, &str)> = judged
         .iter()
@@ -324,7 +335,7 @@ pub(super) fn table(judged: &[Judged], points: &[Point]) -> String {
         out.truncate(out.trim_end().len());
         out.push('\n');
     }
-    for trial in judged.iter().filter(|trial| trial.status != Status::Ok) {
+    for trial in judged.iter().filter(|trial| trial.status.broke()) {
         let _ = writeln!(
             out,
             "\nstep {} `{}`, killed {}: {}",
@@ -336,6 +347,7 @@ pub(super) fn table(judged: &[Judged], points: &[Point]) -> String {
         for problem in &trial.problems {
             let _ = writeln!(out, "  {problem}");
         }
+        let _ = writeln!(out, "  again: {}", again.for_trial(trial));
     }
     let mut notes: Vec<&String> = judged.iter().flat_map(|trial| &trial.notes).collect();
     notes.sort();
@@ -359,27 +371,85 @@ fn cell(trial: &Judged) -> String {
     {
         let _ = write!(cell, " key×{most}");
     }
-    if !trial.killed {
-        cell.push_str(" (not hit)");
-    }
     cell
 }
 
-/// The line that says how it went.
-pub(super) fn verdict(judged: &[Judged]) -> String {
-    let bad = judged
-        .iter()
-        .filter(|trial| trial.status != Status::Ok)
-        .count();
-    if judged.is_empty() {
-        "no trials: the reference run made no steps to crash at".into()
-    } else if bad == 0 {
+/// The line that says how it went, and what it did not try: kill points
+/// never reached, side effects never compared (no `--check`).
+pub(super) fn verdict(judged: &[Judged], checked: bool) -> String {
+    let count = |status: Status| judged.iter().filter(|trial| trial.status == status).count();
+    let bad = judged.iter().filter(|trial| trial.status.broke()).count();
+    let (held, unreached) = (count(Status::Ok), count(Status::NotReached));
+    let mut verdict = if judged.is_empty() {
+        return "no trials: the reference run made no steps to crash at".into();
+    } else if bad > 0 {
+        format!("{bad} of {} trials did not hold", judged.len())
+    } else if unreached == 0 {
+        format!("all {held} trials held: the agent survives a crash at every step tried")
+    } else {
         format!(
-            "all {} trials held: the agent survives a crash at every step tried",
+            "{held} of {} trials held: the agent survives a crash at every step tried",
             judged.len()
         )
-    } else {
-        format!("{bad} of {} trials did not hold", judged.len())
+    };
+    if unreached > 0 {
+        let _ = write!(
+            verdict,
+            "\n{unreached} kill point{} not reached: the agent ran on past {} without a crash, which shows nothing",
+            if unreached == 1 { " was" } else { "s were" },
+            if unreached == 1 { "it" } else { "them" }
+        );
+    }
+    if !checked {
+        verdict.push_str(
+            "\nside effects were not checked: give --check CMD, a command that prints the state of the world, to compare it after each trial",
+        );
+    }
+    verdict
+}
+
+/// How to run one trial again: `durun test` with its step and point and
+/// what else this one was given.
+pub(super) struct Again<'a> {
+    pub(super) args: &'a crate::cli::TestArgs,
+}
+
+impl Again<'_> {
+    fn for_trial(&self, trial: &Judged) -> String {
+        let args = self.args;
+        let mut words = vec![
+            "durun".to_owned(),
+            "test".to_owned(),
+            "--steps".to_owned(),
+            trial.step.to_string(),
+            "--points".to_owned(),
+            trial.point.as_str().to_owned(),
+        ];
+        let mut option = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                words.extend([name.to_owned(), value]);
+            }
+        };
+        option("--check", args.check.clone());
+        option("--setup", args.setup.clone());
+        option(
+            "--config",
+            args.config.as_ref().map(|path| path.display().to_string()),
+        );
+        option(
+            "--timeout",
+            args.timeout
+                .map(|timeout| humantime::format_duration(timeout).to_string()),
+        );
+        for (kind, step) in &args.fault {
+            let kind = clap::ValueEnum::to_possible_value(kind)
+                .map(|value| value.get_name().to_owned())
+                .unwrap_or_default();
+            option("--fault", Some(format!("{kind}@{step}")));
+        }
+        words.push("--".to_owned());
+        words.extend(args.command.iter().cloned());
+        crate::task::shell_words(&words)
     }
 }
 
@@ -404,6 +474,7 @@ pub(super) fn json(judged: &[Judged], reference: &Reference, reference_calls: u6
                 "point": trial.point.as_str(),
                 "status": trial.status.as_str(),
                 "ok": trial.status == Status::Ok,
+                "reached": trial.status != Status::NotReached,
                 "killed": trial.killed,
                 "resent_model_calls": trial.resent,
                 "tokens_respent": trial.tokens_respent,
@@ -414,7 +485,7 @@ pub(super) fn json(judged: &[Judged], reference: &Reference, reference_calls: u6
         })
         .collect();
     json!({
-        "ok": judged.iter().all(|trial| trial.status == Status::Ok),
+        "ok": !judged.iter().any(|trial| trial.status.broke()),
         "reference": {
             "steps": reference.seen.steps.len(),
             "output": reference.seen.output,
@@ -428,10 +499,7 @@ pub(super) fn json(judged: &[Judged], reference: &Reference, reference_calls: u6
 
 /// `--junit FILE`: a test case per trial.
 pub(super) fn junit(judged: &[Judged]) -> String {
-    let failures = judged
-        .iter()
-        .filter(|trial| trial.status != Status::Ok)
-        .count();
+    let failures = judged.iter().filter(|trial| trial.status.broke()).count();
     let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"durun test\" tests=\"{}\" failures=\"{failures}\">\n",
         judged.len()
@@ -447,7 +515,9 @@ pub(super) fn junit(judged: &[Judged]) -> String {
                 trial.point.as_str()
             ))
         );
-        if trial.status != Status::Ok {
+        if trial.status == Status::NotReached {
+            out.push_str("<skipped message=\"the kill point was not reached\"/>");
+        } else if trial.status.broke() {
             let _ = write!(
                 out,
                 "<failure message=\"{}\">{}</failure>",
