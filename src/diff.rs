@@ -40,6 +40,57 @@ pub(crate) fn request_diff(recorded: &Value, asked: &Value) -> Vec<String> {
     lines
 }
 
+/// The pointers into a proxied request's body where `asked` differs from
+/// `recorded`, for `[proxy] ignore`; none when the query differs too or
+/// more than `most` leaves do.
+fn ignorable(recorded: &Value, asked: &Value, most: usize) -> Option<Vec<String>> {
+    let part = |args: &Value, name: &str| args.get(name).cloned().unwrap_or(Value::Null);
+    if part(recorded, "query") != part(asked, "query") {
+        return None;
+    }
+    let mut lines = Vec::new();
+    diff_at(
+        "",
+        &part(recorded, "body"),
+        &part(asked, "body"),
+        &mut lines,
+    );
+    if lines.is_empty() || lines.len() > most {
+        return None;
+    }
+    // `  /a/b: x -> y`, `- /a: x`, `+ /a: y`: the pointer before the first
+    // `: ` (one escaped as JSON pointers are has no space).
+    let pointers: Vec<String> = lines
+        .iter()
+        .filter_map(|line| {
+            line.get(2..)?
+                .split_once(": ")
+                .map(|(pointer, _)| pointer.to_owned())
+        })
+        .filter(|pointer| pointer != "/")
+        .collect();
+    (pointers.len() == lines.len()).then_some(pointers)
+}
+
+/// The paste-ready line that makes `asked` replay `recorded` (SPEC 18):
+/// `add to durun.toml [proxy] ignore = ["/…", …] to replay this call`, when
+/// they differ in at most [`HINT_FIELDS`] fields of the body alone.
+pub(crate) fn ignore_hint(recorded: &Value, asked: &Value) -> Option<String> {
+    let pointers = ignorable(recorded, asked, HINT_FIELDS)?;
+    let listed: Vec<String> = pointers
+        .into_iter()
+        .map(|pointer| Value::String(pointer).to_string())
+        .collect();
+    Some(format!(
+        "add to durun.toml [proxy] ignore = [{}] to replay this call",
+        listed.join(", ")
+    ))
+}
+
+/// The most body fields a request may differ in from a recorded one for
+/// durun to say which `[proxy] ignore` replays it.
+const HINT_FIELDS: usize = 5;
+
 /// The most lines a divergence shows.
 const MOST: usize = 20;
 
@@ -114,6 +165,21 @@ mod tests {
                 "  ?query: \"x=1\" -> \"x=2\"",
             ]
         );
+    }
+
+    /// The paste-ready hint's pointers: a few body fields, no query.
+    #[test]
+    fn a_few_changed_body_fields_are_ignorable() {
+        let recorded = json!({"body": {"metadata": {"user_id": "a"}, "m": 1}, "query": ""});
+        let asked = json!({"body": {"metadata": {"user_id": "b"}, "m": 1, "x": 2}, "query": ""});
+        assert_eq!(
+            super::ignorable(&recorded, &asked, 3),
+            Some(vec!["/metadata/user_id".to_owned(), "/x".to_owned()])
+        );
+        assert_eq!(super::ignorable(&recorded, &asked, 1), None);
+        assert_eq!(super::ignorable(&recorded, &recorded, 3), None);
+        let other_query = json!({"body": {"metadata": {"user_id": "a"}, "m": 1}, "query": "a=1"});
+        assert_eq!(super::ignorable(&recorded, &other_query, 3), None);
     }
 
     #[test]

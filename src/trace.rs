@@ -440,7 +440,7 @@ impl Reporter for Tracer {
                 self.finish();
                 return;
             }
-            Event::Warning(_) => {}
+            Event::Warning(_) | Event::Hint(_) => {}
         }
         self.inner.report(event);
     }

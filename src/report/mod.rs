@@ -45,6 +45,8 @@ pub(crate) enum Event<'a> {
     },
     /// Something the operator should know that is not an error.
     Warning(&'a str),
+    /// What the operator could do, a line that says it (`durun: MESSAGE`).
+    Hint(&'a str),
     RunFinished {
         task: &'a str,
         status: TaskStatus,
@@ -88,11 +90,13 @@ pub(crate) struct Quiet;
 
 impl Reporter for Quiet {
     fn report(&mut self, event: &Event<'_>) {
-        if let Event::Warning(message) = event {
-            // One write, whole, beside the agent's own stderr lines.
-            let line = format!("durun: warning: {message}\n");
-            tagged::write_stderr(line.as_bytes());
-        }
+        let line = match event {
+            Event::Warning(message) => format!("durun: warning: {message}\n"),
+            Event::Hint(message) => format!("durun: {message}\n"),
+            _ => return,
+        };
+        // One write, whole, beside the agent's own stderr lines.
+        tagged::write_stderr(line.as_bytes());
     }
 }
 

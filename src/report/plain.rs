@@ -92,6 +92,7 @@ impl Plain {
                 writeln!(out, "{}", super::escape(&line))
             }
             Event::Warning(message) => writeln!(out, "durun: warning: {}", super::escape(message)),
+            Event::Hint(message) => writeln!(out, "durun: {}", super::escape(message)),
             Event::RunFinished {
                 task,
                 status,

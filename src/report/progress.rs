@@ -88,6 +88,9 @@ impl Reporter for Progress {
             Event::Warning(message) => self
                 .bar
                 .println(super::escape(&format!("durun: warning: {message}"))),
+            Event::Hint(message) => self
+                .bar
+                .println(super::escape(&format!("durun: {message}"))),
             Event::RunFinished {
                 task,
                 status,

@@ -98,6 +98,16 @@ impl Contents {
         self.pending.entry(at).or_default().push_back(record);
     }
 
+    /// The earliest finished step named `name` that no request of this
+    /// run has had, whatever its args.
+    pub(super) fn first_unreplayed(&self, name: &str) -> Option<&StepRecord> {
+        self.finished
+            .iter()
+            .filter(|((recorded, _), _)| recorded == name)
+            .filter_map(|(_, records)| records.front())
+            .min_by_key(|record| record.step)
+    }
+
     /// The recorded steps no request of this run has had, in order.
     pub(super) fn unreplayed(&self) -> Vec<u64> {
         let mut steps: Vec<u64> = self

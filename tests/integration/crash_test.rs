@@ -148,6 +148,12 @@ fn a_prompt_from_the_clock_diverges_with_the_diff() {
         diff.contains("/messages/0/content"),
         "the diff names what changed: {diff}"
     );
+    assert!(
+        diff.contains(
+            r#"add to durun.toml [proxy] ignore = [\"/messages/0/content\"] to replay this call"#
+        ),
+        "and what replays it: {diff}"
+    );
     // The trial's changed call never reached the model.
     assert_eq!(
         server.counts().as_object().map(serde_json::Map::len),

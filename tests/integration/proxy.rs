@@ -464,6 +464,22 @@ if run == "1":
         "{}",
         text(&resumed.stderr)
     );
+    // Paste-ready, once a run: the first request differs only in `user`.
+    assert_eq!(
+        text(&resumed.stderr)
+            .matches("durun: add to durun.toml [proxy] ignore = ")
+            .count(),
+        1,
+        "{}",
+        text(&resumed.stderr)
+    );
+    assert!(
+        text(&resumed.stderr).contains(
+            "durun: add to durun.toml [proxy] ignore = [\"/user\"] to replay this call\n"
+        ),
+        "{}",
+        text(&resumed.stderr)
+    );
     let shown = env.durun(&["inspect", "t"]);
     let shown = text(&shown.stdout);
     assert!(shown.contains("not replayed in run 2"), "{shown}");

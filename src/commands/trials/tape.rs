@@ -11,6 +11,7 @@
 //! nearest call that was made.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -416,14 +417,21 @@ async fn faulty(
 fn miss(name: &str, args: &Value, made: Option<&Vec<Value>>) -> String {
     let nearest = made.and_then(|made| {
         made.iter()
-            .map(|recorded| crate::diff::request_diff(recorded, args))
-            .min_by_key(Vec::len)
+            .map(|recorded| (crate::diff::request_diff(recorded, args), recorded))
+            .min_by_key(|(diff, _)| diff.len())
     });
     match nearest {
-        Some(diff) => format!(
-            "model call `{name}` not made by the reference; nearest it made:\n    {}",
-            diff.join("\n    ")
-        ),
+        Some((diff, recorded)) => {
+            let mut said = format!(
+                "model call `{name}` not made by the reference; nearest it made:\n    {}",
+                diff.join("\n    ")
+            );
+            // As a resume says it: what `[proxy] ignore` replays it with.
+            if let Some(hint) = crate::diff::ignore_hint(recorded, args) {
+                let _ = write!(said, "\n    {hint}");
+            }
+            said
+        }
         None => format!("model call `{name}`: the reference made none of this name"),
     }
 }

@@ -80,6 +80,9 @@ struct Supervisor<'a> {
     /// The socket of `durun step`, which starts accepting at its first
     /// client.
     socket: &'a mut socket::SocketDir,
+    /// The run said which `[proxy] ignore` would have replayed a request
+    /// (once a run).
+    ignore_hinted: bool,
 }
 
 /// A step as the agent asks for it.
@@ -141,6 +144,7 @@ impl<'a> Supervisor<'a> {
             caught: None,
             proxy: None,
             socket,
+            ignore_hinted: false,
         }
     }
 }

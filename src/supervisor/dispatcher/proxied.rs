@@ -68,7 +68,12 @@ impl Supervisor<'_> {
                 record,
                 fresh,
                 in_doubt,
-            } => (record, fresh, in_doubt),
+            } => {
+                if fresh {
+                    self.hint_ignore(&ask.name, &ask.args);
+                }
+                (record, fresh, in_doubt)
+            }
             ByContent::OpenStep(step) => {
                 let traceparent = self.traceparent(step);
                 let _ = ask.reply.send(Verdict::Forward {
@@ -102,6 +107,24 @@ impl Supervisor<'_> {
         } else {
             let _ = ask.reply.send(stopping());
         }
+    }
+
+    /// A request that a recorded one of its name, no request of this run
+    /// had, would have replayed but for a few fields of its body: says once
+    /// a run, paste-ready, what `[proxy] ignore` replays it (SPEC 18). The
+    /// request goes upstream, as any new one.
+    fn hint_ignore(&mut self, name: &str, args: &Value) {
+        if self.ignore_hinted {
+            return;
+        }
+        let Some(recorded) = self.steps.contents.first_unreplayed(name) else {
+            return;
+        };
+        let Some(hint) = crate::diff::ignore_hint(&recorded.args.value(), args) else {
+            return;
+        };
+        self.ignore_hinted = true;
+        self.reporter.report(&Report::Hint(&hint));
     }
 
     /// A `begin` of an MCP tool call (`durun mcp`): replayed by content,
