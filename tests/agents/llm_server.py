@@ -52,7 +52,9 @@ class Handler(BaseHTTPRequestHandler):
     # An agent's loop: the model calls these tools one after another (those
     # the request offers), then answers with what they returned.
     TOOL_PLAN = [("add", {"a": 2, "b": 3}), ("lookup", {"topic": "crashes"}),
-                 ("create_issue", {"title": "agent crashed"})]
+                 ("create_issue", {"title": "agent crashed"}),
+                 ("note_plain", {"text": "plain"}), ("note_journaled", {"text": "journaled"}),
+                 ("crash_once", {})]
 
     def tool_turn(self, body, model):
         offered = {tool["function"]["name"] for tool in body["tools"]}

@@ -403,3 +403,47 @@ fn an_agents_sdk_loop_with_a_function_tool_and_an_mcp_server_replays_whole() {
         "{task}"
     );
 }
+
+/// SPEC 18: a tool that runs inside the agent's own process (an Agents SDK
+/// `@function_tool`) is no request durun sees: it runs again on resume. The
+/// one line `@durun.step(NAME, effect="mutate")` under `@function_tool`
+/// makes it a journaled step, answered from the journal on resume.
+#[test]
+fn an_in_process_tool_runs_again_on_resume_unless_it_is_a_durun_step() {
+    if !agents_sdk() {
+        return;
+    }
+    let mut env = mcp_env();
+    let llm = crate::servers::LlmServer::start(&env);
+    env.set("OPENAI_BASE_URL", format!("{}/v1", llm.base()));
+    env.set("OPENAI_API_KEY", "sk-agents-secret");
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    let notes = env.path("notes");
+    env.set("NOTES", notes.to_string_lossy());
+    let agent = agents_dir().join("agents_sdk_tools.py");
+    let agent = agent.to_string_lossy();
+    let first = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert_eq!(first.status.code(), Some(3), "{}", text(&first.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    // The SDK keeps the agent's prints off its protocol pipe: on stderr.
+    assert!(
+        text(&resumed.stderr).contains("done: noted / noted / alive"),
+        "{}",
+        text(&resumed.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&notes).expect("notes"),
+        "plain\njournaled\nplain\n",
+        "the plain tool wrote twice, the journaled one once"
+    );
+    // Three turns before the crash, the last one after: none sent twice.
+    let sent: u64 = llm
+        .counts()
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(serde_json::Value::as_u64)
+        .sum();
+    assert_eq!(sent, 4, "{}", llm.counts());
+}
