@@ -63,7 +63,15 @@ fn passes_durun_test(env: &TestEnv, name: &str, agent: &[&str]) -> serde_json::V
         trials.len(),
         3 * report["reference"]["steps"].as_u64().expect("steps") as usize
     );
-    assert!(trials.iter().all(|trial| trial["ok"] == true), "{report:#}");
+    // Held, each; a `during` point a quick step never reached shows
+    // nothing either way.
+    assert!(
+        trials
+            .iter()
+            .all(|trial| trial["ok"] == true || trial["reached"] == false),
+        "{report:#}"
+    );
+    assert!(trials.iter().any(|trial| trial["ok"] == true), "{report:#}");
     report
 }
 

@@ -283,7 +283,7 @@ fn a_changed_path_is_divergence_not_a_new_step() {
         "{stderr}"
     );
     assert!(
-        stderr.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
+        stderr.contains(r#"  /title: "Fix typo" -> "Rewrite everything""#),
         "{stderr}"
     );
     assert!(
@@ -314,7 +314,7 @@ fn a_changed_path_is_divergence_not_a_new_step() {
     let shown = text(&env.durun(&["inspect", "d"]).stdout);
     assert!(shown.contains("run 2 was ended by durun:"), "{shown}");
     assert!(
-        shown.contains(r#"args.title: "Fix typo" -> "Rewrite everything""#),
+        shown.contains(r#"  /title: "Fix typo" -> "Rewrite everything""#),
         "{shown}"
     );
 }

@@ -459,7 +459,7 @@ fn a_divergence_shows_its_diff_on_the_task_page() {
     assert!(row.contains("diverged from the journal"), "{page}");
     // The recorded args are shown as text, never as markup.
     assert!(
-        row.contains("args.title: &quot;&lt;b&gt;Fix&lt;/b&gt;&quot; -&gt; &quot;Rewrite&quot;"),
+        row.contains("/title: &quot;&lt;b&gt;Fix&lt;/b&gt;&quot; -&gt; &quot;Rewrite&quot;"),
         "{row}"
     );
 }
