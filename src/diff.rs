@@ -22,44 +22,34 @@ pub(crate) fn args_diff(recorded: &Value, asked: &Value) -> Vec<String> {
 
 /// [`args_diff`] of a proxied request's args (`{"body", "query"}`): its
 /// body's leaves by their pointers into the body, as `[proxy] ignore`
-/// names them, and its query as `?query`.
+/// names them, and its query as `?query` (its last line).
 pub(crate) fn request_diff(recorded: &Value, asked: &Value) -> Vec<String> {
-    let part = |args: &Value, name: &str| args.get(name).cloned().unwrap_or(Value::Null);
     let mut lines = Vec::new();
-    diff_at(
-        "",
-        &part(recorded, "body"),
-        &part(asked, "body"),
-        &mut lines,
-    );
+    diff_at("", part(recorded, "body"), part(asked, "body"), &mut lines);
+    lines.truncate(MOST - 1);
     let (was, is) = (part(recorded, "query"), part(asked, "query"));
     if was != is {
         lines.push(format!("  ?query: {was} -> {is}"));
     }
-    lines.truncate(MOST);
     lines
+}
+
+/// A member of a request's args, `null` when it has none.
+fn part<'v>(args: &'v Value, name: &str) -> &'v Value {
+    args.get(name).unwrap_or(&Value::Null)
 }
 
 /// The pointers into a proxied request's body where `asked` differs from
 /// `recorded`, for `[proxy] ignore`; none when the query differs too or
 /// more than `most` leaves do.
 fn ignorable(recorded: &Value, asked: &Value, most: usize) -> Option<Vec<String>> {
-    let part = |args: &Value, name: &str| args.get(name).cloned().unwrap_or(Value::Null);
-    if part(recorded, "query") != part(asked, "query") {
-        return None;
-    }
-    let mut lines = Vec::new();
-    diff_at(
-        "",
-        &part(recorded, "body"),
-        &part(asked, "body"),
-        &mut lines,
-    );
+    let lines = request_diff(recorded, asked);
     if lines.is_empty() || lines.len() > most {
         return None;
     }
     // `  /a/b: x -> y`, `- /a: x`, `+ /a: y`: the pointer before the first
-    // `: ` (one escaped as JSON pointers are has no space).
+    // `: ` (one escaped as JSON pointers are has no space); `?query` and
+    // the whole body (`/`) are not fields to ignore.
     let pointers: Vec<String> = lines
         .iter()
         .filter_map(|line| {
@@ -67,7 +57,7 @@ fn ignorable(recorded: &Value, asked: &Value, most: usize) -> Option<Vec<String>
                 .split_once(": ")
                 .map(|(pointer, _)| pointer.to_owned())
         })
-        .filter(|pointer| pointer != "/")
+        .filter(|pointer| pointer.starts_with('/') && pointer != "/")
         .collect();
     (pointers.len() == lines.len()).then_some(pointers)
 }
