@@ -23,6 +23,7 @@ mod mcp;
 mod names;
 mod nursery;
 mod os;
+mod presets;
 mod protocol;
 mod proxy;
 mod report;
@@ -155,6 +156,7 @@ where
         Command::Worker(args) => commands::worker::worker(&args, &settings),
         Command::Ui(args) => ui::exec(&args, &settings),
         Command::Schedules(args) => commands::schedules::exec(&args, &settings),
+        Command::Presets(args) => commands::presets::exec(&args),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
     };

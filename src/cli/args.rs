@@ -61,8 +61,9 @@ pub(crate) struct Limits {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) park_after: Option<std::time::Duration>,
 
-    /// Do not start the model/API proxy: the agent's OPENAI_BASE_URL and
-    /// ANTHROPIC_BASE_URL are left as they are and its model calls are
+    /// Do not start the model/API proxy: the agent's OPENAI_BASE_URL,
+    /// ANTHROPIC_BASE_URL and GOOGLE_GEMINI_BASE_URL are left as they
+    /// are and its model calls are
     /// not journaled unless it journals them itself [default: `[proxy]
     /// enabled` in durun.toml, else on]
     #[arg(long)]
@@ -75,6 +76,13 @@ pub(crate) struct Limits {
     /// protocol]
     #[arg(long, value_name = "MODE")]
     pub(crate) stdin: Option<crate::config::StdinMode>,
+
+    /// The coding-agent CLI the command runs, for its wiring to the proxy,
+    /// its stdin and the request fields it changes on every call (`durun
+    /// presets` lists them), or `none` [default: found by the program's
+    /// name]
+    #[arg(long, value_name = "NAME", value_parser = crate::presets::Choice::parse)]
+    pub(crate) preset: Option<crate::presets::Choice>,
 
     /// `durun test`'s kill point, `STEP:POINT[:DELAY_MS]`: durun kills itself
     /// there with SIGKILL
@@ -566,6 +574,13 @@ pub(crate) struct UiArgs {
     /// the workers' user by whoever has the token
     #[arg(long)]
     pub(crate) allow_submit: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct PresetsArgs {
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]

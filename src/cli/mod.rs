@@ -201,6 +201,20 @@ pub(crate) enum Command {
   catch_up = \"latest\"         # of the ticks missed while no worker ran: latest, none or all"
     )]
     Schedules(SchedulesArgs),
+    /// List the coding-agent CLIs durun knows, with the versions they were tried on
+    ///
+    /// durun knows a CLI by the program a task runs (also behind npx, node
+    /// or uv run). Its preset points the CLI at durun's proxy where the
+    /// base URL variables do not, gives it durun's terminal as stdin (else
+    /// /dev/null, so that it never waits on a pipe), and leaves out of the
+    /// call's identity the request fields it changes on every call, so
+    /// that a resume replays its finished model calls. `durun run
+    /// --preset NAME|none` chooses another or none.
+    #[command(after_help = "Examples:
+  durun run -- claude -p \"fix the failing test\"
+  durun run -- npx @openai/codex exec \"update the changelog\"
+  durun run --preset none -- ./my-claude-wrapper.sh")]
+    Presets(PresetsArgs),
     /// Serve a web view of the journal: tasks, timelines, tokens, actions
     ///
     /// Prints the page's URL, with the token every request must carry, on

@@ -358,9 +358,9 @@ const CONFIG_SECTIONS: &[(&str, &[(&str, &str)])] = &[
           api-key, cookie and proxy-authorization always are).",
             ),
             (
-                "openai.upstream, anthropic.upstream",
-                "Where the model routes forward to, over OPENAI_BASE_URL and ANTHROPIC_BASE_URL \
-          in durun's environment and the vendors' APIs.",
+                "openai.upstream, anthropic.upstream, gemini.upstream",
+                "Where the model routes forward to, over OPENAI_BASE_URL, ANTHROPIC_BASE_URL and \
+          GOOGLE_GEMINI_BASE_URL in durun's environment and the vendors' APIs.",
             ),
         ],
     ),
@@ -567,7 +567,7 @@ mod tests {
         let run = built(command.find_subcommand("run").expect("run"));
         assert_eq!(
             synopsis(&run, "durun run"),
-            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] [--stdin MODE] -- CMD [ARG…]"
+            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--park-after DURATION] [--no-proxy] [--stdin MODE] [--preset NAME] -- CMD [ARG…]"
         );
     }
 }

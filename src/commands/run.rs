@@ -37,6 +37,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         task.launch = crate::journal::Launch {
             stdin: args.limits.stdin,
             upstreams: crate::proxy::upstreams_from_env(),
+            preset: args.limits.preset.map(|choice| choice.name().to_owned()),
         };
         // The task and its first run: one transaction (one commit), and
         // no fsync of their own (see `session::unsynced`).

@@ -16,6 +16,61 @@ use crate::report::{self, Event};
 use crate::settings::Settings;
 use crate::supervisor::{self, RunSpec};
 
+/// The coding-agent CLI `task` runs, and where its program is in its
+/// command: `--preset` given to this command, else to its first run, else
+/// the one its program's name says.
+fn preset_of(
+    task: &TaskRecord,
+    limits: Limits,
+) -> Result<Option<(&'static crate::presets::Preset, usize)>> {
+    use crate::presets::{self, Choice};
+    let chosen = match (limits.preset, &task.launch.preset) {
+        (Some(choice), _) => Some(choice),
+        (None, Some(name)) => Some(Choice::parse(name).map_err(|err| {
+            anyhow::anyhow!(
+                "task {} was started with a preset this durun lacks: {err}",
+                task.id
+            )
+        })?),
+        (None, None) => None,
+    };
+    let found = presets::find(&task.argv);
+    Ok(match chosen {
+        None => found,
+        Some(Choice::None) => None,
+        // Where the named CLI is in the command, if it can be told, else
+        // its first word (a script that passes its arguments on).
+        Some(Choice::Preset(preset)) => Some((
+            preset,
+            found
+                .filter(|(named, _)| *named == preset)
+                .map_or(0, |(_, at)| at),
+        )),
+    })
+}
+
+/// The tools a task replays against: the tools it started with.
+fn recorded_config(task: &TaskRecord) -> Result<Config> {
+    Ok(match &task.config {
+        Some(text) => Config::parse(text)
+            .with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
+        None => Config::default(),
+    })
+}
+
+/// The agent's stdin: given to this command, else the task's (its first
+/// run's `--stdin`, or its durun.toml), else its CLI's.
+fn stdin_of(
+    limits: Limits,
+    task: &TaskRecord,
+    config: &Config,
+    preset: Option<(&'static crate::presets::Preset, usize)>,
+) -> crate::config::StdinMode {
+    (limits.stdin.or(task.launch.stdin).or(config.agent_stdin))
+        .or_else(|| preset.map(|_| crate::presets::stdin()))
+        .unwrap_or_default()
+}
+
 /// How a run that [`drive`] carries on began.
 #[derive(Clone, Copy)]
 pub(super) enum Begun {
@@ -49,12 +104,7 @@ pub(super) fn drive(
     {
         return Err(parked.into());
     }
-    // The tools a task replays against are the tools it started with.
-    let config = match &task.config {
-        Some(text) => Config::parse(text)
-            .with_context(|| format!("the recorded config of task {} is invalid", task.id))?,
-        None => Config::default(),
-    };
+    let config = recorded_config(task)?;
     let fresh = matches!(begun, Begun::Fresh { .. });
     let (run, leased_at) = match begun {
         Begun::Fresh { run, leased_at } => (run, leased_at),
@@ -74,14 +124,14 @@ pub(super) fn drive(
         reporter = Box::new(crate::trace::Tracer::new(reporter, endpoint, context));
     }
     let (seeds, faults) = trial_hooks()?;
+    let preset = preset_of(task, limits)?;
     let spec = RunSpec {
         task_id: &task.id,
         run,
         argv: &task.argv,
         cwd: Path::new(&task.cwd),
-        // Given to this command, else the task's: its first run's
-        // `--stdin`, or its durun.toml.
-        stdin: (limits.stdin.or(task.launch.stdin).or(config.agent_stdin)).unwrap_or_default(),
+        stdin: stdin_of(limits, task, &config, preset),
+        preset,
         upstreams: task.launch.upstreams.clone(),
         tools: &config.tools,
         leased_at,

@@ -24,6 +24,8 @@ mod tool;
 
 pub(crate) use expand::{Secrets, expand_env_noting};
 pub(crate) use mcp::{MCP_MAX_MESSAGE, McpServerConfig};
+#[cfg(test)]
+pub(crate) use proxy::check_ignore;
 pub(crate) use proxy::{MAX_RECORD, MODEL_ROUTES, ProxyConfig, RouteConfig, check_upstream};
 pub(crate) use schedules::{CatchUp, MAX_CATCH_UP, Schedule};
 use tool::RawTool;

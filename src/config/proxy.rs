@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::protocol::Effect;
 
 /// The two routes every run has, for the model clients.
-pub(crate) const MODEL_ROUTES: [&str; 2] = ["openai", "anthropic"];
+pub(crate) const MODEL_ROUTES: [&str; 3] = ["openai", "anthropic", "gemini"];
 
 /// The largest answer the proxy records unless `[proxy] max_record` says.
 pub(crate) const MAX_RECORD: usize = 64 * 1024 * 1024;
@@ -91,6 +91,7 @@ pub(super) struct RawProxy {
     max_record: Option<toml::Value>,
     openai: Option<RawUpstream>,
     anthropic: Option<RawUpstream>,
+    gemini: Option<RawUpstream>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
 }
@@ -112,19 +113,25 @@ struct RawRoute {
     mutate: Vec<String>,
 }
 
+/// An `ignore` pointer durun can take out of a request (also `*`, `**`).
+pub(crate) fn check_ignore(pointer: &str) -> Result<(), String> {
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        return Err(format!(
+            "{pointer:?} is not a JSON pointer (write \"/{pointer}\")"
+        ));
+    }
+    if pointer.ends_with("/**") {
+        return Err(format!(
+            "{pointer:?} names no member to take out (name one after `**`: \"{pointer}/NAME\")"
+        ));
+    }
+    Ok(())
+}
+
 impl RawProxy {
     pub(super) fn check(self) -> Result<ProxyConfig, String> {
         for pointer in &self.ignore {
-            if !pointer.is_empty() && !pointer.starts_with('/') {
-                return Err(format!(
-                    "[proxy] ignore: {pointer:?} is not a JSON pointer (write \"/{pointer}\")"
-                ));
-            }
-            if pointer.ends_with("/**") {
-                return Err(format!(
-                    "[proxy] ignore: {pointer:?} names no member to take out (name one after `**`: \"{pointer}/NAME\")"
-                ));
-            }
+            check_ignore(pointer).map_err(|err| format!("[proxy] ignore: {err}"))?;
         }
         for header in &self.secret_headers {
             if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
@@ -134,7 +141,11 @@ impl RawProxy {
             }
         }
         let mut model_upstreams = BTreeMap::new();
-        for (name, raw) in [("openai", self.openai), ("anthropic", self.anthropic)] {
+        for (name, raw) in [
+            ("openai", self.openai),
+            ("anthropic", self.anthropic),
+            ("gemini", self.gemini),
+        ] {
             if let Some(raw) = raw {
                 check_upstream(&raw.upstream)
                     .map_err(|message| format!("[proxy.{name}] upstream: {message}"))?;

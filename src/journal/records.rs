@@ -144,6 +144,10 @@ pub(crate) struct Launch {
     /// calls where the first run did.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(crate) upstreams: std::collections::BTreeMap<String, String>,
+    /// The preset `--preset` chose (a name, or `none`); else the one
+    /// found by the program's name at each start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) preset: Option<String>,
 }
 
 impl Launch {

@@ -29,6 +29,7 @@ fn task(id: &str) -> NewTask {
         launch: crate::journal::Launch {
             stdin: Some(crate::config::StdinMode::Null),
             upstreams: [("OPENAI_BASE_URL".into(), "http://127.0.0.1:1/v1".into())].into(),
+            preset: Some("codex".into()),
         },
     }
 }

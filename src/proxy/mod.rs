@@ -179,6 +179,11 @@ impl Proxy {
         Ok(())
     }
 
+    /// The URL an agent reaches route `name` at (`…/openai/v1`).
+    pub(crate) fn route_url(&self, name: &str) -> Option<String> {
+        self.routes.url(&self.base, name)
+    }
+
     /// The variables the agent's environment gets: each route's base URL,
     /// and `DURUN_PROXY`.
     pub(crate) fn env(&self) -> Vec<(String, String)> {

@@ -253,7 +253,11 @@ pub(crate) fn output_answer(output: &Value) -> Answer {
 pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
     if !answer.is_stream() {
         let body: Value = serde_json::from_slice(&answer.body).ok()?;
-        return body.get("usage").filter(|usage| usage.is_object()).cloned();
+        return body
+            .get("usage")
+            .filter(|usage| usage.is_object())
+            .cloned()
+            .or_else(|| gemini_usage(&body));
     }
     let text = String::from_utf8_lossy(&answer.body);
     let mut merged = Map::new();
@@ -268,7 +272,8 @@ pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
             .get("usage")
             .or_else(|| event.pointer("/message/usage"))
             .or_else(|| event.pointer("/response/usage"));
-        if let Some(Value::Object(usage)) = usage {
+        let gemini = gemini_usage(&event);
+        if let Some(Value::Object(usage)) = usage.or(gemini.as_ref()) {
             for (field, count) in usage {
                 if !count.is_null() {
                     merged.insert(field.clone(), count.clone());
@@ -277,6 +282,18 @@ pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
         }
     }
     (!merged.is_empty()).then_some(Value::Object(merged))
+}
+
+/// Gemini's `usageMetadata` as the other APIs count it: the prompt's
+/// tokens in, the answer's and its thoughts' out (each event of a stream
+/// carries the total so far).
+fn gemini_usage(body: &Value) -> Option<Value> {
+    let metadata = body.get("usageMetadata")?;
+    let count = |field: &str| metadata.get(field).and_then(Value::as_u64).unwrap_or(0);
+    Some(serde_json::json!({
+        "input_tokens": count("promptTokenCount"),
+        "output_tokens": count("candidatesTokenCount") + count("thoughtsTokenCount"),
+    }))
 }
 
 /// A proxy step at a glance, for `inspect`: the model it asked and the
@@ -507,5 +524,20 @@ mod tests {
             body: bytes::Bytes::from_static(b"data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\ndata: [DONE]\n\n"),
         };
         assert_eq!(crate::usage::tokens_of(&usage_of(&responses).unwrap()), 11);
+        // Gemini's, each event with the total so far; and a whole answer.
+        let gemini = Answer {
+            status: 200,
+            content_type: Some("text/event-stream".into()),
+            body: bytes::Bytes::from_static(b"data: {\"usageMetadata\":{\"promptTokenCount\":30,\"candidatesTokenCount\":2}}\n\ndata: {\"usageMetadata\":{\"promptTokenCount\":30,\"candidatesTokenCount\":7,\"thoughtsTokenCount\":3}}\n\n"),
+        };
+        assert_eq!(crate::usage::tokens_of(&usage_of(&gemini).unwrap()), 40);
+        let whole = Answer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: bytes::Bytes::from_static(
+                br#"{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":1}}"#,
+            ),
+        };
+        assert_eq!(crate::usage::tokens_of(&usage_of(&whole).unwrap()), 10);
     }
 }

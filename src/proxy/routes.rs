@@ -126,7 +126,7 @@ pub(crate) fn normalized(rest: &str) -> Option<String> {
 
 /// The variable that names each model route's upstream, the vendor's API
 /// when none does, and what follows the route's name in the agent's URL.
-const MODEL_UPSTREAMS: [(&str, &str, &str, &str); 2] = [
+const MODEL_UPSTREAMS: [(&str, &str, &str, &str); 3] = [
     (
         "openai",
         "OPENAI_BASE_URL",
@@ -137,6 +137,13 @@ const MODEL_UPSTREAMS: [(&str, &str, &str, &str); 2] = [
         "anthropic",
         "ANTHROPIC_BASE_URL",
         "https://api.anthropic.com",
+        "",
+    ),
+    // Google's `@google/genai` clients (and Gemini CLI) read it.
+    (
+        "gemini",
+        "GOOGLE_GEMINI_BASE_URL",
+        "https://generativelanguage.googleapis.com",
         "",
     ),
 ];
@@ -202,6 +209,12 @@ impl Routes {
         self.by_name.get(name)
     }
 
+    /// The URL of route `name` under the proxy at `base`.
+    pub(super) fn url(&self, base: &str, name: &str) -> Option<String> {
+        let route = self.by_name.get(name)?;
+        Some(format!("{base}/{name}{}", route.prefix))
+    }
+
     /// Each route's variable and URL under the proxy at `base`.
     pub(super) fn env(&self, base: &str) -> Vec<(String, String)> {
         self.by_name
@@ -252,6 +265,10 @@ mod tests {
                 (
                     "ANTHROPIC_BASE_URL".to_owned(),
                     "http://127.0.0.1:1/s/anthropic".to_owned()
+                ),
+                (
+                    "GOOGLE_GEMINI_BASE_URL".to_owned(),
+                    "http://127.0.0.1:1/s/gemini".to_owned()
                 ),
                 (
                     "OPENAI_BASE_URL".to_owned(),

@@ -25,6 +25,7 @@ use rustix::process::Signal;
 /// stderr piped only when `copier` takes it.
 pub(super) fn spawn_agent(
     spec: &RunSpec<'_>,
+    argv: &[String],
     socket: &Path,
     proxy: &[(String, String)],
     copier: bool,
@@ -44,7 +45,7 @@ pub(super) fn spawn_agent(
             .map(|(name, value)| (name.as_str(), value.into())),
     );
     spawn::spawn(&Plan {
-        argv: spec.argv,
+        argv,
         cwd: spec.cwd,
         stdin: spec.stdin,
         env,

@@ -1,6 +1,7 @@
 //! durun's integration tests: the real binary, real agent processes (python3),
 //! real signals, a real SQLite file, and fake LLM and API servers on loopback.
 
+mod agent_clis;
 mod agent_process;
 mod ahead;
 mod answers;

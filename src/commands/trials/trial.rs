@@ -138,6 +138,10 @@ impl Bench<'_> {
                 "ANTHROPIC_BASE_URL",
                 format!("{}/anthropic", self.tape.url(run)),
             )
+            .env(
+                "GOOGLE_GEMINI_BASE_URL",
+                format!("{}/gemini", self.tape.url(run)),
+            )
             .env_remove(crate::supervisor::SEEDS)
             .stdin(Stdio::null());
         if let Some(seeds) = &self.seeds {

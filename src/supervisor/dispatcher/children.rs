@@ -155,6 +155,7 @@ impl Supervisor<'_> {
             launch: crate::journal::Launch {
                 stdin: None,
                 upstreams: parent.launch.upstreams,
+                preset: None,
             },
         })
     }

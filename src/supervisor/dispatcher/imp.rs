@@ -88,11 +88,20 @@ pub(crate) fn supervise(
         .map_err(|err| anyhow::anyhow!("failed to create the socket for `durun step`: {err}"))?;
     let mut proxy = start_proxy(spec, &events_tx)?;
     let agent_env = agent_env(spec, proxy.as_ref(), last_recorded);
-    let copier = reporter.stderr_copier();
-    let mut child = match child::spawn_agent(spec, &socket.path, &agent_env, copier.is_some()) {
-        Ok(child) => child,
-        Err(err) => return Ok(cannot_start(spec, &err)),
+    // A CLI that reads no base URL variable is told the proxy in its
+    // arguments (Codex's `-c`).
+    let argv = match (spec.preset, &proxy) {
+        (Some((preset, at)), Some(proxy)) => {
+            preset.argv(spec.argv, at, |route| proxy.route_url(route))
+        }
+        _ => spec.argv.to_vec(),
     };
+    let copier = reporter.stderr_copier();
+    let mut child =
+        match child::spawn_agent(spec, &argv, &socket.path, &agent_env, copier.is_some()) {
+            Ok(child) => child,
+            Err(err) => return Ok(cannot_start(spec, &err)),
+        };
     let child_pid = child.pid;
     // Dropped when this function returns, or with durun: the keeper then
     // ends whatever of the agent's tree is still alive.
@@ -436,11 +445,17 @@ fn start_proxy(
         Some(config) => {
             crate::os::raise_open_files();
             // The environment's upstreams, else those the task recorded.
-            let routes = crate::proxy::Routes::new(config, |name| {
+            let mut routes = crate::proxy::Routes::new(config, |name| {
                 std::env::var(name)
                     .ok()
                     .or_else(|| spec.upstreams.get(name).cloned())
             });
+            // The fields the agent's CLI changes on every call.
+            if let Some((preset, _)) = spec.preset {
+                routes
+                    .ignore
+                    .extend(preset.ignore.iter().map(|pointer| (*pointer).to_owned()));
+            }
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
                 Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());
@@ -465,6 +480,9 @@ fn agent_env(
     last_recorded: u64,
 ) -> Vec<(String, String)> {
     let mut agent_env = proxy.map(crate::proxy::Proxy::env).unwrap_or_default();
+    if let (Some((preset, _)), Some(proxy)) = (spec.preset, proxy) {
+        agent_env.extend(preset.env(|route| proxy.route_url(route)));
+    }
     if let Some(traceparent) = &spec.traceparent {
         agent_env.push(("TRACEPARENT".to_owned(), traceparent.clone()));
     }

@@ -169,6 +169,7 @@ fn spec<'a>(
         argv: &[],
         cwd: Path::new("/"),
         stdin: crate::config::StdinMode::default(),
+        preset: None,
         upstreams: BTreeMap::new(),
         tools,
         leased_at,
