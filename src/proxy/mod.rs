@@ -20,6 +20,7 @@
 //! goes nowhere; the secret and the request's headers are never printed
 //! or journaled.
 
+pub(crate) mod conversation;
 mod exchange;
 mod http;
 mod recording;

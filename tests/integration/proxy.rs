@@ -587,3 +587,50 @@ if os.environ["DURUN_RUN"] == "1":
     );
     assert_eq!(task["task"]["runs"][1]["replayed_steps"], 3);
 }
+
+#[test]
+fn inspect_shows_a_model_call_as_its_conversation_and_its_answer_assembled() {
+    let (env, _server) = llm_env();
+    let agent = env.write(
+        "ask.py",
+        r#"import json, os, urllib.request
+def post(url, body):
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    return urllib.request.urlopen(request).read()
+post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", {"model": "m", "stream": True, "messages": [
+    {"role": "system", "content": "Be brief."}, {"role": "user", "content": "stream this"}]})
+post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_tokens": 5, "system": "S",
+    "messages": [{"role": "user", "content": "claude"}]})
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let shown = |step: &str| text(&env.durun(&["inspect", "t", "--step", step]).stdout);
+    // The stream's chunks read as the text they carry; the raw body stays
+    // below, under `output`.
+    let stream = shown("1");
+    for line in [
+        "model       m\n",
+        "  system     Be brief.\n",
+        "  user       stream this\n",
+        "answer\n  assistant  echo: stream this",
+        "output (",
+    ] {
+        assert!(stream.contains(line), "{line:?} in:\n{stream}");
+    }
+    let message = shown("2");
+    for line in [
+        "  system     S\n",
+        "  user       claude\n",
+        "answer\n  assistant  echo: claude\n",
+    ] {
+        assert!(message.contains(line), "{line:?} in:\n{message}");
+    }
+}

@@ -22,6 +22,46 @@ fn indented(text: &str) -> String {
     text.lines().flat_map(|line| ["  ", line, "\n"]).collect()
 }
 
+/// Lines of a message shown in the conversation; `args` has them all.
+const SHOWN_LINES: usize = 12;
+
+/// A model call as a conversation: each message with its role, then the
+/// answer (a stream's text and tool calls assembled).
+fn conversation(style: &Style, call: &crate::proxy::conversation::Call) -> String {
+    let mut out = String::new();
+    if let Some(model) = &call.model {
+        let _ = writeln!(out, "model       {}", escape(model));
+    }
+    for (title, messages) in [("sent", &call.sent), ("answer", &call.answer)] {
+        let _ = writeln!(out, "{title}");
+        for message in messages {
+            let lines: Vec<&str> = message.text.lines().collect();
+            let role = style.paint(Tone::Bold, &format!("{:<10}", escape(&message.role)));
+            let _ = writeln!(
+                out,
+                "  {role} {}",
+                escape(lines.first().copied().unwrap_or(""))
+            );
+            for line in lines.iter().skip(1).take(SHOWN_LINES - 1) {
+                let line = escape(line);
+                if line.trim().is_empty() {
+                    out.push('\n');
+                } else {
+                    let _ = writeln!(out, "{:13}{}", "", line.trim_end());
+                }
+            }
+            if lines.len() > SHOWN_LINES {
+                let _ = writeln!(
+                    out,
+                    "             … {} more lines (in args)",
+                    lines.len() - SHOWN_LINES
+                );
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn step_view(
     style: &Style,
     task: &TaskRecord,
@@ -88,11 +128,14 @@ pub(super) fn step_view(
             escape(usage.as_str())
         );
     }
-    let _ = write!(
-        out,
-        "args\n{}",
-        indented(&escape(&pretty(&step.args.value())))
-    );
+    let args = step.args.value();
+    let output = step.output.as_ref().map(crate::json_text::JsonText::value);
+    if step.kind.as_str() == "proxy"
+        && let Some(call) = crate::proxy::conversation::read(&args, output.as_ref())
+    {
+        out.push_str(&conversation(style, &call));
+    }
+    let _ = write!(out, "args\n{}", indented(&escape(&pretty(&args))));
     if let Some(output) = &step.output {
         let text = pretty(&output.value());
         let _ = write!(

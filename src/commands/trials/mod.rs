@@ -39,6 +39,19 @@ const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// process ended by SIGINT.
 const INTERRUPTED: i32 = 128 + Signal::INT.as_raw();
 
+/// The proxy config the recorder matches with: the trials' runs leave out
+/// of matching what the agent's CLI changes on every call, and so does the
+/// recorder they replay from.
+fn recorded_as(config: &Config, command: &[String]) -> crate::config::ProxyConfig {
+    let mut proxy = config.proxy.clone();
+    if let Some((preset, _)) = crate::presets::find(command) {
+        proxy
+            .ignore
+            .extend(preset.ignore.iter().map(|pointer| (*pointer).to_owned()));
+    }
+    proxy
+}
+
 pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     let cwd = std::env::current_dir().context("failed to read the current directory")?;
     let (config, _) = Config::discover(args.config.as_deref(), &cwd)?;
@@ -56,7 +69,8 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
     }
     let scratch = Scratch::new(args.keep)?;
     let hold = args.timeout.unwrap_or(REFERENCE_TIMEOUT);
-    let tape = Tape::start(&config.proxy, hold).context("cannot start durun test's recorder")?;
+    let tape = Tape::start(&recorded_as(&config, &args.command), hold)
+        .context("cannot start durun test's recorder")?;
     let mut bench = Bench {
         durun: std::env::current_exe().context("cannot find durun's own executable")?,
         command: &args.command,
