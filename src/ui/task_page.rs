@@ -100,7 +100,7 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
         let _ = write!(body, "<span class=\"key {class}\"></span>{meaning} ");
     }
     body.push_str("</p>");
-    runs_table(&mut body, runs);
+    runs_table(&mut body, runs, driven);
     signals_table(&mut body, task, signals);
     steps_table(&mut body, task, steps, *last, driven);
     body
@@ -323,7 +323,10 @@ fn actions(
     out
 }
 
-fn runs_table(body: &mut String, runs: &[RunRecord]) {
+/// The runs, each with how it ended: a run with no end recorded that is
+/// not the one running now died (killed, a crash, a lost machine), and
+/// lasted at most until the next run began.
+fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
     if runs.is_empty() {
         return;
     }
@@ -332,11 +335,29 @@ fn runs_table(body: &mut String, runs: &[RunRecord]) {
          <th class=\"num\">Executed</th><th class=\"num\">Replayed</th><th class=\"num\">Tokens spent</th>\
          <th class=\"num\">Tokens saved</th></tr></thead><tbody>",
     );
-    for run in runs {
+    for (at, run) in runs.iter().enumerate() {
+        let next = runs.get(at + 1);
+        let live = next.is_none() && driven;
         let exit = match run.exit_code {
             Some(exit_code::DIVERGENCE) => "65 diverged".to_owned(),
             Some(code) => code.to_string(),
+            None if run.finished_at.is_none() && !live => {
+                "<span class=\"stale\">died</span>".to_owned()
+            }
+            None if live => "running".to_owned(),
             None => String::new(),
+        };
+        let took_text = match (&run.finished_at, next) {
+            (Some(finished), _) => {
+                took(&run.started_at, Some(finished)).map_or_else(String::new, short_duration)
+            }
+            // Died: it ended before the next run began.
+            (None, Some(next)) => took(&run.started_at, Some(&next.started_at))
+                .map_or_else(String::new, |took| format!("≤ {}", short_duration(took))),
+            (None, None) if live => {
+                took(&run.started_at, None).map_or_else(String::new, short_duration)
+            }
+            (None, None) => "unknown".to_owned(),
         };
         let _ = write!(
             body,
@@ -345,8 +366,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord]) {
             run.run,
             text(&format!("{} pid {}", run.host, run.pid)),
             text(&run.started_at),
-            took(&run.started_at, run.finished_at.as_deref())
-                .map_or_else(String::new, short_duration),
+            took_text,
             thousands(run.stats.executed_steps),
             thousands(run.stats.replayed_steps),
             thousands(run.stats.tokens_spent),
@@ -496,6 +516,25 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
     )))
 }
 
+/// Messages as a chat: each with its role.
+fn chat(messages: &[crate::proxy::conversation::Message]) -> String {
+    let mut out = String::from("<div class=\"chat\">");
+    for message in messages {
+        let role = text(&message.role);
+        let _ = write!(
+            out,
+            "<div class=\"msg {}\"><span class=\"role\">{role}</span><pre>{}</pre></div>",
+            match message.role.as_str() {
+                "user" | "assistant" | "system" | "tool" | "model" => message.role.as_str(),
+                _ => "other",
+            },
+            text(&message.text)
+        );
+    }
+    out.push_str("</div>");
+    out
+}
+
 /// One version of a step: its heading and every field the journal keeps.
 fn step_version(body: &mut String, step: &StepRecord, class: &str) {
     let _ = write!(
@@ -552,9 +591,33 @@ fn step_version(body: &mut String, step: &StepRecord, class: &str) {
     if let Some(usage) = &step.usage {
         row("usage", json(&usage.value(), 1));
     }
-    row("args", json(&step.args.value(), 2));
-    if let Some(output) = &step.output {
-        row("output", json(&output.value(), 2));
+    let args = step.args.value();
+    let output = step.output.as_ref().map(crate::json_text::JsonText::value);
+    let call = (step.kind == StepKind::Proxy)
+        .then(|| crate::proxy::conversation::read(&args, output.as_ref()))
+        .flatten();
+    if let Some(call) = call {
+        // A model call as a person reads it; the request and answer as
+        // recorded one click away.
+        if let Some(model) = &call.model {
+            row("model", text(model));
+        }
+        row("conversation", chat(&call.sent));
+        row("answer", chat(&call.answer));
+        let mut raw = format!(
+            "<details class=\"raw\"><summary>request and answer as recorded</summary><h3>args</h3>{}",
+            json(&args, 2)
+        );
+        if let Some(output) = &output {
+            let _ = write!(raw, "<h3>output</h3>{}", json(output, 2));
+        }
+        raw.push_str("</details>");
+        row("raw", raw);
+    } else {
+        row("args", json(&args, 2));
+        if let Some(output) = &output {
+            row("output", json(output, 2));
+        }
     }
     if let Some(error) = &step.error {
         row(

@@ -90,6 +90,24 @@ with sync_playwright() as playwright:
     check("the task page updated without a reload", page.evaluate("window.__kept") == "same page")
     check("the run ended well", run.wait(timeout=30) == 0)
 
+    # A model call reads as a conversation with roles, a stream as the text
+    # it carried; the request and answer as recorded are one click away.
+    page.goto(origin + "/tasks/chat-call/steps/1")
+    expect(page.locator(".chat .msg.system")).to_contain_text("Be brief.")
+    expect(page.locator(".chat .msg.user")).to_contain_text("hello model")
+    expect(page.locator(".chat .msg.assistant")).to_contain_text("echo: hello model")
+    raw = page.locator("details.raw")
+    check("the raw request is folded", not raw.evaluate("element => element.open"))
+    raw.locator(":scope > summary").click()
+    expect(raw).to_contain_text("choices")
+    page.goto(origin + "/tasks/chat-call/steps/2")
+    expect(page.locator(".chat .msg.user")).to_contain_text("stream to me")
+    expect(page.locator(".chat .msg.assistant")).to_have_count(1)
+    expect(page.locator(".chat .msg.assistant")).to_contain_text("echo: stream to me")
+    check("the stream's events are not shown as text", "content_block_delta" not in page.locator("main").inner_text())
+    if shots:
+        page.screenshot(path=os.path.join(shots, "model-call.png"), full_page=True)
+
     # The task page of a task that was resumed, for the README.
     page.goto(origin + "/tasks/release-1.4")
     expect(page.locator("svg.timeline rect.replayed").first).to_be_visible()

@@ -29,6 +29,43 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
+/// An agent with a chat call and an Anthropic stream, by plain HTTP.
+const MODEL_CALLS: &str = r#"import json, os, urllib.request
+def post(url, body):
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
+    return urllib.request.urlopen(request).read()
+post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", {"model": "m", "messages": [
+    {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello model"}]})
+post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_tokens": 5, "stream": True,
+    "messages": [{"role": "user", "content": "stream to me"}]})
+"#;
+
+/// Task `chat-call`: its model calls through the proxy, a chat call and a
+/// streamed one.
+fn model_calls(env: &TestEnv) {
+    let llm = crate::servers::LlmServer::start(env);
+    let asked = env
+        .command()
+        .env("OPENAI_BASE_URL", format!("{}/v1", llm.base()))
+        .env("ANTHROPIC_BASE_URL", llm.base())
+        .args([
+            "run",
+            "--task",
+            "chat-call",
+            "--",
+            "python3",
+            "-c",
+            MODEL_CALLS,
+        ])
+        .output()
+        .expect("durun");
+    assert!(
+        asked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
+}
+
 #[test]
 fn the_web_view_in_a_real_browser() {
     if !python_has("playwright", "DURUN_TEST_BROWSER", "playwright") {
@@ -97,6 +134,8 @@ fn the_web_view_in_a_real_browser() {
         "{}",
         String::from_utf8_lossy(&queued.stderr)
     );
+
+    model_calls(&env);
 
     let ui = Ui::start(&env, &[]);
     let journal = env.postgres.as_ref().map_or_else(

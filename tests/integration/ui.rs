@@ -465,6 +465,31 @@ fn a_divergence_shows_its_diff_on_the_task_page() {
 }
 
 #[test]
+fn a_killed_run_says_it_died_and_how_long_it_lasted_at_most() {
+    let env = TestEnv::new();
+    let agent = "if [ \"$DURUN_RUN\" = 1 ]; then touch started; sleep 30; fi";
+    let mut durun = env.spawn(&["run", "--task", "k", "--", "sh", "-c", agent], "run");
+    crate::env::sigkill_once(
+        &mut durun,
+        "the first run",
+        std::time::Duration::from_secs(30),
+        || env.path("started").exists(),
+    );
+    assert!(env.durun(&["resume", "k"]).status.success());
+    let ui = Ui::start(&env, &[]);
+    let page = ui.get("/tasks/k").body;
+    let runs = page.split("<h2>Runs</h2>").nth(1).unwrap_or_default();
+    let first = runs.split("<tr>").nth(2).unwrap_or_default();
+    assert!(
+        first.contains("<span class=\"stale\">died</span>"),
+        "{first}"
+    );
+    assert!(first.contains("<td>≤ "), "{first}");
+    let second = runs.split("<tr>").nth(3).unwrap_or_default();
+    assert!(second.contains("<td>0</td>"), "{second}");
+}
+
+#[test]
 fn a_task_held_back_after_its_agent_keeps_dying_says_so_on_its_page() {
     let env = TestEnv::new();
     env.durun(&["submit", "--task", "oom", "--", "sh", "-c", "kill -9 $$"]);
