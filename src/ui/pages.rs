@@ -79,8 +79,16 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
         );
         let known: std::collections::HashSet<&str> =
             tasks.iter().map(|(task, _)| task.id.as_str()).collect();
-        for (task, shown) in matching.iter().skip((at - 1) * PAGE).take(PAGE) {
-            task_row(&mut body, task, shown, &known, now);
+        let page_rows: Vec<&(TaskRecord, Shown)> = matching
+            .iter()
+            .skip((at - 1) * PAGE)
+            .take(PAGE)
+            .copied()
+            .collect();
+        let died = died_runs(shared, &page_rows)?;
+        for (task, shown) in page_rows {
+            let marker = resumed_marker(task, died.get(task.id.as_str()).copied());
+            task_row(&mut body, task, shown, &known, &marker, now);
         }
         body.push_str("</tbody></table>");
         pager(&mut body, (at, pages, matching.len()), wanted, &search);
@@ -125,13 +133,63 @@ fn filter_form(
     body.push_str("</select><button>Show</button></form>");
 }
 
-/// One task's row: its id (and parent, for a child task), status,
-/// command, counts and age.
+/// For each task of `rows` that ran more than once, how many of its runs
+/// died: no end recorded, and a later run after them. (Only those tasks'
+/// runs are read: one query each.)
+fn died_runs<'t>(
+    shared: &Shared,
+    rows: &[&'t (TaskRecord, Shown)],
+) -> Result<std::collections::HashMap<&'t str, usize>> {
+    let resumed: Vec<&str> = rows
+        .iter()
+        .filter(|(task, _)| task.runs > 1)
+        .map(|(task, _)| task.id.as_str())
+        .collect();
+    if resumed.is_empty() {
+        return Ok(std::collections::HashMap::new());
+    }
+    shared.read(|journal| {
+        let Some(journal) = journal else {
+            return Ok(std::collections::HashMap::new());
+        };
+        let mut died = std::collections::HashMap::new();
+        for id in resumed {
+            let runs = journal.runs(id)?;
+            let count = runs
+                .iter()
+                .take(runs.len().saturating_sub(1))
+                .filter(|run| run.finished_at.is_none())
+                .count();
+            died.insert(id, count);
+        }
+        Ok(died)
+    })
+}
+
+/// Under a task's status: that it was resumed, and after how many runs
+/// that died (killed, a crash, a lost machine).
+fn resumed_marker(task: &TaskRecord, died: Option<usize>) -> String {
+    match died {
+        Some(0) | None if task.runs > 1 => format!(
+            "<br><small class=\"resumed\" title=\"{} runs\">↻ resumed</small>",
+            task.runs
+        ),
+        Some(died) if died > 0 => format!(
+            "<br><small class=\"resumed crashed\" title=\"{} runs, {died} of them died before their end\">↻ crashed, resumed</small>",
+            task.runs
+        ),
+        _ => String::new(),
+    }
+}
+
+/// One task's row: its id (and parent, for a child task), status (and
+/// whether it was resumed), command, counts and age.
 fn task_row(
     body: &mut String,
     task: &TaskRecord,
     shown: &Shown,
     known: &std::collections::HashSet<&str>,
+    marker: &str,
     now: std::time::SystemTime,
 ) {
     // A child task (SPEC 16) names its parent under its id.
@@ -147,15 +205,15 @@ fn task_row(
                 text(parent)
             )
         });
+    let command = text(&shell_words(&task.argv));
     let _ = write!(
         body,
-        "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}</td><td class=\"cmd\">{}</td>\
+        "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}{marker}</td><td class=\"cmd\" title=\"{command}\">{command}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td>{}</td><td title=\"{}\">{}</td></tr>",
         task_href(&task.id),
         text(&task.id),
         badge(shown.status),
-        text(&shell_words(&task.argv)),
         thousands(task.steps),
         thousands(task.tokens_spent),
         thousands(task.tokens_saved),

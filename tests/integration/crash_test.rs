@@ -102,6 +102,27 @@ fn a_sound_agent_holds_at_every_step_and_trials_spend_no_model_call() {
     assert_eq!(keys.len(), 1, "{during:#}");
     assert_eq!(keys[0]["attempts"], 2, "{during:#}");
     assert_eq!(keys[0]["name"], "create");
+    // Each trial says what ran again: the tool in flight at the kill, the
+    // model call held in flight; nothing where the kill came between steps.
+    assert_eq!(
+        during["ran_again"],
+        serde_json::json!(["step 4 `create`"]),
+        "{during:#}"
+    );
+    let held = trials
+        .iter()
+        .find(|trial| trial["step"] == 1 && trial["point"] == "during")
+        .expect("the during trial of the model call");
+    assert_eq!(
+        held["ran_again"],
+        serde_json::json!(["`openai POST /chat/completions`"]),
+        "{held:#}"
+    );
+    let between = trials
+        .iter()
+        .find(|trial| trial["step"] == 2 && trial["point"] == "before")
+        .expect("a trial killed between steps");
+    assert_eq!(between["ran_again"], serde_json::json!([]), "{between:#}");
     // Nothing of the user's journal was touched.
     assert!(!env.path("state/journal.db").exists());
 }

@@ -487,6 +487,11 @@ fn a_killed_run_says_it_died_and_how_long_it_lasted_at_most() {
     assert!(first.contains("<td>≤ "), "{first}");
     let second = runs.split("<tr>").nth(3).unwrap_or_default();
     assert!(second.contains("<td>0</td>"), "{second}");
+    // The list says it crashed and was resumed.
+    let list = ui.get("/").body;
+    let row = list.split("/tasks/k\"").nth(1).unwrap_or_default();
+    let row = row.split("</tr>").next().unwrap_or_default();
+    assert!(row.contains("↻ crashed, resumed"), "{row}");
 }
 
 #[test]

@@ -42,6 +42,9 @@ pub(crate) struct Calls {
     /// The calls answered from the recording, by content (not the faults
     /// made, nor the misses).
     pub(crate) seen: HashMap<Content, u64>,
+    /// Every call that reached the recorder, by content, held and faulted
+    /// ones too.
+    pub(crate) received: HashMap<Content, u64>,
     asked: HashMap<Content, usize>,
     faulted: Vec<Content>,
 }
@@ -334,6 +337,7 @@ impl State {
         } = self;
         let calls = calls.entry(asked.run.clone()).or_default();
         calls.requests += 1;
+        *calls.received.entry(asked.content.clone()).or_default() += 1;
         let fault = fault.filter(|_| {
             let first = !calls.faulted.contains(&asked.content);
             if first {

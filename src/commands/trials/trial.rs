@@ -288,6 +288,8 @@ pub(super) struct Tried {
     pub(super) setup_failed: Option<String>,
     /// Model calls sent again although the journal held them finished.
     pub(super) resent: u64,
+    /// Model calls asked both before the kill and after it, by name.
+    pub(super) asked_again: Vec<String>,
     pub(super) misses: Vec<String>,
     pub(super) error: Option<String>,
 }
@@ -314,6 +316,7 @@ pub(super) fn trial(
         check: None,
         setup_failed: None,
         resent: 0,
+        asked_again: Vec::new(),
         misses: Vec::new(),
         error: None,
     };
@@ -357,7 +360,8 @@ fn run_trial(
     // Model calls durable at the kill must never reach the model again:
     // later runs may ask only for what the reference asked beyond them.
     let durable = bench.inspect(dir)?.model_calls();
-    let before = bench.tape.calls(name).seen;
+    let before_calls = bench.tape.calls(name);
+    let before = before_calls.seen;
     for round in 1..=MOST_RESUMES {
         let ran = bench.resume(dir, name, round)?;
         let again = ran.killed;
@@ -376,6 +380,14 @@ fn run_trial(
             .unwrap_or(0)
             .saturating_sub(durable.get(&content).copied().unwrap_or(0));
         tried.resent += later.saturating_sub(needed);
+    }
+    // Asked before the kill (answered, or still in flight) and again
+    // after it.
+    for (content, total) in bench.tape.calls(name).received {
+        let earlier = before_calls.received.get(&content).copied().unwrap_or(0);
+        if earlier > 0 && total > earlier {
+            tried.asked_again.push(content.0);
+        }
     }
     tried.seen = Some(seen);
     Ok(())

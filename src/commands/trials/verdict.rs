@@ -52,6 +52,10 @@ pub(super) struct Judged {
     pub(super) notes: Vec<String>,
     /// Cut short by SIGINT or SIGTERM: not a verdict.
     pub(super) interrupted: bool,
+    /// The model calls and tool steps that ran again on resume, as said
+    /// (a model call asked before the kill and again after it; a tool step
+    /// that took another attempt).
+    pub(super) ran_again: Vec<String>,
 }
 
 /// Judges `tried` against the reference. `faulted`: a fault was made, so
@@ -71,6 +75,14 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
             .saturating_sub(reference.seen.tokens_spent);
     }
     findings.check(tried, reference);
+    let mut ran_again: Vec<String> = tried
+        .asked_again
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect();
+    ran_again.sort();
+    ran_again.dedup();
+    ran_again.extend(tried.seen.as_ref().map(tools_again).unwrap_or_default());
     let Findings {
         mut failed,
         diverged,
@@ -100,7 +112,27 @@ pub(super) fn judge(tried: &Tried, reference: &Reference, name: &str, faulted: b
         interrupted: tried.error.as_deref() == Some("interrupted"),
         problems: failed,
         notes,
+        ran_again,
     }
+}
+
+/// The tool steps of a trial's journal that took more than one attempt:
+/// they ran again on resume.
+fn tools_again(seen: &Seen) -> Vec<String> {
+    seen.steps
+        .iter()
+        .filter(|step| {
+            matches!(step["kind"].as_str(), Some("mcp" | "call" | "begin"))
+                && step["attempts"].as_u64().unwrap_or(1) > 1
+        })
+        .map(|step| {
+            format!(
+                "step {} `{}`",
+                step["step"].as_u64().unwrap_or(0),
+                step["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 /// What a trial's checks found: failures, divergences from the
@@ -317,37 +349,56 @@ pub(super) fn table(judged: &[Judged], points: &[Point], again: &Again<'_>) -> S
         .max()
         .unwrap_or(4)
         .clamp(4, 40);
+    // Each column as wide as its widest cell, so that the rows line up.
+    let widths: Vec<usize> = points
+        .iter()
+        .map(|point| {
+            judged
+                .iter()
+                .filter(|trial| trial.point == *point)
+                .map(|trial| cell(trial).chars().count())
+                .max()
+                .unwrap_or(1)
+                .max(point.as_str().len())
+        })
+        .collect();
     let _ = write!(out, "{:>4}  {:<name_width$}", "STEP", "NAME");
-    for point in points {
-        let _ = write!(out, "  {:<16}", point.as_str().to_uppercase());
+    for (point, width) in points.iter().zip(&widths) {
+        let _ = write!(out, "  {:<width$}", point.as_str().to_uppercase());
     }
     out.truncate(out.trim_end().len());
     out.push('\n');
     for (step, name) in &steps {
         let shown: String = name.chars().take(name_width).collect();
         let _ = write!(out, "{step:>4}  {shown:<name_width$}");
-        for point in points {
+        for (point, width) in points.iter().zip(&widths) {
             let cell = cells
                 .get(&(*step, *point))
                 .map_or("-".into(), |trial| cell(trial));
-            let _ = write!(out, "  {cell:<16}");
+            let _ = write!(out, "  {cell:<width$}");
         }
         out.truncate(out.trim_end().len());
         out.push('\n');
     }
-    for trial in judged.iter().filter(|trial| trial.status.broke()) {
-        let _ = writeln!(
-            out,
-            "\nstep {} `{}`, killed {}: {}",
-            trial.step,
-            trial.name,
-            trial.point.as_str(),
-            trial.status.as_str()
-        );
-        for problem in &trial.problems {
-            let _ = writeln!(out, "  {problem}");
+    failures(&mut out, judged, again);
+    let again_lines: Vec<String> = judged
+        .iter()
+        .filter(|trial| !trial.status.broke() && !trial.ran_again.is_empty())
+        .map(|trial| {
+            format!(
+                "  step {} killed {}: {}",
+                trial.step,
+                trial.point.as_str(),
+                trial.ran_again.join(", ")
+            )
+        })
+        .collect();
+    if !again_lines.is_empty() {
+        out.push_str("\nran again on resume (in flight at the kill):\n");
+        for line in again_lines {
+            out.push_str(&line);
+            out.push('\n');
         }
-        let _ = writeln!(out, "  again: {}", again.for_trial(trial));
     }
     let mut notes: Vec<&String> = judged.iter().flat_map(|trial| &trial.notes).collect();
     notes.sort();
@@ -359,6 +410,53 @@ pub(super) fn table(judged: &[Judged], points: &[Point], again: &Again<'_>) -> S
         }
     }
     out
+}
+
+/// What went wrong, once for trials that went wrong the same way: the
+/// trials, the problems, what ran again, and the command that reproduces
+/// the first.
+fn failures(out: &mut String, judged: &[Judged], again: &Again<'_>) {
+    let mut groups: Vec<Vec<&Judged>> = Vec::new();
+    for trial in judged.iter().filter(|trial| trial.status.broke()) {
+        match groups
+            .iter_mut()
+            .find(|group| group[0].status == trial.status && group[0].problems == trial.problems)
+        {
+            Some(group) => group.push(trial),
+            None => groups.push(vec![trial]),
+        }
+    }
+    for group in groups {
+        // `step 1 `NAME`, killed before, during; step 2 `NAME`, killed after`
+        let mut trials: Vec<String> = Vec::new();
+        for trial in &group {
+            match trials.last_mut() {
+                Some(last) if last.starts_with(&format!("step {} `", trial.step)) => {
+                    let _ = write!(last, ", {}", trial.point.as_str());
+                }
+                _ => trials.push(format!(
+                    "step {} `{}`, killed {}",
+                    trial.step,
+                    trial.name,
+                    trial.point.as_str()
+                )),
+            }
+        }
+        let _ = writeln!(out, "\n{}: {}", trials.join("; "), group[0].status.as_str());
+        for problem in &group[0].problems {
+            let _ = writeln!(out, "  {problem}");
+        }
+        for trial in group.iter().filter(|trial| !trial.ran_again.is_empty()) {
+            let _ = writeln!(
+                out,
+                "  ran again (killed {} {}): {}",
+                trial.point.as_str(),
+                trial.step,
+                trial.ran_again.join(", ")
+            );
+        }
+        let _ = writeln!(out, "  again: {}", again.for_trial(group[0]));
+    }
 }
 
 fn cell(trial: &Judged) -> String {
@@ -477,6 +575,7 @@ pub(super) fn json(judged: &[Judged], reference: &Reference, reference_calls: u6
                 "reached": trial.status != Status::NotReached,
                 "killed": trial.killed,
                 "resent_model_calls": trial.resent,
+                "ran_again": trial.ran_again,
                 "tokens_respent": trial.tokens_respent,
                 "mutate_keys": keys,
                 "diff": if trial.problems.is_empty() { Value::Null } else { json!(trial.problems) },
