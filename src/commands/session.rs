@@ -22,7 +22,7 @@ use crate::supervisor::{self, RunSpec};
 fn preset_of(
     task: &TaskRecord,
     limits: Limits,
-) -> Result<Option<(&'static crate::presets::Preset, usize)>> {
+) -> Result<Option<(&'static crate::presets::Preset, Option<usize>)>> {
     use crate::presets::{self, Choice};
     let chosen = match (limits.preset, &task.launch.preset) {
         (Some(choice), _) => Some(choice),
@@ -36,15 +36,17 @@ fn preset_of(
     };
     let found = presets::find(&task.argv);
     Ok(match chosen {
-        None => found,
+        None => found.map(|(preset, at)| (preset, Some(at))),
         Some(Choice::None) => None,
-        // Where the named CLI is in the command, if it can be told, else
-        // its first word (a script that passes its arguments on).
+        // Where the named CLI is in the command, if it can be told: a
+        // command whose program is not the CLI's (a script, `sh -c`) gets
+        // no arguments from the preset, only its variables, stdin and
+        // ignored fields.
         Some(Choice::Preset(preset)) => Some((
             preset,
             found
                 .filter(|(named, _)| *named == preset)
-                .map_or(0, |(_, at)| at),
+                .map(|(_, at)| at),
         )),
     })
 }
@@ -64,7 +66,7 @@ fn stdin_of(
     limits: Limits,
     task: &TaskRecord,
     config: &Config,
-    preset: Option<(&'static crate::presets::Preset, usize)>,
+    preset: Option<(&'static crate::presets::Preset, Option<usize>)>,
 ) -> crate::config::StdinMode {
     (limits.stdin.or(task.launch.stdin).or(config.agent_stdin))
         .or_else(|| preset.map(|_| crate::presets::stdin()))

@@ -33,8 +33,8 @@ pub(crate) struct RunSpec<'a> {
     /// What the agent's stdin is (SPEC 17).
     pub(crate) stdin: crate::config::StdinMode,
     /// The coding-agent CLI the agent is, and where its program is in
-    /// `argv` (SPEC 18).
-    pub(crate) preset: Option<(&'static crate::presets::Preset, usize)>,
+    /// `argv` when it can be told (SPEC 18).
+    pub(crate) preset: Option<(&'static crate::presets::Preset, Option<usize>)>,
     /// The model upstreams the task's first run found in its environment
     /// (SPEC 18): the proxy's when durun's own environment names none.
     pub(crate) upstreams: BTreeMap<String, String>,

@@ -263,3 +263,98 @@ fn gemini_cli_resumes_with_no_finished_call_sent_again() {
     argv.extend(words(&["--yolo", "--skip-trust", "-p", PROMPT]));
     crash_and_resume(&mut env, &argv);
 }
+
+/// A stand-in `codex` that writes down how it was started: its args, its
+/// stdin, the variables a preset sets.
+fn fake_codex(env: &TestEnv) -> String {
+    let path = env.write(
+        "codex",
+        "#!/bin/sh\n{ echo \"args: $*\"; echo \"stdin: $(readlink /proc/self/fd/0)\"; } >> started.txt\n",
+    );
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_preset_is_found_by_the_programs_name_chosen_or_refused_and_kept_for_resume() {
+    let env = TestEnv::new();
+    let codex = fake_codex(&env);
+    let run = env.durun(&["run", "--task", "found", "--", &codex, "exec", "hi"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let started = std::fs::read_to_string(env.path("started.txt")).expect("started");
+    // Wired to the proxy through its own config, args kept in order, and
+    // never waiting on a pipe.
+    assert!(
+        started.contains("args: -c model_provider=\"durun\" -c model_providers.durun={"),
+        "{started}"
+    );
+    assert!(started.contains("/openai/v1\""), "{started}");
+    assert!(started.contains("} exec hi\n"), "{started}");
+    assert!(started.contains("stdin: /dev/null\n"), "{started}");
+
+    // `--preset NAME` and `--preset none`: kept for resume.
+    std::fs::remove_file(env.path("started.txt")).expect("rm");
+    let script = env.write(
+        "twice.sh",
+        &format!("{codex} \"$@\"\n[ \"$DURUN_RUN\" = 1 ] && exit 3\nexit 0\n"),
+    );
+    let script = script.to_string_lossy().into_owned();
+    let run = env.durun(&[
+        "run", "--task", "named", "--preset", "codex", "--", "sh", &script, "x",
+    ]);
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let started = std::fs::read_to_string(env.path("started.txt")).expect("started");
+    // Named for a command whose program is not the CLI's: nothing is added
+    // to the command (`sh -c …` would run it), the stdin is the CLI's.
+    assert!(started.contains("args: x\n"), "{started}");
+    assert!(started.contains("stdin: /dev/null\n"), "{started}");
+    std::fs::remove_file(env.path("started.txt")).expect("rm");
+    let run = env.durun(&[
+        "run", "--task", "plain", "--preset", "none", "--", &codex, "exec",
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let started = std::fs::read_to_string(env.path("started.txt")).expect("started");
+    assert!(started.contains("args: exec\n"), "{started}");
+    // The first run's choice holds on resume.
+    let resumed = env.durun(&["resume", "named"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let started = std::fs::read_to_string(env.path("started.txt")).expect("started");
+    assert!(started.ends_with("args: x\nstdin: /dev/null\n"), "{started}");
+
+    let refused = env.durun(&["run", "--preset", "cursor", "--", &codex]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("no preset \"cursor\": one of claude, codex, aider, gemini, or none"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let listed = env.durun(&["presets", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    let names: Vec<&str> = listed["presets"]
+        .as_array()
+        .expect("presets")
+        .iter()
+        .filter_map(|preset| preset["name"].as_str())
+        .collect();
+    assert_eq!(names, ["claude", "codex", "aider", "gemini"]);
+    assert_eq!(listed["presets"][1]["verified"], "0.171.0");
+}

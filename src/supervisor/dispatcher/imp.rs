@@ -91,7 +91,7 @@ pub(crate) fn supervise(
     // A CLI that reads no base URL variable is told the proxy in its
     // arguments (Codex's `-c`).
     let argv = match (spec.preset, &proxy) {
-        (Some((preset, at)), Some(proxy)) => {
+        (Some((preset, Some(at))), Some(proxy)) => {
             preset.argv(spec.argv, at, |route| proxy.route_url(route))
         }
         _ => spec.argv.to_vec(),
