@@ -337,7 +337,10 @@ fn a_preset_is_found_by_the_programs_name_chosen_or_refused_and_kept_for_resume(
         String::from_utf8_lossy(&resumed.stderr)
     );
     let started = std::fs::read_to_string(env.path("started.txt")).expect("started");
-    assert!(started.ends_with("args: x\nstdin: /dev/null\n"), "{started}");
+    assert!(
+        started.ends_with("args: x\nstdin: /dev/null\n"),
+        "{started}"
+    );
 
     let refused = env.durun(&["run", "--preset", "cursor", "--", &codex]);
     assert_eq!(refused.status.code(), Some(2));
