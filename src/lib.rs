@@ -24,6 +24,7 @@ mod names;
 mod nursery;
 mod os;
 mod presets;
+mod prices;
 mod protocol;
 mod proxy;
 mod report;

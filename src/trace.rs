@@ -312,6 +312,9 @@ impl Tracer {
         if let Some(record) = step.record {
             attributes.push(("durun.effect", json!(record.effect.as_str())));
             attributes.extend(gen_ai(record));
+            if let Some(nanos) = record.cost_nanos {
+                attributes.push(("durun.cost_usd", json!(crate::prices::usd(nanos))));
+            }
         }
         let mut error = None;
         if let Some((status, tokens, failure)) = step.status {
@@ -425,6 +428,14 @@ impl Reporter for Tracer {
                     ("durun.replayed_steps", json!(stats.replayed_steps)),
                     ("durun.executed_steps", json!(stats.executed_steps)),
                     ("durun.tokens_saved", json!(stats.tokens_saved)),
+                    (
+                        "durun.cost_usd",
+                        json!(crate::prices::usd(stats.cost.spent_nanos)),
+                    ),
+                    (
+                        "durun.cost_saved_usd",
+                        json!(crate::prices::usd(stats.cost.saved_nanos)),
+                    ),
                 ];
                 let failed = (*exit_code != 0).then(|| format!("exit {exit_code}"));
                 let span = Self::span(

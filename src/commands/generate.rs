@@ -341,6 +341,22 @@ const CONFIG_SECTIONS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "[prices.\"MODEL\"]",
+        &[
+            (
+                "input, output",
+                "USD per million tokens of MODEL (as its requests name it): a model call's cost is its usage at this price. \
+          Over durun's built-in table of OpenAI's and Anthropic's prices (read in June 2026; a dated id such as \
+          gpt-4o-2024-08-06 takes the price of its longest listed prefix). A model with no price shows its tokens and \
+          cost unknown.",
+            ),
+            (
+                "cached_input",
+                "USD per million input tokens read from the provider's prompt cache [default: input].",
+            ),
+        ],
+    ),
+    (
         "[proxy]",
         &[
             (

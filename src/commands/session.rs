@@ -153,6 +153,7 @@ pub(super) fn drive(
             },
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
+        prices: &config.prices,
         crash_at: limits.crash_at,
         traceparent,
         journal_arg: settings.journal_arg(),

@@ -96,6 +96,8 @@ pub(crate) struct Config {
     pub(crate) otel_endpoint: Option<String>,
     /// `[schedules.NAME]`: tasks the workers submit on a clock (SPEC 16).
     pub(crate) schedules: Vec<Schedule>,
+    /// `[prices."MODEL"]` over the built-in table (SPEC 19).
+    pub(crate) prices: crate::prices::Prices,
 }
 
 #[derive(Deserialize)]
@@ -122,6 +124,17 @@ struct RawConfig {
     otel: RawOtel,
     #[serde(default)]
     schedules: BTreeMap<String, schedules::RawSchedule>,
+    #[serde(default)]
+    prices: BTreeMap<String, RawPrice>,
+}
+
+/// `[prices."MODEL"]`: USD per million tokens.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input: f64,
+    output: f64,
+    cached_input: Option<f64>,
 }
 
 /// `[agent]`: how the agent is started.
@@ -238,6 +251,24 @@ impl Config {
             })
             .transpose()?;
         let proxy = raw.proxy.check().map_err(Failure::config)?;
+        let mut prices = crate::prices::Prices::default();
+        for (model, price) in raw.prices {
+            let amounts = [Some(price.input), Some(price.output), price.cached_input];
+            if amounts
+                .iter()
+                .flatten()
+                .any(|usd| !usd.is_finite() || *usd < 0.0 || *usd > 1e6)
+            {
+                return Err(Failure::config(format!(
+                    "[prices.{model:?}]: a price is USD per million tokens, 0 or more"
+                ))
+                .into());
+            }
+            prices.overrides.insert(
+                model,
+                crate::prices::Price::per_million(price.input, price.output, price.cached_input),
+            );
+        }
         let (mcp, mcp_max_message) = mcp::mcp_tables(raw.mcp)?;
         Ok(Self {
             source: text.to_owned(),
@@ -270,6 +301,7 @@ impl Config {
             otel_endpoint: raw.otel.endpoint,
             agent_stdin: raw.agent.stdin,
             schedules,
+            prices,
         })
     }
 }

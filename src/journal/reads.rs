@@ -36,6 +36,7 @@ pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
         resolution: row.text(18)?,
         seen_from: row.int(20)?,
         wake_at: row.text(21)?.map(str::to_owned),
+        cost_nanos: row.int(22)?,
     }
     .record()
 }
@@ -112,6 +113,11 @@ pub(crate) fn runs(tx: &mut dyn Tx, task: &str) -> Result<Vec<RunRecord>> {
                 executed_steps: row.some_int(7)? as u64,
                 tokens_spent: row.some_int(8)? as u64,
                 tokens_saved: row.some_int(9)? as u64,
+                cost: crate::journal::Cost {
+                    spent_nanos: row.some_int(12)? as u64,
+                    saved_nanos: row.some_int(13)? as u64,
+                    unpriced_steps: row.some_int(14)? as u64,
+                },
             },
             unreplayed: super::rows::step_list(row.text(10)?),
             error: row.text(11)?.map(str::to_owned),
@@ -176,6 +182,7 @@ pub(crate) fn task_from(row: &dyn Row) -> Result<TaskRecord> {
         queue: row.text(21)?.map(str::to_owned),
         imported_at: row.text(22)?.map(str::to_owned),
         launch: row.text(23)?,
+        cost: [row.some_int(24)?, row.some_int(25)?, row.some_int(26)?],
     }
     .record()
 }

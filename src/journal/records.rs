@@ -187,6 +187,7 @@ impl NewTask {
             queue: self.queue.clone(),
             imported_at: None,
             launch: self.launch.clone(),
+            cost: Cost::default(),
         }
     }
 }
@@ -219,6 +220,18 @@ pub(crate) struct TaskRecord {
     pub(crate) imported_at: Option<String>,
     /// What every run of the task is started with.
     pub(crate) launch: Launch,
+    /// What its runs spent and saved, in money (SPEC 19).
+    pub(crate) cost: Cost,
+}
+
+/// Money (SPEC 19), in nano-dollars: what steps cost at their model's
+/// price, and how many steps reported tokens at a model without one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cost {
+    pub(crate) spent_nanos: u64,
+    /// What the steps answered from the journal cost when they ran.
+    pub(crate) saved_nanos: u64,
+    pub(crate) unpriced_steps: u64,
 }
 
 /// What one run did, as counted while it ran.
@@ -228,6 +241,7 @@ pub(crate) struct RunStats {
     pub(crate) executed_steps: u64,
     pub(crate) tokens_spent: u64,
     pub(crate) tokens_saved: u64,
+    pub(crate) cost: Cost,
 }
 
 #[derive(Debug, Clone)]
@@ -309,6 +323,9 @@ pub(crate) struct StepRecord {
     /// A `sleep` step's wake time, or a `wait` step's timeout, fixed when
     /// the step is first opened (RFC 3339).
     pub(crate) wake_at: Option<String>,
+    /// What it cost at its model's price (SPEC 19), in nano-dollars; `None`
+    /// without usage, or for a model without a price.
+    pub(crate) cost_nanos: Option<u64>,
 }
 
 /// A failed task with retries left (SPEC 16).
@@ -465,6 +482,7 @@ impl StepRecord {
             args_hash: "h".into(),
             idempotency_key: "k".into(),
             status,
+            cost_nanos: None,
             attempts: 1,
             output: None,
             error: None,

@@ -27,15 +27,18 @@ pub(crate) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
     (SELECT count(*) FROM steps s WHERE s.task_id = t.id AND s.status <> 'discarded'),
     (SELECT CAST(coalesce(sum(r.tokens_spent), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
     (SELECT CAST(coalesce(sum(r.tokens_saved), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
-    t.max_tokens, t.queue, t.imported_at, t.launch";
+    t.max_tokens, t.queue, t.imported_at, t.launch,
+    (SELECT CAST(coalesce(sum(r.cost_spent_nanos), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
+    (SELECT CAST(coalesce(sum(r.cost_saved_nanos), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
+    (SELECT CAST(coalesce(sum(r.unpriced_steps), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id)";
 
 /// How many columns [`TASK_COLUMNS`] selects.
-pub(crate) const TASK_WIDTH: usize = 24;
+pub(crate) const TASK_WIDTH: usize = 27;
 
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
     attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
-    seen_from, wake_at";
+    seen_from, wake_at, cost_nanos";
 
 /// A step row as read, before its texts are checked.
 pub(crate) struct StepColumns<'a> {
@@ -60,6 +63,7 @@ pub(crate) struct StepColumns<'a> {
     pub(crate) resolution: Option<&'a str>,
     pub(crate) seen_from: Option<i64>,
     pub(crate) wake_at: Option<String>,
+    pub(crate) cost_nanos: Option<i64>,
 }
 
 impl StepColumns<'_> {
@@ -103,6 +107,7 @@ impl StepColumns<'_> {
                 .transpose()?,
             seen_from: self.seen_from.map(|step| step as u64),
             wake_at: self.wake_at,
+            cost_nanos: self.cost_nanos.map(|nanos| nanos as u64),
         })
     }
 }
@@ -130,6 +135,8 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) queue: Option<String>,
     pub(crate) imported_at: Option<String>,
     pub(crate) launch: Option<&'a str>,
+    /// What its runs spent, saved by replay, and left unpriced.
+    pub(crate) cost: [i64; 3],
 }
 
 impl TaskColumns<'_> {
@@ -165,6 +172,11 @@ impl TaskColumns<'_> {
                 .map(|text| serde_json::from_str(text).map_err(|_| bad_column("launch", text)))
                 .transpose()?
                 .unwrap_or_default(),
+            cost: crate::journal::Cost {
+                spent_nanos: self.cost[0] as u64,
+                saved_nanos: self.cost[1] as u64,
+                unpriced_steps: self.cost[2] as u64,
+            },
         })
     }
 }

@@ -162,6 +162,15 @@ ALTER TABLE runs ADD COLUMN error TEXT;
 -- resume starts the agent the same way.
 ALTER TABLE tasks ADD COLUMN launch TEXT;
 ",
+    r"
+-- SPEC 19: what a step cost at its model's price, in nano-dollars (NULL:
+-- no usage, or a model without a price), and what each run spent, saved
+-- by replay, and left unpriced (steps with tokens and no price).
+ALTER TABLE steps ADD COLUMN cost_nanos BIGINT;
+ALTER TABLE runs ADD COLUMN cost_spent_nanos BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN cost_saved_nanos BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN unpriced_steps BIGINT NOT NULL DEFAULT 0;
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -170,7 +170,8 @@ pub(crate) static RETRY_TASK: Sql = Sql::new(
 
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
-                    replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed, error
+                    replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed, error,
+                    cost_spent_nanos, cost_saved_nanos, unpriced_steps
              FROM runs WHERE task_id = $1 ORDER BY run",
 );
 
@@ -196,7 +197,8 @@ pub(crate) static SET_OUTPUT: Sql =
 /// prepares costs it as much as its execution).
 pub(crate) static END_RUN: Sql = Sql::new(
     "UPDATE runs SET finished_at = $3, exit_code = $4, error = $5, replayed_steps = $6,
-         executed_steps = $7, tokens_spent = $8, tokens_saved = $9
+         executed_steps = $7, tokens_spent = $8, tokens_saved = $9, cost_spent_nanos = $10,
+         cost_saved_nanos = $11, unpriced_steps = $12
      WHERE task_id = $1 AND run = $2",
 );
 
@@ -298,21 +300,22 @@ pub(crate) static STEP_IS_THERE: Sql = Sql::new(
 pub(crate) static INSERT_STEP: Sql = Sql::new(
     "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from, wake_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                 finished_at, resolution, seen_from, wake_at, cost_nanos)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
 );
 
 /// A step's row as it stands now.
 pub(crate) static UPDATE_STEP: Sql = Sql::new(
     "UPDATE steps SET status = $3, attempts = $4, output = $5, error_code = $6, error = $7,
                  usage = $8, tokens = $9, run = $10, started_at = $11, finished_at = $12, resolution = $13,
-                 seen_from = $14, wake_at = $15
+                 seen_from = $14, wake_at = $15, cost_nanos = $16
              WHERE task_id = $1 AND step_index = $2 AND status <> 'discarded'",
 );
 
 /// A run's counters.
 pub(crate) static WRITE_STATS: Sql = Sql::new(
-    "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6
+    "UPDATE runs SET replayed_steps = $3, executed_steps = $4, tokens_spent = $5, tokens_saved = $6,
+         cost_spent_nanos = $7, cost_saved_nanos = $8, unpriced_steps = $9
          WHERE task_id = $1 AND run = $2",
 );
 

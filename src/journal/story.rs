@@ -156,9 +156,14 @@ fn pending_to_committed(journal: &mut dyn Journal) {
     record.error = None;
     record.output = Some(JsonText::from_value(&json!({"url": "x"})));
     record.tokens = 42;
+    record.cost_nanos = Some(105_000);
     let stats = RunStats {
         executed_steps: 1,
         tokens_spent: 42,
+        cost: crate::journal::Cost {
+            spent_nanos: 105_000,
+            ..crate::journal::Cost::default()
+        },
         ..RunStats::default()
     };
     journal
@@ -178,8 +183,10 @@ fn pending_to_committed(journal: &mut dyn Journal) {
     assert_eq!(steps[0].output, record.output);
     assert_eq!(steps[0].args, record.args);
     assert_eq!(steps[0].seen_from, Some(3));
+    assert_eq!(steps[0].cost_nanos, Some(105_000));
     let loaded = journal.task("t2").expect("task").expect("exists");
     assert_eq!((loaded.steps, loaded.tokens_spent), (1, 42));
+    assert_eq!(loaded.cost.spent_nanos, 105_000);
 }
 
 /// One live runner at a time; a finished run frees the task.

@@ -113,6 +113,7 @@ pub(crate) fn write_step(
                 resolution.into(),
                 step.seen_from.into(),
                 step.wake_at.as_ref().into(),
+                step.cost_nanos.into(),
             ],
         )?;
         return Ok(());
@@ -135,6 +136,7 @@ pub(crate) fn write_step(
             resolution.into(),
             step.seen_from.into(),
             step.wake_at.as_ref().into(),
+            step.cost_nanos.into(),
         ],
     )?;
     anyhow::ensure!(
@@ -156,6 +158,9 @@ pub(crate) fn write_stats(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStat
             stats.executed_steps.into(),
             stats.tokens_spent.into(),
             stats.tokens_saved.into(),
+            stats.cost.spent_nanos.into(),
+            stats.cost.saved_nanos.into(),
+            stats.cost.unpriced_steps.into(),
         ],
     )?;
     Ok(())
@@ -315,6 +320,9 @@ pub(crate) fn end_run(
             stats.executed_steps.into(),
             stats.tokens_spent.into(),
             stats.tokens_saved.into(),
+            stats.cost.spent_nanos.into(),
+            stats.cost.saved_nanos.into(),
+            stats.cost.unpriced_steps.into(),
         ],
     )?;
     tx.execute(

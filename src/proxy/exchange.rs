@@ -105,6 +105,8 @@ pub(super) struct Forward {
     /// goes without it ([`super::usage`]).
     pub(super) hide_usage: bool,
     pub(super) key: Option<String>,
+    /// The model the request names, if it is a model call.
+    pub(super) model: Option<String>,
     pub(super) flight: u64,
     pub(super) own: bool,
     pub(super) traceparent: Option<String>,
@@ -116,6 +118,8 @@ struct Done<'a> {
     inbox: &'a Inbox,
     flight: u64,
     own: bool,
+    /// The model the request named, for the answer's price.
+    model: Option<String>,
 }
 
 impl Done<'_> {
@@ -141,6 +145,7 @@ impl Done<'_> {
         self.tell(End::Answered {
             answer,
             usage,
+            model: self.model.clone(),
             unheard,
         })
         .await
@@ -310,6 +315,7 @@ pub(super) async fn exchange(
         inbox,
         flight: forward.flight,
         own: forward.own,
+        model: forward.model.clone(),
     };
     let route = forward.route.clone();
     let hide_usage = forward.hide_usage;

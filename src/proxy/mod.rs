@@ -99,6 +99,8 @@ pub(crate) enum End {
     Answered {
         answer: Answer,
         usage: Option<Value>,
+        /// The model the request named (its price makes the step's cost).
+        model: Option<String>,
         /// The agent hung up before the end: an equal request of this run
         /// may have the answer from the journal.
         unheard: bool,

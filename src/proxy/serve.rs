@@ -140,6 +140,14 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     // Journaled as the agent sent it; sent asking for usage if it did not.
     let asked = super::usage::asked(&route_name, &path, &body, &args["body"]);
     let hide_usage = asked.is_some();
+    // The model named in the body, or (Gemini) in the path.
+    let model = args["body"]["model"]
+        .as_str()
+        .or_else(|| {
+            let after = path.split("/models/").nth(1)?;
+            after.split([':', '/']).next()
+        })
+        .map(str::to_owned);
     let canonical = match crate::step_key::canonical_json(&args) {
         Ok(canonical) => canonical,
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad_request", err.to_string()),
@@ -190,6 +198,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 body: asked.unwrap_or(body),
                 hide_usage,
                 key,
+                model,
                 flight,
                 own,
             };

@@ -346,6 +346,7 @@ mod tests {
             executed_steps: 5,
             tokens_saved: 2436,
             tokens_spent: 900,
+            cost: crate::journal::Cost::default(),
         };
         assert_eq!(
             summary(

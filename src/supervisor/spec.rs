@@ -55,6 +55,8 @@ pub(crate) struct RunSpec<'a> {
     /// The time waits and sleeps take as now (`DURUN_TEST_NOW`, for
     /// tests); the system clock when `None`.
     pub(crate) fixed_now: Option<SystemTime>,
+    /// What models cost (SPEC 19): the task's `[prices]` over the table.
+    pub(crate) prices: &'a crate::prices::Prices,
     /// The model/API proxy's routes (SPEC 12); `None` when it is off.
     pub(crate) proxy: Option<&'a crate::config::ProxyConfig>,
     /// The run's span as the agent's `TRACEPARENT`, when traces are on

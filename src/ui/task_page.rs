@@ -143,6 +143,11 @@ fn head(loaded: &Loaded, now: std::time::SystemTime) -> String {
                 .map_or_else(String::new, |max| format!(" · budget {}", thousands(max)))
         ),
     );
+    if let Some(cost) =
+        crate::commands::inspect::cost_line(&task.cost, task.tokens_spent + task.tokens_saved)
+    {
+        row("cost", text(&cost));
+    }
     if let Some(queue) = &task.queue {
         row("queue", text(queue));
     }
@@ -333,7 +338,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
     body.push_str(
         "<h2>Runs</h2><table><thead><tr><th>Run</th><th>Host</th><th>Started</th><th>Took</th><th>Exit</th>\
          <th class=\"num\">Executed</th><th class=\"num\">Replayed</th><th class=\"num\">Tokens spent</th>\
-         <th class=\"num\">Tokens saved</th></tr></thead><tbody>",
+         <th class=\"num\">Tokens saved</th><th class=\"num\">Cost</th></tr></thead><tbody>",
     );
     for (at, run) in runs.iter().enumerate() {
         let next = runs.get(at + 1);
@@ -362,7 +367,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
         let _ = write!(
             body,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{exit}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             run.run,
             text(&format!("{} pid {}", run.host, run.pid)),
             text(&run.started_at),
@@ -371,18 +376,29 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
             thousands(run.stats.replayed_steps),
             thousands(run.stats.tokens_spent),
             thousands(run.stats.tokens_saved),
+            run_cost(&run.stats.cost),
         );
         // Why durun ended it, as the terminal showed it: a divergence's
         // diff, a journal error.
         if let Some(error) = &run.error {
             let _ = write!(
                 body,
-                "<tr class=\"run-error\"><td colspan=\"9\"><pre>{}</pre></td></tr>",
+                "<tr class=\"run-error\"><td colspan=\"10\"><pre>{}</pre></td></tr>",
                 text(error)
             );
         }
     }
     body.push_str("</tbody></table>");
+}
+
+/// A run's cost: spent at known prices, and whether steps had none.
+fn run_cost(cost: &crate::journal::Cost) -> String {
+    match (cost.spent_nanos, cost.unpriced_steps) {
+        (0, 0) => String::new(),
+        (0, _) => "unknown".to_owned(),
+        (spent, 0) => crate::prices::shown(spent),
+        (spent, _) => format!("{} + unknown", crate::prices::shown(spent)),
+    }
 }
 
 fn signals_table(body: &mut String, task: &TaskRecord, signals: &[SignalRecord]) {
@@ -587,6 +603,13 @@ fn step_version(body: &mut String, step: &StepRecord, class: &str) {
     }
     if step.tokens > 0 {
         row("tokens", thousands(step.tokens));
+        row(
+            "cost",
+            step.cost_nanos.map_or_else(
+                || "unknown (no price for its model)".to_owned(),
+                crate::prices::shown,
+            ),
+        );
     }
     if let Some(usage) = &step.usage {
         row("usage", json(&usage.value(), 1));

@@ -92,6 +92,7 @@ fn the_task_view() {
     command  python3 probe.py script.json answers.jsonl
     cwd      [TEST_ENV]
     tokens   1,052 spent, 1,052 saved
+    cost     unknown (1 step at a model without a price)
     journal  sync full, 2 runs, created 2h ago
 
     RUN  EXIT  REPLAYED  EXECUTED  SPENT  SAVED  STARTED  TOOK
@@ -240,6 +241,8 @@ fn a_summary_has_its_members(summary: &Value) {
         keys,
         [
             "command",
+            "cost_saved_usd",
+            "cost_usd",
             "created_at",
             "held_by",
             "id",
@@ -249,6 +252,7 @@ fn a_summary_has_its_members(summary: &Value) {
             "steps",
             "tokens_saved",
             "tokens_spent",
+            "unpriced_steps",
             "updated_at"
         ]
     );

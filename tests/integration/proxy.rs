@@ -634,3 +634,73 @@ post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_toke
         assert!(message.contains(line), "{line:?} in:\n{message}");
     }
 }
+
+#[test]
+fn a_model_calls_cost_is_its_usage_at_its_price_and_replay_saves_it() {
+    let (env, _server) = llm_env();
+    env.write(
+        "durun.toml",
+        "[prices.\"house-model\"]\ninput = 1.0\noutput = 2.0\n",
+    );
+    let agent = env.write(
+        "ask.py",
+        r#"import json, os, urllib.request
+def ask(model):
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        json.dumps({"model": model, "messages": [{"role": "user", "content": "price " + model}]}).encode(),
+        {"content-type": "application/json"})
+    urllib.request.urlopen(request).read()
+for model in ("gpt-4o-2024-08-06", "house-model", "mystery"):
+    ask(model)
+raise SystemExit(3 if os.environ["DURUN_RUN"] == "1" else 0)
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let inspected = env.inspect("t");
+    let usd = |value: &Value| value.as_f64().unwrap_or(-1.0);
+    let near = |value: &Value, want: f64| (usd(value) - want).abs() < 1e-12;
+    // 100 tokens in, 20 out (the fake's usage): gpt-4o at $2.50 and $10 a
+    // million, the house model at durun.toml's $1 and $2; no price for
+    // the third.
+    let steps = inspected["steps"].as_array().expect("steps");
+    assert!(
+        near(&steps[0]["cost_usd"], 0.000_45),
+        "{}",
+        steps[0]["cost_usd"]
+    );
+    assert!(
+        near(&steps[1]["cost_usd"], 0.000_14),
+        "{}",
+        steps[1]["cost_usd"]
+    );
+    assert_eq!(steps[2]["cost_usd"], Value::Null);
+    let task = &inspected["task"];
+    assert!(near(&task["cost_usd"], 0.000_59), "{task}");
+    assert_eq!(task["unpriced_steps"], 1, "{task}");
+    // The resume answered all three from the journal: their cost saved.
+    assert!(near(&task["cost_saved_usd"], 0.000_59), "{task}");
+    assert!(near(&task["runs"][1]["cost_saved_usd"], 0.000_59), "{task}");
+    assert!(near(&task["runs"][1]["cost_usd"], 0.0), "{task}");
+    let shown = text(&env.durun(&["inspect", "t"]).stdout);
+    assert!(
+        shown.contains(
+            "cost     $0.0006 spent, $0.0006 saved; 1 step at a model without a price: cost unknown"
+        ),
+        "{shown}"
+    );
+    let step = text(&env.durun(&["inspect", "t", "--step", "3"]).stdout);
+    assert!(
+        step.contains("cost        unknown (no price for its model"),
+        "{step}"
+    );
+}

@@ -23,7 +23,7 @@ use crate::report::thousands;
 use crate::settings::Settings;
 use crate::task::{Shown, shown, unknown_task};
 use json::{StepOut, step_json, task_out, task_summary_json};
-pub(crate) use views::{age, held, took};
+pub(crate) use views::{age, cost_line, held, took};
 
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;

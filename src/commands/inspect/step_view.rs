@@ -127,6 +127,14 @@ pub(super) fn step_view(
             thousands(step.tokens),
             escape(usage.as_str())
         );
+        let _ = writeln!(
+            out,
+            "cost        {}",
+            step.cost_nanos.map_or_else(
+                || "unknown (no price for its model: [prices.\"MODEL\"] in durun.toml)".to_owned(),
+                crate::prices::shown
+            )
+        );
     }
     let args = step.args.value();
     let output = step.output.as_ref().map(crate::json_text::JsonText::value);

@@ -309,6 +309,9 @@ fn task_header(
         thousands(task.tokens_spent),
         thousands(task.tokens_saved)
     );
+    if let Some(cost) = cost_line(&task.cost, task.tokens_spent + task.tokens_saved) {
+        let _ = writeln!(out, "cost     {cost}");
+    }
     let runs_count = if task.runs == 1 {
         "1 run".to_owned()
     } else {
@@ -327,6 +330,40 @@ fn task_header(
     out
 }
 
+/// What a task's tokens cost at their models' prices (SPEC 19), when it
+/// spent or saved any.
+pub(crate) fn cost_line(cost: &crate::journal::Cost, tokens: u64) -> Option<String> {
+    if tokens == 0 {
+        return None;
+    }
+    let steps = |n: u64| {
+        if n == 1 {
+            "1 step".to_owned()
+        } else {
+            format!("{n} steps")
+        }
+    };
+    if cost.spent_nanos == 0 && cost.saved_nanos == 0 && cost.unpriced_steps > 0 {
+        return Some(format!(
+            "unknown ({} at a model without a price)",
+            steps(cost.unpriced_steps)
+        ));
+    }
+    let unpriced = if cost.unpriced_steps > 0 {
+        format!(
+            "; {} at a model without a price: cost unknown",
+            steps(cost.unpriced_steps)
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} spent, {} saved{unpriced}",
+        crate::prices::shown(cost.spent_nanos),
+        crate::prices::shown(cost.saved_nanos)
+    ))
+}
+
 /// One row a run: its exit, steps, tokens and times.
 fn runs_table(style: &Style, runs: &[RunRecord], now: SystemTime) -> String {
     let columns = [
@@ -338,7 +375,17 @@ fn runs_table(style: &Style, runs: &[RunRecord], now: SystemTime) -> String {
         Column::number("SAVED"),
         Column::fixed("STARTED"),
         Column::number("TOOK"),
+        Column::number("COST"),
     ];
+    // The cost column only where a run cost something at a known price.
+    let priced = runs
+        .iter()
+        .any(|run| run.stats.cost.spent_nanos > 0 || run.stats.cost.saved_nanos > 0);
+    let columns = if priced {
+        &columns[..]
+    } else {
+        &columns[..columns.len() - 1]
+    };
     let rows: Vec<Vec<(String, Tone)>> = runs
         .iter()
         .map(|run| {
@@ -362,10 +409,14 @@ fn runs_table(style: &Style, runs: &[RunRecord], now: SystemTime) -> String {
                     took(&run.started_at, run.finished_at.as_deref())
                         .map_or_else(|| "-".to_owned(), short_duration),
                 ),
+                plain(crate::prices::shown(run.stats.cost.spent_nanos)),
             ]
+            .into_iter()
+            .take(columns.len())
+            .collect()
         })
         .collect();
-    table::render(style, &columns, &rows)
+    table::render(style, columns, &rows)
 }
 
 /// One row a step, narrower than 100 columns without the kind, tries and

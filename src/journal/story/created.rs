@@ -55,6 +55,12 @@ pub(super) fn and_started(journal: &mut dyn Journal) {
         executed_steps,
         tokens_spent,
         tokens_saved,
+        // Money read back as written (SPEC 19).
+        cost: crate::journal::Cost {
+            spent_nanos: 7_000,
+            saved_nanos: 9_000,
+            unpriced_steps: 1,
+        },
     };
     let end = RunEnd {
         status: TaskStatus::Completed,

@@ -84,6 +84,11 @@ impl<'a> Supervisor<'a> {
                 finished = true;
                 stats.executed_steps += 1;
                 stats.tokens_spent += deferred.record.tokens;
+                match deferred.record.cost_nanos {
+                    Some(nanos) => stats.cost.spent_nanos += nanos,
+                    None if deferred.record.tokens > 0 => stats.cost.unpriced_steps += 1,
+                    None => {}
+                }
                 if !matches!(
                     deferred.record.kind,
                     StepKind::Begin | StepKind::Proxy | StepKind::Mcp

@@ -310,12 +310,13 @@ impl Supervisor<'_> {
             let _ = reply.send(());
             return;
         }
-        let (answer, usage, unheard) = match end {
+        let (answer, usage, model, unheard) = match end {
             End::Answered {
                 answer,
                 usage,
+                model,
                 unheard,
-            } => (answer, usage, unheard),
+            } => (answer, usage, model, unheard),
             End::Lost { message } => {
                 self.reporter.report(&Report::Warning(&format!(
                     "{message}; the agent was answered 502"
@@ -348,6 +349,10 @@ impl Supervisor<'_> {
         if (200..300).contains(&answer.status) {
             record.status = StepStatus::Committed;
             record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
+            record.cost_nanos = usage
+                .as_ref()
+                .zip(model.as_deref())
+                .and_then(|(usage, model)| self.spec.prices.cost(model, usage));
             record.usage = usage.as_ref().map(JsonText::from_value);
         } else {
             // An attempt, never a finished step: the agent's own retry is

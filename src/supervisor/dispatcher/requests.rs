@@ -356,6 +356,7 @@ impl Supervisor<'_> {
     pub(super) fn count_replayed(&mut self, record: &StepRecord) {
         self.stats.replayed_steps += 1;
         self.stats.tokens_saved += record.tokens;
+        self.stats.cost.saved_nanos += record.cost_nanos.unwrap_or(0);
         self.transition(Transition::Replayed {
             step: record.step,
             name: &record.name,
@@ -391,6 +392,7 @@ impl Supervisor<'_> {
             resolution: None,
             seen_from: None,
             wake_at: None,
+            cost_nanos: None,
         }
     }
 

@@ -180,6 +180,7 @@ fn spec<'a>(
         tokens_before: 0,
         fixed_now: None,
         proxy: None,
+        prices: Box::leak(Box::default()),
         traceparent: None,
         crash_at: None,
         seeds: None,
