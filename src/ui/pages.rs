@@ -74,7 +74,7 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
     } else {
         body.push_str(
             "<table class=\"tasks\"><thead><tr><th>Task</th><th>Status</th><th>Command</th>\
-             <th class=\"num\">Steps</th><th class=\"num\">Tokens spent</th><th class=\"num\">Tokens saved</th>\
+             <th class=\"num\">Steps</th><th class=\"num\">Tokens spent</th><th class=\"num\">Tokens saved</th><th class=\"num\">Cost</th>\
              <th>Queue</th><th>Updated</th></tr></thead><tbody>",
         );
         let known: std::collections::HashSet<&str> =
@@ -209,7 +209,7 @@ fn task_row(
     let _ = write!(
         body,
         "<tr><td><a href=\"{}\">{}</a>{parent}</td><td>{}{marker}</td><td class=\"cmd\" title=\"{command}\">{command}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td>{}</td><td title=\"{}\">{}</td></tr>",
         task_href(&task.id),
         text(&task.id),
@@ -217,6 +217,7 @@ fn task_row(
         thousands(task.steps),
         thousands(task.tokens_spent),
         thousands(task.tokens_saved),
+        super::task_page::cost_cell(&task.cost),
         text(task.queue.as_deref().unwrap_or("")),
         text(&task.updated_at),
         age(&task.updated_at, now),

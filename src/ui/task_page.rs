@@ -376,7 +376,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
             thousands(run.stats.replayed_steps),
             thousands(run.stats.tokens_spent),
             thousands(run.stats.tokens_saved),
-            run_cost(&run.stats.cost),
+            cost_cell(&run.stats.cost),
         );
         // Why durun ended it, as the terminal showed it: a divergence's
         // diff, a journal error.
@@ -391,8 +391,8 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
     body.push_str("</tbody></table>");
 }
 
-/// A run's cost: spent at known prices, and whether steps had none.
-fn run_cost(cost: &crate::journal::Cost) -> String {
+/// What a task or run spent at known prices, and whether steps had none.
+pub(super) fn cost_cell(cost: &crate::journal::Cost) -> String {
     match (cost.spent_nanos, cost.unpriced_steps) {
         (0, 0) => String::new(),
         (0, _) => "unknown".to_owned(),
