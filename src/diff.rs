@@ -89,17 +89,61 @@ fn child(path: &str, token: &str) -> String {
     format!("{path}/{}", token.replace('~', "~0").replace('/', "~1"))
 }
 
+/// A leaf that differs between two values, by its JSON pointer: `old`
+/// alone where it went, `new` alone where it came.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Change {
+    pub(crate) pointer: String,
+    pub(crate) old: Option<Value>,
+    pub(crate) new: Option<Value>,
+}
+
+impl Change {
+    /// `  /a/b: x -> y`, `- /a: x`, `+ /a: y` (the whole value: `/`).
+    pub(crate) fn line(&self) -> String {
+        let pointer = if self.pointer.is_empty() {
+            "/"
+        } else {
+            &self.pointer
+        };
+        match (&self.old, &self.new) {
+            (Some(old), Some(new)) => format!("  {pointer}: {old} -> {new}"),
+            (Some(old), None) => format!("- {pointer}: {old}"),
+            (None, Some(new)) => format!("+ {pointer}: {new}"),
+            (None, None) => format!("  {pointer}"),
+        }
+    }
+}
+
+/// The leaves that differ between `old` and `new`, at most `most`, in a
+/// stable order (object keys sorted).
+pub(crate) fn changes(old: &Value, new: &Value, most: usize) -> Vec<Change> {
+    let mut found = Vec::new();
+    changes_at("", old, new, most, &mut found);
+    found
+}
+
 fn diff_at(path: &str, recorded: &Value, asked: &Value, lines: &mut Vec<String>) {
-    if recorded == asked || lines.len() >= MOST {
+    let room = MOST.saturating_sub(lines.len());
+    let mut found = Vec::new();
+    changes_at(path, recorded, asked, room, &mut found);
+    lines.extend(found.iter().map(Change::line));
+}
+
+fn changes_at(path: &str, old: &Value, new: &Value, most: usize, found: &mut Vec<Change>) {
+    if old == new || found.len() >= most {
         return;
     }
     let mut both = |child: String, x: Option<&Value>, y: Option<&Value>| match (x, y) {
-        (Some(x), Some(y)) => diff_at(&child, x, y, lines),
-        (Some(x), None) => lines.push(format!("- {child}: {x}")),
-        (None, Some(y)) => lines.push(format!("+ {child}: {y}")),
-        (None, None) => {}
+        (Some(x), Some(y)) => changes_at(&child, x, y, most, found),
+        (x, y) if found.len() < most && (x.is_some() || y.is_some()) => found.push(Change {
+            pointer: child,
+            old: x.cloned(),
+            new: y.cloned(),
+        }),
+        _ => {}
     };
-    match (recorded, asked) {
+    match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for key in keys {
@@ -111,9 +155,11 @@ fn diff_at(path: &str, recorded: &Value, asked: &Value, lines: &mut Vec<String>)
                 both(child(path, &i.to_string()), a.get(i), b.get(i));
             }
         }
-        // The whole value: the empty pointer, shown as `/`.
-        _ if path.is_empty() => lines.push(format!("  /: {recorded} -> {asked}")),
-        _ => lines.push(format!("  {path}: {recorded} -> {asked}")),
+        _ => found.push(Change {
+            pointer: path.to_owned(),
+            old: Some(old.clone()),
+            new: Some(new.clone()),
+        }),
     }
 }
 

@@ -139,6 +139,7 @@ where
         Command::Resume(args) => commands::resume::exec(&args, &settings),
         Command::Test(args) => commands::trials::exec(&args, &settings),
         Command::Inspect(args) => commands::inspect::exec(&args, &settings),
+        Command::Diff(args) => commands::compare::exec(&args, &settings),
         Command::Resolve(args) => commands::resolve::exec(&args, &settings),
         Command::Cancel(args) => commands::cancel::exec(&args, &settings),
         Command::Gc(args) => commands::gc::exec(&args, &settings),

@@ -577,6 +577,21 @@ pub(crate) struct UiArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct DiffArgs {
+    /// The first task
+    #[arg(value_name = "TASK_A", add = task_ids())]
+    pub(crate) a: String,
+
+    /// The task to compare with it
+    #[arg(value_name = "TASK_B", add = task_ids())]
+    pub(crate) b: String,
+
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct PresetsArgs {
     /// Print JSON for scripts
     #[arg(long)]

@@ -86,6 +86,17 @@ pub(crate) enum Command {
     Test(TestArgs),
     /// Show tasks, or one task's runs and steps
     Inspect(InspectArgs),
+    /// Compare two tasks step by step: where they part, and what changed
+    ///
+    /// Aligns the two tasks' steps by position and name, and shows each
+    /// step that differs with the fields of its args and output that
+    /// changed, as JSON pointers with the old and new values (a model call's
+    /// answer as its text), then the difference in tokens and cost. For a
+    /// task and its fork, or two runs of one agent. Exits 0 either way.
+    #[command(after_help = "Examples:
+  durun diff nightly-0412 nightly-0413
+  durun diff release-1.4 release-1.4-fork --json | jq .first_parting")]
+    Diff(DiffArgs),
     /// Settle a step in doubt by hand: run it again, or record what happened
     ///
     /// A step is in doubt when a run died while its side effect was under

@@ -1,6 +1,7 @@
 //! One module per subcommand, each with an `exec` that returns the exit code.
 
 pub(crate) mod cancel;
+pub(crate) mod compare;
 pub(crate) mod gc;
 pub(crate) mod generate;
 pub(crate) mod inspect;

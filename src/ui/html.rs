@@ -166,3 +166,13 @@ mod tests {
         assert!(shown.starts_with("<details class=\"j\" open>"), "{shown}");
     }
 }
+
+/// What a task or run spent at known prices, and whether steps had none.
+pub(crate) fn cost_cell(cost: &crate::journal::Cost) -> String {
+    match (cost.spent_nanos, cost.unpriced_steps) {
+        (0, 0) => String::new(),
+        (0, _) => "unknown".to_owned(),
+        (spent, 0) => crate::prices::shown(spent),
+        (spent, _) => format!("{} + unknown", crate::prices::shown(spent)),
+    }
+}

@@ -217,7 +217,7 @@ fn task_row(
         thousands(task.steps),
         thousands(task.tokens_spent),
         thousands(task.tokens_saved),
-        super::task_page::cost_cell(&task.cost),
+        super::html::cost_cell(&task.cost),
         text(task.queue.as_deref().unwrap_or("")),
         text(&task.updated_at),
         age(&task.updated_at, now),

@@ -376,7 +376,7 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
             thousands(run.stats.replayed_steps),
             thousands(run.stats.tokens_spent),
             thousands(run.stats.tokens_saved),
-            cost_cell(&run.stats.cost),
+            super::html::cost_cell(&run.stats.cost),
         );
         // Why durun ended it, as the terminal showed it: a divergence's
         // diff, a journal error.
@@ -389,16 +389,6 @@ fn runs_table(body: &mut String, runs: &[RunRecord], driven: bool) {
         }
     }
     body.push_str("</tbody></table>");
-}
-
-/// What a task or run spent at known prices, and whether steps had none.
-pub(super) fn cost_cell(cost: &crate::journal::Cost) -> String {
-    match (cost.spent_nanos, cost.unpriced_steps) {
-        (0, 0) => String::new(),
-        (0, _) => "unknown".to_owned(),
-        (spent, 0) => crate::prices::shown(spent),
-        (spent, _) => format!("{} + unknown", crate::prices::shown(spent)),
-    }
 }
 
 fn signals_table(body: &mut String, task: &TaskRecord, signals: &[SignalRecord]) {

@@ -43,6 +43,7 @@ mod sdk_python;
 mod servers;
 mod shared;
 mod terminal;
+mod time_travel;
 mod torture;
 mod torture_pipelined;
 mod traces;

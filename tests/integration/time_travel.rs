@@ -1,0 +1,74 @@
+//! Time travel (SPEC 20): `durun diff` of two tasks.
+
+use serde_json::{Value, json};
+
+use crate::env::text;
+use crate::proxy::llm_env;
+
+/// An agent of three model calls, the third asking after `$VARIANT`.
+const THREE_CALLS: &str = r#"import json, os, urllib.request
+def ask(prompt):
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}]}).encode(),
+        {"content-type": "application/json"})
+    urllib.request.urlopen(request).read()
+for prompt in ("one", "two", "three " + os.environ["VARIANT"]):
+    ask(prompt)
+"#;
+
+#[test]
+fn a_diff_of_two_runs_of_one_agent_shows_where_they_part_and_what_changed() {
+    let (env, _server) = llm_env();
+    let agent = env.write("agent.py", THREE_CALLS);
+    let agent = agent.to_string_lossy();
+    for (task, variant) in [("a", "a"), ("b", "b"), ("c", "a")] {
+        let run = env
+            .command()
+            .env("VARIANT", variant)
+            .args(["run", "--task", task, "--", "python3", &agent])
+            .output()
+            .expect("durun");
+        assert!(run.status.success(), "{}", text(&run.stderr));
+    }
+    let diff = env.durun(&["diff", "a", "b", "--json"]);
+    assert!(diff.status.success(), "{}", text(&diff.stderr));
+    let diff: Value = serde_json::from_slice(&diff.stdout).expect("JSON");
+    assert_eq!(diff["first_parting"], 3, "{diff:#}");
+    let steps = diff["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[0]["same"], true);
+    assert_eq!(steps[1]["same"], true);
+    assert_eq!(steps[2]["same"], false);
+    assert_eq!(
+        steps[2]["args"],
+        json!([{"pointer": "/messages/0/content", "old": "three a", "new": "three b"}])
+    );
+    assert_eq!(
+        steps[2]["output"],
+        json!([{"pointer": "answer", "old": "echo: three a", "new": "echo: three b"}])
+    );
+    assert_eq!(diff["tokens_difference"], 0);
+    assert_eq!(diff["a"]["steps"], 3);
+
+    let shown = text(&env.durun(&["diff", "a", "b"]).stdout);
+    for line in [
+        "   1  openai POST /chat/completions  same\n",
+        "   3  openai POST /chat/completions  differs  <- first parting\n",
+        "      args    /messages/0/content: \"three a\" -> \"three b\"\n",
+        "      output  answer: \"echo: three a\" -> \"echo: three b\"\n",
+        "the tasks part at step 3\n",
+    ] {
+        assert!(shown.contains(line), "{line:?} in:\n{shown}");
+    }
+    // Two runs that went the same way part nowhere.
+    let same: Value =
+        serde_json::from_slice(&env.durun(&["diff", "a", "c", "--json"]).stdout).expect("JSON");
+    assert_eq!(same["first_parting"], Value::Null, "{same:#}");
+    let missing = env.durun(&["diff", "a", "nope"]);
+    assert_eq!(missing.status.code(), Some(64));
+    assert!(
+        text(&missing.stderr).contains("no task nope"),
+        "{}",
+        text(&missing.stderr)
+    );
+}
