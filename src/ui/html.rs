@@ -134,6 +134,16 @@ fn quoted(string: &str) -> String {
     serde_json::Value::String(string.to_owned()).to_string()
 }
 
+/// What a task or run spent at known prices, and whether steps had none.
+pub(crate) fn cost_cell(cost: &crate::journal::Cost) -> String {
+    match (cost.spent_nanos, cost.unpriced_steps) {
+        (0, 0) => String::new(),
+        (0, _) => "unknown".to_owned(),
+        (spent, 0) => crate::prices::shown(spent),
+        (spent, _) => format!("{} + unknown", crate::prices::shown(spent)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,15 +174,5 @@ mod tests {
         assert!(shown.contains("&lt;img onerror=x&gt;"), "{shown}");
         assert!(!shown.contains("<img"), "{shown}");
         assert!(shown.starts_with("<details class=\"j\" open>"), "{shown}");
-    }
-}
-
-/// What a task or run spent at known prices, and whether steps had none.
-pub(crate) fn cost_cell(cost: &crate::journal::Cost) -> String {
-    match (cost.spent_nanos, cost.unpriced_steps) {
-        (0, 0) => String::new(),
-        (0, _) => "unknown".to_owned(),
-        (spent, 0) => crate::prices::shown(spent),
-        (spent, _) => format!("{} + unknown", crate::prices::shown(spent)),
     }
 }
