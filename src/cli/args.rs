@@ -433,8 +433,15 @@ pub(crate) struct ForkArgs {
     pub(crate) task: String,
 
     /// The first step the new task runs anew; steps before it are copied
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), add = step_numbers())]
+    #[arg(long, visible_alias = "at", value_name = "N", value_parser = clap::value_parser!(u64).range(1..), add = step_numbers())]
     pub(crate) from_step: u64,
+
+    /// Answer step N with this file instead of running it: for a model
+    /// call, the answer body the agent gets (status 200, the recorded
+    /// content type); for any other step, its output as JSON. Steps before
+    /// N replay, step N is marked edited, and the task runs live after it
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
 
     /// The new task's id [default: a new one]
     #[arg(long = "task", value_name = "NEW_ID")]

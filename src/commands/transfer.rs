@@ -142,10 +142,31 @@ pub(crate) fn fork(args: &ForkArgs, settings: &Settings) -> Result<i32> {
         .hint(format!("`durun inspect {}` lists its steps", args.task))
         .into());
     }
+    // With `--output`, step N is copied too, answered with the file.
+    let copied = if let Some(file) = &args.output {
+        if from > last {
+            return Err(Failure::config(format!(
+                "task {} has {last} steps: there is no step {from} to answer with {}",
+                args.task,
+                file.display()
+            ))
+            .hint(format!("`durun inspect {}` lists its steps", args.task))
+            .into());
+        }
+        let row = rows
+            .steps
+            .iter_mut()
+            .find(|row| live(row) && index(row, "step_index") == Some(from))
+            .ok_or_else(|| Failure::config(format!("task {} has no step {from}", args.task)))?;
+        edited(row, file)?;
+        from + 1
+    } else {
+        from
+    };
     rows.steps
-        .retain(|row| live(row) && index(row, "step_index").is_some_and(|step| step < from));
+        .retain(|row| live(row) && index(row, "step_index").is_some_and(|step| step < copied));
     rows.signals
-        .retain(|row| index(row, "taken_by").is_some_and(|step| step < from));
+        .retain(|row| index(row, "taken_by").is_some_and(|step| step < copied));
     rows.resolutions
         .retain(|row| index(row, "step_index").is_some_and(|step| step < from));
     rows.runs.clear();
@@ -166,11 +187,19 @@ pub(crate) fn fork(args: &ForkArgs, settings: &Settings) -> Result<i32> {
     release(&mut rows.task);
     rows.task.insert("imported_at".to_owned(), Value::Null);
     journal.import(&rows, false, settings.holder())?;
-    crate::report::say(&format!(
-        "forked task {} into {id}: steps 1-{} replay from the copy, step {from} on runs anew; `durun resume {id}` runs it",
-        args.task,
-        from - 1
-    ));
+    crate::report::say(&if copied > from {
+        format!(
+            "forked task {} into {id}: steps 1-{} replay from the copy, step {from} answers with the edited output, step {copied} on runs anew; `durun resume {id}` runs it",
+            args.task,
+            from - 1
+        )
+    } else {
+        format!(
+            "forked task {} into {id}: steps 1-{} replay from the copy, step {from} on runs anew; `durun resume {id}` runs it",
+            args.task,
+            from - 1
+        )
+    });
     println!("{id}");
     Ok(0)
 }
@@ -353,6 +382,55 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(text, "{byte:02x}");
         text
     })
+}
+
+/// A step's row answered with `file` (SPEC 20): a finished step with the
+/// file as its output, marked `edited`, that costs nothing. A model call's
+/// file is the answer body the agent gets, with status 200 and the
+/// recorded content type; any other step's is its output JSON.
+fn edited(row: &mut Map<String, Value>, file: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|err| {
+        Failure::config(format!("cannot read {}: {err}", file.display()))
+            .hint("--output takes a text file: an answer body, or an output as JSON")
+    })?;
+    let recorded: Value = row
+        .get("output")
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or(Value::Null);
+    let output = if row.get("kind") == Some(&json!("proxy")) {
+        let content_type = recorded
+            .get("content_type")
+            .and_then(Value::as_str)
+            .unwrap_or("application/json")
+            .to_owned();
+        match serde_json::from_str::<Value>(&text) {
+            Ok(body) if content_type.contains("json") => {
+                json!({"status": 200, "content_type": content_type, "body": body})
+            }
+            _ => json!({"status": 200, "content_type": content_type, "text": text}),
+        }
+    } else {
+        serde_json::from_str::<Value>(&text).map_err(|err| {
+            Failure::config(format!("{} is not JSON: {err}", file.display()))
+                .hint("a step's output is JSON; a model call's answer body may be any text")
+        })?
+    };
+    let now = journal::now();
+    for (column, value) in [
+        ("status", json!("committed")),
+        ("output", json!(output.to_string())),
+        ("error_code", Value::Null),
+        ("error", Value::Null),
+        ("usage", Value::Null),
+        ("tokens", json!(0)),
+        ("cost_nanos", Value::Null),
+        ("resolution", json!("edited")),
+        ("finished_at", json!(now)),
+    ] {
+        row.insert(column.to_owned(), value);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -397,11 +397,15 @@ pub(crate) enum ResolutionKind {
     Output,
     /// It failed; it replays as a failure.
     Fail,
+    /// Its output was edited by `durun fork --output` (SPEC 20): it
+    /// replays with the edited output.
+    Edited,
 }
 text_enum!(ResolutionKind {
     Retry => "retry",
     Output => "output",
     Fail => "fail",
+    Edited => "edited",
 });
 
 #[derive(Debug, Clone)]

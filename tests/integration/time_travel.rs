@@ -72,3 +72,92 @@ fn a_diff_of_two_runs_of_one_agent_shows_where_they_part_and_what_changed() {
         text(&missing.stderr)
     );
 }
+
+/// An agent whose third call asks after the second's answer.
+const CHAINED: &str = r#"import json, os, urllib.request
+def ask(prompt):
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}]}).encode(),
+        {"content-type": "application/json"})
+    return json.loads(urllib.request.urlopen(request).read())["choices"][0]["message"]["content"]
+ask("one")
+two = ask("two")
+print(ask("after " + two))
+"#;
+
+#[test]
+fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() {
+    let (env, server) = llm_env();
+    let agent = env.write("agent.py", CHAINED);
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "echo: after echo: two\n");
+    let before = server.counts();
+    let edit = env.write(
+        "edit.json",
+        r#"{"id": "e1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "EDITED"}, "finish_reason": "stop"}]}"#,
+    );
+    let fork = env.durun(&[
+        "fork",
+        "t",
+        "--at",
+        "2",
+        "--output",
+        &edit.to_string_lossy(),
+        "--task",
+        "f",
+    ]);
+    assert!(fork.status.success(), "{}", text(&fork.stderr));
+    assert_eq!(text(&fork.stdout), "f\n");
+    let resumed = env.durun(&["resume", "f"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    // The agent's next request carried the edited answer; nothing before
+    // the edit reached the model again.
+    assert_eq!(text(&resumed.stdout), "echo: after EDITED\n");
+    let counts = server.counts();
+    assert_eq!(
+        counts["/v1/chat/completions one"],
+        before["/v1/chat/completions one"]
+    );
+    assert_eq!(
+        counts["/v1/chat/completions two"],
+        before["/v1/chat/completions two"]
+    );
+    assert_eq!(counts["/v1/chat/completions after EDITED"], 1, "{counts}");
+    let inspected = env.inspect("f");
+    assert_eq!(inspected["steps"][1]["resolution"], "edited");
+    assert_eq!(inspected["steps"][1]["tokens"], 0);
+    assert_eq!(inspected["task"]["runs"][0]["replayed_steps"], 2);
+    assert!(
+        text(&env.durun(&["inspect", "f"]).stdout).contains("  edited  "),
+        "the step table marks it"
+    );
+    // The original is untouched, and the two part at the edit.
+    let diff: Value =
+        serde_json::from_slice(&env.durun(&["diff", "t", "f", "--json"]).stdout).expect("JSON");
+    assert_eq!(diff["first_parting"], 2, "{diff:#}");
+    assert_eq!(env.inspect("t")["steps"][1]["resolution"], Value::Null);
+    // A step past the task's end cannot be answered; a bad file is said.
+    let past = env.durun(&[
+        "fork",
+        "t",
+        "--at",
+        "4",
+        "--output",
+        &edit.to_string_lossy(),
+    ]);
+    assert_eq!(past.status.code(), Some(64));
+    assert!(
+        text(&past.stderr).contains("there is no step 4"),
+        "{}",
+        text(&past.stderr)
+    );
+}

@@ -94,7 +94,12 @@ pub(super) fn step_view(
         style.paint(step_tone(step.status), step_state(step, driven))
     );
     if let Some(resolution) = &step.resolution {
-        let _ = writeln!(out, "resolution  {resolution} (durun resolve)");
+        let by = if *resolution == crate::journal::ResolutionKind::Edited {
+            "durun fork --output"
+        } else {
+            "durun resolve"
+        };
+        let _ = writeln!(out, "resolution  {resolution} ({by})");
     }
     let _ = writeln!(out, "key         {}", step.idempotency_key);
     let _ = writeln!(out, "args hash   {}", step.args_hash);

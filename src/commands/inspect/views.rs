@@ -39,6 +39,8 @@ pub(super) fn step_tone(status: StepStatus) -> Tone {
 pub(super) fn step_state(step: &StepRecord, driven: bool) -> &'static str {
     if step.status == StepStatus::Pending && !driven {
         "interrupted"
+    } else if step.resolution == Some(crate::journal::ResolutionKind::Edited) {
+        "edited"
     } else {
         step.status.as_str()
     }
