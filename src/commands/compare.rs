@@ -277,22 +277,35 @@ fn shown(a: &TaskRecord, b: &TaskRecord, pairs: &[Pair<'_>], first_parting: Opti
             }
         }
     }
-    let tokens = i128::from(b.tokens_spent) - i128::from(a.tokens_spent);
+    let sign = |more: bool| if more { "+" } else { "-" };
+    let (x, y) = (a.tokens_spent, b.tokens_spent);
     let _ = writeln!(
         out,
-        "\ntokens  {} -> {} ({tokens:+})",
-        thousands(a.tokens_spent),
-        thousands(b.tokens_spent)
+        "\ntokens  {} -> {} ({}{})",
+        thousands(x),
+        thousands(y),
+        sign(y >= x),
+        thousands(x.abs_diff(y))
     );
     let (x, y) = (a.cost.spent_nanos, b.cost.spent_nanos);
-    let _ = writeln!(
-        out,
-        "cost    {} -> {} ({}{})",
-        crate::prices::shown(x),
-        crate::prices::shown(y),
-        if y >= x { "+" } else { "-" },
-        crate::prices::shown(x.abs_diff(y))
-    );
+    let unpriced = a.cost.unpriced_steps + b.cost.unpriced_steps;
+    if x > 0 || y > 0 {
+        let _ = writeln!(
+            out,
+            "cost    {} -> {} ({}{}){}",
+            crate::prices::shown(x),
+            crate::prices::shown(y),
+            sign(y >= x),
+            crate::prices::shown(x.abs_diff(y)),
+            if unpriced > 0 {
+                ", without the steps at a model with no price"
+            } else {
+                ""
+            }
+        );
+    } else if unpriced > 0 {
+        out.push_str("cost    unknown (models without a price)\n");
+    }
     match first_parting {
         Some(step) => {
             let _ = writeln!(out, "the tasks part at step {step}");
