@@ -62,6 +62,15 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
                 "--from-step={}",
                 field("from").ok_or("fork from which step?")?
             ));
+            // The step page's edited answer: a file for `--output`.
+            if let Some(output) = req
+                .field("output")
+                .filter(|output| !output.trim().is_empty())
+            {
+                let file =
+                    edited_file(output).map_err(|err| format!("cannot keep the edit: {err}"))?;
+                options.push(format!("--output={}", file.display()));
+            }
         }
         _ => {}
     }
@@ -70,6 +79,25 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
     args.push("--".to_owned());
     args.extend(values);
     Ok(args)
+}
+
+/// A private file holding an edited answer for `fork --output`, removed
+/// once the fork has read it (see [`act`]).
+fn edited_file(output: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = std::env::temp_dir().join(format!(
+        "durun-ui-edit-{}-{}",
+        std::process::id(),
+        crate::task::new_task_id()
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    file.write_all(output.as_bytes())?;
+    Ok(path)
 }
 
 /// What a `durun` command said: whether it succeeded, its `durun:` lines
@@ -127,6 +155,13 @@ pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {
         Err(message) => (false, message, back),
         Ok(args) => {
             let said = durun(shared, &args, None);
+            for arg in &args {
+                if let Some(file) = arg.strip_prefix("--output=")
+                    && action == "fork"
+                {
+                    let _ = std::fs::remove_file(file);
+                }
+            }
             let location = if action == "fork" && said.ok && !said.printed.is_empty() {
                 task_href(&said.printed)
             } else {

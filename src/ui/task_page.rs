@@ -514,6 +514,12 @@ pub(super) fn step(shared: &Shared, id: &str, step: &str) -> Result<Reply> {
     for step in &versions {
         step_version(&mut body, step, step_class(step, &task, shown.driven()));
     }
+    if let Some(live) = versions
+        .iter()
+        .find(|step| step.status == StepStatus::Committed)
+    {
+        body.push_str(&edit_form(&task.id, live, &shared.keys.csrf));
+    }
     Ok(Reply::html(page(
         &format!("{} step {number}", task.id),
         &shared.keys.csrf,
@@ -539,6 +545,36 @@ fn chat(messages: &[crate::proxy::conversation::Message]) -> String {
     }
     out.push_str("</div>");
     out
+}
+
+/// "What if it had answered this instead?" (SPEC 20): the step's answer,
+/// to edit, and a fork whose step N answers with the edit.
+fn edit_form(task: &str, step: &StepRecord, csrf: &str) -> String {
+    let output = step.output.as_ref().map(crate::json_text::JsonText::value);
+    let current = match (&output, step.kind) {
+        (Some(output), StepKind::Proxy) => match (output.get("body"), output.get("text")) {
+            (Some(body), _) => serde_json::to_string_pretty(body).unwrap_or_default(),
+            (None, Some(serde_json::Value::String(text))) => text.clone(),
+            _ => String::new(),
+        },
+        (Some(output), _) => serde_json::to_string_pretty(output).unwrap_or_default(),
+        (None, _) => String::new(),
+    };
+    let fields = format!(
+        "<input type=\"hidden\" name=\"from\" value=\"{}\"><textarea name=\"output\" rows=\"12\" required>{}</textarea>",
+        step.step,
+        text(&current)
+    );
+    format!(
+        "<section class=\"actions\"><h2>Answer it differently</h2><p>A new task replays the steps before this one, \
+         answers this one with the text below ({}), and runs live from there.</p>{}</section>",
+        if step.kind == StepKind::Proxy {
+            "the answer body the agent gets"
+        } else {
+            "its output, as JSON"
+        },
+        form(task, "fork", csrf, &fields, "Fork with this answer", "")
+    )
 }
 
 /// One version of a step: its heading and every field the journal keeps.

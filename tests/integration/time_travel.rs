@@ -161,3 +161,69 @@ fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() 
         text(&past.stderr)
     );
 }
+
+/// The web view's step page forks with an edited answer (SPEC 20).
+#[test]
+fn the_step_page_forks_with_an_edited_answer() {
+    let (env, _server) = llm_env();
+    let agent = env.write("agent.py", CHAINED);
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let ui = crate::ui::Ui::start(&env, &[]);
+    let page = ui.get("/tasks/t/steps/2").body;
+    assert!(page.contains("Fork with this answer"), "{page}");
+    // The answer as the agent got it, to edit.
+    assert!(
+        page.contains("&quot;content&quot;: &quot;echo: two&quot;"),
+        "{page}"
+    );
+    let edited = r#"{"id": "e1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "EDITED"}, "finish_reason": "stop"}]}"#;
+    let body: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("csrf", &ui.csrf())
+        .append_pair("from", "2")
+        .append_pair("output", edited)
+        .finish();
+    let bearer = ui.bearer();
+    let answer = crate::ui::request(
+        &ui.at,
+        "POST",
+        "/tasks/t/fork",
+        &[
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Accept", "application/json"),
+        ],
+        &body,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let said: Value = serde_json::from_str(&answer.body).expect("JSON");
+    let forked = said["location"]
+        .as_str()
+        .and_then(|location| location.strip_prefix("/tasks/"))
+        .expect("the fork's page")
+        .to_owned();
+    let resumed = env.durun(&["resume", &forked]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(text(&resumed.stdout), "echo: after EDITED\n");
+    assert_eq!(env.inspect(&forked)["steps"][1]["resolution"], "edited");
+    // The edit's file is gone once the fork read it.
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .expect("temp dir")
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("durun-ui-edit-{}-", ui.child.id()))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
