@@ -175,6 +175,17 @@ fn changes_json(found: &[Change]) -> Value {
         .collect()
 }
 
+/// `durun diff A B --json` of two tasks and their live steps: what the
+/// web view's comparison shows too.
+pub(crate) fn compared(
+    (a, a_steps): (&TaskRecord, &[StepRecord]),
+    (b, b_steps): (&TaskRecord, &[StepRecord]),
+) -> Value {
+    let pairs = aligned(a_steps, b_steps);
+    let first_parting = pairs.iter().find(|pair| !pair.same()).map(|pair| pair.step);
+    as_json(a, b, &pairs, first_parting)
+}
+
 fn as_json(
     a: &TaskRecord,
     b: &TaskRecord,

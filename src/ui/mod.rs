@@ -303,6 +303,7 @@ fn route(req: &Req, shared: &Shared, vouched: bool) -> Reply {
         (&Method::GET, []) => pages::task_list(req, shared),
         (&Method::GET, ["tokens"]) => pages::tokens(shared),
         (&Method::GET, ["workers"]) => pages::workers(shared),
+        (&Method::GET, ["diff"]) => pages::diff(req, shared),
         (&Method::GET, ["tasks", id]) => task_page::task(req, shared, id),
         (&Method::GET, ["tasks", id, "steps", step]) => task_page::step(shared, id, step),
         (&Method::GET, ["api", "tasks"]) => pages::api_tasks(shared),

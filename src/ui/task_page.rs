@@ -101,6 +101,13 @@ fn task_body(loaded: &Loaded, shared: &Shared) -> String {
     }
     body.push_str("</p>");
     runs_table(&mut body, runs, driven);
+    // A task and its fork, or two runs of one agent: `durun diff`.
+    let _ = write!(
+        body,
+        "<form method=\"get\" action=\"/diff\" class=\"act\"><input type=\"hidden\" name=\"a\" value=\"{}\">\
+         <input name=\"b\" placeholder=\"another task's id\" required><button>Compare</button></form>",
+        text(&task.id)
+    );
     signals_table(&mut body, task, signals);
     steps_table(&mut body, task, steps, *last, driven);
     body

@@ -60,6 +60,17 @@ fn a_diff_of_two_runs_of_one_agent_shows_where_they_part_and_what_changed() {
     ] {
         assert!(shown.contains(line), "{line:?} in:\n{shown}");
     }
+    // The web view's comparison says the same.
+    let ui = crate::ui::Ui::start(&env, &[]);
+    let page = ui.get("/diff?a=a&b=b").body;
+    assert!(page.contains("The tasks first part at step 3."), "{page}");
+    assert!(
+        page.contains("args <code>/messages/0/content</code>: <span class=\"old\">&quot;three a&quot;</span> → <span class=\"new\">&quot;three b&quot;</span>"),
+        "{page}"
+    );
+    assert_eq!(ui.get("/diff?a=a&b=nope").status, 404);
+    assert!(ui.get("/tasks/a").body.contains("<button>Compare</button>"));
+    drop(ui);
     // Two runs that went the same way part nowhere.
     let same: Value =
         serde_json::from_slice(&env.durun(&["diff", "a", "c", "--json"]).stdout).expect("JSON");
