@@ -382,6 +382,12 @@ pub(crate) struct ApproveArgs {
     /// More data for the agent, a JSON object merged into {"approved": true}; @FILE reads a file, @- standard input
     #[arg(long, value_name = "JSON", value_parser = json_arg)]
     pub(crate) data: Option<serde_json::Value>,
+
+    /// Raise the task's token budget by N: a task stopped over its budget
+    /// goes on at its next `resume` (or worker); a task that waits for no
+    /// signal gets none
+    #[arg(long, value_name = "N")]
+    pub(crate) add_tokens: Option<u64>,
 }
 
 #[derive(Args, Debug)]

@@ -28,6 +28,12 @@ pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
 }
 
 pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
+    if let Some(more) = args.add_tokens {
+        let waits = add_tokens(&args.task, more, settings)?;
+        if !waits {
+            return Ok(0);
+        }
+    }
     let mut data = Map::new();
     data.insert("approved".to_owned(), Value::Bool(true));
     if let Some(extra) = &args.data {
@@ -44,6 +50,31 @@ pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
         }
     }
     answer(&args.task, Value::Object(data), "approved", settings)
+}
+
+/// Raises `task`'s token budget by `more` (SPEC 19); whether the task waits
+/// for a signal, which `approve` then answers too.
+fn add_tokens(task: &str, more: u64, settings: &Settings) -> Result<bool> {
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Write, settings)?;
+    let Some(record) = journal.task(task)? else {
+        return Err(unknown_task(task, &location).into());
+    };
+    let Some(max) = record.max_tokens else {
+        return Err(
+            Failure::usage(format!("task {task} has no token budget to raise"))
+                .hint(format!("`durun resume {task} --max-tokens N` gives it one"))
+                .into(),
+        );
+    };
+    let raised = max.saturating_add(more);
+    journal.set_max_tokens(task, Some(raised))?;
+    crate::report::say(&format!(
+        "task {task}: token budget {max} -> {raised}, {} left; `durun resume {task}` goes on",
+        raised.saturating_sub(record.tokens_spent)
+    ));
+    let waiting = crate::task::waiting_step(journal.as_mut(), task)?;
+    Ok(waiting.is_some_and(|step| step.kind == StepKind::Wait))
 }
 
 pub(crate) fn reject(args: &RejectArgs, settings: &Settings) -> Result<i32> {

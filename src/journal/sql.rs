@@ -259,7 +259,13 @@ pub(crate) static FORGET_UNSTARTED: Sql = Sql::new(
 );
 
 /// The task's token budget.
-pub(crate) static SET_MAX_TOKENS: Sql = Sql::new("UPDATE tasks SET max_tokens = $2 WHERE id = $1");
+/// A task's token budget; a task stopped over its budget may go on again
+/// (`resume`, a worker) once it is set (SPEC 19).
+pub(crate) static SET_MAX_TOKENS: Sql = Sql::new(
+    "UPDATE tasks SET max_tokens = $2,
+         status = CASE WHEN status = 'over_budget' THEN 'interrupted' ELSE status END
+     WHERE id = $1",
+);
 
 /// Who holds the task, and whether it was cancelled.
 pub(crate) static STANDING: Sql =

@@ -526,6 +526,42 @@ fn a_token_budget_stops_the_task_and_a_raise_continues_it() {
 }
 
 #[test]
+fn approve_add_tokens_raises_the_budget_and_the_task_goes_on() {
+    let env = waiter_env();
+    let plan = json!([
+        {"step": "a", "tokens": 100},
+        {"step": "b", "tokens": 100},
+        {"step": "c", "tokens": 100},
+    ]);
+    let first = run(
+        &env,
+        &waiter_args(&env, "t", &plan, &["--max-tokens", "150"]),
+    );
+    assert_eq!(first.status.code(), Some(78), "{}", text(&first.stderr));
+    assert_eq!(env.inspect("t")["task"]["status"], "over_budget");
+    let approved = env.durun(&["approve", "t", "--add-tokens", "500"]);
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    assert!(
+        text(&approved.stderr).contains("task t: token budget 150 -> 650, 450 left"),
+        "{}",
+        text(&approved.stderr)
+    );
+    // No longer stopped: a resume (or a worker) goes on from the journal.
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "interrupted", "{task}");
+    assert_eq!(task["task"]["max_tokens"], 650);
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(ran(&env), ["a", "b", "c"]);
+    // A task with no budget has none to raise.
+    let plain = run(&env, &waiter_args(&env, "u", &json!([{"step": "a"}]), &[]));
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let refused = env.durun(&["approve", "u", "--add-tokens", "5"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("task u has no token budget to raise"));
+}
+
+#[test]
 fn a_budget_from_durun_toml_is_recorded_with_the_task() {
     let env = waiter_env();
     env.write(
