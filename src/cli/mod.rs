@@ -3,9 +3,11 @@
 use clap::{Args, Parser, Subcommand};
 
 mod args;
+mod test_args;
 mod values;
 
 pub(crate) use args::*;
+pub(crate) use test_args::TestArgs;
 pub(crate) use values::FaultKind;
 
 /// Run an AI agent so that it survives a crash.

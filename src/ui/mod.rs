@@ -12,9 +12,11 @@
 
 mod actions;
 mod api;
+mod compare_page;
 mod html;
 mod http;
 mod pages;
+mod step_page;
 mod task_page;
 mod timeline;
 
@@ -303,9 +305,9 @@ fn route(req: &Req, shared: &Shared, vouched: bool) -> Reply {
         (&Method::GET, []) => pages::task_list(req, shared),
         (&Method::GET, ["tokens"]) => pages::tokens(shared),
         (&Method::GET, ["workers"]) => pages::workers(shared),
-        (&Method::GET, ["diff"]) => pages::diff(req, shared),
+        (&Method::GET, ["diff"]) => compare_page::diff(req, shared),
         (&Method::GET, ["tasks", id]) => task_page::task(req, shared, id),
-        (&Method::GET, ["tasks", id, "steps", step]) => task_page::step(shared, id, step),
+        (&Method::GET, ["tasks", id, "steps", step]) => step_page::step(shared, id, step),
         (&Method::GET, ["api", "tasks"]) => pages::api_tasks(shared),
         (&Method::GET, ["api", "tasks", id]) => task_page::api_task(shared, id),
         (&Method::GET, ["api", "live"]) => pages::live(req, shared),

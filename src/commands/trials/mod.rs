@@ -9,6 +9,7 @@
 //! to a file in the scratch directory. Trials reach no model: their calls
 //! go to the recorder ([`tape`]), which answers from the reference's.
 
+mod report;
 mod tape;
 mod trial;
 mod verdict;
@@ -140,16 +141,16 @@ pub(crate) fn exec(args: &TestArgs, settings: &Settings) -> Result<i32> {
         return Ok(INTERRUPTED);
     }
     if args.json {
-        println!("{}", verdict::json(&judged, &reference, reference_calls));
+        println!("{}", report::json(&judged, &reference, reference_calls));
     } else {
         print!(
             "{}",
-            verdict::table(&judged, &points, &verdict::Again { args })
+            report::table(&judged, &points, &report::Again { args })
         );
-        println!("\n{}", verdict::verdict(&judged, args.check.is_some()));
+        println!("\n{}", report::verdict(&judged, args.check.is_some()));
     }
     if let Some(path) = &args.junit {
-        std::fs::write(path, verdict::junit(&judged))
+        std::fs::write(path, report::junit(&judged))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let held = !judged.iter().any(|trial| trial.status.broke());
