@@ -292,6 +292,12 @@ impl Preset {
         }
     }
 
+    /// Adds the fields this CLI changes on every call to `ignore` (a run's
+    /// proxy and `durun test`'s recorder both match with them).
+    pub(crate) fn extend_ignore(&self, ignore: &mut Vec<String>) {
+        ignore.extend(self.ignore.iter().map(|pointer| (*pointer).to_owned()));
+    }
+
     /// The programs and packages it is known by.
     pub(crate) fn programs(&self) -> Vec<&'static str> {
         self.programs.iter().chain(self.packages).copied().collect()

@@ -17,7 +17,7 @@ pub(super) const ACTIONS: [&str; 6] = ["approve", "reject", "signal", "cancel", 
 /// wrong with the form. A value is never read as an option: options are
 /// given as `--name=VALUE` and the task id and other values come after
 /// `--`, so a form value that starts with `-` stays a value.
-fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
+fn command(req: &Req, id: &str, action: &str) -> Result<(Vec<String>, Option<EditFile>), String> {
     let field = |name: &str| {
         req.field(name)
             .map(str::trim)
@@ -25,6 +25,7 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
     };
     let mut options: Vec<String> = Vec::new();
     let mut values = vec![id.to_owned()];
+    let mut edit = None;
     match action {
         "approve" => {
             if let Some(comment) = field("comment") {
@@ -68,8 +69,9 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
                 .filter(|output| !output.trim().is_empty())
             {
                 let file =
-                    edited_file(output).map_err(|err| format!("cannot keep the edit: {err}"))?;
-                options.push(format!("--output={}", file.display()));
+                    EditFile::new(output).map_err(|err| format!("cannot keep the edit: {err}"))?;
+                options.push(format!("--output={}", file.0.display()));
+                edit = Some(file);
             }
         }
         _ => {}
@@ -78,26 +80,37 @@ fn command(req: &Req, id: &str, action: &str) -> Result<Vec<String>, String> {
     args.extend(options);
     args.push("--".to_owned());
     args.extend(values);
-    Ok(args)
+    Ok((args, edit))
 }
 
 /// A private file holding an edited answer for `fork --output`, removed
-/// once the fork has read it (see [`act`]).
-fn edited_file(output: &str) -> std::io::Result<std::path::PathBuf> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let path = std::env::temp_dir().join(format!(
-        "durun-ui-edit-{}-{}",
-        std::process::id(),
-        crate::task::new_task_id()
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    file.write_all(output.as_bytes())?;
-    Ok(path)
+/// when dropped, however the fork went.
+struct EditFile(std::path::PathBuf);
+
+impl EditFile {
+    fn new(output: &str) -> std::io::Result<Self> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = std::env::temp_dir().join(format!(
+            "durun-ui-edit-{}-{}",
+            std::process::id(),
+            crate::task::new_task_id()
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        let edit = Self(path);
+        file.write_all(output.as_bytes())?;
+        Ok(edit)
+    }
+}
+
+impl Drop for EditFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// What a `durun` command said: whether it succeeded, its `durun:` lines
@@ -153,15 +166,9 @@ pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {
     let back = task_href(id);
     let (ok, message, location) = match command(req, id, action) {
         Err(message) => (false, message, back),
-        Ok(args) => {
+        Ok((args, edit)) => {
             let said = durun(shared, &args, None);
-            for arg in &args {
-                if let Some(file) = arg.strip_prefix("--output=")
-                    && action == "fork"
-                {
-                    let _ = std::fs::remove_file(file);
-                }
-            }
+            drop(edit);
             let location = if action == "fork" && said.ok && !said.printed.is_empty() {
                 task_href(&said.printed)
             } else {

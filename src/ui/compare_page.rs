@@ -30,12 +30,10 @@ pub(super) fn diff(req: &Req, shared: &Shared) -> Result<Reply> {
             return Ok(None);
         };
         let (x_steps, y_steps) = (journal.steps(a, false)?, journal.steps(b, false)?);
-        Ok(Some(crate::commands::compare::compared(
-            (&x, &x_steps),
-            (&y, &y_steps),
-        )))
+        let compared = crate::commands::compare::compared((&x, &x_steps), (&y, &y_steps));
+        Ok(Some((x, y, compared)))
     })?;
-    let Some(compared) = compared else {
+    let Some((x, y, compared)) = compared else {
         return Ok(Reply::text(
             hyper::StatusCode::NOT_FOUND,
             format!("durun ui: no task {a} or no task {b} in the journal"),
@@ -45,30 +43,27 @@ pub(super) fn diff(req: &Req, shared: &Shared) -> Result<Reply> {
         &format!("{a} and {b}"),
         &shared.keys.csrf,
         None,
-        &diff_body(&compared),
+        &diff_body([&x, &y], &compared),
     )))
 }
 
 /// The comparison as a page: the two tasks, then a row a step, its
 /// changes under it.
-fn diff_body(compared: &serde_json::Value) -> String {
-    let side = |which: &str| {
-        let task = &compared[which];
-        let id = task["id"].as_str().unwrap_or_default();
+fn diff_body(tasks: [&crate::journal::TaskRecord; 2], compared: &serde_json::Value) -> String {
+    let side = |which: &str, task: &crate::journal::TaskRecord| {
         format!(
-            "<dt>{}</dt><dd><a href=\"{}\">{}</a> · {} · {} tokens · {}</dd>",
-            which.to_uppercase(),
-            task_href(id),
-            text(id),
-            text(task["status"].as_str().unwrap_or_default()),
-            thousands(task["tokens_spent"].as_u64().unwrap_or(0)),
-            crate::prices::shown((task["cost_usd"].as_f64().unwrap_or(0.0) * 1e9).round() as u64),
+            "<dt>{which}</dt><dd><a href=\"{}\">{}</a> · {} · {} tokens · {}</dd>",
+            task_href(&task.id),
+            text(&task.id),
+            task.status.as_str(),
+            thousands(task.tokens_spent),
+            crate::prices::shown(task.cost.spent_nanos),
         )
     };
     let mut body = format!(
         "<h1>Compare</h1><dl class=\"head\">{}{}</dl><p>{}</p>",
-        side("a"),
-        side("b"),
+        side("A", tasks[0]),
+        side("B", tasks[1]),
         match compared["first_parting"].as_u64() {
             Some(step) => format!("The tasks first part at step {step}."),
             None => "The tasks ran the same steps the same way.".to_owned(),

@@ -30,10 +30,8 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// An agent with a chat call and an Anthropic stream, by plain HTTP.
-const MODEL_CALLS: &str = r#"import json, os, urllib.request
-def post(url, body):
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
-    return urllib.request.urlopen(request).read()
+const MODEL_CALLS: &str = r#"import os
+from chat import post
 post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", {"model": "m", "messages": [
     {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello model"}]})
 post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_tokens": 5, "stream": True,
@@ -48,6 +46,7 @@ fn model_calls(env: &TestEnv) {
         .command()
         .env("OPENAI_BASE_URL", format!("{}/v1", llm.base()))
         .env("ANTHROPIC_BASE_URL", llm.base())
+        .env("PYTHONPATH", agents_dir())
         .args([
             "run",
             "--task",

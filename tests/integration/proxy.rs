@@ -590,13 +590,12 @@ if os.environ["DURUN_RUN"] == "1":
 
 #[test]
 fn inspect_shows_a_model_call_as_its_conversation_and_its_answer_assembled() {
-    let (env, _server) = llm_env();
+    let (mut env, _server) = llm_env();
+    env.set("PYTHONPATH", agents_dir().to_string_lossy());
     let agent = env.write(
         "ask.py",
-        r#"import json, os, urllib.request
-def post(url, body):
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"})
-    return urllib.request.urlopen(request).read()
+        r#"import os
+from chat import post
 post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", {"model": "m", "stream": True, "messages": [
     {"role": "system", "content": "Be brief."}, {"role": "user", "content": "stream this"}]})
 post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_tokens": 5, "system": "S",
@@ -637,21 +636,18 @@ post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_toke
 
 #[test]
 fn a_model_calls_cost_is_its_usage_at_its_price_and_replay_saves_it() {
-    let (env, _server) = llm_env();
+    let (mut env, _server) = llm_env();
+    env.set("PYTHONPATH", agents_dir().to_string_lossy());
     env.write(
         "durun.toml",
         "[prices.\"house-model\"]\ninput = 1.0\noutput = 2.0\n",
     );
     let agent = env.write(
         "ask.py",
-        r#"import json, os, urllib.request
-def ask(model):
-    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        json.dumps({"model": model, "messages": [{"role": "user", "content": "price " + model}]}).encode(),
-        {"content-type": "application/json"})
-    urllib.request.urlopen(request).read()
+        r#"import os
+from chat import ask
 for model in ("gpt-4o-2024-08-06", "house-model", "mystery"):
-    ask(model)
+    ask("price " + model, model)
 raise SystemExit(3 if os.environ["DURUN_RUN"] == "1" else 0)
 "#,
     );

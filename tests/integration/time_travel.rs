@@ -2,23 +2,28 @@
 
 use serde_json::{Value, json};
 
-use crate::env::text;
+use crate::env::{TestEnv, agents_dir, text};
 use crate::proxy::llm_env;
+use crate::servers::LlmServer;
+
+/// The fake model's environment, its agents able to `from chat import ask`
+/// (tests/agents/chat.py).
+fn chat_env() -> (TestEnv, LlmServer) {
+    let (mut env, server) = llm_env();
+    env.set("PYTHONPATH", agents_dir().to_string_lossy());
+    (env, server)
+}
 
 /// An agent of three model calls, the third asking after `$VARIANT`.
-const THREE_CALLS: &str = r#"import json, os, urllib.request
-def ask(prompt):
-    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}]}).encode(),
-        {"content-type": "application/json"})
-    urllib.request.urlopen(request).read()
+const THREE_CALLS: &str = r#"import os
+from chat import ask
 for prompt in ("one", "two", "three " + os.environ["VARIANT"]):
     ask(prompt)
 "#;
 
 #[test]
 fn a_diff_of_two_runs_of_one_agent_shows_where_they_part_and_what_changed() {
-    let (env, _server) = llm_env();
+    let (env, _server) = chat_env();
     let agent = env.write("agent.py", THREE_CALLS);
     let agent = agent.to_string_lossy();
     for (task, variant) in [("a", "a"), ("b", "b"), ("c", "a")] {
@@ -85,12 +90,7 @@ fn a_diff_of_two_runs_of_one_agent_shows_where_they_part_and_what_changed() {
 }
 
 /// An agent whose third call asks after the second's answer.
-const CHAINED: &str = r#"import json, os, urllib.request
-def ask(prompt):
-    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": prompt}]}).encode(),
-        {"content-type": "application/json"})
-    return json.loads(urllib.request.urlopen(request).read())["choices"][0]["message"]["content"]
+const CHAINED: &str = r#"from chat import ask
 ask("one")
 two = ask("two")
 print(ask("after " + two))
@@ -98,7 +98,7 @@ print(ask("after " + two))
 
 #[test]
 fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() {
-    let (env, server) = llm_env();
+    let (env, server) = chat_env();
     let agent = env.write("agent.py", CHAINED);
     let run = env.durun(&[
         "run",
@@ -176,7 +176,7 @@ fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() 
 /// The web view's step page forks with an edited answer (SPEC 20).
 #[test]
 fn the_step_page_forks_with_an_edited_answer() {
-    let (env, _server) = llm_env();
+    let (env, _server) = chat_env();
     let agent = env.write("agent.py", CHAINED);
     let run = env.durun(&[
         "run",

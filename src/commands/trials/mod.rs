@@ -46,9 +46,7 @@ const INTERRUPTED: i32 = 128 + Signal::INT.as_raw();
 fn recorded_as(config: &Config, command: &[String]) -> crate::config::ProxyConfig {
     let mut proxy = config.proxy.clone();
     if let Some((preset, _)) = crate::presets::find(command) {
-        proxy
-            .ignore
-            .extend(preset.ignore.iter().map(|pointer| (*pointer).to_owned()));
+        preset.extend_ignore(&mut proxy.ignore);
     }
     proxy
 }

@@ -452,9 +452,7 @@ fn start_proxy(
             });
             // The fields the agent's CLI changes on every call.
             if let Some((preset, _)) = spec.preset {
-                routes
-                    .ignore
-                    .extend(preset.ignore.iter().map(|pointer| (*pointer).to_owned()));
+                preset.extend_ignore(&mut routes.ignore);
             }
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
