@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, agents_dir, text};
+use crate::proxy::llm_env;
 
 /// A task whose journal holds committed, failed, pending and discarded
 /// steps, with every timestamp pinned, and a second, completed task.
@@ -546,4 +547,50 @@ fn a_task_held_back_after_its_agent_keeps_dying_says_when_a_worker_resumes_it() 
     let shown = text(&env.durun(&["inspect", "alone"]).stdout);
     assert!(shown.contains(", 4 runs, "), "{shown}");
     assert!(!shown.contains("resumes"), "{shown}");
+}
+
+#[test]
+fn inspect_shows_a_model_call_as_its_conversation_and_its_answer_assembled() {
+    let (mut env, _server) = llm_env();
+    env.set("PYTHONPATH", agents_dir().to_string_lossy());
+    let agent = env.write(
+        "ask.py",
+        r#"import os
+from chat import post
+post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", {"model": "m", "stream": True, "messages": [
+    {"role": "system", "content": "Be brief."}, {"role": "user", "content": "stream this"}]})
+post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_tokens": 5, "system": "S",
+    "messages": [{"role": "user", "content": "claude"}]})
+"#,
+    );
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let shown = |step: &str| text(&env.durun(&["inspect", "t", "--step", step]).stdout);
+    // The stream's chunks read as the text they carry; the raw body stays
+    // below, under `output`.
+    let stream = shown("1");
+    for line in [
+        "model       m\n",
+        "  system     Be brief.\n",
+        "  user       stream this\n",
+        "answer\n  assistant  echo: stream this",
+        "output (",
+    ] {
+        assert!(stream.contains(line), "{line:?} in:\n{stream}");
+    }
+    let message = shown("2");
+    for line in [
+        "  system     S\n",
+        "  user       claude\n",
+        "answer\n  assistant  echo: claude\n",
+    ] {
+        assert!(message.contains(line), "{line:?} in:\n{message}");
+    }
 }

@@ -6,6 +6,7 @@ mod agent_process;
 mod ahead;
 mod answers;
 mod browser;
+mod budgets;
 mod children;
 mod cli;
 mod containment;
