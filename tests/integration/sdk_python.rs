@@ -532,6 +532,7 @@ fn a_refused_commit_is_raised_at_the_next_request_or_reported_at_exit() {
         // The step's value came back at once, before the commit's answer.
         assert_eq!(said[0], json!(2), "{scenario}: {log}");
         if scenario == "refused_next" {
+            assert_eq!(said.len(), 3, "{scenario}: {log}");
             for raised in &said[1..3] {
                 assert_eq!(raised["raised"], "JournalError", "{scenario}: {log}");
                 assert!(

@@ -100,6 +100,10 @@ impl Supervisor<'_> {
             return;
         }
         if !matches!(stop, Stop::Signal) && self.ending.exited.is_none() {
+            // The answers queued so far (the refusal that stops the run,
+            // most often) go into the pipe before the signal: an agent
+            // that hears SIGTERM from durun can read why.
+            self.io.write_out();
             os::signal_process(self.child_pid, Signal::TERM);
             self.ending.kill_at = Some(Instant::now() + STOP_GRACE);
         }
