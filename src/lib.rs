@@ -30,6 +30,7 @@ mod proxy;
 mod report;
 mod settings;
 mod spawn;
+mod sse;
 mod step_key;
 mod supervisor;
 mod task;

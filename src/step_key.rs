@@ -72,7 +72,8 @@ pub(crate) fn idempotency_key(task_id: &str, step: u64, canonical_args: &str) ->
     hex(&hasher.finalize())
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for &byte in bytes {

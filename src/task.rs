@@ -2,6 +2,8 @@
 //! command as a shell line, and the error for a task that is not there.
 
 pub(crate) mod crashes;
+pub(crate) mod events;
+pub(crate) mod live;
 
 use std::path::Path;
 use std::time::SystemTime;

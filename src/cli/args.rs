@@ -171,14 +171,16 @@ pub(crate) struct InspectArgs {
     pub(crate) task: Option<String>,
 
     /// Print JSON for scripts (the shape is part of durun's contract)
-    #[arg(long, conflicts_with = "follow")]
+    #[arg(long)]
     pub(crate) json: bool,
 
     /// Show one step whole: args, output, error, key and timings
     #[arg(long, value_name = "N", requires = "task", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) step: Option<u64>,
 
-    /// Print the task's steps as they happen, until it stops running
+    /// Print the task's steps as they happen, until it stops running;
+    /// with --json, its events (runs and steps opened, finished, replayed,
+    /// failed, waiting) as JSON lines
     #[arg(long, requires = "task", conflicts_with = "step")]
     pub(crate) follow: bool,
 

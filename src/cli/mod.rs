@@ -288,7 +288,7 @@ mod tests {
             ("durun inspect t1 --step 3", true),
             ("durun inspect --step 3", false),
             ("durun inspect t1 --follow", true),
-            ("durun inspect t1 --follow --json", false),
+            ("durun inspect t1 --follow --json", true),
             ("durun inspect --status failed --limit 5", true),
             ("durun inspect t1 --status failed", false),
             ("durun inspect --status bogus", false),

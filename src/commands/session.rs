@@ -139,6 +139,7 @@ pub(super) fn drive(
         leased_at,
         lease: settings.lease,
         runtime_dir: settings.runtime_dir.clone(),
+        live: live_of(settings, &task.id),
         park_after: limits
             .park_after
             .or(config.park_after)
@@ -205,6 +206,15 @@ pub(super) fn drive(
 
 /// What `durun test` gives a trial run through its environment: the model
 /// steps to answer from, and the tool faults to make.
+/// The task's live directory (SPEC 20), emptied of the streams an
+/// earlier run left when it was killed.
+fn live_of(settings: &Settings, task: &str) -> Option<crate::task::live::Live> {
+    let location = crate::journal::Location::of(settings).ok()?;
+    let live = crate::task::live::Live::of(settings, &location, task)?;
+    live.clear();
+    Some(live)
+}
+
 fn trial_hooks() -> Result<(Option<supervisor::Seeds>, supervisor::Faults)> {
     let seeds = std::env::var_os(supervisor::SEEDS)
         .map(|path| {

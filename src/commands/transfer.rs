@@ -13,6 +13,7 @@ use crate::cli::{ExportArgs, ForkArgs, ImportArgs};
 use crate::error::Failure;
 use crate::journal::{self, Access, Location, TaskRows};
 use crate::settings::Settings;
+use crate::step_key::hex;
 use crate::task::{check_task_id, new_task_id, unknown_task};
 
 /// The export format this durun writes and reads.
@@ -373,14 +374,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         Failure::config(format!("cannot write {}: {err}", path.display()))
             .hint("choose a file in a directory you can write")
             .into()
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut text, byte| {
-        let _ = write!(text, "{byte:02x}");
-        text
     })
 }
 

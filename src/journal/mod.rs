@@ -28,9 +28,9 @@ pub(crate) use explain::{connection_lost, explain};
 pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
 pub(crate) use location::Location;
 pub(crate) use records::{
-    Cost, Launch, NewTask, Resolution, ResolutionAction, ResolutionKind, Retryable, RunEnd,
-    RunRecord, RunStart, RunStats, SignalRecord, StepError, StepKind, StepRecord, StepStatus,
-    TaskRecord, TaskRows, TaskStatus, WorkerRecord, apply_resolution,
+    Cost, EventRow, Launch, NewTask, Resolution, ResolutionAction, ResolutionKind, Retryable,
+    RunEnd, RunRecord, RunStart, RunStats, SignalRecord, StepError, StepKind, StepRecord,
+    StepStatus, TaskRecord, TaskRows, TaskStatus, WorkerRecord, apply_resolution,
 };
 pub(crate) use store::{Access, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer};
 pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};

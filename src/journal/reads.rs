@@ -127,6 +127,55 @@ pub(crate) fn runs(tx: &mut dyn Tx, task: &str) -> Result<Vec<RunRecord>> {
     Ok(runs)
 }
 
+/// The task's events from row `from` on, at most `limit`.
+pub(crate) fn events(
+    tx: &mut dyn Tx,
+    task: &str,
+    from: i64,
+    limit: u64,
+) -> Result<Vec<super::EventRow>> {
+    let mut events = Vec::new();
+    tx.query(
+        &sql::EVENTS_FROM,
+        &[task.into(), from.into(), limit.into()],
+        &mut |row| {
+            events.push(super::EventRow {
+                id: row.some_int(0)?,
+                run: row.some_int(1)? as u32,
+                kind: row.some_text(2)?.to_owned(),
+                step: row.int(3)?.map(|step| step as u64),
+                last_step: row.int(4)?.map(|step| step as u64),
+                at: row.some_text(5)?.to_owned(),
+                name: row.text(6)?.map(str::to_owned),
+                tokens: row.int(7)?.map(|tokens| tokens as u64),
+            });
+            Ok(())
+        },
+    )?;
+    Ok(events)
+}
+
+/// `count` of the steps run `run` could replay (recorded by an earlier
+/// run), after the first `skip`, as (number, name) in step order.
+pub(crate) fn replayable_steps(
+    tx: &mut dyn Tx,
+    task: &str,
+    run: u32,
+    count: u64,
+    skip: u64,
+) -> Result<Vec<(u64, String)>> {
+    let mut steps = Vec::new();
+    tx.query(
+        &sql::REPLAYABLE_STEPS,
+        &[task.into(), run.into(), count.into(), skip.into()],
+        &mut |row| {
+            steps.push((row.some_int(0)? as u64, row.some_text(1)?.to_owned()));
+            Ok(())
+        },
+    )?;
+    Ok(steps)
+}
+
 /// Tokens spent and saved per day, oldest first.
 pub(crate) fn token_days(tx: &mut dyn Tx) -> Result<Vec<(String, u64, u64)>> {
     let mut days = Vec::new();

@@ -244,6 +244,24 @@ pub(crate) struct RunStats {
     pub(crate) cost: Cost,
 }
 
+/// One row of a task's events (SPEC 20), with the name and tokens of the
+/// step it is about as the step stands now.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    pub(crate) id: i64,
+    pub(crate) run: u32,
+    /// `run.opened`, `step.finished`, ...
+    pub(crate) kind: String,
+    /// The step's number; for `step.replayed`, the first of the run's
+    /// replayed steps, counted from 1.
+    pub(crate) step: Option<u64>,
+    /// For `step.replayed`: the last of them.
+    pub(crate) last_step: Option<u64>,
+    pub(crate) at: String,
+    pub(crate) name: Option<String>,
+    pub(crate) tokens: Option<u64>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct RunRecord {
     pub(crate) run: u32,

@@ -171,6 +171,23 @@ ALTER TABLE runs ADD COLUMN cost_spent_nanos BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN cost_saved_nanos BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN unpriced_steps BIGINT NOT NULL DEFAULT 0;
 ",
+    r"
+-- SPEC 20: what happened to a task, in the order it was written (the row
+-- id is the event's id): a run opened or ended, a step opened, finished,
+-- failed or waiting, and the steps a run replayed (`step` to `last_step`:
+-- the first and last of them counted in the run, not step numbers).
+-- `GET /api/tasks/ID/events` and `inspect --follow --json` stream it.
+CREATE TABLE events (
+    id        BIGSERIAL PRIMARY KEY,
+    task_id   TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run       INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    step      BIGINT,
+    last_step BIGINT,
+    at        TEXT NOT NULL
+);
+CREATE INDEX events_by_task ON events (task_id, id);
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -184,6 +184,44 @@ pub(crate) static SET_UNREPLAYED: Sql =
 pub(crate) static INSERT_RUN: Sql =
     Sql::new("INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $5)");
 
+/// An event of a run or a step (SPEC 20).
+pub(crate) static INSERT_EVENT: Sql =
+    Sql::new("INSERT INTO events (task_id, run, kind, step, at) VALUES ($1, $2, $3, $4, $5)");
+
+/// An event of a step written again after a commit whose outcome was
+/// lost with its connection: kept once.
+pub(crate) static INSERT_EVENT_ONCE: Sql = Sql::new(
+    "INSERT INTO events (task_id, run, kind, step, at)
+     SELECT CAST($1 AS TEXT), CAST($2 AS INTEGER), CAST($3 AS TEXT), CAST($4 AS BIGINT), CAST($5 AS TEXT)
+     WHERE NOT EXISTS (SELECT 1 FROM events WHERE task_id = $1 AND run = $2 AND kind = $3 AND step = $4)",
+);
+
+/// The steps a run replayed since its counters were last written, as one
+/// event: none when the count has not grown.
+pub(crate) static NOTE_REPLAYED: Sql = Sql::new(
+    "INSERT INTO events (task_id, run, kind, step, last_step, at)
+     SELECT task_id, run, 'step.replayed', replayed_steps + 1, CAST($3 AS BIGINT), CAST($4 AS TEXT)
+     FROM runs WHERE task_id = $1 AND run = $2 AND replayed_steps < CAST($3 AS BIGINT)",
+);
+
+/// A task's events from row `$2` on, at most `$3`, with the name of the
+/// step each is about.
+pub(crate) static EVENTS_FROM: Sql = Sql::new(
+    "SELECT e.id, e.run, e.kind, e.step, e.last_step, e.at, s.tool_name, s.tokens
+     FROM events e LEFT JOIN steps s
+       ON e.kind <> 'step.replayed' AND s.task_id = e.task_id AND s.step_index = e.step
+          AND s.status <> 'discarded'
+     WHERE e.task_id = $1 AND e.id >= $2 ORDER BY e.id LIMIT $3",
+);
+
+/// `$3` steps a run `$2` could replay (recorded by an earlier run), in
+/// step order, after the first `$4`.
+pub(crate) static REPLAYABLE_STEPS: Sql = Sql::new(
+    "SELECT step_index, tool_name FROM steps
+     WHERE task_id = $1 AND status <> 'discarded' AND run < $2
+     ORDER BY step_index LIMIT $3 OFFSET $4",
+);
+
 /// How many live steps a task has, and the highest number.
 pub(crate) static REPLAY_BOUNDS: Sql = Sql::new(
     "SELECT count(*), max(step_index) FROM steps WHERE task_id = $1 AND status <> 'discarded'",
@@ -444,6 +482,11 @@ mod tests {
             &RETRY_TASK,
             &SET_UNREPLAYED,
             &INSERT_RUN,
+            &INSERT_EVENT,
+            &INSERT_EVENT_ONCE,
+            &NOTE_REPLAYED,
+            &EVENTS_FROM,
+            &REPLAYABLE_STEPS,
             &REPLAY_BOUNDS,
             &SET_OUTPUT,
             &END_RUN,

@@ -37,6 +37,22 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     fn runs(&mut self, task: &str) -> Result<Vec<RunRecord>> {
         read(self, |tx| reads::runs(tx, task))
     }
+    /// The task's events (SPEC 20) from row `from` on, at most `limit`.
+    fn events(&mut self, task: &str, from: i64, limit: u64) -> Result<Vec<super::EventRow>> {
+        read(self, |tx| reads::events(tx, task, from, limit))
+    }
+    /// `count` of the steps run `run` could replay, after the first `skip`.
+    fn replayable_steps(
+        &mut self,
+        task: &str,
+        run: u32,
+        count: u64,
+        skip: u64,
+    ) -> Result<Vec<(u64, String)>> {
+        read(self, |tx| {
+            reads::replayable_steps(tx, task, run, count, skip)
+        })
+    }
     /// Tokens spent and saved per day (`YYYY-MM-DD`, UTC), oldest first.
     fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
         read(self, reads::token_days)

@@ -50,6 +50,10 @@ pub(crate) fn put_steps(
         )
     });
     fence(tx, task, run, opens)?;
+    // The steps replayed before these came before them.
+    if let Some(stats) = stats {
+        note_replayed(tx, task, run, stats)?;
+    }
     for &StepWrite {
         record: step,
         fresh,
@@ -57,9 +61,57 @@ pub(crate) fn put_steps(
     {
         let fresh = fresh && !(in_doubt && step_is_there(tx, task, step.step)?);
         write_step(tx, task, step, fresh, run)?;
+        step_event(tx, task, run, step, in_doubt)?;
     }
     if let Some(stats) = stats {
         write_stats(tx, task, run, stats)?;
+    }
+    Ok(())
+}
+
+/// The event a step's write makes (SPEC 20); `once`: the same write may
+/// have been committed already, its event with it.
+fn step_event(tx: &mut dyn Tx, task: &str, run: u32, step: &StepRecord, once: bool) -> Result<()> {
+    let kind = match step.status {
+        super::StepStatus::Pending => "step.opened",
+        super::StepStatus::Committed => "step.finished",
+        super::StepStatus::Failed => "step.failed",
+        super::StepStatus::Waiting => "step.waiting",
+        super::StepStatus::Discarded => return Ok(()),
+    };
+    let at = step.finished_at.as_deref().unwrap_or(&step.started_at);
+    let insert = if once {
+        &sql::INSERT_EVENT_ONCE
+    } else {
+        &sql::INSERT_EVENT
+    };
+    tx.execute(
+        insert,
+        &[
+            task.into(),
+            run.into(),
+            kind.into(),
+            step.step.into(),
+            at.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The steps `run` replayed since its counters were last written, as one
+/// event; nothing for a run that replayed none (a first run).
+fn note_replayed(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStats) -> Result<()> {
+    if stats.replayed_steps > 0 {
+        let now = crate::clock::now();
+        tx.execute(
+            &sql::NOTE_REPLAYED,
+            &[
+                task.into(),
+                run.into(),
+                stats.replayed_steps.into(),
+                now.as_str().into(),
+            ],
+        )?;
     }
     Ok(())
 }
@@ -209,11 +261,13 @@ pub(crate) fn take_signal(
             tx.execute(&sql::TAKE_SIGNAL, &[id.into(), step.step.into()])?;
             super::take_into(step, &signal);
             write_step(tx, task, step, fresh, run)?;
+            step_event(tx, task, run, step, false)?;
             Ok(Some(signal))
         }
         None => {
             if fresh {
                 write_step(tx, task, step, fresh, run)?;
+                step_event(tx, task, run, step, false)?;
             }
             Ok(None)
         }
@@ -308,6 +362,7 @@ pub(crate) fn end_run(
     end: &RunEnd,
     stats: &RunStats,
 ) -> Result<()> {
+    note_replayed(tx, task, run, stats)?;
     tx.execute(
         &sql::END_RUN,
         &[
@@ -332,6 +387,26 @@ pub(crate) fn end_run(
             run.into(),
             end.status.as_str().into(),
             end.exit_code.into(),
+            (&end.finished_at).into(),
+        ],
+    )?;
+    let kind = match end.status {
+        super::TaskStatus::Completed => "run.finished",
+        super::TaskStatus::Failed => "run.failed",
+        super::TaskStatus::Waiting | super::TaskStatus::Sleeping => "run.waiting",
+        super::TaskStatus::Cancelled => "run.cancelled",
+        super::TaskStatus::OverBudget => "run.over_budget",
+        super::TaskStatus::Interrupted | super::TaskStatus::Running | super::TaskStatus::Queued => {
+            "run.interrupted"
+        }
+    };
+    tx.execute(
+        &sql::INSERT_EVENT,
+        &[
+            task.into(),
+            run.into(),
+            kind.into(),
+            Arg::Null,
             (&end.finished_at).into(),
         ],
     )?;

@@ -110,6 +110,8 @@ pub(super) struct Forward {
     pub(super) flight: u64,
     pub(super) own: bool,
     pub(super) traceparent: Option<String>,
+    /// Where a stream is copied for watchers (SPEC 20).
+    pub(super) tap: Option<crate::task::live::Tap>,
 }
 
 /// Where an exchange tells its end: the loop, which answers once the end
@@ -270,10 +272,14 @@ impl Upstream {
         frames: &Frames,
         mut agent_there: bool,
         record: &mut Option<Vec<u8>>,
+        tap: &mut Option<crate::task::live::Tap>,
     ) -> Result<bool, String> {
         loop {
             match self.response.chunk().await {
                 Ok(Some(chunk)) => {
+                    if let Some(tap) = tap.as_mut() {
+                        tap.write(&chunk);
+                    }
                     if let Some(body) = record.as_mut() {
                         if body.len() + chunk.len() > self.max_record {
                             *record = None;
@@ -308,7 +314,7 @@ pub(super) async fn exchange(
     clients: &Clients,
     inbox: &Inbox,
     max_record: usize,
-    forward: Forward,
+    mut forward: Forward,
     head: oneshot::Sender<Response<Body>>,
 ) {
     let done = Done {
@@ -319,6 +325,7 @@ pub(super) async fn exchange(
     };
     let route = forward.route.clone();
     let hide_usage = forward.hide_usage;
+    let tap = forward.tap.take();
     let response = match send(clients, forward).await {
         Ok(response) => response,
         Err(message) => return done.give_up(head, "upstream_unreachable", message).await,
@@ -328,7 +335,7 @@ pub(super) async fn exchange(
         if hide_usage {
             upstream.hidden = Some(super::usage::Hidden::default());
         }
-        stream(upstream, head, &done).await;
+        stream(upstream, head, &done, tap).await;
     } else {
         plain(upstream, head, &done).await;
     }
@@ -422,7 +429,10 @@ async fn too_large_to_record(
         .send(Ok(Frame::data(Bytes::from(first))))
         .await
         .is_ok();
-    let end = match upstream.pass_on(&frames, agent_there, &mut None).await {
+    let end = match upstream
+        .pass_on(&frames, agent_there, &mut None, &mut None)
+        .await
+    {
         Ok(_) => End::TooLarge {
             message: upstream.too_large(),
         },
@@ -436,11 +446,16 @@ async fn too_large_to_record(
 
 /// A stream: every chunk goes on as it comes; the end waits for the step
 /// to be durable. It is recorded up to `max_record`, never past.
-async fn stream(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, done: &Done<'_>) {
+async fn stream(
+    mut upstream: Upstream,
+    head: oneshot::Sender<Response<Body>>,
+    done: &Done<'_>,
+    mut tap: Option<crate::task::live::Tap>,
+) {
     let (frames, body) = stream_body();
     let _ = head.send(upstream.respond(body));
     let mut record = Some(Vec::new());
-    let cut = match upstream.pass_on(&frames, true, &mut record).await {
+    let cut = match upstream.pass_on(&frames, true, &mut record, &mut tap).await {
         Ok(agent_there) => match record {
             // Passed on whole, not recorded: the agent has its end now.
             None => {

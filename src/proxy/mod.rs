@@ -83,6 +83,9 @@ pub(crate) enum Verdict {
         /// The span the request belongs to, when traces are on: sent as
         /// `traceparent` unless the agent sent its own.
         traceparent: Option<String>,
+        /// Where a streamed answer is copied as it comes, for someone
+        /// watching the task's events (SPEC 20).
+        tap: Option<crate::task::live::Tap>,
     },
     /// Answer it with this status and error, forwarding nothing.
     Refuse {

@@ -302,7 +302,7 @@ pub(crate) fn summary(args: &Value, output: &Value) -> String {
     let model = args.pointer("/body/model").and_then(Value::as_str);
     let answer = output_answer(output);
     let text = if answer.is_stream() {
-        stream_text(&answer.body)
+        crate::sse::stream_text(&answer.body)
     } else {
         output.get("body").and_then(answer_text)
     };
@@ -337,31 +337,6 @@ pub(crate) fn answer_text(body: &Value) -> Option<String> {
         .filter_map(|block| block.get("text").and_then(Value::as_str))
         .collect();
     (!text.is_empty()).then(|| text.join(" "))
-}
-
-/// The text an event stream carried, its deltas joined.
-fn stream_text(body: &[u8]) -> Option<String> {
-    let mut text = String::new();
-    for line in String::from_utf8_lossy(body).lines() {
-        let Some(Ok(event)) = line
-            .strip_prefix("data:")
-            .map(|data| serde_json::from_str::<Value>(data.trim_start()))
-        else {
-            continue;
-        };
-        let delta = event
-            .pointer("/choices/0/delta/content")
-            .or_else(|| event.pointer("/delta/text"))
-            .or_else(|| {
-                (event.get("type").and_then(Value::as_str) == Some("response.output_text.delta"))
-                    .then(|| event.get("delta"))
-                    .flatten()
-            });
-        if let Some(delta) = delta.and_then(Value::as_str) {
-            text.push_str(delta);
-        }
-    }
-    (!text.is_empty()).then_some(text)
 }
 
 #[cfg(test)]

@@ -188,9 +188,11 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             key,
             own,
             traceparent,
+            tap,
         } => {
             let forward = Forward {
                 traceparent,
+                tap,
                 route: route_name,
                 method,
                 url: upstream,

@@ -68,6 +68,9 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) seeds: Option<super::Seeds>,
     /// `durun test`'s tool faults (SPEC 14).
     pub(crate) faults: super::Faults,
+    /// Where the streams the proxy forwards are copied while someone
+    /// watches the task's events (SPEC 20).
+    pub(crate) live: Option<crate::task::live::Live>,
     /// `--journal` or `DURUN_JOURNAL`, for the runners of child tasks
     /// (SPEC 16).
     pub(crate) journal_arg: Option<&'a str>,

@@ -13,6 +13,7 @@ use hyper::{Method, Response, StatusCode};
 use sha2::{Digest as _, Sha256};
 
 use crate::proxy::{Body, is_secret};
+use crate::step_key::hex;
 
 /// The largest form a page posts.
 const MAX_FORM: usize = 1 << 20;
@@ -183,14 +184,6 @@ impl Keys {
     }
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut out, byte| {
-        use std::fmt::Write as _;
-        let _ = write!(out, "{byte:02x}");
-        out
-    })
-}
-
 /// An answer, before the headers every answer gets.
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
@@ -256,11 +249,15 @@ impl Reply {
     }
 
     pub(crate) fn into_response(self) -> Response<Body> {
-        let mut response = Response::new(
-            http_body_util::Full::new(self.body)
-                .map_err(|never| match never {})
-                .boxed(),
-        );
+        let body = http_body_util::Full::new(self.body.clone())
+            .map_err(|never| match never {})
+            .boxed();
+        self.into_response_with(body)
+    }
+
+    /// The answer's status and headers with `body` as its body (a stream).
+    pub(crate) fn into_response_with(self, body: Body) -> Response<Body> {
+        let mut response = Response::new(body);
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.insert(

@@ -13,6 +13,7 @@
 mod actions;
 mod api;
 mod compare_page;
+mod events;
 mod html;
 mod http;
 mod pages;
@@ -272,6 +273,13 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     }
     // A script with the bearer token sends no CSRF token: no browser sends
     // that header on its own, so no other site can make one send it.
+    if req.method == Method::GET
+        && let [api, tasks, id, last] = req.path.as_slice()
+        && (api.as_str(), tasks.as_str(), last.as_str()) == ("api", "tasks", "events")
+    {
+        let id = id.clone();
+        return events::stream(&req, shared, &id).await;
+    }
     let vouched = matches!(pass, Pass::Bearer) || shared.keys.csrf_ok(&req);
     let started = std::time::Instant::now();
     let serving = Arc::clone(&shared);

@@ -8,11 +8,12 @@ use anyhow::Result;
 use sha2::{Digest as _, Sha256};
 
 use super::html::{page, query_value, task_href, text};
-use super::http::{Reply, Req, hex};
+use super::http::{Reply, Req};
 use super::{Shared, timeline};
 use crate::commands::inspect::{age, list_json, listed};
 use crate::journal::{TaskRecord, TaskStatus};
 use crate::report::thousands;
+use crate::step_key::hex;
 use crate::task::{Shown, shell_words};
 
 /// Tasks on one page of the list.

@@ -13,6 +13,7 @@ mod containment;
 mod crash;
 mod crash_test;
 mod env;
+mod events;
 mod examples;
 mod faults;
 mod fencing;

@@ -1,4 +1,6 @@
-//! `inspect --follow`: a running task's steps as they start and finish.
+//! `inspect --follow`: a running task's steps as they start and finish;
+//! with `--json`, its events (SPEC 20) as JSON lines, the very ones the
+//! web view streams.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -11,6 +13,8 @@ use crate::journal::{Journal, StepStatus, TaskRecord, TaskStatus};
 use crate::report::table::{self, Style};
 use crate::report::{escape, short_duration, thousands};
 use crate::settings::Settings;
+use crate::task::events::{Cursor, Follower};
+use crate::task::live::Live;
 use crate::task::shown_status;
 
 /// How often `--follow` looks at the journal.
@@ -70,6 +74,45 @@ pub(super) fn follow(
                 escape(&task.id),
                 style.paint(task_tone(status), status.as_str())
             )?;
+            return Ok(0);
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+        task = journal
+            .task(&task.id)?
+            .ok_or_else(|| anyhow::anyhow!("task {} vanished from the journal", task.id))?;
+    }
+}
+
+/// `inspect --follow --json`: the task's events from its first, one JSON
+/// object a line, until it stops running.
+pub(super) fn follow_events(
+    journal: &mut dyn Journal,
+    task: TaskRecord,
+    settings: &Settings,
+) -> Result<i32> {
+    const BATCH: u64 = 256;
+    let mut out = std::io::stdout().lock();
+    let live = crate::journal::Location::of(settings)
+        .ok()
+        .and_then(|location| Live::of(settings, &location, &task.id));
+    let running = shown_status(&task, settings) == TaskStatus::Running;
+    let mut follower = Follower::new(&task.id, Cursor::default(), live, running);
+    let mut task = task;
+    loop {
+        // The status first: the events read after it hold the last ones.
+        let running = shown_status(&task, settings) == TaskStatus::Running;
+        loop {
+            let events = follower.next(journal, BATCH)?;
+            for event in &events {
+                serde_json::to_writer(&mut out, &event.data)?;
+                out.write_all(b"\n")?;
+            }
+            if (events.len() as u64) < BATCH {
+                break;
+            }
+        }
+        out.flush()?;
+        if !running {
             return Ok(0);
         }
         std::thread::sleep(FOLLOW_EVERY);

@@ -56,6 +56,9 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     };
     if args.follow {
         drop(out);
+        if args.json {
+            return follow::follow_events(journal.as_mut(), task, settings);
+        }
         return follow::follow(journal.as_mut(), task, &style, settings);
     }
     let runs = journal.runs(id)?;

@@ -146,6 +146,10 @@ impl Journal for PostgresJournal {
             sql::INSERT_RUN.postgres(),
             &[&task, &run, &me.host, &pid, &now],
         )?;
+        tx.execute(
+            sql::INSERT_EVENT.postgres(),
+            &[&task, &run, &"run.opened", &None::<i64>, &now],
+        )?;
         if taken_over.is_some() {
             // A holder that was only paused hears of it on its next look.
             tx.execute("SELECT pg_notify($1, 'taken')", &[&channel(task)])?;

@@ -187,5 +187,7 @@ fn start_in(
         sql::INSERT_RUN.sqlite(),
         params![task, run, me.host, me.pid, now],
     )?;
+    tx.prepare_cached(sql::INSERT_EVENT.sqlite())?
+        .execute(params![task, run, "run.opened", None::<i64>, now])?;
     Ok(RunStart::Started { run, leased_at })
 }

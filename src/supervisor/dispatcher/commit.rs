@@ -100,6 +100,10 @@ impl<'a> Supervisor<'a> {
                 }
             }
         }
+        if stats.replayed_steps > self.replays_written {
+            finished = true;
+            self.replays_written = stats.replayed_steps;
+        }
         // An answer to the agent's own `commit` waits on this batch.
         let agent_commit = batch.iter().any(Deferred::is_agent_commit);
         // No one waits for what the batch holds: a pipelining agent's

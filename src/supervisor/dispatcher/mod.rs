@@ -60,6 +60,9 @@ struct Supervisor<'a> {
     /// Tokens of the steps this run finished, their commits written or
     /// not yet: what the budget counts.
     tokens_finished: u64,
+    /// The replayed steps the journal's counters hold: more go in with the
+    /// next batch, so that their event comes before the new steps'.
+    replays_written: u64,
     events_tx: Events,
     child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.
@@ -134,6 +137,7 @@ impl<'a> Supervisor<'a> {
             io,
             outbox: Outbox::default(),
             tokens_finished: 0,
+            replays_written: 0,
             events_tx,
             child_pid: 0,
             interactive: false,

@@ -27,6 +27,7 @@ use crate::supervisor::decide::{ByContent as Decided, decide_by_content};
 use crate::supervisor::inbox::{Conn, PROXY};
 use crate::supervisor::outbox::{Deferred, ProxyThen, Then};
 use crate::supervisor::transitions::Transition;
+use crate::task::live::Stream;
 
 impl Supervisor<'_> {
     pub(super) fn on_proxy(&mut self, message: ToLoop) {
@@ -81,6 +82,7 @@ impl Supervisor<'_> {
                     key: None,
                     own: false,
                     traceparent,
+                    tap: self.tap(Stream::Step(step)),
                 });
                 return;
             }
@@ -249,6 +251,7 @@ impl Supervisor<'_> {
         self.transition(Transition::Started);
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         let traceparent = self.traceparent(record.step);
+        let step = record.step;
         let flight = self.steps.contents.take_off(InFlight {
             record,
             fresh,
@@ -261,6 +264,11 @@ impl Supervisor<'_> {
                 key,
                 own: true,
                 traceparent,
+                tap: self.tap(if step == 0 {
+                    Stream::Call(flight)
+                } else {
+                    Stream::Step(step)
+                }),
             })
             .is_err()
         {
@@ -289,6 +297,12 @@ impl Supervisor<'_> {
         } else {
             crate::trace::step_traceparent(run, step)
         }
+    }
+
+    /// Where a forwarded stream is copied, if someone watches the task's
+    /// events (SPEC 20).
+    fn tap(&self, stream: Stream) -> Option<crate::task::live::Tap> {
+        self.spec.live.as_ref()?.tap(self.spec.run, stream)
     }
 
     /// A forwarded request's end. `flight`: the step of the agent's it is

@@ -174,6 +174,7 @@ fn spec<'a>(
         tools,
         leased_at,
         lease: crate::settings::LeaseTimes::default(),
+        live: None,
         runtime_dir: None,
         park_after: Duration::from_secs(60),
         max_tokens: None,
