@@ -18,6 +18,9 @@ pub(crate) struct Price {
     pub(crate) output: u64,
     /// Input read from the provider's prompt cache.
     pub(crate) cached_input: u64,
+    /// The most output tokens one call may get: a budget's worst case
+    /// for a request that sets none.
+    pub(crate) max_output: Option<u64>,
 }
 
 impl Price {
@@ -32,44 +35,46 @@ impl Price {
             input: nanos(input),
             output: nanos(output),
             cached_input: nanos(cached_input.unwrap_or(input)),
+            max_output: None,
         }
     }
 }
 
 /// Built-in prices by model name (a dated model id, `gpt-4o-2024-08-06`,
 /// takes the price of its longest listed prefix), USD per million tokens:
-/// input, output, cached input. Read in June 2026 off OpenAI's and
-/// Anthropic's published price lists; `[prices."MODEL"]` overrides any.
-const BUILT_IN: &[(&str, f64, f64, f64)] = &[
+/// input, output, cached input; then the model's output limit in tokens.
+/// Read in June 2026 off OpenAI's and Anthropic's published price lists
+/// and model pages; `[prices."MODEL"]` overrides any.
+const BUILT_IN: &[(&str, f64, f64, f64, u64)] = &[
     // OpenAI
-    ("gpt-5.5", 5.0, 30.0, 0.5),
-    ("gpt-5.4", 2.5, 15.0, 0.25),
-    ("gpt-5.4-mini", 0.75, 4.5, 0.075),
-    ("gpt-5.4-nano", 0.2, 1.25, 0.02),
-    ("gpt-5.1", 1.25, 10.0, 0.125),
-    ("gpt-5", 1.25, 10.0, 0.125),
-    ("gpt-5-mini", 0.25, 2.0, 0.025),
-    ("gpt-5-nano", 0.05, 0.4, 0.005),
-    ("gpt-4.1", 2.0, 8.0, 0.5),
-    ("gpt-4.1-mini", 0.4, 1.6, 0.1),
-    ("gpt-4.1-nano", 0.1, 0.4, 0.025),
-    ("gpt-4o", 2.5, 10.0, 1.25),
-    ("gpt-4o-mini", 0.15, 0.6, 0.075),
-    ("o3", 2.0, 8.0, 0.5),
-    ("o3-mini", 1.1, 4.4, 0.55),
-    ("o4-mini", 1.1, 4.4, 0.275),
+    ("gpt-5.5", 5.0, 30.0, 0.5, 128_000),
+    ("gpt-5.4", 2.5, 15.0, 0.25, 128_000),
+    ("gpt-5.4-mini", 0.75, 4.5, 0.075, 128_000),
+    ("gpt-5.4-nano", 0.2, 1.25, 0.02, 128_000),
+    ("gpt-5.1", 1.25, 10.0, 0.125, 128_000),
+    ("gpt-5", 1.25, 10.0, 0.125, 128_000),
+    ("gpt-5-mini", 0.25, 2.0, 0.025, 128_000),
+    ("gpt-5-nano", 0.05, 0.4, 0.005, 128_000),
+    ("gpt-4.1", 2.0, 8.0, 0.5, 32_768),
+    ("gpt-4.1-mini", 0.4, 1.6, 0.1, 32_768),
+    ("gpt-4.1-nano", 0.1, 0.4, 0.025, 32_768),
+    ("gpt-4o", 2.5, 10.0, 1.25, 16_384),
+    ("gpt-4o-mini", 0.15, 0.6, 0.075, 16_384),
+    ("o3", 2.0, 8.0, 0.5, 100_000),
+    ("o3-mini", 1.1, 4.4, 0.55, 100_000),
+    ("o4-mini", 1.1, 4.4, 0.275, 100_000),
     // Anthropic (cache reads at a tenth of input)
-    ("claude-opus-4-6", 5.0, 25.0, 0.5),
-    ("claude-opus-4-5", 5.0, 25.0, 0.5),
-    ("claude-opus-4-1", 15.0, 75.0, 1.5),
-    ("claude-opus-4", 15.0, 75.0, 1.5),
-    ("claude-sonnet-4-6", 3.0, 15.0, 0.3),
-    ("claude-sonnet-4-5", 3.0, 15.0, 0.3),
-    ("claude-sonnet-4", 3.0, 15.0, 0.3),
-    ("claude-3-7-sonnet", 3.0, 15.0, 0.3),
-    ("claude-haiku-4-5", 1.0, 5.0, 0.1),
-    ("claude-3-5-haiku", 0.8, 4.0, 0.08),
-    ("claude-3-haiku", 0.25, 1.25, 0.03),
+    ("claude-opus-4-6", 5.0, 25.0, 0.5, 128_000),
+    ("claude-opus-4-5", 5.0, 25.0, 0.5, 64_000),
+    ("claude-opus-4-1", 15.0, 75.0, 1.5, 32_000),
+    ("claude-opus-4", 15.0, 75.0, 1.5, 32_000),
+    ("claude-sonnet-4-6", 3.0, 15.0, 0.3, 64_000),
+    ("claude-sonnet-4-5", 3.0, 15.0, 0.3, 64_000),
+    ("claude-sonnet-4", 3.0, 15.0, 0.3, 64_000),
+    ("claude-3-7-sonnet", 3.0, 15.0, 0.3, 64_000),
+    ("claude-haiku-4-5", 1.0, 5.0, 0.1, 64_000),
+    ("claude-3-5-haiku", 0.8, 4.0, 0.08, 8_192),
+    ("claude-3-haiku", 0.25, 1.25, 0.03, 4_096),
 ];
 
 /// The prices a run reads: durun.toml's `[prices]` over the built-in
@@ -96,7 +101,22 @@ impl Prices {
                         .is_some_and(|rest| rest.starts_with('-'))
             })
             .max_by_key(|(name, ..)| name.len())
-            .map(|(_, input, output, cached)| Price::per_million(*input, *output, Some(*cached)))
+            .map(|(_, input, output, cached, max_output)| Price {
+                max_output: Some(*max_output),
+                ..Price::per_million(*input, *output, Some(*cached))
+            })
+    }
+
+    /// The most output tokens one call to `model` may get: its
+    /// `max_output` in durun.toml, else the built-in table's.
+    pub(crate) fn max_output(&self, model: &str) -> Option<u64> {
+        self.overrides
+            .get(model)
+            .and_then(|price| price.max_output)
+            .or_else(|| {
+                let built_in = Self::default();
+                built_in.of(model).and_then(|price| price.max_output)
+            })
     }
 
     /// What a call to `model` that reported `usage` cost, in nano-dollars;
@@ -134,6 +154,14 @@ pub(crate) fn cost(price: &Price, usage: &Value) -> u64 {
         + output * price.output
 }
 
+/// Dollars (a budget, a raise) as nano-dollars; `None` for what is not
+/// a number of dollars from 0 to a billion.
+pub(crate) fn nanos_of_usd(usd: f64) -> Option<u64> {
+    // In range, the cast loses at most the rounding to a nano-dollar.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    (usd.is_finite() && (0.0..=1e9).contains(&usd)).then(|| (usd * 1e9).round() as u64)
+}
+
 /// Nano-dollars as dollars, for JSON.
 #[allow(clippy::cast_precision_loss)]
 pub(crate) fn usd(nanos: u64) -> f64 {
@@ -164,8 +192,12 @@ mod tests {
         let prices = Prices::default();
         assert_eq!(
             prices.of("gpt-4o-2024-08-06"),
-            Some(Price::per_million(2.5, 10.0, Some(1.25)))
+            Some(Price {
+                max_output: Some(16_384),
+                ..Price::per_million(2.5, 10.0, Some(1.25))
+            })
         );
+        assert_eq!(prices.max_output("gpt-4o-2024-08-06"), Some(16_384));
         assert_eq!(prices.of("gpt-4o-mini-2024-07-18").unwrap().input, 150);
         assert_eq!(
             prices.of("claude-sonnet-4-5-20250929").unwrap().output,

@@ -17,6 +17,13 @@ use crate::lease;
 pub(crate) use crate::names::{check_queue, check_task_id};
 use crate::settings::Settings;
 
+/// A task's budgets as given on the command line (SPEC 9 and 19).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Budget {
+    pub(crate) tokens: Option<u64>,
+    pub(crate) cost_nanos: Option<u64>,
+}
+
 /// A new task `id` of `argv`, started in `cwd`: the config `--config`
 /// names or `cwd` holds, the sync mode the environment or else the config
 /// chooses, the budget given or else the config's.
@@ -25,7 +32,7 @@ pub(crate) fn new_task(
     argv: &[String],
     cwd: &Path,
     config: Option<&Path>,
-    max_tokens: Option<u64>,
+    budget: Budget,
     queue: Option<String>,
     settings: &Settings,
 ) -> anyhow::Result<NewTask> {
@@ -38,7 +45,8 @@ pub(crate) fn new_task(
         config_path: config_path.map(|path| path.to_string_lossy().into_owned()),
         sync: settings.sync()?.or(config.sync).unwrap_or(SyncMode::Full),
         created_at: journal::now(),
-        max_tokens: max_tokens.or(config.max_tokens),
+        max_tokens: budget.tokens.or(config.max_tokens),
+        max_cost_nanos: budget.cost_nanos.or(config.max_cost_nanos),
         queue,
         retries: None,
         launch: crate::journal::Launch::default(),
@@ -243,16 +251,17 @@ pub(crate) fn children(journal: &mut dyn Journal, id: &str) -> anyhow::Result<Ve
 
 /// The tokens the task's children, and theirs, have spent: they count
 /// against its budget (SPEC 16).
-pub(crate) fn descendants_spent(journal: &mut dyn Journal, id: &str) -> anyhow::Result<u64> {
-    let mut spent = 0;
+pub(crate) fn descendants_spent(journal: &mut dyn Journal, id: &str) -> anyhow::Result<(u64, u64)> {
+    let (mut tokens, mut nanos) = (0, 0);
     let mut parents = vec![id.to_owned()];
     while let Some(parent) = parents.pop() {
         for child in children(journal, &parent)? {
-            spent += child.tokens_spent;
+            tokens += child.tokens_spent;
+            nanos += child.cost.spent_nanos;
             parents.push(child.id);
         }
     }
-    Ok(spent)
+    Ok((tokens, nanos))
 }
 
 /// A task's place in a tree of tasks (SPEC 16).

@@ -74,6 +74,48 @@ pub(crate) fn sum(usages: &[Value]) -> Option<Value> {
     Some(serde_json::json!({"input_tokens": input, "output_tokens": output}))
 }
 
+/// What a model call asks for (SPEC 19), as the proxy reads it off the
+/// request: what a budget reserves before it is forwarded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Asked {
+    pub(crate) model: String,
+    /// A bound on its input tokens, with no tokenizer: a token is at
+    /// least a byte, so the bytes of the body's text and four a part
+    /// (what a chat template adds around a message).
+    pub(crate) input: u64,
+    /// Its `max_tokens` (`max_completion_tokens`, `max_output_tokens`,
+    /// Gemini's `maxOutputTokens`), if it set one.
+    pub(crate) output_cap: Option<u64>,
+}
+
+impl Asked {
+    pub(crate) fn of(model: &str, body: &Value) -> Self {
+        Self {
+            model: model.to_owned(),
+            input: text_bound(body),
+            output_cap: [
+                "/max_tokens",
+                "/max_completion_tokens",
+                "/max_output_tokens",
+                "/generationConfig/maxOutputTokens",
+            ]
+            .iter()
+            .find_map(|pointer| body.pointer(pointer).and_then(Value::as_u64)),
+        }
+    }
+}
+
+/// The bytes of every string in `value` (keys left out: the model sees
+/// none), and four for each object and array.
+fn text_bound(value: &Value) -> u64 {
+    match value {
+        Value::String(text) => text.len() as u64,
+        Value::Array(items) => 4 + items.iter().map(text_bound).sum::<u64>(),
+        Value::Object(members) => 4 + members.values().map(text_bound).sum::<u64>(),
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,14 @@ pub(crate) struct Limits {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) max_tokens: Option<u64>,
 
+    /// Keep the task's model calls within USD dollars, over all its runs:
+    /// a call is forwarded only if its worst case (input, and its
+    /// max_tokens or the model's output limit, at the model's price) fits;
+    /// on `resume`, raises or sets the budget [default: `[budget] max_usd`
+    /// in durun.toml]
+    #[arg(long = "max-usd", value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost_nanos: Option<u64>,
+
     /// How long a `wait` or `sleep` step is waited on live before durun
     /// parks the task and exits 77 (`0s`: at once) [default: `[wait]
     /// park_after` in durun.toml, else 60s]
@@ -300,6 +308,10 @@ pub(crate) struct SubmitArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) max_tokens: Option<u64>,
 
+    /// The task's budget in dollars over all its runs
+    #[arg(long = "max-usd", value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost_nanos: Option<u64>,
+
     /// Resume the task up to N times after a run that failed (any exit but
     /// 0, 64, 65 and 75 to 78) [default: `[queues.QUEUE] retries` in
     /// durun.toml, else 0]
@@ -390,6 +402,11 @@ pub(crate) struct ApproveArgs {
     /// signal gets none
     #[arg(long, value_name = "N")]
     pub(crate) add_tokens: Option<u64>,
+
+    /// Raise the task's budget in dollars by USD, as --add-tokens does
+    /// its token budget
+    #[arg(long = "add-usd", value_name = "USD", value_parser = parse_usd)]
+    pub(crate) add_cost_nanos: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -523,4 +540,13 @@ pub(crate) struct SchedulesArgs {
     /// Print JSON for scripts
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A number of dollars, as nano-dollars.
+pub(crate) fn parse_usd(text: &str) -> Result<u64, String> {
+    text.trim_start_matches('$')
+        .parse::<f64>()
+        .ok()
+        .and_then(crate::prices::nanos_of_usd)
+        .ok_or_else(|| format!("`{text}` is not a number of dollars (e.g. 2.50)"))
 }

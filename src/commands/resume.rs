@@ -55,7 +55,7 @@ pub(super) fn resume_task(
             ));
         }
     }
-    let task = session::raise_budget(journal, task, args.limits.max_tokens)?;
+    let task = session::raise_budget(journal, task, &args.limits)?;
     session::drive(
         journal,
         &task,

@@ -29,7 +29,10 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
             &args.new.command,
             &cwd,
             args.new.config.as_deref(),
-            args.limits.max_tokens,
+            crate::task::Budget {
+                tokens: args.limits.max_tokens,
+                cost_nanos: args.limits.max_cost_nanos,
+            },
             None,
             settings,
         )?;
@@ -82,7 +85,7 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         ));
         return Ok(0);
     }
-    let task = session::raise_budget(journal.as_mut(), task, args.limits.max_tokens)?;
+    let task = session::raise_budget(journal.as_mut(), task, &args.limits)?;
     let limits = crate::cli::Limits {
         child_jobs: args.jobs,
         ..args.limits

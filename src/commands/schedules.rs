@@ -118,7 +118,7 @@ fn submit(
         &schedule.command,
         cwd,
         None,
-        None,
+        crate::task::Budget::default(),
         Some(schedule.queue.clone()),
         settings,
     )?;

@@ -126,6 +126,7 @@ pub(super) fn drive(
         reporter = Box::new(crate::trace::Tracer::new(reporter, endpoint, context));
     }
     let (seeds, faults) = trial_hooks()?;
+    let children_spent = children_spent(journal, task)?;
     let preset = preset_of(task, limits)?;
     let spec = RunSpec {
         task_id: &task.id,
@@ -145,13 +146,10 @@ pub(super) fn drive(
             .or(config.park_after)
             .unwrap_or(DEFAULT_PARK_AFTER),
         max_tokens: task.max_tokens,
+        max_cost_nanos: task.max_cost_nanos,
         // A budget covers the task's children too (SPEC 16).
-        tokens_before: task.tokens_spent
-            + if task.max_tokens.is_some() {
-                crate::task::descendants_spent(journal, &task.id)?
-            } else {
-                0
-            },
+        tokens_before: task.tokens_spent + children_spent.0,
+        cost_before: task.cost.spent_nanos + children_spent.1,
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
         prices: &config.prices,
@@ -206,6 +204,15 @@ pub(super) fn drive(
 
 /// What `durun test` gives a trial run through its environment: the model
 /// steps to answer from, and the tool faults to make.
+/// What the task's children spent, when a budget counts it (SPEC 16).
+fn children_spent(journal: &mut dyn Journal, task: &TaskRecord) -> Result<(u64, u64)> {
+    if task.max_tokens.is_some() || task.max_cost_nanos.is_some() {
+        crate::task::descendants_spent(journal, &task.id)
+    } else {
+        Ok((0, 0))
+    }
+}
+
 /// The task's live directory (SPEC 20), emptied of the streams an
 /// earlier run left when it was killed.
 fn live_of(settings: &Settings, task: &str) -> Option<crate::task::live::Live> {
@@ -305,30 +312,43 @@ pub(super) fn unsynced<T>(
 /// How long a `wait` or `sleep` is waited on live by default (SPEC 8).
 const DEFAULT_PARK_AFTER: Duration = Duration::from_secs(60);
 
-/// Records a new budget for the task, if one was given, and returns the
-/// task as it now stands.
+/// Records the budgets given for the task, if any, and returns the task
+/// as it now stands.
 pub(super) fn raise_budget(
     journal: &mut dyn Journal,
     task: TaskRecord,
-    max_tokens: Option<u64>,
+    limits: &crate::cli::Limits,
 ) -> Result<TaskRecord> {
-    let Some(max) = max_tokens else {
-        return Ok(task);
-    };
-    if task.max_tokens == Some(max) {
-        return Ok(task);
+    let mut task = task;
+    if let Some(max) = limits
+        .max_tokens
+        .filter(|max| task.max_tokens != Some(*max))
+    {
+        journal.set_max_tokens(&task.id, Some(max))?;
+        if max <= task.tokens_spent {
+            crate::report::say(&format!(
+                "task {} has spent {} tokens already; a budget of {max} stops it at its next new step",
+                task.id, task.tokens_spent
+            ));
+        }
+        task.max_tokens = Some(max);
     }
-    journal.set_max_tokens(&task.id, Some(max))?;
-    if max <= task.tokens_spent {
-        crate::report::say(&format!(
-            "task {} has spent {} tokens already; a budget of {max} stops it at its next new step",
-            task.id, task.tokens_spent
-        ));
+    if let Some(max) = limits
+        .max_cost_nanos
+        .filter(|max| task.max_cost_nanos != Some(*max))
+    {
+        journal.set_max_cost(&task.id, Some(max))?;
+        if max <= task.cost.spent_nanos {
+            crate::report::say(&format!(
+                "task {} has spent {} already; a budget of {} stops it at its next new step",
+                task.id,
+                crate::prices::shown(task.cost.spent_nanos),
+                crate::prices::shown(max)
+            ));
+        }
+        task.max_cost_nanos = Some(max);
     }
-    Ok(TaskRecord {
-        max_tokens: Some(max),
-        ..task
-    })
+    Ok(task)
 }
 
 /// The error for a task `durun cancel` ended.

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{ApproveArgs, RejectArgs, SignalArgs};
 use crate::error::Failure;
 use crate::journal::{self, Access, Journal, Location, SignalRecord, StepKind};
+use crate::prices::shown;
 use crate::settings::Settings;
 use crate::task::{shown_status, unknown_task};
 
@@ -28,8 +29,8 @@ pub(crate) fn signal(args: &SignalArgs, settings: &Settings) -> Result<i32> {
 }
 
 pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
-    if let Some(more) = args.add_tokens {
-        let waits = add_tokens(&args.task, more, settings)?;
+    if args.add_tokens.is_some() || args.add_cost_nanos.is_some() {
+        let waits = add_budget(&args.task, args.add_tokens, args.add_cost_nanos, settings)?;
         if !waits {
             return Ok(0);
         }
@@ -52,27 +53,52 @@ pub(crate) fn approve(args: &ApproveArgs, settings: &Settings) -> Result<i32> {
     answer(&args.task, Value::Object(data), "approved", settings)
 }
 
-/// Raises `task`'s token budget by `more` (SPEC 19); whether the task waits
-/// for a signal, which `approve` then answers too.
-fn add_tokens(task: &str, more: u64, settings: &Settings) -> Result<bool> {
+/// Raises `task`'s token budget by `tokens` and its budget in dollars by
+/// `nanos` (SPEC 19); whether the task waits for a signal, which
+/// `approve` then answers too.
+fn add_budget(
+    task: &str,
+    tokens: Option<u64>,
+    nanos: Option<u64>,
+    settings: &Settings,
+) -> Result<bool> {
     let location = Location::of(settings)?;
     let mut journal = location.open(Access::Write, settings)?;
     let Some(record) = journal.task(task)? else {
         return Err(unknown_task(task, &location).into());
     };
-    let Some(max) = record.max_tokens else {
-        return Err(
-            Failure::usage(format!("task {task} has no token budget to raise"))
-                .hint(format!("`durun resume {task} --max-tokens N` gives it one"))
-                .into(),
-        );
-    };
-    let raised = max.saturating_add(more);
-    journal.set_max_tokens(task, Some(raised))?;
-    crate::report::say(&format!(
-        "task {task}: token budget {max} -> {raised}, {} left; `durun resume {task}` goes on",
-        raised.saturating_sub(record.tokens_spent)
-    ));
+    if let Some(more) = tokens {
+        let Some(max) = record.max_tokens else {
+            return Err(
+                Failure::usage(format!("task {task} has no token budget to raise"))
+                    .hint(format!("`durun resume {task} --max-tokens N` gives it one"))
+                    .into(),
+            );
+        };
+        let raised = max.saturating_add(more);
+        journal.set_max_tokens(task, Some(raised))?;
+        crate::report::say(&format!(
+            "task {task}: token budget {max} -> {raised}, {} left; `durun resume {task}` goes on",
+            raised.saturating_sub(record.tokens_spent)
+        ));
+    }
+    if let Some(more) = nanos {
+        let Some(max) = record.max_cost_nanos else {
+            return Err(
+                Failure::usage(format!("task {task} has no budget in dollars to raise"))
+                    .hint(format!("`durun resume {task} --max-usd X` gives it one"))
+                    .into(),
+            );
+        };
+        let raised = max.saturating_add(more);
+        journal.set_max_cost(task, Some(raised))?;
+        crate::report::say(&format!(
+            "task {task}: budget {} -> {}, {} left; `durun resume {task}` goes on",
+            shown(max),
+            shown(raised),
+            shown(raised.saturating_sub(record.cost.spent_nanos))
+        ));
+    }
     let waiting = crate::task::waiting_step(journal.as_mut(), task)?;
     Ok(waiting.is_some_and(|step| step.kind == StepKind::Wait))
 }

@@ -29,7 +29,10 @@ pub(crate) fn submit(args: &SubmitArgs, settings: &Settings) -> Result<i32> {
         &args.new.command,
         &cwd,
         args.new.config.as_deref(),
-        args.max_tokens,
+        crate::task::Budget {
+            tokens: args.max_tokens,
+            cost_nanos: args.max_cost_nanos,
+        },
         Some(args.queue.clone()),
         settings,
     )?;

@@ -76,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) park_after: Option<Duration>,
     /// `[budget] max_tokens`.
     pub(crate) max_tokens: Option<u64>,
+    /// `[budget] max_usd`, in nano-dollars.
+    pub(crate) max_cost_nanos: Option<u64>,
     /// `[queues.NAME] concurrency`: a worker's limits per queue.
     pub(crate) queues: BTreeMap<String, u32>,
     /// `[queues.NAME] retries`, `backoff`: what `durun submit` gives the
@@ -135,6 +137,8 @@ struct RawPrice {
     input: f64,
     output: f64,
     cached_input: Option<f64>,
+    /// The most output tokens one call may get (a budget's worst case).
+    max_output: Option<u64>,
 }
 
 /// `[agent]`: how the agent is started.
@@ -194,6 +198,7 @@ struct RawWait {
 #[serde(deny_unknown_fields)]
 struct RawBudget {
     max_tokens: Option<u64>,
+    max_usd: Option<f64>,
 }
 
 impl Config {
@@ -266,7 +271,14 @@ impl Config {
             }
             prices.overrides.insert(
                 model,
-                crate::prices::Price::per_million(price.input, price.output, price.cached_input),
+                crate::prices::Price {
+                    max_output: price.max_output,
+                    ..crate::prices::Price::per_million(
+                        price.input,
+                        price.output,
+                        price.cached_input,
+                    )
+                },
             );
         }
         let (mcp, mcp_max_message) = mcp::mcp_tables(raw.mcp)?;
@@ -276,6 +288,15 @@ impl Config {
             tools,
             park_after,
             max_tokens: raw.budget.max_tokens,
+            max_cost_nanos: raw
+                .budget
+                .max_usd
+                .map(|usd| {
+                    crate::prices::nanos_of_usd(usd).ok_or_else(|| {
+                        Failure::config("[budget] max_usd: a budget is dollars, 0 or more")
+                    })
+                })
+                .transpose()?,
             queue_retries: raw
                 .queues
                 .iter()

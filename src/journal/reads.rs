@@ -232,6 +232,7 @@ pub(crate) fn task_from(row: &dyn Row) -> Result<TaskRecord> {
         imported_at: row.text(22)?.map(str::to_owned),
         launch: row.text(23)?,
         cost: [row.some_int(24)?, row.some_int(25)?, row.some_int(26)?],
+        max_cost_nanos: row.int(27)?,
     }
     .record()
 }

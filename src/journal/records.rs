@@ -120,6 +120,8 @@ pub(crate) struct NewTask {
     pub(crate) created_at: String,
     /// The token budget (SPEC 9), if any.
     pub(crate) max_tokens: Option<u64>,
+    /// The budget in nano-dollars (SPEC 19), if any.
+    pub(crate) max_cost_nanos: Option<u64>,
     /// `submit`: the queue the task waits in, `queued`, for a worker.
     pub(crate) queue: Option<String>,
     /// `submit`: runs after failed ones and the first one's backoff in
@@ -184,6 +186,7 @@ impl NewTask {
             tokens_spent: 0,
             tokens_saved: 0,
             max_tokens: self.max_tokens,
+            max_cost_nanos: self.max_cost_nanos,
             queue: self.queue.clone(),
             imported_at: None,
             launch: self.launch.clone(),
@@ -214,6 +217,8 @@ pub(crate) struct TaskRecord {
     pub(crate) tokens_saved: u64,
     /// The token budget over all runs, if any.
     pub(crate) max_tokens: Option<u64>,
+    /// The budget in nano-dollars over all runs, if any.
+    pub(crate) max_cost_nanos: Option<u64>,
     /// The queue of a submitted task.
     pub(crate) queue: Option<String>,
     /// When the task was imported (SPEC 10), if it was.

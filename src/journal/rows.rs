@@ -30,10 +30,11 @@ pub(crate) const TASK_COLUMNS: &str = "t.id, t.status, t.argv, t.cwd, t.config, 
     t.max_tokens, t.queue, t.imported_at, t.launch,
     (SELECT CAST(coalesce(sum(r.cost_spent_nanos), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
     (SELECT CAST(coalesce(sum(r.cost_saved_nanos), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
-    (SELECT CAST(coalesce(sum(r.unpriced_steps), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id)";
+    (SELECT CAST(coalesce(sum(r.unpriced_steps), 0) AS BIGINT) FROM runs r WHERE r.task_id = t.id),
+    t.max_cost_nanos";
 
 /// How many columns [`TASK_COLUMNS`] selects.
-pub(crate) const TASK_WIDTH: usize = 27;
+pub(crate) const TASK_WIDTH: usize = 28;
 
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
@@ -137,6 +138,7 @@ pub(crate) struct TaskColumns<'a> {
     pub(crate) launch: Option<&'a str>,
     /// What its runs spent, saved by replay, and left unpriced.
     pub(crate) cost: [i64; 3],
+    pub(crate) max_cost_nanos: Option<i64>,
 }
 
 impl TaskColumns<'_> {
@@ -165,6 +167,7 @@ impl TaskColumns<'_> {
             tokens_spent: self.tokens_spent as u64,
             tokens_saved: self.tokens_saved as u64,
             max_tokens: self.max_tokens.map(|max| max as u64),
+            max_cost_nanos: self.max_cost_nanos.map(|max| max as u64),
             queue: self.queue,
             imported_at: self.imported_at,
             launch: self

@@ -188,6 +188,10 @@ CREATE TABLE events (
 );
 CREATE INDEX events_by_task ON events (task_id, id);
 ",
+    r"
+-- SPEC 19: a budget in money beside the token budget, in nano-dollars.
+ALTER TABLE tasks ADD COLUMN max_cost_nanos BIGINT;
+",
 ];
 
 /// The SQLite format this durun writes.

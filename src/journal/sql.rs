@@ -305,6 +305,14 @@ pub(crate) static SET_MAX_TOKENS: Sql = Sql::new(
      WHERE id = $1",
 );
 
+/// A task's budget in nano-dollars; as [`SET_MAX_TOKENS`], a task stopped
+/// over its budget may go on again.
+pub(crate) static SET_MAX_COST: Sql = Sql::new(
+    "UPDATE tasks SET max_cost_nanos = $2,
+         status = CASE WHEN status = 'over_budget' THEN 'interrupted' ELSE status END
+     WHERE id = $1",
+);
+
 /// Who holds the task, and whether it was cancelled.
 pub(crate) static STANDING: Sql =
     Sql::new("SELECT lease_run, cancel_requested_at IS NOT NULL FROM tasks WHERE id = $1");
@@ -500,6 +508,7 @@ mod tests {
             &GC_CANDIDATES,
             &FORGET_UNSTARTED,
             &SET_MAX_TOKENS,
+            &SET_MAX_COST,
             &STANDING,
             &FENCE,
             &NEXT_SIGNAL,

@@ -212,6 +212,13 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
             Ok(())
         })
     }
+    /// Sets the task's budget in nano-dollars (SPEC 19); `None` removes it.
+    fn set_max_cost(&mut self, task: &str, max_nanos: Option<u64>) -> Result<()> {
+        committed(self, |tx| {
+            tx.execute(&sql::SET_MAX_COST, &[task.into(), max_nanos.into()])?;
+            Ok(())
+        })
+    }
     /// Removes a task whose first and only run failed before the agent
     /// opened a step or was sent a signal: nothing of it is worth keeping
     /// or resuming. True when it was removed.

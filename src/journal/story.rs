@@ -23,6 +23,7 @@ fn task(id: &str) -> NewTask {
         sync: SyncMode::Full,
         created_at: now(),
         max_tokens: None,
+        max_cost_nanos: None,
         queue: None,
         retries: None,
         // Read back as written, on both journals.

@@ -65,6 +65,8 @@ pub(crate) struct Ask {
     pub(crate) args: Value,
     /// `args` in the canonical form keys are made of.
     pub(crate) canonical: String,
+    /// For a model call: its model, and what a budget reserves for it.
+    pub(crate) asked: Option<crate::usage::Asked>,
     pub(crate) reply: oneshot::Sender<Verdict>,
 }
 
@@ -93,6 +95,28 @@ pub(crate) enum Verdict {
         kind: &'static str,
         message: String,
     },
+}
+
+impl Verdict {
+    /// The answer to a request that comes while the run stops.
+    pub(crate) fn stopping() -> Self {
+        Self::Refuse {
+            status: 503,
+            kind: "durun_stopping",
+            message: "durun's run is stopping; nothing was forwarded, and the task can be resumed"
+                .into(),
+        }
+    }
+
+    /// The answer to a model call that does not fit the task's budget
+    /// (`why`, a sentence).
+    pub(crate) fn over_budget(why: &str) -> Self {
+        Self::Refuse {
+            status: 429,
+            kind: "budget_exceeded",
+            message: format!("{why}; durun stops it (exit 78)"),
+        }
+    }
 }
 
 /// How a forwarded request ended.

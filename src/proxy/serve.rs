@@ -113,6 +113,17 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, Response<Body>> {
     Ok(Bytes::from(kept))
 }
 
+/// The model a request names: in its body, or (Gemini) in its path.
+fn model_of(args: &serde_json::Value, path: &str) -> Option<String> {
+    args["body"]["model"]
+        .as_str()
+        .or_else(|| {
+            let after = path.split("/models/").nth(1)?;
+            after.split([':', '/']).next()
+        })
+        .map(str::to_owned)
+}
+
 async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
     let (route_name, route, path) = match target(request.uri().path(), &shared) {
         Ok(target) => target,
@@ -140,24 +151,21 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     // Journaled as the agent sent it; sent asking for usage if it did not.
     let asked = super::usage::asked(&route_name, &path, &body, &args["body"]);
     let hide_usage = asked.is_some();
-    // The model named in the body, or (Gemini) in the path.
-    let model = args["body"]["model"]
-        .as_str()
-        .or_else(|| {
-            let after = path.split("/models/").nth(1)?;
-            after.split([':', '/']).next()
-        })
-        .map(str::to_owned);
+    let model = model_of(&args, &path);
     let canonical = match crate::step_key::canonical_json(&args) {
         Ok(canonical) => canonical,
         Err(err) => return error(StatusCode::BAD_REQUEST, "bad_request", err.to_string()),
     };
     let (reply, verdict) = oneshot::channel();
+    let wants = model
+        .as_deref()
+        .map(|model| crate::usage::Asked::of(model, &args["body"]));
     let ask = Ask {
         name: format!("{route_name} {method} {path}"),
         effect,
         args,
         canonical,
+        asked: wants,
         reply,
     };
     if !(shared.inbox)(ToLoop::Ask(ask)) {

@@ -38,6 +38,8 @@ pub(super) struct InFlight {
     /// is written (a `read` request).
     pub(super) canonical: Option<String>,
     pub(super) started: Instant,
+    /// Its worst case, reserved in the task's budget (SPEC 19).
+    pub(super) reservation: Option<u64>,
 }
 
 impl Contents {

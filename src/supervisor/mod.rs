@@ -9,6 +9,7 @@
 //! this lives in.
 
 mod agent_io;
+mod budget;
 mod child;
 mod committer;
 mod contents;

@@ -104,6 +104,8 @@ pub(super) enum ProxyThen {
     Forward {
         reply: oneshot::Sender<Verdict>,
         in_doubt: bool,
+        /// What a budget reserves for it, if it is a model call.
+        asked: Option<crate::usage::Asked>,
     },
     /// Its answer is written: let the agent have the end of it.
     Done {

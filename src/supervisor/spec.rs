@@ -50,8 +50,13 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) park_after: Duration,
     /// The task's token budget (SPEC 9).
     pub(crate) max_tokens: Option<u64>,
+    /// The task's budget in nano-dollars (SPEC 19).
+    pub(crate) max_cost_nanos: Option<u64>,
     /// Tokens the task's earlier runs spent.
     pub(crate) tokens_before: u64,
+    /// What the task and its children spent before this run, in
+    /// nano-dollars.
+    pub(crate) cost_before: u64,
     /// The time waits and sleeps take as now (`DURUN_TEST_NOW`, for
     /// tests); the system clock when `None`.
     pub(crate) fixed_now: Option<SystemTime>,

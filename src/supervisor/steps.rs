@@ -277,6 +277,9 @@ pub(super) struct OpenStep {
     /// The usage of model calls made through the proxy while it was open
     /// (one call, one record: they are part of this step).
     pub(super) proxied: Vec<Value>,
+    /// What those calls cost at their models' prices; `None` once one of
+    /// them had no price.
+    pub(super) proxied_cost: Option<u64>,
 }
 
 /// A `call` whose tool is running.

@@ -31,6 +31,13 @@ fn command(req: &Req, id: &str, action: &str) -> Result<(Vec<String>, Option<Edi
             if let Some(comment) = field("comment") {
                 options.push(format!("--data={}", json!({ "comment": comment })));
             }
+            // The budget's raise (SPEC 19): checked by the command.
+            if let Some(usd) = field("add_usd") {
+                options.push(format!("--add-usd={usd}"));
+            }
+            if let Some(tokens) = field("add_tokens") {
+                options.push(format!("--add-tokens={tokens}"));
+            }
         }
         "reject" => {
             if let Some(reason) = field("reason") {

@@ -102,6 +102,15 @@ pub(super) fn task_list(req: &Req, shared: &Shared) -> Result<Reply> {
     )))
 }
 
+/// A task's cost, and what is left of its budget under it.
+fn budget_cell(task: &TaskRecord) -> String {
+    let cost = super::html::cost_cell(&task.cost);
+    match crate::commands::inspect::budget_left(task) {
+        Some(left) => format!("{cost}<br><small class=\"left\">{}</small>", text(&left)),
+        None => cost,
+    }
+}
+
 /// The list's search box and status filter, each status with its count.
 fn filter_form(
     body: &mut String,
@@ -218,7 +227,7 @@ fn task_row(
         thousands(task.steps),
         thousands(task.tokens_spent),
         thousands(task.tokens_saved),
-        super::html::cost_cell(&task.cost),
+        budget_cell(task),
         text(task.queue.as_deref().unwrap_or("")),
         text(&task.updated_at),
         age(&task.updated_at, now),

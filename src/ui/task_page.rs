@@ -140,21 +140,7 @@ fn head(loaded: &Loaded, now: std::time::SystemTime) -> String {
     family_rows(&mut row, family);
     row("runs", task.runs.to_string());
     row("steps", thousands(task.steps));
-    row(
-        "tokens",
-        format!(
-            "<span class=\"spent\">{} spent</span> · <span class=\"saved\">{} saved</span>{}",
-            thousands(task.tokens_spent),
-            thousands(task.tokens_saved),
-            task.max_tokens
-                .map_or_else(String::new, |max| format!(" · budget {}", thousands(max)))
-        ),
-    );
-    if let Some(cost) =
-        crate::commands::inspect::cost_line(&task.cost, task.tokens_spent + task.tokens_saved)
-    {
-        row("cost", text(&cost));
-    }
+    spending_rows(&mut row, task);
     if let Some(queue) = &task.queue {
         row("queue", text(queue));
     }
@@ -216,6 +202,28 @@ fn head(loaded: &Loaded, now: std::time::SystemTime) -> String {
     }
     body.push_str("</dl>");
     body
+}
+
+/// What the task spent and saved, and what is left of its budgets.
+fn spending_rows(row: &mut impl FnMut(&str, String), task: &TaskRecord) {
+    row(
+        "tokens",
+        format!(
+            "<span class=\"spent\">{} spent</span> · <span class=\"saved\">{} saved</span>{}",
+            thousands(task.tokens_spent),
+            thousands(task.tokens_saved),
+            task.max_tokens
+                .map_or_else(String::new, |max| format!(" · budget {}", thousands(max)))
+        ),
+    );
+    if let Some(cost) =
+        crate::commands::inspect::cost_line(&task.cost, task.tokens_spent + task.tokens_saved)
+    {
+        row("cost", text(&cost));
+    }
+    if let Some(left) = crate::commands::inspect::budget_left(task) {
+        row("budget", text(&left));
+    }
 }
 
 /// The task's parent and children, linked.
@@ -290,6 +298,25 @@ fn actions(
             "<input name=\"reason\" placeholder=\"reason (optional)\">",
             "Reject",
             "stop",
+        ));
+    }
+    if shown.status == TaskStatus::OverBudget {
+        let mut fields = String::new();
+        if task.max_cost_nanos.is_some() {
+            fields.push_str("<input name=\"add_usd\" placeholder=\"dollars to add, e.g. 5\" inputmode=\"decimal\">");
+        }
+        if task.max_tokens.is_some() {
+            fields.push_str(
+                "<input name=\"add_tokens\" placeholder=\"tokens to add\" inputmode=\"numeric\">",
+            );
+        }
+        out.push_str(&form(
+            id,
+            "approve",
+            csrf,
+            &fields,
+            "Raise the budget",
+            "go",
         ));
     }
     if !over {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::env::{agents_dir, text};
-use crate::proxy::{llm_env, zero_code_agent};
+use crate::proxy::llm_env;
 use crate::servers::llm_clients;
 use crate::waiting::{ran, run, waiter_args, waiter_env};
 
@@ -25,7 +25,7 @@ fn a_token_budget_stops_the_task_and_a_raise_continues_it() {
     assert_eq!(first.status.code(), Some(78), "{}", text(&first.stderr));
     let stderr = text(&first.stderr);
     assert!(
-        stderr.contains("spent its token budget: 300 of 250"),
+        stderr.contains("task t has spent 300 of its 250 tokens; step 4 did not start"),
         "{stderr}"
     );
     assert!(stderr.contains("--max-tokens"), "{stderr}");
@@ -106,19 +106,25 @@ fn a_budget_from_durun_toml_is_recorded_with_the_task() {
     );
 }
 
+/// A token budget at the proxy: each call's worst case (its input and its
+/// max_tokens) is reserved before it goes, so 8 calls at once under 300
+/// tokens send exactly two (120 spent each): the third never fits.
 #[test]
 fn the_budget_is_enforced_at_the_proxy() {
     if !llm_clients() {
         return;
     }
-    let (env, server) = llm_env();
-    let agent = zero_code_agent();
+    let (mut env, server) = llm_env();
+    env.set("MODEL", "m");
+    env.set("PARALLEL", "8");
+    let agent = agents_dir().join("parallel_calls.py");
+    let agent = agent.to_string_lossy();
     let run = env.durun(&[
         "run",
         "--task",
         "t",
         "--max-tokens",
-        "100",
+        "300",
         "--",
         "python3",
         &agent,
@@ -126,17 +132,14 @@ fn the_budget_is_enforced_at_the_proxy() {
     assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
     let stderr = text(&run.stderr);
     assert!(
-        stderr.contains("budget_exceeded") || stderr.contains("token budget"),
+        stderr.contains("task t has spent 240 of its 300 tokens, and a model call that may take 145 more does not fit"),
         "{stderr}"
     );
-    assert_eq!(
-        server.counts().as_object().map(serde_json::Map::len),
-        Some(1),
-        "only the first call went upstream"
-    );
+    assert_eq!(received(&env), 2, "two calls went upstream");
     let task = env.inspect("t");
     assert_eq!(task["task"]["status"], "over_budget");
-    assert_eq!(task["task"]["tokens_spent"], 120);
+    assert_eq!(task["task"]["tokens_spent"], 240);
+    drop(server);
 }
 
 #[test]
@@ -204,4 +207,152 @@ raise SystemExit(3 if os.environ["DURUN_RUN"] == "1" else 0)
         step.contains("cost        unknown (no price for its model"),
         "{step}"
     );
+}
+
+/// All the requests the fake upstream received.
+fn received(env: &crate::env::TestEnv) -> u64 {
+    std::fs::read_to_string(env.path("llm.port.count"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|counts| {
+            counts
+                .as_object()
+                .map(|counts| counts.values().filter_map(Value::as_u64).sum())
+        })
+        .unwrap_or(0)
+}
+
+/// 32 model calls at once under a budget in dollars: each is forwarded
+/// only when its worst case fits beside the others', so what the task
+/// spent stays within the budget; an approval and a resume then finish
+/// the rest without sending a finished call again.
+#[test]
+fn parallel_calls_never_spend_past_the_budget_and_a_raise_finishes_them() {
+    if !llm_clients() {
+        return;
+    }
+    let (env, _server) = llm_env();
+    let agent = agents_dir().join("parallel_calls.py");
+    let agent = agent.to_string_lossy();
+    // A call spends 100 + 20 tokens of gpt-4o-mini: $0.000027; its worst
+    // case is a little more. $0.0003 holds eleven calls, not twelve.
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--max-usd",
+        "0.0003",
+        "--",
+        "python3",
+        &agent,
+    ]);
+    assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "over_budget", "{task}");
+    let spent = task["task"]["cost_usd"].as_f64().expect("cost");
+    assert!(spent <= 0.0003, "spent ${spent} of a $0.0003 budget");
+    let sent = received(&env);
+    assert!((1..=11).contains(&sent), "{sent} calls went upstream");
+    assert_eq!(
+        task["task"]["tokens_spent"].as_u64(),
+        Some(120 * sent),
+        "every call sent is paid for in the journal"
+    );
+    assert!(
+        text(&run.stderr).contains("task t has spent $0.0003 of its $0.0003, and a model call that may cost <$0.0001 more does not fit"),
+        "{}",
+        text(&run.stderr)
+    );
+    let shown = env.durun(&["inspect", "t"]);
+    assert!(
+        text(&shown.stdout).contains("budget $0.0003"),
+        "{}",
+        text(&shown.stdout)
+    );
+
+    // The web view shows what is left, and raises the budget by its button.
+    let ui = crate::ui::Ui::start(&env, &[]);
+    let list = ui.get("/").body;
+    assert!(list.contains("of $0.0003 left"), "{list}");
+    let page = ui.get("/tasks/t").body;
+    assert!(page.contains("Raise the budget"), "{page}");
+    assert!(page.contains("of $0.0003 left"), "{page}");
+    let csrf = ui.csrf();
+    let bearer = ui.bearer();
+    let raised = crate::ui::request(
+        &ui.at,
+        "POST",
+        "/tasks/t/approve",
+        &[
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("csrf={csrf}&add_usd=0.01"),
+    );
+    assert_eq!(raised.status, 200, "{}", raised.body);
+    assert!(
+        raised.body.contains("budget $0.0003 -&gt; $0.0103"),
+        "{}",
+        raised.body
+    );
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["max_usd"], 0.0103, "{task}");
+    assert_eq!(task["task"]["status"], "interrupted", "{task}");
+    drop(ui);
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(text(&resumed.stdout).trim(), "32");
+    assert_eq!(received(&env), 32, "no finished call was sent again");
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "completed");
+    assert_eq!(task["task"]["tokens_spent"], 32 * 120);
+    assert_eq!(task["task"]["max_usd"], 0.0103);
+}
+
+/// A call whose cost durun cannot bound is refused under a budget in
+/// dollars, and the message says what to add to durun.toml.
+#[test]
+fn a_budget_in_dollars_refuses_a_model_without_a_price() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, _server) = llm_env();
+    env.set("MODEL", "house-model");
+    env.set("PARALLEL", "1");
+    let agent = agents_dir().join("parallel_calls.py");
+    let agent = agent.to_string_lossy();
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--max-usd",
+        "1",
+        "--",
+        "python3",
+        &agent,
+    ]);
+    assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("[prices.\"house-model\"]"),
+        "{}",
+        text(&run.stderr)
+    );
+    assert_eq!(received(&env), 0);
+    // With a price in durun.toml (recorded with a new task), it goes.
+    env.write(
+        "durun.toml",
+        "[prices.\"house-model\"]\ninput = 1.0\noutput = 2.0\n",
+    );
+    let priced = env.durun(&[
+        "run",
+        "--task",
+        "u",
+        "--max-usd",
+        "1",
+        "--",
+        "python3",
+        &agent,
+    ]);
+    assert!(priced.status.success(), "{}", text(&priced.stderr));
+    assert_eq!(received(&env), 1);
 }

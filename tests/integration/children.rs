@@ -316,7 +316,7 @@ fn a_childs_tokens_count_against_its_parents_budget() {
     let resumed = env.durun(&["resume", "p"]);
     assert_eq!(resumed.status.code(), Some(78), "{}", text(&resumed.stderr));
     assert!(
-        text(&resumed.stderr).contains("spent its token budget: 570 of 500"),
+        text(&resumed.stderr).contains("task p has spent 570 of its 500 tokens"),
         "{}",
         text(&resumed.stderr)
     );

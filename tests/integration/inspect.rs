@@ -248,6 +248,7 @@ fn a_summary_has_its_members(summary: &Value) {
             "held_by",
             "id",
             "max_tokens",
+            "max_usd",
             "queue",
             "status",
             "steps",
@@ -278,6 +279,7 @@ fn a_task_and_its_runs_have_their_members(task: &Value) {
         "created_at",
         "updated_at",
         "max_tokens",
+        "max_usd",
         "waiting_for",
         "signals",
     ] {
@@ -285,6 +287,7 @@ fn a_task_and_its_runs_have_their_members(task: &Value) {
     }
     assert_eq!(task["status"], "completed");
     assert_eq!(task["max_tokens"], Value::Null);
+    assert_eq!(task["max_usd"], Value::Null);
     assert_eq!(task["waiting_for"], Value::Null, "null when not parked");
     assert_eq!(task["exit_code"], 0);
     assert_eq!(task["output"], Value::Null);

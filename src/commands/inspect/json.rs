@@ -53,6 +53,7 @@ pub(super) fn task_summary_json(task: &TaskRecord, shown: &Shown) -> Value {
         "cost_saved_usd": crate::prices::usd(task.cost.saved_nanos),
         "unpriced_steps": task.cost.unpriced_steps,
         "max_tokens": task.max_tokens,
+        "max_usd": task.max_cost_nanos.map(crate::prices::usd),
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     })
@@ -81,6 +82,7 @@ pub(super) struct TaskOut<'a> {
     cost_saved_usd: f64,
     unpriced_steps: u64,
     max_tokens: Option<u64>,
+    max_usd: Option<f64>,
     queue: &'a Option<String>,
     held_by: Value,
     waiting_for: Option<Value>,
@@ -185,6 +187,7 @@ pub(super) fn task_out<'a>(
         cost_saved_usd: crate::prices::usd(task.cost.saved_nanos),
         unpriced_steps: task.cost.unpriced_steps,
         max_tokens: task.max_tokens,
+        max_usd: task.max_cost_nanos.map(crate::prices::usd),
         queue: &task.queue,
         held_by: held_by(task, shown),
         waiting_for: shown.waiting.as_ref().map(|step| {

@@ -7,6 +7,7 @@
 
 mod follow;
 mod json;
+mod money;
 mod step_view;
 mod tree;
 mod views;
@@ -23,7 +24,8 @@ use crate::report::thousands;
 use crate::settings::Settings;
 use crate::task::{Shown, shown, unknown_task};
 use json::{StepOut, step_json, task_out, task_summary_json};
-pub(crate) use views::{age, cost_line, held, took};
+pub(crate) use money::{budget_left, cost_line};
+pub(crate) use views::{age, held, took};
 
 /// How many steps the task view shows unless `--all` says every one.
 const VIEW_LIMIT: usize = 500;

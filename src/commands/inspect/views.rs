@@ -298,22 +298,7 @@ fn task_header(
             escape(&task.id)
         );
     }
-    let budget = task.max_tokens.map_or_else(String::new, |max| {
-        format!(
-            ", budget {} ({} left)",
-            thousands(max),
-            thousands(max.saturating_sub(task.tokens_spent))
-        )
-    });
-    let _ = writeln!(
-        out,
-        "tokens   {} spent, {} saved{budget}",
-        thousands(task.tokens_spent),
-        thousands(task.tokens_saved)
-    );
-    if let Some(cost) = cost_line(&task.cost, task.tokens_spent + task.tokens_saved) {
-        let _ = writeln!(out, "cost     {cost}");
-    }
+    super::money::spending(&mut out, task);
     let runs_count = if task.runs == 1 {
         "1 run".to_owned()
     } else {
@@ -330,40 +315,6 @@ fn task_header(
         let _ = writeln!(out, "output   {}", table::fit(&preview(output), width));
     }
     out
-}
-
-/// What a task's tokens cost at their models' prices (SPEC 19), when it
-/// spent or saved any.
-pub(crate) fn cost_line(cost: &crate::journal::Cost, tokens: u64) -> Option<String> {
-    if tokens == 0 {
-        return None;
-    }
-    let steps = |n: u64| {
-        if n == 1 {
-            "1 step".to_owned()
-        } else {
-            format!("{n} steps")
-        }
-    };
-    if cost.spent_nanos == 0 && cost.saved_nanos == 0 && cost.unpriced_steps > 0 {
-        return Some(format!(
-            "unknown ({} at a model without a price)",
-            steps(cost.unpriced_steps)
-        ));
-    }
-    let unpriced = if cost.unpriced_steps > 0 {
-        format!(
-            "; {} at a model without a price: cost unknown",
-            steps(cost.unpriced_steps)
-        )
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "{} spent, {} saved{unpriced}",
-        crate::prices::shown(cost.spent_nanos),
-        crate::prices::shown(cost.saved_nanos)
-    ))
 }
 
 /// One row a run: its exit, steps, tokens and times.

@@ -104,6 +104,7 @@ mod tests {
             sync: crate::config::SyncMode::Full,
             created_at: "2026-12-03T10:00:00Z".into(),
             max_tokens: None,
+            max_cost_nanos: None,
             queue: Some("q".into()),
             retries: None,
             launch: crate::journal::Launch::default(),

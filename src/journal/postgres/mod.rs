@@ -216,8 +216,8 @@ fn insert_task(client: &mut impl cached::Queries, task: &NewTask) -> Result<()> 
     client
         .execute(
             "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-                 max_tokens, queue, launch)
-             VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)",
+                 max_tokens, queue, launch, max_cost_nanos)
+             VALUES ($1, CASE WHEN $9::TEXT IS NULL THEN 'running' ELSE 'queued' END, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)",
             &[
                 &task.id,
                 &serde_json::to_string(&task.argv)?,
@@ -229,6 +229,7 @@ fn insert_task(client: &mut impl cached::Queries, task: &NewTask) -> Result<()> 
                 &task.max_tokens.map(|max| max as i64),
                 &task.queue,
                 &task.launch.column(),
+                &task.max_cost_nanos.map(|max| max as i64),
             ],
         )
         .with_context(|| format!("failed to create task {}", task.id))?;

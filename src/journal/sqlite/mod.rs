@@ -124,8 +124,8 @@ impl Journal for SqliteJournal {
 fn insert_task(conn: &rusqlite::Connection, task: &NewTask) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO tasks (id, status, argv, cwd, config, config_path, sync_mode, created_at, updated_at,
-             max_tokens, queue, launch)
-         VALUES (?1, CASE WHEN ?9 IS NULL THEN 'running' ELSE 'queued' END, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)",
+             max_tokens, queue, launch, max_cost_nanos)
+         VALUES (?1, CASE WHEN ?9 IS NULL THEN 'running' ELSE 'queued' END, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         task.id,
@@ -138,6 +138,7 @@ fn insert_task(conn: &rusqlite::Connection, task: &NewTask) -> Result<()> {
         task.max_tokens.map(|max| max as i64),
         task.queue,
         task.launch.column(),
+        task.max_cost_nanos.map(|max| max as i64),
     ])
     .with_context(|| format!("failed to create task {}", task.id))?;
     if let Some((retries, backoff_ms)) = task.retries {

@@ -127,7 +127,7 @@ impl Supervisor<'_> {
         queue: Option<String>,
     ) -> anyhow::Result<()> {
         let parent = self.spec.task_id;
-        let spent = self.spec.tokens_before + self.tokens_finished;
+        let spent = self.budget.spent();
         let journal = self.journal();
         if journal.task(child)?.is_some() {
             return Ok(());
@@ -137,7 +137,12 @@ impl Supervisor<'_> {
         };
         // A child's tokens count against its parent's budget: it gets
         // what is left of it.
-        let left = parent.max_tokens.map(|max| max.saturating_sub(spent));
+        let left = parent
+            .max_tokens
+            .map(|max| max.saturating_sub(spent.tokens));
+        let cost_left = parent
+            .max_cost_nanos
+            .map(|max| max.saturating_sub(spent.nanos));
         journal.create_task(&NewTask {
             id: child.to_owned(),
             argv: command,
@@ -147,6 +152,7 @@ impl Supervisor<'_> {
             sync: parent.sync,
             created_at: crate::journal::now(),
             max_tokens: left,
+            max_cost_nanos: cost_left,
             queue,
             retries: None,
             // A child's agent reads what its config says, not the stdin

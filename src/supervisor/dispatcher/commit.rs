@@ -240,13 +240,16 @@ impl<'a> Supervisor<'a> {
     ) {
         self.transition(Transition::Returned);
         record.finished_at = Some(crate::journal::now());
-        self.tokens_finished += record.tokens;
+        self.budget.add(record.tokens, record.cost_nanos);
+        let step = record.step;
         self.outbox.batch.push(Deferred {
             conn,
             record,
             fresh,
             then: Then::Finished { id, started },
         });
+        // The model calls made inside it count now: their worst cases go.
+        self.release_parts(step);
     }
 
     /// Reports a step whose result is durable and answers it.

@@ -495,6 +495,7 @@ fn agent_env(
     // step may be answered as a replay (`durun test`'s seeds), nor where a
     // token budget may refuse it (a model call must not run past one).
     if spec.max_tokens.is_none()
+        && spec.max_cost_nanos.is_none()
         && spec
             .seeds
             .as_ref()

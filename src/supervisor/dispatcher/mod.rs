@@ -17,6 +17,7 @@ mod imp;
 mod patches;
 mod proxied;
 mod requests;
+mod reserving;
 mod retries;
 mod seeded;
 mod stopping;
@@ -57,9 +58,11 @@ struct Supervisor<'a> {
     io: AgentIo,
     /// The next commit and where answers go.
     outbox: Outbox,
-    /// Tokens of the steps this run finished, their commits written or
-    /// not yet: what the budget counts.
-    tokens_finished: u64,
+    /// The task's budgets, what it spent, and what the model calls in
+    /// flight may spend at worst.
+    budget: crate::supervisor::budget::Budget,
+    /// Model calls waiting for room in the budget.
+    held: reserving::Held,
     /// The replayed steps the journal's counters hold: more go in with the
     /// next batch, so that their event comes before the new steps'.
     replays_written: u64,
@@ -136,7 +139,15 @@ impl<'a> Supervisor<'a> {
             stats: RunStats::default(),
             io,
             outbox: Outbox::default(),
-            tokens_finished: 0,
+            held: reserving::Held::default(),
+            budget: crate::supervisor::budget::Budget::new(
+                spec.max_tokens,
+                spec.max_cost_nanos,
+                crate::supervisor::budget::Worst {
+                    tokens: spec.tokens_before,
+                    nanos: spec.cost_before,
+                },
+            ),
             replays_written: 0,
             events_tx,
             child_pid: 0,

@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::reserving::Call;
 use super::{Supervisor, Wanted};
 use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
@@ -48,7 +49,7 @@ impl Supervisor<'_> {
             return;
         }
         if self.ending.stop.is_some() || self.ending.exited.is_some() {
-            let _ = ask.reply.send(stopping());
+            let _ = ask.reply.send(Verdict::stopping());
             return;
         }
         let wanted = Wanted {
@@ -76,14 +77,14 @@ impl Supervisor<'_> {
                 (record, fresh, in_doubt)
             }
             ByContent::OpenStep(step) => {
-                let traceparent = self.traceparent(step);
-                let _ = ask.reply.send(Verdict::Forward {
-                    flight: step,
-                    key: None,
-                    own: false,
-                    traceparent,
-                    tap: self.tap(Stream::Step(step)),
-                });
+                let asked = ask.asked;
+                self.forward_within_budget(
+                    Call::Part {
+                        reply: ask.reply,
+                        step,
+                    },
+                    asked.as_ref(),
+                );
                 return;
             }
             ByContent::OverBudget => {
@@ -102,12 +103,22 @@ impl Supervisor<'_> {
                 then: Then::Proxied(ProxyThen::Forward {
                     reply: ask.reply,
                     in_doubt,
+                    asked: ask.asked,
                 }),
             });
         } else if self.may_start() {
-            self.forward(ask.reply, record, fresh, Some(ask.canonical));
+            let asked = ask.asked;
+            self.forward_within_budget(
+                Call::Own {
+                    reply: ask.reply,
+                    record: Box::new(record),
+                    fresh,
+                    canonical: Some(ask.canonical),
+                },
+                asked.as_ref(),
+            );
         } else {
-            let _ = ask.reply.send(stopping());
+            let _ = ask.reply.send(Verdict::stopping());
         }
     }
 
@@ -241,12 +252,13 @@ impl Supervisor<'_> {
 
     /// Sends a request on its way. `canonical`: its args' canonical form,
     /// for the key of a step numbered when it is written.
-    fn forward(
+    pub(super) fn forward(
         &mut self,
         reply: oneshot::Sender<Verdict>,
         record: StepRecord,
         fresh: bool,
         canonical: Option<String>,
+        reservation: Option<u64>,
     ) {
         self.transition(Transition::Started);
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
@@ -257,6 +269,7 @@ impl Supervisor<'_> {
             fresh,
             canonical,
             started: Instant::now(),
+            reservation,
         });
         if reply
             .send(Verdict::Forward {
@@ -278,11 +291,25 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Sends a request that is part of the agent's open step `step`.
+    pub(super) fn forward_part(&mut self, reply: oneshot::Sender<Verdict>, step: u64) {
+        let traceparent = self.traceparent(step);
+        let _ = reply.send(Verdict::Forward {
+            flight: step,
+            key: None,
+            own: false,
+            traceparent,
+            tap: self.tap(Stream::Step(step)),
+        });
+    }
+
     /// A forwarded request that ended without an answer to record.
     fn lost(&mut self, flight: u64) {
-        if let Some(flight) = self.steps.contents.landed(flight)
-            && !flight.fresh
-        {
+        let Some(flight) = self.steps.contents.landed(flight) else {
+            return;
+        };
+        self.release(flight.reservation);
+        if !flight.fresh {
             self.steps.contents.keep_pending(flight.record);
         }
     }
@@ -309,18 +336,24 @@ impl Supervisor<'_> {
     /// part of when not `own`, else what [`Verdict::Forward`] said.
     fn on_proxy_done(&mut self, flight: u64, own: bool, end: End, reply: oneshot::Sender<()>) {
         if !own {
+            let prices = self.spec.prices;
             if let (
                 Some(open),
                 End::Answered {
                     usage: Some(usage),
                     answer,
+                    model,
                     ..
                 },
             ) = (self.steps.open_mut(flight), &end)
                 && (200..300).contains(&answer.status)
             {
                 open.proxied.push(usage.clone());
+                let cost = model.as_deref().and_then(|model| prices.cost(model, usage));
+                open.proxied_cost = open.proxied_cost.zip(cost).map(|(sum, one)| sum + one);
             }
+            // Its reservation holds until the step ends and what the call
+            // spent counts (see `finish_step`).
             let _ = reply.send(());
             return;
         }
@@ -377,7 +410,7 @@ impl Supervisor<'_> {
                 message: format!("HTTP {}", answer.status),
             });
         }
-        self.tokens_finished += record.tokens;
+        self.budget.add(record.tokens, record.cost_nanos);
         self.outbox.batch.push(Deferred {
             conn: PROXY,
             record,
@@ -388,16 +421,22 @@ impl Supervisor<'_> {
                 unheard,
             }),
         });
+        // What it spent counts now: its worst case goes.
+        self.release(flight.reservation);
     }
 
     /// What a durable proxy write waited for.
     pub(super) fn carry_on_proxied(&mut self, record: StepRecord, then: ProxyThen) {
         match then {
-            ProxyThen::Forward { reply, in_doubt } => {
+            ProxyThen::Forward {
+                reply,
+                in_doubt,
+                asked,
+            } => {
                 if self.ending.stop.is_some() || !self.check_renewal() {
                     // Its intent is recorded: in doubt, retried with its
                     // key on resume.
-                    let _ = reply.send(stopping());
+                    let _ = reply.send(Verdict::stopping());
                     return;
                 }
                 if in_doubt {
@@ -406,7 +445,15 @@ impl Supervisor<'_> {
                         record.step, record.name
                     )));
                 }
-                self.forward(reply, record, false, None);
+                self.forward_within_budget(
+                    Call::Own {
+                        reply,
+                        record: Box::new(record),
+                        fresh: false,
+                        canonical: None,
+                    },
+                    asked.as_ref(),
+                );
             }
             ProxyThen::Done {
                 reply,
@@ -453,16 +500,13 @@ impl Supervisor<'_> {
 
     /// The answer to a request over the task's token budget.
     fn budget_refusal(&self) -> Verdict {
-        let spent = self.spec.tokens_before + self.tokens_finished;
-        Verdict::Refuse {
-            status: 429,
-            kind: "budget_exceeded",
-            message: format!(
-                "task {} has spent {spent} of its {} tokens; durun stops it (exit 78)",
-                self.spec.task_id,
-                self.spec.max_tokens.unwrap_or_default()
-            ),
-        }
+        Verdict::over_budget(&format!(
+            "task {} has {}",
+            self.spec.task_id,
+            self.budget
+                .spent_out()
+                .unwrap_or_else(|| "reached its budget".to_owned())
+        ))
     }
 }
 
@@ -480,13 +524,4 @@ enum ByContent {
     OverBudget,
     /// Answered: the journal failed; the run stops.
     Failed,
-}
-
-fn stopping() -> Verdict {
-    Verdict::Refuse {
-        status: 503,
-        kind: "durun_stopping",
-        message: "durun's run is stopping; nothing was forwarded, and the task can be resumed"
-            .into(),
-    }
 }

@@ -275,6 +275,7 @@ impl Supervisor<'_> {
                 fresh,
                 started: Instant::now(),
                 proxied: Vec::new(),
+                proxied_cost: Some(0),
             },
         );
         self.respond(conn, &response);
@@ -538,6 +539,9 @@ impl Supervisor<'_> {
             Ok((output, usage)) => {
                 // The agent's own count, else that of the model calls the
                 // proxy saw while the step was open: counted once.
+                if usage.is_none() && !open.proxied.is_empty() {
+                    record.cost_nanos = open.proxied_cost;
+                }
                 let usage = usage.or_else(|| crate::usage::sum(&open.proxied));
                 record.status = StepStatus::Committed;
                 record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);

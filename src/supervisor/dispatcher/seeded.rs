@@ -35,7 +35,7 @@ impl Supervisor<'_> {
         record.usage = Some(JsonText::from_value(&usage));
         record.finished_at = Some(crate::journal::now());
         self.transition(Transition::Returned);
-        self.tokens_finished += record.tokens;
+        self.budget.add(record.tokens, record.cost_nanos);
         self.outbox.batch.push(Deferred {
             conn,
             record,

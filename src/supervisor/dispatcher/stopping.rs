@@ -110,6 +110,7 @@ impl Supervisor<'_> {
         for (_, call) in self.steps.calls() {
             call.cancel.cancel();
         }
+        self.refuse_held();
         // An HTTP call cannot be stopped mid-request: it is answered now and
         // left to finish on its own (its step stays in doubt).
         let http: Vec<u64> = self

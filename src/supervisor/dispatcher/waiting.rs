@@ -286,33 +286,40 @@ impl Supervisor<'_> {
     /// Answers `budget_exceeded` and stops the run when the task's tokens
     /// are spent: true when it did.
     pub(super) fn over_budget(&mut self, conn: Conn, id: &Value, step: u64) -> bool {
-        let Some(max) = self.spec.max_tokens else {
+        let Some(spent) = self.budget.spent_out() else {
             return false;
         };
-        let spent = self.spec.tokens_before + self.tokens_finished;
-        if spent < max {
-            return false;
-        }
         let task = self.spec.task_id;
         self.respond(
             conn,
             &Response::error(
                 id.clone(),
                 ErrorCode::BudgetExceeded,
-                format!(
-                    "task {task} has spent {spent} of its {max} tokens; step {step} does not start"
-                ),
+                format!("task {task} has {spent}; step {step} does not start"),
             )
             .step(step),
         );
-        let failure = Failure::new(Kind::OverBudget,
-            format!("task {task} spent its token budget: {spent} of {max} tokens; step {step} did not start"),
-        )
-        .hint(format!(
-            "`durun resume {task} --max-tokens N` raises the budget and continues; the steps before replay for free"
+        self.stop_over_budget(&format!(
+            "task {task} has {spent}; step {step} did not start"
+        ));
+        true
+    }
+
+    /// Stops the run over its budget (exit 78), `why` in a sentence.
+    pub(super) fn stop_over_budget(&mut self, why: &str) {
+        let task = self.spec.task_id;
+        let (add, max) = match (self.spec.max_cost_nanos, self.spec.max_tokens) {
+            (Some(_), Some(_)) => (
+                "--add-usd X or --add-tokens N",
+                "--max-usd X or --max-tokens N",
+            ),
+            (Some(_), None) => ("--add-usd X", "--max-usd X"),
+            _ => ("--add-tokens N", "--max-tokens N"),
+        };
+        let failure = Failure::new(Kind::OverBudget, why).hint(format!(
+            "`durun approve {task} {add}` (or `durun resume {task} {max}`) raises the budget and goes on; the steps before replay for free"
         ));
         self.stop(Stop::OverBudget(failure.into()));
-        true
     }
 }
 

@@ -1,0 +1,135 @@
+//! A model call's way past the task's budget (SPEC 19): its worst case is
+//! reserved before it is forwarded. One that does not fit beside the
+//! calls in flight waits, inside durun, for one of them to end; one that
+//! can never fit is refused and the run stops over budget (exit 78). The
+//! reservation goes when the call ends, and what the call really spent
+//! counts from its step's end.
+
+use tokio::sync::oneshot;
+
+use super::Supervisor;
+use crate::journal::StepRecord;
+use crate::proxy::Verdict;
+use crate::supervisor::budget::{Fit, Worst};
+use crate::usage::Asked;
+
+/// A call on its way upstream, held until its worst case fits.
+pub(super) enum Call {
+    /// A step of its own (see `Supervisor::forward`).
+    Own {
+        reply: oneshot::Sender<Verdict>,
+        record: Box<StepRecord>,
+        fresh: bool,
+        canonical: Option<String>,
+    },
+    /// Part of the agent's open step `step`.
+    Part {
+        reply: oneshot::Sender<Verdict>,
+        step: u64,
+    },
+}
+
+impl Call {
+    fn refuse(self, verdict: Verdict) {
+        let (Self::Own { reply, .. } | Self::Part { reply, .. }) = self;
+        let _ = reply.send(verdict);
+    }
+}
+
+/// The calls waiting for room in the budget, in the order they came.
+#[derive(Default)]
+pub(super) struct Held {
+    calls: std::collections::VecDeque<(Call, Worst)>,
+    /// The reservations of calls that are part of an open step, by step.
+    parts: std::collections::HashMap<u64, Vec<(u64, Worst)>>,
+}
+
+impl Supervisor<'_> {
+    /// Sends `call` on its way once its worst case fits the task's budget:
+    /// at once when no budget holds the task, or `asked` is not a model
+    /// call.
+    pub(super) fn forward_within_budget(&mut self, call: Call, asked: Option<&Asked>) {
+        let Some(asked) = asked.filter(|_| self.budget.limited()) else {
+            self.send_call(call, None);
+            return;
+        };
+        match self.budget.worst_of(asked, self.spec.prices) {
+            Ok(worst) => self.try_call(call, worst),
+            Err(why) => {
+                let why = format!(
+                    "task {} cannot keep to its budget: {why}",
+                    self.spec.task_id
+                );
+                call.refuse(Verdict::over_budget(&why));
+                self.stop_over_budget(&why);
+            }
+        }
+    }
+
+    fn try_call(&mut self, call: Call, worst: Worst) {
+        match self.budget.reserve(worst) {
+            Fit::Reserved(reservation) => self.send_call(call, Some((reservation, worst))),
+            Fit::Later => self.held.calls.push_back((call, worst)),
+            Fit::Never(why) => {
+                let why = format!("task {} has {why}", self.spec.task_id);
+                call.refuse(Verdict::over_budget(&why));
+                self.stop_over_budget(&why);
+            }
+        }
+    }
+
+    fn send_call(&mut self, call: Call, reservation: Option<(u64, Worst)>) {
+        match call {
+            Call::Own {
+                reply,
+                record,
+                fresh,
+                canonical,
+            } => self.forward(
+                reply,
+                *record,
+                fresh,
+                canonical,
+                reservation.map(|(id, _)| id),
+            ),
+            Call::Part { reply, step } => {
+                if let Some(reservation) = reservation {
+                    self.held.parts.entry(step).or_default().push(reservation);
+                }
+                self.forward_part(reply, step);
+            }
+        }
+    }
+
+    /// A call ended: its reservation goes, and the calls held for room
+    /// are tried again.
+    pub(super) fn release(&mut self, reservation: Option<u64>) {
+        let Some(reservation) = reservation else {
+            return;
+        };
+        self.budget.release(reservation);
+        let held = std::mem::take(&mut self.held.calls);
+        for (call, worst) in held {
+            if self.ending.stop.is_some() {
+                call.refuse(Verdict::stopping());
+            } else {
+                self.try_call(call, worst);
+            }
+        }
+    }
+
+    /// Step `step` ended, and what the model calls made inside it spent
+    /// counts: their reservations go.
+    pub(super) fn release_parts(&mut self, step: u64) {
+        for (reservation, _) in self.held.parts.remove(&step).unwrap_or_default() {
+            self.release(Some(reservation));
+        }
+    }
+
+    /// The run stops: no held call goes out.
+    pub(super) fn refuse_held(&mut self) {
+        for (call, _) in std::mem::take(&mut self.held.calls) {
+            call.refuse(Verdict::stopping());
+        }
+    }
+}
