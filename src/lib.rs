@@ -19,6 +19,7 @@ mod journal;
 mod json_text;
 mod keeper;
 mod lease;
+mod limits;
 mod mcp;
 mod names;
 mod nursery;

@@ -89,6 +89,12 @@ pub(crate) struct Asked {
 }
 
 impl Asked {
+    /// What a `tpm` limit counts of it: its input, and its output cap if it
+    /// set one (as providers count a request against their own limits).
+    pub(crate) fn rate_tokens(&self) -> u64 {
+        self.input + self.output_cap.unwrap_or(0)
+    }
+
     pub(crate) fn of(model: &str, body: &Value) -> Self {
         Self {
             model: model.to_owned(),

@@ -333,12 +333,41 @@ const CONFIG_SECTIONS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "[budget]",
-        &[(
-            "max_tokens",
-            "The task's token budget, over all its runs (replayed steps cost nothing): once its steps have spent this many, \
-         the next new step is refused with budget_exceeded and durun exits 78. run --max-tokens overrides it; \
-         resume --max-tokens raises it.",
-        )],
+        &[
+            (
+                "max_tokens",
+                "The task's token budget, over all its runs and its children's (replayed steps cost nothing). A model call \
+         through the proxy goes only when its worst case (its input, and its max_tokens or the model's output limit) fits \
+         beside the calls in flight; once spent reaches the budget, the next new step is refused with budget_exceeded \
+         and durun exits 78. run --max-tokens overrides it; resume --max-tokens and approve --add-tokens raise it.",
+            ),
+            (
+                "max_usd",
+                "The task's budget in dollars, held as max_tokens is, at the models' prices ([prices.\"MODEL\"]): a call to a \
+         model with no price is refused. run --max-usd overrides it; resume --max-usd and approve --add-usd raise it.",
+            ),
+        ],
+    ),
+    (
+        "[limits.NAME]",
+        &[
+            (
+                "match",
+                "The requests the limit holds: a proxy route (\"openai\"), or its calls to some models (\"openai:gpt-4o*\", \
+         * standing for any characters). Every run and worker on the journal shares the limit: one host on SQLite, \
+         every host on PostgreSQL. A request over it waits inside durun; an upstream's 429 or 503 with Retry-After pauses \
+         the limit for everyone and the request is sent again after it.",
+            ),
+            (
+                "rpm",
+                "Requests a minute: each goes 60/rpm seconds after the one before, so no minute holds more.",
+            ),
+            (
+                "tpm",
+                "Tokens a minute, counting a request's input (a byte a token) and its max_tokens.",
+            ),
+            ("concurrency", "Requests in flight at once."),
+        ],
     ),
     (
         "[prices.\"MODEL\"]",
@@ -353,6 +382,11 @@ const CONFIG_SECTIONS: &[(&str, &[(&str, &str)])] = &[
             (
                 "cached_input",
                 "USD per million input tokens read from the provider's prompt cache [default: input].",
+            ),
+            (
+                "max_output",
+                "The most output tokens one call may get: a budget's worst case for a request that sets no max_tokens \
+          [default: the built-in table's, for its models].",
             ),
         ],
     ),
@@ -505,7 +539,13 @@ sync = "full"
 park_after = "5m"
 
 [budget]
-max_tokens = 2000000"#;
+max_tokens = 2000000
+max_usd = 25
+
+[limits.openai]
+match = "openai"
+rpm = 500
+concurrency = 8"#;
 
 fn see_also(roff: &mut Roff, pages: &[&str]) {
     roff.control("SH", ["SEE ALSO"]);

@@ -141,6 +141,7 @@ pub(super) fn drive(
         lease: settings.lease,
         runtime_dir: settings.runtime_dir.clone(),
         live: live_of(settings, &task.id),
+        limiter: crate::limits::Limiter::new(&config.limits, settings),
         park_after: limits
             .park_after
             .or(config.park_after)

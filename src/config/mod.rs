@@ -16,6 +16,7 @@ use serde::Deserialize;
 use crate::error::Failure;
 
 mod expand;
+mod limit;
 mod mcp;
 mod proxy;
 mod schedules;
@@ -23,6 +24,7 @@ mod size;
 mod tool;
 
 pub(crate) use expand::{Secrets, expand_env_noting};
+pub(crate) use limit::Limit;
 pub(crate) use mcp::{MCP_MAX_MESSAGE, McpServerConfig};
 #[cfg(test)]
 pub(crate) use proxy::check_ignore;
@@ -78,6 +80,8 @@ pub(crate) struct Config {
     pub(crate) max_tokens: Option<u64>,
     /// `[budget] max_usd`, in nano-dollars.
     pub(crate) max_cost_nanos: Option<u64>,
+    /// `[limits.NAME]` (SPEC 19).
+    pub(crate) limits: Vec<Limit>,
     /// `[queues.NAME] concurrency`: a worker's limits per queue.
     pub(crate) queues: BTreeMap<String, u32>,
     /// `[queues.NAME] retries`, `backoff`: what `durun submit` gives the
@@ -128,6 +132,18 @@ struct RawConfig {
     schedules: BTreeMap<String, schedules::RawSchedule>,
     #[serde(default)]
     prices: BTreeMap<String, RawPrice>,
+    #[serde(default)]
+    limits: BTreeMap<String, RawLimit>,
+}
+
+/// `[limits.NAME]`: a limit the runs and workers on the journal share.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    r#match: String,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    concurrency: Option<u64>,
 }
 
 /// `[prices."MODEL"]`: USD per million tokens.
@@ -199,6 +215,35 @@ struct RawWait {
 struct RawBudget {
     max_tokens: Option<u64>,
     max_usd: Option<f64>,
+}
+
+/// `[limits.NAME]` tables, checked.
+fn limits_of(raw: BTreeMap<String, RawLimit>) -> anyhow::Result<Vec<Limit>> {
+    let mut limits = Vec::new();
+    for (name, limit) in raw {
+        crate::names::check_given_name("limit name", &name)
+            .map_err(|err| Failure::config(format!("[limits.{name:?}]: {err:#}")))?;
+        if limit.r#match.trim().is_empty() {
+            return Err(Failure::config(format!(
+                "[limits.{name}] match is empty: name a proxy route, e.g. \"openai\" or \"openai:gpt-4o*\""
+            ))
+            .into());
+        }
+        let amounts = [limit.rpm, limit.tpm, limit.concurrency];
+        if amounts.iter().all(Option::is_none) || amounts.contains(&Some(0)) {
+            return Err(Failure::config(format!(
+                "[limits.{name}] caps nothing: give it rpm, tpm or concurrency, each 1 or more"
+            ))
+            .into());
+        }
+        limits.push(Limit {
+            rpm: limit.rpm,
+            tpm: limit.tpm,
+            concurrency: limit.concurrency,
+            ..Limit::matching(&name, &limit.r#match)
+        });
+    }
+    Ok(limits)
 }
 
 impl Config {
@@ -281,6 +326,7 @@ impl Config {
                 },
             );
         }
+        let limits = limits_of(raw.limits)?;
         let (mcp, mcp_max_message) = mcp::mcp_tables(raw.mcp)?;
         Ok(Self {
             source: text.to_owned(),
@@ -288,6 +334,7 @@ impl Config {
             tools,
             park_after,
             max_tokens: raw.budget.max_tokens,
+            limits,
             max_cost_nanos: raw
                 .budget
                 .max_usd

@@ -8,6 +8,7 @@
 mod dialect;
 mod explain;
 mod fence;
+pub(crate) mod limits;
 mod location;
 pub(crate) mod postgres;
 pub(crate) mod reads;

@@ -192,6 +192,27 @@ CREATE INDEX events_by_task ON events (task_id, id);
 -- SPEC 19: a budget in money beside the token budget, in nano-dollars.
 ALTER TABLE tasks ADD COLUMN max_cost_nanos BIGINT;
 ",
+    r"
+-- SPEC 19: limits every run and worker on the journal share
+-- ([limits.NAME] in durun.toml). Requests are paced: `next_at` is when
+-- the next request may go (ms), `tokens_at` when the next request's
+-- tokens may, and `paused_until` when an upstream's Retry-After ends.
+-- A request in flight holds a slot while the limit caps concurrency.
+CREATE TABLE limits (
+    name         TEXT PRIMARY KEY NOT NULL,
+    next_at      BIGINT NOT NULL DEFAULT 0,
+    tokens_at    BIGINT NOT NULL DEFAULT 0,
+    paused_until BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE limit_slots (
+    id       BIGSERIAL PRIMARY KEY,
+    name     TEXT NOT NULL,
+    host     TEXT NOT NULL,
+    pid      BIGINT NOT NULL,
+    taken_at BIGINT NOT NULL
+);
+CREATE INDEX limit_slots_by_name ON limit_slots (name);
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -53,6 +53,32 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
             reads::replayable_steps(tx, task, run, count, skip)
         })
     }
+    /// A request's turn under limit `name` (SPEC 19): how long it waits.
+    fn limit_turn(&mut self, name: &str, interval_ms: u64, tokens_ms: u64) -> Result<u64> {
+        committed_unsynced(self, |tx| {
+            super::limits::turn(tx, name, interval_ms, tokens_ms)
+        })
+    }
+    /// Pauses limit `name` for `ms`.
+    fn limit_pause(&mut self, name: &str, ms: u64) -> Result<()> {
+        committed_unsynced(self, |tx| super::limits::pause(tx, name, ms))
+    }
+    /// A slot of limit `name` for a request in flight, if one is free.
+    fn limit_take_slot(
+        &mut self,
+        name: &str,
+        max: u64,
+        me: &Holder,
+        stale_ms: i64,
+    ) -> Result<Option<i64>> {
+        committed_unsynced(self, |tx| {
+            super::limits::take_slot(tx, name, max, me, stale_ms)
+        })
+    }
+    /// Frees a slot taken by [`Journal::limit_take_slot`].
+    fn limit_free_slot(&mut self, slot: i64) -> Result<()> {
+        committed_unsynced(self, |tx| super::limits::free_slot(tx, slot))
+    }
     /// Tokens spent and saved per day (`YYYY-MM-DD`, UTC), oldest first.
     fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
         read(self, reads::token_days)

@@ -112,6 +112,8 @@ pub(super) struct Forward {
     pub(super) traceparent: Option<String>,
     /// Where a stream is copied for watchers (SPEC 20).
     pub(super) tap: Option<crate::task::live::Tap>,
+    /// About how many tokens it may take, for a `tpm` limit.
+    pub(super) tokens: u64,
 }
 
 /// Where an exchange tells its end: the loop, which answers once the end
@@ -313,7 +315,7 @@ impl Upstream {
 pub(super) async fn exchange(
     clients: &Clients,
     inbox: &Inbox,
-    max_record: usize,
+    (max_record, limiter): (usize, Option<&std::sync::Arc<crate::limits::Limiter>>),
     mut forward: Forward,
     head: oneshot::Sender<Response<Body>>,
 ) {
@@ -326,9 +328,15 @@ pub(super) async fn exchange(
     let route = forward.route.clone();
     let hide_usage = forward.hide_usage;
     let tap = forward.tap.take();
-    let response = match send(clients, forward).await {
-        Ok(response) => response,
-        Err(message) => return done.give_up(head, "upstream_unreachable", message).await,
+    let limiter = limiter.filter(|limiter| limiter.holds(&route, forward.model.as_deref()));
+    let (response, slots) = match limited(clients, limiter, &forward).await {
+        (Ok(response), slots) => (response, slots),
+        (Err(message), slots) => {
+            if let Some(limiter) = limiter {
+                limiter.done(slots).await;
+            }
+            return done.give_up(head, "upstream_unreachable", message).await;
+        }
     };
     let mut upstream = Upstream::new(response, route, max_record);
     if upstream.status.is_success() && upstream.streamed {
@@ -339,12 +347,61 @@ pub(super) async fn exchange(
     } else {
         plain(upstream, head, &done).await;
     }
+    if let Some(limiter) = limiter {
+        limiter.done(slots).await;
+    }
+}
+
+/// How many times a request a limit holds is sent again after an
+/// upstream's 429 or 503 with `Retry-After`.
+const LIMITED_RETRIES: usize = 5;
+
+/// Sends `forward` when the limits that hold it let it go (SPEC 19). A
+/// 429 or 503 with `Retry-After` pauses those limits for every run and is
+/// sent again after the pause, a few times: the agent sees a slower
+/// answer, not the refusal.
+async fn limited(
+    clients: &Clients,
+    limiter: Option<&std::sync::Arc<crate::limits::Limiter>>,
+    forward: &Forward,
+) -> (Result<reqwest::Response, String>, crate::limits::Slots) {
+    let Some(limiter) = limiter else {
+        return (
+            send(clients, forward).await,
+            crate::limits::Slots::default(),
+        );
+    };
+    let model = forward.model.as_deref();
+    let mut tries = 0;
+    loop {
+        let slots = limiter
+            .wait_turn(&forward.route, model, forward.tokens)
+            .await;
+        let sent = send(clients, forward).await;
+        let wait = sent.as_ref().ok().and_then(|response| {
+            let refused = matches!(response.status().as_u16(), 429 | 503);
+            response
+                .headers()
+                .get(hyper::header::RETRY_AFTER)
+                .filter(|_| refused)
+                .and_then(|value| value.to_str().ok())
+                .map(crate::limits::retry_after)
+        });
+        match wait {
+            Some(wait) if tries < LIMITED_RETRIES => {
+                tries += 1;
+                limiter.done(slots).await;
+                limiter.pause(&forward.route, model, wait).await;
+            }
+            _ => return (sent, slots),
+        }
+    }
 }
 
 /// Sends `forward` upstream: its headers but [`NOT_FORWARDED`], the step's
 /// key in place of the agent's, the step's `traceparent` unless the agent
 /// sent one.
-async fn send(clients: &Clients, forward: Forward) -> Result<reqwest::Response, String> {
+async fn send(clients: &Clients, forward: &Forward) -> Result<reqwest::Response, String> {
     let Forward {
         route,
         method,
@@ -355,8 +412,11 @@ async fn send(clients: &Clients, forward: Forward) -> Result<reqwest::Response, 
         traceparent,
         ..
     } = forward;
-    let mut request = clients.client(&url)?.request(method, &url).body(body);
-    for (name, value) in &headers {
+    let mut request = clients
+        .client(url)?
+        .request(method.clone(), url)
+        .body(body.clone());
+    for (name, value) in headers {
         let skip = NOT_FORWARDED.contains(&name.as_str())
             || (key.is_some() && name.as_str() == "idempotency-key");
         if !skip {
@@ -366,7 +426,10 @@ async fn send(clients: &Clients, forward: Forward) -> Result<reqwest::Response, 
     if let Some(key) = &key {
         request = request.header("idempotency-key", key.as_str());
     }
-    if let Some(traceparent) = traceparent.filter(|_| !headers.contains_key("traceparent")) {
+    if let Some(traceparent) = traceparent
+        .as_deref()
+        .filter(|_| !headers.contains_key("traceparent"))
+    {
         request = request.header("traceparent", traceparent);
     }
     request.send().await.map_err(|err| {

@@ -19,6 +19,8 @@ pub(crate) struct Routes {
     /// The largest answer recorded (`[proxy] max_record`); a larger one is
     /// passed on whole and its step stays an attempt.
     pub(crate) max_record: usize,
+    /// The limits requests wait for (SPEC 19), if any.
+    pub(crate) limiter: Option<std::sync::Arc<crate::limits::Limiter>>,
 }
 
 /// Query parameters that carry a credential by convention: forwarded as
@@ -202,6 +204,7 @@ impl Routes {
             ignore: config.ignore.clone(),
             secret_query: secret_query(config),
             max_record: config.max_record.unwrap_or(crate::config::MAX_RECORD),
+            limiter: None,
         }
     }
 

@@ -160,6 +160,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     let wants = model
         .as_deref()
         .map(|model| crate::usage::Asked::of(model, &args["body"]));
+    let tokens = wants.as_ref().map_or(0, crate::usage::Asked::rate_tokens);
     let ask = Ask {
         name: format!("{route_name} {method} {path}"),
         effect,
@@ -201,6 +202,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             let forward = Forward {
                 traceparent,
                 tap,
+                tokens,
                 route: route_name,
                 method,
                 url: upstream,
@@ -215,8 +217,8 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             let (head, answer) = oneshot::channel();
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                let max_record = shared.routes.max_record;
-                exchange(&shared.clients, &shared.inbox, max_record, forward, head).await;
+                let limits = (shared.routes.max_record, shared.routes.limiter.as_ref());
+                exchange(&shared.clients, &shared.inbox, limits, forward, head).await;
             });
             answer.await.unwrap_or_else(|_| ended())
         }

@@ -76,6 +76,9 @@ pub(crate) struct RunSpec<'a> {
     /// Where the streams the proxy forwards are copied while someone
     /// watches the task's events (SPEC 20).
     pub(crate) live: Option<crate::task::live::Live>,
+    /// The limits of the task's durun.toml, shared through the journal
+    /// (SPEC 19).
+    pub(crate) limiter: Option<std::sync::Arc<crate::limits::Limiter>>,
     /// `--journal` or `DURUN_JOURNAL`, for the runners of child tasks
     /// (SPEC 16).
     pub(crate) journal_arg: Option<&'a str>,

@@ -120,8 +120,25 @@ class Handler(BaseHTTPRequestHandler):
             counts[key] = counts.get(key, 0) + 1
             with open(port_file + ".count", "w") as out:
                 json.dump(counts, out)
+            # When each request came, for the tests of shared limits.
+            with open(port_file + ".times", "a") as out:
+                out.write(f"{time.time()} {key}\n")
+            first = counts[key] == 1
         text = f"echo: {prompt}"
         model = body.get("model", "m")
+        if prompt.startswith("sleep "):
+            # A slow model: the tests of concurrency limits.
+            time.sleep(float(prompt.split()[1]))
+        if prompt.startswith("rate limited once") and first:
+            # As an API over its rate limit answers: wait a second.
+            data = json.dumps({"error": {"type": "rate_limit", "message": "slow down"}}).encode()
+            self.send_response(429)
+            self.send_header("retry-after", "1")
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if prompt.startswith("status "):
             # An error answer, as an API gives one.
             status = int(prompt.split()[1])

@@ -1,5 +1,6 @@
 """PARALLEL (32) chat completions at once with the real `openai` client,
-each with its own prompt and max_tokens 20, to MODEL (gpt-4o-mini).
+each with its own prompt (PROMPT, else 100 x's, and its number) and
+max_tokens 20, to MODEL (gpt-4o-mini).
 Prints how many were answered; exits 1 unless all were."""
 
 import os
@@ -18,7 +19,7 @@ def call(i):
     try:
         client.chat.completions.create(
             model=model, max_tokens=20,
-            messages=[{"role": "user", "content": "x" * 100 + f" call {i}"}])
+            messages=[{"role": "user", "content": os.environ.get("PROMPT", "x" * 100) + f" call {i}"}])
         answered.append(i)
     except openai.APIError as exc:
         print(f"call {i}: {exc}", file=sys.stderr)

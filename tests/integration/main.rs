@@ -24,6 +24,7 @@ mod journal_file;
 mod keys;
 mod languages;
 mod lease;
+mod limits;
 mod listeners;
 mod mcp;
 mod mcp_faults;

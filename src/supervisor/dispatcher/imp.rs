@@ -454,6 +454,7 @@ fn start_proxy(
             if let Some((preset, _)) = spec.preset {
                 preset.extend_ignore(&mut routes.ignore);
             }
+            routes.limiter.clone_from(&spec.limiter);
             let events = events_tx.clone();
             let inbox: crate::proxy::Inbox =
                 Box::new(move |message| events.send(Event::Proxy(Box::new(message))).is_ok());

@@ -176,6 +176,7 @@ fn spec<'a>(
         leased_at,
         lease: crate::settings::LeaseTimes::default(),
         live: None,
+        limiter: None,
         runtime_dir: None,
         park_after: Duration::from_secs(60),
         max_tokens: None,
