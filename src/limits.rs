@@ -6,11 +6,11 @@
 //! server), so fifty agents under one limit take turns instead of meeting
 //! 429s. A request over a limit waits inside durun: the agent sees a
 //! slower answer, not an error. Requests are paced, not counted per
-//! window: each goes 60/rpm seconds after the one before, so no minute,
-//! however it is cut, holds more than `rpm` of them.
+//! window: each goes 60/rpm seconds (and a hundredth) after the one
+//! before, so no minute, however it is cut, holds more than `rpm` of them.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
@@ -22,6 +22,12 @@ use crate::settings::Settings;
 /// A slot held longer than this by a process on another host is taken
 /// for one whose process died there.
 const STALE_SLOT: Duration = Duration::from_secs(15 * 60);
+/// How far ahead a run takes turns from the journal under a limit of many
+/// requests a second (and how long it trusts that no pause began): one
+/// journal write for this long of them, not one a request.
+const AHEAD: Duration = Duration::from_millis(50);
+/// How late a turn taken ahead may still be used.
+const LATE: Duration = Duration::from_millis(2);
 /// How long a request waits before it looks for a free slot again, at
 /// first and at most.
 const SLOT_POLL: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(200));
@@ -35,6 +41,16 @@ pub(crate) struct Limiter {
     journal: Mutex<Option<Box<dyn Journal>>>,
     /// Whether a journal error was said already.
     warned: std::sync::atomic::AtomicBool,
+    /// Turns taken ahead, by limit.
+    ahead: Mutex<std::collections::HashMap<String, Ahead>>,
+}
+
+/// What a run holds ahead under a limit.
+enum Ahead {
+    /// Its next turns, in order.
+    Turns(std::collections::VecDeque<Instant>),
+    /// Requests go at once until then: no pace, no pause.
+    Clear(Instant),
 }
 
 /// The slots a request holds while in flight; freed by [`Limiter::done`].
@@ -54,6 +70,7 @@ impl Limiter {
             settings: settings.clone(),
             journal: Mutex::new(None),
             warned: std::sync::atomic::AtomicBool::new(false),
+            ahead: Mutex::new(std::collections::HashMap::new()),
         }))
     }
 
@@ -109,23 +126,82 @@ impl Limiter {
             }
             // Its turn: after the one before (`rpm`), after their tokens
             // (`tpm`), and never inside a pause an upstream asked for.
-            let interval = limit.rpm.map_or(0, |rpm| 60_000_u64.div_ceil(rpm.max(1)));
+            // A hundredth slower than the limit: the requests of a minute
+            // reach the upstream with the network's jitter, and its last
+            // must not come early.
+            let interval = limit
+                .rpm
+                .map_or(0, |rpm| 6_060_000_u64.div_ceil(rpm.max(1) * 100));
             let tokens_ms = limit
                 .tpm
                 .map_or(0, |tpm| (tokens * 60_000).div_ceil(tpm.max(1)));
-            let wait = self
-                .blocking(move |limiter| {
-                    limiter.with_journal(|journal| {
-                        journal.limit_turn(&limit.name, interval, tokens_ms)
+            let at = if tokens_ms == 0 {
+                self.turn_ahead(limit.name, interval).await
+            } else {
+                let wait = self
+                    .blocking(move |limiter| {
+                        limiter.with_journal(|journal| {
+                            journal.limit_turn(&limit.name, interval, tokens_ms)
+                        })
                     })
-                })
-                .await
-                .unwrap_or(0);
-            if wait > 0 {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-            }
+                    .await
+                    .unwrap_or(0);
+                Instant::now() + Duration::from_millis(wait)
+            };
+            tokio::time::sleep_until(at.into()).await;
         }
         slots
+    }
+
+    /// A turn under a limit paced only by requests (`interval` ms apart,
+    /// or not at all): taken from the turns this run holds ahead, else
+    /// with [`AHEAD`]'s worth more from the journal in one write.
+    async fn turn_ahead(self: &Arc<Self>, name: String, interval: u64) -> Instant {
+        let now = Instant::now();
+        if let Ok(mut ahead) = self.ahead.lock()
+            && let Some(held) = ahead.get_mut(&name)
+        {
+            match held {
+                Ahead::Clear(until) if now < *until => return now,
+                Ahead::Turns(turns) => {
+                    // A turn gone by is let go, not used late: late turns
+                    // bunched together could pass the limit.
+                    while turns.front().is_some_and(|turn| *turn + LATE < now) {
+                        turns.pop_front();
+                    }
+                    if let Some(turn) = turns.pop_front() {
+                        return turn;
+                    }
+                }
+                Ahead::Clear(_) => {}
+            }
+        }
+        let span = u64::try_from(AHEAD.as_millis()).unwrap_or(u64::MAX);
+        let batch = span
+            .checked_div(interval)
+            .map_or(1, |batch| batch.clamp(1, 64));
+        let journal_name = name.clone();
+        let wait = self
+            .blocking(move |limiter| {
+                limiter
+                    .with_journal(|journal| journal.limit_turn(&journal_name, interval * batch, 0))
+            })
+            .await;
+        let base = Instant::now() + Duration::from_millis(wait.unwrap_or(0));
+        let held = if interval == 0 {
+            // No pause now: none is looked for again for a while.
+            (wait == Some(0)).then(|| Ahead::Clear(base + AHEAD))
+        } else {
+            Some(Ahead::Turns(
+                (1..batch)
+                    .map(|k| base + Duration::from_millis(k * interval))
+                    .collect(),
+            ))
+        };
+        if let (Some(held), Ok(mut ahead)) = (held, self.ahead.lock()) {
+            ahead.insert(name, held);
+        }
+        base
     }
 
     async fn take_slot(self: &Arc<Self>, name: &str, max: u64) -> Option<i64> {
@@ -161,6 +237,12 @@ impl Limiter {
             .map(|limit| limit.name.clone())
             .collect();
         let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        // The turns this run took ahead fall inside the pause.
+        if let Ok(mut ahead) = self.ahead.lock() {
+            for name in &names {
+                ahead.remove(name);
+            }
+        }
         self.blocking(move |limiter| {
             for name in &names {
                 limiter.with_journal(|journal| journal.limit_pause(name, ms));

@@ -13,12 +13,14 @@ use crate::lease::Holder;
 /// the one before, its tokens `tokens_ms` after theirs. How long it waits
 /// for it, in ms.
 pub(crate) fn turn(tx: &mut dyn Tx, name: &str, interval_ms: u64, tokens_ms: u64) -> Result<u64> {
-    tx.execute(&sql::LIMIT_ROW, &[name.into()])?;
-    let at = tx.query_opt(
-        &sql::LIMIT_TURN,
-        &[name.into(), interval_ms.into(), tokens_ms.into()],
-        |row| Ok((row.some_int(0)?, row.some_int(1)?)),
-    )?;
+    let args = [name.into(), interval_ms.into(), tokens_ms.into()];
+    let read = |row: &dyn super::tx::Row| Ok((row.some_int(0)?, row.some_int(1)?));
+    let mut at = tx.query_opt(&sql::LIMIT_TURN, &args, read)?;
+    if at.is_none() {
+        // The limit's first request: its row is made, once.
+        tx.execute(&sql::LIMIT_ROW, &[name.into()])?;
+        at = tx.query_opt(&sql::LIMIT_TURN, &args, read)?;
+    }
     Ok(at.map_or(0, |(turn, now)| turn.saturating_sub(now).max(0) as u64))
 }
 
@@ -39,8 +41,13 @@ pub(crate) fn take_slot(
     me: &Holder,
     stale_ms: i64,
 ) -> Result<Option<i64>> {
-    tx.execute(&sql::LIMIT_ROW, &[name.into()])?;
-    tx.query_opt(&sql::LIMIT_LOCK, &[name.into()], |_| Ok(()))?;
+    if tx
+        .query_opt(&sql::LIMIT_LOCK, &[name.into()], |_| Ok(()))?
+        .is_none()
+    {
+        tx.execute(&sql::LIMIT_ROW, &[name.into()])?;
+        tx.query_opt(&sql::LIMIT_LOCK, &[name.into()], |_| Ok(()))?;
+    }
     let mut held = Vec::new();
     tx.query(&sql::LIMIT_SLOTS, &[name.into()], &mut |row| {
         held.push((
