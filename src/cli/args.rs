@@ -63,6 +63,12 @@ pub(crate) struct Limits {
     #[arg(long = "max-usd", value_name = "USD", value_parser = parse_usd)]
     pub(crate) max_cost_nanos: Option<u64>,
 
+    /// What a live run does when a model call does not fit the budget:
+    /// `stop` (exit 78, the task `over_budget`) or `wait` until `durun
+    /// approve TASK --add-usd X` (or `--add-tokens N`) raises it
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = OnBudget::Stop)]
+    pub(crate) on_budget: OnBudget,
+
     /// How long a `wait` or `sleep` step is waited on live before durun
     /// parks the task and exits 77 (`0s`: at once) [default: `[wait]
     /// park_after` in durun.toml, else 60s]
@@ -549,4 +555,14 @@ pub(crate) fn parse_usd(text: &str) -> Result<u64, String> {
         .ok()
         .and_then(crate::prices::nanos_of_usd)
         .ok_or_else(|| format!("`{text}` is not a number of dollars (e.g. 2.50)"))
+}
+
+/// `--on-budget`: what a live run does when a model call does not fit.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum OnBudget {
+    /// End the run: the task is `over_budget`, durun exits 78.
+    #[default]
+    Stop,
+    /// Hold the call until `durun approve` raises the budget.
+    Wait,
 }

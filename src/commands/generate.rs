@@ -623,7 +623,7 @@ mod tests {
         let run = built(command.find_subcommand("run").expect("run"));
         assert_eq!(
             synopsis(&run, "durun run"),
-            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--max-usd USD] [--park-after DURATION] [--no-proxy] [--stdin MODE] [--preset NAME] -- CMD [ARG…]"
+            "durun run [--task ID] [--config FILE] [--jobs N] [--max-tokens N] [--max-usd USD] [--on-budget WHAT] [--park-after DURATION] [--no-proxy] [--stdin MODE] [--preset NAME] -- CMD [ARG…]"
         );
     }
 }

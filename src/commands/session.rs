@@ -148,6 +148,7 @@ pub(super) fn drive(
             .unwrap_or(DEFAULT_PARK_AFTER),
         max_tokens: task.max_tokens,
         max_cost_nanos: task.max_cost_nanos,
+        budget_wait: limits.on_budget == crate::cli::OnBudget::Wait,
         // A budget covers the task's children too (SPEC 16).
         tokens_before: task.tokens_spent + children_spent.0,
         cost_before: task.cost.spent_nanos + children_spent.1,

@@ -52,6 +52,15 @@ impl Budget {
         }
     }
 
+    /// The task's budgets as the journal has them now (`durun approve`
+    /// raised them); whether either changed.
+    pub(crate) fn raise(&mut self, max_tokens: Option<u64>, max_nanos: Option<u64>) -> bool {
+        let changed = (max_tokens, max_nanos) != (self.max_tokens, self.max_nanos);
+        self.max_tokens = max_tokens;
+        self.max_nanos = max_nanos;
+        changed
+    }
+
     /// Whether any budget holds the run.
     pub(crate) fn limited(&self) -> bool {
         self.max_tokens.is_some() || self.max_nanos.is_some()

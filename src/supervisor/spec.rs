@@ -52,6 +52,9 @@ pub(crate) struct RunSpec<'a> {
     pub(crate) max_tokens: Option<u64>,
     /// The task's budget in nano-dollars (SPEC 19).
     pub(crate) max_cost_nanos: Option<u64>,
+    /// `--on-budget wait`: a model call that does not fit waits for
+    /// `durun approve` to raise the budget instead of ending the run.
+    pub(crate) budget_wait: bool,
     /// Tokens the task's earlier runs spent.
     pub(crate) tokens_before: u64,
     /// What the task and its children spent before this run, in

@@ -356,3 +356,55 @@ fn a_budget_in_dollars_refuses_a_model_without_a_price() {
     assert!(priced.status.success(), "{}", text(&priced.stderr));
     assert_eq!(received(&env), 1);
 }
+
+/// `--on-budget wait`: a model call that does not fit waits in the live
+/// run until `durun approve --add-usd` raises the budget; the run then
+/// goes on and ends well, each call sent once.
+#[test]
+fn on_budget_wait_holds_the_call_until_an_approval_raises_the_budget() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, _server) = llm_env();
+    env.set("PARALLEL", "4");
+    let agent = agents_dir().join("parallel_calls.py");
+    let agent = agent.to_string_lossy();
+    // One call fits $0.00005 ($0.000027 spent, $0.000031 at worst); a
+    // second never does.
+    let mut run = env.spawn(
+        &[
+            "run",
+            "--task",
+            "t",
+            "--max-usd",
+            "0.00005",
+            "--on-budget",
+            "wait",
+            "--",
+            "python3",
+            &agent,
+        ],
+        "run",
+    );
+    crate::env::wait_for(
+        "the run to wait for a raise",
+        std::time::Duration::from_secs(30),
+        || {
+            env.log("run")
+                .contains("waits for `durun approve t --add-usd X`")
+        },
+    );
+    assert_eq!(received(&env), 1, "{}", env.log("run"));
+    let approved = env.durun(&["approve", "t", "--add-usd", "0.01"]);
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    let status = crate::env::wait_exit(&mut run, std::time::Duration::from_secs(60));
+    assert!(status.success(), "{}", env.log("run"));
+    assert_eq!(
+        std::fs::read_to_string(env.path("run.out"))
+            .unwrap_or_default()
+            .trim(),
+        "4"
+    );
+    assert_eq!(received(&env), 4, "each call sent once");
+    assert_eq!(env.inspect("t")["task"]["status"], "completed");
+}

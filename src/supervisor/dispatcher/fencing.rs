@@ -141,6 +141,9 @@ impl Supervisor<'_> {
             self.heartbeat();
         }
         self.tick_waits();
+        if self.ending.stop.is_none() {
+            self.look_for_raise();
+        }
     }
 
     fn heartbeat(&mut self) {

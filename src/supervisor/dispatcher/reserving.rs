@@ -42,6 +42,10 @@ pub(super) struct Held {
     calls: std::collections::VecDeque<(Call, Worst)>,
     /// The reservations of calls that are part of an open step, by step.
     parts: std::collections::HashMap<u64, Vec<(u64, Worst)>>,
+    /// A call waits for `durun approve` to raise the budget
+    /// (`--on-budget wait`), and when the journal was last read for it.
+    for_raise: bool,
+    looked: Option<std::time::Instant>,
 }
 
 impl Supervisor<'_> {
@@ -70,6 +74,17 @@ impl Supervisor<'_> {
         match self.budget.reserve(worst) {
             Fit::Reserved(reservation) => self.send_call(call, Some((reservation, worst))),
             Fit::Later => self.held.calls.push_back((call, worst)),
+            Fit::Never(why) if self.spec.budget_wait => {
+                // Held until `durun approve` raises the budget (`tick`).
+                if !self.held.for_raise {
+                    let task = self.spec.task_id;
+                    self.reporter.report(&crate::report::Event::Warning(&format!(
+                        "task {task} has {why}; the call waits for `durun approve {task} --add-usd X` (or --add-tokens N)"
+                    )));
+                }
+                self.held.for_raise = true;
+                self.held.calls.push_back((call, worst));
+            }
             Fit::Never(why) => {
                 let why = format!("task {} has {why}", self.spec.task_id);
                 call.refuse(Verdict::over_budget(&why));
@@ -123,6 +138,28 @@ impl Supervisor<'_> {
     pub(super) fn release_parts(&mut self, step: u64) {
         for (reservation, _) in self.held.parts.remove(&step).unwrap_or_default() {
             self.release(Some(reservation));
+        }
+    }
+
+    /// With a call held for a raise of the budget, reads the task's
+    /// budgets from the journal now and then; once raised, the held calls
+    /// are tried again.
+    pub(super) fn look_for_raise(&mut self) {
+        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+        if !self.held.for_raise || self.held.looked.is_some_and(|at| at.elapsed() < LOOK_EVERY) {
+            return;
+        }
+        self.held.looked = Some(std::time::Instant::now());
+        let task = self.spec.task_id;
+        let Ok(Some(record)) = self.journal().task(task) else {
+            return;
+        };
+        if !self.budget.raise(record.max_tokens, record.max_cost_nanos) {
+            return;
+        }
+        self.held.for_raise = false;
+        for (call, worst) in std::mem::take(&mut self.held.calls) {
+            self.try_call(call, worst);
         }
     }
 

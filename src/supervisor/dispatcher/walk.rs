@@ -183,6 +183,7 @@ fn spec<'a>(
         max_cost_nanos: None,
         tokens_before: 0,
         cost_before: 0,
+        budget_wait: false,
         fixed_now: None,
         proxy: None,
         prices: Box::leak(Box::default()),
