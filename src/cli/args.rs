@@ -198,6 +198,11 @@ pub(crate) struct InspectArgs {
     #[arg(long, requires = "task", conflicts_with = "step")]
     pub(crate) follow: bool,
 
+    /// With --follow --json: start right after the event with this id (as
+    /// `Last-Event-ID` does for the web view's stream)
+    #[arg(long, value_name = "ID", requires = "follow", requires = "json")]
+    pub(crate) after: Option<String>,
+
     /// Show every step of a long task, not only the last 500
     #[arg(long, requires = "task", conflicts_with_all = ["step", "follow", "json"])]
     pub(crate) all: bool,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::env::{TestEnv, wait_exit, wait_for};
+use crate::env::{TestEnv, text, wait_exit, wait_for};
 use crate::ui::Ui;
 
 /// One server-sent event.
@@ -165,6 +165,17 @@ fn a_stream_resumed_across_hang_ups_runs_and_a_ui_restart_has_every_event_once()
         .collect();
     let data: Vec<Value> = whole.iter().map(|sse| sse.data.clone()).collect();
     assert_eq!(printed, data);
+    // From an id on, as a script that lost its place would ask.
+    let from = &whole[5].id;
+    let after = env.durun(&["inspect", "ev", "--follow", "--json", "--after", from]);
+    assert!(after.status.success(), "{}", text(&after.stderr));
+    let printed: Vec<Value> = String::from_utf8_lossy(&after.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(printed, data[6..]);
+    let bad = env.durun(&["inspect", "ev", "--follow", "--json", "--after", "soon"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     for sse in &whole {
         assert_eq!(sse.data["id"], sse.id.as_str());
         assert_eq!(sse.data["event"], sse.event.as_str());

@@ -83,11 +83,12 @@ pub(super) fn follow(
     }
 }
 
-/// `inspect --follow --json`: the task's events from its first, one JSON
-/// object a line, until it stops running.
+/// `inspect --follow --json`: the task's events from its first (or from
+/// right after `cursor`), one JSON object a line, until it stops running.
 pub(super) fn follow_events(
     journal: &mut dyn Journal,
     task: TaskRecord,
+    cursor: Cursor,
     settings: &Settings,
 ) -> Result<i32> {
     const BATCH: u64 = 256;
@@ -96,7 +97,7 @@ pub(super) fn follow_events(
         .ok()
         .and_then(|location| Live::of(settings, &location, &task.id));
     let running = shown_status(&task, settings) == TaskStatus::Running;
-    let mut follower = Follower::new(&task.id, Cursor::default(), live, running);
+    let mut follower = Follower::new(&task.id, cursor, live, running);
     let mut task = task;
     loop {
         // The status first: the events read after it hold the last ones.

@@ -59,7 +59,16 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     if args.follow {
         drop(out);
         if args.json {
-            return follow::follow_events(journal.as_mut(), task, settings);
+            let cursor = match args.after.as_deref() {
+                None => crate::task::events::Cursor::default(),
+                Some(id) => crate::task::events::Cursor::after(id).ok_or_else(|| {
+                    crate::error::Failure::usage(format!(
+                        "--after {id}: not an event id durun gave"
+                    ))
+                    .hint("an event's id is its `id` member, e.g. 41 or 42.3")
+                })?,
+            };
+            return follow::follow_events(journal.as_mut(), task, cursor, settings);
         }
         return follow::follow(journal.as_mut(), task, &style, settings);
     }
