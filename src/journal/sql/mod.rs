@@ -6,6 +6,11 @@
 pub(crate) use super::dialect::{NOW_MS, Sql};
 use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS, TASK_COLUMNS};
 
+mod limits;
+mod queue;
+pub(crate) use limits::*;
+pub(crate) use queue::*;
+
 /// A task's steps in order, the discarded ones too if asked (after the
 /// live ones, in separate statements, so that the live ones use the
 /// partial index), or the last `$2` of them; in `$N` form.
@@ -117,19 +122,6 @@ pub(crate) static SIGNAL_WAITING: Sql = Sql::new(
 /// A signal taken by a step.
 pub(crate) static TAKE_SIGNAL: Sql = Sql::new("UPDATE signals SET taken_by = $2 WHERE id = $1");
 
-/// A worker gives up its claim on a task.
-pub(crate) static RELEASE_CLAIM: Sql = Sql::new(
-    "UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE id = $1 AND claimed_by = $2",
-);
-
-/// A worker leaves the list.
-pub(crate) static DELETE_WORKER: Sql = Sql::new("DELETE FROM workers WHERE id = $1");
-
-/// Every claim of a worker that left.
-pub(crate) static RELEASE_CLAIMS_OF: Sql =
-    Sql::new("UPDATE tasks SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = $1");
-
-/// A task's runs, in order.
 /// Tokens by day (UTC), over every task: spent by the steps that reported
 /// usage (on the day each finished), saved by the runs that replayed them
 /// (on the day each started).
@@ -168,6 +160,7 @@ pub(crate) static RETRY_TASK: Sql = Sql::new(
     "UPDATE tasks SET status = 'interrupted', updated_at = $2 WHERE id = $1 AND status = 'failed'",
 );
 
+/// A task's runs, in order.
 pub(crate) static RUNS_OF_TASK: Sql = Sql::new(
     "SELECT run, host, pid, started_at, finished_at, exit_code,
                     replayed_steps, executed_steps, tokens_spent, tokens_saved, unreplayed, error,
@@ -221,47 +214,6 @@ pub(crate) static REPLAYABLE_STEPS: Sql = Sql::new(
      WHERE task_id = $1 AND status <> 'discarded' AND run < $2
      ORDER BY step_index LIMIT $3 OFFSET $4",
 );
-
-/// A limit's row, made at its first use.
-pub(crate) static LIMIT_ROW: Sql =
-    Sql::new("INSERT INTO limits (name) VALUES ($1) ON CONFLICT (name) DO NOTHING");
-
-/// A request's turn under limit `$1`: it goes `$2` ms after the one
-/// before (`rpm`), and its tokens `$3` ms after theirs (`tpm`), never
-/// before a pause ends; returns its time and the clock's, in ms.
-pub(crate) static LIMIT_TURN: Sql = Sql::made(|| {
-    format!(
-        "UPDATE limits SET next_at = greatest(next_at, {NOW_MS}, paused_until) + $2,
-             tokens_at = greatest(tokens_at, {NOW_MS}, paused_until) + $3
-         WHERE name = $1
-         RETURNING greatest(next_at - $2, tokens_at - $3), {NOW_MS}"
-    )
-});
-
-/// Pauses limit `$1` for `$2` ms from now (an upstream's Retry-After).
-pub(crate) static LIMIT_PAUSE: Sql = Sql::made(|| {
-    format!(
-        "UPDATE limits SET paused_until = greatest(paused_until, {NOW_MS} + $2) WHERE name = $1"
-    )
-});
-
-/// Limit `$1`'s row, locked while a request takes one of its slots.
-pub(crate) static LIMIT_LOCK: Sql = Sql::new("SELECT name FROM limits WHERE name = $1 FOR UPDATE");
-
-/// The slots of limit `$1`, with the clock.
-pub(crate) static LIMIT_SLOTS: Sql = Sql::made(|| {
-    format!("SELECT id, host, pid, taken_at, {NOW_MS} FROM limit_slots WHERE name = $1")
-});
-
-/// A slot that no request holds any more.
-pub(crate) static LIMIT_SLOT_FREE: Sql = Sql::new("DELETE FROM limit_slots WHERE id = $1");
-
-/// A request in flight takes a slot of limit `$1`.
-pub(crate) static LIMIT_SLOT_TAKE: Sql = Sql::made(|| {
-    format!(
-        "INSERT INTO limit_slots (name, host, pid, taken_at) VALUES ($1, $2, $3, {NOW_MS}) RETURNING id, {NOW_MS}"
-    )
-});
 
 /// How many live steps a task has, and the highest number.
 pub(crate) static REPLAY_BOUNDS: Sql = Sql::new(
@@ -337,7 +289,6 @@ pub(crate) static FORGET_UNSTARTED: Sql = Sql::new(
                  AND NOT EXISTS (SELECT 1 FROM signals WHERE task_id = $1)",
 );
 
-/// The task's token budget.
 /// A task's token budget; a task stopped over its budget may go on again
 /// (`resume`, a worker) once it is set (SPEC 19).
 pub(crate) static SET_MAX_TOKENS: Sql = Sql::new(
@@ -414,87 +365,6 @@ pub(crate) static WRITE_STATS: Sql = Sql::new(
 
 /// Whether a task is there.
 pub(crate) static TASK_EXISTS: Sql = Sql::new("SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)");
-
-/// The tasks of the queues `$1` a worker (`$2`) might claim: no other
-/// worker claimed them within `$3` ms; oldest submitted first, `$4` of
-/// them after the first `$5`; and the clock. SQLite orders a
-/// millisecond's tasks as they were submitted (`rowid`).
-pub(crate) static CLAIMABLE: Sql = Sql::dialects(
-    || {
-        format!(
-            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
-             WHERE t.queue = ANY($1)
-               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
-             ORDER BY t.created_at, t.id LIMIT $4 OFFSET $5"
-        )
-    },
-    || {
-        format!(
-            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
-             WHERE t.queue IN (SELECT value FROM json_each($1))
-               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
-             ORDER BY t.created_at, t.rowid LIMIT $4 OFFSET $5"
-        )
-    },
-);
-
-/// The workers whose heartbeat is younger than `$1` ms.
-pub(crate) static WORKERS: Sql = Sql::made(|| {
-    format!(
-        "SELECT id, host, pid, queues, jobs, started_at, heartbeat, tasks FROM workers
-         WHERE heartbeat >= {NOW_MS} - $1 ORDER BY started_at, id"
-    )
-});
-
-/// Holds a queue's claims until the transaction ends, so that its count
-/// of active tasks stays true: PostgreSQL's advisory lock; SQLite's write
-/// transaction holds the whole file already.
-pub(crate) static LOCK_QUEUE: Sql = Sql::dialects(
-    || "SELECT pg_advisory_xact_lock(hashtext('durun_queue:' || $1))".to_owned(),
-    || "SELECT $1".to_owned(),
-);
-
-/// How many of queue `$1`'s tasks run or are claimed, within `$2` ms.
-pub(crate) static ACTIVE_IN_QUEUE: Sql = Sql::made(|| {
-    format!(
-        "SELECT count(*) FROM tasks WHERE queue = $1 AND (
-             (status = 'running' AND lease_heartbeat >= {NOW_MS} - $2)
-             OR (claimed_by IS NOT NULL AND claimed_at >= {NOW_MS} - $2))"
-    )
-});
-
-/// Claims the tasks `$1` for worker `$2` where no other worker claimed
-/// them within `$3` ms: one statement, so a row another worker claimed
-/// first fails the condition when it is checked again after that worker's
-/// commit.
-pub(crate) static CLAIM: Sql = Sql::dialects(
-    || {
-        format!(
-            "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
-             WHERE id = ANY($1) AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
-             RETURNING id"
-        )
-    },
-    || {
-        format!(
-            "UPDATE tasks SET claimed_by = $2, claimed_at = {NOW_MS}
-             WHERE id IN (SELECT value FROM json_each($1))
-               AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_at < {NOW_MS} - $3)
-             RETURNING id"
-        )
-    },
-);
-
-/// A worker's heartbeat, with the tasks it runs.
-pub(crate) static WORKER_HEARTBEAT: Sql = Sql::made(|| {
-    format!(
-        "INSERT INTO workers (id, host, pid, queues, jobs, started_at, heartbeat, tasks)
-         VALUES ($1, $2, $3, $4, $5, $6, {NOW_MS}, $7)
-         ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, tasks = excluded.tasks"
-    )
-});
 
 #[cfg(test)]
 mod tests {
