@@ -16,7 +16,6 @@ use anyhow::Result;
 
 use crate::config::Limit;
 use crate::journal::{Access, Journal, Location};
-use crate::lease::Holder;
 use crate::settings::Settings;
 
 /// A slot held longer than this by a process on another host is taken
@@ -210,7 +209,9 @@ impl Limiter {
             let name = name.to_owned();
             let taken = self
                 .blocking(move |limiter| {
-                    let me = Holder::current(None);
+                    // Who holds a slot, as the run's lease names it
+                    // (`DURUN_HOST_ID` included).
+                    let me = limiter.settings.holder().clone();
                     let stale = i64::try_from(STALE_SLOT.as_millis()).unwrap_or(i64::MAX);
                     limiter.with_journal(|journal| journal.limit_take_slot(&name, max, &me, stale))
                 })

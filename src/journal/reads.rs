@@ -110,6 +110,7 @@ pub(crate) fn runs(tx: &mut dyn Tx, task: &str) -> Result<Vec<RunRecord>> {
             exit_code: row.int(5)?.map(|code| code as i32),
             stats: RunStats {
                 replayed_steps: row.some_int(6)? as u64,
+                replays_noted: row.some_int(6)? as u64,
                 executed_steps: row.some_int(7)? as u64,
                 tokens_spent: row.some_int(8)? as u64,
                 tokens_saved: row.some_int(9)? as u64,

@@ -243,6 +243,9 @@ pub(crate) struct Cost {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RunStats {
     pub(crate) replayed_steps: u64,
+    /// Of the replayed steps, how many the journal's events hold already
+    /// (not a column): a write notes the rest as one `step.replayed` event.
+    pub(crate) replays_noted: u64,
     pub(crate) executed_steps: u64,
     pub(crate) tokens_spent: u64,
     pub(crate) tokens_saved: u64,

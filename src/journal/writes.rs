@@ -99,9 +99,9 @@ fn step_event(tx: &mut dyn Tx, task: &str, run: u32, step: &StepRecord, once: bo
 }
 
 /// The steps `run` replayed since its counters were last written, as one
-/// event; nothing for a run that replayed none (a first run).
+/// event; no statement when there are none new (most writes).
 fn note_replayed(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStats) -> Result<()> {
-    if stats.replayed_steps > 0 {
+    if stats.replayed_steps > stats.replays_noted {
         let now = crate::clock::now();
         tx.execute(
             &sql::NOTE_REPLAYED,

@@ -343,6 +343,7 @@ mod tests {
         assert_eq!(short_duration(Duration::from_secs(192)), "3m12s");
         let stats = RunStats {
             replayed_steps: 3,
+            replays_noted: 3,
             executed_steps: 5,
             tokens_saved: 2436,
             tokens_spent: 900,

@@ -117,18 +117,7 @@ fn the_budget_is_enforced_at_the_proxy() {
     let (mut env, server) = llm_env();
     env.set("MODEL", "m");
     env.set("PARALLEL", "8");
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--max-tokens",
-        "300",
-        "--",
-        "python3",
-        &agent,
-    ]);
+    let run = run_calls(&env, "t", &["--max-tokens", "300"]);
     assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
     let stderr = text(&run.stderr);
     assert!(
@@ -159,14 +148,7 @@ for model in ("gpt-4o-2024-08-06", "house-model", "mystery"):
 raise SystemExit(3 if os.environ["DURUN_RUN"] == "1" else 0)
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
     let resumed = env.durun(&["resume", "t"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
@@ -209,6 +191,23 @@ raise SystemExit(3 if os.environ["DURUN_RUN"] == "1" else 0)
     );
 }
 
+/// The agent of many model calls at once, tests/agents/parallel_calls.py.
+pub(crate) fn parallel_calls() -> String {
+    agents_dir()
+        .join("parallel_calls.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `durun run --task TASK OPTIONS -- python3 parallel_calls.py`.
+fn run_calls(env: &crate::env::TestEnv, task: &str, options: &[&str]) -> std::process::Output {
+    let agent = parallel_calls();
+    let mut args = vec!["run", "--task", task];
+    args.extend(options);
+    args.extend(["--", "python3", &agent]);
+    env.durun(&args)
+}
+
 /// All the requests the fake upstream received.
 fn received(env: &crate::env::TestEnv) -> u64 {
     std::fs::read_to_string(env.path("llm.port.count"))
@@ -232,20 +231,9 @@ fn parallel_calls_never_spend_past_the_budget_and_a_raise_finishes_them() {
         return;
     }
     let (env, _server) = llm_env();
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
     // A call spends 100 + 20 tokens of gpt-4o-mini: $0.000027; its worst
     // case is a little more. $0.0003 holds eleven calls, not twelve.
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--max-usd",
-        "0.0003",
-        "--",
-        "python3",
-        &agent,
-    ]);
+    let run = run_calls(&env, "t", &["--max-usd", "0.0003"]);
     assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
     let task = env.inspect("t");
     assert_eq!(task["task"]["status"], "over_budget", "{task}");
@@ -319,18 +307,7 @@ fn a_budget_in_dollars_refuses_a_model_without_a_price() {
     let (mut env, _server) = llm_env();
     env.set("MODEL", "house-model");
     env.set("PARALLEL", "1");
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--max-usd",
-        "1",
-        "--",
-        "python3",
-        &agent,
-    ]);
+    let run = run_calls(&env, "t", &["--max-usd", "1"]);
     assert_eq!(run.status.code(), Some(78), "{}", text(&run.stderr));
     assert!(
         text(&run.stderr).contains("[prices.\"house-model\"]"),
@@ -343,16 +320,7 @@ fn a_budget_in_dollars_refuses_a_model_without_a_price() {
         "durun.toml",
         "[prices.\"house-model\"]\ninput = 1.0\noutput = 2.0\n",
     );
-    let priced = env.durun(&[
-        "run",
-        "--task",
-        "u",
-        "--max-usd",
-        "1",
-        "--",
-        "python3",
-        &agent,
-    ]);
+    let priced = run_calls(&env, "u", &["--max-usd", "1"]);
     assert!(priced.status.success(), "{}", text(&priced.stderr));
     assert_eq!(received(&env), 1);
 }
@@ -367,8 +335,7 @@ fn on_budget_wait_holds_the_call_until_an_approval_raises_the_budget() {
     }
     let (mut env, _server) = llm_env();
     env.set("PARALLEL", "4");
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
+    let agent = parallel_calls();
     // One call fits $0.00005 ($0.000027 spent, $0.000031 at worst); a
     // second never does.
     let mut run = env.spawn(

@@ -139,6 +139,18 @@ impl TestEnv {
         self.command().args(args).output().expect("run durun")
     }
 
+    /// `durun run --task TASK -- python3 AGENT`, to its end.
+    pub(crate) fn run_python(&self, task: &str, agent: &Path) -> Output {
+        self.durun(&[
+            "run",
+            "--task",
+            task,
+            "--",
+            "python3",
+            &agent.to_string_lossy(),
+        ])
+    }
+
     /// Starts durun in the background; its stdout and stderr go to files.
     pub(crate) fn spawn(&self, args: &[&str], log: &str) -> Child {
         let stdout = std::fs::File::create(self.path(&format!("{log}.out"))).expect("log file");

@@ -566,14 +566,7 @@ post(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", {"model": "c", "max_toke
     "messages": [{"role": "user", "content": "claude"}]})
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let shown = |step: &str| text(&env.durun(&["inspect", "t", "--step", step]).stdout);
     // The stream's chunks read as the text they carry; the raw body stays

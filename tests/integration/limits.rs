@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::env::{agents_dir, text, wait_exit, wait_for};
+use crate::env::{text, wait_exit, wait_for};
 use crate::proxy::llm_env;
 use crate::servers::llm_clients;
 use crate::workers::{status, stop, worker};
@@ -34,8 +34,7 @@ fn a_limit_holds_across_two_runs_and_a_worker() {
         "durun.toml",
         "[limits.upstream]\nmatch = \"openai\"\nrpm = 120\n",
     );
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
+    let agent = crate::budgets::parallel_calls();
     let submitted = env.durun(&[
         "-q", "submit", "--task", "w", "--queue", "q", "--", "python3", &agent,
     ]);
@@ -108,8 +107,7 @@ fn a_concurrency_limit_lets_one_call_in_flight_at_a_time() {
         "durun.toml",
         "[limits.one]\nmatch = \"openai:m\"\nconcurrency = 1\n",
     );
-    let agent = agents_dir().join("parallel_calls.py");
-    let agent = agent.to_string_lossy();
+    let agent = crate::budgets::parallel_calls();
     let mut first = env.spawn(&["run", "--task", "a", "--", "python3", &agent], "a");
     let mut second = env.spawn(&["run", "--task", "b", "--", "python3", &agent], "b");
     for (run, log) in [(&mut first, "a"), (&mut second, "b")] {

@@ -288,14 +288,7 @@ fn the_npm_memory_server_behind_durun_mcp_replays_on_resume() {
             agent()
         ),
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
     let first: Value = serde_json::from_slice(&run.stdout).expect("print");
     let stored = std::fs::read_to_string(&store).expect("the memory file");

@@ -151,14 +151,7 @@ exec(open(os.environ["ZERO_CODE"]).read())
     );
     let mut env = env;
     env.set("ZERO_CODE", zero_code_agent());
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(
         server.counts().as_object().map(serde_json::Map::len),
@@ -304,14 +297,7 @@ for attempt in range(2):
 unreachable = openai.OpenAI(api_key="k", max_retries=0, base_url=client.base_url)
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(text(&run.stdout), "500: status 500\n500: status 500\n");
     assert_eq!(server.counts()["/v1/chat/completions status 500"], 2);
@@ -320,14 +306,7 @@ unreachable = openai.OpenAI(api_key="k", max_retries=0, base_url=client.base_url
     assert_eq!(steps.len(), 2, "two attempts: {steps:?}");
     assert!(steps.iter().all(|step| step["status"] == "failed"));
     // A resume sends them again: a failed attempt is not a finished step.
-    let rerun = env.durun(&[
-        "run",
-        "--task",
-        "u",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let rerun = env.run_python("u", &agent);
     assert!(rerun.status.success());
     assert_eq!(server.counts()["/v1/chat/completions status 500"], 4);
 }
@@ -348,14 +327,7 @@ reply = client.chat.completions.create(model="m", messages=[{"role": "user", "co
 print(reply.choices[0].message.content)
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     // The SDK sends the agent's prints to stderr.
     assert!(

@@ -172,14 +172,7 @@ except urllib.error.HTTPError as err:
     print(err.code, json.loads(err.read())["error"]["message"])
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let printed = text(&run.stdout);
     assert!(
@@ -235,14 +228,7 @@ print("hung upstream:", post(os.environ["HUNG_API"] + "/x", b"{}", timeout=1))
 "#,
     );
     let started = std::time::Instant::now();
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(
         text(&run.stdout),
@@ -319,14 +305,7 @@ stream = client.chat.completions.create(
 print("".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices))
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let counts = server.counts();
     let task = env.inspect("t");

@@ -28,14 +28,7 @@ async def main():
 asyncio.run(main())
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
     assert_eq!(text(&run.stdout), "200\n");
     let resumed = env.durun(&["resume", "t"]);

@@ -100,14 +100,7 @@ print(ask("after " + two))
 fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() {
     let (env, server) = chat_env();
     let agent = env.write("agent.py", CHAINED);
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(text(&run.stdout), "echo: after echo: two\n");
     let before = server.counts();
@@ -178,14 +171,7 @@ fn an_edited_fork_replays_the_prefix_free_and_the_agent_goes_on_from_the_edit() 
 fn the_step_page_forks_with_an_edited_answer() {
     let (env, _server) = chat_env();
     let agent = env.write("agent.py", CHAINED);
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let ui = crate::ui::Ui::start(&env, &[]);
     let page = ui.get("/tasks/t/steps/2").body;

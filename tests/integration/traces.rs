@@ -71,14 +71,7 @@ fn a_run_and_its_steps_are_spans_in_the_callers_trace() {
         "agent.py",
         "import os, durun\nopen('traceparent-' + os.environ['DURUN_RUN'], 'w').write(os.environ.get('TRACEPARENT', ''))\ndurun.step('plan', {}, lambda: 'p')\ndurun.step('act', {}, lambda: 'a', 'mutate')\nif os.environ['DURUN_RUN'] == '1':\n    raise SystemExit(3)\n",
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("t", &agent);
     assert_eq!(run.status.code(), Some(3), "{}", text(&run.stderr));
     let resumed = env.durun(&["resume", "t"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
@@ -212,14 +205,7 @@ request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completi
 print(json.load(urllib.request.urlopen(request))["choices"][0]["message"]["content"])
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "m",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("m", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let spans = read_json_lines(&env.path("spans.jsonl"));
     let call = spans
@@ -288,14 +274,7 @@ request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completi
 urllib.request.urlopen(request).read()
 "#,
     );
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "tp",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-    ]);
+    let run = env.run_python("tp", &agent);
     assert!(run.status.success(), "{}", text(&run.stderr));
     let spans = read_json_lines(&env.path("spans.jsonl"));
     let span_of = |step: u64| {

@@ -52,6 +52,7 @@ pub(super) fn and_started(journal: &mut dyn Journal) {
     let (replayed_steps, executed_steps, tokens_spent, tokens_saved) = (2, 3, 40, 50);
     let stats = RunStats {
         replayed_steps,
+        replays_noted: replayed_steps,
         executed_steps,
         tokens_spent,
         tokens_saved,

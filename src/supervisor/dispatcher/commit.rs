@@ -100,9 +100,11 @@ impl<'a> Supervisor<'a> {
                 }
             }
         }
-        if stats.replayed_steps > self.replays_written {
+        // Steps replayed since the last write go in with this batch (the
+        // copy keeps how many were noted before, for their event).
+        if stats.replayed_steps > stats.replays_noted {
             finished = true;
-            self.replays_written = stats.replayed_steps;
+            self.stats.replays_noted = stats.replayed_steps;
         }
         // An answer to the agent's own `commit` waits on this batch.
         let agent_commit = batch.iter().any(Deferred::is_agent_commit);

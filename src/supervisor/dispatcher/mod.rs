@@ -63,9 +63,6 @@ struct Supervisor<'a> {
     budget: crate::supervisor::budget::Budget,
     /// Model calls waiting for room in the budget.
     held: reserving::Held,
-    /// The replayed steps the journal's counters hold: more go in with the
-    /// next batch, so that their event comes before the new steps'.
-    replays_written: u64,
     events_tx: Events,
     child_pid: u32,
     /// Whether a Ctrl-C from the terminal reaches the agent by itself.
@@ -148,7 +145,6 @@ impl<'a> Supervisor<'a> {
                     nanos: spec.cost_before,
                 },
             ),
-            replays_written: 0,
             events_tx,
             child_pid: 0,
             interactive: false,

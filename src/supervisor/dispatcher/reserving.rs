@@ -41,7 +41,7 @@ impl Call {
 pub(super) struct Held {
     calls: std::collections::VecDeque<(Call, Worst)>,
     /// The reservations of calls that are part of an open step, by step.
-    parts: std::collections::HashMap<u64, Vec<(u64, Worst)>>,
+    parts: std::collections::HashMap<u64, Vec<u64>>,
     /// A call waits for `durun approve` to raise the budget
     /// (`--on-budget wait`), and when the journal was last read for it.
     for_raise: bool,
@@ -72,7 +72,7 @@ impl Supervisor<'_> {
 
     fn try_call(&mut self, call: Call, worst: Worst) {
         match self.budget.reserve(worst) {
-            Fit::Reserved(reservation) => self.send_call(call, Some((reservation, worst))),
+            Fit::Reserved(reservation) => self.send_call(call, Some(reservation)),
             Fit::Later => self.held.calls.push_back((call, worst)),
             Fit::Never(why) if self.spec.budget_wait => {
                 // Held until `durun approve` raises the budget (`tick`).
@@ -93,20 +93,14 @@ impl Supervisor<'_> {
         }
     }
 
-    fn send_call(&mut self, call: Call, reservation: Option<(u64, Worst)>) {
+    fn send_call(&mut self, call: Call, reservation: Option<u64>) {
         match call {
             Call::Own {
                 reply,
                 record,
                 fresh,
                 canonical,
-            } => self.forward(
-                reply,
-                *record,
-                fresh,
-                canonical,
-                reservation.map(|(id, _)| id),
-            ),
+            } => self.forward(reply, *record, fresh, canonical, reservation),
             Call::Part { reply, step } => {
                 if let Some(reservation) = reservation {
                     self.held.parts.entry(step).or_default().push(reservation);
@@ -136,7 +130,7 @@ impl Supervisor<'_> {
     /// Step `step` ended, and what the model calls made inside it spent
     /// counts: their reservations go.
     pub(super) fn release_parts(&mut self, step: u64) {
-        for (reservation, _) in self.held.parts.remove(&step).unwrap_or_default() {
+        for reservation in self.held.parts.remove(&step).unwrap_or_default() {
             self.release(Some(reservation));
         }
     }
