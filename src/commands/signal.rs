@@ -67,14 +67,28 @@ fn add_budget(
     let Some(record) = journal.task(task)? else {
         return Err(unknown_task(task, &location).into());
     };
-    if let Some(more) = tokens {
-        let Some(max) = record.max_tokens else {
-            return Err(
+    // Both checked before either is written: a refused raise changes nothing.
+    let token_max = match tokens {
+        Some(more) => Some((
+            more,
+            record.max_tokens.ok_or_else(|| {
                 Failure::usage(format!("task {task} has no token budget to raise"))
                     .hint(format!("`durun resume {task} --max-tokens N` gives it one"))
-                    .into(),
-            );
-        };
+            })?,
+        )),
+        None => None,
+    };
+    let cost_max = match nanos {
+        Some(more) => Some((
+            more,
+            record.max_cost_nanos.ok_or_else(|| {
+                Failure::usage(format!("task {task} has no budget in dollars to raise"))
+                    .hint(format!("`durun resume {task} --max-usd X` gives it one"))
+            })?,
+        )),
+        None => None,
+    };
+    if let Some((more, max)) = token_max {
         let raised = max.saturating_add(more);
         journal.set_max_tokens(task, Some(raised))?;
         crate::report::say(&format!(
@@ -82,14 +96,7 @@ fn add_budget(
             raised.saturating_sub(record.tokens_spent)
         ));
     }
-    if let Some(more) = nanos {
-        let Some(max) = record.max_cost_nanos else {
-            return Err(
-                Failure::usage(format!("task {task} has no budget in dollars to raise"))
-                    .hint(format!("`durun resume {task} --max-usd X` gives it one"))
-                    .into(),
-            );
-        };
+    if let Some((more, max)) = cost_max {
         let raised = max.saturating_add(more);
         journal.set_max_cost(task, Some(raised))?;
         crate::report::say(&format!(

@@ -76,6 +76,11 @@ fn approve_add_tokens_raises_the_budget_and_the_task_goes_on() {
     let task = env.inspect("t");
     assert_eq!(task["task"]["status"], "interrupted", "{task}");
     assert_eq!(task["task"]["max_tokens"], 650);
+    // A raise of a budget the task lacks is refused, and changes nothing.
+    let half = env.durun(&["approve", "t", "--add-tokens", "5", "--add-usd", "1"]);
+    assert_eq!(half.status.code(), Some(2), "{}", text(&half.stderr));
+    assert!(text(&half.stderr).contains("task t has no budget in dollars to raise"));
+    assert_eq!(env.inspect("t")["task"]["max_tokens"], 650);
     let resumed = env.durun(&["resume", "t"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     assert_eq!(ran(&env), ["a", "b", "c"]);
