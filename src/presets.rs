@@ -62,6 +62,9 @@ pub(crate) const PRESETS: [Preset; 4] = [
             "/client_metadata",
             "/input/*/id",
             "/input/*/internal_chat_message_metadata_passthrough",
+            // Its shell tool's output, which carries the command's wall
+            // time: the same turn would read as a new request.
+            "/input/*/output",
         ],
         wiring: Wiring::CodexProvider,
     },
