@@ -211,7 +211,8 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
 /// The nursery's life: a keeper for each request, until durun's end
 /// closes. Each keeper is cloned before its request comes (a spare), so
 /// that no request waits for a clone: the spare reads the request itself,
-/// tells the nursery it took one, and the nursery makes the next.
+/// tells the nursery it took one, and the nursery makes the next (after
+/// the first request, once that agent has had its start).
 fn serve(socket: UnixStream) -> ! {
     // What `ps` and `top` show.
     let _ = rustix::thread::set_name(c"durun-nursery");
@@ -220,6 +221,7 @@ fn serve(socket: UnixStream) -> ! {
     // The agents join durun's group, read before the nursery leaves it.
     let durun_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let _ = rustix::process::setpgid(None, None);
+    let mut first = true;
     loop {
         let (took, taken) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
             Ok(ends) => ends,
@@ -232,6 +234,9 @@ fn serve(socket: UnixStream) -> ! {
             Ok(Hatched::Nursery) => {
                 drop(taken);
                 wait_for_the_spare(&socket, &took);
+                if std::mem::take(&mut first) {
+                    wait_for_need(&socket);
+                }
             }
             Ok(Hatched::Keeper) => {
                 drop(took);
@@ -265,6 +270,29 @@ fn wait_for_the_spare(socket: &UnixStream, took: &OwnedFd) {
                 }
                 return;
             }
+        }
+    }
+}
+
+/// How long the nursery waits, once its spare took the first request,
+/// before it makes the next: that request is a run's agent, and a clone
+/// made while the agent starts competes with it for the CPU (0.07 to 0.10
+/// ms of `durun run -- true`'s 4.5 on two cores, docs/performance.md).
+const SPARE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The nursery, once its spare took the first request: back when the next
+/// request comes or [`SPARE_AFTER`] has passed; exits once durun is gone.
+fn wait_for_need(socket: &UnixStream) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let timeout = Timespec::try_from(SPARE_AFTER).unwrap_or_default();
+    let mut fds = [PollFd::new(socket, PollFlags::IN)];
+    loop {
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Err(rustix::io::Errno::INTR) => {}
+            Ok(_) if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) => {
+                std::process::exit(0)
+            }
+            _ => return,
         }
     }
 }
