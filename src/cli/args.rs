@@ -568,6 +568,7 @@ pub(crate) enum OnBudget {
     /// End the run: the task is `over_budget`, durun exits 78.
     #[default]
     Stop,
-    /// Hold the call until `durun approve` raises the budget.
+    /// Hold the call, or the agent's next step, until `durun approve`
+    /// raises the budget.
     Wait,
 }

@@ -51,6 +51,48 @@ fn a_token_budget_stops_the_task_and_a_raise_continues_it() {
     );
 }
 
+/// `--on-budget wait` holds a protocol step that finds the budget spent
+/// (its tokens reported after the fact), and the steps behind it, until
+/// `durun approve` raises the budget; the run then goes on, none lost.
+#[test]
+fn on_budget_wait_holds_a_step_until_an_approval_raises_the_budget() {
+    let env = waiter_env();
+    let plan = json!([
+        {"step": "a", "tokens": 100},
+        {"step": "b", "tokens": 200},
+        {"step": "c", "tokens": 100},
+        {"step": "d", "tokens": 100},
+    ]);
+    let args = waiter_args(
+        &env,
+        "t",
+        &plan,
+        &["--max-tokens", "250", "--on-budget", "wait"],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut held = env.spawn(&args, "run");
+    crate::env::wait_for(
+        "the run to wait for a raise",
+        std::time::Duration::from_secs(30),
+        || {
+            env.log("run").contains(
+                "task t has spent 300 of its 250 tokens; its next step waits for `durun approve t --add-tokens N`",
+            )
+        },
+    );
+    assert_eq!(ran(&env), ["a", "b"]);
+    assert_eq!(env.inspect("t")["task"]["status"], "running");
+    let approved = env.durun(&["approve", "t", "--add-tokens", "300"]);
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    let status = crate::env::wait_exit(&mut held, std::time::Duration::from_secs(60));
+    assert!(status.success(), "{}", env.log("run"));
+    assert_eq!(ran(&env), ["a", "b", "c", "d"]);
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["status"], "completed");
+    assert_eq!(task["task"]["tokens_spent"], 500);
+    assert_eq!(task["task"]["max_tokens"], 550);
+}
+
 #[test]
 fn approve_add_tokens_raises_the_budget_and_the_task_goes_on() {
     let env = waiter_env();

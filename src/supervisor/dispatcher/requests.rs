@@ -56,6 +56,9 @@ impl Supervisor<'_> {
             );
             return;
         }
+        let Some((conn, request)) = self.hold_for_raise(conn, request) else {
+            return;
+        };
         match request {
             Request::Call { id, tool, args } => self.on_call(conn, id, &tool, args),
             Request::Begin {

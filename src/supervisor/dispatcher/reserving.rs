@@ -3,14 +3,18 @@
 //! calls in flight waits, inside durun, for one of them to end; one that
 //! can never fit is refused and the run stops over budget (exit 78). The
 //! reservation goes when the call ends, and what the call really spent
-//! counts from its step's end.
+//! counts from its step's end. With `--on-budget wait`, a call that can
+//! never fit, and an agent's request for a new step once the budget is
+//! spent, wait for `durun approve` instead.
 
 use tokio::sync::oneshot;
 
 use super::Supervisor;
 use crate::journal::StepRecord;
+use crate::protocol::{ErrorCode, Request, Response};
 use crate::proxy::Verdict;
 use crate::supervisor::budget::{Fit, Worst};
+use crate::supervisor::inbox::Conn;
 use crate::usage::Asked;
 
 /// A call on its way upstream, held until its worst case fits.
@@ -42,6 +46,10 @@ pub(super) struct Held {
     calls: std::collections::VecDeque<(Call, Worst)>,
     /// The reservations of calls that are part of an open step, by step.
     parts: std::collections::HashMap<u64, Vec<u64>>,
+    /// The agent's requests from the first that would open a new step
+    /// with the budget spent (`--on-budget wait`), in the order they came:
+    /// the later ones wait behind it, so the steps keep their numbers.
+    requests: std::collections::VecDeque<(Conn, Request)>,
     /// A call waits for `durun approve` to raise the budget
     /// (`--on-budget wait`), and when the journal was last read for it.
     for_raise: bool,
@@ -78,9 +86,11 @@ impl Supervisor<'_> {
                 // Held until `durun approve` raises the budget (`tick`).
                 if !self.held.for_raise {
                     let task = self.spec.task_id;
-                    self.reporter.report(&crate::report::Event::Warning(&format!(
-                        "task {task} has {why}; the call waits for `durun approve {task} --add-usd X` (or --add-tokens N)"
-                    )));
+                    let (add, _) = self.raises();
+                    self.reporter
+                        .report(&crate::report::Event::Warning(&format!(
+                            "task {task} has {why}; the call waits for `durun approve {task} {add}`"
+                        )));
                 }
                 self.held.for_raise = true;
                 self.held.calls.push_back((call, worst));
@@ -135,9 +145,50 @@ impl Supervisor<'_> {
         }
     }
 
-    /// With a call held for a raise of the budget, reads the task's
-    /// budgets from the journal now and then; once raised, the held calls
-    /// are tried again.
+    /// Holds `request` for a raise of the budget (`--on-budget wait`) when
+    /// it would open a new step with the budget spent, or comes after one
+    /// that does; gives it back otherwise.
+    pub(super) fn hold_for_raise(
+        &mut self,
+        conn: Conn,
+        request: Request,
+    ) -> Option<(Conn, Request)> {
+        let opens_a_step = matches!(
+            request,
+            Request::Call { .. }
+                | Request::Begin { .. }
+                | Request::Spawn { .. }
+                | Request::Wait { .. }
+                | Request::Sleep { .. }
+                | Request::Join { .. }
+                | Request::Retry { .. }
+        );
+        let hold = self.spec.budget_wait
+            && (!self.held.requests.is_empty()
+                || (opens_a_step
+                    // A step the journal holds replays for free.
+                    && self.steps.next_step() > self.steps.recorded.last()
+                    && self.budget.spent_out().is_some()));
+        if !hold {
+            return Some((conn, request));
+        }
+        if self.held.requests.is_empty() && !self.held.for_raise {
+            let task = self.spec.task_id;
+            let spent = self.budget.spent_out().unwrap_or_default();
+            let (add, _) = self.raises();
+            self.reporter
+                .report(&crate::report::Event::Warning(&format!(
+                    "task {task} has {spent}; its next step waits for `durun approve {task} {add}`"
+                )));
+        }
+        self.held.for_raise = true;
+        self.held.requests.push_back((conn, request));
+        None
+    }
+
+    /// With a call or a request held for a raise of the budget, reads the
+    /// task's budgets from the journal now and then; once raised, the held
+    /// calls are tried again and the held requests handled in turn.
     pub(super) fn look_for_raise(&mut self) {
         const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
         if !self.held.for_raise || self.held.looked.is_some_and(|at| at.elapsed() < LOOK_EVERY) {
@@ -155,12 +206,25 @@ impl Supervisor<'_> {
         for (call, worst) in std::mem::take(&mut self.held.calls) {
             self.try_call(call, worst);
         }
+        for (conn, request) in std::mem::take(&mut self.held.requests) {
+            self.on_request(conn, request);
+        }
     }
 
-    /// The run stops: no held call goes out.
+    /// The run stops: no held call goes out, no held request opens a step.
     pub(super) fn refuse_held(&mut self) {
         for (call, _) in std::mem::take(&mut self.held.calls) {
             call.refuse(Verdict::stopping());
+        }
+        for (conn, request) in std::mem::take(&mut self.held.requests) {
+            self.respond(
+                conn,
+                &Response::error(
+                    request.id().clone(),
+                    ErrorCode::Cancelled,
+                    "the run is stopping; the task can be resumed",
+                ),
+            );
         }
     }
 }

@@ -308,18 +308,26 @@ impl Supervisor<'_> {
     /// Stops the run over its budget (exit 78), `why` in a sentence.
     pub(super) fn stop_over_budget(&mut self, why: &str) {
         let task = self.spec.task_id;
-        let (add, max) = match (self.spec.max_cost_nanos, self.spec.max_tokens) {
+        let (add, max) = self.raises();
+        let failure = Failure::new(Kind::OverBudget, why).hint(format!(
+            "`durun approve {task} {add}` (or `durun resume {task} {max}`) raises the budget and goes on; the steps before replay for free"
+        ));
+        self.stop(Stop::OverBudget(failure.into()));
+    }
+}
+
+impl Supervisor<'_> {
+    /// The options of `durun approve` and of `durun resume` that raise
+    /// the task's budgets.
+    pub(super) fn raises(&self) -> (&'static str, &'static str) {
+        match (self.spec.max_cost_nanos, self.spec.max_tokens) {
             (Some(_), Some(_)) => (
                 "--add-usd X or --add-tokens N",
                 "--max-usd X or --max-tokens N",
             ),
             (Some(_), None) => ("--add-usd X", "--max-usd X"),
             _ => ("--add-tokens N", "--max-tokens N"),
-        };
-        let failure = Failure::new(Kind::OverBudget, why).hint(format!(
-            "`durun approve {task} {add}` (or `durun resume {task} {max}`) raises the budget and goes on; the steps before replay for free"
-        ));
-        self.stop(Stop::OverBudget(failure.into()));
+        }
     }
 }
 
