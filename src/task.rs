@@ -249,6 +249,35 @@ pub(crate) fn children(journal: &mut dyn Journal, id: &str) -> anyhow::Result<Ve
     Ok(children)
 }
 
+/// The tasks whose budgets cover `task` along with other tasks (SPEC 16,
+/// 19): its ancestors with a budget, and itself when it has a budget and
+/// children. A run of `task` reserves its model calls against them in the
+/// journal, where the other tasks of the tree reserve too.
+pub(crate) fn budget_tree(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+) -> anyhow::Result<Vec<String>> {
+    let budgeted = |task: &TaskRecord| task.max_tokens.is_some() || task.max_cost_nanos.is_some();
+    let mut tree = Vec::new();
+    if budgeted(task) && !children(journal, &task.id)?.is_empty() {
+        tree.push(task.id.clone());
+    }
+    let mut id = task.id.as_str();
+    while let Some((parent, step)) = id.rsplit_once("-s") {
+        if parent.is_empty() || step.parse::<u64>().is_err() {
+            break;
+        }
+        let Some(record) = journal.task(parent)? else {
+            break;
+        };
+        if budgeted(&record) {
+            tree.push(record.id);
+        }
+        id = parent;
+    }
+    Ok(tree)
+}
+
 /// The tokens the task's children, and theirs, have spent: they count
 /// against its budget (SPEC 16).
 pub(crate) fn descendants_spent(journal: &mut dyn Journal, id: &str) -> anyhow::Result<(u64, u64)> {

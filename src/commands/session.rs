@@ -116,17 +116,9 @@ pub(super) fn drive(
         discard(journal, &task.id, run, from)?;
     }
     let started = Instant::now();
-    let mut reporter = report::for_stderr(settings.quiet);
-    // Traces (SPEC 15): the run is a span, in the trace durun was started
-    // in if any; the agent gets it as its TRACEPARENT.
-    let mut traceparent = None;
-    if let Some(endpoint) = crate::trace::endpoint(config.otel_endpoint.as_deref()) {
-        let context = crate::trace::Context::new(std::env::var("TRACEPARENT").ok().as_deref());
-        traceparent = Some(context.traceparent());
-        reporter = Box::new(crate::trace::Tracer::new(reporter, endpoint, context));
-    }
+    let (mut reporter, traceparent) = reporter_of(&config, settings);
     let (seeds, faults) = trial_hooks()?;
-    let children_spent = children_spent(journal, task)?;
+    let (budget_tree, spent_before) = budget_of(journal, task)?;
     let preset = preset_of(task, limits)?;
     let spec = RunSpec {
         task_id: &task.id,
@@ -149,9 +141,9 @@ pub(super) fn drive(
         max_tokens: task.max_tokens,
         max_cost_nanos: task.max_cost_nanos,
         budget_wait: limits.on_budget == crate::cli::OnBudget::Wait,
-        // A budget covers the task's children too (SPEC 16).
-        tokens_before: task.tokens_spent + children_spent.0,
-        cost_before: task.cost.spent_nanos + children_spent.1,
+        budget_tree,
+        tokens_before: spent_before.0,
+        cost_before: spent_before.1,
         fixed_now: settings.fixed_now(),
         proxy: (config.proxy.enabled && !limits.no_proxy).then_some(&config.proxy),
         prices: &config.prices,
@@ -206,13 +198,44 @@ pub(super) fn drive(
 
 /// What `durun test` gives a trial run through its environment: the model
 /// steps to answer from, and the tool faults to make.
-/// What the task's children spent, when a budget counts it (SPEC 16).
-fn children_spent(journal: &mut dyn Journal, task: &TaskRecord) -> Result<(u64, u64)> {
-    if task.max_tokens.is_some() || task.max_cost_nanos.is_some() {
-        crate::task::descendants_spent(journal, &task.id)
-    } else {
-        Ok((0, 0))
+/// Where the run reports: stderr, and its span when traces are on (SPEC
+/// 15), in the trace durun was started in if any; the agent gets the span
+/// as its TRACEPARENT.
+fn reporter_of(
+    config: &Config,
+    settings: &Settings,
+) -> (Box<dyn report::Reporter>, Option<String>) {
+    let reporter = report::for_stderr(settings.quiet);
+    match crate::trace::endpoint(config.otel_endpoint.as_deref()) {
+        Some(endpoint) => {
+            let context = crate::trace::Context::new(std::env::var("TRACEPARENT").ok().as_deref());
+            let traceparent = context.traceparent();
+            (
+                Box::new(crate::trace::Tracer::new(reporter, endpoint, context)),
+                Some(traceparent),
+            )
+        }
+        None => (reporter, None),
     }
+}
+
+/// The tasks whose budgets the run's model calls reserve against in the
+/// journal, and what the task spent before this run in tokens and
+/// nano-dollars, its descendants' spending with its own when a budget
+/// counts it (SPEC 16, 19).
+fn budget_of(journal: &mut dyn Journal, task: &TaskRecord) -> Result<(Vec<String>, (u64, u64))> {
+    let children = if task.max_tokens.is_some() || task.max_cost_nanos.is_some() {
+        crate::task::descendants_spent(journal, &task.id)?
+    } else {
+        (0, 0)
+    };
+    Ok((
+        crate::task::budget_tree(journal, task)?,
+        (
+            task.tokens_spent + children.0,
+            task.cost.spent_nanos + children.1,
+        ),
+    ))
 }
 
 /// The task's live directory (SPEC 20), emptied of the streams an

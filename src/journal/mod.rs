@@ -5,6 +5,7 @@
 //! embedded default, and PostgreSQL ([`postgres::PostgresJournal`]), the
 //! shared one. Rows become records in [`rows`], the same for both.
 
+pub(crate) mod budgets;
 mod dialect;
 mod explain;
 mod fence;

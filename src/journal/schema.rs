@@ -213,6 +213,24 @@ CREATE TABLE limit_slots (
 );
 CREATE INDEX limit_slots_by_name ON limit_slots (name);
 ",
+    r"
+-- SPEC 19: what the model calls in flight in a tree of tasks under a
+-- budget may spend at worst: a run reserves against the budgets of its
+-- task's ancestors (and its own, once it has children) here.
+CREATE TABLE budget_holds (
+    id         BIGSERIAL PRIMARY KEY,
+    task_id    TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    run        INTEGER NOT NULL,
+    -- The call's step, or 0 for a request numbered when its answer is
+    -- written: then the `nth` (from 0) of the run's calls of its args_hash.
+    step_index BIGINT NOT NULL,
+    args_hash  TEXT NOT NULL,
+    nth        BIGINT NOT NULL,
+    tokens     BIGINT NOT NULL,
+    nanos      BIGINT NOT NULL
+);
+CREATE INDEX budget_holds_by_task ON budget_holds (task_id);
+",
 ];
 
 /// The SQLite format this durun writes.

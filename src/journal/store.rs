@@ -79,6 +79,18 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     fn limit_free_slot(&mut self, slot: i64) -> Result<()> {
         committed_unsynced(self, |tx| super::limits::free_slot(tx, slot))
     }
+    /// Reserves a model call's worst case against the budgets of
+    /// `budgeted` and their trees (SPEC 19): the first it does not fit.
+    fn budget_hold(
+        &mut self,
+        budgeted: &[String],
+        hold: &super::budgets::Hold,
+        stale_ms: u64,
+    ) -> Result<Option<super::budgets::Over>> {
+        committed_unsynced(self, |tx| {
+            super::budgets::reserve(tx, budgeted, hold, stale_ms)
+        })
+    }
     /// Tokens spent and saved per day (`YYYY-MM-DD`, UTC), oldest first.
     fn token_days(&mut self) -> Result<Vec<(String, u64, u64)>> {
         read(self, reads::token_days)

@@ -171,6 +171,26 @@ impl Budget {
     }
 }
 
+/// Why a call does not fit the budget of `over.task`, which covers the
+/// run's task as an ancestor's (or its own, with its children's) does.
+pub(crate) fn tree_over(over: &crate::journal::budgets::Over, worst: Worst) -> String {
+    let task = &over.task;
+    match over.max_tokens {
+        Some(max) if over.spent.tokens + worst.tokens > max || over.max_nanos.is_none() => format!(
+            "task {task} and its child tasks have spent {} of its {} tokens, and a model call that may take {} more does not fit",
+            thousands(over.spent.tokens),
+            thousands(max),
+            thousands(worst.tokens)
+        ),
+        _ => format!(
+            "task {task} and its child tasks have spent {} of its {}, and a model call that may cost {} more does not fit",
+            shown(over.spent.nanos),
+            shown(over.max_nanos.unwrap_or(0)),
+            shown(worst.nanos)
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,11 @@ pub(crate) struct RunSpec<'a> {
     /// `--on-budget wait`: a model call that does not fit waits for
     /// `durun approve` to raise the budget instead of ending the run.
     pub(crate) budget_wait: bool,
+    /// The tasks whose budgets cover this task along with other tasks:
+    /// its budgeted ancestors, and itself when it has a budget and
+    /// children (SPEC 16, 19). Its model calls reserve against them in the
+    /// journal.
+    pub(crate) budget_tree: Vec<String>,
     /// Tokens the task's earlier runs spent.
     pub(crate) tokens_before: u64,
     /// What the task and its children spent before this run, in

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::env::{agents_dir, text};
+use crate::env::{agents_dir, text, wait_for};
 use crate::proxy::llm_env;
 use crate::servers::llm_clients;
 use crate::waiting::{ran, run, waiter_args, waiter_env};
@@ -421,4 +421,73 @@ fn on_budget_wait_holds_the_call_until_an_approval_raises_the_budget() {
     );
     assert_eq!(received(&env), 4, "each call sent once");
     assert_eq!(env.inspect("t")["task"]["status"], "completed");
+}
+
+/// Children that spend at the same time share their parent's budget
+/// (SPEC 16, 19): each child is made with what is left of it (1,000
+/// tokens, as nothing is spent yet), so four children of eight parallel
+/// calls each could spend four times the budget between them; their runs
+/// reserve each call against the parent's budget in the journal, so
+/// together they spend at most 1,000 tokens.
+#[test]
+fn children_spending_at_once_never_pass_their_parents_budget() {
+    if !llm_clients() {
+        return;
+    }
+    let (mut env, _server) = llm_env();
+    env.set("PARALLEL", "8");
+    let child = parallel_calls();
+    env.write(
+        "parent.py",
+        &format!(
+            "import json, sys\n\
+             def ask(m):\n    sys.stdout.write(json.dumps(m) + '\\n'); sys.stdout.flush()\n    a = json.loads(sys.stdin.readline())\n    assert a['ok'], a\n    return a\n\
+             kids = [ask({{'op': 'spawn', 'id': i, 'name': 'kid', 'command': ['python3', {child:?}]}})['output']['task'] for i in range(4)]\n\
+             ask({{'op': 'join', 'id': 9, 'task': kids[0]}})\n"
+        ),
+    );
+    let mut parent = env.spawn(
+        &[
+            "run",
+            "--task",
+            "p",
+            "--max-tokens",
+            "1000",
+            "--jobs",
+            "4",
+            "--",
+            "python3",
+            "parent.py",
+        ],
+        "parent",
+    );
+    let kids = ["p-s1", "p-s2", "p-s3", "p-s4"];
+    let ended = |task: &str| {
+        let shown = env.durun(&["inspect", task, "--json"]);
+        let status = serde_json::from_slice::<Value>(&shown.stdout)
+            .map(|task| task["task"]["status"].clone())
+            .unwrap_or_default();
+        status != "running" && status != "queued" && !status.is_null()
+    };
+    wait_for(
+        "the children to end",
+        std::time::Duration::from_secs(60),
+        || kids.iter().all(|kid| ended(kid)),
+    );
+    let spent: u64 = kids
+        .iter()
+        .map(|kid| {
+            let task = env.inspect(kid);
+            // Made with what was left of the parent's budget.
+            assert_eq!(task["task"]["max_tokens"], 1000, "{task}");
+            task["task"]["tokens_spent"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    // The fake upstream's usage: 120 tokens a call.
+    let calls = received(&env);
+    assert!(calls >= 1, "{}", env.log("parent"));
+    assert!(calls * 120 <= 1000, "{calls} calls: {}", env.log("parent"));
+    assert_eq!(spent, calls * 120, "{}", env.log("parent"));
+    crate::env::signal(i32::try_from(parent.id()).expect("pid"), libc::SIGTERM);
+    crate::env::wait_exit(&mut parent, std::time::Duration::from_secs(30));
 }

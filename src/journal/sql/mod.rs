@@ -6,8 +6,10 @@
 pub(crate) use super::dialect::{NOW_MS, Sql};
 use super::rows::{SIGNAL_COLUMNS, STEP_COLUMNS, TASK_COLUMNS};
 
+mod budgets;
 mod limits;
 mod queue;
+pub(crate) use budgets::*;
 pub(crate) use limits::*;
 pub(crate) use queue::*;
 

@@ -108,6 +108,8 @@ impl Supervisor<'_> {
         // Started before the child is made: `durun test`'s kill points fall
         // before it and after.
         self.transition(Transition::Started);
+        // The task's budget covers the child's calls from its first.
+        self.share_budget_with_children();
         if let Err(err) = self.make_child(&child, command, queue.clone()) {
             return self.write_failed(conn, &id, err);
         }

@@ -143,6 +143,7 @@ impl Supervisor<'_> {
         self.tick_waits();
         if self.ending.stop.is_none() {
             self.look_for_raise();
+            self.look_in_tree();
         }
     }
 

@@ -186,6 +186,9 @@ impl Supervisor<'_> {
             if let Some(bound) = self.wait_bound() {
                 wait = wait.min(bound);
             }
+            if let Some(bound) = self.tree_bound() {
+                wait = wait.min(bound);
+            }
             let read = self.may_read();
             let listeners = [
                 self.proxy

@@ -136,7 +136,7 @@ impl<'a> Supervisor<'a> {
             stats: RunStats::default(),
             io,
             outbox: Outbox::default(),
-            held: reserving::Held::default(),
+            held: reserving::Held::new(spec.budget_tree.clone()),
             budget: crate::supervisor::budget::Budget::new(
                 spec.max_tokens,
                 spec.max_cost_nanos,

@@ -314,20 +314,39 @@ impl Supervisor<'_> {
         ));
         self.stop(Stop::OverBudget(failure.into()));
     }
+
+    /// Stops the run over the budget of `owner`, an ancestor of the run's
+    /// task (or the task with its children), which `raise` raises.
+    pub(super) fn stop_over_tree_budget(&mut self, why: &str, owner: &str, raise: &str) {
+        let task = self.spec.task_id;
+        let failure = Failure::new(Kind::OverBudget, why).hint(format!(
+            "`{raise}` raises the budget of task {owner} and its child tasks; `durun resume {task}` then goes on, the steps before replay for free"
+        ));
+        self.stop(Stop::OverBudget(failure.into()));
+    }
 }
 
 impl Supervisor<'_> {
     /// The options of `durun approve` and of `durun resume` that raise
     /// the task's budgets.
     pub(super) fn raises(&self) -> (&'static str, &'static str) {
-        match (self.spec.max_cost_nanos, self.spec.max_tokens) {
-            (Some(_), Some(_)) => (
-                "--add-usd X or --add-tokens N",
-                "--max-usd X or --max-tokens N",
-            ),
-            (Some(_), None) => ("--add-usd X", "--max-usd X"),
-            _ => ("--add-tokens N", "--max-tokens N"),
-        }
+        raises_of(
+            self.spec.max_cost_nanos.is_some(),
+            self.spec.max_tokens.is_some(),
+        )
+    }
+}
+
+/// The options of `durun approve` and of `durun resume` that raise a
+/// budget in dollars (`usd`), in tokens, or both.
+pub(super) fn raises_of(usd: bool, tokens: bool) -> (&'static str, &'static str) {
+    match (usd, tokens) {
+        (true, true) => (
+            "--add-usd X or --add-tokens N",
+            "--max-usd X or --max-tokens N",
+        ),
+        (true, false) => ("--add-usd X", "--max-usd X"),
+        _ => ("--add-tokens N", "--max-tokens N"),
     }
 }
 

@@ -181,6 +181,7 @@ fn spec<'a>(
         park_after: Duration::from_secs(60),
         max_tokens: None,
         max_cost_nanos: None,
+        budget_tree: Vec::new(),
         tokens_before: 0,
         cost_before: 0,
         budget_wait: false,
