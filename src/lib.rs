@@ -24,6 +24,7 @@ mod mcp;
 mod names;
 mod nursery;
 mod os;
+mod own_command;
 mod presets;
 mod prices;
 mod protocol;
@@ -136,34 +137,7 @@ where
     journal::notices_to(report::say);
     error::abort_on_panic();
     let settings = settings::Settings::resolve(cli.global.journal, cli.global.quiet);
-    let result = match cli.command {
-        Command::Run(args) => commands::run::exec(&args, &settings),
-        Command::Resume(args) => commands::resume::exec(&args, &settings),
-        Command::Test(args) => commands::trials::exec(&args, &settings),
-        Command::Inspect(args) => commands::inspect::exec(&args, &settings),
-        Command::Diff(args) => commands::compare::exec(&args, &settings),
-        Command::Resolve(args) => commands::resolve::exec(&args, &settings),
-        Command::Cancel(args) => commands::cancel::exec(&args, &settings),
-        Command::Gc(args) => commands::gc::exec(&args, &settings),
-        Command::Step(args) => commands::step::exec(&args, &settings),
-        Command::Call(args) => commands::step::call(&args, &settings),
-        Command::Mcp(args) => commands::mcp::exec(&args, &settings),
-        Command::Wait(args) => commands::step::wait(&args, &settings),
-        Command::Sleep(args) => commands::step::sleep(&args, &settings),
-        Command::Signal(args) => commands::signal::signal(&args, &settings),
-        Command::Approve(args) => commands::signal::approve(&args, &settings),
-        Command::Reject(args) => commands::signal::reject(&args, &settings),
-        Command::Export(args) => commands::transfer::export(&args, &settings),
-        Command::Import(args) => commands::transfer::import(&args, &settings),
-        Command::Fork(args) => commands::transfer::fork(&args, &settings),
-        Command::Submit(args) => commands::submit::submit(&args, &settings),
-        Command::Worker(args) => commands::worker::worker(&args, &settings),
-        Command::Ui(args) => ui::exec(&args, &settings),
-        Command::Schedules(args) => commands::schedules::exec(&args, &settings),
-        Command::Presets(args) => commands::presets::exec(&args),
-        Command::Completions(args) => commands::generate::completions(&args),
-        Command::Generate(args) => commands::generate::generate(&args),
-    };
+    let result = dispatch(cli.command, &settings);
     match result {
         Ok(code) => code,
         Err(err) if error::is_broken_pipe(&err) => 0,
@@ -174,5 +148,77 @@ where
             report::error(&err);
             error::exit_code_of(&err)
         }
+    }
+}
+
+/// Runs `command`.
+fn dispatch(command: Command, settings: &settings::Settings) -> anyhow::Result<i32> {
+    match command {
+        Command::Run(args) => commands::run::exec(&args, settings),
+        Command::Resume(args) => {
+            let json = args.task.as_deref().filter(|_| args.json);
+            then_json(json, settings, commands::resume::exec(&args, settings))
+        }
+        Command::Test(args) => commands::trials::exec(&args, settings),
+        Command::Inspect(args) => commands::inspect::exec(&args, settings),
+        Command::Diff(args) => commands::compare::exec(&args, settings),
+        Command::Resolve(args) => commands::resolve::exec(&args, settings),
+        Command::Cancel(args) => then_json(
+            Some(args.task.as_str()).filter(|_| args.json),
+            settings,
+            commands::cancel::exec(&args, settings),
+        ),
+        Command::Gc(args) => commands::gc::exec(&args, settings),
+        Command::Step(args) => commands::step::exec(&args, settings),
+        Command::Call(args) => commands::step::call(&args, settings),
+        Command::Mcp(args) => commands::mcp::exec(&args, settings),
+        Command::Wait(args) => commands::step::wait(&args, settings),
+        Command::Sleep(args) => commands::step::sleep(&args, settings),
+        Command::Signal(args) => then_json(
+            Some(args.task.as_str()).filter(|_| args.json),
+            settings,
+            commands::signal::signal(&args, settings),
+        ),
+        Command::Approve(args) => then_json(
+            Some(args.task.as_str()).filter(|_| args.json),
+            settings,
+            commands::signal::approve(&args, settings),
+        ),
+        Command::Reject(args) => then_json(
+            Some(args.task.as_str()).filter(|_| args.json),
+            settings,
+            commands::signal::reject(&args, settings),
+        ),
+        Command::Export(args) => commands::transfer::export(&args, settings),
+        Command::Import(args) => commands::transfer::import(&args, settings),
+        Command::Fork(args) => commands::transfer::fork(&args, settings),
+        Command::Submit(args) => commands::submit::submit(&args, settings),
+        Command::Worker(args) => commands::worker::worker(&args, settings),
+        Command::Ui(args) => ui::exec(&args, settings),
+        Command::Schedules(args) => commands::schedules::exec(&args, settings),
+        Command::Presets(args) => commands::presets::exec(&args),
+        Command::Completions(args) => commands::generate::completions(&args),
+        Command::Generate(args) => commands::generate::generate(&args),
+        Command::McpServer(args) => Ok(commands::mcp_server::exec(&args, settings)),
+        Command::Skill(args) => commands::mcp_server::skill(&args),
+    }
+}
+
+/// A command's result, then the task as `inspect TASK --json` prints it
+/// when `task` is given (`--json` of `resume`, `cancel`, `signal`, ...):
+/// after a failure too, when the task can be read (a resume stopped over
+/// its budget).
+fn then_json(
+    task: Option<&str>,
+    settings: &settings::Settings,
+    result: anyhow::Result<i32>,
+) -> anyhow::Result<i32> {
+    let Some(task) = task else {
+        return result;
+    };
+    let printed = commands::inspect::print_task_json(settings, task);
+    match result {
+        Ok(code) => printed.map(|()| code),
+        Err(err) => Err(err),
     }
 }

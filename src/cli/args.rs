@@ -136,6 +136,11 @@ pub(crate) struct ResumeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) jobs: Option<u32>,
 
+    /// Print the task as `inspect TASK --json` does once its run ends, for
+    /// scripts and agents (`durun mcp-server`)
+    #[arg(long, conflicts_with = "all")]
+    pub(crate) json: bool,
+
     #[command(flatten)]
     pub(crate) limits: Limits,
 }
@@ -169,6 +174,11 @@ pub(crate) struct CancelArgs {
     /// The task to cancel
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub(crate) task: String,
+
+    /// Print the task as `inspect TASK --json` does once done, for scripts
+    /// and agents (`durun mcp-server`)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -289,6 +299,25 @@ pub(crate) struct McpArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct McpServerArgs {}
+
+#[derive(Args, Debug)]
+pub(crate) struct SkillArgs {
+    #[command(subcommand)]
+    pub(crate) action: SkillAction,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum SkillAction {
+    /// Write the skill (SKILL.md, with its front matter) where the agent finds it
+    Install {
+        /// The skill's directory
+        #[arg(long, value_name = "DIR", default_value = ".claude/skills/durun")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct CallArgs {
     /// The tool, as named in durun.toml
     #[arg(value_name = "TOOL")]
@@ -396,6 +425,11 @@ pub(crate) struct SignalArgs {
     /// An id for the signal: sending the same id twice records it once
     #[arg(long, value_name = "ID")]
     pub(crate) id: Option<String>,
+
+    /// Print the task as `inspect TASK --json` does once done, for scripts
+    /// and agents (`durun mcp-server`)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -418,6 +452,11 @@ pub(crate) struct ApproveArgs {
     /// its token budget
     #[arg(long = "add-usd", value_name = "USD", value_parser = parse_usd)]
     pub(crate) add_cost_nanos: Option<u64>,
+
+    /// Print the task as `inspect TASK --json` does once done, for scripts
+    /// and agents (`durun mcp-server`)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -429,6 +468,11 @@ pub(crate) struct RejectArgs {
     /// Why, for the agent: {"approved": false, "reason": TEXT}
     #[arg(long, value_name = "TEXT")]
     pub(crate) reason: Option<String>,
+
+    /// Print the task as `inspect TASK --json` does once done, for scripts
+    /// and agents (`durun mcp-server`)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -482,6 +526,11 @@ pub(crate) struct ForkArgs {
     /// The new task's id [default: a new one]
     #[arg(long = "task", value_name = "NEW_ID")]
     pub(crate) new_task: Option<String>,
+
+    /// Print the new task as `inspect TASK --json` does instead of its id,
+    /// for scripts and agents (`durun mcp-server`)
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]

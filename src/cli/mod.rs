@@ -144,6 +144,23 @@ pub(crate) enum Command {
     #[command(after_help = "Example, in an MCP client's config:
   \"command\": \"durun\", \"args\": [\"mcp\", \"--\", \"npx\", \"-y\", \"@modelcontextprotocol/server-memory\"]")]
     Mcp(McpArgs),
+    /// Serve the journal to a coding agent over MCP: list, inspect, diff, resume, fork, approve
+    ///
+    /// An MCP server on stdin/stdout (the stdio transport) over the journal,
+    /// for an agent that looks after durable runs. Its tools (list_tasks,
+    /// inspect_task, inspect_step, diff, resume, fork, approve, signal,
+    /// cancel, test) do what the commands of those names do, on the same
+    /// journal, and answer what the command prints with `--json`, as text
+    /// and as structured content. `durun skill install` writes the skill
+    /// that tells an agent when to use them.
+    #[command(after_help = "Example, Claude Code's .mcp.json:
+  {\"mcpServers\": {\"durun\": {\"command\": \"durun\", \"args\": [\"mcp-server\"]}}}")]
+    McpServer(McpServerArgs),
+    /// Write the skill that tells a coding agent how to run, crash-test and inspect agents with durun
+    #[command(after_help = "Examples:
+  durun skill install                              .claude/skills/durun/SKILL.md, for Claude Code in this project
+  durun skill install --dir ~/.claude/skills/durun   for every project")]
+    Skill(SkillArgs),
     /// Wait for a signal, as a journaled step of the running task (shell agents)
     ///
     /// Prints the signal as JSON on stdout: {"signal", "data", "by", "at"}.

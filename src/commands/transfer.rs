@@ -201,7 +201,12 @@ pub(crate) fn fork(args: &ForkArgs, settings: &Settings) -> Result<i32> {
             from - 1
         )
     });
-    println!("{id}");
+    if args.json {
+        drop(journal);
+        crate::commands::inspect::print_task_json(settings, &id)?;
+    } else {
+        println!("{id}");
+    }
     Ok(0)
 }
 

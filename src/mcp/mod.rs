@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 pub(crate) use journaling::Journaling;
 pub(crate) use run::find_socket;
-pub(crate) use stdio::relay_command;
+pub(crate) use stdio::{for_each_line, relay_command};
 
 /// The client's side: where messages to it go, one line each.
 #[derive(Clone)]

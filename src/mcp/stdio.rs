@@ -101,7 +101,7 @@ pub(crate) fn relay_command(
 /// Calls `each` with every non-empty line of `reader` (without its end),
 /// until it returns `false` or the input ends. A line over `max` bytes is
 /// never held: it is read past, and `too_long` is called instead.
-pub(super) fn for_each_line(
+pub(crate) fn for_each_line(
     mut reader: impl std::io::BufRead,
     max: usize,
     mut too_long: impl FnMut(),

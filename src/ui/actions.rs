@@ -9,6 +9,7 @@ use serde_json::json;
 use super::Shared;
 use super::html::{page, task_href, text};
 use super::http::{Reply, Req};
+use crate::own_command::{EditFile, Said};
 
 /// The actions, as the last segment of `POST /tasks/ID/ACTION`.
 pub(super) const ACTIONS: [&str; 6] = ["approve", "reject", "signal", "cancel", "resolve", "fork"];
@@ -77,7 +78,7 @@ fn command(req: &Req, id: &str, action: &str) -> Result<(Vec<String>, Option<Edi
             {
                 let file =
                     EditFile::new(output).map_err(|err| format!("cannot keep the edit: {err}"))?;
-                options.push(format!("--output={}", file.0.display()));
+                options.push(format!("--output={}", file.path().display()));
                 edit = Some(file);
             }
         }
@@ -90,83 +91,10 @@ fn command(req: &Req, id: &str, action: &str) -> Result<(Vec<String>, Option<Edi
     Ok((args, edit))
 }
 
-/// A private file holding an edited answer for `fork --output`, removed
-/// when dropped, however the fork went.
-struct EditFile(std::path::PathBuf);
-
-impl EditFile {
-    fn new(output: &str) -> std::io::Result<Self> {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let path = std::env::temp_dir().join(format!(
-            "durun-ui-edit-{}-{}",
-            std::process::id(),
-            crate::task::new_task_id()
-        ));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        let edit = Self(path);
-        file.write_all(output.as_bytes())?;
-        Ok(edit)
-    }
-}
-
-impl Drop for EditFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// What a `durun` command said: whether it succeeded, its `durun:` lines
-/// (without the prefix), and what it printed on stdout.
-pub(super) struct Said {
-    pub(super) ok: bool,
-    pub(super) message: String,
-    pub(super) printed: String,
-}
-
 /// Runs this `durun` binary with `args` on the server's journal, in `cwd`
 /// (the server's own directory if `None`).
 pub(super) fn durun(shared: &Shared, args: &[String], cwd: Option<&std::path::Path>) -> Said {
-    let failed = |message: String| Said {
-        ok: false,
-        message,
-        printed: String::new(),
-    };
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(err) => return failed(format!("cannot find the durun binary: {err}")),
-    };
-    let mut command = std::process::Command::new(exe);
-    if let Some(journal) = shared.settings.journal_arg() {
-        command.arg("--journal").arg(journal);
-    }
-    if let Some(cwd) = cwd {
-        command.current_dir(cwd);
-    }
-    match command
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(output) => Said {
-            ok: output.status.success(),
-            message: String::from_utf8_lossy(&output.stderr)
-                .lines()
-                .map(|line| line.strip_prefix("durun: ").unwrap_or(line))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            printed: String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-        },
-        Err(err) => failed(format!(
-            "cannot run durun {}: {err}",
-            args.first().map_or("", String::as_str)
-        )),
-    }
+    crate::own_command::durun(&shared.settings, args, cwd)
 }
 
 pub(super) fn act(req: &Req, shared: &Shared, id: &str, action: &str) -> Reply {

@@ -28,6 +28,7 @@ mod limits;
 mod listeners;
 mod mcp;
 mod mcp_faults;
+mod mcp_server;
 mod mcp_torture;
 mod messages;
 mod posted;

@@ -10,7 +10,7 @@ use crate::env::{TestEnv, agents_dir, read_json_lines, sigkill_once, text, wait_
 
 /// Whether the `mcp` package is installed: `.ci/run` installs it and sets
 /// `DURUN_TEST_MCP=1`, which makes its absence a failure.
-fn mcp_sdk() -> bool {
+pub(crate) fn mcp_sdk() -> bool {
     crate::env::python_has(
         "mcp.server.fastmcp, mcp.client.stdio",
         "DURUN_TEST_MCP",

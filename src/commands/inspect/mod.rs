@@ -100,6 +100,22 @@ pub(crate) fn exec(args: &InspectArgs, settings: &Settings) -> Result<i32> {
     Ok(0)
 }
 
+/// Prints task `id` as `inspect ID --json` does: what `resume`, `fork`,
+/// `approve`, `reject`, `signal` and `cancel` print with `--json` once
+/// done.
+pub(crate) fn print_task_json(settings: &Settings, id: &str) -> Result<()> {
+    let location = Location::of(settings)?;
+    let mut journal = location.open(Access::Read, settings)?;
+    let Some(task) = journal.task(id)? else {
+        return Err(unknown_task(id, &location).into());
+    };
+    let runs = journal.runs(id)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    task_json(journal.as_mut(), &task, &runs, settings, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
 /// `inspect --workers`: the workers that share the journal.
 fn show_workers(
     args: &InspectArgs,

@@ -121,6 +121,7 @@ impl Runs {
             from_step: None,
             all: false,
             jobs: None,
+            json: false,
             limits: crate::cli::Limits::default(),
         };
         let result = super::super::resume::resume_task(

@@ -444,6 +444,11 @@ mod tests {
             &ACTIVE_IN_QUEUE,
             &CLAIM,
             &WORKER_HEARTBEAT,
+            &BUDGET_OF,
+            &TREE_SPENT,
+            &TREE_HOLDS_DROP,
+            &TREE_HELD,
+            &BUDGET_HOLD,
         ] {
             let text = sql.postgres();
             for (at, _) in text.match_indices('$') {

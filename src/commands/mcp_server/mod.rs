@@ -1,0 +1,136 @@
+//! `durun mcp-server` (SPEC 22): an MCP server over the journal on
+//! stdin/stdout, so that a coding agent can look after durable runs. Each
+//! tool runs this binary's command of its name with `--json`, on the same
+//! journal, and answers what the command printed, as text and as
+//! structured content: a tool says what the command says, no more. `durun
+//! skill install` writes the skill that tells an agent when to use them.
+
+mod tools;
+
+use std::io::Write as _;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::cli::{McpServerArgs, SkillAction, SkillArgs};
+use crate::settings::Settings;
+
+/// The protocol versions this server speaks; it answers a client in its
+/// own when it is one of them, else in the newest.
+const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The longest message a client may send.
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// JSON-RPC's error codes.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+/// Serves the client on stdin/stdout until it closes stdin; exit code 0.
+pub(crate) fn exec(_args: &McpServerArgs, settings: &Settings) -> i32 {
+    let stdin = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    let mut gone = false;
+    let mut send = |message: &Value| {
+        gone = gone
+            || writeln!(out, "{message}")
+                .and_then(|()| out.flush())
+                .is_err();
+        !gone
+    };
+    crate::mcp::for_each_line(
+        stdin,
+        MAX_MESSAGE,
+        || {
+            // Its id is unread: the answer has none.
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}",
+                error(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    &format!("a message over {} MiB", MAX_MESSAGE >> 20)
+                )
+            );
+        },
+        |line| match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Array(batch)) => {
+                let answers: Vec<Value> = batch
+                    .iter()
+                    .filter_map(|message| answer(message, settings))
+                    .collect();
+                answers.is_empty() || send(&Value::Array(answers))
+            }
+            Ok(message) => answer(&message, settings).is_none_or(|answer| send(&answer)),
+            Err(err) => send(&error(
+                &Value::Null,
+                PARSE_ERROR,
+                &format!("not JSON: {err}"),
+            )),
+        },
+    );
+    0
+}
+
+/// The answer to one message; none for a notification or a response.
+fn answer(message: &Value, settings: &Settings) -> Option<Value> {
+    let id = message.get("id")?;
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        // A response to a request of ours (there are none) or no request.
+        return message
+            .get("result")
+            .or_else(|| message.get("error"))
+            .is_none()
+            .then(|| error(id, INVALID_REQUEST, "not a JSON-RPC request"));
+    };
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    let result = match method {
+        "initialize" => Ok(initialize(&params)),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({ "tools": tools::list() })),
+        "tools/call" => tools::call(&params, settings),
+        _ => Err((
+            METHOD_NOT_FOUND,
+            format!("durun mcp-server has no method {method}"),
+        )),
+    };
+    Some(match result {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => error(id, code, &message),
+    })
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params["protocolVersion"].as_str().unwrap_or_default();
+    let version = VERSIONS
+        .iter()
+        .find(|version| **version == asked)
+        .unwrap_or(&VERSIONS[0]);
+    json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "durun", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "durun keeps AI agents' runs in a write-ahead journal: a run that crashed is resumed with its finished steps answered from the journal. These tools read that journal (list_tasks, inspect_task, inspect_step, diff) and act on its tasks (resume, fork, approve, signal, cancel, test), each as the durun command of its name does.",
+    })
+}
+
+fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The skill an agent reads: when and how to use durun.
+const SKILL: &str = include_str!("skill.md");
+
+/// `durun skill install`: writes the skill to its directory.
+pub(crate) fn skill(args: &SkillArgs) -> Result<i32> {
+    use anyhow::Context as _;
+    let SkillAction::Install { dir } = &args.action;
+    let path = dir.join("SKILL.md");
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&path, SKILL))
+        .with_context(|| format!("cannot write the skill to {}", path.display()))?;
+    crate::report::say(&format!("wrote the durun skill to {}", path.display()));
+    Ok(0)
+}

@@ -1,0 +1,47 @@
+"""An MCP client of `durun mcp-server`, with the official Python SDK:
+lists the tools, then makes each call of the JSON list in argv[1] in
+turn ({"tool", "arguments", "then": durun's arguments}) and, right after
+each, runs `durun THEN` itself; prints the tools and, for each call, its
+structured content, whether it is an error, its text, and what the
+command printed (as JSON)."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+calls = json.load(open(sys.argv[1]))
+
+
+def direct(args):
+    done = subprocess.run(["durun"] + args, capture_output=True, text=True)
+    return json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
+
+
+async def main():
+    params = StdioServerParameters(command="durun", args=["mcp-server"], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            started = await session.initialize()
+            tools = await session.list_tools()
+            results = []
+            for call in calls:
+                result = await session.call_tool(call["tool"], call["arguments"])
+                results.append({
+                    "structured": result.structuredContent,
+                    "is_error": result.isError,
+                    "text": [content.text for content in result.content],
+                    "direct": direct(call["then"]) if call.get("then") else None,
+                })
+            print(json.dumps({
+                "server": started.serverInfo.name,
+                "tools": [tool.model_dump(mode="json", exclude_none=True) for tool in tools.tools],
+                "results": results,
+            }))
+
+
+asyncio.run(main())

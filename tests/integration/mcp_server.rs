@@ -1,0 +1,180 @@
+//! `durun mcp-server` (SPEC 22) driven by the official MCP Python client:
+//! each tool answers what its command prints with `--json`, read tools
+//! say they only read and `cancel` that it destroys; `durun skill
+//! install` writes the skill.
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, agents_dir, text};
+use crate::waiting::{run, waiter_args, waiter_env};
+
+/// Three tasks: `alpha` completed in two steps, `waits` parked on a
+/// signal, `budget` stopped over its token budget.
+fn three_tasks(env: &TestEnv) {
+    let done = run(
+        env,
+        &waiter_args(env, "alpha", &json!([{"step": "x"}, {"step": "y"}]), &[]),
+    );
+    assert!(done.status.success(), "{}", text(&done.stderr));
+    let parked = run(
+        env,
+        &waiter_args(
+            env,
+            "waits",
+            &json!([{"step": "x"}, {"wait": "go"}]),
+            &["--park-after", "0s"],
+        ),
+    );
+    assert_eq!(parked.status.code(), Some(77), "{}", text(&parked.stderr));
+    let over = run(
+        env,
+        &waiter_args(
+            env,
+            "budget",
+            &json!([{"step": "a", "tokens": 100}, {"step": "b", "tokens": 100}, {"step": "c"}]),
+            &["--max-tokens", "150"],
+        ),
+    );
+    assert_eq!(over.status.code(), Some(78), "{}", text(&over.stderr));
+}
+
+#[test]
+fn an_mcp_client_lists_inspects_forks_resumes_diffs_and_approves_as_the_commands_do() {
+    if !crate::mcp::mcp_sdk() {
+        return;
+    }
+    let env = waiter_env();
+    three_tasks(&env);
+    let calls = json!([
+        {"tool": "list_tasks", "arguments": {}, "then": ["inspect", "--json"]},
+        {"tool": "list_tasks", "arguments": {"status": "waiting"}, "then": ["inspect", "--json", "--status", "waiting"]},
+        {"tool": "list_tasks", "arguments": {"search": "alph"}},
+        {"tool": "inspect_task", "arguments": {"task": "alpha"}, "then": ["inspect", "alpha", "--json"]},
+        {"tool": "inspect_step", "arguments": {"task": "alpha", "step": 2}, "then": ["inspect", "alpha", "--step", "2", "--json"]},
+        {"tool": "fork", "arguments": {"task": "alpha", "at": 2, "new_task": "alpha-fork"}, "then": ["inspect", "alpha-fork", "--json"]},
+        {"tool": "resume", "arguments": {"task": "alpha-fork"}, "then": ["inspect", "alpha-fork", "--json"]},
+        {"tool": "diff", "arguments": {"a": "alpha", "b": "alpha-fork"}, "then": ["diff", "alpha", "alpha-fork", "--json"]},
+        {"tool": "signal", "arguments": {"task": "waits", "name": "go", "data": {"ok": 1}}, "then": ["inspect", "waits", "--json"]},
+        {"tool": "approve", "arguments": {"task": "budget", "add_tokens": 1000}, "then": ["inspect", "budget", "--json"]},
+        {"tool": "cancel", "arguments": {"task": "waits"}, "then": ["inspect", "waits", "--json"]},
+        {"tool": "inspect_task", "arguments": {"task": "--version"}},
+    ]);
+    let answered = mcp_client(&env, &calls);
+    assert_eq!(answered["server"], "durun");
+    check_tools(answered["tools"].as_array().expect("tools"));
+    let results = answered["results"].as_array().expect("results");
+    for (call, result) in calls.as_array().expect("calls").iter().zip(results) {
+        if call.get("then").is_none() {
+            continue;
+        }
+        assert_eq!(result["is_error"], false, "{call}: {result}");
+        assert_eq!(result["structured"], result["direct"], "{call}");
+        // The text is the same JSON, for clients that read no structure.
+        let said: Value =
+            serde_json::from_str(result["text"][0].as_str().expect("text")).expect("JSON");
+        assert_eq!(said, result["structured"], "{call}");
+    }
+    let searched = &results[2]["structured"]["tasks"];
+    assert_eq!(searched.as_array().map(Vec::len), Some(1), "{searched}");
+    assert_eq!(searched[0]["id"], "alpha");
+    assert_eq!(results[6]["structured"]["task"]["status"], "completed");
+    assert_eq!(
+        results[8]["structured"]["task"]["signals"][0]["name"], "go",
+        "{}",
+        results[8]
+    );
+    assert_eq!(results[9]["structured"]["task"]["max_tokens"], 1150);
+    assert_eq!(results[10]["structured"]["task"]["status"], "cancelled");
+    // An id that looks like an option is an id: no such task.
+    let unknown = &results[11];
+    assert_eq!(unknown["is_error"], true, "{unknown}");
+    assert!(
+        unknown["text"][0]
+            .as_str()
+            .is_some_and(|said| said.contains("--version")),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn skill_install_writes_the_skill_with_its_front_matter() {
+    let env = TestEnv::new();
+    let installed = env.durun(&["skill", "install", "--dir", "skills/durun"]);
+    assert!(installed.status.success(), "{}", text(&installed.stderr));
+    assert!(text(&installed.stderr).contains("wrote the durun skill to skills/durun/SKILL.md"));
+    let skill = std::fs::read_to_string(env.path("skills/durun/SKILL.md")).expect("SKILL.md");
+    assert!(
+        skill.starts_with("---\nname: durun\ndescription: "),
+        "{skill}"
+    );
+    assert!(skill.contains("durun mcp-server"));
+    let default = env.durun(&["skill", "install"]);
+    assert!(default.status.success(), "{}", text(&default.stderr));
+    assert!(env.path(".claude/skills/durun/SKILL.md").exists());
+}
+
+/// Runs tests/agents/mcp_server_client.py with `calls`, as durun's own
+/// commands run (the same journal): what it printed.
+fn mcp_client(env: &TestEnv, calls: &Value) -> Value {
+    let calls_file = env.write("calls.json", &calls.to_string());
+    // The client starts `durun mcp-server` as durun's own commands start,
+    // on the same journal.
+    let durun = env.command();
+    let mut client = std::process::Command::new("python3");
+    client.env_clear();
+    for (name, value) in durun.get_envs() {
+        if let Some(value) = value {
+            client.env(name, value);
+        }
+    }
+    let client = client
+        .current_dir(env.path(""))
+        .arg(agents_dir().join("mcp_server_client.py"))
+        .arg(&calls_file)
+        .output()
+        .expect("python3");
+    assert!(client.status.success(), "{}", text(&client.stderr));
+    let answered: Value = serde_json::from_slice(&client.stdout).expect("the client's JSON");
+
+    answered
+}
+
+/// The tools, in order, with their hints and output schema.
+fn check_tools(tools: &[Value]) {
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "list_tasks",
+            "inspect_task",
+            "inspect_step",
+            "diff",
+            "resume",
+            "fork",
+            "approve",
+            "signal",
+            "cancel",
+            "test"
+        ]
+    );
+    let hint = |name: &str, hint: &str| {
+        tools
+            .iter()
+            .find(|tool| tool["name"] == name)
+            .expect("tool")["annotations"][hint]
+            .clone()
+    };
+    for read in ["list_tasks", "inspect_task", "inspect_step", "diff"] {
+        assert_eq!(hint(read, "readOnlyHint"), true, "{read}");
+    }
+    assert_eq!(hint("resume", "readOnlyHint"), false);
+    assert_eq!(hint("cancel", "destructiveHint"), true);
+    assert!(
+        tools
+            .iter()
+            .all(|tool| tool["outputSchema"]["type"] == "object")
+    );
+}
