@@ -58,6 +58,7 @@ fn an_mcp_client_lists_inspects_forks_resumes_diffs_and_approves_as_the_commands
         {"tool": "approve", "arguments": {"task": "budget", "add_tokens": 1000}, "then": ["inspect", "budget", "--json"]},
         {"tool": "cancel", "arguments": {"task": "waits"}, "then": ["inspect", "waits", "--json"]},
         {"tool": "inspect_task", "arguments": {"task": "--version"}},
+        {"tool": "test", "arguments": {"command": ["python3", agents_dir().join("waiter.py"), env.write("one.json", r#"[{"step": "x"}]"#)]}},
     ]);
     let answered = mcp_client(&env, &calls);
     assert_eq!(answered["server"], "durun");
@@ -85,6 +86,15 @@ fn an_mcp_client_lists_inspects_forks_resumes_diffs_and_approves_as_the_commands
     );
     assert_eq!(results[9]["structured"]["task"]["max_tokens"], 1150);
     assert_eq!(results[10]["structured"]["task"]["status"], "cancelled");
+    // The crash test of a one-step agent: a reference and three trials.
+    let tested = &results[12];
+    assert_eq!(tested["is_error"], false, "{tested}");
+    assert_eq!(tested["structured"]["ok"], true, "{tested}");
+    assert_eq!(
+        tested["structured"]["trials"].as_array().map(Vec::len),
+        Some(3),
+        "{tested}"
+    );
     // An id that looks like an option is an id: no such task.
     let unknown = &results[11];
     assert_eq!(unknown["is_error"], true, "{unknown}");
