@@ -21,6 +21,7 @@ mod keeper;
 mod lease;
 mod limits;
 mod mcp;
+mod mcp_server;
 mod names;
 mod nursery;
 mod os;
@@ -199,8 +200,11 @@ fn dispatch(command: Command, settings: &settings::Settings) -> anyhow::Result<i
         Command::Presets(args) => commands::presets::exec(&args),
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
-        Command::McpServer(args) => Ok(commands::mcp_server::exec(&args, settings)),
-        Command::Skill(args) => commands::mcp_server::skill(&args),
+        Command::McpServer(args) => match args.listen {
+            Some(_) => ui::serve_mcp(&args, settings),
+            None => Ok(mcp_server::exec(&args, settings)),
+        },
+        Command::Skill(args) => mcp_server::skill(&args),
     }
 }
 

@@ -299,7 +299,19 @@ pub(crate) struct McpArgs {
 }
 
 #[derive(Args, Debug)]
-pub(crate) struct McpServerArgs {}
+pub(crate) struct McpServerArgs {
+    /// Serve on the streamable HTTP transport at http://ADDR:PORT/mcp
+    /// instead of stdin/stdout; a port of 0 picks a free one. Prints the
+    /// URL, then the token a client sends as Authorization: Bearer TOKEN
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+
+    /// With --listen: read the token every client must bring from FILE
+    /// instead of making one (needed with an address that is not a
+    /// loopback one)
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub(crate) token_file: Option<std::path::PathBuf>,
+}
 
 #[derive(Args, Debug)]
 pub(crate) struct SkillArgs {

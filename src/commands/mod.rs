@@ -6,7 +6,6 @@ pub(crate) mod gc;
 pub(crate) mod generate;
 pub(crate) mod inspect;
 pub(crate) mod mcp;
-pub(crate) mod mcp_server;
 pub(crate) mod presets;
 pub(crate) mod resolve;
 pub(crate) mod resume;

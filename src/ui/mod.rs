@@ -45,6 +45,8 @@ struct Shared {
     pool: Mutex<Vec<Box<dyn Journal>>>,
     /// `--allow-submit`: `POST /api/tasks` may queue a task.
     allow_submit: bool,
+    /// `/mcp` alone (`durun mcp-server --listen`).
+    mcp_only: bool,
 }
 
 impl Shared {
@@ -90,7 +92,49 @@ impl Shared {
 }
 
 pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
-    let token = token(args)?;
+    serve(
+        &Serving {
+            listen: args.listen,
+            token_file: args.token_file.as_deref(),
+            open: args.open,
+            allow_submit: args.allow_submit,
+            mcp_only: false,
+        },
+        settings,
+    )
+}
+
+/// `durun mcp-server --listen`: the MCP server on the streamable HTTP
+/// transport (SPEC 22), at `/mcp` alone, with the web view's listener and
+/// token rules.
+pub(crate) fn serve_mcp(args: &crate::cli::McpServerArgs, settings: &Settings) -> Result<i32> {
+    let Some(listen) = args.listen else {
+        return Ok(crate::mcp_server::exec(args, settings));
+    };
+    serve(
+        &Serving {
+            listen,
+            token_file: args.token_file.as_deref(),
+            open: false,
+            allow_submit: false,
+            mcp_only: true,
+        },
+        settings,
+    )
+}
+
+/// What a server serves, and where.
+struct Serving<'a> {
+    listen: SocketAddr,
+    token_file: Option<&'a std::path::Path>,
+    open: bool,
+    allow_submit: bool,
+    /// `/mcp` alone (`durun mcp-server --listen`), not the web view.
+    mcp_only: bool,
+}
+
+fn serve(args: &Serving<'_>, settings: &Settings) -> Result<i32> {
+    let token = token(args.listen, args.token_file)?;
     let location = Location::of(settings)?;
     // A journal this user may not read, or one that is not a journal, is
     // said now, once, and not on every page.
@@ -111,18 +155,34 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
     listener.set_nonblocking(true)?;
     let at: SocketAddr = listener.local_addr()?;
     let shown_token = args.token_file.is_none().then_some(token.as_str());
-    let url = match shown_token {
-        Some(token) => format!("http://{at}/?token={token}"),
-        None => format!("http://{at}/"),
+    let url = if args.mcp_only {
+        // A client sends the token in a header, never in the URL.
+        let url = format!("http://{at}/mcp");
+        match shown_token {
+            Some(token) => println!("{url}\n{token}"),
+            None => println!("{url}"),
+        }
+        url
+    } else {
+        let url = match shown_token {
+            Some(token) => format!("http://{at}/?token={token}"),
+            None => format!("http://{at}/"),
+        };
+        println!("{url}");
+        url
     };
-    println!("{url}");
     crate::report::say(&format!(
-        "serving {} at http://{at}/{}; Ctrl-C stops",
+        "serving {} at {}{}; Ctrl-C stops",
         location.describe(),
-        if shown_token.is_some() {
-            String::new()
+        if args.mcp_only {
+            url.clone()
         } else {
-            " (with the token in --token-file)".to_owned()
+            format!("http://{at}/")
+        },
+        match (shown_token.is_some(), args.mcp_only) {
+            (true, false) => "",
+            (true, true) => " (send the token above as Authorization: Bearer TOKEN)",
+            (false, _) => " (with the token in --token-file)",
         }
     ));
     if args.open {
@@ -134,6 +194,7 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
         settings: settings.clone(),
         pool: Mutex::new(first.into_iter().collect()),
         allow_submit: args.allow_submit,
+        mcp_only: args.mcp_only,
     });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -168,12 +229,11 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
 
 /// The operator's token from `--token-file`, or a new one; a listener
 /// that others can reach must have the operator's.
-fn token(args: &UiArgs) -> Result<String> {
-    let Some(path) = &args.token_file else {
-        if !args.listen.ip().is_loopback() {
+fn token(listen: SocketAddr, token_file: Option<&std::path::Path>) -> Result<String> {
+    let Some(path) = token_file else {
+        if !listen.ip().is_loopback() {
             return Err(Failure::usage(format!(
-                "--listen {} is reachable from other hosts: it needs --token-file FILE",
-                args.listen
+                "--listen {listen} is reachable from other hosts: it needs --token-file FILE"
             ))
             .hint("put a long random token in a file only you can read (e.g. `openssl rand -hex 24 > ~/.durun-ui-token`); visitors bring it as ?token=, a cookie, or Authorization: Bearer")
             .into());
@@ -202,6 +262,44 @@ fn token(args: &UiArgs) -> Result<String> {
     Ok(token.to_owned())
 }
 
+/// `durun mcp-server --listen`'s one endpoint, `/mcp`, on the streamable
+/// HTTP transport: a client POSTs a message (or a batch) with the token as
+/// a bearer, and gets the answer as JSON (202 for notifications alone).
+/// The tools run durun's commands, which may take long (`resume`, `test`):
+/// off the server's thread.
+async fn mcp(req: Req, shared: Arc<Shared>) -> Reply {
+    if !matches!(shared.keys.check(&req), Pass::Bearer) {
+        return Reply::text(
+            StatusCode::UNAUTHORIZED,
+            "durun mcp-server: send the token it printed as Authorization: Bearer TOKEN",
+        )
+        .with(header::WWW_AUTHENTICATE, "Bearer".to_owned());
+    }
+    if req.path != ["mcp"] {
+        return Reply::text(StatusCode::NOT_FOUND, "durun mcp-server serves /mcp alone");
+    }
+    if req.method != Method::POST {
+        // No stream of the server's own: it sends nothing unasked.
+        return Reply::text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "durun mcp-server takes POST at /mcp",
+        )
+        .with(header::ALLOW, "POST".to_owned());
+    }
+    let body = req.body.clone();
+    let answered =
+        tokio::task::spawn_blocking(move || crate::mcp_server::answers(&body, &shared.settings))
+            .await;
+    match answered {
+        Ok(Some(answers)) => Reply::json(answers.to_string().into_bytes()),
+        Ok(None) => Reply::text(StatusCode::ACCEPTED, ""),
+        Err(err) => Reply::text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("durun mcp-server: the call failed: {err}"),
+        ),
+    }
+}
+
 fn open_browser(url: &str) {
     let opener = if cfg!(target_os = "macos") {
         "open"
@@ -226,6 +324,9 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         Ok(req) => req,
         Err(reply) => return reply.into_response(),
     };
+    if shared.mcp_only {
+        return mcp(req, shared).await.into_response();
+    }
     let pass = shared.keys.check(&req);
     if matches!(pass, Pass::Denied) {
         return Reply::text(

@@ -3,7 +3,9 @@ lists the tools, then makes each call of the JSON list in argv[1] in
 turn ({"tool", "arguments", "then": durun's arguments}) and, right after
 each, runs `durun THEN` itself; prints the tools and, for each call, its
 structured content, whether it is an error, its text, and what the
-command printed (as JSON)."""
+command printed (as JSON). With MCP_URL and MCP_TOKEN, it talks to
+`durun mcp-server --listen` on the streamable HTTP transport instead of
+starting `durun mcp-server` on stdio."""
 
 import asyncio
 import json
@@ -13,6 +15,7 @@ import sys
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
 
 calls = json.load(open(sys.argv[1]))
 
@@ -22,9 +25,16 @@ def direct(args):
     return json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
 
 
+def transport():
+    if "MCP_URL" in os.environ:
+        return streamablehttp_client(os.environ["MCP_URL"],
+                                     headers={"Authorization": "Bearer " + os.environ["MCP_TOKEN"]})
+    return stdio_client(StdioServerParameters(command="durun", args=["mcp-server"], env=dict(os.environ)))
+
+
 async def main():
-    params = StdioServerParameters(command="durun", args=["mcp-server"], env=dict(os.environ))
-    async with stdio_client(params) as (read, write):
+    async with transport() as streams:
+        read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
             started = await session.initialize()
             tools = await session.list_tools()

@@ -123,6 +123,73 @@ fn skill_install_writes_the_skill_with_its_front_matter() {
     assert!(env.path(".claude/skills/durun/SKILL.md").exists());
 }
 
+/// The same client on the streamable HTTP transport (`durun mcp-server
+/// --listen`): the same answers; a request without the token is refused.
+#[test]
+fn mcp_server_listen_serves_the_same_tools_over_http_to_a_bearer_of_its_token() {
+    if !crate::mcp::mcp_sdk() {
+        return;
+    }
+    let mut env = waiter_env();
+    three_tasks(&env);
+    let mut server = env.spawn(&["mcp-server", "--listen", "127.0.0.1:0"], "server");
+    let printed = || std::fs::read_to_string(env.path("server.out")).unwrap_or_default();
+    crate::env::wait_for(
+        "the URL and the token",
+        std::time::Duration::from_secs(30),
+        || printed().lines().count() >= 2,
+    );
+    let printed = printed();
+    let mut lines = printed.lines();
+    let (url, token) = (
+        lines.next().expect("url").to_owned(),
+        lines.next().expect("token").to_owned(),
+    );
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
+    let refused = unauthorized(&url);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    env.set("MCP_URL", &url);
+    env.set("MCP_TOKEN", &token);
+    let calls = json!([
+        {"tool": "list_tasks", "arguments": {}, "then": ["inspect", "--json"]},
+        {"tool": "inspect_task", "arguments": {"task": "budget"}, "then": ["inspect", "budget", "--json"]},
+        {"tool": "approve", "arguments": {"task": "budget", "add_tokens": 10}, "then": ["inspect", "budget", "--json"]},
+    ]);
+    let answered = mcp_client(&env, &calls);
+    check_tools(answered["tools"].as_array().expect("tools"));
+    for (call, result) in calls
+        .as_array()
+        .expect("calls")
+        .iter()
+        .zip(answered["results"].as_array().expect("results"))
+    {
+        assert_eq!(result["is_error"], false, "{call}: {result}");
+        assert_eq!(result["structured"], result["direct"], "{call}");
+    }
+    crate::env::signal(i32::try_from(server.id()).expect("pid"), libc::SIGTERM);
+    crate::env::wait_exit(&mut server, std::time::Duration::from_secs(30));
+}
+
+/// A POST to `url` without the token: the status line and the rest.
+fn unauthorized(url: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut said = String::new();
+    stream.read_to_string(&mut said).expect("read");
+    said
+}
+
 /// Runs tests/agents/mcp_server_client.py with `calls`, as durun's own
 /// commands run (the same journal): what it printed.
 fn mcp_client(env: &TestEnv, calls: &Value) -> Value {

@@ -1,5 +1,6 @@
 //! `durun mcp-server` (SPEC 22): an MCP server over the journal on
-//! stdin/stdout, so that a coding agent can look after durable runs. Each
+//! stdin/stdout (or, with `--listen`, on the streamable HTTP transport,
+//! served by the web view's server: `ui::serve_mcp`), so that a coding agent can look after durable runs. Each
 //! tool runs this binary's command of its name with `--json`, on the same
 //! journal, and answers what the command printed, as text and as
 //! structured content: a tool says what the command says, no more. `durun
@@ -55,23 +56,30 @@ pub(crate) fn exec(_args: &McpServerArgs, settings: &Settings) -> i32 {
                 )
             );
         },
-        |line| match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Array(batch)) => {
-                let answers: Vec<Value> = batch
-                    .iter()
-                    .filter_map(|message| answer(message, settings))
-                    .collect();
-                answers.is_empty() || send(&Value::Array(answers))
-            }
-            Ok(message) => answer(&message, settings).is_none_or(|answer| send(&answer)),
-            Err(err) => send(&error(
-                &Value::Null,
-                PARSE_ERROR,
-                &format!("not JSON: {err}"),
-            )),
-        },
+        |line| answers(&line, settings).is_none_or(|answers| send(&answers)),
     );
     0
+}
+
+/// The answer to a message or a batch of them, as JSON-RPC has it (a
+/// batch's answers in a list); none when all were notifications or
+/// responses. The stdio server's and `--listen`'s.
+pub(crate) fn answers(body: &[u8], settings: &Settings) -> Option<Value> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(batch)) => {
+            let answers: Vec<Value> = batch
+                .iter()
+                .filter_map(|message| answer(message, settings))
+                .collect();
+            (!answers.is_empty()).then_some(Value::Array(answers))
+        }
+        Ok(message) => answer(&message, settings),
+        Err(err) => Some(error(
+            &Value::Null,
+            PARSE_ERROR,
+            &format!("not JSON: {err}"),
+        )),
+    }
 }
 
 /// The answer to one message; none for a notification or a response.
