@@ -24,6 +24,65 @@ pub(crate) struct Tool {
     /// (`retry`, for tools that honour the idempotency key) or waits for
     /// `durun resolve` (`ask`, for tools that do not).
     pub(crate) in_doubt: InDoubt,
+    /// How to ask the tool's destination whether a step left in doubt took
+    /// effect (SPEC 22): `{key}` is the step's key.
+    pub(crate) probe: Option<Probe>,
+}
+
+/// A probe: a command (exit 0 with its output: it took effect; exit 1:
+/// it did not) or an HTTP request (2xx with a body; 404).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Probe {
+    Command(Vec<String>),
+    Http { method: String, url: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProbe {
+    command: Option<Vec<String>>,
+    http: Option<RawHttp>,
+}
+
+impl Probe {
+    fn from_raw(raw: RawProbe) -> Result<Self, String> {
+        match (raw.command, raw.http) {
+            (Some(argv), None) => {
+                if argv.first().is_none_or(String::is_empty) {
+                    return Err("`probe.command` needs a program as its first element".to_owned());
+                }
+                Ok(Self::Command(argv))
+            }
+            (None, Some(http)) => {
+                let method = http
+                    .method
+                    .unwrap_or_else(|| "GET".to_owned())
+                    .to_ascii_uppercase();
+                if !["GET", "POST", "HEAD"].contains(&method.as_str()) {
+                    return Err(format!(
+                        "`probe.http.method = {method:?}` is not GET, POST or HEAD: a probe only asks"
+                    ));
+                }
+                if !(http.url.starts_with("http://")
+                    || http.url.starts_with("https://")
+                    || http.url.starts_with("${"))
+                {
+                    return Err(format!(
+                        "`probe.http.url = {:?}` must start with http:// or https://",
+                        http.url
+                    ));
+                }
+                Ok(Self::Http {
+                    method,
+                    url: http.url,
+                })
+            }
+            _ => Err(
+                "`probe` needs `command = [\"program\", \"{key}\", …]` or `http = { url = \"…{key}…\" }`, one of them"
+                    .to_owned(),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +142,7 @@ pub(super) struct RawTool {
     timeout: Option<String>,
     retries: Option<u32>,
     in_doubt: Option<InDoubt>,
+    probe: Option<RawProbe>,
 }
 
 impl Tool {
@@ -167,6 +227,37 @@ impl Tool {
             timeout,
             retries: raw.retries.unwrap_or(0),
             in_doubt: raw.in_doubt.unwrap_or(InDoubt::Retry),
+            probe: raw.probe.map(Probe::from_raw).transpose()?,
+        })
+    }
+
+    /// The tool that asks this one's destination about a step in doubt:
+    /// it only reads, runs once, sends this tool's headers, and answers
+    /// text (read as JSON where it is).
+    pub(crate) fn probe_tool(&self) -> Option<Tool> {
+        let kind = match self.probe.as_ref()? {
+            Probe::Command(argv) => ToolKind::Command {
+                argv: argv.clone(),
+                stdin_args: false,
+            },
+            Probe::Http { method, url } => ToolKind::Http(HttpSpec {
+                method: method.clone(),
+                url: url.clone(),
+                headers: match &self.kind {
+                    ToolKind::Http(http) => http.headers.clone(),
+                    ToolKind::Command { .. } => BTreeMap::new(),
+                },
+            }),
+        };
+        Some(Self {
+            name: format!("{} probe", self.name),
+            effect: Effect::Read,
+            kind,
+            output: OutputMode::Text,
+            timeout: Some(self.timeout.unwrap_or(Duration::from_secs(30))),
+            retries: 0,
+            in_doubt: InDoubt::Retry,
+            probe: None,
         })
     }
 

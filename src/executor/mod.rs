@@ -7,6 +7,7 @@
 //! key.
 
 mod http;
+pub(crate) mod probe;
 mod shell;
 
 use std::path::PathBuf;

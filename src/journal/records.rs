@@ -426,12 +426,16 @@ pub(crate) enum ResolutionKind {
     /// Its output was edited by `durun fork --output` (SPEC 20): it
     /// replays with the edited output.
     Edited,
+    /// It was in doubt, and its probe said it took effect, with this
+    /// output (SPEC 22).
+    Reconciled,
 }
 text_enum!(ResolutionKind {
     Retry => "retry",
     Output => "output",
     Fail => "fail",
     Edited => "edited",
+    Reconciled => "reconciled",
 });
 
 #[derive(Debug, Clone)]

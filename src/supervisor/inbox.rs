@@ -40,6 +40,12 @@ pub(super) enum Event {
         step: u64,
         finished: Finished,
     },
+    /// A probe of a step in doubt answered (SPEC 22).
+    Probed {
+        step: u64,
+        probed: crate::executor::probe::Probed,
+        probing: Box<super::dispatcher::Probing>,
+    },
     Signal(i32),
     /// The committer sent a batch back.
     Landed,

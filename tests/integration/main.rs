@@ -32,6 +32,7 @@ mod mcp_server;
 mod mcp_torture;
 mod messages;
 mod posted;
+mod probes;
 mod proxy;
 mod proxy_clients;
 mod proxy_faults;

@@ -35,12 +35,20 @@ pub(crate) fn serve(
                     })
                     .collect();
                 let body = serde_json::from_str(&body).unwrap_or(Value::Null);
-                let answer = handler(request.url(), &headers, body);
+                let mut answer = handler(request.url(), &headers, body);
+                // An answer's `__status` is its HTTP status (200 without).
+                let status = answer
+                    .as_object_mut()
+                    .and_then(|fields| fields.remove("__status"))
+                    .and_then(|status| status.as_u64())
+                    .map_or(200, |status| status as u16);
                 let header = tiny_http::Header::from_bytes("Content-Type", "application/json")
                     .expect("header");
                 // The client may be dead (a killed tool): ignore write errors.
                 let _ = request.respond(
-                    tiny_http::Response::from_string(answer.to_string()).with_header(header),
+                    tiny_http::Response::from_string(answer.to_string())
+                        .with_status_code(status)
+                        .with_header(header),
                 );
             });
         }
@@ -118,8 +126,12 @@ struct ApiState {
     created: HashMap<String, Value>,
     resources: usize,
     hold_next_create: bool,
+    /// Hold the next create before it creates anything, and drop it.
+    hold_next_uncreated: bool,
     held: bool,
     released: bool,
+    /// The probes asked (`GET /resources/KEY`), in order.
+    probes: Vec<String>,
 }
 
 pub(crate) struct FakeApi {
@@ -131,9 +143,19 @@ impl FakeApi {
     pub(crate) fn start() -> Self {
         let state = Arc::new((Mutex::new(ApiState::default()), Condvar::new()));
         let shared = Arc::clone(&state);
-        let url = serve(move |_, headers, body| {
+        let url = serve(move |path, headers, body| {
             let (lock, changed) = &*shared;
             let mut state = lock.lock().expect("api state");
+            // A probe: whether the resource of a key exists, and its
+            // answer (SPEC 22).
+            if let Some(key) = path.strip_prefix("/resources/") {
+                state.probes.push(key.to_owned());
+                return state
+                    .created
+                    .get(key)
+                    .cloned()
+                    .unwrap_or_else(|| json!({"__status": 404, "error": "no such key"}));
+            }
             let key = headers.get("idempotency-key").cloned().unwrap_or_default();
             let read = headers.contains_key("durun-read");
             // A read (`Durun-Read`) is answered and creates nothing.
@@ -145,6 +167,17 @@ impl FakeApi {
                 return json!({"read": body});
             }
             state.keys.push(key.clone());
+            if state.hold_next_uncreated {
+                // Held before anything is made, then dropped: the caller
+                // was killed meanwhile, and nothing took effect.
+                state.hold_next_uncreated = false;
+                state.held = true;
+                changed.notify_all();
+                while !state.released {
+                    state = changed.wait(state).expect("api state");
+                }
+                return json!({"__status": 503, "error": "dropped"});
+            }
             if let Some(first) = state.created.get(&key) {
                 let mut again = first.clone();
                 again["created"] = json!(false);
@@ -186,6 +219,17 @@ impl FakeApi {
         let durun = env.spawn(&args, "run1");
         self.wait_held();
         durun
+    }
+
+    /// Holds the next request that would create a resource before it
+    /// creates it; once released, it is dropped with nothing made.
+    pub(crate) fn hold_next_uncreated(&self) {
+        self.state.0.lock().expect("api state").hold_next_uncreated = true;
+    }
+
+    /// The keys probes asked about, in order.
+    pub(crate) fn probes(&self) -> Vec<String> {
+        self.state.0.lock().expect("api state").probes.clone()
     }
 
     /// Holds back the answer to the next request that creates a resource.

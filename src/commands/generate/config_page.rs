@@ -259,6 +259,10 @@ const TOOL_KEYS: &[(&str, &str)] = &[
         "in_doubt",
         "\"retry\" (the default): a step a dead run left in doubt runs again with its key. \"ask\": for tools whose API takes no key, the run stops (exit 76) until durun resolve decides.",
     ),
+    (
+        "probe",
+        "How to ask the destination whether a step left in doubt took effect, before it runs again: { command = [\"./find-charge.sh\", \"{key}\"] } (exit 0 with its output: it did, and the step is reconciled with that output; exit 1: it did not, and the step runs again with its key) or { http = { method = \"GET\", url = \"https://…/charges/{key}\" } } (2xx with a body; 404), with the tool's headers. {key} is the step's key, {name} an arg. Any other answer leaves the step in doubt, as in_doubt says.",
+    ),
 ];
 
 const EXAMPLE: &str = r#"[tools.read_file]

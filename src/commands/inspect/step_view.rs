@@ -94,10 +94,10 @@ pub(super) fn step_view(
         style.paint(step_tone(step.status), step_state(step, driven))
     );
     if let Some(resolution) = &step.resolution {
-        let by = if *resolution == crate::journal::ResolutionKind::Edited {
-            "durun fork --output"
-        } else {
-            "durun resolve"
+        let by = match resolution {
+            crate::journal::ResolutionKind::Edited => "durun fork --output",
+            crate::journal::ResolutionKind::Reconciled => "its probe, after a crash",
+            _ => "durun resolve",
         };
         let _ = writeln!(out, "resolution  {resolution} ({by})");
     }

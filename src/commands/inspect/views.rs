@@ -41,6 +41,8 @@ pub(super) fn step_state(step: &StepRecord, driven: bool) -> &'static str {
         "interrupted"
     } else if step.resolution == Some(crate::journal::ResolutionKind::Edited) {
         "edited"
+    } else if step.resolution == Some(crate::journal::ResolutionKind::Reconciled) {
+        "reconciled"
     } else {
         step.status.as_str()
     }

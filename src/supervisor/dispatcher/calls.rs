@@ -15,10 +15,12 @@ use serde_json::Value;
 
 use super::{Supervisor, Wanted};
 use crate::config::{InDoubt, Tool, ToolKind};
+use crate::executor::probe::Probed;
 use crate::executor::{self, Cancel, Finished, Invocation};
-use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
+use crate::journal::{ResolutionKind, StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response};
+use crate::report::Event as Report;
 use crate::step_key;
 use crate::supervisor::inbox::{Conn, Event};
 use crate::supervisor::outbox::{Deferred, Then};
@@ -58,11 +60,29 @@ impl Supervisor<'_> {
             effect: tool.effect,
             args: &args,
             canonical: &canonical,
-            ask_first: tool.in_doubt == InDoubt::Ask,
+            // A probe asks the destination before a person is asked.
+            ask_first: tool.in_doubt == InDoubt::Ask && tool.probe.is_none(),
         };
-        let Some((record, fresh, _)) = self.open_step(conn, &id, asked) else {
+        let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
             return;
         };
+        if in_doubt && tool.probe.is_some() {
+            self.start_probe(conn, id, tool, args, record, fresh);
+        } else {
+            self.run_call(conn, id, tool, args, record, fresh);
+        }
+    }
+
+    /// Runs a call's tool: once its intent is durable for a `mutate` tool.
+    fn run_call(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+        record: StepRecord,
+        fresh: bool,
+    ) {
         if record.effect == Effect::Mutate {
             // Write-ahead: the tool starts once the intent is durable.
             self.outbox.batch.push(Deferred {
@@ -145,6 +165,121 @@ impl Supervisor<'_> {
         );
     }
 
+    /// Asks a tool's destination, on a thread of its own, whether step
+    /// `record.step`, left in doubt, took effect (SPEC 22).
+    fn start_probe(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        tool: Arc<Tool>,
+        args: Value,
+        record: StepRecord,
+        fresh: bool,
+    ) {
+        let Some(probe) = tool.probe_tool() else {
+            return self.run_call(conn, id, tool, args, record, fresh);
+        };
+        let step = record.step;
+        // `{key}` is the step's key.
+        let mut asked = args.clone();
+        if let Some(fields) = asked.as_object_mut() {
+            fields.insert(
+                "key".to_owned(),
+                Value::String(record.idempotency_key.clone()),
+            );
+        }
+        let invocation = Invocation {
+            tool: Arc::new(probe),
+            args: asked,
+            task_id: self.spec.task_id.to_owned(),
+            run: self.spec.run,
+            step,
+            attempt: record.attempts,
+            idempotency_key: record.idempotency_key.clone(),
+            cwd: self.spec.cwd.to_owned(),
+            traceparent: None,
+        };
+        let cancel = Arc::new(Cancel::default());
+        let probe_cancel = Arc::clone(&cancel);
+        let tx = self.events_tx.clone();
+        let probing = Box::new(Probing { tool, args });
+        let spawned = std::thread::Builder::new()
+            .name(format!("probe-{step}"))
+            .spawn(move || {
+                let probed = executor::probe::run(&invocation, &probe_cancel);
+                let _ = tx.send(Event::Probed {
+                    step,
+                    probed,
+                    probing,
+                });
+            });
+        if let Err(err) = spawned {
+            let why = format!("cannot start a thread for the probe: {err}");
+            return self.respond(
+                conn,
+                &Response::error(id, ErrorCode::ToolFailed, why).step(step),
+            );
+        }
+        self.steps.calling(
+            step,
+            CallInFlight {
+                conn,
+                http: false,
+                id,
+                record,
+                fresh,
+                cancel,
+                started: Instant::now(),
+            },
+        );
+    }
+
+    /// A probe answered: the step is reconciled with what its destination
+    /// says it returned, runs again with its key, or stays in doubt.
+    pub(super) fn on_probed(&mut self, step: u64, probed: Probed, probing: Probing) {
+        let Some(call) = self.steps.call_ended(step) else {
+            return;
+        };
+        let CallInFlight {
+            conn,
+            id,
+            mut record,
+            fresh,
+            started,
+            ..
+        } = call;
+        let Probing { tool, args } = probing;
+        match probed {
+            Probed::Applied(output) => {
+                // No attempt ran: the one the probe settled counts.
+                record.attempts = record.attempts.saturating_sub(1).max(1);
+                record.status = StepStatus::Committed;
+                record.output = Some(JsonText::from_value(&output));
+                record.resolution = Some(ResolutionKind::Reconciled);
+                self.reporter.report(&Report::Warning(&format!(
+                    "step {step} ({}) was in doubt; its probe says it took effect: reconciled, not run again",
+                    record.name
+                )));
+                self.finish_step(conn, id, record, fresh, started);
+            }
+            Probed::NotApplied => self.run_call(conn, id, tool, args, record, fresh),
+            Probed::Unknown(why) if tool.in_doubt == InDoubt::Ask => {
+                self.reporter.report(&Report::Warning(&format!(
+                    "step {step} ({}): its probe could not tell whether it took effect: {why}",
+                    record.name
+                )));
+                self.ask_operator(conn, &id, &record);
+            }
+            Probed::Unknown(why) => {
+                self.reporter.report(&Report::Warning(&format!(
+                    "step {step} ({}): its probe could not tell whether it took effect ({why}); it runs again with its key",
+                    record.name
+                )));
+                self.run_call(conn, id, tool, args, record, fresh);
+            }
+        }
+    }
+
     pub(super) fn on_tool_done(&mut self, step: u64, finished: Finished) {
         let Some(call) = self.steps.call_ended(step) else {
             return;
@@ -189,6 +324,13 @@ impl Supervisor<'_> {
         }
         self.finish_step(conn, call.id, record, call.fresh, call.started);
     }
+}
+
+/// What a probe's call needs again once it answers: the tool and the
+/// call's args, to run the step again if it did not take effect.
+pub(crate) struct Probing {
+    tool: Arc<Tool>,
+    args: Value,
 }
 
 /// The failure `durun test --fault KIND@STEP` makes of a tool call, in

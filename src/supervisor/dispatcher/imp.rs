@@ -386,6 +386,11 @@ impl Supervisor<'_> {
                 self.ending.kill_at = None;
             }
             Event::ToolDone { step, finished } => self.on_tool_done(step, finished),
+            Event::Probed {
+                step,
+                probed,
+                probing,
+            } => self.on_probed(step, probed, *probing),
             Event::Signal(signal) => self.on_signal(signal),
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}

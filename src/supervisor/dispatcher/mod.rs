@@ -25,6 +25,7 @@ mod waiting;
 #[cfg(test)]
 mod walk;
 
+pub(super) use calls::Probing;
 pub(crate) use imp::supervise;
 pub(crate) use requests::PANIC_TASK;
 

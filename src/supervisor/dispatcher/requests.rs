@@ -469,7 +469,7 @@ impl Supervisor<'_> {
 
     /// A step of an `in_doubt = "ask"` tool may have taken effect and its API
     /// takes no key: stop until an operator decides (exit 76).
-    fn ask_operator(&mut self, conn: Conn, id: &Value, record: &StepRecord) {
+    pub(super) fn ask_operator(&mut self, conn: Conn, id: &Value, record: &StepRecord) {
         let step = record.step;
         let task = self.spec.task_id;
         self.respond(

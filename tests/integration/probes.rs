@@ -1,0 +1,157 @@
+//! Probes (SPEC 22): a step a dead run left in doubt is settled by asking
+//! its destination, before it runs again: reconciled when the effect is
+//! there, run again with its key when it is not, and left to `in_doubt`
+//! when the probe cannot tell. No effect is applied twice.
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, agents_dir, text};
+use crate::servers::FakeApi;
+
+/// `charge`, an `in_doubt = "ask"` tool (without its probe, a step in
+/// doubt stops the run for `durun resolve`), with `probe`.
+fn with_probe(api: &FakeApi, probe: &str) -> TestEnv {
+    let mut env = TestEnv::new();
+    env.set("API_URL", &api.url);
+    env.write(
+        "durun.toml",
+        &format!(
+            "[tools.charge]\neffect = \"mutate\"\ncommand = [\"python3\", \"{}\"]\nstdin = \"args\"\noutput = \"json\"\nin_doubt = \"ask\"\nprobe = {probe}\n",
+            agents_dir().join("api_tool.py").display()
+        ),
+    );
+    env
+}
+
+/// Runs the charge and a receipt; kills durun (SIGKILL) while the API
+/// holds the charge, which `hold` set up; resumes.
+fn killed_and_resumed(api: &FakeApi, env: &TestEnv, hold: impl Fn()) -> std::process::Output {
+    let plan = json!({"steps": [
+        {"call": "charge", "args": {"title": "charge 5"}},
+        {"begin": "receipt", "args": {}, "do": {"value": "sent"}},
+    ]});
+    let agent = env.scripted_agent("plan.json", &plan);
+    hold();
+    let mut args = vec!["run", "--task", "pay", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let mut durun = env.spawn(&args, "run1");
+    api.wait_held();
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    api.release();
+    env.durun(&["resume", "pay"])
+}
+
+fn http_probe(api: &FakeApi) -> String {
+    format!("{{ http = {{ url = \"{}resources/{{key}}\" }} }}", api.url)
+}
+
+#[test]
+fn a_charge_that_took_effect_is_reconciled_by_its_probe_not_run_again() {
+    let api = FakeApi::start();
+    let env = with_probe(&api, &http_probe(&api));
+    let resumed = killed_and_resumed(&api, &env, || api.hold_next_create());
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stderr).contains(
+            "step 1 (charge) was in doubt; its probe says it took effect: reconciled, not run again"
+        ),
+        "{}",
+        text(&resumed.stderr)
+    );
+    let key = {
+        let view = env.inspect("pay");
+        view["steps"][0]["idempotency_key"]
+            .as_str()
+            .expect("key")
+            .to_owned()
+    };
+    assert_eq!(
+        api.keys(),
+        std::slice::from_ref(&key),
+        "the charge was sent once"
+    );
+    assert_eq!(api.probes(), [key]);
+    assert_eq!(api.resources(), 1);
+    let view = env.inspect("pay");
+    assert_eq!(view["task"]["status"], "completed");
+    assert_eq!(view["steps"][0]["resolution"], "reconciled");
+    assert_eq!(
+        view["steps"][0]["output"]["id"], "res-1",
+        "{}",
+        view["steps"][0]
+    );
+    assert_eq!(view["task"]["output"]["outputs"][0]["id"], "res-1");
+    let step = text(&env.durun(&["inspect", "pay", "--step", "1"]).stdout);
+    assert!(
+        step.contains("resolution  reconciled (its probe, after a crash)"),
+        "{step}"
+    );
+}
+
+#[test]
+fn a_charge_that_never_took_effect_runs_again_with_its_key_once_its_probe_says_so() {
+    let api = FakeApi::start();
+    // A command probe: exit 0 with the charge if it is there, exit 1 if not.
+    let probe = env_probe_script();
+    let env = with_probe(
+        &api,
+        &format!("{{ command = [\"python3\", \"{probe}\", \"{{key}}\"] }}"),
+    );
+    let resumed = killed_and_resumed(&api, &env, || api.hold_next_uncreated());
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let view = env.inspect("pay");
+    let key = view["steps"][0]["idempotency_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    // The dropped request, then the one after the probe: the same key.
+    assert_eq!(api.keys(), [key.clone(), key]);
+    assert_eq!(api.resources(), 1, "applied once");
+    assert_eq!(view["task"]["status"], "completed");
+    assert_eq!(view["steps"][0]["resolution"], Value::Null);
+    assert_eq!(view["steps"][0]["attempts"], 2);
+}
+
+#[test]
+fn a_probe_that_cannot_tell_leaves_the_step_to_in_doubt() {
+    let api = FakeApi::start();
+    // Nothing listens there: the probe fails, neither yes nor no.
+    let env = with_probe(
+        &api,
+        "{ http = { url = \"http://127.0.0.1:9/charges/{key}\" } }",
+    );
+    let resumed = killed_and_resumed(&api, &env, || api.hold_next_create());
+    assert_eq!(resumed.status.code(), Some(76), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stderr).contains("its probe could not tell whether it took effect"),
+        "{}",
+        text(&resumed.stderr)
+    );
+    assert_eq!(api.keys().len(), 1, "not run again");
+}
+
+#[test]
+fn a_probe_that_is_neither_a_command_nor_http_is_refused() {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        "[tools.charge]\ncommand = [\"true\"]\nprobe = {}\n",
+    );
+    let run = env.durun(&["run", "--", "true"]);
+    assert_eq!(run.status.code(), Some(64), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("`probe` needs `command = [\"program\", \"{key}\", …]` or `http = { url = \"…{key}…\" }`, one of them"),
+        "{}",
+        text(&run.stderr)
+    );
+}
+
+/// A probe command: GETs $API_URL/resources/KEY and prints it (exit 0),
+/// or exits 1 on a 404.
+fn env_probe_script() -> String {
+    agents_dir()
+        .join("probe_resource.py")
+        .to_string_lossy()
+        .into_owned()
+}
