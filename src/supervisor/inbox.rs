@@ -44,7 +44,7 @@ pub(super) enum Event {
     Probed {
         step: u64,
         probed: crate::executor::probe::Probed,
-        probing: Box<super::dispatcher::Probing>,
+        probing: Box<Probing>,
     },
     Signal(i32),
     /// The committer sent a batch back.
@@ -53,6 +53,13 @@ pub(super) enum Event {
     Proxy(Box<crate::proxy::ToLoop>),
     /// The runner of a child task without a queue ended (SPEC 16).
     ChildEnded,
+}
+
+/// What a probe's call needs again once it answers: the tool and the
+/// call's args, to run the step again if it did not take effect.
+pub(super) struct Probing {
+    pub(super) tool: std::sync::Arc<crate::config::Tool>,
+    pub(super) args: Value,
 }
 
 /// Sends [`Event`]s to the loop and wakes it.

@@ -22,7 +22,7 @@ use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::report::Event as Report;
 use crate::step_key;
-use crate::supervisor::inbox::{Conn, Event};
+use crate::supervisor::inbox::{Conn, Event, Probing};
 use crate::supervisor::outbox::{Deferred, Then};
 use crate::supervisor::steps::CallInFlight;
 use crate::supervisor::transitions::Transition;
@@ -324,13 +324,6 @@ impl Supervisor<'_> {
         }
         self.finish_step(conn, call.id, record, call.fresh, call.started);
     }
-}
-
-/// What a probe's call needs again once it answers: the tool and the
-/// call's args, to run the step again if it did not take effect.
-pub(crate) struct Probing {
-    tool: Arc<Tool>,
-    args: Value,
 }
 
 /// The failure `durun test --fault KIND@STEP` makes of a tool call, in

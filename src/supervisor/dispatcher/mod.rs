@@ -25,7 +25,6 @@ mod waiting;
 #[cfg(test)]
 mod walk;
 
-pub(super) use calls::Probing;
 pub(crate) use imp::supervise;
 pub(crate) use requests::PANIC_TASK;
 
