@@ -155,3 +155,110 @@ fn env_probe_script() -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+/// Steps of the probe torture: a create through `charge` (probed) in
+/// every other step.
+const TORTURE_STEPS: usize = 24;
+
+/// A task of creates through a probed tool is killed (SIGKILL to durun,
+/// which ends its agent and tools) at random moments and resumed until it
+/// ends. Every step a kill left in doubt is probed on resume; each probe
+/// that can tell settles its step without a person; no resource is made
+/// twice. One seed by default; `DURUN_TORTURE_ROUNDS=N` runs N and prints
+/// the figures (docs/reliability.md).
+#[test]
+fn random_kills_leave_steps_in_doubt_that_their_probes_settle_with_no_effect_twice() {
+    let (mut probed, mut reconciled, mut unsettled, mut kills) = (0, 0, 0, 0);
+    for seed in crate::torture::seeds() {
+        let round = probe_torture(seed);
+        probed += round.probed;
+        reconciled += round.reconciled;
+        unsettled += round.unsettled;
+        kills += round.kills;
+    }
+    eprintln!(
+        "probe torture: {kills} kills, {probed} steps in doubt probed, {reconciled} reconciled, {} run again after a probe said not applied, {unsettled} the probe could not settle",
+        probed - reconciled - unsettled
+    );
+    assert!(
+        unsettled * 10 <= probed,
+        "{unsettled} of {probed} steps in doubt unsettled"
+    );
+}
+
+struct Round {
+    kills: usize,
+    probed: usize,
+    reconciled: usize,
+    unsettled: usize,
+}
+
+fn probe_torture(seed: u64) -> Round {
+    let api = FakeApi::start();
+    let env = with_probe(&api, &http_probe(&api));
+    let steps: Vec<Value> = (0..TORTURE_STEPS)
+        .map(|i| {
+            if i % 2 == 0 {
+                json!({"call": "charge", "args": {"title": format!("c{i}")}})
+            } else {
+                json!({"begin": format!("think{i}"), "args": {"i": i}, "do": {"sleep_ms": 5}})
+            }
+        })
+        .collect();
+    let agent = env.scripted_agent("plan.json", &json!({ "steps": steps }));
+    let mut rng = crate::torture::Rng(seed | 1);
+    let (mut runs, mut kills, mut unsettled) = (0, 0, 0);
+    loop {
+        assert!(runs < 80, "seed {seed}: the task did not finish in 80 runs");
+        let recorded = runs > 0 && env.durun(&["inspect", "pay"]).status.success();
+        let mut args = vec!["run", "--task", "pay", "--"];
+        args.extend(agent.iter().map(String::as_str));
+        if recorded {
+            args = vec!["resume", "pay"];
+        }
+        let log = format!("run{runs}");
+        let mut durun = env.spawn(&args, &log);
+        runs += 1;
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(30 + rng.below(400));
+        let mut ended = None;
+        while std::time::Instant::now() < deadline && ended.is_none() {
+            ended = durun.try_wait().expect("try_wait");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let killed = ended.is_none();
+        if killed {
+            durun.kill().expect("SIGKILL durun");
+            kills += 1;
+        }
+        let status = durun.wait().expect("reap");
+        let said = env.log(&log);
+        unsettled += said.matches("its probe could not tell").count();
+        if status.success() {
+            break;
+        }
+        assert!(
+            killed,
+            "seed {seed}: run {runs} ended with {status}: {said}"
+        );
+    }
+    let view = env.inspect("pay");
+    assert_eq!(view["task"]["status"], "completed", "seed {seed}");
+    assert_eq!(
+        api.resources(),
+        TORTURE_STEPS / 2,
+        "seed {seed}: a resource was made twice, or one is missing"
+    );
+    let reconciled = view["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter(|step| step["resolution"] == "reconciled")
+        .count();
+    Round {
+        kills,
+        probed: api.probes().len(),
+        reconciled,
+        unsettled,
+    }
+}
