@@ -46,15 +46,7 @@ impl Supervisor<'_> {
             self.spec.task_id
         );
         if self.ending.stop.is_some() {
-            self.respond(
-                conn,
-                &Response::error(
-                    request.id().clone(),
-                    ErrorCode::Cancelled,
-                    "the run is stopping; the task can be resumed",
-                ),
-            );
-            return;
+            return self.refuse_stopping(conn, &request);
         }
         let Some((conn, request)) = self.hold_for_raise(conn, request) else {
             return;
@@ -187,6 +179,18 @@ impl Supervisor<'_> {
                 None => return Ok(self.steps.peek_new(step)),
             }
         }
+    }
+
+    /// Answers a request that comes while the run stops.
+    pub(super) fn refuse_stopping(&mut self, conn: Conn, request: &Request) {
+        self.respond(
+            conn,
+            &Response::error(
+                request.id().clone(),
+                ErrorCode::Cancelled,
+                "the run is stopping; the task can be resumed",
+            ),
+        );
     }
 
     /// Answers a step that may not start because the run is stopping.

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use super::Supervisor;
 use crate::journal::StepRecord;
-use crate::protocol::{ErrorCode, Request, Response};
+use crate::protocol::Request;
 use crate::proxy::Verdict;
 use crate::supervisor::budget::{Fit, Worst};
 use crate::supervisor::inbox::Conn;
@@ -414,14 +414,7 @@ impl Supervisor<'_> {
             call.refuse(Verdict::stopping());
         }
         for (conn, request) in std::mem::take(&mut self.held.requests) {
-            self.respond(
-                conn,
-                &Response::error(
-                    request.id().clone(),
-                    ErrorCode::Cancelled,
-                    "the run is stopping; the task can be resumed",
-                ),
-            );
+            self.refuse_stopping(conn, &request);
         }
     }
 }
