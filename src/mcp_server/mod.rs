@@ -8,8 +8,6 @@
 
 mod tools;
 
-use std::io::Write as _;
-
 use anyhow::Result;
 use serde_json::{Value, json};
 
@@ -29,35 +27,68 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 
-/// Serves the client on stdin/stdout until it closes stdin; exit code 0.
+/// How many tool calls run at once; one more waits for the oldest.
+const CALLS_AT_ONCE: usize = 8;
+
+/// Serves the client on stdin/stdout until it closes stdin and the calls
+/// under way have answered; exit code 0. A tool call runs on a thread of
+/// its own (a `resume` or a `test` may take as long as its agent), so the
+/// client's other requests are answered meanwhile, each with its id.
 pub(crate) fn exec(_args: &McpServerArgs, settings: &Settings) -> i32 {
-    let stdin = std::io::stdin().lock();
-    let mut out = std::io::stdout().lock();
-    let mut gone = false;
-    let mut send = |message: &Value| {
-        gone = gone
-            || writeln!(out, "{message}")
-                .and_then(|()| out.flush())
-                .is_err();
-        !gone
-    };
+    let out = crate::mcp::ToClient::new();
+    let mut calls: std::collections::VecDeque<std::thread::JoinHandle<()>> =
+        std::collections::VecDeque::new();
+    let send =
+        |out: &crate::mcp::ToClient, message: &Value| out.send(message.to_string().as_bytes());
     crate::mcp::for_each_line(
-        stdin,
+        std::io::stdin().lock(),
         MAX_MESSAGE,
         || {
             // Its id is unread: the answer has none.
-            let _ = writeln!(
-                std::io::stdout(),
-                "{}",
-                error(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    &format!("a message over {} MiB", MAX_MESSAGE >> 20)
-                )
-            );
+            let too_long = format!("a message over {} MiB", MAX_MESSAGE >> 20);
+            send(&out, &error(&Value::Null, INVALID_REQUEST, &too_long));
         },
-        |line| answers(&line, settings).is_none_or(|answers| send(&answers)),
+        |line| {
+            calls.retain(|call| !call.is_finished());
+            let call_id = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .filter(|message| message["method"] == "tools/call")
+                .and_then(|message| message.get("id").cloned());
+            let Some(id) = call_id else {
+                return answers(&line, settings).is_none_or(|answers| send(&out, &answers));
+            };
+            if calls.len() >= CALLS_AT_ONCE
+                && let Some(oldest) = calls.pop_front()
+            {
+                let _ = oldest.join();
+            }
+            let (call_out, call_settings) = (out.clone(), settings.clone());
+            let spawned = std::thread::Builder::new()
+                .name("mcp-call".into())
+                .spawn(move || {
+                    if let Some(answers) = answers(&line, &call_settings) {
+                        send(&call_out, &answers);
+                    }
+                });
+            match spawned {
+                Ok(call) => {
+                    calls.push_back(call);
+                    true
+                }
+                Err(err) => send(
+                    &out,
+                    &error(
+                        &id,
+                        INVALID_REQUEST,
+                        &format!("cannot start the call: {err}"),
+                    ),
+                ),
+            }
+        },
     );
+    for call in calls {
+        let _ = call.join();
+    }
     0
 }
 

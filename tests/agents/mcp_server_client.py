@@ -5,7 +5,9 @@ each, runs `durun THEN` itself; prints the tools and, for each call, its
 structured content, whether it is an error, its text, and what the
 command printed (as JSON). With MCP_URL and MCP_TOKEN, it talks to
 `durun mcp-server --listen` on the streamable HTTP transport instead of
-starting `durun mcp-server` on stdio."""
+starting `durun mcp-server` on stdio. A call with "background" is sent
+and awaited only after the calls that follow it; a call with "touch"
+creates that file once answered."""
 
 import asyncio
 import json
@@ -39,14 +41,27 @@ async def main():
             started = await session.initialize()
             tools = await session.list_tools()
             results = []
-            for call in calls:
-                result = await session.call_tool(call["tool"], call["arguments"])
+            background = []
+
+            def record(call, result):
                 results.append({
                     "structured": result.structuredContent,
                     "is_error": result.isError,
                     "text": [content.text for content in result.content],
                     "direct": direct(call["then"]) if call.get("then") else None,
                 })
+
+            for call in calls:
+                if call.get("background"):
+                    # Sent now, awaited after the calls that follow.
+                    background.append((call, asyncio.create_task(session.call_tool(call["tool"], call["arguments"]))))
+                    await asyncio.sleep(0.2)
+                    continue
+                record(call, await session.call_tool(call["tool"], call["arguments"]))
+                if call.get("touch"):
+                    open(call["touch"], "w").close()
+            for call, pending in background:
+                record(call, await pending)
             print(json.dumps({
                 "server": started.serverInfo.name,
                 "tools": [tool.model_dump(mode="json", exclude_none=True) for tool in tools.tools],
@@ -54,4 +69,4 @@ async def main():
             }))
 
 
-asyncio.run(main())
+asyncio.run(asyncio.wait_for(main(), 120))

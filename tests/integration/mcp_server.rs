@@ -123,6 +123,39 @@ fn skill_install_writes_the_skill_with_its_front_matter() {
     assert!(env.path(".claude/skills/durun/SKILL.md").exists());
 }
 
+/// A long call (a `resume` whose agent waits) does not hold back the
+/// client's other calls: the inspection is answered while the resume runs,
+/// and the resume ends once the agent may go on.
+#[test]
+fn a_long_call_does_not_hold_back_the_calls_after_it() {
+    if !crate::mcp::mcp_sdk() {
+        return;
+    }
+    let env = waiter_env();
+    let go = env.path("go");
+    let args = waiter_args(&env, "slow", &json!([{"step": "x"}, {"hold": go}]), &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut first = env.spawn(&args, "first");
+    crate::env::wait_for(
+        "the agent to hold",
+        std::time::Duration::from_secs(30),
+        || crate::waiting::ran(&env).contains(&"hold".to_owned()),
+    );
+    first.kill().expect("SIGKILL durun");
+    first.wait().expect("reap");
+    let calls = json!([
+        {"tool": "resume", "arguments": {"task": "slow"}, "background": true},
+        {"tool": "inspect_task", "arguments": {"task": "slow"}, "touch": go},
+    ]);
+    let answered = mcp_client(&env, &calls);
+    let results = answered["results"].as_array().expect("results");
+    // The inspection first, answered while the resume ran; then the resume.
+    let shown = &results[0]["structured"]["task"]["status"];
+    assert!(shown == "running" || shown == "interrupted", "{shown}");
+    assert_eq!(results[1]["is_error"], false, "{}", results[1]);
+    assert_eq!(results[1]["structured"]["task"]["status"], "completed");
+}
+
 /// The same client on the streamable HTTP transport (`durun mcp-server
 /// --listen`): the same answers; a request without the token is refused.
 #[test]
