@@ -3,10 +3,12 @@
 use clap::{Args, Parser, Subcommand};
 
 mod args;
+mod signal_args;
 mod test_args;
 mod values;
 
 pub(crate) use args::*;
+pub(crate) use signal_args::*;
 pub(crate) use test_args::TestArgs;
 pub(crate) use values::FaultKind;
 
