@@ -165,7 +165,7 @@ fn dispatch(command: Command, settings: &settings::Settings) -> anyhow::Result<i
         Command::Diff(args) => commands::compare::exec(&args, settings),
         Command::Resolve(args) => commands::resolve::exec(&args, settings),
         Command::Cancel(args) => then_json(
-            Some(args.task.as_str()).filter(|_| args.json),
+            args.output.of(&args.task),
             settings,
             commands::cancel::exec(&args, settings),
         ),
@@ -176,17 +176,17 @@ fn dispatch(command: Command, settings: &settings::Settings) -> anyhow::Result<i
         Command::Wait(args) => commands::step::wait(&args, settings),
         Command::Sleep(args) => commands::step::sleep(&args, settings),
         Command::Signal(args) => then_json(
-            Some(args.task.as_str()).filter(|_| args.json),
+            args.output.of(&args.task),
             settings,
             commands::signal::signal(&args, settings),
         ),
         Command::Approve(args) => then_json(
-            Some(args.task.as_str()).filter(|_| args.json),
+            args.output.of(&args.task),
             settings,
             commands::signal::approve(&args, settings),
         ),
         Command::Reject(args) => then_json(
-            Some(args.task.as_str()).filter(|_| args.json),
+            args.output.of(&args.task),
             settings,
             commands::signal::reject(&args, settings),
         ),
@@ -201,8 +201,8 @@ fn dispatch(command: Command, settings: &settings::Settings) -> anyhow::Result<i
         Command::Completions(args) => commands::generate::completions(&args),
         Command::Generate(args) => commands::generate::generate(&args),
         Command::McpServer(args) => match args.listen {
-            Some(_) => ui::serve_mcp(&args, settings),
-            None => Ok(mcp_server::exec(&args, settings)),
+            Some(listen) => ui::serve_mcp(listen, args.token_file.as_deref(), settings),
+            None => Ok(mcp_server::exec(settings)),
         },
         Command::Skill(args) => mcp_server::skill(&args),
     }

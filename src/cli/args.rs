@@ -167,16 +167,31 @@ pub(crate) struct ResolveArgs {
     pub(crate) fail: Option<String>,
 }
 
+// `--json` of a command that acts on a task: the task, once done. (Not a
+// doc comment: see `NewTaskArgs`.)
+#[derive(Args, Debug)]
+pub(crate) struct TaskJson {
+    /// Print the task as `inspect TASK --json` does once done, for scripts
+    /// and agents (`durun mcp-server`)
+    #[arg(long)]
+    json: bool,
+}
+
+impl TaskJson {
+    /// `task`, if it is to be printed.
+    pub(crate) fn of<'a>(&self, task: &'a str) -> Option<&'a str> {
+        self.json.then_some(task)
+    }
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct CancelArgs {
     /// The task to cancel
     #[arg(value_name = "TASK", add = unfinished_task_ids())]
     pub(crate) task: String,
 
-    /// Print the task as `inspect TASK --json` does once done, for scripts
-    /// and agents (`durun mcp-server`)
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) output: TaskJson,
 }
 
 #[derive(Args, Debug)]

@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::args::parse_usd;
+use super::args::{TaskJson, parse_usd};
 use super::values::{json_arg, sleep_duration, time_text, unfinished_task_ids};
 
 #[derive(Args, Debug)]
@@ -52,10 +52,8 @@ pub(crate) struct SignalArgs {
     #[arg(long, value_name = "ID")]
     pub(crate) id: Option<String>,
 
-    /// Print the task as `inspect TASK --json` does once done, for scripts
-    /// and agents (`durun mcp-server`)
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) output: TaskJson,
 }
 
 #[derive(Args, Debug)]
@@ -79,10 +77,8 @@ pub(crate) struct ApproveArgs {
     #[arg(long = "add-usd", value_name = "USD", value_parser = parse_usd)]
     pub(crate) add_cost_nanos: Option<u64>,
 
-    /// Print the task as `inspect TASK --json` does once done, for scripts
-    /// and agents (`durun mcp-server`)
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) output: TaskJson,
 }
 
 #[derive(Args, Debug)]
@@ -95,8 +91,6 @@ pub(crate) struct RejectArgs {
     #[arg(long, value_name = "TEXT")]
     pub(crate) reason: Option<String>,
 
-    /// Print the task as `inspect TASK --json` does once done, for scripts
-    /// and agents (`durun mcp-server`)
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) output: TaskJson,
 }

@@ -68,26 +68,18 @@ fn add_budget(
         return Err(unknown_task(task, &location).into());
     };
     // Both checked before either is written: a refused raise changes nothing.
-    let token_max = match tokens {
-        Some(more) => Some((
-            more,
-            record.max_tokens.ok_or_else(|| {
-                Failure::usage(format!("task {task} has no token budget to raise"))
-                    .hint(format!("`durun resume {task} --max-tokens N` gives it one"))
-            })?,
-        )),
-        None => None,
-    };
-    let cost_max = match nanos {
-        Some(more) => Some((
-            more,
-            record.max_cost_nanos.ok_or_else(|| {
-                Failure::usage(format!("task {task} has no budget in dollars to raise"))
-                    .hint(format!("`durun resume {task} --max-usd X` gives it one"))
-            })?,
-        )),
-        None => None,
-    };
+    let token_max = raise(
+        task,
+        tokens,
+        record.max_tokens,
+        ("token budget", "--max-tokens N"),
+    )?;
+    let cost_max = raise(
+        task,
+        nanos,
+        record.max_cost_nanos,
+        ("budget in dollars", "--max-usd X"),
+    )?;
     if let Some((more, max)) = token_max {
         let raised = max.saturating_add(more);
         journal.set_max_tokens(task, Some(raised))?;
@@ -108,6 +100,24 @@ fn add_budget(
     }
     let waiting = crate::task::waiting_step(journal.as_mut(), task)?;
     Ok(waiting.is_some_and(|step| step.kind == StepKind::Wait))
+}
+
+/// `more` for budget `max` of `task` (`what` it is, and the `resume`
+/// option that gives a task one), refused when the task has none.
+fn raise(
+    task: &str,
+    more: Option<u64>,
+    max: Option<u64>,
+    (what, give): (&str, &str),
+) -> Result<Option<(u64, u64)>, Failure> {
+    let Some(more) = more else {
+        return Ok(None);
+    };
+    let max = max.ok_or_else(|| {
+        Failure::usage(format!("task {task} has no {what} to raise"))
+            .hint(format!("`durun resume {task} {give}` gives it one"))
+    })?;
+    Ok(Some((more, max)))
 }
 
 pub(crate) fn reject(args: &RejectArgs, settings: &Settings) -> Result<i32> {

@@ -22,6 +22,7 @@ pub(crate) struct Amount {
 }
 
 /// A call of step `step` of run `run` of task `task`, and its worst case.
+#[derive(Debug, Clone)]
 pub(crate) struct Hold {
     pub(crate) task: String,
     pub(crate) run: u32,

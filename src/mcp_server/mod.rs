@@ -11,7 +11,7 @@ mod tools;
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use crate::cli::{McpServerArgs, SkillAction, SkillArgs};
+use crate::cli::{SkillAction, SkillArgs};
 use crate::settings::Settings;
 
 /// The protocol versions this server speaks; it answers a client in its
@@ -34,7 +34,7 @@ const CALLS_AT_ONCE: usize = 8;
 /// under way have answered; exit code 0. A tool call runs on a thread of
 /// its own (a `resume` or a `test` may take as long as its agent), so the
 /// client's other requests are answered meanwhile, each with its id.
-pub(crate) fn exec(_args: &McpServerArgs, settings: &Settings) -> i32 {
+pub(crate) fn exec(settings: &Settings) -> i32 {
     let out = crate::mcp::ToClient::new();
     let mut calls: std::collections::VecDeque<std::thread::JoinHandle<()>> =
         std::collections::VecDeque::new();

@@ -295,3 +295,18 @@ pub(super) struct CallInFlight {
     pub(super) cancel: Arc<Cancel>,
     pub(super) started: Instant,
 }
+
+impl CallInFlight {
+    /// A call that starts now, cancelled by nobody yet.
+    pub(super) fn new(conn: Conn, id: Value, record: StepRecord, fresh: bool, http: bool) -> Self {
+        Self {
+            conn,
+            http,
+            id,
+            record,
+            fresh,
+            cancel: Arc::new(Cancel::default()),
+            started: Instant::now(),
+        }
+    }
+}

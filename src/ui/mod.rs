@@ -107,14 +107,15 @@ pub(crate) fn exec(args: &UiArgs, settings: &Settings) -> Result<i32> {
 /// `durun mcp-server --listen`: the MCP server on the streamable HTTP
 /// transport (SPEC 22), at `/mcp` alone, with the web view's listener and
 /// token rules.
-pub(crate) fn serve_mcp(args: &crate::cli::McpServerArgs, settings: &Settings) -> Result<i32> {
-    let Some(listen) = args.listen else {
-        return Ok(crate::mcp_server::exec(args, settings));
-    };
+pub(crate) fn serve_mcp(
+    listen: SocketAddr,
+    token_file: Option<&std::path::Path>,
+    settings: &Settings,
+) -> Result<i32> {
     serve(
         &Serving {
             listen,
-            token_file: args.token_file.as_deref(),
+            token_file,
             open: false,
             allow_submit: false,
             mcp_only: true,

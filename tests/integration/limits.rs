@@ -40,26 +40,15 @@ fn a_limit_holds_across_two_runs_and_a_worker() {
     ]);
     assert!(submitted.status.success(), "{}", text(&submitted.stderr));
     let mut pool = worker(&env, "w1", &["--queue", "q"]);
-    let mut first = env.spawn(&["run", "--task", "a", "--", "python3", &agent], "a");
-    let mut second = env.spawn(&["run", "--task", "b", "--", "python3", &agent], "b");
-    for (run, log) in [(&mut first, "a"), (&mut second, "b")] {
-        let status = wait_exit(run, Duration::from_secs(60));
-        assert!(status.success(), "{}", env.log(log));
-    }
+    two_runs_at_once(&env, &agent);
     wait_for("the worker's task", Duration::from_secs(60), || {
         status(&env, "w") == "completed"
     });
     assert!(stop(&mut pool).success());
     let times = arrivals(&env);
     assert_eq!(times.len(), 9, "{times:?}");
-    for pair in times.windows(2) {
-        // Paced 0.5 s apart by durun; the network's jitter is far less.
-        assert!(
-            pair[1] - pair[0] > 0.4,
-            "two requests {:.3} s apart: {times:?}",
-            pair[1] - pair[0]
-        );
-    }
+    // Paced 0.5 s apart by durun; the network's jitter is far less.
+    assert_apart(&times, 0.4, "paced too close");
 }
 
 #[test]
@@ -108,19 +97,31 @@ fn a_concurrency_limit_lets_one_call_in_flight_at_a_time() {
         "[limits.one]\nmatch = \"openai:m\"\nconcurrency = 1\n",
     );
     let agent = crate::budgets::parallel_calls();
-    let mut first = env.spawn(&["run", "--task", "a", "--", "python3", &agent], "a");
-    let mut second = env.spawn(&["run", "--task", "b", "--", "python3", &agent], "b");
+    two_runs_at_once(&env, &agent);
+    // Each call takes 0.3 s upstream: one at a time, they come that far apart.
+    let times = arrivals(&env);
+    assert_eq!(times.len(), 6, "{times:?}");
+    assert_apart(&times, 0.29, "two calls in flight at once");
+}
+
+/// Tasks `a` and `b`, each `python3 AGENT`, run side by side to their
+/// ends, both successful.
+fn two_runs_at_once(env: &crate::env::TestEnv, agent: &str) {
+    let mut first = env.spawn(&["run", "--task", "a", "--", "python3", agent], "a");
+    let mut second = env.spawn(&["run", "--task", "b", "--", "python3", agent], "b");
     for (run, log) in [(&mut first, "a"), (&mut second, "b")] {
         let status = wait_exit(run, Duration::from_secs(60));
         assert!(status.success(), "{}", env.log(log));
     }
-    // Each call takes 0.3 s upstream: one at a time, they come that far apart.
-    let times = arrivals(&env);
-    assert_eq!(times.len(), 6, "{times:?}");
+}
+
+/// Every two arrivals in `times` (sorted, in seconds) at least `gap` apart.
+fn assert_apart(times: &[f64], gap: f64, why: &str) {
     for pair in times.windows(2) {
         assert!(
-            pair[1] - pair[0] >= 0.29,
-            "two calls in flight at once: {times:?}"
+            pair[1] - pair[0] >= gap,
+            "{why}: two requests {:.3} s apart: {times:?}",
+            pair[1] - pair[0]
         );
     }
 }

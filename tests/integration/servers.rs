@@ -134,6 +134,19 @@ struct ApiState {
     probes: Vec<String>,
 }
 
+/// Says a request is held, then holds it until the test releases it.
+fn held_until_released<'a>(
+    mut state: std::sync::MutexGuard<'a, ApiState>,
+    changed: &Condvar,
+) -> std::sync::MutexGuard<'a, ApiState> {
+    state.held = true;
+    changed.notify_all();
+    while !state.released {
+        state = changed.wait(state).expect("api state");
+    }
+    state
+}
+
 pub(crate) struct FakeApi {
     pub url: String,
     state: Arc<(Mutex<ApiState>, Condvar)>,
@@ -171,11 +184,7 @@ impl FakeApi {
                 // Held before anything is made, then dropped: the caller
                 // was killed meanwhile, and nothing took effect.
                 state.hold_next_uncreated = false;
-                state.held = true;
-                changed.notify_all();
-                while !state.released {
-                    state = changed.wait(state).expect("api state");
-                }
+                drop(held_until_released(state, changed));
                 return json!({"__status": 503, "error": "dropped"});
             }
             if let Some(first) = state.created.get(&key) {
@@ -193,11 +202,7 @@ impl FakeApi {
                 // The resource exists now; the answer is held back until
                 // the test has killed whoever waits for it.
                 state.hold_next_create = false;
-                state.held = true;
-                changed.notify_all();
-                while !state.released {
-                    state = changed.wait(state).expect("api state");
-                }
+                drop(held_until_released(state, changed));
             }
             answer
         });

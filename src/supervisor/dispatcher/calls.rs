@@ -9,7 +9,6 @@
 //! (a signal, a cancel) records nothing and runs again on resume.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -111,58 +110,16 @@ impl Supervisor<'_> {
         self.transition(Transition::Started);
         let fault = self.take_fault(&record);
         let step = record.step;
-        let invocation_is_http = matches!(tool.kind, ToolKind::Http(_));
-        let invocation = Invocation {
-            tool,
-            args,
-            task_id: self.spec.task_id.to_owned(),
-            run: self.spec.run,
-            step,
-            attempt: record.attempts,
-            idempotency_key: record.idempotency_key.clone(),
-            cwd: self.spec.cwd.to_owned(),
-            traceparent: self
-                .spec
-                .traceparent
-                .as_deref()
-                .and_then(|run| crate::trace::step_traceparent(run, step)),
-        };
-        let cancel = Arc::new(Cancel::default());
-        let worker_cancel = Arc::clone(&cancel);
-        let tx = self.events_tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("tool-{step}"))
-            .spawn(move || {
-                let finished = match fault {
-                    Some(kind) => made_fault(&kind, invocation.attempt),
-                    None => executor::run(&invocation, &worker_cancel),
-                };
-                let _ = tx.send(Event::ToolDone { step, finished });
-            });
-        if let Err(err) = spawned {
-            self.respond(
-                conn,
-                &Response::error(
-                    id,
-                    ErrorCode::ToolFailed,
-                    format!("cannot start a thread for the tool: {err}"),
-                )
-                .step(step),
-            );
-            return;
-        }
-        self.steps.calling(
-            step,
-            CallInFlight {
-                conn,
-                http: invocation_is_http,
-                id,
-                record,
-                fresh,
-                cancel,
-                started: Instant::now(),
-            },
-        );
+        let http = matches!(tool.kind, ToolKind::Http(_));
+        let invocation = self.invocation(tool, args, &record);
+        let call = CallInFlight::new(conn, id, record, fresh, http);
+        self.off_the_loop("tool", call, move |cancel| {
+            let finished = match fault {
+                Some(kind) => made_fault(&kind, invocation.attempt),
+                None => executor::run(&invocation, cancel),
+            };
+            Event::ToolDone { step, finished }
+        });
     }
 
     /// Asks a tool's destination, on a thread of its own, whether step
@@ -188,50 +145,65 @@ impl Supervisor<'_> {
                 Value::String(record.idempotency_key.clone()),
             );
         }
-        let invocation = Invocation {
-            tool: Arc::new(probe),
-            args: asked,
+        let invocation = self.invocation(Arc::new(probe), asked, &record);
+        let probing = Box::new(Probing { tool, args });
+        let call = CallInFlight::new(conn, id, record, fresh, false);
+        self.off_the_loop("probe", call, move |cancel| Event::Probed {
+            step,
+            probed: executor::probe::run(&invocation, cancel),
+            probing,
+        });
+    }
+
+    /// What a tool (or its probe) runs with for step `record`.
+    fn invocation(&self, tool: Arc<Tool>, args: Value, record: &StepRecord) -> Invocation {
+        let step = record.step;
+        Invocation {
+            tool,
+            args,
             task_id: self.spec.task_id.to_owned(),
             run: self.spec.run,
             step,
             attempt: record.attempts,
             idempotency_key: record.idempotency_key.clone(),
             cwd: self.spec.cwd.to_owned(),
-            traceparent: None,
-        };
-        let cancel = Arc::new(Cancel::default());
-        let probe_cancel = Arc::clone(&cancel);
-        let tx = self.events_tx.clone();
-        let probing = Box::new(Probing { tool, args });
-        let spawned = std::thread::Builder::new()
-            .name(format!("probe-{step}"))
-            .spawn(move || {
-                let probed = executor::probe::run(&invocation, &probe_cancel);
-                let _ = tx.send(Event::Probed {
-                    step,
-                    probed,
-                    probing,
-                });
-            });
-        if let Err(err) = spawned {
-            let why = format!("cannot start a thread for the probe: {err}");
-            return self.respond(
-                conn,
-                &Response::error(id, ErrorCode::ToolFailed, why).step(step),
-            );
+            traceparent: self
+                .spec
+                .traceparent
+                .as_deref()
+                .and_then(|run| crate::trace::step_traceparent(run, step)),
         }
-        self.steps.calling(
-            step,
-            CallInFlight {
-                conn,
-                http: false,
-                id,
-                record,
-                fresh,
-                cancel,
-                started: Instant::now(),
-            },
-        );
+    }
+
+    /// Runs `work` (a tool, or its probe: `what`) for `call`'s step on a
+    /// thread of its own; the call is in flight, and a stop cancels it,
+    /// until the event `work` makes comes back to the loop.
+    fn off_the_loop(
+        &mut self,
+        what: &str,
+        call: CallInFlight,
+        work: impl FnOnce(&Cancel) -> Event + Send + 'static,
+    ) {
+        let step = call.record.step;
+        let cancel = Arc::clone(&call.cancel);
+        let tx = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{what}-{step}"))
+            .spawn(move || {
+                let _ = tx.send(work(&cancel));
+            });
+        match spawned {
+            Ok(_) => self.steps.calling(step, call),
+            Err(err) => self.respond(
+                call.conn,
+                &Response::error(
+                    call.id,
+                    ErrorCode::ToolFailed,
+                    format!("cannot start a thread for the {what}: {err}"),
+                )
+                .step(step),
+            ),
+        }
     }
 
     /// A probe answered: the step is reconciled with what its destination

@@ -253,16 +253,8 @@ impl Supervisor<'_> {
             return;
         }
         let stale_ms = self.stale_ms();
-        let in_flight: Vec<crate::journal::budgets::Hold> = self
-            .held
-            .flights
-            .values()
-            .map(|hold| crate::journal::budgets::Hold {
-                task: hold.task.clone(),
-                args_hash: hold.args_hash.clone(),
-                ..*hold
-            })
-            .collect();
+        let in_flight: Vec<crate::journal::budgets::Hold> =
+            self.held.flights.values().cloned().collect();
         for hold in in_flight {
             // Against no budget: these calls are on their way already.
             if let Err(err) = self.journal().budget_hold(&[], &hold, stale_ms) {
