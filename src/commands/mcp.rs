@@ -1,8 +1,6 @@
 //! `durun mcp`: an MCP server in front of another, its tool calls steps of
 //! the run it is part of (SPEC 13).
 
-use std::sync::Arc;
-
 use anyhow::Result;
 
 use crate::cli::McpArgs;
@@ -35,15 +33,16 @@ pub(crate) fn exec(args: &McpArgs, settings: &Settings) -> Result<i32> {
             None
         }
     };
-    let journaling = Arc::new(Journaling::new(
+    let client = ToClient::new();
+    let journaling = Journaling::new(
         run,
         args.name.clone(),
         config.mcp,
         config
             .mcp_max_message
             .unwrap_or(crate::config::MCP_MAX_MESSAGE),
-    ));
-    let client = ToClient::new();
+        client.clone(),
+    );
     match &args.url {
         Some(url) => {
             crate::config::check_upstream(url)

@@ -178,6 +178,14 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
             reads::steps(tx, &sql::STEPS_BY_CONTENT, &[task.into()])
         })
     }
+    /// The task's live MCP step whose key is `key`: an MCP task asked for
+    /// by its id (SPEC 22).
+    fn mcp_step_by_key(&mut self, task: &str, key: &str) -> Result<Option<StepRecord>> {
+        read(self, |tx| {
+            reads::steps(tx, &sql::MCP_STEP_BY_KEY, &[task.into(), key.into()])
+        })
+        .map(|steps| steps.into_iter().next())
+    }
     /// How many live steps the task has, and the highest step number.
     fn replay_bounds(&mut self, task: &str) -> Result<(u64, u64)> {
         read(self, |tx| reads::replay_bounds(tx, task))

@@ -19,6 +19,19 @@ pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClien
         journaling,
         client: client.clone(),
     });
+    {
+        // durun's own messages (a task's call in doubt, a cancel) go out
+        // as the client's do.
+        let sender = Arc::clone(&server);
+        server
+            .journaling
+            .connect_server(Box::new(move |message: Vec<u8>| {
+                let server = Arc::clone(&sender);
+                let parsed: Value = serde_json::from_slice(&message).unwrap_or(Value::Null);
+                std::thread::spawn(move || server.send(message, &parsed));
+                true
+            }));
+    }
     let mut posts = Vec::new();
     let max = server.journaling.max_message();
     let too_long = || {
@@ -41,14 +54,19 @@ pub(crate) fn relay_url(url: &str, journaling: Arc<Journaling>, client: &ToClien
             std::thread::spawn(move || listener.listen());
         } else {
             let server = Arc::clone(&server);
-            posts.push(std::thread::spawn(move || server.post(&forward, &parsed)));
+            posts.push(std::thread::spawn(move || server.send(forward, &parsed)));
         }
         true
     });
     for post in posts {
         let _ = post.join();
     }
+    // The client left; its tasks' calls run to their ends (SPEC 22).
+    server.journaling.drain();
 }
+
+/// How many times a task's call is sent again after its connection broke.
+const RESENDS: u32 = 6;
 
 struct Server {
     url: String,
@@ -59,8 +77,37 @@ struct Server {
 }
 
 impl Server {
+    /// Posts a message; a task's call whose connection broke before its
+    /// answer came goes again, with its key, a few times with backoff.
+    fn send(&self, mut message: Vec<u8>, parsed: &Value) {
+        let mut id = parsed.get("id").filter(|id| !id.is_null()).cloned();
+        let mut parsed = parsed.clone();
+        for attempt in 0..=RESENDS {
+            self.post(&message, &parsed);
+            let Some(sent) = &id else {
+                return;
+            };
+            let Some((again, own)) = self.journaling.resend(sent) else {
+                return;
+            };
+            if attempt == RESENDS {
+                self.journaling
+                    .give_up(&own, "its connection broke, every time it was sent");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+            message = again;
+            parsed = serde_json::json!({ "id": own });
+            id = Some(own);
+        }
+    }
+
     fn post(&self, message: &[u8], parsed: &Value) {
-        let id = parsed.get("id").filter(|id| !id.is_null());
+        // A task's call was answered with its task: its failures are the
+        // task's, never a second answer to the request.
+        let id = parsed
+            .get("id")
+            .filter(|id| !id.is_null() && !self.journaling.awaits_task(id));
         let answer = crate::web::client().and_then(|client| {
             let mut request = client
                 .post(&self.url)
@@ -209,7 +256,8 @@ impl Server {
     }
 
     fn deliver(&self, message: Vec<u8>) {
-        self.client
-            .send(&self.journaling.on_server_message(message));
+        if let Some(message) = self.journaling.on_server_message(message) {
+            self.client.send(&message);
+        }
     }
 }

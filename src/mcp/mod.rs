@@ -14,6 +14,7 @@ mod http;
 mod journaling;
 mod run;
 mod stdio;
+mod tasks;
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};

@@ -2,8 +2,8 @@
 //! message a line each way.
 
 use std::io::{BufReader, Write as _};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -43,8 +43,13 @@ pub(crate) fn relay_command(
         let _ = child.wait();
         return Err(cannot_start(err).into());
     }
-    let mut server_in = child.stdin.take().expect("piped");
+    // Shared: a task's call in doubt is sent again by durun itself.
+    let server_in = Arc::new(Mutex::new(child.stdin.take()));
     let server_out = child.stdout.take().expect("piped");
+    {
+        let server_in = Arc::clone(&server_in);
+        journaling.connect_server(Box::new(move |message| write_line(&server_in, message)));
+    }
     let max = journaling.max_message();
     // The server's answers go to the client. When the server exits, every
     // call in flight gets an error and `durun mcp` exits with it (SPEC 17):
@@ -62,7 +67,11 @@ pub(crate) fn relay_command(
                         &format!("durun: the MCP server sent a message over {max} bytes ([mcp] max_message); it was dropped"),
                     );
                 },
-                |message| client.send(&journaling.on_server_message(message)),
+                |message| {
+                    journaling
+                        .on_server_message(message)
+                        .is_none_or(|message| client.send(&message))
+                },
             );
             journaling.server_gone(&client);
             let code = child.wait().map_or(1, |status| status.code().unwrap_or(1));
@@ -80,22 +89,31 @@ pub(crate) fn relay_command(
             );
         },
         |message| match journaling.on_client_message(message, client) {
-            Some(mut forward) => {
-                forward.push(b'\n');
-                server_in
-                    .write_all(&forward)
-                    .and_then(|()| server_in.flush())
-                    .is_ok()
-            }
+            Some(forward) => write_line(&server_in, forward),
             None => true,
         },
     );
-    // The client is done: so is the server, once its stdin closes; the
-    // thread above then exits with the server's code.
-    drop(server_in);
+    // The client is done. Its tasks' calls run to their ends (SPEC 22);
+    // then so is the server, once its stdin closes, and the thread above
+    // exits with the server's code.
+    journaling.drain();
+    server_in.lock().expect("server stdin lock").take();
     loop {
         std::thread::park();
     }
+}
+
+/// Writes one message and its newline to the server; `false` once it is
+/// gone (or its stdin was closed).
+fn write_line(server_in: &Mutex<Option<ChildStdin>>, mut message: Vec<u8>) -> bool {
+    message.push(b'\n');
+    let mut server_in = server_in.lock().expect("server stdin lock");
+    server_in.as_mut().is_some_and(|server_in| {
+        server_in
+            .write_all(&message)
+            .and_then(|()| server_in.flush())
+            .is_ok()
+    })
 }
 
 /// Calls `each` with every non-empty line of `reader` (without its end),

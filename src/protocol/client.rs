@@ -44,6 +44,9 @@ pub(crate) enum Outgoing<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         timeout: Option<String>,
     },
+    Find {
+        idempotency_key: &'a str,
+    },
     Sleep {
         #[serde(skip_serializing_if = "Option::is_none")]
         seconds: Option<f64>,
@@ -119,6 +122,19 @@ pub(crate) struct Answer {
     pub(crate) output: Value,
     #[serde(default)]
     pub(crate) error: Option<AnswerError>,
+    /// A `find`'s answer.
+    #[serde(default)]
+    pub(crate) found: Option<FoundStep>,
+}
+
+/// The MCP step a `find` found.
+#[derive(Deserialize, Debug)]
+pub(crate) struct FoundStep {
+    /// `running`, `finished` or `reopened`.
+    pub(crate) state: String,
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) args: Value,
 }
 
 #[derive(Deserialize, Debug)]

@@ -48,7 +48,7 @@ use serde::Serialize;
 
 pub(crate) use lenient::{names_an_op, sniff_id};
 pub(crate) use request::{Closes, Line, MAX_SLEEP_SECONDS, Request, Wake, parse_line};
-pub(crate) use response::{AheadStep, ErrorCode, Response};
+pub(crate) use response::{AheadStep, ErrorCode, Found, Response};
 
 /// The protocol version in `DURUN_PROTOCOL`.
 pub(crate) const VERSION: u32 = 1;

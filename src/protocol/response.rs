@@ -48,6 +48,13 @@
 //! on; `{"id":7,"ok":true,"step":9}` once steps through 9 are counted
 //! replayed.
 //!
+//! ## `find`
+//!
+//! An MCP step by its key: `{"id":8,"ok":true,"step":5,"found":{"state":"running",…}}`
+//! while it runs; a finished one answered as a replayed `begin`; one in
+//! doubt opened for the asker as a `begin` is (`"in_doubt":true`), with
+//! `found.name` and `found.args` to run it by.
+//!
 //! ## Errors
 //!
 //! `{"id":…,"ok":false,"error":{"code":…,"message":…}}` with a code from
@@ -142,6 +149,18 @@ pub(crate) struct Response {
     pub(crate) error: Option<ErrorBody>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) steps: Option<Vec<AheadStep>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) found: Option<Found>,
+}
+
+/// What a `find` found.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Found {
+    /// `running` (an open step someone runs), `finished` (answered as a
+    /// replay), `reopened` (it was in doubt: the asker runs it now).
+    pub(crate) state: &'static str,
+    pub(crate) name: String,
+    pub(crate) args: JsonText,
 }
 
 /// A recorded step in an `ahead` answer: what a `begin` of this name and
@@ -168,6 +187,7 @@ impl Response {
             patched: None,
             error: None,
             steps: None,
+            found: None,
         }
     }
 

@@ -70,6 +70,22 @@ impl Contents {
         take(&mut self.pending, name, args_hash)
     }
 
+    /// The step in doubt whose key is `key`, taken to run again.
+    pub(super) fn take_pending_key(&mut self, key: &str) -> Option<StepRecord> {
+        let (at, index) = self.pending.iter().find_map(|(at, queue)| {
+            queue
+                .iter()
+                .position(|record| record.idempotency_key == key)
+                .map(|index| (at.clone(), index))
+        })?;
+        let queue = self.pending.get_mut(&at)?;
+        let record = queue.remove(index);
+        if queue.is_empty() {
+            self.pending.remove(&at);
+        }
+        record
+    }
+
     /// Whether the task's recorded steps were read ([`Self::load`]).
     pub(super) fn loaded(&self) -> bool {
         self.loaded

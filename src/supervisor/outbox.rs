@@ -57,6 +57,9 @@ pub(super) enum Then {
     Finished { id: Value, started: Instant },
     /// A `mutate` begin's intent is written: answer the begin.
     Opened { id: Value, in_doubt: bool },
+    /// An MCP step in doubt, asked for by its key (`find`), is written as
+    /// its next attempt: answer the `find` as a `begin` in doubt.
+    Reopened { id: Value },
     /// A patch's marker is written: answer `patched: true`.
     Patched { id: Value },
     /// A `mutate` call's intent is written: start its tool.
@@ -81,6 +84,7 @@ impl Then {
         match self {
             Then::Finished { id, .. }
             | Then::Opened { id, .. }
+            | Then::Reopened { id }
             | Then::Call { id, .. }
             | Then::Patched { id }
             | Then::Seeded { id }

@@ -124,6 +124,28 @@ impl Steps {
             .map(|(step, _)| *step)
     }
 
+    /// The open step whose key is `key`, and who began it.
+    pub(super) fn open_with_key(&self, key: &str) -> Option<&OpenStep> {
+        self.open
+            .values()
+            .find(|open| open.record.idempotency_key == key)
+    }
+
+    /// Takes the open MCP steps `conn` began: it is gone, and they are in
+    /// doubt now (`durun mcp` died inside them).
+    pub(super) fn take_mcp_of(&mut self, conn: Conn) -> Vec<OpenStep> {
+        let steps: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, open)| open.begun_by.0 == conn && open.record.kind == StepKind::Mcp)
+            .map(|(step, _)| *step)
+            .collect();
+        steps
+            .into_iter()
+            .filter_map(|step| self.open.remove(&step))
+            .collect()
+    }
+
     /// durun runs `step`'s tool from now on.
     pub(super) fn calling(&mut self, step: u64, call: CallInFlight) {
         debug_assert!(!self.in_flight(step), "step {step} is in flight already");

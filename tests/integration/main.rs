@@ -29,6 +29,7 @@ mod listeners;
 mod mcp;
 mod mcp_faults;
 mod mcp_server;
+mod mcp_tasks;
 mod mcp_torture;
 mod messages;
 mod posted;

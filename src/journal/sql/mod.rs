@@ -109,6 +109,14 @@ pub(crate) static STEPS_BY_CONTENT: Sql = Sql::made(|| {
     )
 });
 
+/// The live MCP step with an idempotency key (an MCP task's id).
+pub(crate) static MCP_STEP_BY_KEY: Sql = Sql::made(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM steps
+         WHERE task_id = $1 AND idempotency_key = $2 AND status <> 'discarded' AND kind = 'mcp'"
+    )
+});
+
 /// One live step.
 pub(crate) static LIVE_STEP: Sql = Sql::made(|| {
     format!(
@@ -384,6 +392,7 @@ mod tests {
             &COUNT_STEPS,
             &STEP_VERSIONS,
             &STEPS_BY_CONTENT,
+            &MCP_STEP_BY_KEY,
             &LIVE_STEP,
             &SIGNAL_WAITING,
             &TAKE_SIGNAL,

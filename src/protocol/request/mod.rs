@@ -96,6 +96,13 @@ pub(crate) enum Request {
         through: u64,
         key: String,
     },
+    /// Where the task's MCP step with idempotency key `key` stands: an MCP
+    /// task asked for by its id (`durun mcp`, SPEC 22). A step in doubt
+    /// is opened for the asker, as an equal `begin` would open it.
+    Find {
+        id: Value,
+        key: String,
+    },
 }
 
 /// The step a `commit` or `fail` closes: by its number, or by the `id`
@@ -148,7 +155,8 @@ impl Request {
             | Self::Spawn { id, .. }
             | Self::Join { id, .. }
             | Self::Ahead { id }
-            | Self::Replayed { id, .. } => id,
+            | Self::Replayed { id, .. }
+            | Self::Find { id, .. } => id,
         }
     }
 }
@@ -293,6 +301,10 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             .ok_or_else(|| {
                 fail("`through` of a `replayed` request must be a positive integer".to_owned())
             })?,
+            key: required_string(&mut object, "idempotency_key", op).map_err(fail)?,
+            id: id.clone(),
+        },
+        "find" => Request::Find {
             key: required_string(&mut object, "idempotency_key", op).map_err(fail)?,
             id: id.clone(),
         },

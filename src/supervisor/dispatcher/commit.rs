@@ -208,6 +208,7 @@ impl<'a> Supervisor<'a> {
             Then::Marked => {}
             Then::Finished { id, started } => self.answer_finished(conn, id, &record, started),
             Then::Opened { id, in_doubt } => self.opened(conn, id, record, false, in_doubt),
+            Then::Reopened { id } => self.reopened(conn, id, record),
             Then::Patched { id } => {
                 let mut response = Response::ok(id).step(record.step);
                 response.patched = Some(true);

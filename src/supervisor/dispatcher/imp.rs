@@ -372,6 +372,7 @@ impl Supervisor<'_> {
             }
             Event::Disconnected(conn) => {
                 self.outbox.writers.remove(&conn);
+                self.mcp_gone(conn);
             }
             Event::Oversized(conn, id) => {
                 let message = format!(

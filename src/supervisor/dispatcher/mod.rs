@@ -14,6 +14,7 @@ mod children;
 mod commit;
 mod fencing;
 mod imp;
+mod mcp_tasks;
 mod patches;
 mod proxied;
 mod requests;

@@ -24,7 +24,7 @@ use crate::report::Event as Report;
 use crate::step_key;
 use crate::supervisor::decide::{Asked, Decision, decide};
 use crate::supervisor::ending::Stop;
-use crate::supervisor::inbox::Conn;
+use crate::supervisor::inbox::{AGENT, Conn};
 use crate::supervisor::outbox::{Deferred, Then};
 use crate::supervisor::recorded::Recorded;
 use crate::supervisor::steps::{NotOpen, OpenStep};
@@ -100,6 +100,7 @@ impl Supervisor<'_> {
             Request::Patched { id, name } => self.on_patched(conn, id, &name),
             Request::Ahead { id } => self.on_ahead(conn, id),
             Request::Replayed { id, through, key } => self.on_replayed(conn, id, through, &key),
+            Request::Find { id, key } => self.on_find(conn, id, &key),
             Request::Result { id, output } => {
                 // Steps that came before it are recorded first.
                 self.flush();
@@ -269,7 +270,29 @@ impl Supervisor<'_> {
         fresh: bool,
         in_doubt: bool,
     ) {
-        let mut response = Response::ok(id.clone()).step(record.step);
+        let response = Response::ok(id.clone()).step(record.step);
+        self.opened_as(conn, id, record, fresh, in_doubt, response);
+    }
+
+    /// [`Self::opened`], answered with `response` as it is so far.
+    pub(super) fn opened_as(
+        &mut self,
+        conn: Conn,
+        id: Value,
+        record: StepRecord,
+        fresh: bool,
+        in_doubt: bool,
+        mut response: Response,
+    ) {
+        if record.kind == StepKind::Mcp && conn != AGENT && !self.outbox.writers.contains_key(&conn)
+        {
+            // Its `durun mcp` left while the intent was written: in doubt
+            // for whoever asks next.
+            if !fresh {
+                self.steps.contents.keep_pending(record);
+            }
+            return;
+        }
         response.replayed = Some(false);
         response.attempt = Some(record.attempts);
         response.idempotency_key = Some(record.idempotency_key.clone());
