@@ -14,6 +14,8 @@ restarts, and counts them in DIR/applied.jsonl. Prints one JSON line:
 what each client fetched.
 
     mcp_tasks_agent.py DIR            (the agent; DURUN_BIN is durun)
+    mcp_tasks_agent.py DIR resumed    (starts a task and waits to be killed
+                                      with its run; resumed, fetches it)
     mcp_tasks_agent.py client MODE STATE COMMAND_JSON [TITLE]"""
 
 import asyncio
@@ -188,8 +190,22 @@ def agent(dir):
     print(json.dumps({"one": one, "two": two, "three": three}), flush=True)
 
 
+def resumed(dir):
+    """A task whose whole run is killed: the resumed agent's client fetches
+    it with the id it kept, through a new durun mcp in a new run."""
+    applied = os.path.join(dir, "applied.jsonl")
+    state = os.path.join(dir, "task")
+    if os.path.exists(state):
+        print(json.dumps(fetched(start_client("fetch", state, json.dumps(durun_mcp("stdio", applied))))), flush=True)
+        return
+    start_client("start", state, json.dumps(durun_mcp("stdio", applied, os.path.join(dir, "hold"))), "kept")
+    time.sleep(3600)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "client":
         client(*sys.argv[2:])
+    elif sys.argv[2:] == ["resumed"]:
+        resumed(sys.argv[1])
     else:
         agent(sys.argv[1])

@@ -79,3 +79,62 @@ fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connectio
         "the first ran on without its client"
     );
 }
+
+#[test]
+fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_once() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    env.set(
+        "DURUN_BIN",
+        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
+    );
+    let dir = env.path("work");
+    std::fs::create_dir_all(&dir).expect("work dir");
+    let dir = dir.to_string_lossy().into_owned();
+    let mut durun = env.spawn(
+        &[
+            "run",
+            "--task",
+            "t",
+            "--",
+            "python3",
+            &agent(),
+            &dir,
+            "resumed",
+        ],
+        "run",
+    );
+    crate::env::wait_for(
+        "the tool's effect",
+        std::time::Duration::from_secs(60),
+        || env.path("work/hold.reached").exists(),
+    );
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    std::fs::write(env.path("work/hold"), "").expect("release");
+
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let fetched: Value = text(&resumed.stdout)
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("the agent's print");
+    let task = std::fs::read_to_string(env.path("work/task")).expect("the task id");
+    assert_eq!(fetched["task"], task.as_str());
+    assert_eq!(fetched["text"], "issue-1", "{fetched}");
+    assert_eq!(fetched["status"], "completed");
+    let applied = read_json_lines(&env.path("work/applied.jsonl"));
+    assert_eq!(applied.len(), 1, "applied once: {applied:?}");
+    assert_eq!(applied[0]["key"], task.as_str());
+    let inspected = env.inspect("t");
+    let step = &inspected["steps"][0];
+    assert_eq!(step["idempotency_key"], task.as_str());
+    assert_eq!(step["status"], "committed");
+    assert_eq!(
+        step["attempts"], 2,
+        "sent again, with its key, in the new run"
+    );
+}
