@@ -117,6 +117,7 @@ pub(crate) fn exec(args: &StepArgs, settings: &Settings) -> Result<i32> {
             step,
             output: &output,
             usage: &usage,
+            reconciled: false,
         }
     } else {
         Outgoing::Fail {

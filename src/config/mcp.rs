@@ -35,7 +35,8 @@ pub(super) fn mcp_tables(
     Ok((servers, max_message))
 }
 
-/// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names.
+/// `[mcp.NAME] read = [...]`, `mutate = [...]`: tool names; `probe`:
+/// the tool that says whether a call in doubt took effect (SPEC 22).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct McpServerConfig {
@@ -43,4 +44,8 @@ pub(crate) struct McpServerConfig {
     pub(crate) read: Vec<String>,
     #[serde(default)]
     pub(crate) mutate: Vec<String>,
+    /// Called with `{"idempotency_key": KEY}` before a call in doubt goes
+    /// again.
+    #[serde(default)]
+    pub(crate) probe: Option<String>,
 }

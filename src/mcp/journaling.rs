@@ -25,6 +25,9 @@ const KEY_META: &str = "io.durun/idempotency-key";
 /// The answer to a call once the run `durun mcp` belonged to is gone.
 const RUN_GONE: &str = "durun: the run this MCP server belongs to has ended: the call was not forwarded (resume the task to go on)";
 
+/// How long a probe may take to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A task's call whose server exited before it answered.
 const SERVER_GONE_TASK: &str = "durun: the MCP server exited before it answered the call; it is in doubt, and a later tasks/get or resume runs it again with its key";
 
@@ -100,6 +103,10 @@ enum Watch {
         step: u64,
         /// The MCP task it runs as, if the client asked for one.
         task: Option<String>,
+    },
+    /// durun's own probe call: its answer goes to the one waiting for it.
+    Probe {
+        reply: std::sync::mpsc::Sender<Value>,
     },
     /// A call relayed outside a run: nothing to record, but in flight.
     Relayed,
@@ -289,6 +296,27 @@ impl Journaling {
             return Some(false);
         };
         let key = answer.idempotency_key.unwrap_or_default();
+        if answer.in_doubt
+            && let Some(result) = self.probed(&key)
+        {
+            let (state, reply) = match self.reconcile(id, step, &result) {
+                Ok(()) => (
+                    State::Completed(result.clone()),
+                    json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                ),
+                Err(unrecorded) => (State::Failed(unrecorded["error"].clone()), unrecorded),
+            };
+            match ttl {
+                Some(ttl) => {
+                    self.tasks.add(&key, ttl, state, None);
+                    self.answer_created(id, &key, client);
+                }
+                None => {
+                    client.send(reply.to_string().as_bytes());
+                }
+            }
+            return Some(false);
+        }
         if mutate {
             let meta = params
                 .entry("_meta")
@@ -429,7 +457,7 @@ impl Journaling {
             }
             Watch::ToolsList => return self.tools_listed(message),
             Watch::Call { step, task } => {
-                let recorded = self.record(id, step, message);
+                let recorded = self.record(id, step, message, false);
                 let Some(task) = task else {
                     return recorded.map_or(Out::Same, Out::Replaced);
                 };
@@ -443,6 +471,10 @@ impl Journaling {
                     }
                 };
                 self.end_task(&task, state);
+                return Out::Nothing;
+            }
+            Watch::Probe { reply } => {
+                let _ = reply.send(Value::Object(message.clone()));
                 return Out::Nothing;
             }
             Watch::Relayed | Watch::Other => {}
@@ -502,6 +534,7 @@ impl Journaling {
         id: &Value,
         step: u64,
         message: &serde_json::Map<String, Value>,
+        reconciled: bool,
     ) -> Option<Value> {
         let mut run = self.run.lock().expect("run lock");
         let Some(connection) = run.as_mut() else {
@@ -512,6 +545,7 @@ impl Journaling {
                 step,
                 output: result,
                 usage: &Value::Null,
+                reconciled,
             }),
             None => {
                 let error = message
@@ -639,10 +673,7 @@ impl Journaling {
     /// and arguments as the journal has them, its key, a fresh id.
     fn own_call(&self, task: &str) -> Option<(Vec<u8>, Value)> {
         let (tool, args) = self.calls.lock().expect("calls lock").get(task).cloned()?;
-        let own = json!(format!(
-            "durun-{}",
-            self.own_ids.fetch_add(1, Ordering::Relaxed) + 1
-        ));
+        let own = self.own_id();
         let message = json!({
             "jsonrpc": "2.0",
             "id": own,
@@ -801,6 +832,14 @@ impl Journaling {
             .lock()
             .expect("calls lock")
             .insert(task.to_owned(), (tool, found.args.clone()));
+        if let Some(result) = self.probed(task) {
+            let state = match self.reconcile(&Value::Null, step, &result) {
+                Ok(()) => State::Completed(result),
+                Err(unrecorded) => State::Failed(unrecorded["error"].clone()),
+            };
+            self.end_task(task, state);
+            return;
+        }
         let Some((message, own)) = self.own_call(task) else {
             return;
         };
@@ -815,6 +854,76 @@ impl Journaling {
         if !self.send_server(message) {
             self.give_up(&own, "the server is gone");
         }
+    }
+
+    /// A fresh id for a request of durun's own.
+    fn own_id(&self) -> Value {
+        json!(format!(
+            "durun-{}",
+            self.own_ids.fetch_add(1, Ordering::Relaxed) + 1
+        ))
+    }
+
+    /// Asks the server whether the call in doubt with key `key` took
+    /// effect, when `[mcp.NAME] probe` names a tool for it (SPEC 22): its
+    /// result when it did (not `isError`), else `None` (it did not, or the
+    /// probe could not tell), and the call goes again with its key.
+    fn probed(&self, key: &str) -> Option<Value> {
+        let tool = self
+            .name
+            .as_ref()
+            .and_then(|name| self.config.get(name))
+            .and_then(|config| config.probe.clone())?;
+        let own = self.own_id();
+        let (reply, answer) = std::sync::mpsc::channel();
+        self.watch(&own, Watch::Probe { reply });
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": own,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": {"idempotency_key": key}},
+        });
+        let why = if self.send_server(message.to_string().into_bytes()) {
+            match answer.recv_timeout(PROBE_TIMEOUT) {
+                Ok(answer) => match answer.get("result") {
+                    Some(result) if result.get("isError") != Some(&Value::Bool(true)) => {
+                        return Some(result.clone());
+                    }
+                    Some(_) => {
+                        say(&format!(
+                            "the probe `{tool}` says the call in doubt with key {key} did not take effect: it goes again with its key"
+                        ));
+                        return None;
+                    }
+                    None => format!(
+                        "it answered an error: {}",
+                        answer
+                            .pointer("/error/message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("no message")
+                    ),
+                },
+                Err(_) => format!("no answer in {} s", PROBE_TIMEOUT.as_secs()),
+            }
+        } else {
+            "the server is gone".to_owned()
+        };
+        self.watched
+            .lock()
+            .expect("watch lock")
+            .remove(&own.to_string());
+        say(&format!(
+            "the probe `{tool}` could not tell whether the call in doubt with key {key} took effect ({why}): it goes again with its key"
+        ));
+        None
+    }
+
+    /// Records `result`, a probe's, as the end of the step in doubt `step`
+    /// (`reconciled`): the error for request `id` if it could not be.
+    fn reconcile(&self, id: &Value, step: u64, result: &Value) -> Result<(), Value> {
+        let mut message = serde_json::Map::new();
+        message.insert("result".to_owned(), result.clone());
+        self.record(id, step, &message, true).map_or(Ok(()), Err)
     }
 
     /// Sends a message of durun's own to the server.

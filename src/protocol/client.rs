@@ -28,6 +28,8 @@ pub(crate) enum Outgoing<'a> {
         step: u64,
         output: &'a Value,
         usage: &'a Value,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        reconciled: bool,
     },
     Fail {
         step: u64,
@@ -118,6 +120,9 @@ pub(crate) struct Answer {
     pub(crate) attempt: Option<u32>,
     #[serde(default)]
     pub(crate) idempotency_key: Option<String>,
+    /// A step a run died inside: it may have taken effect.
+    #[serde(default)]
+    pub(crate) in_doubt: bool,
     #[serde(default)]
     pub(crate) output: Value,
     #[serde(default)]

@@ -46,7 +46,7 @@ def client(mode, state, command, title=None):
                 init = await session.initialize()
                 if mode in ("start", "start-fetch"):
                     tools = await session.list_tools()
-                    support = tools.tools[0].execution.taskSupport
+                    support = next(tool for tool in tools.tools if tool.name == "create_issue").execution.taskSupport
                     created = await session.experimental.call_tool_as_task(
                         "create_issue", {"title": title}
                     )
@@ -198,7 +198,8 @@ def resumed(dir):
     if os.path.exists(state):
         print(json.dumps(fetched(start_client("fetch", state, json.dumps(durun_mcp("stdio", applied))))), flush=True)
         return
-    start_client("start", state, json.dumps(durun_mcp("stdio", applied, os.path.join(dir, "hold"))), "kept")
+    hold = [os.path.join(dir, "hold")] + (["before"] if os.environ.get("HOLD_BEFORE") else [])
+    start_client("start", state, json.dumps(durun_mcp("stdio", applied, *hold)), "kept")
     time.sleep(3600)
 
 

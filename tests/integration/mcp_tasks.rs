@@ -80,16 +80,18 @@ fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connectio
     );
 }
 
-#[test]
-fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_once() {
-    if !mcp_sdk() {
-        return;
-    }
-    let mut env = TestEnv::new();
+/// Runs the agent's `resumed` mode: it starts a task whose tool holds
+/// (after its effect, or `before` it), durun is killed with SIGKILL, and
+/// the resumed agent's client fetches the task by the id it kept. What it
+/// fetched, the task's id, and the task's one step.
+fn killed_then_fetched(env: &mut TestEnv, hold_before: bool) -> (Value, String, Value) {
     env.set(
         "DURUN_BIN",
         assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
     );
+    if hold_before {
+        env.set("HOLD_BEFORE", "1");
+    }
     let dir = env.path("work");
     std::fs::create_dir_all(&dir).expect("work dir");
     let dir = dir.to_string_lossy().into_owned();
@@ -107,7 +109,7 @@ fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_onc
         "run",
     );
     crate::env::wait_for(
-        "the tool's effect",
+        "the tool's call",
         std::time::Duration::from_secs(60),
         || env.path("work/hold.reached").exists(),
     );
@@ -130,11 +132,63 @@ fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_onc
     assert_eq!(applied.len(), 1, "applied once: {applied:?}");
     assert_eq!(applied[0]["key"], task.as_str());
     let inspected = env.inspect("t");
-    let step = &inspected["steps"][0];
+    let step = inspected["steps"][0].clone();
     assert_eq!(step["idempotency_key"], task.as_str());
     assert_eq!(step["status"], "committed");
+    (fetched, task, step)
+}
+
+/// How many times the server's `create_issue` was called.
+fn calls(env: &TestEnv) -> usize {
+    read_json_lines(&env.path("work/applied.jsonl.calls")).len()
+}
+
+#[test]
+fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_once() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let (_, _, step) = killed_then_fetched(&mut env, false);
     assert_eq!(
         step["attempts"], 2,
         "sent again, with its key, in the new run"
     );
+    assert_eq!(calls(&env), 2);
+}
+
+#[test]
+fn a_call_in_doubt_that_took_effect_is_reconciled_by_the_servers_probe_tool() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
+    let (_, _, step) = killed_then_fetched(&mut env, false);
+    assert_eq!(calls(&env), 1, "the probe settled it: not sent again");
+    assert_eq!(step["resolution"], "reconciled", "{step}");
+    assert_eq!(step["attempts"], 1);
+    assert_eq!(step["output"]["content"][0]["text"], "issue-1");
+}
+
+#[test]
+fn a_call_in_doubt_that_never_took_effect_goes_again_with_its_key_once_the_probe_says_so() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
+    let (_, task, step) = killed_then_fetched(&mut env, true);
+    let seen = read_json_lines(&env.path("work/applied.jsonl.calls"));
+    assert_eq!(
+        seen.len(),
+        2,
+        "held before its effect, then sent again: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|call| call["key"] == task.as_str()),
+        "{seen:?}"
+    );
+    assert_eq!(step["resolution"], Value::Null, "{step}");
+    assert_eq!(step["attempts"], 2);
 }

@@ -33,6 +33,14 @@ pub(crate) enum Request {
         output: Value,
         usage: Option<Value>,
     },
+    /// A `commit` with `"reconciled": true`: the step was in doubt, and
+    /// asking its destination (a probe) found it took effect: `output` is
+    /// what the destination says, and nothing ran again.
+    Reconciled {
+        id: Value,
+        step: Closes,
+        output: Value,
+    },
     Fail {
         id: Value,
         step: Closes,
@@ -138,7 +146,10 @@ impl Request {
     /// Whether it closes a step the agent opened (`commit`, `fail`)
     /// rather than opening or asking anything.
     pub(crate) fn closes_a_step(&self) -> bool {
-        matches!(self, Self::Commit { .. } | Self::Fail { .. })
+        matches!(
+            self,
+            Self::Commit { .. } | Self::Reconciled { .. } | Self::Fail { .. }
+        )
     }
 
     pub(crate) fn id(&self) -> &Value {
@@ -146,6 +157,7 @@ impl Request {
             Self::Call { id, .. }
             | Self::Begin { id, .. }
             | Self::Commit { id, .. }
+            | Self::Reconciled { id, .. }
             | Self::Fail { id, .. }
             | Self::Result { id, .. }
             | Self::Retry { id, .. }
@@ -245,6 +257,13 @@ fn decode(op: &str, mut object: Map<String, Value>) -> Result<Request, DecodeErr
             mcp: is_mcp(&mut object).map_err(fail)?,
             id: id.clone(),
         },
+        "commit" if optional(&mut object, "reconciled") == Some(Value::Bool(true)) => {
+            Request::Reconciled {
+                step: closes(&mut object, op).map_err(fail)?,
+                output: object.remove("output").unwrap_or(Value::Null),
+                id: id.clone(),
+            }
+        }
         "commit" => Request::Commit {
             step: closes(&mut object, op).map_err(fail)?,
             output: object.remove("output").unwrap_or(Value::Null),

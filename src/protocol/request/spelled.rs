@@ -14,6 +14,10 @@ const OPS: [&str; 13] = [
     "sleep", "spawn", "wait",
 ];
 
+/// The ops only durun's own commands send (`find`, from `durun mcp`):
+/// documented, but no SDK needs them.
+const OWN_OPS: [&str; 1] = ["find"];
+
 /// Whether the decoder takes `op` (its other fields may still be wrong).
 fn decoded(op: &str) -> bool {
     match parse_line(format!(r#"{{"op":"{op}","id":1}}"#).as_bytes()) {
@@ -60,7 +64,12 @@ fn sources(dir: &str, ext: &str) -> String {
 #[test]
 fn every_op_is_spelled_alike_in_the_decoder_the_docs_and_both_sdks() {
     let ops: BTreeSet<String> = OPS.map(str::to_owned).into();
-    for op in &ops {
+    let documented: BTreeSet<String> = ops
+        .iter()
+        .cloned()
+        .chain(OWN_OPS.map(str::to_owned))
+        .collect();
+    for op in &documented {
         assert!(decoded(op), "the decoder does not take {op:?}");
     }
     assert!(!decoded("calls"), "the decoder takes any op");
@@ -85,7 +94,12 @@ fn every_op_is_spelled_alike_in_the_decoder_the_docs_and_both_sdks() {
         ),
     ];
     for (place, found) in places {
-        let unknown: Vec<_> = found.difference(&ops).collect();
+        let ops = if place == "docs/protocol.md" {
+            &documented
+        } else {
+            &ops
+        };
+        let unknown: Vec<_> = found.difference(ops).collect();
         let missing: Vec<_> = ops.difference(&found).collect();
         assert!(
             unknown.is_empty() && missing.is_empty(),

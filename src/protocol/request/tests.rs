@@ -76,7 +76,7 @@ fn decodes_commit_and_fail_by_step_or_begin() {
             id: json!(2),
             step: Closes::Step(5),
             output: json!("x"),
-            usage: None
+            usage: None,
         }
     );
     assert_eq!(
@@ -94,7 +94,7 @@ fn decodes_commit_and_fail_by_step_or_begin() {
             id: json!(4),
             step: Closes::Begin(Box::new(json!("b3"))),
             output: json!(1),
-            usage: None
+            usage: None,
         }
     );
     assert_eq!(
@@ -278,5 +278,21 @@ fn deep_requests_are_read_to_a_thousand_levels() {
     assert!(matches!(
         parse_line(format!("{}{}", "[".repeat(5000), "]".repeat(5000)).as_bytes()),
         Line::Passthrough
+    ));
+}
+
+#[test]
+fn a_reconciled_commit_is_a_request_of_its_own() {
+    assert_eq!(
+        request(r#"{"op":"commit","id":2,"step":5,"output":"x","reconciled":true}"#),
+        Request::Reconciled {
+            id: json!(2),
+            step: Closes::Step(5),
+            output: json!("x"),
+        }
+    );
+    assert!(matches!(
+        request(r#"{"op":"commit","id":2,"step":5,"reconciled":false}"#),
+        Request::Commit { .. }
     ));
 }

@@ -73,6 +73,10 @@ impl Supervisor<'_> {
                 output,
                 usage,
             } => self.on_close(conn, id, step, Ok((output, usage))),
+            Request::Reconciled { id, step, output } => {
+                self.reconciling(conn, &step);
+                self.on_close(conn, id, step, Ok((output, None)));
+            }
             Request::Fail {
                 id,
                 step,
