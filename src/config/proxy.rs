@@ -53,6 +53,9 @@ pub(crate) struct RouteConfig {
     /// `"METHOD /path"` requests whose effect is not the method's default.
     pub(crate) read: Vec<String>,
     pub(crate) mutate: Vec<String>,
+    /// `"GET /path?key={key}"`: asks whether a request in doubt took
+    /// effect (SPEC 22).
+    pub(crate) probe: Option<String>,
 }
 
 impl RouteConfig {
@@ -111,6 +114,7 @@ struct RawRoute {
     read: Vec<String>,
     #[serde(default)]
     mutate: Vec<String>,
+    probe: Option<String>,
 }
 
 /// An `ignore` pointer durun can take out of a request (also `*`, `**`).
@@ -154,59 +158,8 @@ impl RawProxy {
         }
         let mut routes = BTreeMap::new();
         for (name, raw) in self.routes {
-            // The route's own variable, set on top of the agent's
-            // environment: one that decides what runs or where durun is
-            // would let a config take over the agent.
-            let at = format!("[proxy.routes.{name}]");
-            if MODEL_ROUTES.contains(&name.as_str()) {
-                return Err(format!(
-                    "{at}: `{name}` is a built-in route; set its upstream in [proxy.{name}]"
-                ));
-            }
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                return Err(format!(
-                    "{at}: a route's name is letters, digits, `-` and `_` (it is a URL path segment)"
-                ));
-            }
-            check_upstream(&raw.upstream).map_err(|message| format!("{at} upstream: {message}"))?;
-            if let Some(env) = &raw.env
-                && (env.is_empty()
-                    || env.starts_with(|c: char| c.is_ascii_digit())
-                    || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-            {
-                return Err(format!("{at} env: {env:?} is not a variable name"));
-            }
-            if let Some(env) = &raw.env
-                && reserved_variable(env)
-            {
-                return Err(format!(
-                    "{at} env: `{env}` is not for a route's URL: it would change how the agent runs (PATH, HOME, LD_*, DYLD_* and DURUN_* are refused); name a variable of the agent's own, such as {}_URL",
-                    name.to_uppercase().replace('-', "_")
-                ));
-            }
-            for entry in raw.read.iter().chain(&raw.mutate) {
-                if !entry
-                    .split_once(' ')
-                    .is_some_and(|(method, path)| !method.is_empty() && path.starts_with('/'))
-                {
-                    return Err(format!(
-                        "{at}: {entry:?} is not \"METHOD /path\" (as in \"POST /search\")"
-                    ));
-                }
-            }
-            routes.insert(
-                name,
-                RouteConfig {
-                    env: raw.env,
-                    upstream: raw.upstream,
-                    read: raw.read,
-                    mutate: raw.mutate,
-                },
-            );
+            let route = raw.check(&name)?;
+            routes.insert(name, route);
         }
         Ok(ProxyConfig {
             enabled: self.enabled.unwrap_or(true),
@@ -224,6 +177,73 @@ impl RawProxy {
                 .transpose()?,
             model_upstreams,
             routes,
+        })
+    }
+}
+
+impl RawRoute {
+    /// A route's table, checked: `[proxy.routes.NAME]`.
+    fn check(self, name: &str) -> Result<RouteConfig, String> {
+        let raw = self;
+        // The route's own variable, set on top of the agent's
+        // environment: one that decides what runs or where durun is
+        // would let a config take over the agent.
+        let at = format!("[proxy.routes.{name}]");
+        if MODEL_ROUTES.contains(&name) {
+            return Err(format!(
+                "{at}: `{name}` is a built-in route; set its upstream in [proxy.{name}]"
+            ));
+        }
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "{at}: a route's name is letters, digits, `-` and `_` (it is a URL path segment)"
+            ));
+        }
+        check_upstream(&raw.upstream).map_err(|message| format!("{at} upstream: {message}"))?;
+        if let Some(env) = &raw.env
+            && (env.is_empty()
+                || env.starts_with(|c: char| c.is_ascii_digit())
+                || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            return Err(format!("{at} env: {env:?} is not a variable name"));
+        }
+        if let Some(env) = &raw.env
+            && reserved_variable(env)
+        {
+            return Err(format!(
+                "{at} env: `{env}` is not for a route's URL: it would change how the agent runs (PATH, HOME, LD_*, DYLD_* and DURUN_* are refused); name a variable of the agent's own, such as {}_URL",
+                name.to_uppercase().replace('-', "_")
+            ));
+        }
+        for entry in raw.read.iter().chain(&raw.mutate) {
+            if !entry
+                .split_once(' ')
+                .is_some_and(|(method, path)| !method.is_empty() && path.starts_with('/'))
+            {
+                return Err(format!(
+                    "{at}: {entry:?} is not \"METHOD /path\" (as in \"POST /search\")"
+                ));
+            }
+        }
+        if let Some(probe) = &raw.probe
+            && !probe.split_once(' ').is_some_and(|(method, path)| {
+                reqwest::Method::from_bytes(method.as_bytes()).is_ok() && path.starts_with('/')
+            })
+        {
+            return Err(format!(
+                "{at} probe: {probe:?} is not \"METHOD /path\" (as in \"GET /charges?key={{key}}\")"
+            ));
+        }
+        Ok(RouteConfig {
+            env: raw.env,
+            upstream: raw.upstream,
+            read: raw.read,
+            mutate: raw.mutate,
+            probe: raw.probe,
         })
     }
 }
@@ -259,6 +279,7 @@ mod tests {
             upstream: "http://127.0.0.1:1".into(),
             read: read.iter().map(|s| (*s).to_owned()).collect(),
             mutate: mutate.iter().map(|s| (*s).to_owned()).collect(),
+            probe: None,
         }
     }
 

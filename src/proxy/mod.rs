@@ -88,6 +88,9 @@ pub(crate) enum Verdict {
         /// Where a streamed answer is copied as it comes, for someone
         /// watching the task's events (SPEC 20).
         tap: Option<crate::task::live::Tap>,
+        /// A run died inside it: it may have taken effect, and its route's
+        /// probe, if it has one, is asked first (SPEC 22).
+        in_doubt: bool,
     },
     /// Answer it with this status and error, forwarding nothing.
     Refuse {
@@ -137,6 +140,9 @@ pub(crate) enum End {
     /// A whole answer over `[proxy] max_record`: the agent got it, the
     /// journal did not; the step stays an attempt (SPEC 17).
     TooLarge { message: String },
+    /// Nothing was sent: the request was in doubt, and its route's probe
+    /// says it took effect; `answer` is the probe's (SPEC 22).
+    Reconciled { answer: Answer },
 }
 
 /// How the proxy reaches the loop: `false` once the loop is gone.

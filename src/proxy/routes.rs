@@ -56,6 +56,17 @@ impl Route {
         }
     }
 
+    /// The route's probe (SPEC 22): its method, and the URL it asks with
+    /// `key` in place of `{key}`.
+    pub(crate) fn probe(&self, key: &str) -> Option<(String, String)> {
+        let probe = self.custom.as_ref()?.probe.as_deref()?;
+        let (method, path) = probe.split_once(' ')?;
+        Some((
+            method.to_owned(),
+            format!("{}{}", self.upstream, path.replace("{key}", key)),
+        ))
+    }
+
     /// The PATH of a step's name for `rest`, what follows the route's name
     /// in a request: `rest` read as the upstream reads it (its `.` and
     /// `..` resolved, [`normalized`]), then what follows the route's base.

@@ -20,7 +20,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::oneshot;
 
-use super::exchange::{Clients, Forward, exchange};
+use super::exchange::{Clients, Forward, Probed, exchange};
 use super::http::{Body, accept, error, full, is_secret};
 use super::recording::{self, Answer};
 use super::routes::{Routes, Unresolved};
@@ -198,7 +198,14 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             own,
             traceparent,
             tap,
+            in_doubt,
         } => {
+            let probe = key.as_deref().and_then(|key| route.probe(key));
+            if let Some(probe) = probe.filter(|_| in_doubt)
+                && let Some(answer) = probed(&shared, &route_name, probe, &parts.headers).await
+            {
+                return reconciled(&shared, flight, own, answer).await;
+            }
             let forward = Forward {
                 traceparent,
                 tap,
@@ -214,15 +221,20 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 flight,
                 own,
             };
-            let (head, answer) = oneshot::channel();
-            let shared = Arc::clone(&shared);
-            tokio::spawn(async move {
-                let limits = (shared.routes.max_record, shared.routes.limiter.as_ref());
-                exchange(&shared.clients, &shared.inbox, limits, forward, head).await;
-            });
-            answer.await.unwrap_or_else(|_| ended())
+            forwarded(&shared, forward).await
         }
     }
+}
+
+/// Sends `forward` upstream on a task of its own: the agent's answer.
+async fn forwarded(shared: &Arc<Shared>, forward: Forward) -> Response<Body> {
+    let (head, answer) = oneshot::channel();
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let limits = (shared.routes.max_record, shared.routes.limiter.as_ref());
+        exchange(&shared.clients, &shared.inbox, limits, forward, head).await;
+    });
+    answer.await.unwrap_or_else(|_| ended())
 }
 
 /// The route a request's path names and the path under its base, or the
@@ -268,6 +280,47 @@ fn target<'s>(
         ),
     };
     Err(Box::new(refused))
+}
+
+/// Asks the route's probe whether a request in doubt took effect (SPEC
+/// 22): the probe's answer when it did; `None` when it did not or cannot
+/// tell, and the request goes again with its key.
+async fn probed(
+    shared: &Shared,
+    route: &str,
+    (method, url): (String, String),
+    headers: &hyper::HeaderMap,
+) -> Option<Answer> {
+    let max = shared.routes.max_record;
+    match super::exchange::probe(&shared.clients, &method, &url, headers, max).await {
+        Probed::Applied(answer) => Some(answer),
+        Probed::NotApplied => None,
+        Probed::Unknown(why) => {
+            crate::report::say(&format!(
+                "the probe of route `{route}` could not tell whether a request in doubt took effect ({why}): it goes again with its key"
+            ));
+            None
+        }
+    }
+}
+
+/// Records the probe's `answer` as the end of the request in doubt
+/// `flight`, and gives it to the agent once that is durable.
+async fn reconciled(shared: &Shared, flight: u64, own: bool, answer: Answer) -> Response<Body> {
+    let (reply, durable) = oneshot::channel();
+    let sent = (shared.inbox)(ToLoop::Done {
+        flight,
+        own,
+        end: super::End::Reconciled {
+            answer: answer.clone(),
+        },
+        reply,
+    });
+    if sent && durable.await.is_ok() {
+        recorded(&answer)
+    } else {
+        ended()
+    }
 }
 
 /// The run is over or stopping: nothing is forwarded.

@@ -262,3 +262,79 @@ fn probe_torture(seed: u64) -> Round {
         unsettled,
     }
 }
+
+/// A custom route to the fake API whose probe is `GET /resources/{key}`;
+/// api_agent.py POSTs through it, durun is killed while the API holds the
+/// POST (`hold` says where), and the task resumed.
+fn proxied_killed_and_resumed(api: &FakeApi, hold: impl Fn()) -> (TestEnv, std::process::Output) {
+    let env = TestEnv::new();
+    env.write(
+        "durun.toml",
+        &format!(
+            "[proxy.routes.myapi]\nenv = \"MY_API\"\nupstream = \"{}\"\nprobe = \"GET /resources/{{key}}\"\n",
+            api.url.trim_end_matches('/')
+        ),
+    );
+    let agent = agents_dir().join("api_agent.py");
+    hold();
+    let mut durun = env.spawn(
+        &[
+            "run",
+            "--task",
+            "t",
+            "--",
+            "python3",
+            &agent.to_string_lossy(),
+        ],
+        "run1",
+    );
+    api.wait_held();
+    durun.kill().expect("SIGKILL durun");
+    durun.wait().expect("reap");
+    api.release();
+    let resumed = env.durun(&["resume", "t"]);
+    (env, resumed)
+}
+
+#[test]
+fn a_proxied_post_that_took_effect_is_reconciled_by_its_routes_probe_not_sent_again() {
+    let api = FakeApi::start();
+    let (env, resumed) = proxied_killed_and_resumed(&api, || api.hold_next_create());
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let key = env.inspect("t")["steps"][1]["idempotency_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    assert_eq!(api.keys(), std::slice::from_ref(&key), "not sent again");
+    assert_eq!(api.probes(), std::slice::from_ref(&key));
+    assert_eq!(
+        api.probe_auth(),
+        [Some("Bearer api-secret".to_owned())],
+        "the probe carries the agent's credentials"
+    );
+    let printed: Value = serde_json::from_slice(&resumed.stdout).expect("the agent's print");
+    assert_eq!(printed["created"]["id"], "res-1", "the probe's answer");
+    let step = &env.inspect("t")["steps"][1];
+    assert_eq!(step["status"], "committed");
+    assert_eq!(step["resolution"], "reconciled", "{step}");
+    assert_eq!(step["attempts"], 1);
+    assert!(
+        text(&resumed.stderr).contains("its route's probe says it took effect: reconciled"),
+        "{}",
+        text(&resumed.stderr)
+    );
+}
+
+#[test]
+fn a_proxied_post_that_never_took_effect_goes_again_with_its_key_once_the_probe_says_so() {
+    let api = FakeApi::start();
+    let (env, resumed) = proxied_killed_and_resumed(&api, || api.hold_next_uncreated());
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let step = &env.inspect("t")["steps"][1];
+    let key = step["idempotency_key"].as_str().expect("key").to_owned();
+    assert_eq!(api.probes(), std::slice::from_ref(&key), "asked first");
+    assert_eq!(api.keys(), [key.clone(), key], "then sent again, same key");
+    assert_eq!(api.resources(), 1);
+    assert_eq!(step["resolution"], Value::Null);
+    assert_eq!(step["attempts"], 2);
+}

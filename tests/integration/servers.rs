@@ -132,6 +132,8 @@ struct ApiState {
     released: bool,
     /// The probes asked (`GET /resources/KEY`), in order.
     probes: Vec<String>,
+    /// Their `authorization` headers.
+    probe_auth: Vec<Option<String>>,
 }
 
 /// Says a request is held, then holds it until the test releases it.
@@ -163,6 +165,7 @@ impl FakeApi {
             // answer (SPEC 22).
             if let Some(key) = path.strip_prefix("/resources/") {
                 state.probes.push(key.to_owned());
+                state.probe_auth.push(headers.get("authorization").cloned());
                 return state
                     .created
                     .get(key)
@@ -235,6 +238,11 @@ impl FakeApi {
     /// The keys probes asked about, in order.
     pub(crate) fn probes(&self) -> Vec<String> {
         self.state.0.lock().expect("api state").probes.clone()
+    }
+
+    /// The `authorization` header each probe came with.
+    pub(crate) fn probe_auth(&self) -> Vec<Option<String>> {
+        self.state.0.lock().expect("api state").probe_auth.clone()
     }
 
     /// Holds back the answer to the next request that creates a resource.

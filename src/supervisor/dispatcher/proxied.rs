@@ -264,6 +264,9 @@ impl Supervisor<'_> {
         let key = (record.effect == Effect::Mutate).then(|| record.idempotency_key.clone());
         let traceparent = self.traceparent(record.step);
         let step = record.step;
+        // A request by content runs a later attempt only when a run died
+        // inside the one before (a failed one is a new request).
+        let in_doubt = !fresh && record.attempts > 1;
         let flight = self.steps.contents.take_off(InFlight {
             record,
             fresh,
@@ -282,6 +285,7 @@ impl Supervisor<'_> {
                 } else {
                     Stream::Step(step)
                 }),
+                in_doubt,
             })
             .is_err()
         {
@@ -300,6 +304,7 @@ impl Supervisor<'_> {
             own: false,
             traceparent,
             tap: self.tap(Stream::Step(step)),
+            in_doubt: false,
         });
     }
 
@@ -357,6 +362,7 @@ impl Supervisor<'_> {
             let _ = reply.send(());
             return;
         }
+        let mut reconciled = false;
         let (answer, usage, model, unheard) = match end {
             End::Answered {
                 answer,
@@ -364,6 +370,10 @@ impl Supervisor<'_> {
                 model,
                 unheard,
             } => (answer, usage, model, unheard),
+            End::Reconciled { answer } => {
+                reconciled = true;
+                (answer, None, None, false)
+            }
             End::Lost { message } => {
                 self.reporter.report(&Report::Warning(&format!(
                     "{message}; the agent was answered 502"
@@ -393,6 +403,15 @@ impl Supervisor<'_> {
         }
         record.finished_at = Some(crate::journal::now());
         record.output = Some(JsonText::from_value(&crate::proxy::answer_output(&answer)));
+        if reconciled {
+            // No attempt ran: the one the probe settled counts.
+            record.attempts = record.attempts.saturating_sub(1).max(1);
+            record.resolution = Some(crate::journal::ResolutionKind::Reconciled);
+            self.reporter.report(&Report::Warning(&format!(
+                "step {} ({}) was in doubt; its route's probe says it took effect: reconciled, not sent again",
+                record.step, record.name
+            )));
+        }
         if (200..300).contains(&answer.status) {
             record.status = StepStatus::Committed;
             record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
@@ -441,7 +460,7 @@ impl Supervisor<'_> {
                 }
                 if in_doubt {
                     self.reporter.report(&Report::Warning(&format!(
-                        "step {} ({}) is forwarded again with the same idempotency key: a run died inside it",
+                        "step {} ({}) was in doubt (a run died inside it): it goes again with the same idempotency key, unless its route's probe finds it took effect",
                         record.step, record.name
                     )));
                 }
