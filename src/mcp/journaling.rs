@@ -62,6 +62,9 @@ pub(crate) struct Journaling {
     /// Whether `durun mcp` started inside a run: once that run is gone, a
     /// call is refused, never forwarded unjournaled (SPEC 17).
     had_run: bool,
+    /// The server runs tool calls as tasks of its own: a task's call is
+    /// relayed as one, and its end fetched with `tasks/result`.
+    server_tasks: std::sync::atomic::AtomicBool,
     /// `--name`.
     name: Option<String>,
     /// The name the server gave itself in its `initialize` answer.
@@ -108,6 +111,8 @@ enum Watch {
     Probe {
         reply: std::sync::mpsc::Sender<Value>,
     },
+    /// Another request of durun's own: its answer goes nowhere.
+    Own,
     /// A call relayed outside a run: nothing to record, but in flight.
     Relayed,
     /// Any other request: in flight until answered.
@@ -124,6 +129,7 @@ impl Journaling {
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             had_run: run.is_some(),
+            server_tasks: std::sync::atomic::AtomicBool::new(false),
             run: Mutex::new(run),
             name,
             server_name: Mutex::new(None),
@@ -276,8 +282,11 @@ impl Journaling {
                 self.answer_created(id, &key, client);
                 return Some(false);
             }
-            // durun runs the plain call as the task.
-            params.remove("task");
+            // The server's own task where it has them, else durun runs the
+            // plain call as the task.
+            if !self.server_tasks.load(Ordering::Relaxed) {
+                params.remove("task");
+            }
         }
         if !answer.ok {
             client.error(id, &format!("durun: {}", answer.error_text()));
@@ -440,6 +449,12 @@ impl Journaling {
                     }
                     *self.server_name.lock().expect("name lock") = Some(name.to_owned());
                 }
+                if result
+                    .and_then(|result| result.pointer("/capabilities/tasks/requests/tools/call"))
+                    .is_some()
+                {
+                    self.server_tasks.store(true, Ordering::Relaxed);
+                }
                 if self.had_run && result.is_some() {
                     // durun runs any tool call as a task (SPEC 22).
                     let mut message = Value::Object(message.clone());
@@ -456,6 +471,13 @@ impl Journaling {
                 }
             }
             Watch::ToolsList => return self.tools_listed(message),
+            Watch::Call {
+                step,
+                task: Some(task),
+            } if server_task(result).is_some() => {
+                self.follow_server_task(step, task, server_task(result).unwrap_or_default());
+                return Out::Nothing;
+            }
             Watch::Call { step, task } => {
                 let recorded = self.record(id, step, message, false);
                 let Some(task) = task else {
@@ -477,6 +499,7 @@ impl Journaling {
                 let _ = reply.send(Value::Object(message.clone()));
                 return Out::Nothing;
             }
+            Watch::Own => return Out::Nothing,
             Watch::Relayed | Watch::Other => {}
         }
         Out::Same
@@ -517,6 +540,29 @@ impl Journaling {
             }
         }
         Out::Replaced(message)
+    }
+
+    /// The server made task `server` of task `task`'s call: its end is
+    /// fetched with `tasks/result`, and recorded as the call's.
+    fn follow_server_task(&self, step: u64, task: String, server: &str) {
+        self.tasks.server_task(&task, server);
+        let own = self.own_id();
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": own,
+            "method": "tasks/result",
+            "params": {"taskId": server},
+        });
+        self.watch(
+            &own,
+            Watch::Call {
+                step,
+                task: Some(task),
+            },
+        );
+        if !self.send_server(message.to_string().into_bytes()) {
+            self.give_up(&own, "the server is gone");
+        }
     }
 
     /// Task `task` ended: the `tasks/result` requests waiting get its end.
@@ -718,13 +764,24 @@ impl Journaling {
                 }
             }
             "tasks/cancel" => match self.tasks.cancel(task) {
-                Ok(sent_as) => {
-                    if let Some(sent_as) = sent_as {
-                        let cancel = json!({
+                Ok((sent_as, server_task)) => {
+                    let cancel = if let Some(server_task) = server_task {
+                        let own = self.own_id();
+                        self.watch(&own, Watch::Own);
+                        Some(json!({
+                            "jsonrpc": "2.0",
+                            "id": own,
+                            "method": "tasks/cancel",
+                            "params": {"taskId": server_task},
+                        }))
+                    } else {
+                        sent_as.map(|sent_as| json!({
                             "jsonrpc": "2.0",
                             "method": "notifications/cancelled",
                             "params": {"requestId": sent_as, "reason": "the client cancelled its task"},
-                        });
+                        }))
+                    };
+                    if let Some(cancel) = cancel {
                         self.send_server(cancel.to_string().into_bytes());
                     }
                     for waiting in self.tasks.take_waiting(task) {
@@ -992,4 +1049,14 @@ fn invalid(client: &ToClient, id: &Value, message: &str) {
         "error": {"code": -32602, "message": message},
     });
     client.send(reply.to_string().as_bytes());
+}
+
+/// The id of the server's own task, when `result` is its `CreateTaskResult`
+/// (a task, and no content).
+fn server_task(result: Option<&Value>) -> Option<&str> {
+    let result = result?;
+    if result.get("content").is_some() {
+        return None;
+    }
+    result.pointer("/task/taskId").and_then(Value::as_str)
 }

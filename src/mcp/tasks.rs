@@ -39,6 +39,8 @@ struct McpTask {
     waiting: Vec<Value>,
     /// The request it went to the server as, while it runs here.
     sent_as: Option<Value>,
+    /// The server's own task for it, where the server has them.
+    server_task: Option<String>,
 }
 
 /// Where a task stands.
@@ -74,6 +76,9 @@ impl State {
     }
 }
 
+/// What a cancelled task's call went out as: the request, the server's task.
+pub(super) type Cancelled = (Option<Value>, Option<String>);
+
 /// What a client gets for `tasks/result` of an ended task.
 pub(super) enum Outcome {
     Result(Value),
@@ -95,6 +100,7 @@ impl Tasks {
                 state,
                 waiting: Vec::new(),
                 sent_as,
+                server_task: None,
             });
     }
 
@@ -106,6 +112,14 @@ impl Tasks {
         {
             task.state = State::Working { here: true };
             task.sent_as = Some(request.clone());
+        }
+    }
+
+    /// The server runs task `id`'s call as its task `server`.
+    pub(super) fn server_task(&self, id: &str, server: &str) {
+        let mut tasks = self.by_id.lock().expect("tasks lock");
+        if let Some(task) = tasks.get_mut(id) {
+            task.server_task = Some(server.to_owned());
         }
     }
 
@@ -167,11 +181,12 @@ impl Tasks {
     }
 
     /// Cancels task `id`: the request its call went out as, if it was
-    /// sent from here; `Err` with the task's status when it had ended.
-    pub(super) fn cancel(&self, id: &str) -> Result<Option<Value>, &'static str> {
+    /// sent from here, and the server's task for it, if it made one; `Err`
+    /// with the task's status when it had ended.
+    pub(super) fn cancel(&self, id: &str) -> Result<Cancelled, &'static str> {
         let mut tasks = self.by_id.lock().expect("tasks lock");
         let Some(task) = tasks.get_mut(id) else {
-            return Ok(None);
+            return Ok((None, None));
         };
         if task.state.ended() {
             return Err(task.state.status());
@@ -179,7 +194,7 @@ impl Tasks {
         task.state = State::Cancelled;
         task.updated_at = crate::clock::now();
         self.ended.notify_all();
-        Ok(task.sent_as.take())
+        Ok((task.sent_as.take(), task.server_task.clone()))
     }
 
     /// The `tasks/result` requests of cancelled task `id`.
@@ -283,7 +298,7 @@ mod tests {
             State::Working { here: true },
             Some(json!("r1")),
         );
-        assert_eq!(tasks.cancel("k"), Ok(Some(json!("r1"))));
+        assert_eq!(tasks.cancel("k"), Ok((Some(json!("r1")), None)));
         tasks.end("k", State::Completed(json!({})));
         assert_eq!(tasks.shown("k").unwrap()["status"], "cancelled");
         assert_eq!(tasks.cancel("k"), Err("cancelled"));

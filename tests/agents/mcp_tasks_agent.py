@@ -14,6 +14,8 @@ restarts, and counts them in DIR/applied.jsonl. Prints one JSON line:
 what each client fetched.
 
     mcp_tasks_agent.py DIR            (the agent; DURUN_BIN is durun)
+    mcp_tasks_agent.py DIR native     (one task through durun mcp to a server
+                                      with tasks of its own)
     mcp_tasks_agent.py DIR resumed    (starts a task and waits to be killed
                                       with its run; resumed, fetches it)
     mcp_tasks_agent.py client MODE STATE COMMAND_JSON [TITLE]"""
@@ -44,6 +46,24 @@ def client(mode, state, command, title=None):
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
+                if mode == "cancel":
+                    created = await session.experimental.call_tool_as_task("create_issue", {"title": title})
+                    task = created.task.taskId
+                    cancelled = await session.experimental.cancel_task(task)
+                    shown = await session.experimental.get_task(task)
+                    try:
+                        await session.experimental.get_task_result(task, CallToolResult)
+                        error = None
+                    except Exception as err:
+                        error = str(err)
+                    try:
+                        await session.experimental.cancel_task(task)
+                        again = None
+                    except Exception as err:
+                        again = str(err)
+                    print(json.dumps({"task": task, "cancelled": cancelled.status, "status": shown.status,
+                                      "result_error": error, "cancel_again": again}), flush=True)
+                    return
                 if mode in ("start", "start-fetch"):
                     tools = await session.list_tools()
                     support = next(tool for tool in tools.tools if tool.name == "create_issue").execution.taskSupport
@@ -208,5 +228,20 @@ if __name__ == "__main__":
         client(*sys.argv[2:])
     elif sys.argv[2:] == ["resumed"]:
         resumed(sys.argv[1])
+    elif sys.argv[2:] == ["cancel"]:
+        applied = os.path.join(sys.argv[1], "applied.jsonl")
+        hold = os.path.join(sys.argv[1], "hold")
+        client_process = start_client("cancel", "-", json.dumps(durun_mcp("stdio", applied, hold)), "cancelled")
+        out = json.loads(client_process.stdout.readline())
+        # The call was cancelled while the tool held; it ends now.
+        open(hold, "w").close()
+        client_process.wait(timeout=120)
+        print(json.dumps(out), flush=True)
+    elif sys.argv[2:] == ["native"]:
+        server = [os.environ["DURUN_BIN"], "mcp", "--name", "tracker", "--",
+                  sys.executable, os.path.join(HERE, "mcp_native_task_server.py"),
+                  os.path.join(sys.argv[1], "calls.jsonl")]
+        task = os.path.join(sys.argv[1], "task")
+        print(json.dumps(fetched(start_client("start-fetch", task, json.dumps(server), "native"))), flush=True)
     else:
         agent(sys.argv[1])

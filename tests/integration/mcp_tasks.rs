@@ -192,3 +192,93 @@ fn a_call_in_doubt_that_never_took_effect_goes_again_with_its_key_once_the_probe
     assert_eq!(step["resolution"], Value::Null, "{step}");
     assert_eq!(step["attempts"], 2);
 }
+
+#[test]
+fn a_task_is_relayed_to_a_server_with_tasks_of_its_own_and_its_result_journaled() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    env.set(
+        "DURUN_BIN",
+        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
+    );
+    let dir = env.path("work");
+    std::fs::create_dir_all(&dir).expect("work dir");
+    let dir = dir.to_string_lossy().into_owned();
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent(),
+        &dir,
+        "native",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let fetched: Value = text(&run.stdout)
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("the agent's print");
+    assert_eq!(fetched["text"], "issue for native", "{fetched}");
+    assert_eq!(fetched["status"], "completed");
+    let seen = read_json_lines(&env.path("work/calls.jsonl"));
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["as_task"], true, "relayed as a task: {seen:?}");
+    assert_eq!(seen[0]["key"], fetched["task"], "with the step's key");
+    let step = &env.inspect("t")["steps"][0];
+    assert_eq!(step["status"], "committed");
+    assert_eq!(step["output"]["content"][0]["text"], "issue for native");
+}
+
+#[test]
+fn a_cancelled_task_stays_cancelled_its_result_is_an_error_and_a_late_answer_is_still_journaled() {
+    if !mcp_sdk() {
+        return;
+    }
+    let mut env = TestEnv::new();
+    env.set(
+        "DURUN_BIN",
+        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
+    );
+    let dir = env.path("work");
+    std::fs::create_dir_all(&dir).expect("work dir");
+    let dir = dir.to_string_lossy().into_owned();
+    let run = env.durun(&[
+        "run",
+        "--task",
+        "t",
+        "--",
+        "python3",
+        &agent(),
+        &dir,
+        "cancel",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let printed: Value = text(&run.stdout)
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("the agent's print");
+    assert_eq!(printed["cancelled"], "cancelled", "{printed}");
+    assert_eq!(printed["status"], "cancelled");
+    assert!(
+        printed["result_error"]
+            .as_str()
+            .is_some_and(|error| error.contains("cancelled")),
+        "{printed}"
+    );
+    assert!(
+        printed["cancel_again"]
+            .as_str()
+            .is_some_and(|error| error.contains("cancelled already")),
+        "{printed}"
+    );
+    // The server answered after the cancel: its effect happened, and the
+    // step records it (a resume replays it, never runs it again).
+    let step = &env.inspect("t")["steps"][0];
+    assert_eq!(step["status"], "committed", "{step}");
+    assert_eq!(read_json_lines(&env.path("work/applied.jsonl")).len(), 1);
+}
