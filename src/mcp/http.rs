@@ -87,6 +87,7 @@ impl Server {
             let Some(sent) = &id else {
                 return;
             };
+            self.journaling.unanswered(sent);
             let Some((again, own)) = self.journaling.resend(sent) else {
                 return;
             };

@@ -674,6 +674,15 @@ impl Journaling {
             return None;
         };
         drop(watched);
+        // In doubt now: the probe, if there is one, is asked first.
+        if let Some(result) = self.probed(&task) {
+            let state = match self.reconcile(&Value::Null, step, &result) {
+                Ok(()) => State::Completed(result),
+                Err(unrecorded) => State::Failed(unrecorded["error"].clone()),
+            };
+            self.end_task(&task, state);
+            return None;
+        }
         let (message, own) = self.own_call(&task)?;
         self.watch(
             &own,
@@ -683,6 +692,18 @@ impl Journaling {
             },
         );
         Some((message, own))
+    }
+
+    /// A request of durun's own got no answer (its connection broke): a
+    /// probe waiting for it hears so at once.
+    pub(crate) fn unanswered(&self, id: &Value) {
+        let mut watched = self.watched.lock().expect("watch lock");
+        if matches!(watched.get(&id.to_string()), Some(Watch::Probe { .. }))
+            && let Some(Watch::Probe { reply }) = watched.remove(&id.to_string())
+        {
+            let _ = reply
+                .send(json!({"error": {"message": "its connection broke before it answered"}}));
+        }
     }
 
     /// Whether request `id` is a task's call still waiting for its answer.

@@ -14,16 +14,18 @@ fn agent() -> String {
         .into_owned()
 }
 
-#[test]
-fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connection() {
-    if !mcp_sdk() {
-        return;
-    }
+/// Runs the agent's three breaks (a killed client, a killed `durun mcp`, a
+/// cut server connection), with `[mcp.tracker] probe` or without: what
+/// each client fetched, checked; the task ids, and the steps.
+fn three_breaks(probe: bool) -> (TestEnv, Vec<Value>, Vec<Value>) {
     let mut env = TestEnv::new();
     env.set(
         "DURUN_BIN",
         assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
     );
+    if probe {
+        env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
+    }
     let dir = env.path("work");
     std::fs::create_dir_all(&dir).expect("work dir");
     let dir = dir.to_string_lossy().into_owned();
@@ -52,7 +54,7 @@ fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connectio
     }
     assert_eq!(printed["three"]["task_support"], "optional");
 
-    // The tool ran once per task: the server applied each key once.
+    // One effect per task at the server, keyed by the task's id.
     let applied = read_json_lines(&env.path("work/applied.jsonl"));
     let keys: Vec<Value> = applied.iter().map(|line| line["key"].clone()).collect();
     assert_eq!(
@@ -62,22 +64,60 @@ fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connectio
 
     // Each task is its step, and its id the step's key.
     let inspected = env.inspect("t");
-    let steps: Vec<&Value> = inspected["steps"]
+    let steps: Vec<Value> = inspected["steps"]
         .as_array()
         .expect("steps")
         .iter()
         .filter(|step| step["name"] == "mcp tracker/create_issue")
+        .cloned()
         .collect();
     assert_eq!(steps.len(), 3, "{inspected}");
     for (step, task) in steps.iter().zip(&tasks) {
         assert_eq!(step["status"], "committed", "{step}");
         assert_eq!(&step["idempotency_key"], task);
     }
-    assert_eq!(steps[1]["attempts"], 2, "sent again after durun mcp died");
     assert_eq!(
         steps[0]["attempts"], 1,
         "the first ran on without its client"
     );
+    (env, tasks, steps)
+}
+
+#[test]
+fn a_task_survives_a_killed_client_a_killed_durun_mcp_and_a_cut_server_connection() {
+    if !mcp_sdk() {
+        return;
+    }
+    let (env, tasks, steps) = three_breaks(false);
+    assert_eq!(steps[1]["attempts"], 2, "sent again after durun mcp died");
+    // Without a probe, the calls in doubt went again with their keys.
+    let calls: Vec<Value> = read_json_lines(&env.path("work/applied.jsonl.calls"))
+        .into_iter()
+        .map(|call| call["key"].clone())
+        .collect();
+    let times: Vec<usize> = tasks
+        .iter()
+        .map(|task| calls.iter().filter(|key| *key == task).count())
+        .collect();
+    assert_eq!(times, [1, 2, 2], "{calls:?}");
+}
+
+#[test]
+fn with_a_probe_each_task_s_tool_runs_once_through_all_three_breaks() {
+    if !mcp_sdk() {
+        return;
+    }
+    let (env, tasks, steps) = three_breaks(true);
+    let calls: Vec<Value> = read_json_lines(&env.path("work/applied.jsonl.calls"))
+        .into_iter()
+        .map(|call| call["key"].clone())
+        .collect();
+    assert_eq!(calls, tasks, "the tool ran once per task: {calls:?}");
+    assert_eq!(steps[0]["resolution"], Value::Null);
+    for step in &steps[1..] {
+        assert_eq!(step["resolution"], "reconciled", "{step}");
+        assert_eq!(step["attempts"], 1, "{step}");
+    }
 }
 
 /// Runs the agent's `resumed` mode: it starts a task whose tool holds
