@@ -6,6 +6,7 @@
 //! shared one. Rows become records in [`rows`], the same for both.
 
 pub(crate) mod budgets;
+pub(crate) mod chats;
 mod dialect;
 mod explain;
 mod fence;

@@ -66,11 +66,32 @@ pub(crate) fn visit_steps(
     let statement = &sql::STEPS_OF_TASK[usize::from(discarded) * 2 + usize::from(last.is_some())];
     let args: &[Arg<'_>] = &[task.into(), last.map(|last| last as u64).into()];
     let args = if last.is_some() { args } else { &args[..1] };
-    tx.query(statement, args, &mut |row| visit(step_from(row)?))
+    // Read as written first (a conversation's steps are small so), then
+    // each given its whole args as it is visited.
+    let written = steps_as_written(tx, statement, args)?;
+    let mut nodes = std::collections::HashMap::new();
+    for mut step in written {
+        super::chats::expand(tx, &mut step, &mut nodes)?;
+        visit(step)?;
+    }
+    Ok(())
 }
 
-/// The steps `statement` selects, with `args`.
+/// The steps `statement` selects, with `args`, with their whole args.
 pub(crate) fn steps(
+    tx: &mut dyn Tx,
+    statement: &sql::Sql,
+    args: &[Arg<'_>],
+) -> Result<Vec<StepRecord>> {
+    let mut steps = steps_as_written(tx, statement, args)?;
+    super::chats::expand_all(tx, &mut steps)?;
+    Ok(steps)
+}
+
+/// The steps `statement` selects, with `args`, as written: a proxied
+/// request's conversation as the chain that stands for it (SPEC 21).
+/// For replay, which matches requests by `args_hash`, never by args.
+pub(crate) fn steps_as_written(
     tx: &mut dyn Tx,
     statement: &sql::Sql,
     args: &[Arg<'_>],

@@ -231,6 +231,16 @@ CREATE TABLE budget_holds (
 );
 CREATE INDEX budget_holds_by_task ON budget_holds (task_id);
 ",
+    r"
+-- SPEC 21: a conversation's messages, each stored once. A node is one
+-- message and the node of the messages before it; a proxied request's
+-- args name the last node of its conversation instead of repeating it.
+CREATE TABLE chat_nodes (
+    hash    TEXT PRIMARY KEY NOT NULL,
+    parent  TEXT,
+    message TEXT NOT NULL
+);
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -162,7 +162,7 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// replay reads a long task page by page, each row once.
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
         read(self, |tx| {
-            reads::steps(
+            reads::steps_as_written(
                 tx,
                 &sql::STEPS_PAGE,
                 &[task.into(), after.into(), (limit as u64).into()],
@@ -172,10 +172,18 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// Records which steps replayed by content no request of `run` asked
     /// for (`inspect` shows them `not replayed`).
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()>;
-    /// The task's live steps replayed by content (SPEC 12, 13), in order.
+    /// The task's live steps replayed by content (SPEC 12, 13), in order,
+    /// as written: a conversation's args as their chain (SPEC 21; replay
+    /// matches by `args_hash`). [`Journal::whole_args`] expands one.
     fn steps_by_content(&mut self, task: &str) -> Result<Vec<StepRecord>> {
         read(self, |tx| {
-            reads::steps(tx, &sql::STEPS_BY_CONTENT, &[task.into()])
+            reads::steps_as_written(tx, &sql::STEPS_BY_CONTENT, &[task.into()])
+        })
+    }
+    /// Gives a step read as written its whole args back.
+    fn whole_args(&mut self, step: &mut StepRecord) -> Result<()> {
+        read(self, |tx| {
+            super::chats::expand(tx, step, &mut std::collections::HashMap::new())
         })
     }
     /// The task's live MCP step whose key is `key`: an MCP task asked for

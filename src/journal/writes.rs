@@ -140,6 +140,13 @@ pub(crate) fn write_step(
     } = StepTexts::of(step);
     let resolution = step.resolution.map(ResolutionKind::as_str);
     if fresh {
+        // A conversation's repeated prefix is written once (SPEC 21).
+        let compacted = if step.kind == super::StepKind::Proxy {
+            super::chats::compact(tx, &step.args)?
+        } else {
+            None
+        };
+        let args = compacted.as_ref().unwrap_or(&step.args);
         tx.execute(
             &sql::INSERT_STEP,
             &[
@@ -148,7 +155,7 @@ pub(crate) fn write_step(
                 step.name.as_str().into(),
                 step.kind.as_str().into(),
                 step.effect.as_str().into(),
-                step.args.as_str().into(),
+                args.as_str().into(),
                 (&step.args_hash).into(),
                 (&step.idempotency_key).into(),
                 step.status.as_str().into(),
@@ -350,6 +357,7 @@ pub(crate) fn discard_from(
         Ok(())
     })?;
     tx.execute(&sql::DISCARD_FROM, &[task.into(), step.into()])?;
+    super::chats::expand_all(tx, &mut discarded)?;
     Ok(discarded)
 }
 
@@ -453,6 +461,9 @@ pub(crate) fn gc(
         }
         tx.execute(&sql::DELETE_TASK, &[id.as_str().into()])?;
         removed.push(id);
+    }
+    if !removed.is_empty() {
+        super::chats::sweep(tx)?;
     }
     Ok(removed)
 }

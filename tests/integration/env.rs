@@ -277,6 +277,20 @@ impl TestEnv {
         conn.execute_batch(sql).expect("SQL on the journal");
     }
 
+    /// The one number `sql` selects, on either backend.
+    pub(crate) fn sql_number(&self, sql: &str) -> i64 {
+        if let Some(pg) = &self.postgres {
+            return pg
+                .client()
+                .query_one(sql, &[])
+                .expect("SQL on the journal")
+                .get(0);
+        }
+        let conn = rusqlite::Connection::open(&self.journal).expect("open the journal");
+        conn.query_row(sql, [], |row| row.get(0))
+            .expect("SQL on the journal")
+    }
+
     /// Asserts that the journal is intact: SQLite's integrity check, or on
     /// PostgreSQL that no step number has two live rows.
     pub(crate) fn assert_journal_intact(&self) {

@@ -21,6 +21,7 @@ mod http;
 mod inputs;
 mod inspect;
 mod journal_file;
+mod journal_size;
 mod keys;
 mod languages;
 mod lease;

@@ -50,6 +50,13 @@ impl Transfer for PostgresJournal {
                 _ => rows.resolutions = objects,
             }
         }
+        crate::journal::chats::expand_rows(&mut rows.steps, &mut |hash| {
+            let found = tx.query_opt(
+                "SELECT parent, message FROM chat_nodes WHERE hash = $1",
+                &[&hash],
+            )?;
+            Ok(found.map(|row| (row.get(0), row.get(1))))
+        })?;
         tx.commit()?;
         Ok(Some(rows))
     }

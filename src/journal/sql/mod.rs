@@ -282,6 +282,28 @@ pub(crate) static CANCEL_FREE: Sql = Sql::new(
                  WHERE id = $1",
 );
 
+/// Whether a conversation's node is there (SPEC 21).
+pub(crate) static CHAT_NODE_THERE: Sql = Sql::new("SELECT 1 FROM chat_nodes WHERE hash = $1");
+
+/// A conversation's node: one message, and the node before it.
+pub(crate) static INSERT_CHAT_NODE: Sql = Sql::new(
+    "INSERT INTO chat_nodes (hash, parent, message) VALUES ($1, $2, $3) ON CONFLICT (hash) DO NOTHING",
+);
+
+/// A node's parent and message.
+pub(crate) static CHAT_NODE: Sql =
+    Sql::new("SELECT parent, message FROM chat_nodes WHERE hash = $1");
+
+/// The args of every step that names a conversation's chain.
+pub(crate) static CHAIN_TIPS: Sql =
+    Sql::new("SELECT args FROM steps WHERE kind = 'proxy' AND args LIKE '%durun_chain%'");
+
+/// Every node and its parent.
+pub(crate) static CHAT_NODE_PARENTS: Sql = Sql::new("SELECT hash, parent FROM chat_nodes");
+
+/// A node no step leads to.
+pub(crate) static DELETE_CHAT_NODE: Sql = Sql::new("DELETE FROM chat_nodes WHERE hash = $1");
+
 /// A task, and its rows with it (ON DELETE CASCADE).
 pub(crate) static DELETE_TASK: Sql = Sql::new("DELETE FROM tasks WHERE id = $1");
 
@@ -380,85 +402,94 @@ pub(crate) static TASK_EXISTS: Sql = Sql::new("SELECT EXISTS (SELECT 1 FROM task
 mod tests {
     use super::*;
 
+    /// Every statement, for the checks that each must pass.
+    static EVERY: &[&Sql] = &[
+        &SIGNALS_OF_TASK,
+        &STEPS_PAGE,
+        &STEPS_OF_TASK[0],
+        &STEPS_OF_TASK[1],
+        &STEPS_OF_TASK[2],
+        &STEPS_OF_TASK[3],
+        &COUNT_STEPS,
+        &STEP_VERSIONS,
+        &STEPS_BY_CONTENT,
+        &MCP_STEP_BY_KEY,
+        &CHAT_NODE_THERE,
+        &INSERT_CHAT_NODE,
+        &CHAT_NODE,
+        &CHAIN_TIPS,
+        &CHAT_NODE_PARENTS,
+        &DELETE_CHAT_NODE,
+        &LIVE_STEP,
+        &SIGNAL_WAITING,
+        &TAKE_SIGNAL,
+        &RELEASE_CLAIM,
+        &DELETE_WORKER,
+        &RELEASE_CLAIMS_OF,
+        &RUNS_OF_TASK,
+        &TOKEN_DAYS,
+        &LATEST_TASK_ID,
+        &TASK,
+        &SEND_SIGNAL,
+        &TASKS_WITH_PREFIX,
+        &ALL_TASKS,
+        &SET_RETRIES,
+        &RETRYABLE,
+        &COUNT_RETRY,
+        &RETRY_TASK,
+        &SET_UNREPLAYED,
+        &INSERT_RUN,
+        &INSERT_EVENT,
+        &LIMIT_ROW,
+        &LIMIT_TURN,
+        &LIMIT_PAUSE,
+        &LIMIT_LOCK,
+        &LIMIT_SLOTS,
+        &LIMIT_SLOT_FREE,
+        &LIMIT_SLOT_TAKE,
+        &INSERT_EVENT_ONCE,
+        &NOTE_REPLAYED,
+        &EVENTS_FROM,
+        &REPLAYABLE_STEPS,
+        &REPLAY_BOUNDS,
+        &SET_OUTPUT,
+        &END_RUN,
+        &END_TASK_RUN,
+        &DISCARD_FROM,
+        &RESOLVE_STEP,
+        &INSERT_RESOLUTION,
+        &CANCEL_HELD,
+        &CANCEL_FREE,
+        &DELETE_TASK,
+        &GC_CANDIDATES,
+        &FORGET_UNSTARTED,
+        &SET_MAX_TOKENS,
+        &SET_MAX_COST,
+        &STANDING,
+        &FENCE,
+        &NEXT_SIGNAL,
+        &DISCARDABLE,
+        &STEP_IS_THERE,
+        &INSERT_STEP,
+        &UPDATE_STEP,
+        &WRITE_STATS,
+        &TASK_EXISTS,
+        &CLAIMABLE,
+        &WORKERS,
+        &LOCK_QUEUE,
+        &ACTIVE_IN_QUEUE,
+        &CLAIM,
+        &WORKER_HEARTBEAT,
+        &BUDGET_OF,
+        &TREE_SPENT,
+        &TREE_HOLDS_DROP,
+        &TREE_HELD,
+        &BUDGET_HOLD,
+    ];
+
     #[test]
     fn every_dollar_is_a_numbered_placeholder() {
-        for sql in [
-            &SIGNALS_OF_TASK,
-            &STEPS_PAGE,
-            &STEPS_OF_TASK[0],
-            &STEPS_OF_TASK[1],
-            &STEPS_OF_TASK[2],
-            &STEPS_OF_TASK[3],
-            &COUNT_STEPS,
-            &STEP_VERSIONS,
-            &STEPS_BY_CONTENT,
-            &MCP_STEP_BY_KEY,
-            &LIVE_STEP,
-            &SIGNAL_WAITING,
-            &TAKE_SIGNAL,
-            &RELEASE_CLAIM,
-            &DELETE_WORKER,
-            &RELEASE_CLAIMS_OF,
-            &RUNS_OF_TASK,
-            &TOKEN_DAYS,
-            &LATEST_TASK_ID,
-            &TASK,
-            &SEND_SIGNAL,
-            &TASKS_WITH_PREFIX,
-            &ALL_TASKS,
-            &SET_RETRIES,
-            &RETRYABLE,
-            &COUNT_RETRY,
-            &RETRY_TASK,
-            &SET_UNREPLAYED,
-            &INSERT_RUN,
-            &INSERT_EVENT,
-            &LIMIT_ROW,
-            &LIMIT_TURN,
-            &LIMIT_PAUSE,
-            &LIMIT_LOCK,
-            &LIMIT_SLOTS,
-            &LIMIT_SLOT_FREE,
-            &LIMIT_SLOT_TAKE,
-            &INSERT_EVENT_ONCE,
-            &NOTE_REPLAYED,
-            &EVENTS_FROM,
-            &REPLAYABLE_STEPS,
-            &REPLAY_BOUNDS,
-            &SET_OUTPUT,
-            &END_RUN,
-            &END_TASK_RUN,
-            &DISCARD_FROM,
-            &RESOLVE_STEP,
-            &INSERT_RESOLUTION,
-            &CANCEL_HELD,
-            &CANCEL_FREE,
-            &DELETE_TASK,
-            &GC_CANDIDATES,
-            &FORGET_UNSTARTED,
-            &SET_MAX_TOKENS,
-            &SET_MAX_COST,
-            &STANDING,
-            &FENCE,
-            &NEXT_SIGNAL,
-            &DISCARDABLE,
-            &STEP_IS_THERE,
-            &INSERT_STEP,
-            &UPDATE_STEP,
-            &WRITE_STATS,
-            &TASK_EXISTS,
-            &CLAIMABLE,
-            &WORKERS,
-            &LOCK_QUEUE,
-            &ACTIVE_IN_QUEUE,
-            &CLAIM,
-            &WORKER_HEARTBEAT,
-            &BUDGET_OF,
-            &TREE_SPENT,
-            &TREE_HOLDS_DROP,
-            &TREE_HELD,
-            &BUDGET_HOLD,
-        ] {
+        for sql in EVERY {
             let text = sql.postgres();
             for (at, _) in text.match_indices('$') {
                 assert!(

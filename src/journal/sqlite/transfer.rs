@@ -89,13 +89,23 @@ impl Transfer for SqliteJournal {
         let Some(task_row) = select("SELECT * FROM tasks WHERE id = ?1")?.pop() else {
             return Ok(None);
         };
-        let rows = TaskRows {
+        let mut rows = TaskRows {
             task: task_row,
             runs: select("SELECT * FROM runs WHERE task_id = ?1 ORDER BY run")?,
             steps: select("SELECT * FROM steps WHERE task_id = ?1 ORDER BY id")?,
             signals: select("SELECT * FROM signals WHERE task_id = ?1 ORDER BY id")?,
             resolutions: select("SELECT * FROM resolutions WHERE task_id = ?1 ORDER BY id")?,
         };
+        crate::journal::chats::expand_rows(&mut rows.steps, &mut |hash| {
+            use rusqlite::OptionalExtension as _;
+            Ok(tx
+                .query_row(
+                    "SELECT parent, message FROM chat_nodes WHERE hash = ?1",
+                    [hash],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?)
+        })?;
         tx.commit()?;
         Ok(Some(rows))
     }

@@ -130,9 +130,13 @@ impl Supervisor<'_> {
         if self.ignore_hinted {
             return;
         }
-        let Some(recorded) = self.steps.contents.first_unreplayed(name) else {
+        let Some(mut recorded) = self.steps.contents.first_unreplayed(name).cloned() else {
             return;
         };
+        // Read as written: its conversation is a chain until expanded.
+        if self.journal().whole_args(&mut recorded).is_err() {
+            return;
+        }
         let Some(hint) = crate::diff::ignore_hint(&recorded.args.value(), args) else {
             return;
         };

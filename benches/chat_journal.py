@@ -1,0 +1,104 @@
+"""Journal bytes of a long chat through durun's model proxy (SPEC 21).
+
+    cargo build --release
+    python3 benches/chat_journal.py [TURNS] [POSTGRES_URL]     # default 500
+
+Runs tests/agents/chat_agent.py under `durun run` for TURNS turns against
+the fake OpenAI server: each request carries the whole conversation, as a
+chat agent's does. Then measures the journal:
+
+- SQLite: the file's bytes once its WAL is folded in and it is vacuumed
+  (`VACUUM INTO` a copy), and the bytes of its rows (args, outputs, the
+  conversation's nodes);
+- PostgreSQL, given a URL: the bytes of the steps and chat_nodes tables
+  with their indexes and TOAST (`pg_total_relation_size`), in a schema of
+  its own, dropped after.
+
+Prints each against the bound: twice the distinct bytes of the
+conversation and its answers, plus 1 KiB a step."""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+TURNS = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+POSTGRES = sys.argv[2] if len(sys.argv) > 2 else None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DURUN = os.environ.get("DURUN_BIN", os.path.join(ROOT, "target/release/durun"))
+AGENTS = os.path.join(ROOT, "tests/agents")
+
+
+def run_chat(work, journal):
+    port_file = os.path.join(work, "llm.port")
+    server = subprocess.Popen([sys.executable, os.path.join(AGENTS, "llm_server.py"), port_file])
+    try:
+        while not os.path.exists(port_file):
+            time.sleep(0.02)
+        port = open(port_file).read().strip()
+        with open(os.path.join(work, "durun.toml"), "w") as out:
+            out.write(f'[proxy.openai]\nupstream = "http://127.0.0.1:{port}/v1"\n')
+        env = dict(os.environ, DURUN_JOURNAL=journal)
+        started = time.time()
+        done = subprocess.run(
+            [DURUN, "run", "--task", "chat", "--", sys.executable, os.path.join(AGENTS, "chat_agent.py"), str(TURNS)],
+            cwd=work, env=env, capture_output=True, text=True, check=True,
+        )
+        seconds = time.time() - started
+        printed = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+        print(f"{TURNS} turns: {printed['distinct_bytes']:,} distinct bytes; every request and answer whole: "
+              f"{printed['whole_bytes']:,} bytes; {seconds:.1f} s")
+        return printed["distinct_bytes"], seconds
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def report(backend, measured, distinct, what):
+    bound = 2 * distinct + 1024 * TURNS
+    print(f"{backend:10} {what:28} {measured:>12,} bytes  bound {bound:>12,}  "
+          f"{measured / distinct:5.2f}x distinct  {'within' if measured <= bound else 'OVER'}")
+
+
+def sqlite(work):
+    journal = os.path.join(work, "journal.db")
+    distinct, _ = run_chat(work, journal)
+    copy = os.path.join(work, "vacuumed.db")
+    connection = sqlite3.connect(journal)
+    connection.execute(f"VACUUM INTO '{copy}'")
+    rows = connection.execute(
+        "SELECT (SELECT sum(length(args) + coalesce(length(output), 0)) FROM steps)"
+        " + (SELECT coalesce(sum(length(hash) + coalesce(length(parent), 0) + length(message)), 0) FROM chat_nodes)"
+    ).fetchone()[0]
+    connection.close()
+    report("sqlite", os.path.getsize(copy), distinct, "file (vacuumed)")
+    report("sqlite", rows, distinct, "rows (args, outputs, nodes)")
+
+
+def postgres(work, url):
+    import urllib.parse
+    schema = f"durun_chat_bench_{os.getpid()}"
+    subprocess.run(["psql", url, "-qc", f"CREATE SCHEMA {schema}"], check=True)
+    try:
+        separator = "&" if "?" in url else "?"
+        journal = f"{url}{separator}options=-c%20search_path%3D{urllib.parse.quote(schema)}"
+        distinct, _ = run_chat(work, journal)
+        size = subprocess.run(
+            ["psql", url, "-tAc",
+             f"SELECT pg_total_relation_size('{schema}.steps') + pg_total_relation_size('{schema}.chat_nodes')"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        report("postgres", int(size), distinct, "steps + chat_nodes tables")
+    finally:
+        subprocess.run(["psql", url, "-qc", f"DROP SCHEMA {schema} CASCADE"], check=True, capture_output=True)
+
+
+with tempfile.TemporaryDirectory() as work:
+    sqlite(work)
+if POSTGRES:
+    with tempfile.TemporaryDirectory() as work:
+        postgres(work, POSTGRES)

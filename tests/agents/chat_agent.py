@@ -1,0 +1,32 @@
+"""A chat agent that talks for TURNS turns through OPENAI_BASE_URL (durun's
+proxy), each request carrying the whole conversation, as chat agents do.
+Each user message is about 300 bytes. Prints one JSON line: the turns, and
+the distinct bytes of the conversation (each message once, as JSON) and
+of the answers (each body as it came), and the bytes of every request's
+body and answer, what a journal that keeps each request whole holds.
+
+    chat_agent.py TURNS"""
+
+import json
+import os
+import sys
+import urllib.request
+
+turns = int(sys.argv[1])
+base = os.environ["OPENAI_BASE_URL"]
+history = [{"role": "system", "content": "You are a careful coding agent. " * 4}]
+answers = 0
+sent = 0
+for turn in range(turns):
+    history.append({"role": "user", "content": f"turn {turn}: " + "please look at the next file and say what to change. " * 5})
+    body = json.dumps({"model": "gpt-4o-mini", "messages": history}).encode()
+    sent += len(body)
+    request = urllib.request.Request(base + "/chat/completions", data=body, method="POST")
+    request.add_header("content-type", "application/json")
+    request.add_header("authorization", "Bearer sk-test")
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        raw = answer.read()
+    answers += len(raw)
+    history.append(json.loads(raw)["choices"][0]["message"])
+distinct = sum(len(json.dumps(message, separators=(",", ":"))) for message in history) + answers
+print(json.dumps({"turns": turns, "distinct_bytes": distinct, "whole_bytes": sent + answers}), flush=True)
