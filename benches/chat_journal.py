@@ -15,7 +15,10 @@ chat agent's does. Then measures the journal:
   its own, dropped after.
 
 Prints each against the bound: twice the distinct bytes of the
-conversation and its answers, plus 1 KiB a step."""
+conversation and its answers, plus 1 KiB a step. Then, on SQLite, a resume:
+the same chat killed (SIGKILL) before its last turn, and the time from
+`durun resume` to the upstream's receiving the first new call, every
+turn before it replayed."""
 
 import json
 import os
@@ -97,8 +100,45 @@ def postgres(work, url):
         subprocess.run(["psql", url, "-qc", f"DROP SCHEMA {schema} CASCADE"], check=True, capture_output=True)
 
 
+def resume(work):
+    port_file = os.path.join(work, "llm.port")
+    server = subprocess.Popen([sys.executable, os.path.join(AGENTS, "llm_server.py"), port_file])
+    try:
+        while not os.path.exists(port_file):
+            time.sleep(0.02)
+        port = open(port_file).read().strip()
+        with open(os.path.join(work, "durun.toml"), "w") as out:
+            out.write(f'[proxy.openai]\nupstream = "http://127.0.0.1:{port}/v1"\n')
+        hold = os.path.join(work, "hold")
+        env = dict(os.environ, DURUN_JOURNAL=os.path.join(work, "journal.db"), HOLD_FILE=hold,
+                   HOLD_AFTER=str(TURNS - 1))
+        agent = [sys.executable, os.path.join(AGENTS, "chat_agent.py"), str(TURNS)]
+        first = subprocess.Popen([DURUN, "run", "--task", "chat", "--", *agent], cwd=work, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(hold + ".reached"):
+            time.sleep(0.01)
+        first.kill()
+        first.wait()
+        open(hold, "w").close()
+        started = time.time()
+        subprocess.run([DURUN, "resume", "chat"], cwd=work, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        last = f"turn {TURNS - 1}:"
+        for line in open(port_file + ".times"):
+            at, key = line.split(" ", 1)
+            if key.split(" ", 1)[1].startswith(last):
+                print(f"resume of a {TURNS}-turn chat to its first new call: {float(at) - started:.3f} s "
+                      f"({TURNS - 1} turns replayed)")
+                break
+    finally:
+        server.terminate()
+        server.wait()
+
+
 with tempfile.TemporaryDirectory() as work:
     sqlite(work)
+with tempfile.TemporaryDirectory() as work:
+    resume(work)
 if POSTGRES:
     with tempfile.TemporaryDirectory() as work:
         postgres(work, POSTGRES)

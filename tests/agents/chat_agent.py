@@ -5,11 +5,15 @@ the distinct bytes of the conversation (each message once, as JSON) and
 of the answers (each body as it came), and the bytes of every request's
 body and answer, what a journal that keeps each request whole holds.
 
+With HOLD_FILE set, it holds before turn HOLD_AFTER until that file
+exists (writing HOLD_FILE.reached): where a bench kills its run.
+
     chat_agent.py TURNS"""
 
 import json
 import os
 import sys
+import time
 import urllib.request
 
 turns = int(sys.argv[1])
@@ -17,7 +21,12 @@ base = os.environ["OPENAI_BASE_URL"]
 history = [{"role": "system", "content": "You are a careful coding agent. " * 4}]
 answers = 0
 sent = 0
+hold = os.environ.get("HOLD_FILE")
 for turn in range(turns):
+    if hold and turn == int(os.environ["HOLD_AFTER"]) and not os.path.exists(hold):
+        open(hold + ".reached", "w").close()
+        while not os.path.exists(hold):
+            time.sleep(0.01)
     history.append({"role": "user", "content": f"turn {turn}: " + "please look at the next file and say what to change. " * 5})
     body = json.dumps({"model": "gpt-4o-mini", "messages": history}).encode()
     sent += len(body)
