@@ -47,6 +47,38 @@ type FetchText<'a> = dyn FnMut(&str) -> Result<Option<(Option<String>, String)>>
 /// the chain's new nodes written; `None` when there is nothing to keep
 /// (no message list of two or more).
 pub(crate) fn compact(tx: &mut dyn Tx, args: &JsonText) -> Result<Option<JsonText>> {
+    let tx = std::cell::RefCell::new(tx);
+    compact_with(
+        args,
+        &mut |hash| {
+            let there = tx
+                .borrow_mut()
+                .query_opt(&sql::CHAT_NODE_THERE, &[hash.into()], |_| Ok(()))?;
+            Ok(there.is_some())
+        },
+        &mut |hash, parent, text| {
+            tx.borrow_mut().execute(
+                &sql::INSERT_CHAT_NODE,
+                &[hash.into(), parent.into(), text.into()],
+            )?;
+            Ok(())
+        },
+    )
+}
+
+/// Whether a node is there.
+type There<'a> = dyn FnMut(&str) -> Result<bool> + 'a;
+
+/// Writes a node: its hash, its parent, its message's JSON.
+type Write<'a> = dyn FnMut(&str, Option<&str>, &str) -> Result<()> + 'a;
+
+/// [`compact`], reading and writing nodes through `there` and `write`
+/// (an import's transaction is a backend's own).
+pub(crate) fn compact_with(
+    args: &JsonText,
+    there: &mut There<'_>,
+    write: &mut Write<'_>,
+) -> Result<Option<JsonText>> {
     if !CONVERSATIONS
         .iter()
         .any(|member| args.as_str().contains(&format!("\"{member}\":[")))
@@ -79,23 +111,11 @@ pub(crate) fn compact(tx: &mut dyn Tx, args: &JsonText) -> Result<Option<JsonTex
     // The nodes already there end where the conversation last was: look
     // back from its end, then write what follows.
     let mut known = nodes.len();
-    while known > 0 {
-        let hash = nodes[known - 1].0.as_str();
-        let there = tx.query_opt(&sql::CHAT_NODE_THERE, &[hash.into()], |_| Ok(()))?;
-        if there.is_some() {
-            break;
-        }
+    while known > 0 && !there(&nodes[known - 1].0)? {
         known -= 1;
     }
     for (hash, parent, text) in &nodes[known..] {
-        tx.execute(
-            &sql::INSERT_CHAT_NODE,
-            &[
-                hash.as_str().into(),
-                parent.as_deref().into(),
-                text.as_str().into(),
-            ],
-        )?;
+        write(hash, parent.as_deref(), text)?;
     }
     let length = messages.len();
     let tip = nodes
@@ -173,6 +193,28 @@ pub(crate) fn expand_value(
     messages.reverse();
     *list = Value::Array(messages);
     Ok(())
+}
+
+/// Keeps the conversations of imported step rows as chains (an export
+/// carries whole args); `there` and `write` read and write nodes.
+pub(crate) fn compact_rows(
+    steps: &[Map<String, Value>],
+    there: &mut There<'_>,
+    write: &mut Write<'_>,
+) -> Result<Vec<Map<String, Value>>> {
+    let mut compacted = Vec::with_capacity(steps.len());
+    for row in steps {
+        let mut row = row.clone();
+        if row.get("kind") == Some(&Value::String("proxy".to_owned()))
+            && let Some(Value::String(text)) = row.get("args")
+            && let Ok(args) = JsonText::from_text(text)
+            && let Some(kept) = compact_with(&args, there, write)?
+        {
+            row.insert("args".to_owned(), Value::String(kept.as_str().to_owned()));
+        }
+        compacted.push(row);
+    }
+    Ok(compacted)
 }
 
 /// Gives exported step rows their whole args (an export carries whole

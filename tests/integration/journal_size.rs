@@ -98,4 +98,25 @@ fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
     let gc = env.durun(&["gc", "--older-than", "1s"]);
     assert!(gc.status.success(), "{}", text(&gc.stderr));
     assert_eq!(env.sql_number(nodes), 0, "{}", text(&gc.stderr));
+
+    // An import keeps the conversation once again.
+    let file = env.write("chat.jsonl", &text(&exported.stdout));
+    let imported = env.durun(&["import", "--task", "again", &file.to_string_lossy()]);
+    assert!(imported.status.success(), "{}", text(&imported.stderr));
+    assert_eq!(env.sql_number(nodes), 2 * TURNS as i64);
+    let args = "SELECT CAST(sum(length(args)) AS BIGINT) FROM steps WHERE task_id = 'again'";
+    assert!(
+        env.sql_number(args) < 300 * TURNS as i64,
+        "args kept as chains"
+    );
+    let again = env.inspect("again");
+    let last = &again["steps"]
+        .as_array()
+        .expect("steps")
+        .last()
+        .expect("a step")["args"];
+    assert_eq!(
+        last["body"]["messages"].as_array().map(Vec::len),
+        Some(2 * TURNS)
+    );
 }

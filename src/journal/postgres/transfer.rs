@@ -79,10 +79,33 @@ impl Transfer for PostgresJournal {
             }
             tx.execute(sql::DELETE_TASK.postgres(), &[&id])?;
         }
+        // Conversations are kept once here too (SPEC 21).
+        let steps = {
+            let tx = std::cell::RefCell::new(&mut tx);
+            crate::journal::chats::compact_rows(
+                &rows.steps,
+                &mut |hash| {
+                    Ok(tx
+                        .borrow_mut()
+                        .query_one(
+                            "SELECT EXISTS (SELECT 1 FROM chat_nodes WHERE hash = $1)",
+                            &[&hash],
+                        )?
+                        .get(0))
+                },
+                &mut |hash, parent, message| {
+                    tx.borrow_mut().execute(
+                        "INSERT INTO chat_nodes (hash, parent, message) VALUES ($1, $2, $3) ON CONFLICT (hash) DO NOTHING",
+                        &[&hash, &parent, &message],
+                    )?;
+                    Ok(())
+                },
+            )?
+        };
         for (table, objects) in [
             ("tasks", std::slice::from_ref(&rows.task)),
             ("runs", rows.runs.as_slice()),
-            ("steps", rows.steps.as_slice()),
+            ("steps", steps.as_slice()),
             ("signals", rows.signals.as_slice()),
             ("resolutions", rows.resolutions.as_slice()),
         ] {

@@ -129,7 +129,25 @@ impl Transfer for SqliteJournal {
         }
         insert(&tx, "tasks", std::slice::from_ref(&rows.task))?;
         insert(&tx, "runs", &rows.runs)?;
-        insert(&tx, "steps", &rows.steps)?;
+        // Conversations are kept once here too (SPEC 21).
+        let steps = crate::journal::chats::compact_rows(
+            &rows.steps,
+            &mut |hash| {
+                Ok(tx.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM chat_nodes WHERE hash = ?1)",
+                    [hash],
+                    |row| row.get(0),
+                )?)
+            },
+            &mut |hash, parent, message| {
+                tx.execute(
+                    "INSERT INTO chat_nodes (hash, parent, message) VALUES (?1, ?2, ?3) ON CONFLICT (hash) DO NOTHING",
+                    rusqlite::params![hash, parent, message],
+                )?;
+                Ok(())
+            },
+        )?;
+        insert(&tx, "steps", &steps)?;
         insert(&tx, "signals", &rows.signals)?;
         insert(&tx, "resolutions", &rows.resolutions)?;
         tx.commit()?;
