@@ -217,7 +217,19 @@ fn shortest_round_trip(value: f64) -> String {
 /// A JSON string with Python's `ensure_ascii` escaping.
 fn write_string(out: &mut String, text: &str) {
     out.push('"');
-    for c in text.chars() {
+    let mut rest = text;
+    while !rest.is_empty() {
+        // Printable ASCII but `"` and a backslash goes as it is, a run at a time:
+        // a conversation's text is mostly that.
+        let plain = rest
+            .bytes()
+            .position(|byte| !(b' '..=b'~').contains(&byte) || byte == b'"' || byte == b'\\')
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(c) = rest.chars().next() else {
+            break;
+        };
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -226,7 +238,6 @@ fn write_string(out: &mut String, text: &str) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
             _ => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
@@ -234,6 +245,7 @@ fn write_string(out: &mut String, text: &str) {
                 }
             }
         }
+        rest = &rest[c.len_utf8()..];
     }
     out.push('"');
 }
@@ -244,6 +256,14 @@ mod tests {
 
     fn canon(text: &str) -> String {
         canonical_json(&serde_json::from_str(text).expect("test JSON parses")).expect("canonical")
+    }
+
+    #[test]
+    fn runs_of_plain_text_are_copied_and_the_rest_escaped_between_them() {
+        assert_eq!(
+            canon(r#""plain \"quoted\" a\\b\ttab ~ end é""#),
+            r#""plain \"quoted\" a\\b\ttab ~ end \u00e9""#
+        );
     }
 
     #[test]
