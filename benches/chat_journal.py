@@ -20,9 +20,9 @@ the same chat killed (SIGKILL) before its last turn, and the time from
 `durun resume` to the upstream's receiving the first new call, every
 turn before it replayed."""
 
+import contextlib
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -36,7 +36,10 @@ DURUN = os.environ.get("DURUN_BIN", os.path.join(ROOT, "target/release/durun"))
 AGENTS = os.path.join(ROOT, "tests/agents")
 
 
-def run_chat(work, journal):
+@contextlib.contextmanager
+def fake_openai(work):
+    """The fake OpenAI server, and durun.toml in `work` pointing at it: the
+    file its requests' times are logged to."""
     port_file = os.path.join(work, "llm.port")
     server = subprocess.Popen([sys.executable, os.path.join(AGENTS, "llm_server.py"), port_file])
     try:
@@ -45,6 +48,14 @@ def run_chat(work, journal):
         port = open(port_file).read().strip()
         with open(os.path.join(work, "durun.toml"), "w") as out:
             out.write(f'[proxy.openai]\nupstream = "http://127.0.0.1:{port}/v1"\n')
+        yield port_file + ".times"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def run_chat(work, journal):
+    with fake_openai(work):
         env = dict(os.environ, DURUN_JOURNAL=journal)
         started = time.time()
         done = subprocess.run(
@@ -52,13 +63,10 @@ def run_chat(work, journal):
             cwd=work, env=env, capture_output=True, text=True, check=True,
         )
         seconds = time.time() - started
-        printed = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
-        print(f"{TURNS} turns: {printed['distinct_bytes']:,} distinct bytes; every request and answer whole: "
-              f"{printed['whole_bytes']:,} bytes; {seconds:.1f} s")
-        return printed["distinct_bytes"], seconds
-    finally:
-        server.terminate()
-        server.wait()
+    printed = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    print(f"{TURNS} turns: {printed['distinct_bytes']:,} distinct bytes; every request and answer whole: "
+          f"{printed['whole_bytes']:,} bytes; {seconds:.1f} s")
+    return printed["distinct_bytes"]
 
 
 def report(backend, measured, distinct, what):
@@ -69,7 +77,7 @@ def report(backend, measured, distinct, what):
 
 def sqlite(work):
     journal = os.path.join(work, "journal.db")
-    distinct, _ = run_chat(work, journal)
+    distinct = run_chat(work, journal)
     copy = os.path.join(work, "vacuumed.db")
     connection = sqlite3.connect(journal)
     connection.execute(f"VACUUM INTO '{copy}'")
@@ -89,7 +97,7 @@ def postgres(work, url):
     try:
         separator = "&" if "?" in url else "?"
         journal = f"{url}{separator}options=-c%20search_path%3D{urllib.parse.quote(schema)}"
-        distinct, _ = run_chat(work, journal)
+        distinct = run_chat(work, journal)
         size = subprocess.run(
             ["psql", url, "-tAc",
              f"SELECT pg_total_relation_size('{schema}.steps') + pg_total_relation_size('{schema}.chat_nodes')"],
@@ -101,14 +109,7 @@ def postgres(work, url):
 
 
 def resume(work):
-    port_file = os.path.join(work, "llm.port")
-    server = subprocess.Popen([sys.executable, os.path.join(AGENTS, "llm_server.py"), port_file])
-    try:
-        while not os.path.exists(port_file):
-            time.sleep(0.02)
-        port = open(port_file).read().strip()
-        with open(os.path.join(work, "durun.toml"), "w") as out:
-            out.write(f'[proxy.openai]\nupstream = "http://127.0.0.1:{port}/v1"\n')
+    with fake_openai(work) as times:
         hold = os.path.join(work, "hold")
         env = dict(os.environ, DURUN_JOURNAL=os.path.join(work, "journal.db"), HOLD_FILE=hold,
                    HOLD_AFTER=str(TURNS - 1))
@@ -123,16 +124,13 @@ def resume(work):
         started = time.time()
         subprocess.run([DURUN, "resume", "chat"], cwd=work, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        last = f"turn {TURNS - 1}:"
-        for line in open(port_file + ".times"):
-            at, key = line.split(" ", 1)
-            if key.split(" ", 1)[1].startswith(last):
-                print(f"resume of a {TURNS}-turn chat to its first new call: {float(at) - started:.3f} s "
-                      f"({TURNS - 1} turns replayed)")
-                break
-    finally:
-        server.terminate()
-        server.wait()
+    last = f"turn {TURNS - 1}:"
+    for line in open(times):
+        at, key = line.split(" ", 1)
+        if key.split(" ", 1)[1].startswith(last):
+            print(f"resume of a {TURNS}-turn chat to its first new call: {float(at) - started:.3f} s "
+                  f"({TURNS - 1} turns replayed)")
+            break
 
 
 with tempfile.TemporaryDirectory() as work:

@@ -34,6 +34,10 @@ const CHAIN: &str = "$durun_chain";
 /// `contents`.
 const CONVERSATIONS: [&str; 3] = ["messages", "input", "contents"];
 
+/// How each of [`CONVERSATIONS`] begins as a list in args' text: a
+/// request without one is passed over unparsed.
+const CONVERSATION_LISTS: [&str; 3] = ["\"messages\":[", "\"input\":[", "\"contents\":["];
+
 /// Lists shorter than this are left in place: a chain saves nothing.
 const SHORTEST: usize = 2;
 
@@ -79,9 +83,9 @@ pub(crate) fn compact_with(
     there: &mut There<'_>,
     write: &mut Write<'_>,
 ) -> Result<Option<JsonText>> {
-    if !CONVERSATIONS
+    if !CONVERSATION_LISTS
         .iter()
-        .any(|member| args.as_str().contains(&format!("\"{member}\":[")))
+        .any(|list| args.as_str().contains(list))
     {
         return Ok(None);
     }
@@ -141,13 +145,18 @@ pub(crate) fn expand_all(tx: &mut dyn Tx, records: &mut [StepRecord]) -> Result<
     Ok(())
 }
 
+/// Whether `record`'s args name a chain in place of a conversation.
+pub(crate) fn names_a_chain(record: &StepRecord) -> bool {
+    record.args.as_str().contains(CHAIN)
+}
+
 /// Gives `record` its whole args back; `nodes`: those read so far.
 pub(crate) fn expand(
     tx: &mut dyn Tx,
     record: &mut StepRecord,
     nodes: &mut HashMap<String, Node>,
 ) -> Result<()> {
-    if !record.args.as_str().contains(CHAIN) {
+    if !names_a_chain(record) {
         return Ok(());
     }
     let mut args = record.args.value();

@@ -66,11 +66,21 @@ pub(crate) fn visit_steps(
     let statement = &sql::STEPS_OF_TASK[usize::from(discarded) * 2 + usize::from(last.is_some())];
     let args: &[Arg<'_>] = &[task.into(), last.map(|last| last as u64).into()];
     let args = if last.is_some() { args } else { &args[..1] };
-    // Read as written first (a conversation's steps are small so), then
-    // each given its whole args as it is visited.
-    let written = steps_as_written(tx, statement, args)?;
+    // A step is visited as it is read, unless a conversation's chain
+    // (read after the query, on the same transaction) came before it:
+    // from there on they wait, as written (small so), in order.
+    let mut waiting = Vec::new();
+    tx.query(statement, args, &mut |row| {
+        let step = step_from(row)?;
+        if waiting.is_empty() && !super::chats::names_a_chain(&step) {
+            visit(step)
+        } else {
+            waiting.push(step);
+            Ok(())
+        }
+    })?;
     let mut nodes = std::collections::HashMap::new();
-    for mut step in written {
+    for mut step in waiting {
         super::chats::expand(tx, &mut step, &mut nodes)?;
         visit(step)?;
     }

@@ -14,28 +14,46 @@ fn agent() -> String {
         .into_owned()
 }
 
-/// Runs the agent's three breaks (a killed client, a killed `durun mcp`, a
-/// cut server connection), with `[mcp.tracker] probe` or without: what
-/// each client fetched, checked; the task ids, and the steps.
-fn three_breaks(probe: bool) -> (TestEnv, Vec<Value>, Vec<Value>) {
+/// An environment for the agent: `DURUN_BIN` for its `durun mcp`, and
+/// its working directory `work`; the directory, as the agent's argument.
+fn agent_env() -> (TestEnv, String) {
     let mut env = TestEnv::new();
     env.set(
         "DURUN_BIN",
         assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
     );
-    if probe {
-        env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
-    }
     let dir = env.path("work");
     std::fs::create_dir_all(&dir).expect("work dir");
-    let dir = dir.to_string_lossy().into_owned();
-    let run = env.durun(&["run", "--task", "t", "--", "python3", &agent(), &dir]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let printed: Value = text(&run.stdout)
+    (env, dir.to_string_lossy().into_owned())
+}
+
+/// The last JSON line `output` printed: what the agent fetched.
+fn printed(output: &std::process::Output) -> Value {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout)
         .lines()
         .rev()
         .find_map(|line| serde_json::from_str(line).ok())
-        .expect("the agent's print");
+        .expect("the agent's print")
+}
+
+/// Runs task `t`: the agent in `mode` (none: the three breaks).
+fn run_agent(env: &TestEnv, dir: &str, mode: Option<&str>) -> Value {
+    let agent = agent();
+    let mut args = vec!["run", "--task", "t", "--", "python3", &agent, dir];
+    args.extend(mode);
+    printed(&env.durun(&args))
+}
+
+/// Runs the agent's three breaks (a killed client, a killed `durun mcp`, a
+/// cut server connection), with `[mcp.tracker] probe` or without: what
+/// each client fetched, checked; the task ids, and the steps.
+fn three_breaks(probe: bool) -> (TestEnv, Vec<Value>, Vec<Value>) {
+    let (env, dir) = agent_env();
+    if probe {
+        env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
+    }
+    let printed = run_agent(&env, &dir, None);
 
     // Each client got its task's result with tasks/result, after its break.
     let mut tasks = Vec::new();
@@ -124,27 +142,18 @@ fn with_a_probe_each_task_s_tool_runs_once_through_all_three_breaks() {
 /// (after its effect, or `before` it), durun is killed with SIGKILL, and
 /// the resumed agent's client fetches the task by the id it kept. What it
 /// fetched, the task's id, and the task's one step.
-fn killed_then_fetched(env: &mut TestEnv, hold_before: bool) -> (Value, String, Value) {
-    env.set(
-        "DURUN_BIN",
-        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
-    );
+fn killed_then_fetched(probe: bool, hold_before: bool) -> (TestEnv, Value, String, Value) {
+    let (mut env, dir) = agent_env();
+    if probe {
+        env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
+    }
     if hold_before {
         env.set("HOLD_BEFORE", "1");
     }
-    let dir = env.path("work");
-    std::fs::create_dir_all(&dir).expect("work dir");
-    let dir = dir.to_string_lossy().into_owned();
+    let agent = agent();
     let mut durun = env.spawn(
         &[
-            "run",
-            "--task",
-            "t",
-            "--",
-            "python3",
-            &agent(),
-            &dir,
-            "resumed",
+            "run", "--task", "t", "--", "python3", &agent, &dir, "resumed",
         ],
         "run",
     );
@@ -157,13 +166,7 @@ fn killed_then_fetched(env: &mut TestEnv, hold_before: bool) -> (Value, String, 
     durun.wait().expect("reap");
     std::fs::write(env.path("work/hold"), "").expect("release");
 
-    let resumed = env.durun(&["resume", "t"]);
-    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    let fetched: Value = text(&resumed.stdout)
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str(line).ok())
-        .expect("the agent's print");
+    let fetched = printed(&env.durun(&["resume", "t"]));
     let task = std::fs::read_to_string(env.path("work/task")).expect("the task id");
     assert_eq!(fetched["task"], task.as_str());
     assert_eq!(fetched["text"], "issue-1", "{fetched}");
@@ -175,7 +178,7 @@ fn killed_then_fetched(env: &mut TestEnv, hold_before: bool) -> (Value, String, 
     let step = inspected["steps"][0].clone();
     assert_eq!(step["idempotency_key"], task.as_str());
     assert_eq!(step["status"], "committed");
-    (fetched, task, step)
+    (env, fetched, task, step)
 }
 
 /// How many times the server's `create_issue` was called.
@@ -188,8 +191,7 @@ fn a_task_whose_run_was_killed_is_fetched_by_its_id_after_resume_and_applied_onc
     if !mcp_sdk() {
         return;
     }
-    let mut env = TestEnv::new();
-    let (_, _, step) = killed_then_fetched(&mut env, false);
+    let (env, _, _, step) = killed_then_fetched(false, false);
     assert_eq!(
         step["attempts"], 2,
         "sent again, with its key, in the new run"
@@ -202,9 +204,7 @@ fn a_call_in_doubt_that_took_effect_is_reconciled_by_the_servers_probe_tool() {
     if !mcp_sdk() {
         return;
     }
-    let mut env = TestEnv::new();
-    env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
-    let (_, _, step) = killed_then_fetched(&mut env, false);
+    let (env, _, _, step) = killed_then_fetched(true, false);
     assert_eq!(calls(&env), 1, "the probe settled it: not sent again");
     assert_eq!(step["resolution"], "reconciled", "{step}");
     assert_eq!(step["attempts"], 1);
@@ -216,9 +216,7 @@ fn a_call_in_doubt_that_never_took_effect_goes_again_with_its_key_once_the_probe
     if !mcp_sdk() {
         return;
     }
-    let mut env = TestEnv::new();
-    env.write("durun.toml", "[mcp.tracker]\nprobe = \"issue_by_key\"\n");
-    let (_, task, step) = killed_then_fetched(&mut env, true);
+    let (env, _, task, step) = killed_then_fetched(true, true);
     let seen = read_json_lines(&env.path("work/applied.jsonl.calls"));
     assert_eq!(
         seen.len(),
@@ -238,30 +236,8 @@ fn a_task_is_relayed_to_a_server_with_tasks_of_its_own_and_its_result_journaled(
     if !mcp_sdk() {
         return;
     }
-    let mut env = TestEnv::new();
-    env.set(
-        "DURUN_BIN",
-        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
-    );
-    let dir = env.path("work");
-    std::fs::create_dir_all(&dir).expect("work dir");
-    let dir = dir.to_string_lossy().into_owned();
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent(),
-        &dir,
-        "native",
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let fetched: Value = text(&run.stdout)
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str(line).ok())
-        .expect("the agent's print");
+    let (env, dir) = agent_env();
+    let fetched = run_agent(&env, &dir, Some("native"));
     assert_eq!(fetched["text"], "issue for native", "{fetched}");
     assert_eq!(fetched["status"], "completed");
     let seen = read_json_lines(&env.path("work/calls.jsonl"));
@@ -278,30 +254,8 @@ fn a_cancelled_task_stays_cancelled_its_result_is_an_error_and_a_late_answer_is_
     if !mcp_sdk() {
         return;
     }
-    let mut env = TestEnv::new();
-    env.set(
-        "DURUN_BIN",
-        assert_cmd::cargo::cargo_bin("durun").to_string_lossy(),
-    );
-    let dir = env.path("work");
-    std::fs::create_dir_all(&dir).expect("work dir");
-    let dir = dir.to_string_lossy().into_owned();
-    let run = env.durun(&[
-        "run",
-        "--task",
-        "t",
-        "--",
-        "python3",
-        &agent(),
-        &dir,
-        "cancel",
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let printed: Value = text(&run.stdout)
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str(line).ok())
-        .expect("the agent's print");
+    let (env, dir) = agent_env();
+    let printed = run_agent(&env, &dir, Some("cancel"));
     assert_eq!(printed["cancelled"], "cancelled", "{printed}");
     assert_eq!(printed["status"], "cancelled");
     assert!(
