@@ -31,7 +31,7 @@ const STREAM_BACKLOG: usize = 64;
 
 /// Request headers never forwarded: they are about this hop, or (for
 /// `proxy-authorization`) for proxies, or set by the proxy itself.
-const NOT_FORWARDED: &[&str] = &[
+pub(super) const NOT_FORWARDED: &[&str] = &[
     "host",
     "connection",
     "keep-alive",
@@ -79,7 +79,7 @@ impl Clients {
         }
     }
 
-    fn client(&self, url: &str) -> Result<&reqwest::Client, String> {
+    pub(super) fn client(&self, url: &str) -> Result<&reqwest::Client, String> {
         let plain = url.starts_with("http://") && !self.tls_proxy;
         let cell = if plain { &self.plain } else { &self.tls };
         if let Some(client) = cell.get() {
@@ -440,69 +440,6 @@ async fn send(clients: &Clients, forward: &Forward) -> Result<reqwest::Response,
     })
 }
 
-/// What a route's probe says of a request in doubt (SPEC 22).
-pub(super) enum Probed {
-    /// It took effect: the probe's answer (2xx, with a body).
-    Applied(Answer),
-    /// It did not (404).
-    NotApplied,
-    /// No plain answer, and why.
-    Unknown(String),
-}
-
-/// Asks `METHOD URL` (a route's probe) whether a request in doubt took
-/// effect, with the agent's headers (its credentials) but no body.
-pub(super) async fn probe(
-    clients: &Clients,
-    method: &str,
-    url: &str,
-    headers: &HeaderMap,
-    max: usize,
-) -> Probed {
-    let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
-        return Probed::Unknown(format!("{method} is not an HTTP method"));
-    };
-    let client = match clients.client(url) {
-        Ok(client) => client,
-        Err(err) => return Probed::Unknown(err),
-    };
-    let mut request = client.request(method, url).timeout(Duration::from_secs(30));
-    for (name, value) in headers {
-        let body_header = matches!(name.as_str(), "content-type" | "idempotency-key");
-        if !NOT_FORWARDED.contains(&name.as_str()) && !body_header {
-            request = request.header(name, value);
-        }
-    }
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(err) => return Probed::Unknown(describe(&err)),
-    };
-    let status = response.status().as_u16();
-    if status == 404 {
-        return Probed::NotApplied;
-    }
-    if !(200..300).contains(&status) {
-        return Probed::Unknown(format!("it answered HTTP {status}"));
-    }
-    let content_type = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-    match response.bytes().await {
-        Ok(body) if body.is_empty() => Probed::Unknown("it answered with no body".to_owned()),
-        Ok(body) if body.len() > max => {
-            Probed::Unknown("its answer is over [proxy] max_record".to_owned())
-        }
-        Ok(body) => Probed::Applied(Answer {
-            status,
-            content_type,
-            body,
-        }),
-        Err(err) => Probed::Unknown(describe(&err)),
-    }
-}
-
 /// A plain answer: the agent gets it once it is durable. One over
 /// `max_record` goes on as it comes instead, an attempt.
 async fn plain(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, done: &Done<'_>) {
@@ -638,7 +575,7 @@ fn not_journaled() -> Response<Body> {
 }
 
 /// An upstream error with its causes, one line.
-fn describe(err: &reqwest::Error) -> String {
+pub(super) fn describe(err: &reqwest::Error) -> String {
     crate::error::with_causes(err)
 }
 

@@ -23,6 +23,7 @@
 pub(crate) mod conversation;
 mod exchange;
 mod http;
+mod probe;
 mod recording;
 mod routes;
 mod serve;

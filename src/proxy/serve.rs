@@ -20,8 +20,9 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::oneshot;
 
-use super::exchange::{Clients, Forward, Probed, exchange};
+use super::exchange::{Clients, Forward, exchange};
 use super::http::{Body, accept, error, full, is_secret};
+use super::probe::{probed, reconciled};
 use super::recording::{self, Answer};
 use super::routes::{Routes, Unresolved};
 use super::{Ask, Inbox, ToLoop, Verdict};
@@ -176,13 +177,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         return ended();
     };
     match verdict {
-        Verdict::Replay(output) => {
-            let mut answer = recording::output_answer(&output);
-            if hide_usage && answer.is_stream() {
-                answer.body = super::usage::Hidden::whole(&answer.body).into();
-            }
-            replay(&answer)
-        }
+        Verdict::Replay(output) => replay(&output, hide_usage),
         Verdict::Refuse {
             status,
             kind,
@@ -200,11 +195,17 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             tap,
             in_doubt,
         } => {
-            let probe = key.as_deref().and_then(|key| route.probe(key));
-            if let Some(probe) = probe.filter(|_| in_doubt)
-                && let Some(answer) = probed(&shared, &route_name, probe, &parts.headers).await
+            if in_doubt
+                && let Some(settled) = settled(
+                    &shared,
+                    (&route_name, route),
+                    key.as_deref(),
+                    (flight, own),
+                    &parts.headers,
+                )
+                .await
             {
-                return reconciled(&shared, flight, own, answer).await;
+                return settled;
             }
             let forward = Forward {
                 traceparent,
@@ -224,6 +225,22 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             forwarded(&shared, forward).await
         }
     }
+}
+
+/// A request in doubt whose route's probe says it took effect (SPEC 22):
+/// the probe's answer, for the agent once it is the step's end; `None`
+/// when the request is to go again.
+async fn settled(
+    shared: &Shared,
+    route: (&str, &super::routes::Route),
+    key: Option<&str>,
+    (flight, own): (u64, bool),
+    headers: &hyper::HeaderMap,
+) -> Option<Response<Body>> {
+    let limits = (&shared.clients, shared.routes.max_record);
+    let answer = probed(limits, route, key, headers).await?;
+    let durable = reconciled(&shared.inbox, flight, own, answer.clone()).await;
+    Some(if durable { recorded(&answer) } else { ended() })
 }
 
 /// Sends `forward` upstream on a task of its own: the agent's answer.
@@ -282,47 +299,6 @@ fn target<'s>(
     Err(Box::new(refused))
 }
 
-/// Asks the route's probe whether a request in doubt took effect (SPEC
-/// 22): the probe's answer when it did; `None` when it did not or cannot
-/// tell, and the request goes again with its key.
-async fn probed(
-    shared: &Shared,
-    route: &str,
-    (method, url): (String, String),
-    headers: &hyper::HeaderMap,
-) -> Option<Answer> {
-    let max = shared.routes.max_record;
-    match super::exchange::probe(&shared.clients, &method, &url, headers, max).await {
-        Probed::Applied(answer) => Some(answer),
-        Probed::NotApplied => None,
-        Probed::Unknown(why) => {
-            crate::report::say(&format!(
-                "the probe of route `{route}` could not tell whether a request in doubt took effect ({why}): it goes again with its key"
-            ));
-            None
-        }
-    }
-}
-
-/// Records the probe's `answer` as the end of the request in doubt
-/// `flight`, and gives it to the agent once that is durable.
-async fn reconciled(shared: &Shared, flight: u64, own: bool, answer: Answer) -> Response<Body> {
-    let (reply, durable) = oneshot::channel();
-    let sent = (shared.inbox)(ToLoop::Done {
-        flight,
-        own,
-        end: super::End::Reconciled {
-            answer: answer.clone(),
-        },
-        reply,
-    });
-    if sent && durable.await.is_ok() {
-        recorded(&answer)
-    } else {
-        ended()
-    }
-}
-
 /// The run is over or stopping: nothing is forwarded.
 fn ended() -> Response<Body> {
     error(
@@ -355,9 +331,14 @@ pub(crate) fn recorded(answer: &Answer) -> Response<Body> {
     response
 }
 
-/// A recorded answer given from the journal, marked so.
-fn replay(answer: &Answer) -> Response<Body> {
-    let mut response = recorded(answer);
+/// A recorded answer given from the journal, marked so; without the
+/// usage durun asked for in the agent's name (`hide_usage`).
+fn replay(output: &serde_json::Value, hide_usage: bool) -> Response<Body> {
+    let mut answer = recording::output_answer(output);
+    if hide_usage && answer.is_stream() {
+        answer.body = super::usage::Hidden::whole(&answer.body).into();
+    }
+    let mut response = recorded(&answer);
     response
         .headers_mut()
         .insert("x-durun-replayed", HeaderValue::from_static("true"));

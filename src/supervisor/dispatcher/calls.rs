@@ -16,7 +16,7 @@ use super::{Supervisor, Wanted};
 use crate::config::{InDoubt, Tool, ToolKind};
 use crate::executor::probe::Probed;
 use crate::executor::{self, Cancel, Finished, Invocation};
-use crate::journal::{ResolutionKind, StepError, StepKind, StepRecord, StepStatus};
+use crate::journal::{StepError, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
 use crate::protocol::{Effect, ErrorCode, Response};
 use crate::report::Event as Report;
@@ -224,14 +224,10 @@ impl Supervisor<'_> {
         match probed {
             Probed::Applied(output) => {
                 // No attempt ran: the one the probe settled counts.
-                record.attempts = record.attempts.saturating_sub(1).max(1);
                 record.status = StepStatus::Committed;
                 record.output = Some(JsonText::from_value(&output));
-                record.resolution = Some(ResolutionKind::Reconciled);
-                self.reporter.report(&Report::Warning(&format!(
-                    "step {step} ({}) was in doubt; its probe says it took effect: reconciled, not run again",
-                    record.name
-                )));
+                let said = super::closing::reconciled(&mut record, "its probe", "run");
+                self.reporter.report(&Report::Warning(&said));
                 self.finish_step(conn, id, record, fresh, started);
             }
             Probed::NotApplied => self.run_call(conn, id, tool, args, record, fresh),

@@ -1,7 +1,7 @@
 //! MCP steps asked for by their key (SPEC 22): an MCP task's id is its
 //! step's key, and a `durun mcp` that did not start the call (a client
 //! came back through a new one) asks the run where the step stands; and
-//! steps in doubt that `durun mcp`'s probe found took effect.
+//! a connection that closes leaves its MCP steps in doubt.
 //!
 //! # Invariant
 //!
@@ -13,9 +13,8 @@
 use serde_json::Value;
 
 use super::Supervisor;
-use crate::journal::{ResolutionKind, StepKind, StepRecord, StepStatus};
-use crate::protocol::{Closes, ErrorCode, Found, Response};
-use crate::report::Event as Report;
+use crate::journal::{StepKind, StepRecord, StepStatus};
+use crate::protocol::{ErrorCode, Found, Response};
 use crate::supervisor::inbox::{AGENT, Conn};
 use crate::supervisor::outbox::{Deferred, Then};
 use crate::supervisor::transitions::Transition;
@@ -95,27 +94,6 @@ impl Supervisor<'_> {
         let mut response = Response::ok(id.clone()).step(record.step);
         response.found = Some(found("reopened", &record));
         self.opened_as(conn, id, record, false, true, response);
-    }
-
-    /// The step a `commit` with `"reconciled": true` closes was in doubt,
-    /// and its destination said it took effect (`durun mcp`'s probe): it
-    /// is recorded `reconciled`, and the attempt the probe settled counts.
-    pub(super) fn reconciling(&mut self, conn: Conn, closes: &Closes) {
-        let step = match closes {
-            Closes::Step(step) => Some(*step),
-            Closes::Begin(begin) => self.steps.begun_by(conn, begin),
-        };
-        let Some(open) = step.and_then(|step| self.steps.open_mut(step)) else {
-            return;
-        };
-        let record = &mut open.record;
-        record.attempts = record.attempts.saturating_sub(1).max(1);
-        record.resolution = Some(ResolutionKind::Reconciled);
-        let message = format!(
-            "step {} ({}) was in doubt; its probe says it took effect: reconciled, not run again",
-            record.step, record.name
-        );
-        self.reporter.report(&Report::Warning(&message));
     }
 
     /// Connection `conn` closed: the MCP calls it had open are in doubt

@@ -11,6 +11,7 @@
 mod ahead;
 mod calls;
 mod children;
+mod closing;
 mod commit;
 mod fencing;
 mod imp;

@@ -408,13 +408,8 @@ impl Supervisor<'_> {
         record.finished_at = Some(crate::journal::now());
         record.output = Some(JsonText::from_value(&crate::proxy::answer_output(&answer)));
         if reconciled {
-            // No attempt ran: the one the probe settled counts.
-            record.attempts = record.attempts.saturating_sub(1).max(1);
-            record.resolution = Some(crate::journal::ResolutionKind::Reconciled);
-            self.reporter.report(&Report::Warning(&format!(
-                "step {} ({}) was in doubt; its route's probe says it took effect: reconciled, not sent again",
-                record.step, record.name
-            )));
+            let said = super::closing::reconciled(&mut record, "its route's probe", "sent");
+            self.reporter.report(&Report::Warning(&said));
         }
         if (200..300).contains(&answer.status) {
             record.status = StepStatus::Committed;

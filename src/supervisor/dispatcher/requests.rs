@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use super::{Supervisor, Wanted};
 use crate::error::{Failure, Kind};
-use crate::journal::{self, Journal, StepError, StepKind, StepRecord, StepStatus};
+use crate::journal::{self, Journal, StepKind, StepRecord, StepStatus};
 use crate::json_text::JsonText;
-use crate::protocol::{Closes, Effect, ErrorCode, Request, Response};
+use crate::protocol::{Effect, ErrorCode, Request, Response};
 use crate::report::Event as Report;
 use crate::step_key;
 use crate::supervisor::decide::{Asked, Decision, decide};
@@ -27,7 +27,7 @@ use crate::supervisor::ending::Stop;
 use crate::supervisor::inbox::{AGENT, Conn};
 use crate::supervisor::outbox::{Deferred, Then};
 use crate::supervisor::recorded::Recorded;
-use crate::supervisor::steps::{NotOpen, OpenStep};
+use crate::supervisor::steps::OpenStep;
 use crate::supervisor::transitions::Transition;
 
 /// Names a task whose runs panic at the agent's first request, as a bug
@@ -529,72 +529,6 @@ impl Supervisor<'_> {
             "check whether it happened, then `durun resolve {task} {step} --retry | --output JSON | --fail MESSAGE` and `durun resume {task}`"
         ));
         self.stop(Stop::Failure(failure.into()));
-    }
-
-    fn on_close(
-        &mut self,
-        conn: Conn,
-        id: Value,
-        closes: Closes,
-        result: Result<(Value, Option<Value>), (String, Option<Value>)>,
-    ) {
-        let step = match closes {
-            Closes::Step(step) => step,
-            Closes::Begin(begin) => match self.steps.begun_by(conn, &begin) {
-                Some(step) => step,
-                None => {
-                    let message = format!(
-                        "no open step was opened by the `begin` with id {begin}: it was refused (its answer says why), or its step is closed already"
-                    );
-                    return self
-                        .respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
-                }
-            },
-        };
-        let open = match self.steps.close(step) {
-            Ok(open) => open,
-            Err(not_open) => {
-                let message = match not_open {
-                    NotOpen::Call => {
-                        format!("step {step} is a `call`: durun closes it when the tool ends")
-                    }
-                    NotOpen::Closed => format!(
-                        "step {step} is not open: commit or fail a step once, after its `begin`"
-                    ),
-                };
-                return self.respond(
-                    conn,
-                    &Response::error(id, ErrorCode::BadRequest, message).step(step),
-                );
-            }
-        };
-        let mut record = open.record;
-        match result {
-            Ok((output, usage)) => {
-                // The agent's own count, else that of the model calls the
-                // proxy saw while the step was open: counted once.
-                if usage.is_none() && !open.proxied.is_empty() {
-                    record.cost_nanos = open.proxied_cost;
-                }
-                let usage = usage.or_else(|| crate::usage::sum(&open.proxied));
-                record.status = StepStatus::Committed;
-                record.tokens = usage.as_ref().map_or(0, crate::usage::tokens_of);
-                record.usage = usage.as_ref().map(JsonText::from_value);
-                record.output = Some(JsonText::from_value(&output));
-            }
-            Err((message, output)) => {
-                record.status = StepStatus::Failed;
-                record.error = Some(StepError {
-                    code: ErrorCode::ToolFailed,
-                    message,
-                });
-                record.output = output.as_ref().map(JsonText::from_value);
-                // The agent reported the failure: it knows of it from here.
-                record.seen_from = Some(self.steps.next_step());
-                self.steps.failed(step, record.clone());
-            }
-        }
-        self.finish_step(conn, id, record, open.fresh, open.started);
     }
 }
 
