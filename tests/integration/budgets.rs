@@ -485,7 +485,11 @@ fn children_spending_at_once_never_pass_their_parents_budget() {
         .sum();
     // The fake upstream's usage: 120 tokens a call.
     let calls = received(&env);
-    assert!(calls >= 1, "{}", env.log("parent"));
+    let ends: Vec<Value> = kids
+        .iter()
+        .map(|kid| env.inspect(kid)["task"].clone())
+        .collect();
+    assert!(calls >= 1, "{ends:?}\n{}", env.log("parent"));
     assert!(calls * 120 <= 1000, "{calls} calls: {}", env.log("parent"));
     assert_eq!(spent, calls * 120, "{}", env.log("parent"));
     crate::env::signal(i32::try_from(parent.id()).expect("pid"), libc::SIGTERM);
