@@ -31,7 +31,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,9 @@ const GROUP: &str = "--group";
 /// What the keeper writes on the status pipe: a tag byte and a number.
 pub(crate) const STARTED: u8 = b'P';
 pub(crate) const FAILED: u8 = b'E';
+/// The agent exited (the number is its wait status) and nothing it
+/// started is left.
+pub(crate) const EXITED: u8 = b'X';
 
 /// Becomes the keeper and never returns if `args` asks for it
 /// (`durun __keeper -- AGENT…`); returns at once otherwise.
@@ -139,7 +142,7 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     let mut status = std::fs::File::from(status);
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let agent = match start(charge) {
-        Ok(child) => child.id(),
+        Ok(agent) => agent,
         Err(err) => {
             let errno = err
                 .raw_os_error()
@@ -149,7 +152,6 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
         }
     };
     let _ = status.write_all(&said(STARTED, agent as i32));
-    drop(status);
     settle_in();
     let Some(agent) = Pid::from_raw(agent as i32) else {
         return 127;
@@ -160,6 +162,12 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     };
     match children.until_agent_exits(agent, lifeline) {
         Some(agent_status) => {
+            // Nothing is left to end: durun may go on at once, rather than
+            // when this process is gone.
+            if !any_child_left() {
+                let _ = status.write_all(&said(EXITED, agent_status.into_raw()));
+            }
+            drop(status);
             children.end_the_rest(lifeline);
             exit_code_of(agent_status)
         }
@@ -172,36 +180,26 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     }
 }
 
-/// Starts the keeper's charge.
-fn start(charge: Charge) -> std::io::Result<std::process::Child> {
-    let Some((program, args)) = charge.argv.split_first() else {
-        return Err(std::io::Error::from_raw_os_error(
-            rustix::io::Errno::INVAL.raw_os_error(),
-        ));
+/// Starts the keeper's charge; its pid.
+fn start(charge: Charge) -> std::io::Result<u32> {
+    let group = match charge.group {
+        Group::Keepers => None,
+        Group::Own => Some(0),
+        Group::Join(group) => Some(group),
     };
-    let mut command = std::process::Command::new(program);
-    command.args(args);
-    if let Some(setup) = charge.setup {
-        // In the keeper, not the child: a relative program is found from
-        // the agent's directory, as after an exec there.
-        std::env::set_current_dir(&setup.cwd)?;
-        let [stdin, stdout, stderr] = setup.stdio;
-        command
-            .env_clear()
-            .envs(setup.env)
-            .stdin(stdin)
-            .stdout(stdout)
-            .stderr(stderr);
-    }
-    match charge.group {
-        Group::Keepers => {}
-        Group::Own => crate::os::own_process_group(&mut command),
-        Group::Join(group) => {
-            command.process_group(group);
+    match charge.setup {
+        Some(setup) => {
+            // In the keeper, not the child: a relative program is found from
+            // the agent's directory, as after an exec there.
+            std::env::set_current_dir(&setup.cwd)?;
+            crate::launch::launch(&charge.argv, &setup.env, Some(&setup.stdio), group)
+        }
+        // An exec'd keeper has the agent's environment and stdio.
+        None => {
+            let env: Vec<_> = std::env::vars_os().collect();
+            crate::launch::launch(&charge.argv, &env, None, group)
         }
     }
-    crate::os::die_with_parent(&mut command);
-    command.spawn()
 }
 
 /// The keeper's own house-keeping once the agent runs: its stdio lets go of
@@ -445,6 +443,20 @@ pub(crate) fn read_status(pipe: impl AsFd) -> Option<Status> {
         _ => Err(std::io::Error::from_raw_os_error(number)),
     };
     Some(Status { keeper, agent })
+}
+
+/// The agent's exit as its keeper said it on the status pipe; none if the
+/// keeper closed the pipe without (something of the agent was left, or it
+/// died): its own exit says the agent's then.
+pub(crate) fn read_exit(pipe: impl AsFd) -> Option<ExitStatus> {
+    let mut message = [0u8; 9];
+    // Nine bytes, written at once into a pipe: they come at once.
+    match rustix::io::read(&pipe, &mut message) {
+        Ok(9) if message[0] == EXITED => Some(ExitStatus::from_raw(i32::from_le_bytes([
+            message[1], message[2], message[3], message[4],
+        ]))),
+        _ => None,
+    }
 }
 
 /// A keeper that ended before it said whether the agent started.

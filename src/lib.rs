@@ -18,6 +18,7 @@ pub mod exit_code;
 mod journal;
 mod json_text;
 mod keeper;
+mod launch;
 mod lease;
 mod limits;
 mod mcp;

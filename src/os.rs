@@ -78,12 +78,6 @@ fn before_exec(command: &mut Command, parent: Option<Pid>, fds: Option<[(RawFd, 
     }
 }
 
-/// Puts `command` in a process group of its own, so that a timeout or a
-/// cancel can end the whole tree it starts.
-pub(crate) fn own_process_group(command: &mut Command) {
-    command.process_group(0);
-}
-
 /// Points this process's stdin, stdout and stderr at `/dev/null`, letting
 /// go of whatever pipes they were.
 pub(crate) fn stdio_to_null() {

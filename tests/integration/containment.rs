@@ -110,6 +110,35 @@ fn nothing_an_agent_started_outlives_durun_killed_with_sigkill() {
     assert_eq!(env.inspect("killed")["task"]["status"], "interrupted");
 }
 
+/// The keeper starts the agent without copying itself (a vfork), and the
+/// agent still dies with it: a `kill -9` of the keeper alone ends the agent
+/// (its parent-death signal), and durun ends the run.
+#[test]
+fn an_agent_dies_with_its_keeper_killed_alone() {
+    let env = TestEnv::new();
+    env.write("agent.sh", "echo $$ > agent.pid\nexec sleep 600\n");
+    let mut durun = env.spawn(
+        &["run", "-q", "--task", "orphan", "--", "sh", "agent.sh"],
+        "orphan",
+    );
+    let agent = read_pid(&env.path("agent.pid"));
+    let stat = std::fs::read_to_string(format!("/proc/{agent}/stat")).expect("the agent's stat");
+    let keeper: i32 = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+        .expect("the agent's parent");
+    let comm = std::fs::read_to_string(format!("/proc/{keeper}/comm")).expect("the keeper's comm");
+    assert_eq!(comm.trim(), "durun-keeper", "the agent's parent");
+    crate::env::signal(keeper, libc::SIGKILL);
+    let alive = all_gone(&[agent], GONE_WITHIN);
+    cleanup(&alive);
+    assert!(
+        alive.is_empty(),
+        "the agent outlived its killed keeper by {GONE_WITHIN:?}"
+    );
+    wait_exit(&mut durun, Duration::from_secs(30));
+}
+
 #[test]
 fn a_kill_of_durun_and_its_agent_together_still_ends_the_grandchildren() {
     // `kill -9 -PGID` (a CI runner cancelling a job) takes durun and the
