@@ -51,14 +51,44 @@ pub(crate) struct Spawned {
     /// closes (durun's exit, by any signal), the keeper kills the agent's
     /// whole tree.
     pub(crate) lifeline: OwnedFd,
+    /// The keeper's status pipe, on which it says the agent's exit
+    /// ([`crate::keeper::read_exit`]).
+    pub(crate) status: OwnedFd,
     pub(crate) stdin: ChildStdin,
     pub(crate) stdout: ChildStdout,
     pub(crate) stderr: Option<ChildStderr>,
 }
 
+/// Keepers that said their agent's exit and are ending: reaped by the
+/// next spawn (a worker's next task), or by init once durun exits.
+static ENDING: std::sync::Mutex<Vec<rustix::process::Pid>> = std::sync::Mutex::new(Vec::new());
+
+/// Leaves `keeper`, which said its agent's exit, to be reaped later: its
+/// own end (the tear-down of a process) is not worth waiting for.
+pub(crate) fn let_go(keeper: rustix::process::Pid) {
+    ENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(keeper);
+}
+
+/// Reaps the keepers left by [`let_go`] that have ended.
+fn reap_ended() {
+    ENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|&keeper| {
+            matches!(
+                rustix::process::waitpid(Some(keeper), rustix::process::WaitOptions::NOHANG),
+                Ok(None)
+            )
+        });
+}
+
 /// Starts `plan` under a keeper: the agent and every process it starts
 /// end with its run, or when durun dies.
 pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
+    reap_ended();
     if plan.argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     }
@@ -124,6 +154,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
         keeper,
         pid: agent,
         lifeline: durun.lifeline,
+        status: durun.status,
         stdin: ChildStdin::from(durun.stdin),
         stdout: ChildStdout::from(durun.stdout),
         stderr: durun.stderr.map(ChildStderr::from),

@@ -46,6 +46,14 @@ pub(super) struct AgentIo {
     exit: Option<(OwnedFd, rustix::process::Pid)>,
     /// The pidfd said the agent has exited.
     exit_ready: bool,
+    /// The keeper's status pipe, on which it says the agent's exit as soon
+    /// as nothing of the agent is left (before its own, which costs the
+    /// tear-down of a process). Polled with the pidfd.
+    status: Option<OwnedFd>,
+    /// The status pipe has something to read (or closed).
+    status_ready: bool,
+    /// The keeper that said the agent's exit, to reap once it is gone.
+    said_exit: Option<rustix::process::Pid>,
 }
 
 impl AgentIo {
@@ -81,6 +89,7 @@ impl AgentIo {
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
             os::poll_fd(&self.wake, PollFlags::empty()),
+            os::poll_fd(&self.wake, PollFlags::empty()),
         ];
         let mut count = 1;
         let exit_at = self.exit.as_ref().map(|(pidfd, _)| {
@@ -88,6 +97,15 @@ impl AgentIo {
             count += 1;
             count - 1
         });
+        let status_at = self
+            .status
+            .as_ref()
+            .filter(|_| self.exit.is_some())
+            .map(|status| {
+                fds[count] = os::poll_fd(status, PollFlags::IN);
+                count += 1;
+                count - 1
+            });
         if read {
             fds[count] = os::poll_fd(self.reader.get_ref(), PollFlags::IN);
             count += 1;
@@ -131,13 +149,26 @@ impl AgentIo {
         if exit_at.is_some_and(|at| !fds[at].revents().is_empty()) {
             self.exit_ready = true;
         }
+        if status_at.is_some_and(|at| !fds[at].revents().is_empty()) {
+            self.status_ready = true;
+        }
         listener_at.map(|at| at.is_some_and(|at| !fds[at].revents().is_empty()))
     }
 
-    /// Watches the agent's exit through a pidfd in `wait`'s poll; false
-    /// where the kernel has none (before Linux 5.3): a thread waits then.
-    pub(super) fn watch_exit(&mut self, pid: u32) -> bool {
-        let Some(pid) = i32::try_from(pid)
+    /// Leaves the keeper that said the agent's exit to be reaped once it
+    /// is gone ([`crate::spawn::let_go`]).
+    pub(super) fn let_keeper_go(&mut self) {
+        if let Some(keeper) = self.said_exit.take() {
+            crate::spawn::let_go(keeper);
+        }
+    }
+
+    /// Watches the agent's exit through its keeper's pidfd and status pipe
+    /// in `wait`'s poll; false where the kernel has no pidfd (before Linux
+    /// 5.3): a thread waits then.
+    pub(super) fn watch_exit(&mut self, keeper: u32, status: OwnedFd) -> bool {
+        self.status = Some(status);
+        let Some(pid) = i32::try_from(keeper)
             .ok()
             .and_then(rustix::process::Pid::from_raw)
         else {
@@ -156,6 +187,14 @@ impl AgentIo {
     /// reaped here, once).
     pub(super) fn reaped(&mut self) -> Option<std::process::ExitStatus> {
         use std::os::unix::process::ExitStatusExt as _;
+        if std::mem::take(&mut self.status_ready)
+            && let Some(status) = self.status.take()
+            && let Some(exited) = crate::keeper::read_exit(&status)
+            && let Some((_, keeper)) = self.exit.take()
+        {
+            self.said_exit = Some(keeper);
+            return Some(exited);
+        }
         if !self.exit_ready {
             return None;
         }
@@ -290,6 +329,9 @@ impl AgentIo {
             read_at: Instant::now(),
             exit: None,
             exit_ready: false,
+            status: None,
+            status_ready: false,
+            said_exit: None,
         })
     }
 }

@@ -111,9 +111,9 @@ pub(crate) fn supervise(
         _ => None,
     };
     let mut io = AgentIo::new(child.stdin, child.stdout, wake)?;
-    // The keeper exits with the agent's status once the agent's whole tree
-    // has ended.
-    if !io.watch_exit(child.keeper) {
+    // The keeper says the agent's exit once the agent's whole tree has
+    // ended, and exits with the agent's status.
+    if !io.watch_exit(child.keeper, child.status) {
         child::spawn_exit_waiter(child.keeper, events_tx.clone());
     }
     socket.sweep_once();
@@ -424,6 +424,7 @@ impl Supervisor<'_> {
 
     /// The run's end, and what is left of the agent's prints.
     pub(super) fn outcome(mut self) -> Outcome {
+        self.io.let_keeper_go();
         let (status, exit_code, failure) = self.ending();
         Outcome {
             status,
