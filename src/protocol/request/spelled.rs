@@ -108,6 +108,62 @@ fn every_op_is_spelled_alike_in_the_decoder_the_docs_and_both_sdks() {
     }
 }
 
+/// The example requests of `text`: each line that is one (`{"op":…}`),
+/// and each inline code span that is one.
+fn examples(text: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(r#"{"op":"#) {
+            found.push(line);
+            continue;
+        }
+        for span in line.split('`').skip(1).step_by(2) {
+            if span.starts_with(r#"{"op":"#) {
+                found.push(span);
+            }
+        }
+    }
+    found
+}
+
+/// Every example request in docs/protocol.md is one the decoder takes, as
+/// written, and every op has one: a reader who copies an example gets an
+/// answer, not `bad_request`.
+#[test]
+fn every_example_request_in_the_docs_decodes_and_every_op_has_one() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md"))
+            .expect("docs/protocol.md");
+    let examples = examples(&docs);
+    let mut shown = BTreeSet::new();
+    for example in &examples {
+        match parse_line(example.as_bytes()) {
+            Line::Request(_) => {}
+            Line::Invalid { message, .. } => panic!("docs/protocol.md: {example}: {message}"),
+            Line::Passthrough => panic!("docs/protocol.md: {example} is not a request"),
+        }
+        shown.extend(spelled(example, &[r#""op":""#]));
+    }
+    let missing: Vec<_> = OPS
+        .iter()
+        .chain(&OWN_OPS)
+        .filter(|op| !shown.contains(**op))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/protocol.md has no example of {missing:?}"
+    );
+}
+
+#[test]
+fn examples_are_whole_lines_and_inline_spans() {
+    let text = "{\"op\":\"call\",\"id\":1}\nwith `{\"op\":\"find\",\"id\":2}` and `not one`\n  {\"op\":\"x\"}";
+    assert_eq!(
+        examples(text),
+        [r#"{"op":"call","id":1}"#, r#"{"op":"find","id":2}"#]
+    );
+}
+
 #[test]
 fn a_prefix_inside_a_longer_word_is_no_op() {
     let found = spelled(
