@@ -4,12 +4,15 @@
     python3 benches/proxy_streams.py [N]        # default 1000
 
 Starts an upstream on loopback that sends each stream's first event at
-once and the rest only when all N streams have their first event; runs an
-agent under `durun run` that opens N streaming chat completions through
-OPENAI_BASE_URL (the proxy) at once; when every stream has its first
-event, reads durun's peak resident memory (VmHWM of the agent's parent),
-releases the streams and reads them to their end. Prints N, the peak in
-MB, and whether every stream was recorded as a step."""
+once and the rest only once released; runs an agent under `durun run`
+that opens N streaming chat completions through OPENAI_BASE_URL (the
+proxy) at once. durun serves at most 256 connections at once (SPEC 17),
+the rest wait in its queue: when min(N, 256) streams have their first
+event, the agent counts durun's open descriptors and releases the
+streams, and reads them all to their end. Prints N, durun's peak
+resident memory (VmHWM of the agent's parent, at the end), its
+descriptors with every served stream open, and whether every stream was
+recorded as a step."""
 
 import asyncio
 import json
@@ -37,7 +40,10 @@ async def stream(i, first):
     await writer.drain()
     data = b""
     while b"data:" not in data:
-        data += await reader.read(65536)
+        more = await reader.read(65536)
+        if not more:
+            break
+        data += more
     first.set_result(None) if not first.done() else None
     while b"[DONE]" not in data:
         more = await reader.read(65536)
@@ -50,12 +56,16 @@ async def stream(i, first):
 async def main():
     firsts = [asyncio.get_running_loop().create_future() for _ in range(n)]
     tasks = [asyncio.create_task(stream(i, firsts[i])) for i in range(n)]
-    await asyncio.gather(*firsts)
-    status = open(f"/proc/{os.environ['DURUN_PID']}/status").read()
-    peak = next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]
-    open(os.environ["RELEASE"], "w").write(peak)
+    served = min(n, 256)
+    while sum(first.done() for first in firsts) < served:
+        await asyncio.sleep(0.01)
+    durun = os.environ["DURUN_PID"]
+    fds = len(os.listdir(f"/proc/{durun}/fd"))
+    open(os.environ["RELEASE"], "w").close()
     done = await asyncio.gather(*tasks)
-    print(json.dumps({"peak_kib": int(peak), "complete": sum(done)}))
+    status = open(f"/proc/{durun}/status").read()
+    peak = next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]
+    print(json.dumps({"peak_kib": int(peak), "fds": fds, "complete": sum(done)}))
 
 asyncio.run(main())
 '''
@@ -70,7 +80,10 @@ async def upstream(release, ready):
         body = head.split(b"\r\n\r\n", 1)[1]
         while len(body) < length:
             body += await reader.read(65536)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        # It closes the connection after the answer: said, so that durun's
+        # client does not send the next request on it.
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+                     b"connection: close\r\n\r\n")
 
         def chunk(data):
             event = f"data: {data}\n\n".encode()
@@ -114,6 +127,7 @@ async def main():
     steps = subprocess.run([DURUN, "inspect", "streams", "--json"], env=env, capture_output=True, text=True)
     recorded = len(json.loads(steps.stdout)["steps"])
     print(f"{N} concurrent streams: durun's peak resident memory {result['peak_kib'] / 1024:.1f} MB; "
+          f"{result['fds']} descriptors open with {min(N, 256)} served; "
           f"{result['complete']} complete, {recorded} recorded as steps")
 
 
