@@ -9,6 +9,9 @@ use std::time::Instant;
 
 use super::{Scratch, Table, env_or, json};
 
+/// The chunks of a streamed answer after its first.
+const LATER_CHUNKS: usize = 10;
+
 /// A keep-alive HTTP/1.1 upstream on loopback answering every POST with a
 /// JSON body of about `bytes` bytes; its port.
 pub(crate) fn upstream(bytes: usize) -> u16 {
@@ -47,17 +50,27 @@ pub(crate) fn upstream(bytes: usize) -> u16 {
                         return;
                     }
                     if request.windows(13).any(|w| w == b"\"stream\":true") {
-                        // The first chunk says when it left; the end comes
-                        // 2 ms later, as a model's next tokens would.
-                        let first = format!("data: {{\"sent_ns\":{}}}\n\n", super::unix_ns());
+                        // Each chunk says when it left. The first comes at
+                        // once; the later ones 2 ms after, then 0.2 ms
+                        // apart, as a model's next tokens would.
+                        let chunk = || {
+                            let event = format!("data: {{\"sent_ns\":{}}}\n\n", super::unix_ns());
+                            format!("{:x}\r\n{event}\r\n", event.len())
+                        };
                         let head = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n",
-                            first.len()
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{}",
+                            chunk()
                         );
                         if writer.write_all(head.as_bytes()).is_err() {
                             return;
                         }
                         std::thread::sleep(std::time::Duration::from_millis(2));
+                        for _ in 0..LATER_CHUNKS {
+                            if writer.write_all(chunk().as_bytes()).is_err() {
+                                return;
+                            }
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                        }
                         let done = "data: [DONE]\n\n";
                         let tail = format!("{:x}\r\n{done}\r\n0\r\n\r\n", done.len());
                         if writer.write_all(tail.as_bytes()).is_err() {
@@ -93,6 +106,7 @@ pub(crate) fn agent() {
     let agent = reqwest::blocking::Client::new();
     let stream = std::env::var_os("DURUN_BENCH_STREAM").is_some();
     let mut first_chunk = Vec::new();
+    let mut later_chunks = Vec::new();
     let started = Instant::now();
     for i in 0..calls {
         let body = json!({"model": "m", "stream": stream,
@@ -106,15 +120,32 @@ pub(crate) fn agent() {
         if stream {
             let mut reader = BufReader::new(answer);
             let mut line = String::new();
-            reader.read_line(&mut line).expect("the first chunk");
-            let arrived = super::unix_ns();
-            let sent: serde_json::Value =
-                serde_json::from_str(line.trim_start_matches("data: ").trim()).expect("JSON");
-            let sent = u128::from(sent["sent_ns"].as_u64().expect("sent_ns"));
-            first_chunk.push(arrived.saturating_sub(sent) as f64);
+            let mut seen = 0;
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).expect("a chunk") == 0 {
+                    break;
+                }
+                let arrived = super::unix_ns();
+                let Some(event) = line.strip_prefix("data: ") else {
+                    continue;
+                };
+                if event.trim() == "[DONE]" {
+                    break;
+                }
+                let sent: serde_json::Value = serde_json::from_str(event.trim()).expect("JSON");
+                let sent = u128::from(sent["sent_ns"].as_u64().expect("sent_ns"));
+                let took = arrived.saturating_sub(sent) as f64;
+                if seen == 0 {
+                    first_chunk.push(took);
+                } else {
+                    later_chunks.push(took);
+                }
+                seen += 1;
+            }
+            assert_eq!(seen, 1 + LATER_CHUNKS, "every chunk came");
             let mut rest = String::new();
             reader.read_to_string(&mut rest).expect("the rest");
-            assert!(rest.contains("[DONE]"), "{rest}");
             continue;
         }
         let text = answer.text().expect("the answer");
@@ -123,10 +154,21 @@ pub(crate) fn agent() {
     let report = json!({
         "elapsed_ns": started.elapsed().as_nanos() as u64,
         "first_chunk_ns": super::median(first_chunk),
+        "later_chunk_p99_ns": p99(later_chunks),
     });
     let path = std::env::var("DURUN_BENCH_OUT").expect("DURUN_BENCH_OUT");
     std::fs::write(path, report.to_string()).expect("write the report");
     std::process::exit(env_or("DURUN_BENCH_EXIT", 0));
+}
+
+/// The 99th percentile of `samples` (the nearest rank); NaN for none.
+fn p99(mut samples: Vec<f64>) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(f64::total_cmp);
+    let rank = (samples.len() * 99).div_ceil(100).max(1);
+    samples[rank - 1]
 }
 
 /// One round of the proxy's rows: for a 10 KB and a 1 MB answer, a direct
@@ -201,6 +243,10 @@ pub(crate) fn first_chunk_rows(root: &Path, calls: u64, table: &mut Table) {
         "first chunk direct",
         direct["first_chunk_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
     );
+    table.add(
+        "later chunks direct",
+        direct["later_chunk_p99_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+    );
     let scratch = Scratch::new(root, "proxy-stream", "full");
     let (report, _, ok) = scratch.agent(
         &["run", "--task", "stream"],
@@ -215,6 +261,10 @@ pub(crate) fn first_chunk_rows(root: &Path, calls: u64, table: &mut Table) {
     table.add(
         "first chunk proxied",
         report["first_chunk_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+    );
+    table.add(
+        "later chunks proxied",
+        report["later_chunk_p99_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
     );
 }
 
@@ -239,9 +289,14 @@ pub(crate) fn print(table: &Table) {
             proxied - direct - floor
         );
     }
+    let get = |row: &str| table.get(row).unwrap_or(f64::NAN);
     println!(
-        "\nA streamed call: from the upstream sending its first chunk to the agent reading it, median: {:.0} µs direct, {:.0} µs through the proxy.",
-        table.get("first chunk direct").unwrap_or(f64::NAN),
-        table.get("first chunk proxied").unwrap_or(f64::NAN),
+        "\nA streamed call: from the upstream sending its first chunk to the agent reading it, median: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +200 µs). Its {LATER_CHUNKS} later chunks, 99th percentile: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +50 µs).",
+        get("first chunk direct"),
+        get("first chunk proxied"),
+        get("first chunk proxied") - get("first chunk direct"),
+        get("later chunks direct"),
+        get("later chunks proxied"),
+        get("later chunks proxied") - get("later chunks direct"),
     );
 }
