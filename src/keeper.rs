@@ -436,7 +436,7 @@ pub(crate) fn read_status(pipe: impl AsFd) -> Option<Status> {
             _ => return None,
         }
     }
-    let number = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
+    let number = number_of(&message);
     let keeper = u32::from_le_bytes([message[5], message[6], message[7], message[8]]);
     let agent = match message[0] {
         STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
@@ -452,11 +452,14 @@ pub(crate) fn read_exit(pipe: impl AsFd) -> Option<ExitStatus> {
     let mut message = [0u8; 9];
     // Nine bytes, written at once into a pipe: they come at once.
     match rustix::io::read(&pipe, &mut message) {
-        Ok(9) if message[0] == EXITED => Some(ExitStatus::from_raw(i32::from_le_bytes([
-            message[1], message[2], message[3], message[4],
-        ]))),
+        Ok(9) if message[0] == EXITED => Some(ExitStatus::from_raw(number_of(&message))),
         _ => None,
     }
+}
+
+/// The number of a status-pipe message ([`said`]).
+fn number_of(message: &[u8; 9]) -> i32 {
+    i32::from_le_bytes([message[1], message[2], message[3], message[4]])
 }
 
 /// A keeper that ended before it said whether the agent started.

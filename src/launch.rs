@@ -13,7 +13,7 @@
 //! The child shares the keeper's memory while the keeper waits for its
 //! `execve`: it makes only system calls, on data prepared before the clone.
 
-use std::ffi::{CString, OsStr, OsString, c_char, c_int, c_void};
+use std::ffi::{CStr, CString, OsStr, OsString, c_char, c_int, c_void};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
@@ -65,12 +65,12 @@ pub(crate) fn launch(
     let strings = Strings::new(argv, env, found.as_os_str())?;
     let mut child = Child {
         program: strings.program.as_ptr(),
-        argv: Strings::pointers(strings.argv.iter()),
-        envp: Strings::pointers(strings.envp.iter()),
+        argv: Strings::pointers(strings.argv.iter().map(CString::as_c_str)),
+        envp: Strings::pointers(strings.envp.iter().map(CString::as_c_str)),
         sh_argv: Strings::pointers(
-            [&strings.sh, &strings.program]
+            [c"/bin/sh", strings.program.as_c_str()]
                 .into_iter()
-                .chain(strings.argv.iter().skip(1)),
+                .chain(strings.argv.iter().skip(1).map(CString::as_c_str)),
         ),
         group,
         parent: rustix::process::getpid().as_raw_nonzero().get(),
@@ -172,7 +172,6 @@ struct Strings {
     program: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
-    sh: CString,
 }
 
 impl Strings {
@@ -195,14 +194,13 @@ impl Strings {
                     c(&pair)
                 })
                 .collect::<io::Result<_>>()?,
-            sh: c(b"/bin/sh")?,
         })
     }
 
     /// Pointers to `strings`, then a null.
-    fn pointers<'a>(strings: impl Iterator<Item = &'a CString>) -> Vec<*const c_char> {
+    fn pointers<'a>(strings: impl Iterator<Item = &'a CStr>) -> Vec<*const c_char> {
         strings
-            .map(|string| string.as_ptr())
+            .map(CStr::as_ptr)
             .chain(std::iter::once(std::ptr::null()))
             .collect()
     }

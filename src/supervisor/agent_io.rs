@@ -52,8 +52,6 @@ pub(super) struct AgentIo {
     status: Option<OwnedFd>,
     /// The status pipe has something to read (or closed).
     status_ready: bool,
-    /// The keeper that said the agent's exit, to reap once it is gone.
-    said_exit: Option<rustix::process::Pid>,
 }
 
 impl AgentIo {
@@ -155,14 +153,6 @@ impl AgentIo {
         listener_at.map(|at| at.is_some_and(|at| !fds[at].revents().is_empty()))
     }
 
-    /// Leaves the keeper that said the agent's exit to be reaped once it
-    /// is gone ([`crate::spawn::let_go`]).
-    pub(super) fn let_keeper_go(&mut self) {
-        if let Some(keeper) = self.said_exit.take() {
-            crate::spawn::let_go(keeper);
-        }
-    }
-
     /// Watches the agent's exit through its keeper's pidfd and status pipe
     /// in `wait`'s poll; false where the kernel has no pidfd (before Linux
     /// 5.3): a thread waits then.
@@ -192,7 +182,8 @@ impl AgentIo {
             && let Some(exited) = crate::keeper::read_exit(&status)
             && let Some((_, keeper)) = self.exit.take()
         {
-            self.said_exit = Some(keeper);
+            // Its own end, the tear-down of a process, is not waited for.
+            crate::spawn::let_go(keeper);
             return Some(exited);
         }
         if !self.exit_ready {
@@ -331,7 +322,6 @@ impl AgentIo {
             exit_ready: false,
             status: None,
             status_ready: false,
-            said_exit: None,
         })
     }
 }

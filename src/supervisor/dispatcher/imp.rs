@@ -424,7 +424,6 @@ impl Supervisor<'_> {
 
     /// The run's end, and what is left of the agent's prints.
     pub(super) fn outcome(mut self) -> Outcome {
-        self.io.let_keeper_go();
         let (status, exit_code, failure) = self.ending();
         Outcome {
             status,
