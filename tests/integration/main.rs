@@ -9,6 +9,7 @@ mod browser;
 mod budgets;
 mod children;
 mod cli;
+mod conformance;
 mod containment;
 mod crash;
 mod crash_test;

@@ -10,7 +10,7 @@ use crate::sdk_python::seen;
 
 /// The agent's command, its requests to durun copied to
 /// `requests-RUN.log` on their way (its exit status kept).
-fn logged(env: &mut TestEnv, agent: &[&str]) -> Vec<String> {
+pub(crate) fn logged(env: &mut TestEnv, agent: &[&str]) -> Vec<String> {
     env.set("PYTHONPATH", sdk_path());
     let agent = agent.join(" ");
     vec![

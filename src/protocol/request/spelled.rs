@@ -1,7 +1,8 @@
 //! An op is spelled in five places: the decoder here, docs/protocol.md,
 //! and the requests of the Python and Node SDKs. This checks that they
 //! agree: every op the decoder takes is documented and sent by both SDKs,
-//! and none of them spells an op the decoder does not take.
+//! and none of them spells an op the decoder does not take. What the SDKs'
+//! encoders actually send, field by field, is tests/integration/conformance.rs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
