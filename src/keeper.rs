@@ -3,11 +3,13 @@
 //!
 //! A parent-death signal reaches only the process that set it: a
 //! grandchild that calls `setsid`, a double fork, a native binary under a
-//! `node` launcher all outlived a killed durun. So durun starts itself
-//! again as `durun __keeper -- AGENT…` (durun's spawn) and the keeper
-//! starts the agent. The keeper is a child subreaper: whatever the agent
-//! leaves behind, at any depth and in any session, is re-parented to it
-//! rather than to init, so it always has the whole tree below it.
+//! `node` launcher all outlived a killed durun. So every agent gets a
+//! keeper of its own, which starts it: a clone of the nursery, or, where
+//! there is none, durun's own binary exec'd as `durun __keeper`, which
+//! takes the same request on its stdin (both in `nursery.rs`). The keeper
+//! is a child subreaper: whatever the agent leaves behind, at any depth
+//! and in any session, is re-parented to it rather than to init, so it
+//! always has the whole tree below it.
 //!
 //! - The agent exits: the keeper ends what is left (SIGTERM, then SIGKILL
 //!   after [`GRACE`]), then exits with the agent's own status, which is what
@@ -17,8 +19,8 @@
 //!   process below it, then exits.
 //!
 //! It needs nothing from the host (no cgroup delegation, no namespaces, no
-//! root), and costs one `exec` of durun's own binary per run
-//! (docs/reliability.md). A process that escapes it must leave the tree
+//! root), and costs about 0.4 ms of an agent's start (docs/performance.md,
+//! docs/reliability.md). A process that escapes it must leave the tree
 //! with a new parent that is not below the keeper, which only a process
 //! that ptraces or is re-parented by a privileged helper can do.
 //!
@@ -30,23 +32,13 @@
 //! its own, so that a kill of durun's group leaves it to clean up.
 
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use rustix::event::PollFlags;
 use rustix::process::{Pid, Signal, WaitOptions};
-
-/// The argument that makes durun a keeper: never a subcommand name.
-pub(crate) const ARG: &str = "__keeper";
-
-/// Where durun's spawn puts the read end of the lifeline.
-pub(crate) const LIFELINE_FD: i32 = 3;
-
-/// Where durun's spawn puts the write end of the status pipe, on which the
-/// keeper says the agent's pid, or why it could not start it.
-pub(crate) const STATUS_FD: i32 = 4;
 
 /// How long what the agent left behind has between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_millis(500);
@@ -55,9 +47,6 @@ const GRACE: Duration = Duration::from_millis(500);
 /// (a setuid program) before it gives up on them.
 const GIVE_UP: Duration = Duration::from_secs(3);
 
-/// The option that starts the program in a process group of its own.
-const GROUP: &str = "--group";
-
 /// What the keeper writes on the status pipe: a tag byte and a number.
 pub(crate) const STARTED: u8 = b'P';
 pub(crate) const FAILED: u8 = b'E';
@@ -65,66 +54,24 @@ pub(crate) const FAILED: u8 = b'E';
 /// started is left.
 pub(crate) const EXITED: u8 = b'X';
 
-/// Becomes the keeper and never returns if `args` asks for it
-/// (`durun __keeper -- AGENT…`); returns at once otherwise.
-pub(crate) fn keep_if_asked() {
-    let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() != Some(std::ffi::OsStr::new(ARG)) {
-        return;
-    }
-    let mut group = Group::Keepers;
-    let mut argv = Vec::new();
-    let mut options = true;
-    for arg in args {
-        if !options {
-            argv.push(arg);
-        } else if arg == GROUP {
-            group = Group::Own;
-        } else if arg == "--" {
-            options = false;
-        }
-    }
-    // SAFETY: durun's spawn placed these two descriptors here for the
-    // keeper alone (dup2 before exec); nothing else in this process owns
-    // them.
-    let (lifeline, status) = unsafe {
-        (
-            OwnedFd::from_raw_fd(LIFELINE_FD),
-            OwnedFd::from_raw_fd(STATUS_FD),
-        )
-    };
-    let charge = Charge {
-        argv,
-        group,
-        setup: None,
-    };
-    std::process::exit(keep(charge, &lifeline, status));
-}
-
 /// What a keeper starts, and how.
 pub(crate) struct Charge {
     /// The program (found on the agent's `PATH`) and its arguments.
     pub(crate) argv: Vec<std::ffi::OsString>,
     pub(crate) group: Group,
-    /// For a keeper that the nursery forked rather than one exec'd for
-    /// this program: what exec would have given it.
-    pub(crate) setup: Option<Setup>,
+    pub(crate) setup: Setup,
 }
 
 /// The process group the program starts in.
 pub(crate) enum Group {
-    /// The keeper's: durun's foreground group, so that Ctrl-C reaches the
-    /// agent (an exec'd keeper starts in durun's group).
-    Keepers,
     /// One of its own (a tool, whose group a timeout ends).
     Own,
-    /// This one (the agent of a keeper from the nursery, which is not in
-    /// durun's group): durun's.
+    /// This one (durun's, read before the keeper leaves it): Ctrl-C reaches
+    /// the agent.
     Join(i32),
 }
 
-/// The program's environment, directory and stdio, where the keeper did
-/// not get them from exec.
+/// The program's environment, directory and stdio.
 pub(crate) struct Setup {
     pub(crate) env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     pub(crate) cwd: std::path::PathBuf,
@@ -183,23 +130,14 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
 /// Starts the keeper's charge; its pid.
 fn start(charge: Charge) -> std::io::Result<u32> {
     let group = match charge.group {
-        Group::Keepers => None,
-        Group::Own => Some(0),
-        Group::Join(group) => Some(group),
+        Group::Own => 0,
+        Group::Join(group) => group,
     };
-    match charge.setup {
-        Some(setup) => {
-            // In the keeper, not the child: a relative program is found from
-            // the agent's directory, as after an exec there.
-            std::env::set_current_dir(&setup.cwd)?;
-            crate::launch::launch(&charge.argv, &setup.env, Some(&setup.stdio), group)
-        }
-        // An exec'd keeper has the agent's environment and stdio.
-        None => {
-            let env: Vec<_> = std::env::vars_os().collect();
-            crate::launch::launch(&charge.argv, &env, None, group)
-        }
-    }
+    let setup = charge.setup;
+    // In the keeper, not the child: a relative program is found from the
+    // agent's directory, as after an exec there.
+    std::env::set_current_dir(&setup.cwd)?;
+    crate::launch::launch(&charge.argv, &setup.env, &setup.stdio, group)
 }
 
 /// The keeper's own house-keeping once the agent runs: its stdio lets go of
@@ -475,69 +413,6 @@ pub(crate) fn exe() -> std::io::Result<&'static std::ffi::OsString> {
     }
     let exe = std::env::current_exe()?.into_os_string();
     Ok(EXE.get_or_init(|| exe))
-}
-
-/// durun's side of a keeper started through `std::process::Command` (a
-/// tool's, an MCP server's): the pipes, and the keeper's command line.
-pub(crate) struct Keeping {
-    /// Held by durun while the program may live: never read, its close is
-    /// the message.
-    _lifeline: OwnedFd,
-    status: OwnedFd,
-    /// The keeper's ends, until it has started.
-    ends: Option<(OwnedFd, OwnedFd)>,
-}
-
-impl Keeping {
-    pub(crate) fn new() -> std::io::Result<Self> {
-        let (lifeline_end, lifeline) = std::io::pipe()?;
-        let (status, status_end) = std::io::pipe()?;
-        // Above 4, so that placing one on 3 or 4 cannot overwrite the other.
-        let above = |fd: OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, STATUS_FD + 1);
-        Ok(Self {
-            _lifeline: lifeline.into(),
-            status: status.into(),
-            ends: Some((above(lifeline_end.into())?, above(status_end.into())?)),
-        })
-    }
-
-    /// The keeper's program and arguments for `argv`: durun's own binary.
-    pub(crate) fn command_line(
-        argv: &[impl AsRef<std::ffi::OsStr>],
-        own_group: bool,
-    ) -> std::io::Result<(&'static std::ffi::OsString, Vec<std::ffi::OsString>)> {
-        let mut args: Vec<std::ffi::OsString> = vec![ARG.into()];
-        if own_group {
-            args.push(GROUP.into());
-        }
-        args.push("--".into());
-        args.extend(argv.iter().map(|arg| arg.as_ref().to_owned()));
-        Ok((exe()?, args))
-    }
-
-    /// What makes a `Command` of [`Self::command_line`] find its pipes
-    /// where the keeper looks for them.
-    pub(crate) fn hand_over(
-        &self,
-    ) -> impl Fn(&mut std::process::Command) -> std::io::Result<()> + Send + Sync + 'static {
-        let ends = self
-            .ends
-            .as_ref()
-            .map(|(lifeline, status)| (lifeline.as_raw_fd(), status.as_raw_fd()));
-        move |command| {
-            if let Some((lifeline, status)) = ends {
-                crate::os::pass_fds(command, [(lifeline, LIFELINE_FD), (status, STATUS_FD)]);
-            }
-            Ok(())
-        }
-    }
-
-    /// Once the keeper started: the program's pid, or why it could not
-    /// start.
-    pub(crate) fn started(&mut self) -> std::io::Result<u32> {
-        self.ends = None;
-        read_status(&self.status).map_or_else(|| Err(ended_without_a_word()), |said| said.agent)
-    }
 }
 
 #[cfg(test)]

@@ -34,24 +34,22 @@ struct Child<'a> {
     /// a script without `#!` (`ENOEXEC`).
     sh_argv: Vec<*const c_char>,
     /// The process group to join: 0 for one of its own.
-    group: Option<i32>,
+    group: i32,
     /// The keeper, whose death the child must not outlive.
     parent: i32,
-    /// stdin, stdout and stderr to put in place, where the keeper's own are
-    /// not the child's.
-    stdio: Option<&'a [OwnedFd; 3]>,
+    /// stdin, stdout and stderr to put in place.
+    stdio: &'a [OwnedFd; 3],
     /// The child's `errno` when it could not exec; 0 otherwise.
     failed: AtomicI32,
 }
 
-/// Starts `argv` with `env`, in the keeper's directory; its pid. `stdio`
-/// are the child's, or the keeper's own where none; `group` as in
-/// [`Child::group`].
+/// Starts `argv` with `env` and `stdio`, in the keeper's directory; its
+/// pid. `group` as in [`Child::group`].
 pub(crate) fn launch(
     argv: &[OsString],
     env: &[(OsString, OsString)],
-    stdio: Option<&[OwnedFd; 3]>,
-    group: Option<i32>,
+    stdio: &[OwnedFd; 3],
+    group: i32,
 ) -> io::Result<u32> {
     let Some(program) = argv.first() else {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -150,20 +148,17 @@ extern "C" fn start(arg: *mut c_void) -> c_int {
 /// signal and its stdio; system calls only.
 fn prepare(child: &Child<'_>) -> rustix::io::Result<()> {
     use rustix::process::{Pid, Signal};
-    if let Some(group) = child.group {
-        // 0: a group of its own, led by the child.
-        rustix::process::setpgid(None, Pid::from_raw(group))?;
-    }
+    // 0: a group of its own, led by the child.
+    rustix::process::setpgid(None, Pid::from_raw(child.group))?;
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
     // The keeper may have died before the signal was set.
     if rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(child.parent) {
         return Err(rustix::io::Errno::SRCH);
     }
-    if let Some([stdin, stdout, stderr]) = child.stdio {
-        rustix::stdio::dup2_stdin(stdin)?;
-        rustix::stdio::dup2_stdout(stdout)?;
-        rustix::stdio::dup2_stderr(stderr)?;
-    }
+    let [stdin, stdout, stderr] = child.stdio;
+    rustix::stdio::dup2_stdin(stdin)?;
+    rustix::stdio::dup2_stdout(stdout)?;
+    rustix::stdio::dup2_stderr(stderr)?;
     Ok(())
 }
 
@@ -296,7 +291,10 @@ mod tests {
             (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
             (OsString::from("GREETING"), OsString::from("hello there")),
         ];
-        let pid = launch(&argv, &env, None, None).expect("launched");
+        let null = || -> OwnedFd { std::fs::File::open("/dev/null").expect("null").into() };
+        let stdio = [null(), null(), null()];
+        let group = rustix::process::getpgrp().as_raw_nonzero().get();
+        let pid = launch(&argv, &env, &stdio, group).expect("launched");
         let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
         let (_, status) =
             rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
@@ -307,8 +305,13 @@ mod tests {
             std::fs::read_to_string(out.path()).expect("read"),
             "named hello there"
         );
-        let missing = launch(&[OsString::from("no-such-program-here")], &env, None, None)
-            .expect_err("not found");
+        let missing = launch(
+            &[OsString::from("no-such-program-here")],
+            &env,
+            &stdio,
+            group,
+        )
+        .expect_err("not found");
         assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
     }
 }

@@ -68,10 +68,10 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 
 use cli::{Cli, Command};
 
-/// Becomes the keeper of an agent (`durun __keeper -- AGENT…`, started by
+/// Becomes the keeper of an agent (`durun __keeper`, started by
 /// durun itself) and never returns; returns at once otherwise.
 pub fn keep_if_asked() {
-    keeper::keep_if_asked();
+    nursery::keep_if_asked();
 }
 
 /// Forks the nursery that makes the agents' keepers, if the command

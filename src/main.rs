@@ -1,5 +1,6 @@
 fn main() -> std::process::ExitCode {
-    // `durun __keeper -- AGENT…`, started by durun for each run: keep it.
+    // `durun __keeper`, exec'd by durun where no nursery makes keepers: keep
+    // the agent it is sent.
     durun::keep_if_asked();
     // `COMPLETE=bash durun …` from a completion script: answer and exit.
     durun::complete_if_asked();

@@ -18,8 +18,9 @@
 //! The nursery lives in a process group of its own (Ctrl-C and a kill of
 //! durun's group are not for it), holds `/dev/null` as its stdio, and exits
 //! when durun's end of its socket closes: when durun exits, by any signal.
-//! If it is gone, durun execs its own binary as the keeper
-//! ([`crate::keeper::Keeping`]), as before.
+//! If it is gone (or the command does not start one: `durun mcp`), durun
+//! execs its own binary as the keeper, and sends it the same request on its
+//! stdin ([`keep_if_asked`]).
 
 use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut, Read as _, Write as _};
@@ -57,14 +58,13 @@ pub(crate) fn open() {
     let Ok((ours, theirs)) = UnixStream::pair() else {
         return;
     };
-    // SAFETY: durun has one thread here (the caller's promise), so the
-    // child is a whole copy of it and may run any code.
-    match unsafe { libc::fork() } {
-        0 => {
+    // A copy of durun in a process of its own, its child.
+    match clone_process(0) {
+        Ok(true) => {
             drop(ours);
             serve(theirs)
         }
-        pid if pid > 0 => {
+        Ok(false) => {
             drop(theirs);
             *lock() = Some(ours);
         }
@@ -117,7 +117,7 @@ fn lock() -> std::sync::MutexGuard<'static, Option<UnixStream>> {
 }
 
 /// Sends `request`.
-fn send(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<()> {
+pub(crate) fn send(socket: &mut UnixStream, request: &Request<'_>) -> io::Result<()> {
     let payload = encode(request);
     let length = u32::try_from(payload.len())
         .ok()
@@ -399,24 +399,65 @@ enum Hatched {
 
 /// Clones the nursery as a child of durun's.
 fn hatch() -> io::Result<Hatched> {
+    // CLONE_PARENT gives the copy durun as its parent.
+    Ok(if clone_process(libc::CLONE_PARENT)? {
+        Hatched::Keeper
+    } else {
+        Hatched::Nursery
+    })
+}
+
+/// `fork`, with `flags` too: true in the copy, false in this process. Call
+/// only in a process of one thread (durun before its first, the nursery).
+fn clone_process(flags: libc::c_int) -> io::Result<bool> {
     // SAFETY: `clone` as `fork` (no new stack, no shared memory) in a
-    // process of one thread; CLONE_PARENT gives the copy durun as its
-    // parent.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::CLONE_PARENT | libc::SIGCHLD,
-            0,
-            0,
-            0,
-            0,
-        )
-    };
+    // process of one thread: the copy is a whole copy of it, no lock held
+    // by another thread, and may run any code.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags | libc::SIGCHLD, 0, 0, 0, 0) };
     match pid {
-        0 => Ok(Hatched::Keeper),
-        pid if pid > 0 => Ok(Hatched::Nursery),
+        0 => Ok(true),
+        pid if pid > 0 => Ok(false),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// The argument that makes durun a keeper: never a subcommand name.
+pub(crate) const ARG: &str = "__keeper";
+
+/// Becomes the keeper and never returns if durun's arguments ask for it
+/// (`durun __keeper`, exec'd by durun's spawn where there is no nursery);
+/// returns at once otherwise. The request comes on stdin, a socket.
+pub(crate) fn keep_if_asked() {
+    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(ARG)) {
+        return;
+    }
+    match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(socket) => keep_sent(socket.into()),
+        Err(_) => std::process::exit(127),
+    }
+}
+
+/// The keeper of a request sent on `socket` by durun's spawn, in a durun
+/// exec'd for it (there is no nursery): it takes the request as the
+/// nursery's spare does, and keeps its charge. Never returns.
+fn keep_sent(socket: UnixStream) -> ! {
+    // A reader of durun's output sees its end when durun ends; the socket
+    // is held above.
+    crate::os::stdio_to_null();
+    let Some((payload, fds)) = receive(&socket) else {
+        // durun is gone.
+        std::process::exit(0)
+    };
+    drop(socket);
+    let (Some(decoded), Ok(fds)) = (decode(&payload), <[OwnedFd; FDS]>::try_from(fds)) else {
+        std::process::exit(127)
+    };
+    // Started by durun in its own group: the agent joins it.
+    keep(
+        decoded,
+        fds,
+        rustix::process::getpgrp().as_raw_nonzero().get(),
+    )
 }
 
 /// The keeper's life, from the nursery.
@@ -435,11 +476,11 @@ fn keep(decoded: Decoded, fds: [OwnedFd; FDS], durun_group: i32) -> ! {
         } else {
             Group::Join(durun_group)
         },
-        setup: Some(Setup {
+        setup: Setup {
             env,
             cwd,
             stdio: [stdin, stdout, stderr],
-        }),
+        },
     };
     std::process::exit(crate::keeper::keep(charge, &lifeline, status))
 }

@@ -4,7 +4,7 @@
 //! between fork and exec ([`before_exec`]).
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
@@ -38,24 +38,22 @@ pub(crate) fn raise_open_files() {
 /// Makes `command` get SIGKILL when durun dies (Linux), so that no agent or
 /// tool outlives its runner, even when durun itself is killed with SIGKILL.
 pub(crate) fn die_with_parent(command: &mut Command) {
-    before_exec(command, Some(rustix::process::getpid()), None);
+    before_exec(command, Some(rustix::process::getpid()));
 }
 
-/// Makes `command` find each `(from, to)` descriptor of `fds` as `to`
-/// (a keeper's pipes, on the numbers it reads them from). The callers'
-/// sources are above every target and alive in the parent until the child
-/// has started, so no dup2 overwrites another's source.
-pub(crate) fn pass_fds(command: &mut Command, fds: [(RawFd, RawFd); 2]) {
-    before_exec(command, None, Some(fds));
+/// Gives `command` the open-file limit durun started with, not the one it
+/// raised for itself.
+pub(crate) fn restore_open_files(command: &mut Command) {
+    before_exec(command, None);
 }
 
 /// What a started program gets between fork and exec: the open-file limit
-/// durun started with, SIGKILL when `parent` dies, and `fds` moved.
-fn before_exec(command: &mut Command, parent: Option<Pid>, fds: Option<[(RawFd, RawFd); 2]>) {
+/// durun started with, and SIGKILL when `parent` dies.
+fn before_exec(command: &mut Command, parent: Option<Pid>) {
     let nofile = STARTED_NOFILE.get().copied();
     // SAFETY: the closure runs between fork and exec and makes only raw
-    // system calls (prctl, setrlimit, getppid, dup2), which are
-    // async-signal-safe; it neither allocates nor locks.
+    // system calls (prctl, setrlimit, getppid), which are async-signal-safe;
+    // it neither allocates nor locks.
     unsafe {
         command.pre_exec(move || {
             if let Some(limit) = &nofile {
@@ -66,11 +64,6 @@ fn before_exec(command: &mut Command, parent: Option<Pid>, fds: Option<[(RawFd, 
                 // The parent may have died before prctl took effect.
                 if rustix::process::getppid() != Some(parent) {
                     return Err(io::Error::other("durun exited while starting the process"));
-                }
-            }
-            for (from, to) in fds.into_iter().flatten() {
-                if libc::dup2(from, to) < 0 {
-                    return Err(io::Error::last_os_error());
                 }
             }
             Ok(())

@@ -15,8 +15,9 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Stdio};
 
@@ -104,7 +105,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
             "an argument or variable holds a NUL byte",
         ));
     }
-    let (durun, mut child) = pipes(plan)?;
+    let (durun, child) = pipes(plan)?;
     let request = crate::nursery::Request {
         argv: &argv,
         env: &env,
@@ -118,7 +119,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
     let exec_keeper = if from_nursery {
         None
     } else {
-        Some(exec_keeper(plan, &mut child)?)
+        Some(exec_keeper(&request)?)
     };
     drop(child);
     let (keeper, agent) = match crate::keeper::read_status(&durun.status) {
@@ -172,36 +173,62 @@ fn reap(pid: u32) {
     }
 }
 
-/// Execs durun's own binary as the keeper of `plan` (there is no nursery);
-/// its pid.
-fn exec_keeper(plan: &Plan<'_>, child: &mut ChildEnds) -> io::Result<u32> {
-    let (exe, args) = crate::keeper::Keeping::command_line(plan.argv, plan.own_group)?;
+/// Execs durun's own binary as the keeper of `request` (there is no
+/// nursery) and sends it the request on its stdin, a socket, as the
+/// nursery's spare takes one; its pid.
+fn exec_keeper(request: &crate::nursery::Request<'_>) -> io::Result<u32> {
+    let exe = crate::keeper::exe()?;
+    let (mut ours, theirs) = UnixStream::pair()?;
     let mut command = std::process::Command::new(exe);
     command
-        .args(args)
-        .envs(plan.env.iter().map(|(name, value)| (name, value)))
-        .current_dir(plan.cwd);
-    let [stdin, stdout, stderr] = child
-        .stdio
-        .each_mut()
-        .map(|fd| fd.take().map_or_else(Stdio::inherit, Stdio::from));
-    command.stdin(stdin).stdout(stdout).stderr(stderr);
-    crate::os::pass_fds(
-        &mut command,
-        [
-            (child.lifeline.as_raw_fd(), crate::keeper::LIFELINE_FD),
-            (child.status.as_raw_fd(), crate::keeper::STATUS_FD),
-        ],
-    );
-    match command.spawn() {
-        Ok(keeper) => Ok(keeper.id()),
+        .arg(crate::nursery::ARG)
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null());
+    // The agent gets the open-file limit durun started with, as from the
+    // nursery, which was forked before durun raised its own.
+    crate::os::restore_open_files(&mut command);
+    let mut keeper = match command.spawn() {
+        Ok(keeper) => keeper,
         Err(err) if std::fs::metadata(exe).is_err() => {
-            Err(io::Error::other(KeeperMissing(format!(
+            return Err(io::Error::other(KeeperMissing(format!(
                 "cannot start durun's own binary {} to keep the agent: {err}",
                 exe.to_string_lossy()
-            ))))
+            ))));
         }
-        Err(err) => Err(err),
+        Err(err) => return Err(err),
+    };
+    drop(command);
+    if let Err(err) = crate::nursery::send(&mut ours, request) {
+        // The keeper reads the end of its socket and exits.
+        drop(ours);
+        let _ = keeper.wait();
+        return Err(err);
+    }
+    Ok(keeper.id())
+}
+
+/// Waits for the end of a child started by [`spawn`] whose `keeper` and
+/// `status` pipe these are: the child's exit status, as its keeper says it
+/// once nothing the child started is left, or the keeper's own, which is
+/// the child's.
+pub(crate) fn wait_for_end(keeper: u32, status: &OwnedFd) -> std::process::ExitStatus {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(pid) = i32::try_from(keeper)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return std::process::ExitStatus::from_raw(127 << 8);
+    };
+    if let Some(exited) = crate::keeper::read_exit(status) {
+        let_go(pid);
+        return exited;
+    }
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => return std::process::ExitStatus::from_raw(status.as_raw()),
+            Err(rustix::io::Errno::INTR) => {}
+            _ => return std::process::ExitStatus::from_raw(127 << 8),
+        }
     }
 }
 
@@ -257,9 +284,8 @@ impl ChildEnds {
     }
 }
 
-/// The pipes of a child that `plan` describes. The keeper's two are above
-/// its own numbers, so that placing one cannot overwrite the other's
-/// source. All are close-on-exec: the child gets its own copies.
+/// The pipes of a child that `plan` describes. All are close-on-exec: the
+/// keeper gets them over its socket, and the child its own copies.
 fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
     let (child_stdin, stdin) = pipe()?;
     let (stdout, child_stdout) = pipe()?;
@@ -276,7 +302,6 @@ fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
     } else {
         (None, None)
     };
-    let keeper = crate::keeper::STATUS_FD + 1;
     Ok((
         DurunEnds {
             stdin,
@@ -287,8 +312,8 @@ fn pipes(plan: &Plan<'_>) -> io::Result<(DurunEnds, ChildEnds)> {
         },
         ChildEnds {
             stdio: [child_stdin, child_stdout, child_stderr],
-            lifeline: above(child_lifeline, keeper)?,
-            status: above(child_status, keeper)?,
+            lifeline: child_lifeline,
+            status: child_status,
         },
     ))
 }
@@ -310,12 +335,4 @@ impl std::error::Error for KeeperMissing {}
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read, write) = std::io::pipe()?;
     Ok((read.into(), write.into()))
-}
-
-/// `fd`, or a close-on-exec copy of it at `lowest` or above.
-fn above(fd: OwnedFd, lowest: RawFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= lowest {
-        return Ok(fd);
-    }
-    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, lowest)?)
 }

@@ -2,7 +2,7 @@
 //! message a line each way.
 
 use std::io::{BufReader, Write as _};
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::ChildStdin;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -29,23 +29,26 @@ pub(crate) fn relay_command(
         )
         .hint("check the command after `durun mcp --`")
     };
-    let mut keeping = crate::keeper::Keeping::new().map_err(cannot_start)?;
-    let (exe, args) = crate::keeper::Keeping::command_line(command, false).map_err(cannot_start)?;
-    let mut server = Command::new(exe);
-    server
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    keeping.hand_over()(&mut server).map_err(cannot_start)?;
-    let mut child = server.spawn().map_err(cannot_start)?;
-    if let Err(err) = keeping.started() {
-        let _ = child.wait();
-        return Err(cannot_start(err).into());
-    }
+    let cwd = std::env::current_dir().map_err(cannot_start)?;
+    let spawned = crate::spawn::spawn(&crate::spawn::Plan {
+        argv: command,
+        cwd: &cwd,
+        stdin: crate::config::StdinMode::Protocol,
+        env: Vec::new(),
+        pipe_stderr: false,
+        own_group: false,
+    })
+    .map_err(cannot_start)?;
+    let crate::spawn::Spawned {
+        keeper,
+        lifeline,
+        status,
+        stdin,
+        stdout: server_out,
+        ..
+    } = spawned;
     // Shared: a task's call in doubt is sent again by durun itself.
-    let server_in = Arc::new(Mutex::new(child.stdin.take()));
-    let server_out = child.stdout.take().expect("piped");
+    let server_in = Arc::new(Mutex::new(Some(stdin)));
     {
         let server_in = Arc::clone(&server_in);
         journaling.connect_server(Box::new(move |message| write_line(&server_in, message)));
@@ -74,8 +77,10 @@ pub(crate) fn relay_command(
                 },
             );
             journaling.server_gone(&client);
-            let code = child.wait().map_or(1, |status| status.code().unwrap_or(1));
-            drop(keeping);
+            let code = crate::spawn::wait_for_end(keeper, &status)
+                .code()
+                .unwrap_or(1);
+            drop(lifeline);
             std::process::exit(code);
         });
     }
