@@ -221,10 +221,7 @@ fn write_string(out: &mut String, text: &str) {
     while !rest.is_empty() {
         // Printable ASCII but `"` and a backslash goes as it is, a run at a time:
         // a conversation's text is mostly that.
-        let plain = rest
-            .bytes()
-            .position(|byte| !(b' '..=b'~').contains(&byte) || byte == b'"' || byte == b'\\')
-            .unwrap_or(rest.len());
+        let plain = plain_run(rest.as_bytes());
         out.push_str(&rest[..plain]);
         rest = &rest[plain..];
         let Some(c) = rest.chars().next() else {
@@ -248,6 +245,41 @@ fn write_string(out: &mut String, text: &str) {
         rest = &rest[c.len_utf8()..];
     }
     out.push('"');
+}
+
+/// Whether canonical JSON writes `byte` as it is: printable ASCII but `"`
+/// and a backslash.
+fn is_plain(byte: u8) -> bool {
+    (b' '..=b'~').contains(&byte) && byte != b'"' && byte != b'\\'
+}
+
+/// The length of the run of [`is_plain`] bytes `bytes` starts with, read
+/// eight at a time: every string of every step's args is scanned, and a
+/// conversation's are most of a model call's bytes.
+fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each byte below `n` (n <= 0x80); a byte above a
+    // flagged one may be flagged wrongly, the lowest never is.
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGHS;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let special = below(x, 0x20)
+            | below(x ^ (ONES * u64::from(b'"')), 1)
+            | below(x ^ (ONES * u64::from(b'\\')), 1)
+            | below(x ^ (ONES * 0x7f), 1)
+            | x & HIGHS;
+        if special != 0 {
+            // Little-endian: the lowest flagged byte is the first.
+            return at + (special.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(|&byte| !is_plain(byte))
+        .unwrap_or(bytes.len() - at)
 }
 
 #[cfg(test)]
@@ -410,7 +442,7 @@ mod properties {
     use proptest::prelude::*;
     use serde_json::{Map, Value};
 
-    use super::canonical_json;
+    use super::{canonical_json, is_plain, plain_run};
     use crate::test_helpers::json_value;
 
     proptest! {
@@ -439,5 +471,25 @@ mod properties {
             }
         }
 
+    }
+
+    #[test]
+    fn a_plain_run_ends_at_the_first_byte_written_otherwise() {
+        // Every byte value, at every place in a run of up to 24 bytes.
+        for special in 0..=255u8 {
+            for len in 0..24 {
+                for at in 0..=len {
+                    let mut bytes = vec![b'a'; len];
+                    if at < len {
+                        bytes[at] = special;
+                    }
+                    let slow = bytes.iter().position(|&byte| !is_plain(byte)).unwrap_or(len);
+                    assert_eq!(plain_run(&bytes), slow, "{special:#x} at {at} of {len}");
+                }
+            }
+        }
+        // Two specials, the later one smaller: the first still wins.
+        assert_eq!(plain_run(b"ab\x01\"cdefgh"), 2);
+        assert_eq!(plain_run(b"abc\x00\x80efgh"), 3);
     }
 }
