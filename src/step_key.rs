@@ -483,7 +483,10 @@ mod properties {
                     if at < len {
                         bytes[at] = special;
                     }
-                    let slow = bytes.iter().position(|&byte| !is_plain(byte)).unwrap_or(len);
+                    let slow = bytes
+                        .iter()
+                        .position(|&byte| !is_plain(byte))
+                        .unwrap_or(len);
                     assert_eq!(plain_run(&bytes), slow, "{special:#x} at {at} of {len}");
                 }
             }
