@@ -37,6 +37,7 @@ pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
         seen_from: row.int(20)?,
         wake_at: row.text(21)?.map(str::to_owned),
         cost_nanos: row.int(22)?,
+        request_hash: row.text(23)?.map(str::to_owned),
     }
     .record()
 }

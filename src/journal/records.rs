@@ -352,6 +352,10 @@ pub(crate) struct StepRecord {
     /// What it cost at its model's price (SPEC 19), in nano-dollars; `None`
     /// without usage, or for a model without a price.
     pub(crate) cost_nanos: Option<u64>,
+    /// A proxied request's bytes as sent, hashed with what else makes its
+    /// args (`proxy::request_hash`); `None` for any other step, and for a
+    /// request recorded before durun kept it.
+    pub(crate) request_hash: Option<String>,
 }
 
 /// A failed task with retries left (SPEC 16).
@@ -529,6 +533,7 @@ impl StepRecord {
             resolution: None,
             seen_from: None,
             wake_at: None,
+            request_hash: None,
         }
     }
 }

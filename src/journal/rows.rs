@@ -39,7 +39,7 @@ pub(crate) const TASK_WIDTH: usize = 28;
 /// The step columns every backend selects, in this order.
 pub(crate) const STEP_COLUMNS: &str = "step_index, tool_name, kind, effect, args, args_hash, idempotency_key, status,
     attempts, output, error_code, error, usage, tokens, run, created_at, started_at, finished_at, resolution, id,
-    seen_from, wake_at, cost_nanos";
+    seen_from, wake_at, cost_nanos, request_hash";
 
 /// A step row as read, before its texts are checked.
 pub(crate) struct StepColumns<'a> {
@@ -65,6 +65,7 @@ pub(crate) struct StepColumns<'a> {
     pub(crate) seen_from: Option<i64>,
     pub(crate) wake_at: Option<String>,
     pub(crate) cost_nanos: Option<i64>,
+    pub(crate) request_hash: Option<String>,
 }
 
 impl StepColumns<'_> {
@@ -109,6 +110,7 @@ impl StepColumns<'_> {
             seen_from: self.seen_from.map(|step| step as u64),
             wake_at: self.wake_at,
             cost_nanos: self.cost_nanos.map(|nanos| nanos as u64),
+            request_hash: self.request_hash,
         })
     }
 }

@@ -241,6 +241,13 @@ CREATE TABLE chat_nodes (
     message TEXT NOT NULL
 );
 ",
+    r"
+-- A proxied request's bytes as the agent sent them, hashed with what else
+-- makes its args (its name, query and the proxy's ignore and secret
+-- lists): a resume replays a byte-identical request without parsing it.
+-- Rows written before have none and are matched by their args.
+ALTER TABLE steps ADD COLUMN request_hash TEXT;
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -125,10 +125,10 @@ pub(crate) fn check_row(kind: &str, row: &Map<String, Value>) -> Result<(), Stri
             json_text("args", false)?;
             json_text("output", true)?;
             json_text("usage", true)?;
-            for column in ["args_hash", "idempotency_key"] {
-                if !text(column).is_some_and(|hash| {
-                    hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())
-                }) {
+            for column in ["args_hash", "idempotency_key", "request_hash"] {
+                // A request hash is for a proxied step's request alone.
+                let absent = column == "request_hash" && row.get(column).is_none_or(Value::is_null);
+                if !absent && !text(column).is_some_and(is_sha256) {
                     return Err(format!("{column} is not a SHA-256 in hex"));
                 }
             }
@@ -167,4 +167,9 @@ pub(crate) fn check_numbering(steps: &[Map<String, Value>]) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// Whether `hash` is a SHA-256 in hex.
+fn is_sha256(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())
 }

@@ -173,6 +173,7 @@ pub(crate) fn write_step(
                 step.seen_from.into(),
                 step.wake_at.as_ref().into(),
                 step.cost_nanos.into(),
+                step.request_hash.as_ref().into(),
             ],
         )?;
         return Ok(());

@@ -46,6 +46,13 @@ use crate::protocol::Effect;
 pub(crate) enum ToLoop {
     /// A request to journal: the loop says what to do with it.
     Ask(Ask),
+    /// A request byte-identical to one the journal answered
+    /// ([`Known`]): the loop replays it without its args, or says to ask
+    /// again with them (`None`: all its answers were had already).
+    Known {
+        request_hash: String,
+        reply: oneshot::Sender<Option<Verdict>>,
+    },
     /// A forwarded request's end.
     Done {
         /// As [`Verdict::Forward`] gave it.
@@ -66,9 +73,67 @@ pub(crate) struct Ask {
     pub(crate) args: Value,
     /// `args` in the canonical form keys are made of.
     pub(crate) canonical: String,
+    /// The request's bytes, hashed with what else makes its args
+    /// ([`request_hash`]): kept with its step.
+    pub(crate) request_hash: String,
     /// For a model call: its model, and what a budget reserves for it.
     pub(crate) asked: Option<crate::usage::Asked>,
     pub(crate) reply: oneshot::Sender<Verdict>,
+}
+
+/// The `request_hash` of each request the journal holds an answer to, as
+/// the loop read them when the run's first request came: the proxy asks
+/// to replay one of these ([`ToLoop::Known`]) before it parses it, so a
+/// resumed chat's requests, each the whole conversation again, are
+/// hashed, not parsed and made canonical (SPEC 21).
+#[derive(Default)]
+pub(crate) struct Known(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Known {
+    pub(crate) fn add<'a>(&self, hashes: impl IntoIterator<Item = &'a String>) {
+        self.lock().extend(hashes.into_iter().cloned());
+    }
+
+    fn has(&self, request_hash: &str) -> bool {
+        self.lock().contains(request_hash)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A request's identity as sent: SHA-256 of its step's name, its query,
+/// the proxy's `ignore` and `secret_query` lists and its body, each
+/// length-prefixed. Equal hashes mean equal args ([`request_args`] makes
+/// them from these alone), so a request whose hash a recorded step has
+/// replays that step, as its args would.
+pub(crate) fn request_hash(
+    name: &str,
+    query: &str,
+    body: &[u8],
+    ignore: &[String],
+    secret: &[String],
+) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    part(b"durun request 1");
+    part(name.as_bytes());
+    part(query.as_bytes());
+    for list in [ignore, secret] {
+        part(&(list.len() as u64).to_le_bytes());
+        for item in list {
+            part(item.as_bytes());
+        }
+    }
+    part(body);
+    crate::step_key::hex(&hasher.finalize())
 }
 
 /// What the loop says to do with a request.
@@ -161,6 +226,7 @@ pub(crate) struct Proxy {
     idle: Option<Idle>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    known: Arc<Known>,
 }
 
 /// A proxy bound but not yet serving.
@@ -188,7 +254,13 @@ impl Proxy {
             }),
             stop: None,
             thread: None,
+            known: Arc::default(),
         })
+    }
+
+    /// The requests the journal answered, which the loop fills.
+    pub(crate) fn known(&self) -> &Known {
+        &self.known
     }
 
     /// The listener while no thread serves it: a client waiting on it (it
@@ -210,7 +282,16 @@ impl Proxy {
             return Ok(());
         };
         let (stop, stopped) = oneshot::channel();
-        let thread = serve::spawn(listener, secret, Arc::clone(&self.routes), inbox, stopped)?;
+        let thread = serve::spawn(
+            listener,
+            serve::Shared::new(
+                secret,
+                Arc::clone(&self.routes),
+                inbox,
+                Arc::clone(&self.known),
+            ),
+            stopped,
+        )?;
         self.stop = Some(stop);
         self.thread = Some(thread);
         Ok(())
@@ -278,6 +359,32 @@ pub(crate) fn secret() -> io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::request_hash;
+
+    /// Equal inputs, equal hash; any part changed, or moved from one part
+    /// to the next, another.
+    #[test]
+    fn a_request_hash_covers_each_part_apart() {
+        let ignore = vec!["/temperature".to_owned()];
+        let base = request_hash("openai POST /chat", "a=1", b"{}", &ignore, &[]);
+        assert_eq!(
+            base,
+            request_hash("openai POST /chat", "a=1", b"{}", &ignore, &[])
+        );
+        let others = [
+            request_hash("openai POST /chat2", "a=1", b"{}", &ignore, &[]),
+            request_hash("openai POST /chat", "a=2", b"{}", &ignore, &[]),
+            request_hash("openai POST /chat", "a=1", b"{ }", &ignore, &[]),
+            request_hash("openai POST /chat", "a=1", b"{}", &[], &[]),
+            request_hash("openai POST /chat", "a=1", b"{}", &[], &ignore),
+            request_hash("openai POST /cha", "ta=1", b"{}", &ignore, &[]),
+        ];
+        for other in &others {
+            assert_ne!(&base, other);
+        }
+        assert_eq!(base.len(), 64);
+    }
+
     #[test]
     fn loopback_is_added_to_no_proxy_once() {
         assert_eq!(super::with_loopback(""), "127.0.0.1,localhost");

@@ -25,7 +25,7 @@ use super::http::{Body, accept, error, full, is_secret};
 use super::probe::{probed, reconciled};
 use super::recording::{self, Answer};
 use super::routes::{Routes, Unresolved};
-use super::{Ask, Inbox, ToLoop, Verdict};
+use super::{Ask, Inbox, Known, ToLoop, Verdict};
 
 /// The largest request body the proxy takes (the protocol's line limit).
 const MAX_BODY: usize = crate::protocol::MAX_LINE;
@@ -34,30 +34,41 @@ const MAX_BODY: usize = crate::protocol::MAX_LINE;
 const DRAIN_MAX: usize = 256 << 20;
 const DRAIN_TIME: Duration = Duration::from_secs(10);
 
-struct Shared {
+pub(super) struct Shared {
     secret: String,
     routes: Arc<Routes>,
     inbox: Inbox,
     clients: Clients,
+    known: Arc<Known>,
+}
+
+impl Shared {
+    pub(super) fn new(
+        secret: String,
+        routes: Arc<Routes>,
+        inbox: Inbox,
+        known: Arc<Known>,
+    ) -> Self {
+        Self {
+            secret,
+            routes,
+            inbox,
+            clients: Clients::new(),
+            known,
+        }
+    }
 }
 
 /// Serves `listener` on a thread of its own until `stopped` fires.
 pub(super) fn spawn(
     listener: std::net::TcpListener,
-    secret: String,
-    routes: Arc<Routes>,
-    inbox: Inbox,
+    shared: Shared,
     stopped: oneshot::Receiver<()>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let shared = Arc::new(Shared {
-        secret,
-        routes,
-        inbox,
-        clients: Clients::new(),
-    });
+    let shared = Arc::new(shared);
     std::thread::Builder::new()
         .name("durun-proxy".into())
         .spawn(move || {
@@ -133,15 +144,15 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     let method = request.method().clone();
     let query = request.uri().query().unwrap_or_default().to_owned();
     let effect = route.effect(method.as_str(), &path);
-    let upstream = format!(
-        "{}{path}{}{query}",
-        route.upstream,
-        if query.is_empty() { "" } else { "?" }
-    );
     let (parts, body) = request.into_parts();
     let body = match read_body(body).await {
         Ok(body) => body,
         Err(refused) => return refused,
+    };
+    let name = format!("{route_name} {method} {path}");
+    let request_hash = match known(&shared, (&name, &query), (&route_name, &path), &body).await {
+        Seen::Answered(answer) => return answer,
+        Seen::Ask(request_hash) => request_hash,
     };
     let args = recording::request_args(
         &body,
@@ -163,10 +174,11 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         .map(|model| crate::usage::Asked::of(model, &args["body"]));
     let tokens = wants.as_ref().map_or(0, crate::usage::Asked::rate_tokens);
     let ask = Ask {
-        name: format!("{route_name} {method} {path}"),
+        name,
         effect,
         args,
         canonical,
+        request_hash,
         asked: wants,
         reply,
     };
@@ -182,11 +194,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             status,
             kind,
             message,
-        } => error(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-            kind,
-            message,
-        ),
+        } => refused(status, kind, message),
         Verdict::Forward {
             flight,
             key,
@@ -213,7 +221,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
                 tokens,
                 route: route_name,
                 method,
-                url: upstream,
+                url: upstream_url(route, &path, &query),
                 headers: parts.headers,
                 body: asked.unwrap_or(body),
                 hide_usage,
@@ -225,6 +233,68 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
             forwarded(&shared, forward).await
         }
     }
+}
+
+/// Where `route` forwards a request for `path` with `query`.
+fn upstream_url(route: &super::routes::Route, path: &str, query: &str) -> String {
+    let mark = if query.is_empty() { "" } else { "?" };
+    format!("{}{path}{mark}{query}", route.upstream)
+}
+
+/// What [`known`] made of a request.
+enum Seen {
+    /// Replayed by its bytes, or refused.
+    Answered(Response<Body>),
+    /// To ask the loop with its args; its `request_hash`.
+    Ask(String),
+}
+
+/// A request byte-identical to one the journal answered ([`Known`]):
+/// replayed without being parsed, or refused as any request is while the
+/// run stops. Any other, and one this run had every recorded answer to
+/// already, is asked with its args.
+async fn known(
+    shared: &Shared,
+    (name, query): (&str, &str),
+    (route, path): (&str, &str),
+    body: &[u8],
+) -> Seen {
+    let routes = &shared.routes;
+    let request_hash = super::request_hash(name, query, body, &routes.ignore, &routes.secret_query);
+    if !shared.known.has(&request_hash) {
+        return Seen::Ask(request_hash);
+    }
+    let (reply, verdict) = oneshot::channel();
+    let asked = ToLoop::Known {
+        request_hash: request_hash.clone(),
+        reply,
+    };
+    if !(shared.inbox)(asked) {
+        return Seen::Answered(ended());
+    }
+    match verdict.await {
+        // Hidden as when it was recorded: the same bytes asked the same.
+        Ok(Some(Verdict::Replay(output))) => {
+            Seen::Answered(replay(&output, super::usage::would_ask(route, path, body)))
+        }
+        Ok(Some(Verdict::Refuse {
+            status,
+            kind,
+            message,
+        })) => Seen::Answered(refused(status, kind, message)),
+        // The loop forwards only what it has the args of.
+        Ok(None | Some(Verdict::Forward { .. })) => Seen::Ask(request_hash),
+        Err(_) => Seen::Answered(ended()),
+    }
+}
+
+/// The loop's refusal of a request, as the agent gets it.
+fn refused(status: u16, kind: &'static str, message: String) -> Response<Body> {
+    error(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+        kind,
+        message,
+    )
 }
 
 /// A request in doubt whose route's probe says it took effect (SPEC 22):

@@ -35,6 +35,62 @@ pub(crate) fn asked(route: &str, path: &str, body: &[u8], parsed: &Value) -> Opt
     Some(Bytes::from(sent))
 }
 
+/// Whether [`asked`] asks for usage on `body`'s behalf, read from its
+/// bytes without building its JSON: for a request replayed by its bytes,
+/// whose answer hides the usage durun asked for as it did when recorded.
+pub(crate) fn would_ask(route: &str, path: &str, body: &[u8]) -> bool {
+    if route != "openai" || !path.ends_with("/chat/completions") {
+        return false;
+    }
+    serde_json::from_slice::<StreamFields>(body)
+        .is_ok_and(|fields| fields.stream == Some(Value::Bool(true)) && !fields.options)
+}
+
+/// The two fields of a request body [`would_ask`] reads, as a parsed
+/// object has them: the last `stream` (a later key wins), and whether
+/// `stream_options` is there at all; the rest is skipped.
+struct StreamFields {
+    stream: Option<Value>,
+    options: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for StreamFields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = StreamFields;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<StreamFields, A::Error> {
+                let mut fields = StreamFields {
+                    stream: None,
+                    options: false,
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "stream" => fields.stream = Some(map.next_value()?),
+                        "stream_options" => {
+                            fields.options = true;
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(fields)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
 /// A stream whose usage durun asked for, as the agent gets it: events are
 /// held until they are whole, then passed on without what durun added.
 #[derive(Default)]
@@ -204,5 +260,44 @@ mod tests {
             out.extend(hidden.finish());
             assert_eq!(String::from_utf8(out).unwrap(), wanted, "cut at {cut}");
         }
+    }
+
+    /// Read from its bytes alone, a body asks as its parsed JSON does.
+    #[test]
+    fn would_ask_reads_a_body_as_asked_does() {
+        let bodies = [
+            r#"{"model":"m","stream":true,"messages":[]}"#,
+            r#"{"model":"m","stream":false}"#,
+            r#"{"stream":"true"}"#,
+            r#"{"stream":true,"stream_options":null}"#,
+            r#"{"stream":true,"stream_options":{"include_usage":false}}"#,
+            r#"{"stream":true,"stream":false}"#,
+            r#"{"stream":false,"stream":true}"#,
+            r#"{"messages":[{"stream":true}],"stream":true}"#,
+            r#"{"st\u0072eam":true}"#,
+            r#"[{"stream":true}]"#,
+            r#"{"stream":true} trailing"#,
+            "not json",
+            "",
+        ];
+        for body in bodies {
+            let parsed = serde_json::from_str::<Value>(body).unwrap_or(Value::Null);
+            for (route, path) in [
+                ("openai", "/v1/chat/completions"),
+                ("openai", "/v1/responses"),
+                ("anthropic", "/v1/chat/completions"),
+            ] {
+                assert_eq!(
+                    would_ask(route, path, body.as_bytes()),
+                    asked(route, path, body.as_bytes(), &parsed).is_some(),
+                    "{route} {path} {body}"
+                );
+            }
+        }
+        assert!(would_ask(
+            "openai",
+            "/v1/chat/completions",
+            br#"{"stream":true}"#
+        ));
     }
 }

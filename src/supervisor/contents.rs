@@ -23,6 +23,10 @@ pub(super) struct Contents {
     /// `mutate` steps a run died inside (or whose answer was cut off):
     /// the same request runs them again with their key.
     pending: HashMap<(String, String), VecDeque<StepRecord>>,
+    /// The name and args hash of each finished step's request, by its
+    /// bytes' `request_hash`: a byte-identical request finds its step
+    /// without being parsed.
+    known: HashMap<String, (String, String)>,
     /// Requests forwarded, by flight.
     in_flight: HashMap<u64, InFlight>,
     /// The last flight given.
@@ -50,7 +54,12 @@ impl Contents {
         for record in recorded {
             let at = (record.name.clone(), record.args_hash.clone());
             match record.status {
-                StepStatus::Committed => self.finished.entry(at).or_default().push_back(record),
+                StepStatus::Committed => {
+                    if let Some(request_hash) = &record.request_hash {
+                        self.known.insert(request_hash.clone(), at.clone());
+                    }
+                    self.finished.entry(at).or_default().push_back(record);
+                }
                 StepStatus::Pending => self.keep_pending(record),
                 // A failed attempt is not a finished step: the request is
                 // new again.
@@ -63,6 +72,19 @@ impl Contents {
     /// request of this run has had.
     pub(super) fn take_finished(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
         take(&mut self.finished, name, args_hash)
+    }
+
+    /// The earliest finished step equal to the request whose bytes hash
+    /// to `request_hash` that no request of this run has had: the same
+    /// step [`Self::take_finished`] gives for its name and args.
+    pub(super) fn take_known(&mut self, request_hash: &str) -> Option<StepRecord> {
+        let (name, args_hash) = self.known.get(request_hash)?;
+        take(&mut self.finished, name, args_hash)
+    }
+
+    /// The `request_hash` of every finished step's request.
+    pub(super) fn known(&self) -> impl Iterator<Item = &String> {
+        self.known.keys()
     }
 
     /// A `mutate` step with this name and args left in doubt.
@@ -152,4 +174,55 @@ fn take(
         map.remove(&at);
     }
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::StepKind;
+
+    fn proxied(step: u64, args_hash: &str, request_hash: Option<&str>) -> StepRecord {
+        StepRecord {
+            name: "openai POST /chat/completions".into(),
+            kind: StepKind::Proxy,
+            args_hash: args_hash.into(),
+            request_hash: request_hash.map(str::to_owned),
+            ..StepRecord::sample(step, StepStatus::Committed)
+        }
+    }
+
+    /// A request found by its bytes takes what its args would: the
+    /// earliest unreplayed step of its name and args, once each; a step
+    /// recorded without a request hash is found by its args alone.
+    #[test]
+    fn a_known_request_takes_the_step_its_args_would() {
+        let mut contents = Contents::default();
+        contents.load(vec![
+            proxied(1, "a", Some("bytes-1")),
+            proxied(2, "a", Some("bytes-2")),
+            proxied(3, "b", None),
+        ]);
+        let mut known: Vec<_> = contents.known().cloned().collect();
+        known.sort();
+        assert_eq!(known, ["bytes-1", "bytes-2"]);
+        // Other bytes, the same args: the earliest step of those args.
+        assert_eq!(contents.take_known("bytes-2").map(|r| r.step), Some(1));
+        assert_eq!(
+            contents
+                .take_finished("openai POST /chat/completions", "a")
+                .map(|r| r.step),
+            Some(2)
+        );
+        assert!(
+            contents.take_known("bytes-1").is_none(),
+            "each answers once"
+        );
+        assert!(contents.take_known("bytes-3").is_none());
+        assert_eq!(
+            contents
+                .take_finished("openai POST /chat/completions", "b")
+                .map(|r| r.step),
+            Some(3)
+        );
+    }
 }

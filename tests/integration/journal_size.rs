@@ -120,3 +120,68 @@ fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
         Some(2 * TURNS)
     );
 }
+
+/// A resumed chat replays each request by its bytes, not parsed: a step
+/// whose args hash no longer matches its args (changed here by hand, which
+/// only the bytes' hash can get past) still replays; one recorded without
+/// a request hash (an older durun's) is matched by its args, and goes
+/// upstream again when they do not match.
+#[test]
+fn a_resumed_chat_replays_each_request_by_its_bytes_and_an_older_one_by_its_args() {
+    const CHAT: usize = 6;
+    let mut env = TestEnv::new();
+    let llm = LlmServer::start(&env);
+    env.set("OPENAI_BASE_URL", format!("{}/v1", llm.base()));
+    let hold = env.path("hold");
+    env.set("HOLD_FILE", hold.to_string_lossy());
+    env.set("HOLD_AFTER", (CHAT - 1).to_string());
+    // Its requests' bytes are the same on a resume as they were: the
+    // answers it puts back into them are read as a client's typed model.
+    env.set("CHAT_TYPED", "1");
+    let agent = agents_dir().join("chat_agent.py");
+    let turns = CHAT.to_string();
+    let args = [
+        "run",
+        "--task",
+        "chat",
+        "--",
+        "python3",
+        &agent.to_string_lossy(),
+        &turns,
+    ];
+    let mut durun = env.spawn(&args, "run1");
+    crate::env::sigkill_once(
+        &mut durun,
+        "the turn before the last",
+        Duration::from_secs(60),
+        || env.path("hold.reached").exists(),
+    );
+    let hashed = "SELECT CAST(count(*) AS BIGINT) FROM steps WHERE request_hash IS NOT NULL";
+    assert_eq!(env.sql_number(hashed), (CHAT - 1) as i64);
+
+    // No request's args hash to these any more (each its own); the last
+    // step is as an older durun wrote it.
+    env.sql("UPDATE steps SET args_hash = idempotency_key");
+    env.sql(
+        "UPDATE steps SET request_hash = NULL
+         WHERE step_index = (SELECT max(step_index) FROM steps)",
+    );
+    std::fs::write(&hold, "").expect("release");
+    let resumed = env.durun(&["resume", "chat"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let mut counts: Vec<u64> = llm
+        .counts()
+        .as_object()
+        .expect("counts")
+        .values()
+        .filter_map(Value::as_u64)
+        .collect();
+    counts.sort_unstable();
+    // Turns 0 to 3 replayed by their bytes (the first too: the proxy has
+    // the hashes before its first request), turn 4 sent again (its args
+    // no longer match), turn 5 new.
+    assert_eq!(counts, [1, 1, 1, 1, 1, 2], "{}", text(&resumed.stderr));
+    let runs = &env.inspect("chat")["task"]["runs"];
+    assert_eq!(runs[1]["replayed_steps"], (CHAT - 2) as u64);
+    assert_eq!(env.inspect("chat")["task"]["status"], "completed");
+}

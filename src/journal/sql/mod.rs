@@ -376,8 +376,8 @@ pub(crate) static STEP_IS_THERE: Sql = Sql::new(
 pub(crate) static INSERT_STEP: Sql = Sql::new(
     "INSERT INTO steps (task_id, step_index, tool_name, kind, effect, args, args_hash, idempotency_key,
                  status, attempts, output, error_code, error, usage, tokens, run, created_at, started_at,
-                 finished_at, resolution, seen_from, wake_at, cost_nanos)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
+                 finished_at, resolution, seen_from, wake_at, cost_nanos, request_hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
 );
 
 /// A step's row as it stands now.

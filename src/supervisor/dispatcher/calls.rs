@@ -61,6 +61,7 @@ impl Supervisor<'_> {
             canonical: &canonical,
             // A probe asks the destination before a person is asked.
             ask_first: tool.in_doubt == InDoubt::Ask && tool.probe.is_none(),
+            request_hash: None,
         };
         let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
             return;

@@ -58,6 +58,7 @@ impl Supervisor<'_> {
             args: &step_args,
             canonical: &canonical,
             ask_first: false,
+            request_hash: None,
         };
         let Some((mut record, fresh, _)) = self.open_step(conn, &id, wanted) else {
             if let Some(step) = next

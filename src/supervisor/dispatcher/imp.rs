@@ -197,6 +197,14 @@ impl Supervisor<'_> {
                 self.socket.idle_listener(),
             ];
             let [proxy_client, socket_client] = self.io.wait(wait, read, listeners);
+            if proxy_client {
+                // Before the proxy reads its first request: a resumed
+                // request byte-identical to a recorded one is then
+                // replayed without being parsed, the first one too. A
+                // journal error here is met again, and said, at the
+                // request.
+                let _ = self.load_contents();
+            }
             if proxy_client
                 && let Some(proxy) = self.proxy.as_deref_mut()
                 && let Err(err) = proxy.serve()

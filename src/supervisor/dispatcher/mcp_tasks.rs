@@ -22,12 +22,8 @@ use crate::supervisor::transitions::Transition;
 impl Supervisor<'_> {
     /// Answers a `find`: where the task's MCP step with key `key` stands.
     pub(super) fn on_find(&mut self, conn: Conn, id: Value, key: &str) {
-        if !self.steps.contents.loaded() {
-            let task = self.spec.task_id;
-            match self.journal().steps_by_content(task) {
-                Ok(recorded) => self.steps.contents.load(recorded),
-                Err(err) => return self.journal_failed(conn, &id, err),
-            }
+        if let Err(err) = self.load_contents() {
+            return self.journal_failed(conn, &id, err);
         }
         if let Some(open) = self.steps.open_with_key(key) {
             let found = found("running", &open.record);

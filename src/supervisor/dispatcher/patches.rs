@@ -47,6 +47,7 @@ impl Supervisor<'_> {
                     args: &args,
                     canonical: &canonical,
                     ask_first: false,
+                    request_hash: None,
                 };
                 let Some((mut record, fresh, _)) = self.open_step(conn, &id, wanted) else {
                     return;

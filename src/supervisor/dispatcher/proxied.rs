@@ -34,6 +34,10 @@ impl Supervisor<'_> {
     pub(super) fn on_proxy(&mut self, message: ToLoop) {
         match message {
             ToLoop::Ask(ask) => self.on_ask(ask),
+            ToLoop::Known {
+                request_hash,
+                reply,
+            } => self.on_known(&request_hash, reply),
             ToLoop::Done {
                 flight,
                 own,
@@ -41,6 +45,42 @@ impl Supervisor<'_> {
                 reply,
             } => self.on_proxy_done(flight, own, end, reply),
         }
+    }
+
+    /// Reads the task's steps replayed by content, once, and hands the
+    /// proxy the hashes of their requests' bytes ([`crate::proxy::Known`]).
+    pub(super) fn load_contents(&mut self) -> anyhow::Result<()> {
+        if self.steps.contents.loaded() {
+            return Ok(());
+        }
+        let task = self.spec.task_id;
+        let recorded = self.journal().steps_by_content(task)?;
+        self.steps.contents.load(recorded);
+        if let Some(proxy) = &self.proxy {
+            proxy.known().add(self.steps.contents.known());
+        }
+        Ok(())
+    }
+
+    /// A request byte-identical to one the journal answered: replayed as
+    /// [`Self::on_ask`] replays it, without its args; `None` when this run
+    /// had every recorded answer to it (the proxy asks with its args).
+    fn on_known(&mut self, request_hash: &str, reply: oneshot::Sender<Option<Verdict>>) {
+        if self.holding.fenced {
+            // The reply is dropped: the agent hears the run ended.
+            return;
+        }
+        if self.ending.stop.is_some() || self.ending.exited.is_some() {
+            let _ = reply.send(Some(Verdict::stopping()));
+            return;
+        }
+        let Some(record) = self.steps.contents.take_known(request_hash) else {
+            let _ = reply.send(None);
+            return;
+        };
+        self.count_replayed(&record);
+        let output = record.output.map_or(Value::Null, |output| output.value());
+        let _ = reply.send(Some(Verdict::Replay(output)));
     }
 
     fn on_ask(&mut self, ask: Ask) {
@@ -59,6 +99,7 @@ impl Supervisor<'_> {
             args: &ask.args,
             canonical: &ask.canonical,
             ask_first: false,
+            request_hash: Some(&ask.request_hash),
         };
         let (record, fresh, in_doubt) = match self.by_content(PROXY, &Value::Null, &wanted) {
             ByContent::Replay(record) => {
@@ -164,6 +205,7 @@ impl Supervisor<'_> {
             args,
             canonical: &canonical,
             ask_first: false,
+            request_hash: None,
         };
         match self.by_content(conn, &id, &wanted) {
             ByContent::Replay(record) => {
@@ -193,15 +235,9 @@ impl Supervisor<'_> {
     /// its key), an agent's open step it is part of (proxy requests only),
     /// or nothing (a new step).
     fn by_content(&mut self, conn: Conn, id: &Value, wanted: &Wanted<'_>) -> ByContent {
-        if !self.steps.contents.loaded() {
-            let task = self.spec.task_id;
-            match self.journal().steps_by_content(task) {
-                Ok(recorded) => self.steps.contents.load(recorded),
-                Err(err) => {
-                    self.journal_failed(conn, id, err);
-                    return ByContent::Failed;
-                }
-            }
+        if let Err(err) = self.load_contents() {
+            self.journal_failed(conn, id, err);
+            return ByContent::Failed;
         }
         let args_hash = step_key::args_hash(wanted.canonical);
         // One call, one record: a request made inside a step the agent

@@ -242,6 +242,7 @@ impl Supervisor<'_> {
             args,
             canonical: &canonical,
             ask_first: false,
+            request_hash: None,
         };
         let Some((record, fresh, in_doubt)) = self.open_step(conn, &id, asked) else {
             return;
@@ -428,6 +429,7 @@ impl Supervisor<'_> {
             seen_from: None,
             wake_at: None,
             cost_nanos: None,
+            request_hash: wanted.request_hash.map(str::to_owned),
         }
     }
 

@@ -139,6 +139,7 @@ impl Supervisor<'_> {
             args,
             canonical: &canonical,
             ask_first: false,
+            request_hash: None,
         };
         let (mut record, fresh, _) = self.open_step(conn, id, wanted)?;
         record.kind = kind;
