@@ -36,7 +36,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 pub(crate) use http::{Body, accept, error, is_secret};
-pub(crate) use recording::{Answer, answer_output, answer_text, request_args, summary};
+pub(crate) use recording::{Answer, answer_output_text, answer_text, request_args, summary};
 pub(crate) use routes::{Routes, TAPE, secret_query, upstreams_from_env};
 pub(crate) use serve::recorded;
 
@@ -138,8 +138,8 @@ pub(crate) fn request_hash(
 
 /// What the loop says to do with a request.
 pub(crate) enum Verdict {
-    /// Answer it from the journal; the step's output.
-    Replay(Value),
+    /// Answer it from the journal; the step's output as kept.
+    Replay(crate::json_text::JsonText),
     /// Forward it. `flight`: what its end comes back with. `key`: a
     /// `mutate` step's idempotency key, sent as `Idempotency-Key`. `own`:
     /// it is a step of its own, not part of an agent's open step (whose

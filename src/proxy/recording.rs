@@ -11,6 +11,8 @@
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
+use crate::json_text::JsonText;
+
 /// A recorded answer, as the agent gets it again on replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Answer {
@@ -217,6 +219,67 @@ pub(crate) fn answer_output(answer: &Answer) -> Value {
         },
     }
     Value::Object(output)
+}
+
+/// An answer as a step's output, as the journal keeps it: [`answer_output`],
+/// with a JSON body's members in the order the upstream wrote them (the
+/// whitespace between its tokens left out). A replay then gives the agent
+/// the object it read the first time, in that order: an agent that puts
+/// the answer back into its next request (a chat's history) sends the
+/// same bytes as before, which replay by their hash.
+pub(crate) fn answer_output_text(answer: &Answer) -> JsonText {
+    let output = answer_output(answer);
+    let kept = (output.get("body").is_some())
+        .then(|| minified(&answer.body))
+        .flatten()
+        .and_then(|body| {
+            // The keys in the order `answer_output`'s map gives them.
+            let text = format!(
+                r#"{{"body":{body},"content_type":{},"status":{}}}"#,
+                output["content_type"], output["status"]
+            );
+            JsonText::from_text(&text).ok()
+        });
+    kept.unwrap_or_else(|| JsonText::from_value(&output))
+}
+
+/// `json` (valid JSON) without the whitespace between its tokens; none if
+/// it is not UTF-8.
+fn minified(json: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+        } else if byte == b'"' {
+            in_string = true;
+        } else if byte.is_ascii_whitespace() {
+            continue;
+        }
+        out.push(byte);
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The answer a step's output, as the journal keeps it, records: a JSON
+/// body as the output's text has it ([`answer_output_text`]).
+pub(crate) fn kept_answer(output: &JsonText) -> Answer {
+    #[derive(serde::Deserialize)]
+    struct Kept<'a> {
+        #[serde(borrow)]
+        body: Option<&'a serde_json::value::RawValue>,
+    }
+    let mut answer = output_answer(&output.value());
+    if let Ok(Kept { body: Some(body) }) = serde_json::from_str::<Kept<'_>>(output.as_str()) {
+        answer.body = bytes::Bytes::copy_from_slice(body.get().as_bytes());
+    }
+    answer
 }
 
 /// The answer a step's output records.
@@ -442,6 +505,43 @@ mod tests {
             let back = output_answer(&serde_json::from_str(&output.to_string()).unwrap());
             assert_eq!(back, answer, "{output}");
         }
+    }
+
+    /// A JSON answer is kept, and replayed, with its members in the
+    /// upstream's order and without the whitespace between tokens; one
+    /// kept by an older durun (sorted) replays as before.
+    #[test]
+    fn a_json_answer_is_kept_in_its_own_order() {
+        let answer = Answer {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: bytes::Bytes::from_static(
+                b"{\n  \"role\": \"assistant\",\n  \"content\": \"a \\\" b\\\\\" , \"n\": [1.50, {\"z\": 1, \"a\": null}]\n}\n",
+            ),
+        };
+        let kept = answer_output_text(&answer);
+        assert_eq!(kept.value(), answer_output(&answer));
+        let replayed = kept_answer(&kept);
+        assert_eq!(
+            std::str::from_utf8(&replayed.body).unwrap(),
+            r#"{"role":"assistant","content":"a \" b\\","n":[1.50,{"z":1,"a":null}]}"#
+        );
+        assert_eq!(
+            (replayed.status, replayed.content_type),
+            (200, answer.content_type.clone())
+        );
+        let older = JsonText::from_value(&answer_output(&answer));
+        assert_eq!(
+            std::str::from_utf8(&kept_answer(&older).body).unwrap(),
+            r#"{"content":"a \" b\\","n":[1.50,{"a":null,"z":1}],"role":"assistant"}"#
+        );
+        // Not JSON: kept as before.
+        let text = Answer {
+            status: 200,
+            content_type: Some("text/plain".into()),
+            body: bytes::Bytes::from_static(b"{ not json"),
+        };
+        assert_eq!(kept_answer(&answer_output_text(&text)), text);
     }
 
     #[test]

@@ -403,8 +403,8 @@ pub(crate) fn recorded(answer: &Answer) -> Response<Body> {
 
 /// A recorded answer given from the journal, marked so; without the
 /// usage durun asked for in the agent's name (`hide_usage`).
-fn replay(output: &serde_json::Value, hide_usage: bool) -> Response<Body> {
-    let mut answer = recording::output_answer(output);
+fn replay(output: &crate::json_text::JsonText, hide_usage: bool) -> Response<Body> {
+    let mut answer = recording::kept_answer(output);
     if hide_usage && answer.is_stream() {
         answer.body = super::usage::Hidden::whole(&answer.body).into();
     }

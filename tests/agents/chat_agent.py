@@ -11,10 +11,6 @@ It keeps one connection open, as the `openai` and `anthropic` clients do
 With HOLD_FILE set, it holds before turn HOLD_AFTER until that file
 exists (writing HOLD_FILE.reached): where a bench kills its run.
 
-With CHAT_TYPED set, it keeps each answer's message as the `openai` and
-`anthropic` clients' typed models give it back (their fields in their own
-order), not as the answer's JSON ordered it.
-
     chat_agent.py TURNS"""
 
 import http.client
@@ -45,9 +41,6 @@ for turn in range(turns):
     raw = answer.read()
     assert answer.status == 200, (answer.status, raw[:200])
     answers += len(raw)
-    message = json.loads(raw)["choices"][0]["message"]
-    if os.environ.get("CHAT_TYPED"):
-        message = {"content": message.get("content"), "role": message["role"]}
-    history.append(message)
+    history.append(json.loads(raw)["choices"][0]["message"])
 distinct = sum(len(json.dumps(message, separators=(",", ":"))) for message in history) + answers
 print(json.dumps({"turns": turns, "distinct_bytes": distinct, "whole_bytes": sent + answers}), flush=True)

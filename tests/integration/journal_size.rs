@@ -123,8 +123,10 @@ fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
 
 /// A resumed chat replays each request by its bytes, not parsed: a step
 /// whose args hash no longer matches its args (changed here by hand, which
-/// only the bytes' hash can get past) still replays; one recorded without
-/// a request hash (an older durun's) is matched by its args, and goes
+/// only the bytes' hash can get past) still replays, and so do the later
+/// ones, whose requests carry the replayed answers (kept in the upstream's
+/// order, as the agent read them the first time); one recorded without a
+/// request hash (an older durun's) is matched by its args, and goes
 /// upstream again when they do not match.
 #[test]
 fn a_resumed_chat_replays_each_request_by_its_bytes_and_an_older_one_by_its_args() {
@@ -135,9 +137,6 @@ fn a_resumed_chat_replays_each_request_by_its_bytes_and_an_older_one_by_its_args
     let hold = env.path("hold");
     env.set("HOLD_FILE", hold.to_string_lossy());
     env.set("HOLD_AFTER", (CHAT - 1).to_string());
-    // Its requests' bytes are the same on a resume as they were: the
-    // answers it puts back into them are read as a client's typed model.
-    env.set("CHAT_TYPED", "1");
     let agent = agents_dir().join("chat_agent.py");
     let turns = CHAT.to_string();
     let args = [

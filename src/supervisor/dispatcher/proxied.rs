@@ -79,7 +79,7 @@ impl Supervisor<'_> {
             return;
         };
         self.count_replayed(&record);
-        let output = record.output.map_or(Value::Null, |output| output.value());
+        let output = record.output.unwrap_or_else(JsonText::null);
         let _ = reply.send(Some(Verdict::Replay(output)));
     }
 
@@ -103,7 +103,7 @@ impl Supervisor<'_> {
         };
         let (record, fresh, in_doubt) = match self.by_content(PROXY, &Value::Null, &wanted) {
             ByContent::Replay(record) => {
-                let output = record.output.map_or(Value::Null, |output| output.value());
+                let output = record.output.unwrap_or_else(JsonText::null);
                 let _ = ask.reply.send(Verdict::Replay(output));
                 return;
             }
@@ -442,7 +442,7 @@ impl Supervisor<'_> {
                 step_key::idempotency_key(self.spec.task_id, record.step, canonical);
         }
         record.finished_at = Some(crate::journal::now());
-        record.output = Some(JsonText::from_value(&crate::proxy::answer_output(&answer)));
+        record.output = Some(crate::proxy::answer_output_text(&answer));
         if reconciled {
             let said = super::closing::reconciled(&mut record, "its route's probe", "sent");
             self.reporter.report(&Report::Warning(&said));
