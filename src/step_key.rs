@@ -101,10 +101,11 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
             out.push(']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            // serde_json's map (without its `preserve_order` feature) is
+            // ordered by key bytes, which is code point order: its keys
+            // come sorted (`a_map_iterates_in_code_point_order`).
             out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
+            for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");
                 }
@@ -471,6 +472,19 @@ mod properties {
             }
         }
 
+    }
+
+    /// The canonical writer takes an object's keys in the map's order.
+    #[test]
+    fn a_map_iterates_in_code_point_order() {
+        let keys = ["b", "a", "\u{e9}", "z", "A", "~", "\u{1f600}", "ab", ""];
+        let map: Map<String, Value> = keys
+            .iter()
+            .map(|key| ((*key).to_owned(), Value::Null))
+            .collect();
+        let mut sorted: Vec<&str> = keys.to_vec();
+        sorted.sort_by(|a, b| a.chars().cmp(b.chars()));
+        assert_eq!(map.keys().map(String::as_str).collect::<Vec<_>>(), sorted);
     }
 
     #[test]

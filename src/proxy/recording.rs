@@ -268,18 +268,39 @@ fn minified(json: &[u8]) -> Option<String> {
 }
 
 /// The answer a step's output, as the journal keeps it, records: a JSON
-/// body as the output's text has it ([`answer_output_text`]).
+/// body as the output's text has it ([`answer_output_text`]). Read in one
+/// pass, the body not parsed into a tree: a replay's answer costs a scan
+/// of it. An output this cannot read so ([`output_answer`]'s odd cases:
+/// a `null` body, a repeated key) is read as a tree.
 pub(crate) fn kept_answer(output: &JsonText) -> Answer {
     #[derive(serde::Deserialize)]
     struct Kept<'a> {
+        status: Option<u64>,
+        content_type: Option<String>,
         #[serde(borrow)]
         body: Option<&'a serde_json::value::RawValue>,
+        text: Option<String>,
+        base64: Option<String>,
     }
-    let mut answer = output_answer(&output.value());
-    if let Ok(Kept { body: Some(body) }) = serde_json::from_str::<Kept<'_>>(output.as_str()) {
-        answer.body = bytes::Bytes::copy_from_slice(body.get().as_bytes());
+    let Ok(kept) = serde_json::from_str::<Kept<'_>>(output.as_str()) else {
+        return output_answer(&output.value());
+    };
+    let body = match (kept.body, kept.text, kept.base64) {
+        (Some(body), _, _) => body.get().as_bytes().to_vec(),
+        (None, Some(text), _) => text.into_bytes(),
+        (None, None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap_or_default(),
+        (None, None, None) => return output_answer(&output.value()),
+    };
+    Answer {
+        status: kept
+            .status
+            .and_then(|status| u16::try_from(status).ok())
+            .unwrap_or(200),
+        content_type: kept.content_type,
+        body: body.into(),
     }
-    answer
 }
 
 /// The answer a step's output records.
@@ -535,6 +556,18 @@ mod tests {
             std::str::from_utf8(&kept_answer(&older).body).unwrap(),
             r#"{"content":"a \" b\\","n":[1.50,{"a":null,"z":1}],"role":"assistant"}"#
         );
+        // Outputs as older durun kept them, odd ones too: read as a tree
+        // reads them.
+        for output in [
+            json!({"body": {"b": [1, 2.50], "a": "x"}, "content_type": "application/json", "status": 201}),
+            json!({"body": null, "content_type": null, "status": 200}),
+            json!({"text": "data: x\n\n", "content_type": "text/event-stream", "status": 99_999}),
+            json!({"base64": "AJ+Slg==", "content_type": null, "status": 200}),
+            json!({"status": 204, "content_type": null}),
+        ] {
+            let kept = JsonText::from_value(&output);
+            assert_eq!(kept_answer(&kept), output_answer(&output), "{output}");
+        }
         // Not JSON: kept as before.
         let text = Answer {
             status: 200,

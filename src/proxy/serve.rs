@@ -189,7 +189,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         return ended();
     };
     match verdict {
-        Verdict::Replay(output) => replay(&output, hide_usage),
+        Verdict::Replay(output) => replay(&output, || hide_usage),
         Verdict::Refuse {
             status,
             kind,
@@ -274,9 +274,9 @@ async fn known(
     }
     match verdict.await {
         // Hidden as when it was recorded: the same bytes asked the same.
-        Ok(Some(Verdict::Replay(output))) => {
-            Seen::Answered(replay(&output, super::usage::would_ask(route, path, body)))
-        }
+        Ok(Some(Verdict::Replay(output))) => Seen::Answered(replay(&output, || {
+            super::usage::would_ask(route, path, body)
+        })),
         Ok(Some(Verdict::Refuse {
             status,
             kind,
@@ -403,9 +403,13 @@ pub(crate) fn recorded(answer: &Answer) -> Response<Body> {
 
 /// A recorded answer given from the journal, marked so; without the
 /// usage durun asked for in the agent's name (`hide_usage`).
-fn replay(output: &crate::json_text::JsonText, hide_usage: bool) -> Response<Body> {
+fn replay(
+    output: &crate::json_text::JsonText,
+    hide_usage: impl FnOnce() -> bool,
+) -> Response<Body> {
     let mut answer = recording::kept_answer(output);
-    if hide_usage && answer.is_stream() {
+    // Asked only of a stream, the one answer it changes.
+    if answer.is_stream() && hide_usage() {
         answer.body = super::usage::Hidden::whole(&answer.body).into();
     }
     let mut response = recorded(&answer);
