@@ -82,7 +82,9 @@ pub(crate) struct Ask {
 }
 
 /// The `request_hash` of each request the journal holds an answer to, as
-/// the loop read them when the run's first request came: the proxy asks
+/// the loop read them before the proxy served its first client (a query's
+/// secret is in a hash, never in clear: `secret_query` masks only the
+/// args). The proxy asks
 /// to replay one of these ([`ToLoop::Known`]) before it parses it, so a
 /// resumed chat's requests, each the whole conversation again, are
 /// hashed, not parsed and made canonical (SPEC 21).
@@ -90,6 +92,7 @@ pub(crate) struct Ask {
 pub(crate) struct Known(std::sync::Mutex<std::collections::HashSet<String>>);
 
 impl Known {
+    /// Adds `hashes`: the loop, once it has read the recorded steps.
     pub(crate) fn add<'a>(&self, hashes: impl IntoIterator<Item = &'a String>) {
         self.lock().extend(hashes.into_iter().cloned());
     }
