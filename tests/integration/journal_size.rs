@@ -17,13 +17,18 @@ const TURNS: usize = 60;
 const ROW_BYTES: &str = "SELECT CAST((SELECT sum(length(args) + coalesce(length(output), 0)) FROM steps)
     + (SELECT coalesce(sum(length(hash) + coalesce(length(parent), 0) + length(message)), 0) FROM chat_nodes) AS BIGINT)";
 
-#[test]
-fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
-    let mut env = TestEnv::new();
-    let llm = LlmServer::start(&env);
+/// The fake OpenAI server, as the chat agent's upstream.
+fn chat_upstream(env: &mut TestEnv) -> LlmServer {
+    let llm = LlmServer::start(env);
     env.set("OPENAI_BASE_URL", format!("{}/v1", llm.base()));
+    llm
+}
+
+/// `durun run --task chat` of tests/agents/chat_agent.py for `turns`
+/// turns, its output in `run1.out` and `run1.err`.
+fn start_chat(env: &TestEnv, turns: usize) -> std::process::Child {
     let agent = agents_dir().join("chat_agent.py");
-    let turns = TURNS.to_string();
+    let turns = turns.to_string();
     let args = [
         "run",
         "--task",
@@ -33,8 +38,15 @@ fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
         &agent.to_string_lossy(),
         &turns,
     ];
+    env.spawn(&args, "run1")
+}
+
+#[test]
+fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
+    let mut env = TestEnv::new();
+    let llm = chat_upstream(&mut env);
     // Killed halfway, then resumed: the turns before replay.
-    let mut durun = env.spawn(&args, "run1");
+    let mut durun = start_chat(&env, TURNS);
     wait_for("half the turns", Duration::from_secs(120), || {
         std::fs::read_to_string(env.path("llm.port.count"))
             .ok()
@@ -132,23 +144,11 @@ fn a_long_chat_journals_each_message_once_and_reads_and_replays_whole() {
 fn a_resumed_chat_replays_each_request_by_its_bytes_and_an_older_one_by_its_args() {
     const CHAT: usize = 6;
     let mut env = TestEnv::new();
-    let llm = LlmServer::start(&env);
-    env.set("OPENAI_BASE_URL", format!("{}/v1", llm.base()));
+    let llm = chat_upstream(&mut env);
     let hold = env.path("hold");
     env.set("HOLD_FILE", hold.to_string_lossy());
     env.set("HOLD_AFTER", (CHAT - 1).to_string());
-    let agent = agents_dir().join("chat_agent.py");
-    let turns = CHAT.to_string();
-    let args = [
-        "run",
-        "--task",
-        "chat",
-        "--",
-        "python3",
-        &agent.to_string_lossy(),
-        &turns,
-    ];
-    let mut durun = env.spawn(&args, "run1");
+    let mut durun = start_chat(&env, CHAT);
     crate::env::sigkill_once(
         &mut durun,
         "the turn before the last",
