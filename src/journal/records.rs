@@ -353,7 +353,7 @@ pub(crate) struct StepRecord {
     /// without usage, or for a model without a price.
     pub(crate) cost_nanos: Option<u64>,
     /// A proxied request's bytes as sent, hashed with what else makes its
-    /// args (`proxy::request_hash`); `None` for any other step, and for a
+    /// args (`proxy::request::request_hash`); `None` for any other step, and for a
     /// request recorded before durun kept it.
     pub(crate) request_hash: Option<String>,
 }

@@ -25,6 +25,7 @@ mod exchange;
 mod http;
 mod probe;
 mod recording;
+mod request;
 mod routes;
 mod serve;
 mod usage;
@@ -36,7 +37,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 pub(crate) use http::{Body, accept, error, is_secret};
-pub(crate) use recording::{Answer, answer_output_text, answer_text, request_args, summary};
+pub(crate) use recording::{Answer, answer_output_text, answer_text, summary};
+pub(crate) use request::request_args;
 pub(crate) use routes::{Routes, TAPE, secret_query, upstreams_from_env};
 pub(crate) use serve::recorded;
 
@@ -74,7 +76,7 @@ pub(crate) struct Ask {
     /// `args` in the canonical form keys are made of.
     pub(crate) canonical: String,
     /// The request's bytes, hashed with what else makes its args
-    /// ([`request_hash`]): kept with its step.
+    /// ([`request::request_hash`]): kept with its step.
     pub(crate) request_hash: String,
     /// For a model call: its model, and what a budget reserves for it.
     pub(crate) asked: Option<crate::usage::Asked>,
@@ -106,37 +108,6 @@ impl Known {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-/// A request's identity as sent: SHA-256 of its step's name, its query,
-/// the proxy's `ignore` and `secret_query` lists and its body, each
-/// length-prefixed. Equal hashes mean equal args ([`request_args`] makes
-/// them from these alone), so a request whose hash a recorded step has
-/// replays that step, as its args would.
-pub(crate) fn request_hash(
-    name: &str,
-    query: &str,
-    body: &[u8],
-    ignore: &[String],
-    secret: &[String],
-) -> String {
-    use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
-    let mut part = |bytes: &[u8]| {
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(bytes);
-    };
-    part(b"durun request 1");
-    part(name.as_bytes());
-    part(query.as_bytes());
-    for list in [ignore, secret] {
-        part(&(list.len() as u64).to_le_bytes());
-        for item in list {
-            part(item.as_bytes());
-        }
-    }
-    part(body);
-    crate::step_key::hex(&hasher.finalize())
 }
 
 /// What the loop says to do with a request.
@@ -362,32 +333,6 @@ pub(crate) fn secret() -> io::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::request_hash;
-
-    /// Equal inputs, equal hash; any part changed, or moved from one part
-    /// to the next, another.
-    #[test]
-    fn a_request_hash_covers_each_part_apart() {
-        let ignore = vec!["/temperature".to_owned()];
-        let base = request_hash("openai POST /chat", "a=1", b"{}", &ignore, &[]);
-        assert_eq!(
-            base,
-            request_hash("openai POST /chat", "a=1", b"{}", &ignore, &[])
-        );
-        let others = [
-            request_hash("openai POST /chat2", "a=1", b"{}", &ignore, &[]),
-            request_hash("openai POST /chat", "a=2", b"{}", &ignore, &[]),
-            request_hash("openai POST /chat", "a=1", b"{ }", &ignore, &[]),
-            request_hash("openai POST /chat", "a=1", b"{}", &[], &[]),
-            request_hash("openai POST /chat", "a=1", b"{}", &[], &ignore),
-            request_hash("openai POST /cha", "ta=1", b"{}", &ignore, &[]),
-        ];
-        for other in &others {
-            assert_ne!(&base, other);
-        }
-        assert_eq!(base.len(), 64);
-    }
-
     #[test]
     fn loopback_is_added_to_no_proxy_once() {
         assert_eq!(super::with_loopback(""), "127.0.0.1,localhost");

@@ -1,6 +1,6 @@
-//! What the journal keeps of a proxied request and its answer: the args a
-//! request is matched by, the answer as a step's output, and the tokens it
-//! spent.
+//! What the journal keeps of a proxied request's answer: the answer as a
+//! step's output (and as a replay gives it back), whether it is whole, and
+//! the tokens it spent. The request's side is `request.rs`.
 //!
 //! # Invariant
 //!
@@ -9,7 +9,7 @@
 //! and forgotten.
 
 use base64::Engine as _;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::json_text::JsonText;
 
@@ -29,62 +29,6 @@ impl Answer {
             .as_deref()
             .is_some_and(|content_type| content_type.starts_with("text/event-stream"))
     }
-}
-
-/// The args of a request (SPEC 12): its JSON body, or the body's hash and
-/// length when it is not JSON, and its query, with the values of the
-/// `secret` parameters as `***`; `ignore`'s JSON pointers taken out of the
-/// body first.
-pub(crate) fn request_args(
-    body: &[u8],
-    query: &str,
-    ignore: &[String],
-    secret: &[String],
-) -> Value {
-    let body = if body.is_empty() {
-        Value::Null
-    } else {
-        // The default depth limit: a body nested deeper than any API
-        // takes is hashed, never recursed into.
-        match serde_json::from_slice::<Value>(body) {
-            Ok(mut value) => {
-                for pointer in ignore {
-                    remove_pointer(&mut value, pointer);
-                }
-                value
-            }
-            Err(_) => json!({
-                "sha256": crate::step_key::sha256_hex(body),
-                "bytes": body.len(),
-            }),
-        }
-    };
-    json!({ "body": body, "query": masked_query(query, secret) })
-}
-
-/// `query` with the value of each parameter named in `secret` (any case)
-/// as `***`; every other byte as it came, so that a query with no secret
-/// in it is recorded as before.
-fn masked_query<'q>(query: &'q str, secret: &[String]) -> std::borrow::Cow<'q, str> {
-    let is_secret = |pair: &str| {
-        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
-        let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
-        secret
-            .iter()
-            .any(|secret| secret.eq_ignore_ascii_case(&name))
-    };
-    if !query.split('&').any(is_secret) {
-        return query.into();
-    }
-    query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if is_secret(pair) => format!("{name}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-        .into()
 }
 
 /// Whether a body the upstream ended by closing its connection is whole
@@ -114,78 +58,6 @@ pub(crate) fn whole(content_type: Option<&str>, body: &[u8]) -> bool {
         return serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     }
     true
-}
-
-/// Takes out of `value` what `pointer` names: a JSON pointer whose `*`
-/// stands for any one member or index and `**` for any depth, none
-/// included (`/input/*/id`, `/**/prompt_cache_key`).
-fn remove_pointer(value: &mut Value, pointer: &str) {
-    let tokens: Vec<String> = pointer
-        .split('/')
-        .skip(1)
-        .map(|token| token.replace("~1", "/").replace("~0", "~"))
-        .collect();
-    remove_at(value, &tokens);
-}
-
-fn remove_at(value: &mut Value, tokens: &[String]) {
-    let Some((head, rest)) = tokens.split_first() else {
-        return;
-    };
-    if head == "**" {
-        remove_at(value, rest);
-        for child in children(value, "*") {
-            remove_at(child, tokens);
-        }
-        return;
-    }
-    if !rest.is_empty() {
-        for child in children(value, head) {
-            remove_at(child, rest);
-        }
-        return;
-    }
-    match value {
-        Value::Object(map) if head == "*" => map.clear(),
-        Value::Object(map) => {
-            map.remove(head.as_str());
-        }
-        Value::Array(items) if head == "*" => items.clear(),
-        Value::Array(items) => {
-            if let Ok(index) = head.parse::<usize>()
-                && index < items.len()
-            {
-                items.remove(index);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The members or items of `value` that `token` names (`*`: all).
-fn children<'v>(value: &'v mut Value, token: &str) -> Vec<&'v mut Value> {
-    let all = token == "*";
-    match value {
-        Value::Object(map) => {
-            if all {
-                map.values_mut().collect()
-            } else {
-                map.get_mut(token).into_iter().collect()
-            }
-        }
-        Value::Array(items) => {
-            if all {
-                items.iter_mut().collect()
-            } else {
-                let index = token.parse::<usize>().ok();
-                index
-                    .and_then(|index| items.get_mut(index))
-                    .into_iter()
-                    .collect()
-            }
-        }
-        _ => Vec::new(),
-    }
 }
 
 /// An answer as a step's output: its status, content type and body (JSON
@@ -425,6 +297,8 @@ pub(crate) fn answer_text(body: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -444,63 +318,6 @@ mod tests {
         assert!(whole(json, b"{\"a\": [1, 2]}"));
         assert!(!whole(json, b"{\"a\": [1, "));
         assert!(whole(Some("text/plain"), b"cut or not, no one can tell"));
-    }
-
-    #[test]
-    fn a_secret_in_the_query_is_journaled_as_stars_and_nothing_else_changes() {
-        let secret = vec!["key".to_owned(), "sig".to_owned()];
-        let args = |query| request_args(b"", query, &[], &secret)["query"].clone();
-        assert_eq!(args("a=b+c&KEY=sk-1&x"), "a=b+c&KEY=***&x");
-        assert_eq!(args("%6Bey=sk-1&sig="), "%6Bey=***&sig=***");
-        assert_eq!(args("a=%20b&keys=1"), "a=%20b&keys=1");
-    }
-
-    #[test]
-    fn args_are_the_json_body_and_the_query_without_ignored_members() {
-        let body = br#"{"model":"m","metadata":{"ts":1},"messages":[{"a":1},{"b":2}]}"#;
-        assert_eq!(
-            request_args(
-                body,
-                "x=1",
-                &["/metadata".into(), "/messages/0".into()],
-                &[]
-            ),
-            json!({"body": {"model": "m", "messages": [{"b": 2}]}, "query": "x=1"})
-        );
-        assert_eq!(
-            request_args(b"", "", &[], &[]),
-            json!({"body": null, "query": ""})
-        );
-        let binary = request_args(b"\x00\x01not json", "", &[], &[]);
-        assert_eq!(binary["body"]["bytes"], 10);
-        assert_eq!(binary["body"]["sha256"].as_str().unwrap().len(), 64);
-        // Deeper than the parser goes: hashed, not parsed.
-        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(request_args(deep.as_bytes(), "", &[], &[])["body"]["sha256"].is_string());
-    }
-
-    /// SPEC 18: `*` is any one member or index, `**` any depth.
-    #[test]
-    fn ignore_takes_wildcards() {
-        let body = br#"{"input":[{"id":"a","text":"x"},{"id":"b","text":"y"}],
-            "prompt_cache_key":"k","meta":{"deep":{"prompt_cache_key":"k2","kept":1}},
-            "list":[[{"prompt_cache_key":3}]],"a/b":{"*":1,"c":2}}"#;
-        let args = |ignore: &[&str]| {
-            let ignore: Vec<String> = ignore.iter().map(|&pointer| pointer.to_owned()).collect();
-            request_args(body, "", &ignore, &[])["body"].clone()
-        };
-        assert_eq!(
-            args(&["/input/*/id", "/**/prompt_cache_key"]),
-            json!({"input": [{"text": "x"}, {"text": "y"}],
-                   "meta": {"deep": {"kept": 1}}, "list": [[{}]], "a/b": {"*": 1, "c": 2}})
-        );
-        assert_eq!(args(&["/input/*"])["input"], json!([]));
-        assert_eq!(args(&["/a~1b/*"])["a/b"], json!({}));
-        assert_eq!(
-            args(&["/meta/*/kept"])["meta"],
-            json!({"deep": {"prompt_cache_key": "k2"}})
-        );
-        assert_eq!(args(&["/input/1/text"])["input"][1], json!({"id": "b"}));
     }
 
     #[test]

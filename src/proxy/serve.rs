@@ -154,7 +154,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         Seen::Answered(answer) => return answer,
         Seen::Ask(request_hash) => request_hash,
     };
-    let args = recording::request_args(
+    let args = super::request::request_args(
         &body,
         &query,
         &shared.routes.ignore,
@@ -260,7 +260,8 @@ async fn known(
     body: &[u8],
 ) -> Seen {
     let routes = &shared.routes;
-    let request_hash = super::request_hash(name, query, body, &routes.ignore, &routes.secret_query);
+    let request_hash =
+        super::request::request_hash(name, query, body, &routes.ignore, &routes.secret_query);
     if !shared.known.has(&request_hash) {
         return Seen::Ask(request_hash);
     }

@@ -100,7 +100,7 @@ struct Wanted<'a> {
     canonical: &'a str,
     /// The tool wants an operator to decide before a step in doubt runs again.
     ask_first: bool,
-    /// A proxied request's `proxy::request_hash`, kept with its step.
+    /// A proxied request's `proxy::request::request_hash`, kept with its step.
     request_hash: Option<&'a str>,
 }
 
