@@ -157,47 +157,59 @@ pub(crate) fn kept_answer(output: &JsonText) -> Answer {
     let Ok(kept) = serde_json::from_str::<Kept<'_>>(output.as_str()) else {
         return output_answer(&output.value());
     };
-    let body = match (kept.body, kept.text, kept.base64) {
-        (Some(body), _, _) => body.get().as_bytes().to_vec(),
-        (None, Some(text), _) => text.into_bytes(),
-        (None, None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap_or_default(),
-        (None, None, None) => return output_answer(&output.value()),
-    };
-    Answer {
-        status: kept
-            .status
-            .and_then(|status| u16::try_from(status).ok())
-            .unwrap_or(200),
-        content_type: kept.content_type,
-        body: body.into(),
+    if kept.body.is_none() && kept.text.is_none() && kept.base64.is_none() {
+        return output_answer(&output.value());
     }
+    from_fields(
+        kept.status,
+        kept.content_type,
+        kept.body.map(|body| body.get().as_bytes().to_vec()),
+        kept.text.as_deref(),
+        kept.base64.as_deref(),
+    )
 }
 
 /// The answer a step's output records.
 pub(crate) fn output_answer(output: &Value) -> Answer {
-    let body = if let Some(body) = output.get("body") {
-        serde_json::to_vec(body).expect("a JSON value serializes")
-    } else if let Some(text) = output.get("text").and_then(Value::as_str) {
-        text.as_bytes().to_vec()
-    } else if let Some(encoded) = output.get("base64").and_then(Value::as_str) {
-        base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    Answer {
-        status: output
-            .get("status")
-            .and_then(Value::as_u64)
-            .and_then(|status| u16::try_from(status).ok())
-            .unwrap_or(200),
-        content_type: output
+    from_fields(
+        output.get("status").and_then(Value::as_u64),
+        output
             .get("content_type")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        output
+            .get("body")
+            .map(|body| serde_json::to_vec(body).expect("a JSON value serializes")),
+        output.get("text").and_then(Value::as_str),
+        output.get("base64").and_then(Value::as_str),
+    )
+}
+
+/// An answer from an output's fields, as both readers find them: the body
+/// (JSON) first, else `text`, else `base64`; a status that is no HTTP
+/// status reads as 200.
+fn from_fields(
+    status: Option<u64>,
+    content_type: Option<String>,
+    body: Option<Vec<u8>>,
+    text: Option<&str>,
+    base64: Option<&str>,
+) -> Answer {
+    let body = body
+        .or_else(|| text.map(|text| text.as_bytes().to_vec()))
+        .or_else(|| {
+            base64.map(|encoded| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .unwrap_or_default()
+            })
+        })
+        .unwrap_or_default();
+    Answer {
+        status: status
+            .and_then(|status| u16::try_from(status).ok())
+            .unwrap_or(200),
+        content_type,
         body: body.into(),
     }
 }
