@@ -47,10 +47,15 @@ def open_pull(title: str, ctx: Context) -> str:
         # `durun mcp` (this server's parent) and the agent above it die as
         # in an OOM kill.
         # This server's parent is the keeper `durun mcp` runs it under.
+        # The relay is stopped first: once it dies, its keeper ends this
+        # server at once, and the agent must already be on its way out
+        # (the run's containment then ends the stopped relay, if this
+        # server does not get to).
         relay = parent(os.getppid())
         agent = parent(relay)
-        os.kill(relay, signal.SIGKILL)
+        os.kill(relay, signal.SIGSTOP)
         os.kill(agent, signal.SIGKILL)
+        os.kill(relay, signal.SIGKILL)
     return pull["url"]
 
 
