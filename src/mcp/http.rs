@@ -87,6 +87,7 @@ impl Server {
             let Some(sent) = &id else {
                 return;
             };
+            self.ask_again(&message, &parsed, sent);
             self.journaling.unanswered(sent);
             let Some((again, own)) = self.journaling.resend(sent) else {
                 return;
@@ -103,12 +104,27 @@ impl Server {
         }
     }
 
+    /// A probe whose connection broke before its answer came is posted
+    /// again, a few times with backoff: it only asks, and a connection the
+    /// server's side had just closed (a pooled one, say) must not make it
+    /// say "could not tell", which sends the call in doubt again.
+    fn ask_again(&self, message: &[u8], parsed: &Value, id: &Value) {
+        for attempt in 0..RESENDS {
+            if !self.journaling.awaits_probe(id) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+            self.post(message, parsed);
+        }
+    }
+
     fn post(&self, message: &[u8], parsed: &Value) {
         // A task's call was answered with its task: its failures are the
-        // task's, never a second answer to the request.
+        // task's, never a second answer to the request; those of durun's
+        // own requests are its own.
         let id = parsed
             .get("id")
-            .filter(|id| !id.is_null() && !self.journaling.awaits_task(id));
+            .filter(|id| !id.is_null() && self.journaling.client_awaits(id));
         let answer = crate::web::client().and_then(|client| {
             let mut request = client
                 .post(&self.url)

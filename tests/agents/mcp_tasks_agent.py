@@ -7,7 +7,9 @@ turn, three breaks, each time fetching the result with `tasks/result`:
 2. `durun mcp` itself is killed (its server with it) while the tool holds;
    a new client fetches the result;
 3. over streamable HTTP, the connection between `durun mcp` and the server
-   is cut while the tool holds; the same client fetches the result.
+   is cut while the tool holds; the same client fetches the result. The
+   first request of the probe `issue_by_key` (if durun sends one) has its
+   connection broken too, before it reaches the server.
 
 The server (mcp_task_server.py) applies each key's effect once, across
 restarts, and counts them in DIR/applied.jsonl. Prints one JSON line:
@@ -124,7 +126,8 @@ def durun_mcp(*server, pid_file=None):
 
 
 class CutProxy:
-    """A TCP relay to the server whose connections can all be cut at once."""
+    """A TCP relay to the server whose connections can all be cut at once,
+    and which breaks the connection of the first probe request it sees."""
 
     def __init__(self, upstream):
         self.upstream = upstream
@@ -132,6 +135,7 @@ class CutProxy:
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
         self.open = []
+        self.probe_dropped = False
         threading.Thread(target=self.accept, daemon=True).start()
 
     def accept(self):
@@ -140,8 +144,16 @@ class CutProxy:
             up = socket.create_connection(("127.0.0.1", self.upstream))
             with self.lock:
                 self.open += [down, up]
-            for source, sink in ((down, up), (up, down)):
-                threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
+            threading.Thread(target=pipe, args=(down, up, self.first_probe), daemon=True).start()
+            threading.Thread(target=pipe, args=(up, down), daemon=True).start()
+
+    def first_probe(self, data):
+        """Whether `data` is (part of) the first probe request."""
+        with self.lock:
+            if self.probe_dropped or b'"issue_by_key"' not in data:
+                return False
+            self.probe_dropped = True
+            return True
 
     def cut(self):
         with self.lock:
@@ -154,9 +166,13 @@ class CutProxy:
             self.open = []
 
 
-def pipe(source, sink):
+def pipe(source, sink, dropped=lambda data: False):
     try:
         while data := source.recv(65536):
+            if dropped(data):
+                for connection in (source, sink):
+                    connection.shutdown(socket.SHUT_RDWR)
+                return
             sink.sendall(data)
     except OSError:
         pass

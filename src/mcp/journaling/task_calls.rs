@@ -110,14 +110,26 @@ impl Journaling {
         }
     }
 
-    /// Whether request `id` is a task's call still waiting for its answer.
-    pub(crate) fn awaits_task(&self, id: &Value) -> bool {
+    /// Whether a client waits for the answer to request `id`: not a
+    /// task's call (answered with its task), nor a request of durun's own.
+    pub(crate) fn client_awaits(&self, id: &Value) -> bool {
+        !matches!(
+            self.watched
+                .lock()
+                .expect("watch lock")
+                .get(&id.to_string()),
+            Some(Watch::Call { task: Some(_), .. } | Watch::Probe { .. } | Watch::Own)
+        )
+    }
+
+    /// Whether request `id` is a probe still waiting for its answer.
+    pub(crate) fn awaits_probe(&self, id: &Value) -> bool {
         matches!(
             self.watched
                 .lock()
                 .expect("watch lock")
                 .get(&id.to_string()),
-            Some(Watch::Call { task: Some(_), .. })
+            Some(Watch::Probe { .. })
         )
     }
 
