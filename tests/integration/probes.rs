@@ -219,8 +219,10 @@ fn probe_torture(seed: u64) -> Round {
         let log = format!("run{runs}");
         let mut durun = env.spawn(&args, &log);
         runs += 1;
-        let deadline =
-            std::time::Instant::now() + std::time::Duration::from_millis(30 + rng.below(400));
+        // The window grows run by run, so that a machine loaded enough to
+        // make every start slow still sees the task end.
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(30 + rng.below(400) + 50 * runs);
         let mut ended = None;
         while std::time::Instant::now() < deadline && ended.is_none() {
             ended = durun.try_wait().expect("try_wait");
