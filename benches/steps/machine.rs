@@ -132,13 +132,12 @@ pub(crate) fn pipe_round_trip(count: u32, cross_core: bool) -> f64 {
     elapsed.as_secs_f64() * 1e6 / f64::from(count)
 }
 
-/// One blocking line round trip between two processes of `lang` ("python"
-/// or "node"), each on its own core where there are two: what a step that
-/// waits for one answer costs an agent in that language, in µs.
+/// One blocking line round trip between two processes of `lang` ("python",
+/// "node" or "node24"), each on its own core where there are two: what a
+/// step that waits for one answer costs an agent in that language, in µs.
 pub(crate) fn language_round_trip(lang: &str, count: u32) -> Option<f64> {
-    let (program, script) = match lang {
-        "python" => (
-            "python3",
+    let script = match lang {
+        "python" => {
             r#"
 import os, subprocess, sys, time
 if len(sys.argv) > 2:
@@ -153,10 +152,9 @@ for _ in range(n):
     child.stdin.write(line); child.stdin.flush(); child.stdout.readline()
 print((time.perf_counter() - started) / n * 1e6)
 child.stdin.close(); child.wait()
-"#,
-        ),
-        _ => (
-            "node",
+"#
+        }
+        _ => {
             r#"
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
@@ -176,8 +174,8 @@ if (process.argv[3] === "echo") {
   console.log((performance.now() - started) / n * 1000);
   child.stdin.end();
 }
-"#,
-        ),
+"#
+        }
     };
     let dir = tempfile::tempdir().ok()?;
     let path = dir.path().join(if lang == "python" {
@@ -186,7 +184,7 @@ if (process.argv[3] === "echo") {
         "trip.mjs"
     });
     std::fs::write(&path, script).ok()?;
-    let output = Command::new(program)
+    let output = Command::new(crate::languages::program(lang))
         .arg(&path)
         .arg(count.to_string())
         .stderr(Stdio::inherit())

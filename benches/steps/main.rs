@@ -25,6 +25,8 @@
 //!   `postgresql://postgres@127.0.0.1:5432`) are installed with npm under
 //!   `PEERS_NODE_WORK` (/tmp/durun-peers-node). `DURUN_BENCH_PEERS=0`
 //!   leaves the peers out.
+//! - `DURUN_BENCH_NODE24`: the Node 24 binary of the `node24` rows, else
+//!   installed with npm under `DURUN_BENCH_NODE24_WORK` (/tmp/durun-node24).
 //! - `DURUN_BENCH_ONLY=sdk`: only the floors, the SDKs' rows and the peers;
 //!   `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
 //!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows;
@@ -36,6 +38,7 @@
 mod common;
 
 mod agent;
+mod languages;
 mod machine;
 mod peers;
 mod peers_node;
@@ -387,7 +390,7 @@ fn sdk_round(root: &std::path::Path, steps: u64, cores: usize, table: &mut Table
 /// A blocking round trip between two Python processes, and between two
 /// Node processes: the floor an SDK's agent pays for one answer.
 fn language_round_trips(table: &mut Table) {
-    for lang in ["python", "node"] {
+    for lang in languages::sdk_languages() {
         if let Some(trip) = machine::language_round_trip(lang, 2000) {
             table.add(&format!("{lang} round trip"), trip);
         }
@@ -397,7 +400,7 @@ fn language_round_trips(table: &mut Table) {
 /// The SDKs' loops of `durun.step` at `sync`, each left failed (3) so that
 /// it can be resumed: every step replayed through the SDK.
 fn sdk_rows(root: &std::path::Path, steps: u64, sync: &str, table: &mut Table) {
-    for lang in ["python", "node"] {
+    for lang in languages::sdk_languages() {
         for effect in ["read", "mutate"] {
             let scratch = Scratch::new(root, &format!("{lang}-{effect}"), sync);
             table.add(

@@ -111,9 +111,9 @@ impl Scratch {
 
 impl Scratch {
     /// Runs `benches/steps/sdk_agent.py` (the Python SDK, `lang`
-    /// "python") or `sdk_agent.mjs` (the Node SDK, "node") under `durun
-    /// run --task sdk` or, with `resume`, resumes it; its loop's time per
-    /// step.
+    /// "python") or `sdk_agent.mjs` (the Node SDK, "node" or "node24")
+    /// under `durun run --task sdk` or, with `resume`, resumes it; its
+    /// loop's time per step.
     pub(crate) fn sdk_agent(
         &self,
         lang: &str,
@@ -127,9 +127,10 @@ impl Scratch {
         command.arg("-q");
         if resume {
             command.args(["resume", "sdk"]);
-        } else if lang == "node" {
+        } else if crate::languages::is_node(lang) {
             command
-                .args(["run", "--task", "sdk", "--", "node"])
+                .args(["run", "--task", "sdk", "--"])
+                .arg(crate::languages::program(lang))
                 .arg(repo.join("benches/steps/sdk_agent.mjs"));
         } else {
             command

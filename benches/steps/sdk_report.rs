@@ -65,18 +65,41 @@ const PEERS: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-pub(crate) fn write(out: &mut String, table: &Table) {
-    let machine_trip = trip_row(table);
+/// What the SDKs' table shows, the floor it is read against, and its head.
+fn head(out: &mut String, table: &Table) {
     let _ = writeln!(
         out,
         "\nThe SDKs: a plain loop of `durun.step` (the time includes settling: until durun answered every step), and the same workflow on each language's peers. Ratios are per round, shown as the range over the rounds.\n"
     );
+    let floors: Vec<String> = ["full", "normal"]
+        .iter()
+        .filter_map(|sync| {
+            let us = table.get(&format!("floor 1 commit {sync}"))?;
+            Some(format!("{sync} {us:.0} µs"))
+        })
+        .collect();
+    if !floors.is_empty() {
+        let _ = writeln!(
+            out,
+            "One raw SQLite commit (the floor, median of the rounds): {}.\n",
+            floors.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "| who | step | sync | per step | × 1 commit (same sync) | × blocking round trip |"
     );
+}
+
+pub(crate) fn write(out: &mut String, table: &Table) {
+    let machine_trip = trip_row(table);
+    head(out, table);
     let _ = writeln!(out, "|---|---|---|---|---|---|");
-    for (lang, name) in [("python", "Python SDK"), ("node", "Node SDK")] {
+    for (lang, name) in [
+        ("python", "Python SDK"),
+        ("node", "Node SDK"),
+        ("node24", "Node SDK on Node 24"),
+    ] {
         // The round trip between two processes of the SDK's language, else
         // the machine's.
         let own = format!("{lang} round trip");
