@@ -116,27 +116,40 @@ pub(crate) fn answer_output_text(answer: &Answer) -> JsonText {
 }
 
 /// `json` (valid JSON) without the whitespace between its tokens; none if
-/// it is not UTF-8.
+/// it is not UTF-8. A string is copied whole, found by its closing quote
+/// (memchr, many bytes at a time): an answer is mostly the text of its
+/// strings.
 fn minified(json: &[u8]) -> Option<String> {
     let mut out = Vec::with_capacity(json.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for &byte in json {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
+    let mut at = 0;
+    while let Some(&byte) = json.get(at) {
+        if byte == b'"' {
+            let end = string_end(json, at + 1);
+            out.extend_from_slice(&json[at..end]);
+            at = end;
+        } else {
+            if !byte.is_ascii_whitespace() {
+                out.push(byte);
             }
-        } else if byte == b'"' {
-            in_string = true;
-        } else if byte.is_ascii_whitespace() {
-            continue;
+            at += 1;
         }
-        out.push(byte);
     }
     String::from_utf8(out).ok()
+}
+
+/// Where the string whose text starts at `from` ends: just past its
+/// closing quote, the first one no backslash escapes (the end of `json`
+/// if there is none).
+fn string_end(json: &[u8], mut from: usize) -> usize {
+    while let Some(rest) = json.get(from..) {
+        match memchr::memchr2(b'"', b'\\', rest) {
+            Some(found) if rest[found] == b'"' => return from + found + 1,
+            // A backslash: the byte after it is escaped.
+            Some(found) => from += found + 2,
+            None => break,
+        }
+    }
+    json.len()
 }
 
 /// The answer a step's output, as the journal keeps it, records: a JSON
@@ -309,6 +322,66 @@ pub(crate) fn answer_text(body: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    /// The byte-at-a-time minifier [`super::minified`] replaced: the oracle.
+    fn minified_bytewise(json: &[u8]) -> Option<String> {
+        let mut out = Vec::with_capacity(json.len());
+        let (mut in_string, mut escaped) = (false, false);
+        for &byte in json {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if byte == b'\\' {
+                    escaped = true;
+                } else if byte == b'"' {
+                    in_string = false;
+                }
+            } else if byte == b'"' {
+                in_string = true;
+            } else if byte.is_ascii_whitespace() {
+                continue;
+            }
+            out.push(byte);
+        }
+        String::from_utf8(out).ok()
+    }
+
+    #[test]
+    fn minified_copies_strings_whole_and_drops_whitespace_between_tokens() {
+        let cases: &[&[u8]] = &[
+            b"",
+            br#"{ "a" : [1, 2 ,3 ] }"#,
+            br#"{"text": "  spaces  inside\t\"quoted\" \\" , "b":true}"#,
+            br#""ends with a backslash \\""#,
+            br#""escaped quote at the end \""#,
+            br#""unterminated"#,
+            br#""a lone backslash at the end \"#,
+            b"\n\t [ \"\xc3\xa9t\xc3\xa9\" ]\r\n",
+            b"\"\xff\"",
+            b"  \"\\\\\\\"\" : 1",
+        ];
+        for case in cases {
+            assert_eq!(
+                super::minified(case),
+                minified_bytewise(case),
+                "{}",
+                String::from_utf8_lossy(case)
+            );
+        }
+        // Every short string of these bytes, at every length up to 6.
+        let alphabet = [b' ', b'"', b'\\', b'a', b'\n', b'{'];
+        let mut case = Vec::new();
+        for length in 0..=6u32 {
+            for mut index in 0..alphabet.len().pow(length) {
+                case.clear();
+                for _ in 0..length {
+                    case.push(alphabet[index % alphabet.len()]);
+                    index /= alphabet.len();
+                }
+                assert_eq!(super::minified(&case), minified_bytewise(&case), "{case:?}");
+            }
+        }
+    }
+
     use serde_json::json;
 
     use super::*;
