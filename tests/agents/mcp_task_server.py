@@ -3,7 +3,7 @@ applies its effect once per idempotency key, across restarts: each key
 applied is a JSON line in APPLIED_FILE, written before the tool answers,
 and a call with a key already there answers that issue without applying
 anything. The tool then holds while HOLD_FILE does not exist (where a test
-breaks something) and writes HOLD_FILE.reached; with `before`, it holds
+breaks something) and writes its pid to HOLD_FILE.reached; with `before`, it holds
 before it applies anything. The count of effects is the count of lines;
 every call of `create_issue` is a line in APPLIED_FILE.calls.
 `issue_by_key` is the probe: the issue a key made, or an error.
@@ -55,8 +55,10 @@ def create_issue(title: str, ctx: Context) -> str:
 
 def hold():
     if hold_file and not os.path.exists(hold_file):
-        with open(hold_file + ".reached", "w"):
-            pass
+        # Its pid, for a test that waits for this process to be gone.
+        with open(hold_file + ".reached.tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename(hold_file + ".reached.tmp", hold_file + ".reached")
         while not os.path.exists(hold_file):
             time.sleep(0.02)
 

@@ -157,13 +157,27 @@ fn killed_then_fetched(probe: bool, hold_before: bool) -> (TestEnv, Value, Strin
         ],
         "run",
     );
+    // The client keeps its task's id once it has it: the run is killed
+    // after that, or its resume would have no task to fetch.
     crate::env::wait_for(
-        "the tool's call",
+        "the tool's call, and its task's id kept",
         std::time::Duration::from_secs(60),
-        || env.path("work/hold.reached").exists(),
+        || env.path("work/hold.reached").exists() && env.path("work/task").exists(),
     );
+    let server: i32 = std::fs::read_to_string(env.path("work/hold.reached"))
+        .expect("the server's pid")
+        .parse()
+        .expect("a pid");
     durun.kill().expect("SIGKILL durun");
     durun.wait().expect("reap");
+    // The run's processes end with it, but not in the same instant: the
+    // held tool is released once its server is gone, so that it never
+    // goes on to its effect (a loaded machine showed it could).
+    crate::env::wait_for(
+        "the killed run's MCP server to end",
+        std::time::Duration::from_secs(30),
+        || crate::env::gone(server),
+    );
     std::fs::write(env.path("work/hold"), "").expect("release");
 
     let fetched = printed(&env.durun(&["resume", "t"]));

@@ -18,14 +18,6 @@ fn status(env: &TestEnv, id: &str) -> String {
         .to_owned()
 }
 
-/// Whether process `pid` is gone (or a zombie, dead but not yet reaped).
-fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z'))
-    })
-}
-
 fn submit(env: &TestEnv, id: &str, command: &[String]) {
     let mut args = vec!["-q", "submit", "--task", id, "--"];
     args.extend(command.iter().map(String::as_str));
@@ -55,7 +47,7 @@ fn a_panic_in_one_run_ends_that_run_alone_and_leaves_its_task_resumable() {
     wait_for(
         "its agent to die with the run",
         Duration::from_secs(10),
-        || gone(pid),
+        || crate::env::gone(pid),
     );
     // The worker goes on: it runs the next task, and leaves the buggy one.
     let fine = env.scripted_agent(
