@@ -23,7 +23,8 @@ pub(crate) fn sdk_languages() -> Vec<&'static str> {
 pub(crate) fn program(lang: &str) -> PathBuf {
     match lang {
         "python" => PathBuf::from("python3"),
-        "node24" => node24().cloned().unwrap_or_else(|| PathBuf::from("node")),
+        // Asked for only where `sdk_languages` found it.
+        "node24" => node24().cloned().expect("Node 24, found"),
         _ => PathBuf::from("node"),
     }
 }

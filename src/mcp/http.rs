@@ -78,7 +78,10 @@ struct Server {
 
 impl Server {
     /// Posts a message; a task's call whose connection broke before its
-    /// answer came goes again, with its key, a few times with backoff.
+    /// answer came goes again, with its key, a few times with backoff. So
+    /// does a probe, as it was: it only asks, and a connection the server's
+    /// side had just closed (a pooled one, say) must not make it say "could
+    /// not tell", which sends the call in doubt again.
     fn send(&self, mut message: Vec<u8>, parsed: &Value) {
         let mut id = parsed.get("id").filter(|id| !id.is_null()).cloned();
         let mut parsed = parsed.clone();
@@ -87,7 +90,11 @@ impl Server {
             let Some(sent) = &id else {
                 return;
             };
-            self.ask_again(&message, &parsed, sent);
+            let backoff = std::time::Duration::from_millis(100 << attempt);
+            if attempt < RESENDS && self.journaling.awaits_probe(sent) {
+                std::thread::sleep(backoff);
+                continue;
+            }
             self.journaling.unanswered(sent);
             let Some((again, own)) = self.journaling.resend(sent) else {
                 return;
@@ -97,24 +104,10 @@ impl Server {
                     .give_up(&own, "its connection broke, every time it was sent");
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+            std::thread::sleep(backoff);
             message = again;
             parsed = serde_json::json!({ "id": own });
             id = Some(own);
-        }
-    }
-
-    /// A probe whose connection broke before its answer came is posted
-    /// again, a few times with backoff: it only asks, and a connection the
-    /// server's side had just closed (a pooled one, say) must not make it
-    /// say "could not tell", which sends the call in doubt again.
-    fn ask_again(&self, message: &[u8], parsed: &Value, id: &Value) {
-        for attempt in 0..RESENDS {
-            if !self.journaling.awaits_probe(id) {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
-            self.post(message, parsed);
         }
     }
 
