@@ -48,6 +48,12 @@ const GRACE: Duration = Duration::from_millis(500);
 const GIVE_UP: Duration = Duration::from_secs(3);
 
 /// What the keeper writes on the status pipe: a tag byte and a number.
+///
+/// It took the request (the number is 0), before it starts anything: a
+/// status pipe that then closes without [`STARTED`] or [`FAILED`] means
+/// the keeper died, not that the request never reached one (only then may
+/// durun ask again, or it would start the agent twice).
+pub(crate) const TOOK: u8 = b'T';
 pub(crate) const STARTED: u8 = b'P';
 pub(crate) const FAILED: u8 = b'E';
 /// The agent exited (the number is its wait status) and nothing it
@@ -88,6 +94,7 @@ pub(crate) fn keep(charge: Charge, lifeline: &OwnedFd, status: OwnedFd) -> i32 {
     }
     let mut status = std::fs::File::from(status);
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let _ = status.write_all(&said(TOOK, 0));
     let agent = match start(charge) {
         Ok(agent) => agent,
         Err(err) => {
@@ -362,25 +369,47 @@ pub(crate) struct Status {
     pub(crate) agent: std::io::Result<u32>,
 }
 
-/// What the keeper said on its status pipe; none if it ended without a
-/// word. Read by durun's spawn.
+/// What the keeper said on its status pipe; none if the pipe closed
+/// before any keeper took the request (the nursery went away with it).
+/// Read by durun's spawn.
 pub(crate) fn read_status(pipe: impl AsFd) -> Option<Status> {
+    let mut took = None;
+    loop {
+        let Some(message) = read_message(&pipe) else {
+            // A keeper that took the request and died before it said more:
+            // its agent, if it started, dies with it (its parent-death
+            // signal).
+            return took.map(|keeper| Status {
+                keeper,
+                agent: Err(ended_without_a_word()),
+            });
+        };
+        let keeper = u32::from_le_bytes([message[5], message[6], message[7], message[8]]);
+        let number = number_of(&message);
+        let agent = match message[0] {
+            TOOK => {
+                took = Some(keeper);
+                continue;
+            }
+            STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
+            _ => Err(std::io::Error::from_raw_os_error(number)),
+        };
+        return Some(Status { keeper, agent });
+    }
+}
+
+/// One whole status-pipe message; none at the pipe's end.
+fn read_message(pipe: &impl AsFd) -> Option<[u8; 9]> {
     let mut message = [0u8; 9];
     let mut got = 0;
     while got < message.len() {
-        match rustix::io::read(&pipe, &mut message[got..]) {
+        match rustix::io::read(pipe, &mut message[got..]) {
             Ok(n) if n > 0 => got += n,
             Err(rustix::io::Errno::INTR) => {}
             _ => return None,
         }
     }
-    let number = number_of(&message);
-    let keeper = u32::from_le_bytes([message[5], message[6], message[7], message[8]]);
-    let agent = match message[0] {
-        STARTED => u32::try_from(number).map_err(|_| std::io::Error::other("a bad pid")),
-        _ => Err(std::io::Error::from_raw_os_error(number)),
-    };
-    Some(Status { keeper, agent })
+    Some(message)
 }
 
 /// The agent's exit as its keeper said it on the status pipe; none if the
@@ -402,7 +431,7 @@ fn number_of(message: &[u8; 9]) -> i32 {
 
 /// A keeper that ended before it said whether the agent started.
 pub(crate) fn ended_without_a_word() -> std::io::Error {
-    std::io::Error::other("durun's keeper ended before it started the agent")
+    std::io::Error::other("durun's keeper ended before it said whether the agent started")
 }
 
 /// durun's own binary, which runs as the keeper: its path, found once.
@@ -454,5 +483,21 @@ mod tests {
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
         drop(write);
         assert!(read_status(&read).is_none(), "a keeper that said nothing");
+    }
+
+    #[test]
+    fn a_keeper_that_took_the_request_and_died_is_not_a_silence() {
+        let (read, mut write) = std::io::pipe().expect("pipe");
+        write.write_all(&said(TOOK, 0)).expect("write");
+        write.write_all(&said(STARTED, 77)).expect("write");
+        assert_eq!(
+            read_status(&read).expect("a status").agent.expect("pid"),
+            77
+        );
+        write.write_all(&said(TOOK, 0)).expect("write");
+        drop(write);
+        let status = read_status(&read).expect("the keeper spoke");
+        assert_eq!(status.keeper, std::process::id());
+        assert!(status.agent.is_err(), "no agent to wait for");
     }
 }

@@ -146,7 +146,9 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> io::Result<Spawned> {
                 reap(keeper);
                 return Err(crate::keeper::ended_without_a_word());
             }
-            // The nursery went away with the request.
+            // No keeper took the request: the nursery went away with it.
+            // (A keeper that took it and died said so first: asking again
+            // would start a second agent.)
             crate::nursery::forget();
             return spawn(plan);
         }
