@@ -10,6 +10,7 @@
 //! `aider/bin/`), and sets `DURUN_TEST_AGENT_CLIS`, which makes a missing
 //! CLI a failure; elsewhere each test says it is skipped.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -74,6 +75,56 @@ impl Upstream {
             .lines()
             .map(str::to_owned)
             .collect()
+    }
+}
+
+impl Upstream {
+    /// Where each request sent from `index` on differs from the first
+    /// request of its key: what made durun send a finished call again.
+    fn changes(&self, index: usize) -> String {
+        let bodies: Vec<serde_json::Value> = std::fs::read_to_string(self.state.join("bodies"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        let mut said = String::new();
+        for later in bodies.iter().skip(index) {
+            let Some(first) = bodies.iter().find(|body| body["key"] == later["key"]) else {
+                continue;
+            };
+            let _ = writeln!(said, "{} changed:", later["key"]);
+            differences(&first["body"], &later["body"], "", &mut said);
+        }
+        said
+    }
+}
+
+/// Appends the JSON pointers where `a` and `b` differ, with both values
+/// (cut to 400 bytes).
+fn differences(a: &serde_json::Value, b: &serde_json::Value, at: &str, said: &mut String) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for key in x.keys().chain(y.keys().filter(|key| !x.contains_key(*key))) {
+                let (left, right) = (&x.get(key), &y.get(key));
+                if left != right {
+                    let (left, right) =
+                        (left.unwrap_or(&Value::Null), right.unwrap_or(&Value::Null));
+                    differences(left, right, &format!("{at}/{key}"), said);
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (index, (left, right)) in x.iter().zip(y).enumerate() {
+                if left != right {
+                    differences(left, right, &format!("{at}/{index}"), said);
+                }
+            }
+        }
+        _ => {
+            let cut = |value: &Value| value.to_string().chars().take(400).collect::<String>();
+            let _ = writeln!(said, "  {at}: {} -> {}", cut(a), cut(b));
+        }
     }
 }
 
@@ -163,7 +214,8 @@ fn crash_and_resume(env: &mut TestEnv, argv: &[String]) {
         .collect();
     assert!(
         again.is_empty(),
-        "finished calls sent again on resume: {again:?}\n{log}"
+        "finished calls sent again on resume: {again:?}\n{}\n{log}",
+        upstream.changes(first.len())
     );
     assert!(
         !log.contains("durun: add to durun.toml"),
