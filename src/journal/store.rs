@@ -366,9 +366,12 @@ pub(crate) trait Queue: Transact {
         })
     }
     /// Gives up `worker`'s claim of the task (its run has ended), and
-    /// wakes the workers: the one whose run it was fills its place.
+    /// wakes the workers: the one whose run it was fills its place. As a
+    /// claim, its release need not survive a crash (a claim of a task
+    /// whose run has ended keeps no one from it past the stale time), and
+    /// does not wait for the disk: the run's end did.
     fn release_claim(&mut self, task: &str, worker: &str) -> Result<()> {
-        committed(self, |tx| writes::release_claim(tx, task, worker))
+        committed_unsynced(self, |tx| writes::release_claim(tx, task, worker))
     }
     /// A worker's look: what `look` asks for. Tasks to claim alone (a
     /// submit came) is one query, no more; anything else one transaction,

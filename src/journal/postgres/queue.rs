@@ -24,7 +24,10 @@ impl Queue for PostgresJournal {
         let mut notifications = self.client.client.notifications();
         let mut note = |notification: postgres::Notification| {
             heard.any = true;
-            heard.run_ended |= notification.payload() != "submit";
+            // A run that may have failed (a retry may be due): not a
+            // submit, a claim's release or a completed run.
+            heard.run_ended |=
+                !matches!(notification.payload(), "submit" | "released" | "completed");
         };
         if let Some(notification) = notifications.timeout_iter(timeout).next()? {
             note(notification);

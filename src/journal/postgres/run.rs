@@ -90,8 +90,15 @@ impl PostgresJournal {
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
         writes::end_run(&mut tx, task, run, end, stats)?;
-        // A worker may take over what this run left (interrupted, parked).
-        tx.execute("SELECT pg_notify('durun_work', 'run')", &[])?;
+        // A worker may take over what this run left (interrupted, parked),
+        // or retry it (failed). A completed run leaves nothing to take:
+        // its news only tells of room in its queue.
+        let news = if end.status == crate::journal::TaskStatus::Completed {
+            "completed"
+        } else {
+            "run"
+        };
+        tx.execute("SELECT pg_notify('durun_work', $1)", &[&news])?;
         // A worker's connection serves other tasks next.
         tx.batch_execute(&format!("UNLISTEN {}", channel(task)))?;
         tx.commit()?;
