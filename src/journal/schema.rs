@@ -248,6 +248,12 @@ CREATE TABLE chat_nodes (
 -- Rows written before have none and are matched by their args.
 ALTER TABLE steps ADD COLUMN request_hash TEXT;
 ",
+    r"
+-- A worker's look reads the tasks it may claim, oldest first: only the
+-- active tasks of a queue, in order, not every task the queue ever ran.
+CREATE INDEX tasks_active_by_queue ON tasks (queue, created_at, id)
+    WHERE status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping');
+",
 ];
 
 /// The SQLite format this durun writes.

@@ -21,13 +21,22 @@ pub(crate) static RELEASE_CLAIMS_OF: Sql =
 /// worker claimed them within `$3` ms; oldest submitted first, `$4` of
 /// them after the first `$5`; and the clock. SQLite orders a
 /// millisecond's tasks as they were submitted (`rowid`).
+///
+/// PostgreSQL reads each queue's active tasks in the order of
+/// `tasks_active_by_queue` and stops at the page's end: `queue = ANY($1)`
+/// would read every active task of the queues and sort them (0.7 ms a
+/// look with 1,000 queued, growing with the queue).
 pub(crate) static CLAIMABLE: Sql = Sql::dialects(
     || {
         format!(
-            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
-             WHERE t.queue = ANY($1)
-               AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
-               AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+            "SELECT {TASK_COLUMNS}, {NOW_MS}
+             FROM (SELECT DISTINCT unnest($1::TEXT[]) AS name) q
+             CROSS JOIN LATERAL (
+                 SELECT * FROM tasks t
+                 WHERE t.queue = q.name
+                   AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
+                   AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
+                 ORDER BY t.created_at, t.id LIMIT $4::BIGINT + $5::BIGINT) t
              ORDER BY t.created_at, t.id LIMIT $4 OFFSET $5"
         )
     },
