@@ -384,8 +384,7 @@ pub(crate) fn read_status(pipe: impl AsFd) -> Option<Status> {
                 agent: Err(ended_without_a_word()),
             });
         };
-        let keeper = u32::from_le_bytes([message[5], message[6], message[7], message[8]]);
-        let number = number_of(&message);
+        let (keeper, number) = (keeper_of(&message), number_of(&message));
         let agent = match message[0] {
             TOOK => {
                 took = Some(keeper);
@@ -427,6 +426,11 @@ pub(crate) fn read_exit(pipe: impl AsFd) -> Option<ExitStatus> {
 /// The number of a status-pipe message ([`said`]).
 fn number_of(message: &[u8; 9]) -> i32 {
     i32::from_le_bytes([message[1], message[2], message[3], message[4]])
+}
+
+/// The pid of the process that wrote a status-pipe message ([`said`]).
+fn keeper_of(message: &[u8; 9]) -> u32 {
+    u32::from_le_bytes([message[5], message[6], message[7], message[8]])
 }
 
 /// A keeper that ended before it said whether the agent started.

@@ -458,6 +458,31 @@ pub(crate) struct Heard {
     pub(crate) run_ended: bool,
 }
 
+impl Heard {
+    /// Takes one piece of [`news`] in.
+    pub(crate) fn note(&mut self, news: &str) {
+        self.any = true;
+        self.run_ended |= !matches!(news, news::SUBMIT | news::RELEASED | news::COMPLETED);
+    }
+}
+
+/// What the journal tells waiting workers (PostgreSQL's `NOTIFY
+/// durun_work`; SQLite's workers see any write).
+pub(crate) mod news {
+    /// A task was queued.
+    pub(crate) const SUBMIT: &str = "submit";
+    /// A signal came for a task.
+    pub(crate) const SIGNAL: &str = "signal";
+    /// A worker's claim was let go: its place is free.
+    pub(crate) const RELEASED: &str = "released";
+    /// A worker left: its claims are free.
+    pub(crate) const WORKER: &str = "worker";
+    /// A run completed: room in its queue, nothing to take over or retry.
+    pub(crate) const COMPLETED: &str = "completed";
+    /// A run ended otherwise: its task may be taken over, or retried.
+    pub(crate) const RUN: &str = "run";
+}
+
 /// What a [`Look`] found.
 #[derive(Default)]
 pub(crate) struct Looked {
@@ -483,4 +508,26 @@ pub(crate) enum Access {
     Write,
     /// Reads an existing journal; never creates or migrates one.
     Read,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Heard, news};
+
+    #[test]
+    fn only_news_of_a_run_that_may_have_failed_sends_workers_to_look_for_retries() {
+        for (said, retry) in [
+            (news::SUBMIT, false),
+            (news::RELEASED, false),
+            (news::COMPLETED, false),
+            (news::RUN, true),
+            (news::SIGNAL, true),
+            (news::WORKER, true),
+        ] {
+            let mut heard = Heard::default();
+            heard.note(said);
+            assert!(heard.any, "{said}");
+            assert_eq!(heard.run_ended, retry, "{said}");
+        }
+    }
 }

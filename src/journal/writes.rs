@@ -243,7 +243,7 @@ pub(crate) fn send_signal(tx: &mut dyn Tx, task: &str, signal: &SignalRecord) ->
     )? == 1;
     if added {
         tx.notify(task, "signal")?;
-        tx.notify_workers("signal")?;
+        tx.notify_workers(super::news::SIGNAL)?;
     }
     Ok(added)
 }
@@ -473,7 +473,7 @@ pub(crate) fn gc(
 /// whose run released it fills its place at once).
 pub(crate) fn release_claim(tx: &mut dyn Tx, task: &str, worker: &str) -> Result<()> {
     tx.execute(&sql::RELEASE_CLAIM, &[task.into(), worker.into()])?;
-    tx.notify_workers("released")
+    tx.notify_workers(super::news::RELEASED)
 }
 
 /// Claims for `worker` those of `tasks` (all of `queue`) no other worker
@@ -539,7 +539,7 @@ pub(crate) fn worker_heartbeat(tx: &mut dyn Tx, worker: &WorkerRecord) -> Result
 pub(crate) fn worker_gone(tx: &mut dyn Tx, worker: &str) -> Result<()> {
     tx.execute(&sql::DELETE_WORKER, &[worker.into()])?;
     tx.execute(&sql::RELEASE_CLAIMS_OF, &[worker.into()])?;
-    tx.notify_workers("worker")
+    tx.notify_workers(super::news::WORKER)
 }
 
 /// Counts one of a task's retries and queues it again; false (and the

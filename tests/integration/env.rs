@@ -407,14 +407,6 @@ pub(crate) fn sigkill_once(
     durun.wait().expect("reap");
 }
 
-/// Whether process `pid` is gone (or a zombie, dead but not yet reaped).
-pub(crate) fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z'))
-    })
-}
-
 pub(crate) fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ready() {

@@ -176,7 +176,7 @@ fn killed_then_fetched(probe: bool, hold_before: bool) -> (TestEnv, Value, Strin
     crate::env::wait_for(
         "the killed run's MCP server to end",
         std::time::Duration::from_secs(30),
-        || crate::env::gone(server),
+        || crate::env::process_gone(server),
     );
     std::fs::write(env.path("work/hold"), "").expect("release");
 

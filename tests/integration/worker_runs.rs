@@ -47,7 +47,7 @@ fn a_panic_in_one_run_ends_that_run_alone_and_leaves_its_task_resumable() {
     wait_for(
         "its agent to die with the run",
         Duration::from_secs(10),
-        || crate::env::gone(pid),
+        || crate::env::process_gone(pid),
     );
     // The worker goes on: it runs the next task, and leaves the buggy one.
     let fine = env.scripted_agent(

@@ -102,7 +102,10 @@ impl Journal for PostgresJournal {
         }
         if task.queue.is_some() {
             // A worker listening hears of it once the task is there.
-            tx.execute("SELECT pg_notify('durun_work', 'submit')", &[])?;
+            tx.execute(
+                "SELECT pg_notify('durun_work', $1)",
+                &[&crate::journal::news::SUBMIT],
+            )?;
         }
         tx.commit()?;
         Ok(())

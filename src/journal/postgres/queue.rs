@@ -22,13 +22,7 @@ impl Queue for PostgresJournal {
         }
         let mut heard = Heard::default();
         let mut notifications = self.client.client.notifications();
-        let mut note = |notification: postgres::Notification| {
-            heard.any = true;
-            // A run that may have failed (a retry may be due): not a
-            // submit, a claim's release or a completed run.
-            heard.run_ended |=
-                !matches!(notification.payload(), "submit" | "released" | "completed");
-        };
+        let mut note = |notification: postgres::Notification| heard.note(notification.payload());
         if let Some(notification) = notifications.timeout_iter(timeout).next()? {
             note(notification);
         }

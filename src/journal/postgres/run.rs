@@ -94,9 +94,9 @@ impl PostgresJournal {
         // or retry it (failed). A completed run leaves nothing to take:
         // its news only tells of room in its queue.
         let news = if end.status == crate::journal::TaskStatus::Completed {
-            "completed"
+            crate::journal::news::COMPLETED
         } else {
-            "run"
+            crate::journal::news::RUN
         };
         tx.execute("SELECT pg_notify('durun_work', $1)", &[&news])?;
         // A worker's connection serves other tasks next.
