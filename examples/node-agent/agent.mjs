@@ -22,8 +22,14 @@ async function post(path, body, headers = {}) {
 }
 
 function crashHere(name) {
-  // Dies with its durun inside the step, once: the resume must not repeat it.
-  if (process.env.CRASH_IN === name && process.env.DURUN_RUN === "1") process.kill(Number(process.env.DURUN_PID), "SIGKILL");
+  // Dies with its durun inside the step, once, as an OOM kill of the run
+  // would: the resume must not repeat it. The agent kills itself too: left
+  // to its keeper, it would live on a moment, and a step that does not wait
+  // for durun's answer (a new `read` step) could start its model call.
+  if (process.env.CRASH_IN === name && process.env.DURUN_RUN === "1") {
+    process.kill(Number(process.env.DURUN_PID), "SIGKILL");
+    process.kill(process.pid, "SIGKILL");
+  }
 }
 
 async function ask(name, prompt) {
