@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, Row, Statement, Transaction};
+use postgres::{Client, GenericClient, Row, Statement};
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
@@ -35,12 +35,21 @@ impl Statements {
 pub(super) struct Conn {
     pub(super) client: Client,
     pub(super) statements: Statements,
+    /// Each transaction commits without waiting for the server's disk
+    /// (`SET LOCAL synchronous_commit TO off`, sent with its `BEGIN`): the
+    /// journal's sync mode is `normal`, or a write asked for it.
+    pub(super) unsynced: bool,
 }
 
 /// A transaction whose queries use the connection's prepared statements.
+/// Its `BEGIN` goes with the statements that set it up, its `COMMIT`
+/// with the last ones, each pair in one round trip; dropped before its
+/// commit, it rolls back.
 pub(super) struct Tx<'a> {
-    tx: Transaction<'a>,
+    client: &'a mut Client,
     statements: &'a mut Statements,
+    /// `COMMIT` was sent.
+    ended: bool,
 }
 
 /// The queries of a connection or of a transaction on it, through the
@@ -88,25 +97,148 @@ impl Queries for Conn {
 
 impl Queries for Tx<'_> {
     fn prepared(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
-        self.statements.get(&mut self.tx, sql)
+        self.statements.get(self.client, sql)
     }
 
     fn runner(&mut self) -> &mut impl GenericClient {
-        &mut self.tx
+        &mut *self.client
     }
 }
 
 impl Conn {
+    pub(super) fn new(client: Client, unsynced: bool) -> Self {
+        Self {
+            client,
+            statements: Statements::default(),
+            unsynced,
+        }
+    }
+
+    /// A transaction, at the connection's sync mode.
     pub(super) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+        self.begin(false, "")
+    }
+
+    /// A transaction that commits without waiting for the server's disk
+    /// if `unsynced` (or the connection's sync mode says so), whose first
+    /// statements are `setup` (a `LISTEN`, say): all sent with its `BEGIN`.
+    pub(super) fn begin(&mut self, unsynced: bool, setup: &str) -> Result<Tx<'_>, postgres::Error> {
+        let mut sql = String::from("START TRANSACTION");
+        if unsynced || self.unsynced {
+            sql.push_str("; SET LOCAL synchronous_commit TO off");
+        }
+        if !setup.is_empty() {
+            sql.push_str("; ");
+            sql.push_str(setup);
+        }
+        self.client.batch_execute(&sql)?;
         Ok(Tx {
-            tx: self.client.transaction()?,
+            client: &mut self.client,
             statements: &mut self.statements,
+            ended: false,
         })
     }
 }
 
 impl Tx<'_> {
     pub(super) fn commit(self) -> Result<(), postgres::Error> {
-        self.tx.commit()
+        self.commit_after("")
+    }
+
+    /// Runs `last` (an `UNLISTEN`, say), then commits: one round trip.
+    /// On an error the transaction rolls back (when it is dropped).
+    pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
+        if last.is_empty() {
+            self.client.batch_execute("COMMIT")?;
+        } else {
+            self.client.batch_execute(&format!("{last}; COMMIT"))?;
+        }
+        self.ended = true;
+        Ok(())
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            // On a lost connection there is nothing to roll back: the
+            // server did when the session ended.
+            let _ = self.client.batch_execute("ROLLBACK");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Conn, Queries as _};
+
+    /// A connection to `DURUN_TEST_POSTGRES`, or `None` (said skipped).
+    fn connect() -> Option<Conn> {
+        let Ok(url) = std::env::var("DURUN_TEST_POSTGRES") else {
+            assert!(
+                std::env::var_os("DURUN_REQUIRE_POSTGRES").is_none(),
+                "DURUN_REQUIRE_POSTGRES is set and DURUN_TEST_POSTGRES is not"
+            );
+            eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
+            return None;
+        };
+        let client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        Some(Conn::new(client, false))
+    }
+
+    fn synchronous_commit(conn: &mut Conn, unsynced: bool) -> String {
+        let mut tx = conn.begin(unsynced, "").expect("begin");
+        let setting: String = tx
+            .query_one("SHOW synchronous_commit", &[])
+            .expect("show")
+            .get(0);
+        tx.commit().expect("commit");
+        setting
+    }
+
+    #[test]
+    fn a_transaction_is_unsynced_when_asked_or_when_its_connection_is() {
+        let Some(mut conn) = connect() else { return };
+        conn.batch_execute("SET synchronous_commit TO on")
+            .expect("set");
+        assert_eq!(synchronous_commit(&mut conn, false), "on");
+        assert_eq!(synchronous_commit(&mut conn, true), "off");
+        conn.unsynced = true;
+        assert_eq!(synchronous_commit(&mut conn, false), "off");
+        // The session's own setting is left as it was.
+        let row = conn
+            .query_one("SHOW synchronous_commit", &[])
+            .expect("show");
+        assert_eq!(row.get::<_, String>(0), "on");
+    }
+
+    #[test]
+    fn a_transaction_not_committed_or_whose_commit_failed_rolls_back() {
+        let Some(mut conn) = connect() else { return };
+        conn.batch_execute("CREATE TEMPORARY TABLE t (n INTEGER)")
+            .expect("table");
+        let count = |conn: &mut Conn| -> i64 {
+            conn.query_one("SELECT count(*) FROM t", &[])
+                .expect("count")
+                .get(0)
+        };
+        {
+            let mut tx = conn.begin(false, "").expect("begin");
+            tx.execute("INSERT INTO t VALUES (1)", &[]).expect("insert");
+        }
+        assert_eq!(count(&mut conn), 0, "a dropped transaction rolled back");
+        let mut tx = conn.begin(true, "").expect("begin");
+        tx.execute("INSERT INTO t VALUES (2)", &[]).expect("insert");
+        tx.commit_after("SELECT 1/0")
+            .expect_err("the last statement fails");
+        // The session is out of the failed transaction: it answers.
+        assert_eq!(count(&mut conn), 0, "a failed commit rolled back");
+        let mut tx = conn
+            .begin(false, "LISTEN durun_cached_test")
+            .expect("begin");
+        tx.execute("INSERT INTO t VALUES (3)", &[]).expect("insert");
+        tx.commit_after("UNLISTEN durun_cached_test")
+            .expect("commit");
+        assert_eq!(count(&mut conn), 1);
     }
 }

@@ -39,7 +39,8 @@ pub(crate) struct PostgresJournal {
     config: postgres::Config,
     /// `LISTEN durun_work` was sent (a worker's connection).
     listening: bool,
-    /// The session's `synchronous_commit`, once durun set it.
+    /// `Some(Full)` once durun set the session's `synchronous_commit` on
+    /// (`normal` is each transaction's, `Conn::unsynced`).
     sync: Option<SyncMode>,
     /// How old another host's heartbeat may be before its lease is taken.
     stale: Duration,
@@ -72,24 +73,23 @@ impl Journal for PostgresJournal {
     }
 
     fn set_sync(&mut self, sync: SyncMode) -> Result<()> {
-        // A worker's connection serves run after run: most need no change.
-        if self.sync == Some(sync) {
-            return Ok(());
+        // `normal` costs no round trip: each transaction says so with its
+        // BEGIN. `full` is the session's, set once: a worker's connection
+        // serves run after run, each started unsynced, at no cost.
+        self.client.unsynced = sync == SyncMode::Normal;
+        if sync == SyncMode::Full && self.sync != Some(sync) {
+            self.client.batch_execute("SET synchronous_commit TO on")?;
+            self.sync = Some(sync);
         }
-        let setting = match sync {
-            SyncMode::Full => "on",
-            SyncMode::Normal => "off",
-        };
-        self.client
-            .batch_execute(&format!("SET synchronous_commit TO {setting}"))?;
-        self.sync = Some(sync);
         Ok(())
     }
 
     fn create_task(&mut self, task: &NewTask) -> Result<()> {
         // A plain task is one statement; one with retries or a queue is
         // one transaction, so no worker sees it without its retries.
-        if task.retries.is_none() && task.queue.is_none() {
+        // A statement of its own would wait for the server's disk even
+        // at sync mode `normal`: that one is a transaction too.
+        if task.retries.is_none() && task.queue.is_none() && !self.client.unsynced {
             return insert_task(&mut self.client, task);
         }
         let mut tx = self.client.transaction()?;
@@ -112,7 +112,10 @@ impl Journal for PostgresJournal {
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
-        let mut tx = self.client.transaction()?;
+        // The run hears of a takeover or a cancel from its commit on (a
+        // start that does not commit does not listen).
+        let listen = format!("LISTEN {}", channel(task));
+        let mut tx = self.client.begin(false, &listen)?;
         // FOR UPDATE: a racing runner waits here, then sees our lease.
         let row = tx.query_one(
             &format!(
@@ -157,8 +160,6 @@ impl Journal for PostgresJournal {
             // A holder that was only paused hears of it on its next look.
             tx.execute("SELECT pg_notify($1, 'taken')", &[&channel(task)])?;
         }
-        // The run hears of a takeover or a cancel from its commit on.
-        tx.batch_execute(&format!("LISTEN {}", channel(task)))?;
         tx.commit()?;
         self.channel = Some(channel(task));
         Ok(RunStart::Started {

@@ -72,10 +72,7 @@ impl PostgresJournal {
                 .hint("check that the server runs and accepts this user, or choose another journal with --journal")
         })?;
         let mut journal = Self {
-            client: super::cached::Conn {
-                client,
-                statements: super::cached::Statements::default(),
-            },
+            client: super::cached::Conn::new(client, false),
             config,
             listening: false,
             sync: None,

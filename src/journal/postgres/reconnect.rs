@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::PostgresJournal;
-use super::cached::{Conn, Statements};
+use super::cached::Conn;
 use super::open::connect;
 
 /// The first wait before connecting again; it doubles up to [`LONGEST`].
@@ -93,12 +93,14 @@ impl PostgresJournal {
     /// session listened is lost, so the next watch looks at the task's row.
     fn connect_again(&mut self) -> Result<()> {
         let client = connect(&self.config, self.stale)?;
-        self.client = Conn {
-            client,
-            statements: Statements::default(),
-        };
-        if let Some(sync) = self.sync.take() {
-            crate::journal::Journal::set_sync(self, sync)?;
+        self.client = Conn::new(client, self.client.unsynced);
+        // `normal` went with the connection (`unsynced`); `full` is the
+        // session's own.
+        if self.sync.take().is_some() {
+            self.client
+                .client
+                .batch_execute("SET synchronous_commit TO on")?;
+            self.sync = Some(crate::config::SyncMode::Full);
         }
         if self.listening {
             self.client.client.batch_execute("LISTEN durun_work")?;

@@ -15,10 +15,9 @@ use crate::journal::{RunEnd, RunStats, Standing, StepWrite, sql};
 impl PostgresJournal {
     /// Renews the run's lease: one transaction.
     pub(super) fn renew(&mut self, task: &str, run: u32) -> Result<Standing> {
-        let mut tx = self.client.transaction()?;
         // A heartbeat need not survive a crash of the server: it does not
         // wait for the server's disk.
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
+        let mut tx = self.client.begin(true, "")?;
         let row = tx.query_opt(
             &format!(
                 "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
@@ -100,8 +99,7 @@ impl PostgresJournal {
         };
         tx.execute("SELECT pg_notify('durun_work', $1)", &[&news])?;
         // A worker's connection serves other tasks next.
-        tx.batch_execute(&format!("UNLISTEN {}", channel(task)))?;
-        tx.commit()?;
+        tx.commit_after(&format!("UNLISTEN {}", channel(task)))?;
         self.channel = None;
         Ok(())
     }

@@ -99,10 +99,7 @@ impl<Q: Queries> Tx for Q {
 
 impl Transact for PostgresJournal {
     fn transact(&mut self, commit: Commit, work: &mut Work<'_>) -> Result<()> {
-        let mut tx = self.client.transaction()?;
-        if commit == Commit::Unsynced {
-            tx.batch_execute("SET LOCAL synchronous_commit TO off")?;
-        }
+        let mut tx = self.client.begin(commit == Commit::Unsynced, "")?;
         if work(&mut tx)? {
             tx.commit()?;
         }
