@@ -443,9 +443,13 @@ fn children_spending_at_once_never_pass_their_parents_budget() {
             "import json, sys\n\
              def ask(m):\n    sys.stdout.write(json.dumps(m) + '\\n'); sys.stdout.flush()\n    a = json.loads(sys.stdin.readline())\n    assert a['ok'], a\n    return a\n\
              kids = [ask({{'op': 'spawn', 'id': i, 'name': 'kid', 'command': ['python3', {child:?}]}})['output']['task'] for i in range(4)]\n\
-             ask({{'op': 'join', 'id': 9, 'task': kids[0]}})\n"
+             ask({{'op': 'join', 'id': 9, 'task': kids[0]}})\n\
+             import time; time.sleep(600)\n"
         ),
     );
+    // The parent lives on after its join until the test ends it: its
+    // children beside it run to their ends, where an ended parent would
+    // leave those not yet ended interrupted (for its resume).
     let mut parent = env.spawn(
         &[
             "run",
