@@ -5,6 +5,7 @@
 //! and an idle worker's look pay only for what they run.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, Statement};
@@ -50,6 +51,8 @@ pub(super) struct Tx<'a> {
     statements: &'a mut Statements,
     /// `COMMIT` was sent.
     ended: bool,
+    /// Statements sent with the `COMMIT` (`NOTIFY`s).
+    at_commit: String,
 }
 
 /// The queries of a connection or of a transaction on it, through the
@@ -83,6 +86,22 @@ pub(super) trait Queries {
     fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
         self.runner().batch_execute(sql)
     }
+
+    /// Notifies `channel` with `payload`: at once on a connection, with
+    /// the `COMMIT` in a transaction (when the server delivers it anyway).
+    fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
+        self.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .map(drop)
+    }
+}
+
+/// Whether `text` may be written into SQL as it is: the channels and
+/// news durun notifies (`durun_task_…`, `completed`).
+fn plain(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'.')
 }
 
 impl Queries for Conn {
@@ -102,6 +121,16 @@ impl Queries for Tx<'_> {
 
     fn runner(&mut self) -> &mut impl GenericClient {
         &mut *self.client
+    }
+
+    fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
+        if !(plain(channel) && plain(payload)) {
+            return self
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+                .map(drop);
+        }
+        let _ = write!(self.at_commit, "NOTIFY {channel}, '{payload}'; ");
+        Ok(())
     }
 }
 
@@ -136,6 +165,7 @@ impl Conn {
             client: &mut self.client,
             statements: &mut self.statements,
             ended: false,
+            at_commit: String::new(),
         })
     }
 }
@@ -145,14 +175,17 @@ impl Tx<'_> {
         self.commit_after("")
     }
 
-    /// Runs `last` (an `UNLISTEN`, say), then commits: one round trip.
-    /// On an error the transaction rolls back (when it is dropped).
+    /// Runs the notifies and `last` (an `UNLISTEN`, say), then commits:
+    /// one round trip. On an error the transaction rolls back (when it is
+    /// dropped).
     pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
-        if last.is_empty() {
-            self.client.batch_execute("COMMIT")?;
-        } else {
-            self.client.batch_execute(&format!("{last}; COMMIT"))?;
+        let mut sql = std::mem::take(&mut self.at_commit);
+        if !last.is_empty() {
+            sql.push_str(last);
+            sql.push_str("; ");
         }
+        sql.push_str("COMMIT");
+        self.client.batch_execute(&sql)?;
         self.ended = true;
         Ok(())
     }
@@ -240,5 +273,34 @@ mod tests {
         tx.commit_after("UNLISTEN durun_cached_test")
             .expect("commit");
         assert_eq!(count(&mut conn), 1);
+    }
+
+    #[test]
+    fn a_transactions_notifies_go_with_its_commit_and_none_with_a_rollback() {
+        use postgres::fallible_iterator::FallibleIterator as _;
+        let Some(mut conn) = connect() else { return };
+        conn.batch_execute("LISTEN durun_cached_news")
+            .expect("listen");
+        {
+            let mut tx = conn.begin(false, "").expect("begin");
+            tx.notify_channel("durun_cached_news", "dropped")
+                .expect("notify");
+        }
+        let mut tx = conn.begin(false, "").expect("begin");
+        tx.notify_channel("durun_cached_news", "committed")
+            .expect("notify");
+        // Not plain: sent at once, as a parameter.
+        tx.notify_channel("durun_cached_news", "it's")
+            .expect("notify");
+        tx.commit().expect("commit");
+        conn.batch_execute("SELECT 1").expect("a round trip");
+        let heard: Vec<String> = conn
+            .client
+            .notifications()
+            .iter()
+            .map(|note| Ok(note.payload().to_owned()))
+            .collect()
+            .expect("notifications");
+        assert_eq!(heard, ["it's", "committed"]);
     }
 }

@@ -102,10 +102,7 @@ impl Journal for PostgresJournal {
         }
         if task.queue.is_some() {
             // A worker listening hears of it once the task is there.
-            tx.execute(
-                "SELECT pg_notify('durun_work', $1)",
-                &[&crate::journal::news::SUBMIT],
-            )?;
+            tx.notify_channel("durun_work", crate::journal::news::SUBMIT)?;
         }
         tx.commit()?;
         Ok(())
@@ -158,7 +155,7 @@ impl Journal for PostgresJournal {
         )?;
         if taken_over.is_some() {
             // A holder that was only paused hears of it on its next look.
-            tx.execute("SELECT pg_notify($1, 'taken')", &[&channel(task)])?;
+            tx.notify_channel(&channel(task), "taken")?;
         }
         tx.commit()?;
         self.channel = Some(channel(task));

@@ -97,7 +97,7 @@ impl PostgresJournal {
         } else {
             crate::journal::news::RUN
         };
-        tx.execute("SELECT pg_notify('durun_work', $1)", &[&news])?;
+        tx.notify_channel("durun_work", news)?;
         // A worker's connection serves other tasks next.
         tx.commit_after(&format!("UNLISTEN {}", channel(task)))?;
         self.channel = None;

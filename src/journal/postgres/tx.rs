@@ -87,13 +87,11 @@ impl<Q: Queries> Tx for Q {
     }
 
     fn notify(&mut self, task: &str, what: &str) -> Result<()> {
-        Queries::execute(self, "SELECT pg_notify($1, $2)", &[&channel(task), &what])?;
-        Ok(())
+        Ok(self.notify_channel(&channel(task), what)?)
     }
 
     fn notify_workers(&mut self, what: &str) -> Result<()> {
-        Queries::execute(self, "SELECT pg_notify('durun_work', $1)", &[&what])?;
-        Ok(())
+        Ok(self.notify_channel("durun_work", what)?)
     }
 }
 
