@@ -38,7 +38,7 @@ pub(super) struct Conn {
     pub(super) statements: Statements,
     /// Each transaction commits without waiting for the server's disk
     /// (`SET LOCAL synchronous_commit TO off`, sent with its `BEGIN`): the
-    /// journal's sync mode is `normal`, or a write asked for it.
+    /// journal's sync mode is `normal`.
     pub(super) unsynced: bool,
 }
 
@@ -160,7 +160,11 @@ impl Conn {
             sql.push_str("; ");
             sql.push_str(setup);
         }
-        self.client.batch_execute(&sql)?;
+        if let Err(err) = self.client.batch_execute(&sql) {
+            // A setup that failed left its transaction open, and aborted.
+            let _ = self.client.batch_execute("ROLLBACK");
+            return Err(err);
+        }
         Ok(Tx {
             client: &mut self.client,
             statements: &mut self.statements,
@@ -273,6 +277,11 @@ mod tests {
         tx.commit_after("UNLISTEN durun_cached_test")
             .expect("commit");
         assert_eq!(count(&mut conn), 1);
+        // A setup that fails leaves no transaction open.
+        conn.begin(false, "SELECT 1/0")
+            .err()
+            .expect("the setup fails");
+        assert_eq!(count(&mut conn), 1, "the session answers");
     }
 
     #[test]
