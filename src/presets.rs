@@ -84,9 +84,13 @@ pub(crate) const PRESETS: [Preset; 4] = [
         programs: &["gemini"],
         packages: &["@google/gemini-cli"],
         verified: "0.61.0",
-        // Ids it gives function calls, and its shell tool's output, which
-        // names the process group the command ran in.
+        // Ids it gives function calls; its shell tool's output, which
+        // names the process group the command ran in; its system prompt
+        // and tool list, which name its skills in the order a file search
+        // found them, not always the same (glob's order).
         ignore: &[
+            "/systemInstruction",
+            "/tools",
             "/contents/*/parts/*/functionCall/id",
             "/contents/*/parts/*/functionResponse/id",
             "/contents/*/parts/*/functionResponse/response/output",

@@ -231,6 +231,31 @@ mod tests {
         assert_eq!(args(&["/input/1/text"])["input"][1], json!({"id": "b"}));
     }
 
+    /// Gemini CLI lists its skills in its system prompt and its tool list
+    /// in the order a file search found them, which changes from one
+    /// start to the next: its preset leaves both out, and the
+    /// conversation in.
+    #[test]
+    fn the_gemini_preset_matches_whatever_order_its_skills_came_in() {
+        let body = |first: &str, second: &str, said: &str| {
+            json!({
+                "systemInstruction": {"parts": [{"text": format!("<available_skills>{first}{second}</available_skills>")}]},
+                "tools": [{"functionDeclarations": [{"name": "activate_skill",
+                    "parametersJsonSchema": {"properties": {"name": {"enum": [first, second]}}}}]}],
+                "contents": [{"role": "user", "parts": [{"text": said}]}],
+            })
+            .to_string()
+        };
+        let mut ignore = Vec::new();
+        crate::presets::named("gemini")
+            .expect("the gemini preset")
+            .extend_ignore(&mut ignore);
+        let args = |body: String| request_args(body.as_bytes(), "", &ignore, &[]);
+        let recorded = args(body("a", "b", "hi"));
+        assert_eq!(recorded, args(body("b", "a", "hi")));
+        assert_ne!(recorded, args(body("a", "b", "bye")));
+    }
+
     /// Equal inputs, equal hash; any part changed, or moved from one part
     /// to the next, another.
     #[test]
