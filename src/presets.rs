@@ -87,10 +87,14 @@ pub(crate) const PRESETS: [Preset; 4] = [
         // Ids it gives function calls; its shell tool's output, which
         // names the process group the command ran in; its system prompt
         // and tool list, which name its skills in the order a file search
-        // found them, not always the same (glob's order).
+        // found them, not always the same (glob's order); the session
+        // context that opens its first message: the date, and the folder's
+        // files as they were when it started (a resume sees the files the
+        // run made).
         ignore: &[
             "/systemInstruction",
             "/tools",
+            "/contents/0/parts/0",
             "/contents/*/parts/*/functionCall/id",
             "/contents/*/parts/*/functionResponse/id",
             "/contents/*/parts/*/functionResponse/response/output",

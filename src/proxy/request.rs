@@ -233,7 +233,8 @@ mod tests {
 
     /// Gemini CLI lists its skills in its system prompt and its tool list
     /// in the order a file search found them, which changes from one
-    /// start to the next: its preset leaves both out, and the
+    /// start to the next, and opens its first message with the date and
+    /// the folder's files: its preset leaves these out, and the
     /// conversation in.
     #[test]
     fn the_gemini_preset_matches_whatever_order_its_skills_came_in() {
@@ -242,7 +243,10 @@ mod tests {
                 "systemInstruction": {"parts": [{"text": format!("<available_skills>{first}{second}</available_skills>")}]},
                 "tools": [{"functionDeclarations": [{"name": "activate_skill",
                     "parametersJsonSchema": {"properties": {"name": {"enum": [first, second]}}}}]}],
-                "contents": [{"role": "user", "parts": [{"text": said}]}],
+                "contents": [{"role": "user", "parts": [
+                    {"text": format!("<session_context>{first}.txt</session_context>")},
+                    {"text": said},
+                ]}],
             })
             .to_string()
         };

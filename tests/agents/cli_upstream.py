@@ -114,6 +114,11 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.05)
         if tool and turn < TURNS:
             command = f"echo durun-{turn + 1}"
+            if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
+                # Gemini CLI lists the folder in its first message: a
+                # command makes a file there, as a coding agent's would,
+                # and the resume's first message lists it.
+                command += f" && touch made-{turn + 1}.txt"
             text = None
         else:
             command = None
