@@ -107,6 +107,7 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model") or self.path.split("/models/")[-1].split(":")[0]
         json_asked = bool((body.get("generationConfig") or {}).get("responseJsonSchema"))
         key = f"{self.path.split('?')[0]} {model} turn {turn}" + (" json" if json_asked else "")
+        gemini = ":generateContent" in self.path or ":streamGenerateContent" in self.path
         log("requests", key)
         log("bodies", json.dumps({"key": key, "body": body}))
         if turn >= TURNS and os.path.exists(os.path.join(state, "hold")):
@@ -114,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.05)
         if tool and turn < TURNS:
             command = f"echo durun-{turn + 1}"
-            if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
+            if gemini:
                 # Gemini CLI lists the folder in its first message: a
                 # command makes a file there, as a coding agent's would,
                 # and the resume's first message lists it.
@@ -131,7 +132,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.openai_responses(body, tool, command, text)
         if path.endswith("/chat/completions"):
             return self.chat(body, tool, command, text)
-        if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
+        if gemini:
             schema = (body.get("generationConfig") or {}).get("responseJsonSchema")
             if schema:
                 # Gemini CLI's side calls (its model router) want JSON.

@@ -90,9 +90,18 @@ pub(super) trait Queries {
     /// Notifies `channel` with `payload`: at once on a connection, with
     /// the `COMMIT` in a transaction (when the server delivers it anyway).
     fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
-        self.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-            .map(drop)
+        notify_now(self, channel, payload)
     }
+}
+
+fn notify_now(
+    queries: &mut (impl Queries + ?Sized),
+    channel: &str,
+    payload: &str,
+) -> Result<(), postgres::Error> {
+    queries
+        .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+        .map(drop)
 }
 
 /// Whether `text` may be written into SQL as it is: the channels and
@@ -125,9 +134,7 @@ impl Queries for Tx<'_> {
 
     fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
         if !(plain(channel) && plain(payload)) {
-            return self
-                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-                .map(drop);
+            return notify_now(self, channel, payload);
         }
         let _ = write!(self.at_commit, "NOTIFY {channel}, '{payload}'; ");
         Ok(())
@@ -152,14 +159,17 @@ impl Conn {
     /// if `unsynced` (or the connection's sync mode says so), whose first
     /// statements are `setup` (a `LISTEN`, say): all sent with its `BEGIN`.
     pub(super) fn begin(&mut self, unsynced: bool, setup: &str) -> Result<Tx<'_>, postgres::Error> {
-        let mut sql = String::from("START TRANSACTION");
-        if unsynced || self.unsynced {
-            sql.push_str("; SET LOCAL synchronous_commit TO off");
-        }
-        if !setup.is_empty() {
-            sql.push_str("; ");
-            sql.push_str(setup);
-        }
+        let begin = if unsynced || self.unsynced {
+            "START TRANSACTION; SET LOCAL synchronous_commit TO off"
+        } else {
+            "START TRANSACTION"
+        };
+        // A step's commit begins with no text built.
+        let sql = if setup.is_empty() {
+            std::borrow::Cow::Borrowed(begin)
+        } else {
+            std::borrow::Cow::Owned(format!("{begin}; {setup}"))
+        };
         if let Err(err) = self.client.batch_execute(&sql) {
             // A setup that failed left its transaction open, and aborted.
             let _ = self.client.batch_execute("ROLLBACK");
@@ -183,13 +193,17 @@ impl Tx<'_> {
     /// one round trip. On an error the transaction rolls back (when it is
     /// dropped).
     pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
-        let mut sql = std::mem::take(&mut self.at_commit);
-        if !last.is_empty() {
-            sql.push_str(last);
-            sql.push_str("; ");
+        if self.at_commit.is_empty() && last.is_empty() {
+            self.client.batch_execute("COMMIT")?;
+        } else {
+            let mut sql = std::mem::take(&mut self.at_commit);
+            if !last.is_empty() {
+                sql.push_str(last);
+                sql.push_str("; ");
+            }
+            sql.push_str("COMMIT");
+            self.client.batch_execute(&sql)?;
         }
-        sql.push_str("COMMIT");
-        self.client.batch_execute(&sql)?;
         self.ended = true;
         Ok(())
     }

@@ -39,9 +39,9 @@ pub(crate) struct PostgresJournal {
     config: postgres::Config,
     /// `LISTEN durun_work` was sent (a worker's connection).
     listening: bool,
-    /// `Some(Full)` once durun set the session's `synchronous_commit` on
-    /// (`normal` is each transaction's, `Conn::unsynced`).
-    sync: Option<SyncMode>,
+    /// durun set the session's `synchronous_commit` on (sync mode `full`;
+    /// `normal` is each transaction's, `Conn::unsynced`).
+    synced_session: bool,
     /// How old another host's heartbeat may be before its lease is taken.
     stale: Duration,
     /// The task channel a run listens on, to listen again on a new session.
@@ -53,6 +53,17 @@ pub(crate) struct PostgresJournal {
     quiet: bool,
     /// The server as messages name it (no password).
     name: String,
+}
+
+impl PostgresJournal {
+    /// Sets the session's `synchronous_commit` on, whatever the server's
+    /// default says.
+    fn sync_session(&mut self) -> Result<()> {
+        self.synced_session = false;
+        self.client.batch_execute("SET synchronous_commit TO on")?;
+        self.synced_session = true;
+        Ok(())
+    }
 }
 
 /// The channel on which a task's runner hears of a takeover or a cancel
@@ -77,9 +88,8 @@ impl Journal for PostgresJournal {
         // BEGIN. `full` is the session's, set once: a worker's connection
         // serves run after run, each started unsynced, at no cost.
         self.client.unsynced = sync == SyncMode::Normal;
-        if sync == SyncMode::Full && self.sync != Some(sync) {
-            self.client.batch_execute("SET synchronous_commit TO on")?;
-            self.sync = Some(sync);
+        if sync == SyncMode::Full && !self.synced_session {
+            self.sync_session()?;
         }
         Ok(())
     }

@@ -75,7 +75,7 @@ impl PostgresJournal {
             client: super::cached::Conn::new(client, false),
             config,
             listening: false,
-            sync: None,
+            synced_session: false,
             stale: settings.lease.stale,
             channel: None,
             missed: false,

@@ -96,11 +96,8 @@ impl PostgresJournal {
         self.client = Conn::new(client, self.client.unsynced);
         // `normal` went with the connection (`unsynced`); `full` is the
         // session's own.
-        if self.sync.take().is_some() {
-            self.client
-                .client
-                .batch_execute("SET synchronous_commit TO on")?;
-            self.sync = Some(crate::config::SyncMode::Full);
+        if self.synced_session {
+            self.sync_session()?;
         }
         if self.listening {
             self.client.client.batch_execute("LISTEN durun_work")?;
