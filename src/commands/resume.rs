@@ -25,13 +25,13 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
 }
 
 /// Resumes task `id`: `durun resume TASK`, and a worker's run of a task
-/// on a thread of its own (with the worker's `stops`).
+/// on a thread of its own (`worker`).
 pub(super) fn resume_task(
     journal: &mut dyn crate::journal::Journal,
     id: &str,
     args: &ResumeArgs,
     settings: &Settings,
-    stops: Option<std::sync::Arc<crate::supervisor::Stops>>,
+    worker: Option<&session::ForWorker<'_>>,
 ) -> Result<i32> {
     let Some(task) = journal.task(id)? else {
         return Err(unknown_task(id, &Location::of(settings)?).into());
@@ -66,7 +66,7 @@ pub(super) fn resume_task(
             ..args.limits
         },
         settings,
-        stops,
+        worker,
     )
 }
 

@@ -82,9 +82,17 @@ pub(super) enum Begun {
     Fresh { run: u32, leased_at: Duration },
 }
 
+/// What a worker hands the run it starts on one of its threads (SPEC 16).
+pub(super) struct ForWorker<'a> {
+    /// The worker's stop signals, which stop its runs too.
+    pub(super) stops: std::sync::Arc<supervisor::Stops>,
+    /// The worker's claim on the task, released with the run's end.
+    pub(super) claim: &'a journal::Claim,
+}
+
 /// Runs `task` once more, from wherever its journal stands. A fresh task
 /// (made by this `durun run`) whose agent cannot be started is removed
-/// again: there is nothing to resume. `stops` is a worker's, for a run on
+/// again: there is nothing to resume. `worker` is a worker's, for a run on
 /// one of its threads.
 pub(super) fn drive(
     journal: &mut dyn Journal,
@@ -93,7 +101,7 @@ pub(super) fn drive(
     from_step: Option<u64>,
     limits: Limits,
     settings: &Settings,
-    stops: Option<std::sync::Arc<supervisor::Stops>>,
+    worker: Option<&ForWorker<'_>>,
 ) -> Result<i32> {
     if task.status == TaskStatus::Cancelled {
         return Err(cancelled(&task.id).into());
@@ -108,6 +116,7 @@ pub(super) fn drive(
     }
     let config = recorded_config(task)?;
     let fresh = matches!(begun, Begun::Fresh { .. });
+    let claim = worker.map(|worker| worker.claim);
     let (run, leased_at) = match begun {
         Begun::Fresh { run, leased_at } => (run, leased_at),
         Begun::Not => start(journal, task, settings)?,
@@ -154,24 +163,18 @@ pub(super) fn drive(
         parent: crate::task::parent_of(journal, &task.id)?,
         seeds,
         faults,
-        stops,
+        stops: worker.map(|worker| std::sync::Arc::clone(&worker.stops)),
         panic_on_request: std::env::var_os(supervisor::PANIC_TASK)
             .is_some_and(|named| named == task.id.as_str()),
     };
     let outcome = match supervisor::supervise(&spec, journal, reporter.as_mut()) {
         Ok(outcome) => outcome,
         Err(err) => {
-            let end = RunEnd {
-                status: TaskStatus::Failed,
-                exit_code: Some(exit_code::INTERNAL),
-                finished_at: journal::now(),
-                error: Some(report::described(&err)),
-            };
-            let _ = journal.finish_run(&task.id, run, &end, &journal::RunStats::default());
+            record_failure(journal, (&task.id, run), &err, claim);
             return Err(err);
         }
     };
-    let (recorded, journaled) = record_end(journal, task, run, fresh, &outcome);
+    let (recorded, journaled) = record_end(journal, task, (run, fresh), &outcome, claim);
     let mut output = outcome.output;
     if let Some(output) = &mut output {
         output.finish_stderr();
@@ -272,9 +275,9 @@ fn trial_hooks() -> Result<(Option<supervisor::Seeds>, supervisor::Faults)> {
 fn record_end(
     journal: &mut dyn Journal,
     task: &TaskRecord,
-    run: u32,
-    fresh: bool,
+    (run, fresh): (u32, bool),
     outcome: &supervisor::Outcome,
+    claim: Option<&journal::Claim>,
 ) -> (Result<()>, report::Journaled) {
     let end = RunEnd {
         status: outcome.status,
@@ -282,7 +285,7 @@ fn record_end(
         finished_at: journal::now(),
         error: outcome.failure.as_ref().map(report::described),
     };
-    let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
+    let recorded = finish(journal, (&task.id, run), &end, &outcome.stats, claim);
     // An agent that could not be started leaves nothing behind.
     let unstarted = fresh
         && recorded.is_ok()
@@ -299,6 +302,43 @@ fn record_end(
         report::Journaled::Steps
     };
     (recorded, journaled)
+}
+
+/// Records the end of a run that durun could not carry on (`err`), as
+/// far as the journal takes it: the error that ended it matters more.
+fn record_failure(
+    journal: &mut dyn Journal,
+    (task, run): (&str, u32),
+    err: &anyhow::Error,
+    claim: Option<&journal::Claim>,
+) {
+    let end = RunEnd {
+        status: TaskStatus::Failed,
+        exit_code: Some(exit_code::INTERNAL),
+        finished_at: journal::now(),
+        error: Some(report::described(err)),
+    };
+    let _ = finish(
+        journal,
+        (task, run),
+        &end,
+        &journal::RunStats::default(),
+        claim,
+    );
+}
+
+/// Records the run's end; a worker's claim on the task goes with it.
+fn finish(
+    journal: &mut dyn Journal,
+    (task, run): (&str, u32),
+    end: &RunEnd,
+    stats: &journal::RunStats,
+    claim: Option<&journal::Claim>,
+) -> Result<()> {
+    match claim {
+        Some(claim) => journal.finish_claimed_run(task, run, end, stats, claim),
+        None => journal.finish_run(task, run, end, stats),
+    }
 }
 
 /// Starts a run of `task`: its number and when its lease was taken.

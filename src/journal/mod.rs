@@ -35,7 +35,9 @@ pub(crate) use records::{
     RunEnd, RunRecord, RunStart, RunStats, SignalRecord, StepError, StepKind, StepRecord,
     StepStatus, TaskRecord, TaskRows, TaskStatus, WorkerRecord, apply_resolution,
 };
-pub(crate) use store::{Access, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer, news};
+pub(crate) use store::{
+    Access, Claim, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer, news,
+};
 pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};
 
 use crate::json_text;

@@ -5,6 +5,10 @@
 //! write is durable (to the sync mode in force). The runner answers the agent
 //! or starts a side effect only after that.
 
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::Result;
 use serde_json::Value;
 
@@ -225,6 +229,27 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// records the task's status (`cancelled` if a cancel came meanwhile).
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
         committed(self, |tx| writes::end_run(tx, task, run, end, stats))
+    }
+    /// [`Journal::finish_run`] of a worker's run, which releases the
+    /// worker's claim on the task in the same transaction: one transaction
+    /// a task fewer, and the worker's wake-up by the end's news finds the
+    /// run ended ([`Claim`]).
+    fn finish_claimed_run(
+        &mut self,
+        task: &str,
+        run: u32,
+        end: &RunEnd,
+        stats: &RunStats,
+        claim: &Claim,
+    ) -> Result<()> {
+        committed(self, |tx| {
+            writes::end_run(tx, task, run, end, stats)?;
+            writes::release_claim(tx, task, &claim.worker)?;
+            claim.ending();
+            Ok(())
+        })?;
+        claim.set_released();
+        Ok(())
     }
     /// Takes steps `step` and later out of replay (kept as `discarded`) and
     /// returns them as they were; fenced like [`Journal::put_steps`].
@@ -447,6 +472,41 @@ pub(crate) struct Look<'a> {
     pub(crate) claimable: Option<(&'a [String], &'a str, usize)>,
     /// The failed tasks with retries left.
     pub(crate) retryable: bool,
+}
+
+/// A worker's claim on the task its run runs (SPEC 16), which the run's
+/// end releases ([`Journal::finish_claimed_run`]).
+pub(crate) struct Claim {
+    pub(crate) worker: String,
+    /// Set just before the commit that releases the claim: the commit's
+    /// news wakes the worker, which must then find the run ended.
+    ended: Arc<AtomicBool>,
+    /// The run's end released it.
+    released: Cell<bool>,
+}
+
+impl Claim {
+    pub(crate) fn new(worker: String, ended: Arc<AtomicBool>) -> Self {
+        Self {
+            worker,
+            ended,
+            released: Cell::new(false),
+        }
+    }
+
+    /// Says the run has ended, to a worker that wakes before its thread does.
+    pub(crate) fn ending(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the run's end released the claim.
+    pub(crate) fn released(&self) -> bool {
+        self.released.get()
+    }
+
+    pub(crate) fn set_released(&self) {
+        self.released.set(true);
+    }
 }
 
 /// What a worker heard while it waited.

@@ -28,8 +28,9 @@ pub(super) struct Runs {
 /// A run on its thread.
 pub(super) struct Run {
     thread: JoinHandle<Ended>,
-    /// Set when the run has ended, before its claim is released: the
-    /// release wakes the worker, which then finds the run ended.
+    /// Set when the run has ended, before its claim is released (in the
+    /// transaction of the run's end, before its commit): the release wakes
+    /// the worker, which then finds the run ended.
     done: Arc<AtomicBool>,
 }
 
@@ -95,7 +96,7 @@ impl Runs {
     }
 
     /// Runs task `id` as `durun resume` would, on this thread.
-    fn run(&self, id: &str, done: &AtomicBool) -> Ended {
+    fn run(&self, id: &str, done: &Arc<AtomicBool>) -> Ended {
         crate::report::tag_thread(id);
         crate::error::contain_panics();
         // A connection that idled through a server restart is dropped
@@ -124,15 +125,21 @@ impl Runs {
             json: false,
             limits: crate::cli::Limits::default(),
         };
+        let claim = journal::Claim::new(self.worker.clone(), Arc::clone(done));
         let result = super::super::resume::resume_task(
             journal.as_mut(),
             id,
             &args,
             &self.settings,
-            Some(Arc::clone(&self.stops)),
+            Some(&super::super::session::ForWorker {
+                stops: Arc::clone(&self.stops),
+                claim: &claim,
+            }),
         );
-        done.store(true, Ordering::Release);
-        let released = journal.release_claim(id, &self.worker).is_ok();
+        claim.ending();
+        // A run that ended before its end was recorded (a task completed
+        // already, a journal error) leaves the claim to release here.
+        let released = claim.released() || journal.release_claim(id, &self.worker).is_ok();
         // A connection that served a run to its end serves the next.
         if released && result.is_ok() {
             self.idle
