@@ -81,60 +81,56 @@ pub(super) fn spawn_exit_waiter(pid: u32, events: Events) {
 }
 
 /// Copies the agent's stderr through `copy` a line at a time (a part line
-/// once nothing more came for a moment), bytes unchanged. The receiver
-/// hears when the agent's stderr has closed and every byte went out.
+/// once nothing more came for [`PART_LINE_AFTER`]), bytes unchanged, on a
+/// thread of its own. The receiver hears when the agent's stderr has
+/// closed and every byte went out. A slow `copy` holds up the agent's
+/// stderr, as a slow terminal would without durun.
 pub(super) fn spawn_stderr_copier(
     stderr: std::process::ChildStderr,
     mut copy: StderrCopier,
 ) -> mpsc::Receiver<()> {
-    let (chunks_tx, chunks) = mpsc::channel::<Vec<u8>>();
     let (done_tx, done) = mpsc::channel();
     std::thread::spawn(move || {
         use std::io::Read as _;
         let mut stderr = stderr;
         let mut buffer = vec![0u8; 64 * 1024];
-        loop {
-            match stderr.read(&mut buffer) {
-                Ok(0) => return,
-                Ok(n) => {
-                    if chunks_tx.send(buffer[..n].to_vec()).is_err() {
-                        return;
-                    }
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
-        }
-    });
-    std::thread::spawn(move || {
         let mut pending: Vec<u8> = Vec::new();
         loop {
-            match chunks.recv_timeout(Duration::from_millis(100)) {
-                Ok(chunk) => {
-                    pending.extend_from_slice(&chunk);
+            if !pending.is_empty() && !readable_within(&stderr, PART_LINE_AFTER) {
+                // A prompt without a newline still shows.
+                copy(&pending);
+                pending.clear();
+                continue;
+            }
+            match stderr.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => {
+                    pending.extend_from_slice(&buffer[..n]);
                     if let Some(last) = pending.iter().rposition(|&b| b == b'\n') {
                         copy(&pending[..=last]);
                         pending.drain(..=last);
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // A prompt without a newline still shows.
-                    if !pending.is_empty() {
-                        copy(&pending);
-                        pending.clear();
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    if !pending.is_empty() {
-                        copy(&pending);
-                    }
-                    let _ = done_tx.send(());
-                    return;
-                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
             }
         }
+        if !pending.is_empty() {
+            copy(&pending);
+        }
+        let _ = done_tx.send(());
     });
     done
+}
+
+/// How long a part line of the agent's stderr waits for the rest.
+const PART_LINE_AFTER: Duration = Duration::from_millis(100);
+
+/// Whether `fd` has something to read (or closed) within `wait`.
+fn readable_within(fd: &impl std::os::fd::AsFd, wait: Duration) -> bool {
+    let mut fds = [crate::os::poll_fd(fd, crate::os::PollFlags::IN)];
+    let _ = crate::os::poll(&mut fds, wait);
+    !fds[0].revents().is_empty()
 }
 
 /// The signals that stop a run.
