@@ -51,8 +51,8 @@ pub(super) enum Event {
     Landed,
     /// A request through the model/API proxy, or its end.
     Proxy(Box<crate::proxy::ToLoop>),
-    /// The runner of a child task without a queue ended (SPEC 16).
-    ChildEnded,
+    /// The runner of this child task (without a queue) ended (SPEC 16).
+    ChildEnded(String),
 }
 
 /// What a probe's call needs again once it answers: the tool and the

@@ -378,3 +378,32 @@ fn durun_test_holds_on_a_parent_that_spawns_and_joins() {
     // The kill before a spawn made its child lands, and holds.
     assert!(said.contains("research a  ok key×2"), "{said}");
 }
+
+/// A parent whose agent ends before its children do says so: their
+/// runners die with its durun and leave them interrupted, and a completed
+/// parent is never resumed to carry them on.
+#[test]
+fn a_parent_that_ends_before_its_children_says_they_are_left_interrupted() {
+    let env = TestEnv::new();
+    let parent = r#"
+import json, sys
+sys.stdout.write(json.dumps({"op": "spawn", "id": 1, "name": "slow", "command": ["sleep", "30"], "args": {}}) + "\n")
+sys.stdout.flush()
+answer = json.loads(sys.stdin.readline())
+assert answer.get("ok"), answer
+"#;
+    let run = env.durun(&["run", "--task", "p", "--", "python3", "-c", parent]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains(
+            "durun: warning: child task p-s1 had not ended when task p's run ended: stopped with it, it is left interrupted; `durun resume p-s1` carries it on"
+        ),
+        "{stderr}"
+    );
+    wait_for(
+        "the child to read interrupted",
+        Duration::from_secs(10),
+        || env.inspect("p-s1")["task"]["status"] == "interrupted",
+    );
+}

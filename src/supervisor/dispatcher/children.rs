@@ -181,10 +181,32 @@ impl Supervisor<'_> {
     }
 
     /// A child's runner ended: the next waiting child gets its place.
-    pub(super) fn child_ended(&mut self) {
-        if let Some(next) = self.children.ended(self.ending.stop.is_none()) {
+    pub(super) fn child_ended(&mut self, child: &str) {
+        if let Some(next) = self.children.ended(child, self.ending.stop.is_none()) {
             self.run_child(&next);
         }
+    }
+
+    /// Says which children had not ended when the run ended as `status`:
+    /// their runners die with this durun and leave them interrupted, for a
+    /// resume (SPEC 16), which a completed parent never gets.
+    pub(super) fn say_unfinished_children(&mut self, status: TaskStatus) {
+        let left = self.children.unfinished();
+        if left.is_empty() || status == TaskStatus::Cancelled {
+            return;
+        }
+        let how = match left.as_slice() {
+            [one] => format!("`durun resume {one}` carries it on"),
+            _ => "`durun resume --all` carries them on".to_owned(),
+        };
+        let said = format!(
+            "child task{} {} had not ended when task {}'s run ended: stopped with it, {} left interrupted; {how}",
+            if left.len() == 1 { "" } else { "s" },
+            left.join(", "),
+            self.spec.task_id,
+            if left.len() == 1 { "it is" } else { "they are" },
+        );
+        self.reporter.report(&crate::report::Event::Warning(&said));
     }
 
     /// Starts `durun resume CHILD` beside the agent: it takes the child's
@@ -205,14 +227,15 @@ impl Supervisor<'_> {
         crate::os::die_with_parent(&mut command);
         match command.spawn() {
             Ok(mut runner) => {
-                self.children.started();
+                self.children.started(child);
                 // Reaped by a thread of its own, which tells the loop.
                 let events = self.events_tx.clone();
+                let ended = inbox::Event::ChildEnded(child.to_owned());
                 let _ = std::thread::Builder::new()
                     .name(format!("child {child}"))
                     .spawn(move || {
                         let _ = runner.wait();
-                        let _ = events.send(inbox::Event::ChildEnded);
+                        let _ = events.send(ended);
                     });
             }
             Err(err) => self

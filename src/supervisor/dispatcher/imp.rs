@@ -403,7 +403,7 @@ impl Supervisor<'_> {
             Event::Signal(signal) => self.on_signal(signal),
             // Taken in `flush`, after this round's requests.
             Event::Landed => {}
-            Event::ChildEnded => self.child_ended(),
+            Event::ChildEnded(child) => self.child_ended(&child),
             Event::Proxy(message) => {
                 // A step's `begin` is written before its body can call the
                 // model; one the agent did not wait for may still be in the
@@ -433,6 +433,7 @@ impl Supervisor<'_> {
     /// The run's end, and what is left of the agent's prints.
     pub(super) fn outcome(mut self) -> Outcome {
         let (status, exit_code, failure) = self.ending();
+        self.say_unfinished_children(status);
         Outcome {
             status,
             exit_code,
