@@ -12,6 +12,7 @@ use crate::lease::Holder;
 use crate::settings::Settings;
 
 mod created;
+mod queued;
 
 fn task(id: &str) -> NewTask {
     NewTask {
@@ -295,74 +296,6 @@ fn cancel_is_final(journal: &mut dyn Journal) {
     ));
 }
 
-/// A worker's run ends with the worker's claim on its task released, in
-/// the transaction of its end, and says it has ended before that commits.
-fn a_run_ends_with_its_workers_claim(journal: &mut dyn Journal) {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let queued = NewTask {
-        queue: Some("q".into()),
-        ..task("t11")
-    };
-    journal.create_task(&queued).expect("create");
-    let ids = ["t11".to_owned()];
-    assert_eq!(journal.claim("q", &ids, "w1", None).expect("claim"), ids);
-    assert!(
-        journal
-            .claim("q", &ids, "w2", None)
-            .expect("claim")
-            .is_empty()
-    );
-    let run = started(journal, "t11", &me());
-    let ended = Arc::new(AtomicBool::new(false));
-    let claim = Claim::new("w1".into(), Arc::clone(&ended));
-    let end = RunEnd {
-        status: TaskStatus::Interrupted,
-        exit_code: Some(143),
-        finished_at: now(),
-        error: None,
-    };
-    journal
-        .finish_claimed_run("t11", run, &end, &RunStats::default(), &claim)
-        .expect("finish");
-    assert!(ended.load(Ordering::Acquire) && claim.released());
-    let loaded = journal.task("t11").expect("task").expect("exists");
-    assert_eq!(loaded.status, TaskStatus::Interrupted);
-    // Another worker may take the task over at once.
-    assert_eq!(journal.claim("q", &ids, "w2", None).expect("claim"), ids);
-}
-
-/// A submitted task's retries come with it, in its transaction; a task
-/// that cannot be created leaves none behind.
-fn retries_come_with_the_task(journal: &mut dyn Journal) {
-    let submitted = NewTask {
-        queue: Some("q".into()),
-        retries: Some((2, 500)),
-        ..task("t7")
-    };
-    journal.create_task(&submitted).expect("create");
-    let again = NewTask {
-        retries: Some((9, 1)),
-        ..submitted.clone()
-    };
-    journal.create_task(&again).expect_err("the id is taken");
-    let run = started(journal, "t7", &me());
-    finish(journal, "t7", run, TaskStatus::Failed, Some(1));
-    let retryable = journal
-        .look(&crate::journal::Look {
-            retryable: true,
-            ..crate::journal::Look::default()
-        })
-        .expect("retryable")
-        .retryable;
-    let found: Vec<_> = retryable
-        .iter()
-        .filter(|task| task.id == "t7")
-        .map(|task| (task.retries, task.backoff_ms, task.used))
-        .collect();
-    assert_eq!(found, [(2, 500, 0)]);
-}
-
 fn signal(name: &str, data: serde_json::Value, id: Option<&str>) -> SignalRecord {
     SignalRecord {
         name: name.to_owned(),
@@ -520,8 +453,8 @@ fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     leases(journal);
     fenced_writes(journal);
     cancel_is_final(journal);
-    retries_come_with_the_task(journal);
-    a_run_ends_with_its_workers_claim(journal);
+    queued::retries_come_with_the_task(journal);
+    queued::a_run_ends_with_its_workers_claim(journal);
     signals_are_kept_once_and_taken_oldest_first(journal);
     a_budget_is_kept_with_the_task(journal);
     a_task_moves_whole(journal, other);
