@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, text, wait_for};
-use crate::workers::{stop, worker, worker_log};
+use crate::workers::{stop, worker, worker_log, worker_printing_to};
 
 fn status(env: &TestEnv, id: &str) -> String {
     env.inspect(id)["task"]["status"]
@@ -257,4 +257,32 @@ fn tasks_a_worker_cannot_take_now_never_hide_the_ones_behind_them() {
     for i in 1..=6 {
         assert_eq!(status(&env, &format!("sleeper-{i}")), "sleeping");
     }
+}
+
+/// A run whose agent's last prints wait for the worker's stdout (a pipe
+/// nobody reads yet) does not hold its worker up: the run's end is
+/// committed, and the worker takes its next task meanwhile.
+#[test]
+fn a_run_whose_prints_wait_for_stdout_does_not_hold_up_its_worker() {
+    let env = TestEnv::new();
+    // 1 MiB to stdout: more than a pipe holds.
+    let loud = ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' x"].map(String::from);
+    submit(&env, "loud", &loud);
+    let mut w = worker_printing_to(&env, "w", &["--jobs", "2"], std::process::Stdio::piped());
+    wait_for("the loud task to complete", Duration::from_secs(30), || {
+        status(&env, "loud") == "completed"
+    });
+    submit(&env, "quiet", &["true".to_owned()]);
+    wait_for("the next task to complete", Duration::from_secs(30), || {
+        status(&env, "quiet") == "completed"
+    });
+    // Read now: the loud run's prints go, and its thread is over.
+    let mut stdout = w.stdout.take().expect("the worker's stdout");
+    let reader = std::thread::spawn(move || {
+        let mut printed = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut printed).expect("read");
+        printed.len()
+    });
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    assert_eq!(reader.join().expect("reader"), 1 << 20);
 }

@@ -51,13 +51,23 @@ impl Drop for Worker {
 /// Starts a worker posing as `host`, in a process group of its own (so a
 /// test can stop it with every run it started).
 pub(crate) fn worker(env: &TestEnv, host: &str, args: &[&str]) -> Worker {
+    worker_printing_to(env, host, args, Stdio::null())
+}
+
+/// [`worker`] with its stdout (where its agents' prints go) at `stdout`.
+pub(crate) fn worker_printing_to(
+    env: &TestEnv,
+    host: &str,
+    args: &[&str],
+    stdout: Stdio,
+) -> Worker {
     let log = std::fs::File::create(env.path(&format!("{host}.log"))).expect("log");
     Worker(
         env.command()
             .env("DURUN_HOST_ID", host)
             .arg("worker")
             .args(args)
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .process_group(0)
             .spawn()

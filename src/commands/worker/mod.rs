@@ -272,7 +272,15 @@ impl Worker<'_> {
             // sweep does.
             let next_sweep =
                 last_sweep.map_or(Duration::ZERO, |at| LOOK_EVERY.saturating_sub(at.elapsed()));
-            news = journal.wait_for_work(next_sweep)?;
+            // A run whose end is committed but whose thread is not over yet
+            // (its agent's last prints wait for a slow stdout) is looked at
+            // again soon: no news will come of it.
+            let wait = if self.running.values().any(runs::Run::finishing) {
+                next_sweep.min(runs::FINISHING)
+            } else {
+                next_sweep
+            };
+            news = journal.wait_for_work(wait)?;
         }
         Ok(())
     }

@@ -3,8 +3,9 @@
 //! (its journal went away) is ended here once the journal is back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::exit_code;
 use crate::journal::{self, Access, Journal, Location, RunEnd, RunStats, TaskStatus};
@@ -32,7 +33,14 @@ pub(super) struct Run {
     /// transaction of the run's end, before its commit): the release wakes
     /// the worker, which then finds the run ended.
     done: Arc<AtomicBool>,
+    /// Disconnected when the thread's work is over (its sender dropped).
+    over: mpsc::Receiver<()>,
 }
+
+/// How long the worker waits for a run that said it ended to be over: its
+/// end is committed, and what is left (its report, its agent's last
+/// prints, which a slow stdout can hold up) must not hold the worker up.
+pub(super) const FINISHING: Duration = Duration::from_millis(50);
 
 /// How a run ended.
 pub(super) struct Ended {
@@ -42,8 +50,21 @@ pub(super) struct Ended {
 }
 
 impl Run {
+    /// Whether the run is over, waiting up to [`FINISHING`] for one that
+    /// said it ended.
     pub(super) fn ended(&self) -> bool {
-        self.done.load(Ordering::Acquire) || self.thread.is_finished()
+        if !self.done.load(Ordering::Acquire) && !self.thread.is_finished() {
+            return false;
+        }
+        !matches!(
+            self.over.recv_timeout(FINISHING),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        )
+    }
+
+    /// Said it ended, and is not over yet: the worker looks again soon.
+    pub(super) fn finishing(&self) -> bool {
+        self.done.load(Ordering::Acquire) && !self.thread.is_finished()
     }
 
     /// Waits for the thread (a moment, once [`Run::ended`]); an error if
@@ -86,13 +107,18 @@ impl Runs {
         let runs = Arc::clone(self);
         let task = id.to_owned();
         let done = Arc::new(AtomicBool::new(false));
+        let (over_tx, over) = mpsc::channel();
         let thread = {
             let done = Arc::clone(&done);
             std::thread::Builder::new()
                 .name(format!("task {id}"))
-                .spawn(move || runs.run(&task, &done))?
+                .spawn(move || {
+                    // Dropped when the run is over, also in a panic.
+                    let _over = over_tx;
+                    runs.run(&task, &done)
+                })?
         };
-        Ok(Run { thread, done })
+        Ok(Run { thread, done, over })
     }
 
     /// Runs task `id` as `durun resume` would, on this thread.
