@@ -212,12 +212,28 @@ pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
             &format!("proxied call {label}"),
             super::us_per_step(&report, calls),
         );
-        let (report, _, ok) = scratch.agent(&["resume", "proxy"], "proxy", &[steps, upstream_env]);
+        let (report, _, ok) = scratch.agent(
+            &["resume", "proxy"],
+            "proxy",
+            &[steps.clone(), upstream_env.clone()],
+        );
         assert_eq!(ok, Some(0), "durun resume failed");
         table.add(
             &format!("replayed call {label}"),
             super::us_per_step(&report, calls),
         );
+        if bytes == 10_000 {
+            // The same call with no fsync at all: what durun adds besides
+            // the disk.
+            let scratch = Scratch::new(root, "proxy-normal", "normal");
+            let (report, _, ok) =
+                scratch.agent(&["run", "--task", "proxy"], "proxy", &[steps, upstream_env]);
+            assert_eq!(ok, Some(0), "durun run failed");
+            table.add(
+                "proxied call 10 KB, no fsync",
+                super::us_per_step(&report, calls),
+            );
+        }
     }
 }
 
@@ -290,6 +306,11 @@ pub(crate) fn print(table: &Table) {
         );
     }
     let get = |row: &str| table.get(row).unwrap_or(f64::NAN);
+    println!(
+        "\nThe 10 KB call through the proxy with the task at `sync = \"normal\"` (no fsync): {:.0} µs, {:.0} µs over the direct call: what durun adds besides its disk.",
+        get("proxied call 10 KB, no fsync"),
+        get("proxied call 10 KB, no fsync") - get("direct call 10 KB"),
+    );
     println!(
         "\nA streamed call: from the upstream sending its first chunk to the agent reading it, median: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +200 µs). Its {LATER_CHUNKS} later chunks, 99th percentile: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +50 µs).",
         get("first chunk direct"),
