@@ -284,8 +284,9 @@ fn record_end(
         exit_code: Some(outcome.exit_code),
         finished_at: journal::now(),
         error: outcome.failure.as_ref().map(report::described),
+        release: claim.cloned(),
     };
-    let recorded = finish(journal, (&task.id, run), &end, &outcome.stats, claim);
+    let recorded = journal.finish_run(&task.id, run, &end, &outcome.stats);
     // An agent that could not be started leaves nothing behind.
     let unstarted = fresh
         && recorded.is_ok()
@@ -317,28 +318,9 @@ fn record_failure(
         exit_code: Some(exit_code::INTERNAL),
         finished_at: journal::now(),
         error: Some(report::described(err)),
+        release: claim.cloned(),
     };
-    let _ = finish(
-        journal,
-        (task, run),
-        &end,
-        &journal::RunStats::default(),
-        claim,
-    );
-}
-
-/// Records the run's end; a worker's claim on the task goes with it.
-fn finish(
-    journal: &mut dyn Journal,
-    (task, run): (&str, u32),
-    end: &RunEnd,
-    stats: &journal::RunStats,
-    claim: Option<&journal::Claim>,
-) -> Result<()> {
-    match claim {
-        Some(claim) => journal.finish_claimed_run(task, run, end, stats, claim),
-        None => journal.finish_run(task, run, end, stats),
-    }
+    let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
 }
 
 /// Starts a run of `task`: its number and when its lease was taken.

@@ -307,6 +307,8 @@ pub(crate) struct RunEnd {
     pub(crate) finished_at: String,
     /// See [`RunRecord::error`].
     pub(crate) error: Option<String>,
+    /// A worker's claim on the task, released in the end's transaction.
+    pub(crate) release: Option<super::Claim>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 //! write is durable (to the sync mode in force). The runner answers the agent
 //! or starts a side effect only after that.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -228,27 +227,10 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// Closes the run and, if it still holds the lease, releases it and
     /// records the task's status (`cancelled` if a cancel came meanwhile).
     fn finish_run(&mut self, task: &str, run: u32, end: &RunEnd, stats: &RunStats) -> Result<()> {
-        committed(self, |tx| writes::end_run(tx, task, run, end, stats))
-    }
-    /// [`Journal::finish_run`] of a worker's run, which releases the
-    /// worker's claim on the task in the same transaction: one transaction
-    /// a task fewer, and the worker's wake-up by the end's news finds the
-    /// run ended ([`Claim`]).
-    fn finish_claimed_run(
-        &mut self,
-        task: &str,
-        run: u32,
-        end: &RunEnd,
-        stats: &RunStats,
-        claim: &Claim,
-    ) -> Result<()> {
-        committed(self, |tx| {
-            writes::end_run(tx, task, run, end, stats)?;
-            writes::release_claim(tx, task, &claim.worker)?;
-            claim.ending();
-            Ok(())
-        })?;
-        claim.set_released();
+        committed(self, |tx| writes::end_run(tx, task, run, end, stats))?;
+        if let Some(claim) = &end.release {
+            claim.set_released();
+        }
         Ok(())
     }
     /// Takes steps `step` and later out of replay (kept as `discarded`) and
@@ -475,14 +457,15 @@ pub(crate) struct Look<'a> {
 }
 
 /// A worker's claim on the task its run runs (SPEC 16), which the run's
-/// end releases ([`Journal::finish_claimed_run`]).
+/// end releases in its own transaction ([`RunEnd::release`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Claim {
     pub(crate) worker: String,
     /// Set just before the commit that releases the claim: the commit's
     /// news wakes the worker, which must then find the run ended.
     ended: Arc<AtomicBool>,
     /// The run's end released it.
-    released: Cell<bool>,
+    released: Arc<AtomicBool>,
 }
 
 impl Claim {
@@ -490,7 +473,7 @@ impl Claim {
         Self {
             worker,
             ended,
-            released: Cell::new(false),
+            released: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -501,11 +484,11 @@ impl Claim {
 
     /// Whether the run's end released the claim.
     pub(crate) fn released(&self) -> bool {
-        self.released.get()
+        self.released.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_released(&self) {
-        self.released.set(true);
+        self.released.store(true, Ordering::Release);
     }
 }
 

@@ -73,6 +73,7 @@ fn finish(journal: &mut dyn Journal, task: &str, run: u32, status: TaskStatus, c
         exit_code: code,
         finished_at: now(),
         error: (status == TaskStatus::Failed).then(|| format!("durun: {task} failed\n  why")),
+        release: None,
     };
     journal
         .finish_run(task, run, &end, &RunStats::default())

@@ -363,7 +363,8 @@ pub(crate) fn discard_from(
 }
 
 /// The end of a run, and the release of its lease if it still holds it
-/// (a cancel that came meanwhile decides the task's status).
+/// (a cancel that came meanwhile decides the task's status), and of a
+/// worker's claim on the task (`end.release`).
 pub(crate) fn end_run(
     tx: &mut dyn Tx,
     task: &str,
@@ -419,6 +420,11 @@ pub(crate) fn end_run(
             (&end.finished_at).into(),
         ],
     )?;
+    if let Some(claim) = &end.release {
+        release_claim(tx, task, &claim.worker)?;
+        // The last write before the commit.
+        claim.ending();
+    }
     Ok(())
 }
 

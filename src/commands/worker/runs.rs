@@ -232,6 +232,7 @@ pub(super) fn interrupt_open_run(
             exit_code: Some(code),
             finished_at: journal::now(),
             error: Some(why.to_owned()),
+            release: None,
         };
         journal.finish_run(id, run.run, &end, &RunStats::default())?;
     }

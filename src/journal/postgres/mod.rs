@@ -27,7 +27,7 @@ use crate::journal::tx::lease_at;
 
 pub(crate) use open::describe;
 
-use super::{Claim, Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
+use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
 use crate::config::SyncMode;
 use crate::journal::sql;
 use crate::journal::writes;
@@ -218,19 +218,10 @@ impl Journal for PostgresJournal {
         // Also when the server ended this session (a run paused inside a
         // transaction): the run's end is still worth recording, on a new
         // one. It changes the task only if the run holds the lease.
-        self.again(|journal, _| journal.record_end(task, run, end, stats, None))
-    }
-
-    fn finish_claimed_run(
-        &mut self,
-        task: &str,
-        run: u32,
-        end: &RunEnd,
-        stats: &RunStats,
-        claim: &Claim,
-    ) -> Result<()> {
-        self.again(|journal, _| journal.record_end(task, run, end, stats, Some(claim)))?;
-        claim.set_released();
+        self.again(|journal, _| journal.record_end(task, run, end, stats))?;
+        if let Some(claim) = &end.release {
+            claim.set_released();
+        }
         Ok(())
     }
 }

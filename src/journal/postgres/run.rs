@@ -10,7 +10,7 @@ use super::reconnect::Attempt;
 use super::{PostgresJournal, channel};
 use crate::journal::sql::NOW_MS;
 use crate::journal::writes;
-use crate::journal::{Claim, RunEnd, RunStats, Standing, StepWrite, sql};
+use crate::journal::{RunEnd, RunStats, Standing, StepWrite, sql};
 
 impl PostgresJournal {
     /// Renews the run's lease: one transaction.
@@ -86,13 +86,9 @@ impl PostgresJournal {
         run: u32,
         end: &RunEnd,
         stats: &RunStats,
-        claim: Option<&Claim>,
     ) -> Result<()> {
         let mut tx = self.client.transaction()?;
         writes::end_run(&mut tx, task, run, end, stats)?;
-        if let Some(claim) = claim {
-            writes::release_claim(&mut tx, task, &claim.worker)?;
-        }
         // A worker may take over what this run left (interrupted, parked),
         // or retry it (failed). A completed run leaves nothing to take:
         // its news only tells of room in its queue.
@@ -102,9 +98,6 @@ impl PostgresJournal {
             crate::journal::news::RUN
         };
         tx.notify_channel("durun_work", news)?;
-        if let Some(claim) = claim {
-            claim.ending();
-        }
         // A worker's connection serves other tasks next.
         tx.commit_after(&format!("UNLISTEN {}", channel(task)))?;
         self.channel = None;

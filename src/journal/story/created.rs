@@ -68,6 +68,7 @@ pub(super) fn and_started(journal: &mut dyn Journal) {
         exit_code: Some(0),
         finished_at: now(),
         error: None,
+        release: None,
     };
     journal.finish_run("t10", 1, &end, &stats).expect("finish");
     let runs = journal.runs("t10").expect("runs");

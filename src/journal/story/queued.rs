@@ -61,9 +61,10 @@ pub(super) fn a_run_ends_with_its_workers_claim(journal: &mut dyn Journal) {
         exit_code: Some(143),
         finished_at: now(),
         error: None,
+        release: Some(claim.clone()),
     };
     journal
-        .finish_claimed_run("t11", run, &end, &RunStats::default(), &claim)
+        .finish_run("t11", run, &end, &RunStats::default())
         .expect("finish");
     assert!(ended.load(Ordering::Acquire) && claim.released());
     let loaded = journal.task("t11").expect("task").expect("exists");

@@ -134,6 +134,7 @@ fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>,
         exit_code: Some(137),
         finished_at: crate::journal::now(),
         error: None,
+        release: None,
     };
     journal
         .finish_run(task, run, &end, &RunStats::default())
