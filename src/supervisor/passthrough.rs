@@ -79,34 +79,34 @@ impl Passthrough {
     }
 
     /// Waits until everything queued is written (or durun's stdout failed).
-    /// With `stall`, gives up once durun's stdout has taken nothing for
-    /// that long: a run stopped by a signal does not wait forever for a
-    /// reader that never reads.
-    pub(super) fn finish(mut self, stall: Option<Duration>) {
-        if let Some(stall) = stall {
-            let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
-            queue.closed = true;
-            self.shared.ready.notify_all();
-            let mut left = queue.bytes;
-            let mut moved_at = Instant::now();
-            while queue.bytes > 0 {
-                if moved_at.elapsed() >= stall {
-                    // The copier is stuck in a write; it ends with durun.
-                    self.thread = None;
-                    return;
-                }
-                queue = self
-                    .shared
-                    .ready
-                    .wait_timeout(queue, Duration::from_millis(50))
-                    .expect("no panic holds the lock")
-                    .0;
-                if queue.bytes != left {
-                    left = queue.bytes;
-                    moved_at = Instant::now();
-                }
+    /// Gives up once durun's stdout has taken nothing for as long as
+    /// `stall` says, asked as it waits: a run stopped by a signal, or one
+    /// that ended in a worker told to stop since, does not wait forever for
+    /// a reader that never reads.
+    pub(super) fn finish(mut self, stall: &dyn Fn() -> Option<Duration>) {
+        let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
+        queue.closed = true;
+        self.shared.ready.notify_all();
+        let mut left = queue.bytes;
+        let mut moved_at = Instant::now();
+        while queue.bytes > 0 {
+            if stall().is_some_and(|stall| moved_at.elapsed() >= stall) {
+                // The copier is stuck in a write; it ends with durun.
+                self.thread = None;
+                return;
+            }
+            queue = self
+                .shared
+                .ready
+                .wait_timeout(queue, Duration::from_millis(50))
+                .expect("no panic holds the lock")
+                .0;
+            if queue.bytes != left {
+                left = queue.bytes;
+                moved_at = Instant::now();
             }
         }
+        drop(queue);
         self.close();
     }
 

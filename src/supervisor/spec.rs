@@ -134,6 +134,9 @@ pub(crate) struct Output {
     /// Hears when the agent's stderr, copied through the progress line,
     /// has closed and gone out.
     pub(super) stderr_done: Option<mpsc::Receiver<()>>,
+    /// A worker's stop signals: one that comes while the prints wait
+    /// gives them [`OUTPUT_STALL`] too.
+    pub(super) stops: Option<Arc<super::Stops>>,
 }
 
 impl Output {
@@ -149,6 +152,9 @@ impl Output {
     /// Writes what is left of the agent's prints to durun's stdout.
     pub(crate) fn finish(mut self) {
         self.finish_stderr();
-        self.passthrough.finish(self.stall);
+        let (stall, stops) = (self.stall, self.stops.take());
+        let stopped = move || stops.as_ref().is_some_and(|stops| stops.came());
+        self.passthrough
+            .finish(&|| stall.or_else(|| stopped().then_some(OUTPUT_STALL)));
     }
 }

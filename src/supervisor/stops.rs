@@ -36,6 +36,16 @@ impl Stops {
         }
     }
 
+    /// Whether a stop signal has come.
+    pub(crate) fn came(&self) -> bool {
+        !self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .came
+            .is_empty()
+    }
+
     /// Counts a run in until the returned guard drops.
     pub(super) fn join(self: &Arc<Self>, events: Events) -> Joined {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

@@ -260,8 +260,9 @@ fn tasks_a_worker_cannot_take_now_never_hide_the_ones_behind_them() {
 }
 
 /// A run whose agent's last prints wait for the worker's stdout (a pipe
-/// nobody reads yet) does not hold its worker up: the run's end is
-/// committed, and the worker takes its next task meanwhile.
+/// nobody reads) holds up neither its worker, which takes its next task
+/// meanwhile, nor the worker's stop: the prints are given up on once the
+/// stop came and the pipe took nothing for a while.
 #[test]
 fn a_run_whose_prints_wait_for_stdout_does_not_hold_up_its_worker() {
     let env = TestEnv::new();
@@ -276,13 +277,8 @@ fn a_run_whose_prints_wait_for_stdout_does_not_hold_up_its_worker() {
     wait_for("the next task to complete", Duration::from_secs(30), || {
         status(&env, "quiet") == "completed"
     });
-    // Read now: the loud run's prints go, and its thread is over.
-    let mut stdout = w.stdout.take().expect("the worker's stdout");
-    let reader = std::thread::spawn(move || {
-        let mut printed = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut printed).expect("read");
-        printed.len()
-    });
+    // Never read: the worker stops all the same.
+    let stdout = w.stdout.take().expect("the worker's stdout");
     assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
-    assert_eq!(reader.join().expect("reader"), 1 << 20);
+    drop(stdout);
 }

@@ -443,6 +443,7 @@ impl Supervisor<'_> {
                 passthrough: self.io.passthrough,
                 stall: self.ending.signal.map(|_| OUTPUT_STALL),
                 stderr_done: None,
+                stops: self.spec.stops.clone(),
             }),
         }
     }
