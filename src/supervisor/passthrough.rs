@@ -79,18 +79,18 @@ impl Passthrough {
     }
 
     /// Waits until everything queued is written (or durun's stdout failed).
-    /// Gives up once durun's stdout has taken nothing for as long as
-    /// `stall` says, asked as it waits: a run stopped by a signal, or one
-    /// that ended in a worker told to stop since, does not wait forever for
-    /// a reader that never reads.
-    pub(super) fn finish(mut self, stall: &dyn Fn() -> Option<Duration>) {
+    /// Once `stopped` says a stop came (asked as it waits), gives up when
+    /// durun's stdout has taken nothing for `stall`: a run stopped by a
+    /// signal, or one that ended in a worker told to stop since, does not
+    /// wait forever for a reader that never reads.
+    pub(super) fn finish(mut self, stall: Duration, stopped: &dyn Fn() -> bool) {
         let mut queue = self.shared.queue.lock().expect("no panic holds the lock");
         queue.closed = true;
         self.shared.ready.notify_all();
         let mut left = queue.bytes;
         let mut moved_at = Instant::now();
         while queue.bytes > 0 {
-            if stall().is_some_and(|stall| moved_at.elapsed() >= stall) {
+            if moved_at.elapsed() >= stall && stopped() {
                 // The copier is stuck in a write; it ends with durun.
                 self.thread = None;
                 return;

@@ -22,7 +22,7 @@ use crate::settings::LeaseTimes;
 pub(super) const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// How long a run stopped by a signal waits for a stdout that takes
 /// nothing before it exits anyway.
-pub(super) const OUTPUT_STALL: Duration = Duration::from_secs(5);
+const OUTPUT_STALL: Duration = Duration::from_secs(5);
 
 /// What the supervisor needs to know about the run.
 pub(crate) struct RunSpec<'a> {
@@ -128,14 +128,14 @@ pub(crate) struct Outcome {
 /// The rest of the agent's prints.
 pub(crate) struct Output {
     pub(super) passthrough: Passthrough,
-    /// Give up on a stdout that takes nothing for this long (a run stopped
-    /// by a signal), or wait for every byte.
-    pub(super) stall: Option<Duration>,
+    /// The run was stopped by a signal: a stdout that takes nothing for
+    /// [`OUTPUT_STALL`] is given up on, not waited for to the last byte.
+    pub(super) signalled: bool,
     /// Hears when the agent's stderr, copied through the progress line,
     /// has closed and gone out.
     pub(super) stderr_done: Option<mpsc::Receiver<()>>,
     /// A worker's stop signals: one that comes while the prints wait
-    /// gives them [`OUTPUT_STALL`] too.
+    /// counts as the run's own.
     pub(super) stops: Option<Arc<super::Stops>>,
 }
 
@@ -152,9 +152,9 @@ impl Output {
     /// Writes what is left of the agent's prints to durun's stdout.
     pub(crate) fn finish(mut self) {
         self.finish_stderr();
-        let (stall, stops) = (self.stall, self.stops.take());
-        let stopped = move || stops.as_ref().is_some_and(|stops| stops.came());
-        self.passthrough
-            .finish(&|| stall.or_else(|| stopped().then_some(OUTPUT_STALL)));
+        let (signalled, stops) = (self.signalled, self.stops.take());
+        self.passthrough.finish(OUTPUT_STALL, &|| {
+            signalled || stops.as_ref().is_some_and(|stops| stops.came())
+        });
     }
 }

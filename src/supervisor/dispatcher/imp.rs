@@ -50,7 +50,7 @@ use crate::supervisor::committer::Committer;
 use crate::supervisor::inbox::{AGENT, Conn, Event, Events};
 use crate::supervisor::lines::Chunk;
 use crate::supervisor::outbox::Deferred;
-use crate::supervisor::spec::{DRAIN_GRACE, OUTPUT_STALL, Outcome, Output, RunSpec};
+use crate::supervisor::spec::{DRAIN_GRACE, Outcome, Output, RunSpec};
 use crate::supervisor::{child, committer, socket};
 
 /// The most answers (bytes) waiting for the agent to read them: past it,
@@ -441,7 +441,7 @@ impl Supervisor<'_> {
             failure,
             output: Some(Output {
                 passthrough: self.io.passthrough,
-                stall: self.ending.signal.map(|_| OUTPUT_STALL),
+                signalled: self.ending.signal.is_some(),
                 stderr_done: None,
                 stops: self.spec.stops.clone(),
             }),
