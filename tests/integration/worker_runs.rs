@@ -282,3 +282,48 @@ fn a_run_whose_prints_wait_for_stdout_does_not_hold_up_its_worker() {
     assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
     drop(stdout);
 }
+
+/// Every byte a worker's runs print reaches the worker's stdout when it is
+/// read, in order, the last line of each run too, through the worker's
+/// stop.
+#[test]
+fn a_workers_runs_lose_no_print_that_is_read() {
+    use std::io::Read as _;
+    let env = TestEnv::new();
+    // 1 MiB and a line that ends it: more than a pipe holds.
+    let loud = [
+        "sh",
+        "-c",
+        "head -c 1048576 /dev/zero | tr '\\0' x; echo; echo the-end-of-loud",
+    ]
+    .map(String::from);
+    submit(&env, "loud", &loud);
+    let mut w = worker_printing_to(&env, "w", &["--jobs", "2"], std::process::Stdio::piped());
+    let mut stdout = w.stdout.take().expect("the worker's stdout");
+    let reader = std::thread::spawn(move || {
+        let mut printed = Vec::new();
+        stdout
+            .read_to_end(&mut printed)
+            .expect("read the worker's stdout");
+        printed
+    });
+    wait_for("the loud task to complete", Duration::from_secs(30), || {
+        status(&env, "loud") == "completed"
+    });
+    let last = ["sh", "-c", "echo the-last-print"].map(String::from);
+    submit(&env, "last", &last);
+    wait_for("the last task to complete", Duration::from_secs(30), || {
+        status(&env, "last") == "completed"
+    });
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    let printed = String::from_utf8(reader.join().expect("the reader")).expect("UTF-8");
+    let mut lines = printed.lines();
+    let first = lines.next().expect("the loud run's print");
+    assert_eq!(first.len(), 1 << 20, "the whole MiB, on one line");
+    assert!(first.bytes().all(|byte| byte == b'x'), "nothing else in it");
+    assert_eq!(
+        lines.collect::<Vec<_>>(),
+        ["the-end-of-loud", "the-last-print"],
+        "each run's prints whole and in order"
+    );
+}
