@@ -227,6 +227,10 @@ export async function step(name, args, fn, options = {}) {
     if (chan.posted.size >= MAX_POSTED) await chan.room();
     const posted = new PostedStep(chan.nextStep++, encoded);
     chan.post(begin, (answer) => posted.land(answer));
+    // durun closed the protocol: the step cannot be journaled, so its
+    // body does not run (a model call would be paid for and lost), as
+    // with a `begin` awaited.
+    if (posted.answer !== null && !posted.answer.ok) throw errorOf(posted.answer);
     posted.beginId = begin.id;
     context = posted;
   } else {

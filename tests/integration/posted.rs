@@ -170,3 +170,40 @@ durun.result(values)
     }
     assert_eq!(view["task"]["runs"][1]["replayed_steps"], 6);
 }
+
+/// This test is durun's end of the protocol: it says the journal held no
+/// step (every `read` step is new, its `begin` posted) and gives the agent
+/// a stdin that is closed. A `mutate` step learns that durun closed the
+/// protocol; the `read` step after it is refused before its body runs.
+#[test]
+fn a_new_step_after_durun_closed_the_protocol_is_refused_before_its_body_runs() {
+    let script = r#"
+import durun
+ran = []
+for name, effect in (("first", "mutate"), ("second", "read")):
+    try:
+        durun.step(name, {}, lambda: ran.append(name), effect=effect)
+        print(name + ": returned")
+    except Exception as err:
+        print(name + ":", err)
+print("ran:", ran)
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", crate::env::sdk_path())
+        .env("DURUN_PROTOCOL", "1")
+        .env("DURUN_TASK_ID", "t")
+        .env("DURUN_JOURNAL_STEPS", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("python3");
+    let printed = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{printed}");
+    for name in ["first", "second"] {
+        assert!(
+            printed.contains(&format!("{name}: durun closed the protocol")),
+            "{printed}"
+        );
+    }
+    assert!(printed.contains("ran: []"), "no body ran: {printed}");
+}

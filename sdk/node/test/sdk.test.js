@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 
 import { durun, durunBin, inspect, repo, sandbox, sdk } from "./helpers.js";
 
@@ -381,4 +381,34 @@ await durun.result({ reply: reply.choices[0].message.content, streamed: streamed
   } finally {
     server.kill();
   }
+});
+
+test("a new step after durun closed the protocol is refused before its body runs", () => {
+  const box = sandbox();
+  const path = agent(box, `
+const ran = [];
+await durun.step("first", {}, () => ran.push("first")).catch(() => {});
+// The closed pipe is seen by now.
+await new Promise((resolve) => setTimeout(resolve, 200));
+try {
+  await durun.step("second", {}, () => ran.push("second"));
+  console.error("second: returned");
+} catch (err) {
+  console.error("second:", err.message);
+}
+console.error("ran:", JSON.stringify(ran));
+`);
+  // This test is durun's end of the protocol: it says the journal held no
+  // step (every \`read\` step is new, its \`begin\` posted) and closes the
+  // agent's stdin at once.
+  const run = spawnSync(process.execPath, [path], {
+    cwd: box.dir,
+    env: { ...box.env, DURUN_PROTOCOL: "1", DURUN_TASK_ID: "t", DURUN_JOURNAL_STEPS: "0" },
+    input: "",
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stderr, /second: .*durun closed the protocol/);
+  assert.match(run.stderr, /ran: \["first"\]/, "the second step's body did not run");
 });
