@@ -147,21 +147,21 @@ impl Journal for PostgresJournal {
         let leased_at = crate::os::boot_clock();
         let pid = i64::from(me.pid);
         let pid_start = me.pid_start.map(|start| start as i64);
+        // The lease, the run's row and its event in one statement: one
+        // round trip, where three cost a worker's task two more.
         tx.execute(
             &format!(
-                "UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3, lease_pid = $4,
-                     lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2, updated_at = $6
-                 WHERE id = $1"
+                "WITH leased AS (
+                     UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3,
+                         lease_pid = $4, lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2,
+                         updated_at = $6
+                     WHERE id = $1
+                 ), opened AS (
+                     INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $6)
+                 )
+                 INSERT INTO events (task_id, run, kind, step, at) VALUES ($1, $2, 'run.opened', NULL, $6)"
             ),
             &[&task, &run, &me.host, &pid, &pid_start, &now],
-        )?;
-        tx.execute(
-            sql::INSERT_RUN.postgres(),
-            &[&task, &run, &me.host, &pid, &now],
-        )?;
-        tx.execute(
-            sql::INSERT_EVENT.postgres(),
-            &[&task, &run, &"run.opened", &None::<i64>, &now],
         )?;
         if taken_over.is_some() {
             // A holder that was only paused hears of it on its next look.
