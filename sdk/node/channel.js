@@ -411,8 +411,17 @@ function quietly(read) {
 // Whole lines, in order, even on a non-blocking pipe that is full for a
 // moment (durun reads it as fast as it can).
 function writeAll(text) {
+  // Most often the pipe takes it all at once: written as a string, with
+  // no buffer made for it (a tenth of a short step's time on Node 24).
+  let written = 0;
+  try {
+    written = writeSync(1, text);
+  } catch (err) {
+    if (err.code !== "EAGAIN") throw err;
+  }
+  if (written === Buffer.byteLength(text)) return;
   const bytes = Buffer.from(text);
-  let offset = 0;
+  let offset = written;
   while (offset < bytes.length) {
     try {
       offset += writeSync(1, bytes, offset, bytes.length - offset);
