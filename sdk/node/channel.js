@@ -412,7 +412,7 @@ function quietly(read) {
 // moment (durun reads it as fast as it can).
 function writeAll(text) {
   // Most often the pipe takes it all at once: written as a string, with
-  // no buffer made for it (a tenth of a short step's time on Node 24).
+  // no buffer made for it (a few per cent of a short step on Node 24).
   let written = 0;
   try {
     written = writeSync(1, text);
