@@ -7,12 +7,14 @@
 //!
 //! The proxy runs on a thread of its own with a small tokio runtime
 //! (hyper serves the agent, reqwest reaches the upstream). It owns no
-//! journal: each request is handed to the supervisor loop as a [`ToLoop`]
-//! message through the same inbox the socket uses, and the loop answers
-//! with a [`Verdict`] (replay this, forward as step N, refuse). When the
-//! answer is in, the proxy hands it to the loop again ([`ToLoop::Done`])
-//! and lets the agent have the end of it only once the loop says it is
-//! durable.
+//! journal: a request byte-identical to a recorded one is answered from
+//! the run's recorded answers, which it shares with the loop
+//! ([`Answers`]); any other is handed to the supervisor loop as a
+//! [`ToLoop`] message through the same inbox the socket uses, and the loop
+//! answers with a [`Verdict`] (replay this, forward as step N, refuse).
+//! When the answer is in, the proxy hands it to the loop again
+//! ([`ToLoop::Done`]) and lets the agent have the end of it only once the
+//! loop says it is durable.
 //!
 //! # Invariant
 //!
@@ -48,13 +50,6 @@ use crate::protocol::Effect;
 pub(crate) enum ToLoop {
     /// A request to journal: the loop says what to do with it.
     Ask(Ask),
-    /// A request byte-identical to one the journal answered
-    /// ([`Known`]): the loop replays it without its args, or says to ask
-    /// again with them (`None`: all its answers were had already).
-    Known {
-        request_hash: String,
-        reply: oneshot::Sender<Option<Verdict>>,
-    },
     /// A forwarded request's end.
     Done {
         /// As [`Verdict::Forward`] gave it.
@@ -83,32 +78,35 @@ pub(crate) struct Ask {
     pub(crate) reply: oneshot::Sender<Verdict>,
 }
 
-/// The `request_hash` of each request the journal holds an answer to, as
-/// the loop read them before the proxy served its first client (a query's
-/// secret is in a hash, never in clear: `secret_query` masks only the
-/// args). The proxy asks
-/// to replay one of these ([`ToLoop::Known`]) before it parses it, so a
-/// resumed chat's requests, each the whole conversation again, are
-/// hashed, not parsed and made canonical (SPEC 21).
-#[derive(Default)]
-pub(crate) struct Known(std::sync::Mutex<std::collections::HashSet<String>>);
-
-impl Known {
-    /// Adds `hashes`: the loop, once it has read the recorded steps.
-    pub(crate) fn add<'a>(&self, hashes: impl IntoIterator<Item = &'a String>) {
-        self.lock().extend(hashes.into_iter().cloned());
-    }
-
-    fn has(&self, request_hash: &str) -> bool {
-        self.lock().contains(request_hash)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+/// The journal's answers to requests, as the proxy takes them itself: a
+/// request byte-identical to a recorded one (its bytes hashed with what
+/// else makes its args, [`request::request_hash`]; a query's secret is in
+/// a hash, never in clear) is answered before it is parsed and without a
+/// round trip to the loop, so a resumed chat's requests, each the whole
+/// conversation again, cost a hash each (SPEC 21).
+pub(crate) trait Answers: Send + Sync {
+    /// The recorded answer to the request whose bytes hash to
+    /// `request_hash`, taken: no other request of the run gets it.
+    fn take(&self, request_hash: &str) -> Taken;
 }
+
+/// What [`Answers::take`] found.
+pub(crate) enum Taken {
+    /// The recorded step's output.
+    Output(crate::json_text::JsonText),
+    /// No answer kept for these bytes (none recorded, or every one had):
+    /// the loop is asked, with the request's args.
+    Ask,
+    /// The run stops: refused, as the loop refuses any request then.
+    Stopping,
+    /// Another runner holds the task: the agent hears the run ended.
+    Ended,
+}
+
+/// The refusal of any request while the run stops: its kind and message.
+const STOPPING_KIND: &str = "durun_stopping";
+const STOPPING: &str =
+    "durun's run is stopping; nothing was forwarded, and the task can be resumed";
 
 /// What the loop says to do with a request.
 pub(crate) enum Verdict {
@@ -145,9 +143,8 @@ impl Verdict {
     pub(crate) fn stopping() -> Self {
         Self::Refuse {
             status: 503,
-            kind: "durun_stopping",
-            message: "durun's run is stopping; nothing was forwarded, and the task can be resumed"
-                .into(),
+            kind: STOPPING_KIND,
+            message: STOPPING.into(),
         }
     }
 
@@ -200,7 +197,6 @@ pub(crate) struct Proxy {
     idle: Option<Idle>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    known: Arc<Known>,
 }
 
 /// A proxy bound but not yet serving.
@@ -228,13 +224,7 @@ impl Proxy {
             }),
             stop: None,
             thread: None,
-            known: Arc::default(),
         })
-    }
-
-    /// The requests the journal answered, which the loop fills.
-    pub(crate) fn known(&self) -> &Known {
-        &self.known
     }
 
     /// The listener while no thread serves it: a client waiting on it (it
@@ -244,9 +234,10 @@ impl Proxy {
         self.idle.as_ref().map(|idle| idle.listener.as_fd())
     }
 
-    /// Starts serving on a thread of its own, once. On failure the port is
-    /// closed, so that clients are refused rather than left waiting.
-    pub(crate) fn serve(&mut self) -> io::Result<()> {
+    /// Starts serving on a thread of its own, once, taking recorded
+    /// answers from `answers`. On failure the port is closed, so that
+    /// clients are refused rather than left waiting.
+    pub(crate) fn serve(&mut self, answers: Arc<dyn Answers>) -> io::Result<()> {
         let Some(Idle {
             listener,
             secret,
@@ -258,12 +249,7 @@ impl Proxy {
         let (stop, stopped) = oneshot::channel();
         let thread = serve::spawn(
             listener,
-            serve::Shared::new(
-                secret,
-                Arc::clone(&self.routes),
-                inbox,
-                Arc::clone(&self.known),
-            ),
+            serve::Shared::new(secret, Arc::clone(&self.routes), inbox, answers),
             stopped,
         )?;
         self.stop = Some(stop);

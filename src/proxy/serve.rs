@@ -25,7 +25,7 @@ use super::http::{Body, accept, error, full, is_secret};
 use super::probe::{probed, reconciled};
 use super::recording::{self, Answer};
 use super::routes::{Routes, Unresolved};
-use super::{Ask, Inbox, Known, ToLoop, Verdict};
+use super::{Answers, Ask, Inbox, Taken, ToLoop, Verdict};
 
 /// The largest request body the proxy takes (the protocol's line limit).
 const MAX_BODY: usize = crate::protocol::MAX_LINE;
@@ -39,7 +39,7 @@ pub(super) struct Shared {
     routes: Arc<Routes>,
     inbox: Inbox,
     clients: Clients,
-    known: Arc<Known>,
+    answers: Arc<dyn Answers>,
 }
 
 impl Shared {
@@ -47,14 +47,14 @@ impl Shared {
         secret: String,
         routes: Arc<Routes>,
         inbox: Inbox,
-        known: Arc<Known>,
+        answers: Arc<dyn Answers>,
     ) -> Self {
         Self {
             secret,
             routes,
             inbox,
             clients: Clients::new(),
-            known,
+            answers,
         }
     }
 }
@@ -150,7 +150,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
         Err(refused) => return refused,
     };
     let name = format!("{route_name} {method} {path}");
-    let request_hash = match known(&shared, (&name, &query), (&route_name, &path), &body).await {
+    let request_hash = match known(&shared, (&name, &query), (&route_name, &path), &body) {
         Seen::Answered(answer) => return answer,
         Seen::Ask(request_hash) => request_hash,
     };
@@ -249,11 +249,11 @@ enum Seen {
     Ask(String),
 }
 
-/// A request byte-identical to one the journal answered ([`Known`]):
+/// A request byte-identical to one the journal answered ([`Answers`]):
 /// replayed without being parsed, or refused as any request is while the
 /// run stops. Any other, and one this run had every recorded answer to
 /// already, is asked with its args.
-async fn known(
+fn known(
     shared: &Shared,
     (name, query): (&str, &str),
     (route, path): (&str, &str),
@@ -262,31 +262,24 @@ async fn known(
     let routes = &shared.routes;
     let request_hash =
         super::request::request_hash(name, query, body, &routes.ignore, &routes.secret_query);
-    if !shared.known.has(&request_hash) {
-        return Seen::Ask(request_hash);
-    }
-    let (reply, verdict) = oneshot::channel();
-    let asked = ToLoop::Known {
-        request_hash: request_hash.clone(),
-        reply,
-    };
-    if !(shared.inbox)(asked) {
-        return Seen::Answered(ended());
-    }
-    match verdict.await {
+    match shared.answers.take(&request_hash) {
         // Hidden as when it was recorded: the same bytes asked the same.
-        Ok(Some(Verdict::Replay(output))) => Seen::Answered(replay(&output, || {
+        Taken::Output(output) => Seen::Answered(replay(&output, || {
             super::usage::would_ask(route, path, body)
         })),
-        Ok(Some(Verdict::Refuse {
-            status,
-            kind,
-            message,
-        })) => Seen::Answered(refused(status, kind, message)),
-        // The loop forwards only what it has the args of.
-        Ok(None | Some(Verdict::Forward { .. })) => Seen::Ask(request_hash),
-        Err(_) => Seen::Answered(ended()),
+        Taken::Ask => Seen::Ask(request_hash),
+        Taken::Stopping => Seen::Answered(stopping()),
+        Taken::Ended => Seen::Answered(ended()),
     }
+}
+
+/// The answer to any request while the run stops.
+fn stopping() -> Response<Body> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        super::STOPPING_KIND,
+        super::STOPPING,
+    )
 }
 
 /// The loop's refusal of a request, as the agent gets it.

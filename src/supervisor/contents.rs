@@ -4,29 +4,27 @@
 //! # Invariant
 //!
 //! A recorded step answers at most one request of a run (it is taken out
-//! when it does), the earliest of equal ones first; a step in flight is
-//! in `in_flight` until its end comes, then written or, for a `mutate`
-//! step cut off, kept to be retried with its key.
+//! of the [`Book`] when it does), the earliest of equal ones first; a step
+//! in flight is in `in_flight` until its end comes, then written or, for a
+//! `mutate` step cut off, kept to be retried with its key.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
+use super::book::{Book, Closed};
 use crate::journal::{StepRecord, StepStatus};
 
 #[derive(Default)]
 pub(super) struct Contents {
     /// Read from the journal (on the first request by content).
     loaded: bool,
-    /// Finished steps no request of this run has had, by name and args
-    /// hash, earliest first.
-    finished: HashMap<(String, String), VecDeque<StepRecord>>,
+    /// Finished steps no request of this run has had, shared with the
+    /// proxy.
+    book: Arc<Book>,
     /// `mutate` steps a run died inside (or whose answer was cut off):
     /// the same request runs them again with their key.
     pending: HashMap<(String, String), VecDeque<StepRecord>>,
-    /// The name and args hash of each finished step's request, by its
-    /// bytes' `request_hash`: a byte-identical request finds its step
-    /// without being parsed.
-    known: HashMap<String, (String, String)>,
     /// Requests forwarded, by flight.
     in_flight: HashMap<u64, InFlight>,
     /// The last flight given.
@@ -52,14 +50,8 @@ impl Contents {
     pub(super) fn load(&mut self, recorded: Vec<StepRecord>) {
         self.loaded = true;
         for record in recorded {
-            let at = (record.name.clone(), record.args_hash.clone());
             match record.status {
-                StepStatus::Committed => {
-                    if let Some(request_hash) = &record.request_hash {
-                        self.known.insert(request_hash.clone(), at.clone());
-                    }
-                    self.finished.entry(at).or_default().push_back(record);
-                }
+                StepStatus::Committed => self.book.add(record),
                 StepStatus::Pending => self.keep_pending(record),
                 // A failed attempt is not a finished step: the request is
                 // new again.
@@ -71,20 +63,22 @@ impl Contents {
     /// The earliest finished step with this name and args that no
     /// request of this run has had.
     pub(super) fn take_finished(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
-        take(&mut self.finished, name, args_hash)
+        self.book.take(name, args_hash)
     }
 
-    /// The earliest finished step equal to the request whose bytes hash
-    /// to `request_hash` that no request of this run has had: the same
-    /// step [`Self::take_finished`] gives for its name and args.
-    pub(super) fn take_known(&mut self, request_hash: &str) -> Option<StepRecord> {
-        let (name, args_hash) = self.known.get(request_hash)?;
-        take(&mut self.finished, name, args_hash)
+    /// The finished steps, as the proxy takes answers from them.
+    pub(super) fn book(&self) -> Arc<Book> {
+        Arc::clone(&self.book)
     }
 
-    /// The `request_hash` of every finished step's request.
-    pub(super) fn known(&self) -> impl Iterator<Item = &String> {
-        self.known.keys()
+    /// The steps the proxy replayed since the last call ([`Book::taken`]).
+    pub(super) fn taken(&self) -> Vec<StepRecord> {
+        self.book.taken()
+    }
+
+    /// The proxy takes no more answers ([`Book::close`]).
+    pub(super) fn close(&self, closed: Closed) {
+        self.book.close(closed);
     }
 
     /// A `mutate` step with this name and args left in doubt.
@@ -128,8 +122,7 @@ impl Contents {
     /// Keeps a finished step for the next equal request (its answer never
     /// reached the agent).
     pub(super) fn keep_finished(&mut self, record: StepRecord) {
-        let at = (record.name.clone(), record.args_hash.clone());
-        self.finished.entry(at).or_default().push_back(record);
+        self.book.keep(record);
     }
 
     /// Keeps a `mutate` step in doubt for the next equal request.
@@ -140,24 +133,13 @@ impl Contents {
 
     /// The earliest finished step named `name` that no request of this
     /// run has had, whatever its args.
-    pub(super) fn first_unreplayed(&self, name: &str) -> Option<&StepRecord> {
-        self.finished
-            .iter()
-            .filter(|((recorded, _), _)| recorded == name)
-            .filter_map(|(_, records)| records.front())
-            .min_by_key(|record| record.step)
+    pub(super) fn first_unreplayed(&self, name: &str) -> Option<StepRecord> {
+        self.book.first_unreplayed(name)
     }
 
     /// The recorded steps no request of this run has had, in order.
     pub(super) fn unreplayed(&self) -> Vec<u64> {
-        let mut steps: Vec<u64> = self
-            .finished
-            .values()
-            .flatten()
-            .map(|record| record.step)
-            .collect();
-        steps.sort_unstable();
-        steps
+        self.book.unreplayed()
     }
 }
 
@@ -174,55 +156,4 @@ fn take(
         map.remove(&at);
     }
     record
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::journal::StepKind;
-
-    fn proxied(step: u64, args_hash: &str, request_hash: Option<&str>) -> StepRecord {
-        StepRecord {
-            name: "openai POST /chat/completions".into(),
-            kind: StepKind::Proxy,
-            args_hash: args_hash.into(),
-            request_hash: request_hash.map(str::to_owned),
-            ..StepRecord::sample(step, StepStatus::Committed)
-        }
-    }
-
-    /// A request found by its bytes takes what its args would: the
-    /// earliest unreplayed step of its name and args, once each; a step
-    /// recorded without a request hash is found by its args alone.
-    #[test]
-    fn a_known_request_takes_the_step_its_args_would() {
-        let mut contents = Contents::default();
-        contents.load(vec![
-            proxied(1, "a", Some("bytes-1")),
-            proxied(2, "a", Some("bytes-2")),
-            proxied(3, "b", None),
-        ]);
-        let mut known: Vec<_> = contents.known().cloned().collect();
-        known.sort();
-        assert_eq!(known, ["bytes-1", "bytes-2"]);
-        // Other bytes, the same args: the earliest step of those args.
-        assert_eq!(contents.take_known("bytes-2").map(|r| r.step), Some(1));
-        assert_eq!(
-            contents
-                .take_finished("openai POST /chat/completions", "a")
-                .map(|r| r.step),
-            Some(2)
-        );
-        assert!(
-            contents.take_known("bytes-1").is_none(),
-            "each answers once"
-        );
-        assert!(contents.take_known("bytes-3").is_none());
-        assert_eq!(
-            contents
-                .take_finished("openai POST /chat/completions", "b")
-                .map(|r| r.step),
-            Some(3)
-        );
-    }
 }

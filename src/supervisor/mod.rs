@@ -9,6 +9,7 @@
 //! this lives in.
 
 mod agent_io;
+mod book;
 mod budget;
 mod child;
 mod committer;

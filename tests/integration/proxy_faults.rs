@@ -318,3 +318,58 @@ print("".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.
         "the retry came from the journal"
     );
 }
+
+/// A resumed run that stops (SIGTERM) while its agent goes on: a request
+/// the journal holds the answer to is refused like any other, not
+/// replayed, and nothing goes upstream; the one replayed before the stop
+/// is counted.
+#[test]
+fn a_recorded_request_after_the_run_stops_is_refused_not_replayed() {
+    let (mut env, server) = llm_env();
+    env.set("STARTED", env.path("started").to_string_lossy());
+    let agent = env.write(
+        "agent.py",
+        r#"
+import json, os, signal, sys, time, urllib.error, urllib.request
+def ask(content):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", body,
+                                     {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status, answer.headers.get("x-durun-replayed"), ""
+    except urllib.error.HTTPError as err:
+        return err.code, None, json.load(err)["error"]["type"]
+if os.environ.get("DURUN_RUN") == "1":
+    ask("first"); ask("second")
+    sys.exit(1)
+stopped = []
+signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+print(*ask("first"))
+open(os.environ["STARTED"], "w").close()
+while not stopped:
+    time.sleep(0.01)
+print(*ask("second"))
+"#,
+    );
+    let agent = agent.to_string_lossy().into_owned();
+    let first = env.durun(&["run", "--task", "t", "--", "python3", &agent]);
+    assert_eq!(first.status.code(), Some(1), "{}", text(&first.stderr));
+    let before = server.counts();
+
+    let mut durun = env.spawn(&["resume", "t"], "resume");
+    crate::env::wait_for("the replayed call", Duration::from_secs(30), || {
+        env.path("started").exists()
+    });
+    crate::env::signal(i32::try_from(durun.id()).expect("pid"), libc::SIGTERM);
+    crate::env::wait_exit(&mut durun, Duration::from_secs(30));
+    let said = std::fs::read_to_string(env.path("resume.out")).expect("the agent's prints");
+    assert!(said.contains("200 true \n"), "the first replayed: {said}");
+    assert!(
+        said.contains("503 None durun_stopping\n"),
+        "the second refused: {said}"
+    );
+    assert_eq!(server.counts(), before, "nothing went upstream again");
+    let task = env.inspect("t");
+    assert_eq!(task["task"]["runs"][1]["replayed_steps"], 1, "{task}");
+}

@@ -18,6 +18,7 @@ use crate::error::{Failure, Kind};
 use crate::journal::Standing;
 use crate::os;
 use crate::report::Event as Report;
+use crate::supervisor::book::Closed;
 use crate::supervisor::ending::Stop;
 use crate::supervisor::inbox::AGENT;
 use crate::supervisor::outbox::{Deferred, Then};
@@ -94,6 +95,7 @@ impl Supervisor<'_> {
             return;
         }
         self.holding.fenced = true;
+        self.steps.contents.close(Closed::Fenced);
         if self.ending.exited.is_none() {
             os::signal_process(self.child_pid, Signal::KILL);
         }

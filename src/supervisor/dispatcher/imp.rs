@@ -46,6 +46,7 @@ use crate::os;
 use crate::protocol::{self, ErrorCode, Line, Response};
 use crate::report::{Event as Report, Reporter};
 use crate::supervisor::agent_io::AgentIo;
+use crate::supervisor::book::Closed;
 use crate::supervisor::committer::Committer;
 use crate::supervisor::inbox::{AGENT, Conn, Event, Events};
 use crate::supervisor::lines::Chunk;
@@ -157,6 +158,7 @@ pub(crate) fn supervise(
         supervisor.proxy = proxy.as_mut();
         supervisor.read_first_page();
         supervisor.serve(&events);
+        supervisor.count_taken();
         supervisor.report_unreplayed();
         // The journal comes home before the run's end is recorded; the
         // committer ends with its channel.
@@ -197,6 +199,7 @@ impl Supervisor<'_> {
                 self.socket.idle_listener(),
             ];
             let [proxy_client, socket_client] = self.io.wait(wait, read, listeners);
+            self.count_taken();
             if proxy_client {
                 // Before the proxy reads its first request: a resumed
                 // request byte-identical to a recorded one is then
@@ -207,7 +210,7 @@ impl Supervisor<'_> {
             }
             if proxy_client
                 && let Some(proxy) = self.proxy.as_deref_mut()
-                && let Err(err) = proxy.serve()
+                && let Err(err) = proxy.serve(self.steps.contents.book())
             {
                 self.not_serving("the model proxy", &err);
             }
@@ -390,6 +393,7 @@ impl Supervisor<'_> {
                 self.respond(conn, &Response::error(id, ErrorCode::BadRequest, message));
             }
             Event::Exited(status) => {
+                self.steps.contents.close(Closed::Stopping);
                 self.ending.exited = Some(status);
                 self.ending.exited_at = Some(Instant::now());
                 self.ending.kill_at = None;

@@ -34,10 +34,6 @@ impl Supervisor<'_> {
     pub(super) fn on_proxy(&mut self, message: ToLoop) {
         match message {
             ToLoop::Ask(ask) => self.on_ask(ask),
-            ToLoop::Known {
-                request_hash,
-                reply,
-            } => self.on_known(&request_hash, reply),
             ToLoop::Done {
                 flight,
                 own,
@@ -47,8 +43,8 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Reads the task's steps replayed by content, once, and hands the
-    /// proxy the hashes of their requests' bytes ([`crate::proxy::Known`]).
+    /// Reads the task's steps replayed by content, once: the proxy takes
+    /// their answers from the same book ([`crate::proxy::Answers`]).
     pub(super) fn load_contents(&mut self) -> anyhow::Result<()> {
         if self.steps.contents.loaded() {
             return Ok(());
@@ -56,31 +52,16 @@ impl Supervisor<'_> {
         let task = self.spec.task_id;
         let recorded = self.journal().steps_by_content(task)?;
         self.steps.contents.load(recorded);
-        if let Some(proxy) = &self.proxy {
-            proxy.known().add(self.steps.contents.known());
-        }
         Ok(())
     }
 
-    /// A request byte-identical to one the journal answered: replayed as
-    /// [`Self::on_ask`] replays it, without its args; `None` when this run
-    /// had every recorded answer to it (the proxy asks with its args).
-    fn on_known(&mut self, request_hash: &str, reply: oneshot::Sender<Option<Verdict>>) {
-        if self.holding.fenced {
-            // The reply is dropped: the agent hears the run ended.
-            return;
+    /// Counts the steps the proxy replayed since the last look: before
+    /// anything read after, since the proxy shelved each before the agent
+    /// had its answer.
+    pub(super) fn count_taken(&mut self) {
+        for record in self.steps.contents.taken() {
+            self.count_replayed(&record);
         }
-        if self.ending.stop.is_some() || self.ending.exited.is_some() {
-            let _ = reply.send(Some(Verdict::stopping()));
-            return;
-        }
-        let Some(record) = self.steps.contents.take_known(request_hash) else {
-            let _ = reply.send(None);
-            return;
-        };
-        self.count_replayed(&record);
-        let output = record.output.unwrap_or_else(JsonText::null);
-        let _ = reply.send(Some(Verdict::Replay(output)));
     }
 
     fn on_ask(&mut self, ask: Ask) {
@@ -171,7 +152,7 @@ impl Supervisor<'_> {
         if self.ignore_hinted {
             return;
         }
-        let Some(mut recorded) = self.steps.contents.first_unreplayed(name).cloned() else {
+        let Some(mut recorded) = self.steps.contents.first_unreplayed(name) else {
             return;
         };
         // Read as written: its conversation is a chain until expanded.

@@ -18,6 +18,7 @@ use crate::exit_code;
 use crate::journal::{Fenced, Standing, TaskStatus};
 use crate::os;
 use crate::protocol::{ErrorCode, Response};
+use crate::supervisor::book::Closed;
 use crate::supervisor::ending::Stop;
 use crate::supervisor::inbox;
 use rustix::process::Signal;
@@ -124,6 +125,7 @@ impl Supervisor<'_> {
                 self.refuse_start(call.conn, call.id, step);
             }
         }
+        self.steps.contents.close(Closed::Stopping);
         self.ending.stop = Some(stop);
     }
 
