@@ -32,6 +32,9 @@ use crate::task::live::Stream;
 
 impl Supervisor<'_> {
     pub(super) fn on_proxy(&mut self, message: ToLoop) {
+        // A replay the proxy gave before this request came is counted
+        // before it.
+        self.count_taken();
         match message {
             ToLoop::Ask(ask) => self.on_ask(ask),
             ToLoop::Done {
@@ -55,9 +58,10 @@ impl Supervisor<'_> {
         Ok(())
     }
 
-    /// Counts the steps the proxy replayed since the last look: before
-    /// anything read after, since the proxy shelved each before the agent
-    /// had its answer.
+    /// Counts the steps the proxy replayed since the last look. Called at
+    /// each turn of the loop and before each request: the proxy shelves a
+    /// step before the agent has its answer, so a replay is counted before
+    /// anything the agent sent after it.
     pub(super) fn count_taken(&mut self) {
         for record in self.steps.contents.taken() {
             self.count_replayed(&record);

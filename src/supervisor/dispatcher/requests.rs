@@ -45,6 +45,9 @@ impl Supervisor<'_> {
             "{PANIC_TASK} names task {}",
             self.spec.task_id
         );
+        // A replay the proxy gave before this request came is counted
+        // before it.
+        self.count_taken();
         if self.ending.stop.is_some() {
             return self.refuse_stopping(conn, &request);
         }
