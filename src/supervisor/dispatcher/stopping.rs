@@ -100,6 +100,9 @@ impl Supervisor<'_> {
         if self.ending.stop.is_some() {
             return;
         }
+        // Before the agent hears of it: a request it sends after is
+        // refused, the proxy's replays too.
+        self.steps.contents.close(Closed::Stopping);
         if !matches!(stop, Stop::Signal) && self.ending.exited.is_none() {
             // The answers queued so far (the refusal that stops the run,
             // most often) go into the pipe before the signal: an agent
@@ -125,7 +128,6 @@ impl Supervisor<'_> {
                 self.refuse_start(call.conn, call.id, step);
             }
         }
-        self.steps.contents.close(Closed::Stopping);
         self.ending.stop = Some(stop);
     }
 
@@ -138,6 +140,9 @@ impl Supervisor<'_> {
             return;
         }
         self.ending.signal = Some(signal);
+        // The proxy replays nothing from here, before the agent hears of
+        // the signal (the loop refuses the rest in `stop`).
+        self.steps.contents.close(Closed::Stopping);
         // A Ctrl-C at a terminal reaches the agent directly (it shares
         // durun's process group); anything else is passed on.
         let from_terminal = signal == Signal::INT.as_raw() && self.interactive;
