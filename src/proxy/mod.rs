@@ -103,11 +103,6 @@ pub(crate) enum Taken {
     Ended,
 }
 
-/// The refusal of any request while the run stops: its kind and message.
-const STOPPING_KIND: &str = "durun_stopping";
-const STOPPING: &str =
-    "durun's run is stopping; nothing was forwarded, and the task can be resumed";
-
 /// What the loop says to do with a request.
 pub(crate) enum Verdict {
     /// Answer it from the journal; the step's output as kept.
@@ -143,8 +138,9 @@ impl Verdict {
     pub(crate) fn stopping() -> Self {
         Self::Refuse {
             status: 503,
-            kind: STOPPING_KIND,
-            message: STOPPING.into(),
+            kind: "durun_stopping",
+            message: "durun's run is stopping; nothing was forwarded, and the task can be resumed"
+                .into(),
         }
     }
 

@@ -275,11 +275,16 @@ fn known(
 
 /// The answer to any request while the run stops.
 fn stopping() -> Response<Body> {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        super::STOPPING_KIND,
-        super::STOPPING,
-    )
+    // The loop's refusal, the one place it is written.
+    let Verdict::Refuse {
+        status,
+        kind,
+        message,
+    } = Verdict::stopping()
+    else {
+        return ended();
+    };
+    refused(status, kind, message)
 }
 
 /// The loop's refusal of a request, as the agent gets it.

@@ -23,11 +23,13 @@ use crate::proxy::{Answers, Taken};
 #[derive(Default)]
 pub(super) struct Book(Mutex<Shelf>);
 
+/// Steps by name and args hash, earliest first.
+pub(super) type Queues = HashMap<(String, String), VecDeque<StepRecord>>;
+
 #[derive(Default)]
 struct Shelf {
-    /// Finished steps no request of this run has had, by name and args
-    /// hash, earliest first.
-    finished: HashMap<(String, String), VecDeque<StepRecord>>,
+    /// Finished steps no request of this run has had.
+    finished: Queues,
     /// The name and args hash of each finished step's request, by its
     /// bytes' `request_hash`: a byte-identical request finds its step
     /// without being parsed.
@@ -52,11 +54,11 @@ impl Book {
     /// Shelves a finished step read from the journal.
     pub(super) fn add(&self, record: StepRecord) {
         let mut shelf = self.lock();
-        let at = (record.name.clone(), record.args_hash.clone());
         if let Some(request_hash) = &record.request_hash {
-            shelf.known.insert(request_hash.clone(), at.clone());
+            let at = (record.name.clone(), record.args_hash.clone());
+            shelf.known.insert(request_hash.clone(), at);
         }
-        shelf.finished.entry(at).or_default().push_back(record);
+        shelve(&mut shelf.finished, record);
     }
 
     /// Keeps a finished step for the next equal request (its answer never
@@ -73,18 +75,12 @@ impl Book {
     /// The earliest finished step with this name and args that no request
     /// of this run has had.
     pub(super) fn take(&self, name: &str, args_hash: &str) -> Option<StepRecord> {
-        // Keyed by owned strings: a lookup builds the key once per request.
-        let at = (name.to_owned(), args_hash.to_owned());
-        take(&mut self.lock().finished, &at)
+        take(&mut self.lock().finished, name, args_hash)
     }
 
     /// The steps the proxy took since the last call, for the loop to count.
     pub(super) fn taken(&self) -> Vec<StepRecord> {
-        let mut shelf = self.lock();
-        if shelf.taken.is_empty() {
-            return Vec::new();
-        }
-        std::mem::take(&mut shelf.taken)
+        std::mem::take(&mut self.lock().taken)
     }
 
     /// The proxy takes nothing more: the run stops, or is fenced (which
@@ -143,7 +139,7 @@ impl Answers for Book {
             Some(Closed::Fenced) => return Taken::Ended,
             None => {}
         }
-        let Some(mut record) = known.get(request_hash).and_then(|at| take(finished, at)) else {
+        let Some(mut record) = known.get(request_hash).and_then(|at| take_at(finished, at)) else {
             return Taken::Ask;
         };
         let output = record.output.take().unwrap_or_else(JsonText::null);
@@ -152,10 +148,19 @@ impl Answers for Book {
     }
 }
 
-fn take(
-    map: &mut HashMap<(String, String), VecDeque<StepRecord>>,
-    at: &(String, String),
-) -> Option<StepRecord> {
+/// Puts `record` last among the steps of its name and args.
+pub(super) fn shelve(queues: &mut Queues, record: StepRecord) {
+    let at = (record.name.clone(), record.args_hash.clone());
+    queues.entry(at).or_default().push_back(record);
+}
+
+/// The earliest step with this name and args, taken out.
+pub(super) fn take(queues: &mut Queues, name: &str, args_hash: &str) -> Option<StepRecord> {
+    // Keyed by owned strings: a lookup builds the key once per request.
+    take_at(queues, &(name.to_owned(), args_hash.to_owned()))
+}
+
+fn take_at(map: &mut Queues, at: &(String, String)) -> Option<StepRecord> {
     let queue = map.get_mut(at)?;
     let record = queue.pop_front();
     if queue.is_empty() {

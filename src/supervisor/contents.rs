@@ -8,11 +8,11 @@
 //! in flight is in `in_flight` until its end comes, then written or, for a
 //! `mutate` step cut off, kept to be retried with its key.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::book::{Book, Closed};
+use super::book::{self, Book, Closed, Queues};
 use crate::journal::{StepRecord, StepStatus};
 
 #[derive(Default)]
@@ -24,7 +24,7 @@ pub(super) struct Contents {
     book: Arc<Book>,
     /// `mutate` steps a run died inside (or whose answer was cut off):
     /// the same request runs them again with their key.
-    pending: HashMap<(String, String), VecDeque<StepRecord>>,
+    pending: Queues,
     /// Requests forwarded, by flight.
     in_flight: HashMap<u64, InFlight>,
     /// The last flight given.
@@ -83,7 +83,7 @@ impl Contents {
 
     /// A `mutate` step with this name and args left in doubt.
     pub(super) fn take_pending(&mut self, name: &str, args_hash: &str) -> Option<StepRecord> {
-        take(&mut self.pending, name, args_hash)
+        book::take(&mut self.pending, name, args_hash)
     }
 
     /// The step in doubt whose key is `key`, taken to run again.
@@ -127,8 +127,7 @@ impl Contents {
 
     /// Keeps a `mutate` step in doubt for the next equal request.
     pub(super) fn keep_pending(&mut self, record: StepRecord) {
-        let at = (record.name.clone(), record.args_hash.clone());
-        self.pending.entry(at).or_default().push_back(record);
+        book::shelve(&mut self.pending, record);
     }
 
     /// The earliest finished step named `name` that no request of this
@@ -141,19 +140,4 @@ impl Contents {
     pub(super) fn unreplayed(&self) -> Vec<u64> {
         self.book.unreplayed()
     }
-}
-
-fn take(
-    map: &mut HashMap<(String, String), VecDeque<StepRecord>>,
-    name: &str,
-    args_hash: &str,
-) -> Option<StepRecord> {
-    // Keyed by owned strings: a lookup builds the key once per request.
-    let at = (name.to_owned(), args_hash.to_owned());
-    let queue = map.get_mut(&at)?;
-    let record = queue.pop_front();
-    if queue.is_empty() {
-        map.remove(&at);
-    }
-    record
 }

@@ -237,10 +237,10 @@ def _run_step(name: str, args: Any, fn: Callable[[], T], effect: str, policy: _P
         # `begin` is answered meanwhile, checked as posted commits are.
         context = StepContext(0, "", 1, False)
         context._begun = (channel, channel.post(_begin_line(name, encoded, effect), context))
-        if context._begin_answer is not None and not context._begin_answer.get("ok", True):
-            # durun closed the protocol: the step cannot be journaled, so
-            # its body does not run (a model call would be paid for and
-            # lost), as with a `begin` waited for.
+        if context._begin_answer is not None:
+            # Answered already: durun closed the protocol, and the step
+            # cannot be journaled, so its body does not run (a model call
+            # would be paid for and lost), as with a `begin` waited for.
             _checked(context._begin_answer)
     else:
         here = channel.replay_here(name, encoded)

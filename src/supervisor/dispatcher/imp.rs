@@ -199,7 +199,6 @@ impl Supervisor<'_> {
                 self.socket.idle_listener(),
             ];
             let [proxy_client, socket_client] = self.io.wait(wait, read, listeners);
-            self.count_taken();
             if proxy_client {
                 // Before the proxy reads its first request: a resumed
                 // request byte-identical to a recorded one is then

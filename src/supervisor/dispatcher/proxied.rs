@@ -58,9 +58,9 @@ impl Supervisor<'_> {
         Ok(())
     }
 
-    /// Counts the steps the proxy replayed since the last look. Called at
-    /// each turn of the loop and before each request: the proxy shelves a
-    /// step before the agent has its answer, so a replay is counted before
+    /// Counts the steps the proxy replayed since the last look. Called
+    /// before each request and at the run's end: the proxy shelves a step
+    /// before the agent has its answer, so a replay is counted before
     /// anything the agent sent after it.
     pub(super) fn count_taken(&mut self) {
         for record in self.steps.contents.taken() {
