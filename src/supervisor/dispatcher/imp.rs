@@ -266,7 +266,7 @@ impl Supervisor<'_> {
 
     /// Whether the agent's stdout may be read now: it is open, no print of
     /// the agent's waits for the copier, and the agent takes its answers.
-    fn may_read(&mut self) -> bool {
+    pub(super) fn may_read(&mut self) -> bool {
         !self.ending.stdout_closed && self.io.release_held() && self.io.unread() < ANSWER_BOUND
     }
 

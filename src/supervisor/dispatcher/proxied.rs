@@ -69,6 +69,15 @@ impl Supervisor<'_> {
     }
 
     fn on_ask(&mut self, ask: Ask) {
+        // Whether the request is part of one of the agent's steps depends
+        // on what the agent wrote before it sent the request: a `begin`
+        // whose body makes this call, or the commit of a step that ended
+        // just before it. So that is read first: counted into a closed
+        // step, the call would be in no record of its own, and a resume
+        // would pay for it again.
+        if self.may_read() {
+            self.read_agent();
+        }
         if self.holding.fenced {
             // The reply is dropped: the agent hears the run ended.
             return;

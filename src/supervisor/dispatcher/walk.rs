@@ -74,6 +74,34 @@ impl Agent {
 /// ends as if the agent were killed (nothing recorded after the last
 /// turn); the answers and what the observers saw.
 fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>, Vec<String>) {
+    walk(journal, task, |dispatcher, agent| {
+        lines
+            .iter()
+            .map(|line| {
+                agent.say(line);
+                turn(dispatcher, agent)
+            })
+            .collect()
+    })
+}
+
+/// One turn of the dispatcher: it reads what the agent said, commits and
+/// answers; the one answer the agent heard.
+fn turn(dispatcher: &mut Supervisor<'_>, agent: &mut Agent) -> Value {
+    dispatcher.read_agent();
+    dispatcher.flush();
+    dispatcher.io.write_out();
+    agent.hear()
+}
+
+/// One run of `task` whose agent `walk` plays, turn by turn; what it
+/// returns, and what the observers saw. The run ends as if the agent were
+/// killed.
+fn walk<T>(
+    journal: &mut SqliteJournal,
+    task: &str,
+    walk: impl FnOnce(&mut Supervisor<'_>, &mut Agent) -> T,
+) -> (T, Vec<String>) {
     let me = Holder::current(None);
     let now = crate::journal::now();
     let started = if journal.task(task).expect("task").is_some() {
@@ -107,8 +135,7 @@ fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>,
         run,
     );
     let mut seen = Seen::default();
-    let mut answers = Vec::new();
-    {
+    let walked = {
         let mut dispatcher = Supervisor::new(Parts {
             spec: &spec,
             journal: &mut *journal,
@@ -120,14 +147,8 @@ fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>,
             last_recorded,
         });
         dispatcher.read_first_page();
-        for line in lines {
-            agent.say(line);
-            dispatcher.read_agent();
-            dispatcher.flush();
-            dispatcher.io.write_out();
-            answers.push(agent.hear());
-        }
-    }
+        walk(&mut dispatcher, &mut agent)
+    };
     // Killed: the lease goes, what the run left open stays as it is.
     let end = RunEnd {
         status: TaskStatus::Interrupted,
@@ -139,7 +160,7 @@ fn run(journal: &mut SqliteJournal, task: &str, lines: &[Value]) -> (Vec<Value>,
     journal
         .finish_run(task, run, &end, &RunStats::default())
         .expect("end");
-    (answers, seen.0)
+    (walked, seen.0)
 }
 
 fn new_task(id: &str) -> NewTask {
@@ -397,4 +418,66 @@ fn a_wait_takes_the_signal_sent_before_it_and_a_replay_answers_the_same() {
     let (again, seen) = run(&mut journal, "w", &[plan[0].clone(), wait]);
     assert_eq!(again[1]["output"], answers[1]["output"]);
     assert_eq!(seen, ["replayed 1", "replayed 2"]);
+}
+
+/// A model call through the proxy, as the loop hears of it; where it goes.
+fn model_call(dispatcher: &mut Supervisor<'_>) -> crate::proxy::Verdict {
+    let args = json!({"body": {"model": "m"}});
+    let (reply, verdict) = tokio::sync::oneshot::channel();
+    dispatcher.on_proxy(crate::proxy::ToLoop::Ask(crate::proxy::Ask {
+        name: "openai POST /chat/completions".into(),
+        effect: crate::protocol::Effect::Read,
+        canonical: crate::step_key::canonical_json(&args).expect("canonical"),
+        args,
+        request_hash: "hash".into(),
+        asked: None,
+        reply,
+    }));
+    verdict.blocking_recv().expect("a verdict")
+}
+
+/// Whether a forwarded call is a step of its own (else part of the
+/// agent's open step).
+fn own(verdict: &crate::proxy::Verdict) -> bool {
+    match verdict {
+        crate::proxy::Verdict::Forward { own, .. } => *own,
+        _ => panic!("the call was not forwarded"),
+    }
+}
+
+/// A model call the agent makes right after it closed a step is a step of
+/// its own, even when the loop hears of the call before it has read the
+/// commit: the commit was in the pipe first, and is read first.
+#[test]
+fn a_model_call_after_a_commit_in_the_pipe_is_not_part_of_the_closed_step() {
+    let mut journal = SqliteJournal::in_memory();
+    let (verdict, _) = walk(&mut journal, "t", |dispatcher, agent| {
+        agent.say(&begin(1, "quick", &json!({}), "read"));
+        let opened = turn(dispatcher, agent);
+        assert_eq!(opened["step"], 1, "{opened}");
+        // Said, not yet read: the call comes in meanwhile.
+        agent.say(&json!({"op": "commit", "id": 2, "step": 1, "output": 1}));
+        let verdict = model_call(dispatcher);
+        assert!(
+            dispatcher.steps.innermost_begin().is_none(),
+            "step 1 closed"
+        );
+        verdict
+    });
+    assert!(own(&verdict), "a step of its own, not part of step 1");
+}
+
+/// A model call a step's body makes is part of the step, even when the
+/// loop hears of the call before it has read the step's `begin` (an agent
+/// that does not wait for a `read` step's `begin`).
+#[test]
+fn a_model_call_after_a_begin_in_the_pipe_is_part_of_its_step() {
+    let mut journal = SqliteJournal::in_memory();
+    let (verdict, _) = walk(&mut journal, "t", |dispatcher, agent| {
+        agent.say(&begin(1, "plan", &json!({}), "read"));
+        let verdict = model_call(dispatcher);
+        assert_eq!(dispatcher.steps.innermost_begin(), Some(1), "step 1 open");
+        verdict
+    });
+    assert!(!own(&verdict), "part of step 1");
 }
