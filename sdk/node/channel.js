@@ -81,11 +81,6 @@ class Channel {
     // them all.
     this.posted = new Map();
     this.settled = [];
-    // Posted commits not written yet: they go out with the next request's
-    // line (one write, and one wake-up of durun, per step), or when the
-    // event loop next turns, whichever is first.
-    this.pending = "";
-    this.flushing = false;
     // The first posted request durun refused, and whether anyone was told.
     this.refused = null;
     this.told = false;
@@ -239,9 +234,11 @@ class Channel {
 
   /** Sends a request whose answer no one awaits (see above): `landed` is
    * given the answer when it comes and returns the step a refusal is
-   * about. A `deferred` line (a commit) waits for the next line or the
-   * event loop's next turn. */
-  post(message, landed, deferred = false) {
+   * about. Written at once, never held: a commit must be in the pipe
+   * before anything the agent does next, above all a model call through
+   * the proxy, which durun would otherwise count into the step still open
+   * (and a resume would pay for again). */
+  post(message, landed) {
     if (++this.unreadPosts >= READ_EVERY && this.syncReads) quietly(() => this.readNow());
     this.check();
     message.id = this.nextId++;
@@ -250,29 +247,19 @@ class Channel {
       return;
     }
     this.posted.set(message.id, landed);
-    const line = JSON.stringify(message) + "\n";
-    if (deferred) {
-      this.pending += line;
-      if (!this.flushing) {
-        this.flushing = true;
-        setImmediate(() => this.flush());
-      }
-    } else {
-      this.write(line);
-    }
+    this.write(JSON.stringify(message) + "\n");
     this.idle();
   }
 
-  /** Writes `text` after the posted lines not written yet, and after the
-   * line that tells durun of the steps replayed here since the last one. */
+  /** Writes `text` after the line that tells durun of the steps replayed
+   * here since the last one. */
   write(text) {
-    writeAll(this.pending + this.replayedLine() + text);
-    this.pending = "";
+    writeAll(this.replayedLine() + text);
   }
 
+  /** Writes the line that tells of steps replayed here, if one is due. */
   flush() {
-    this.flushing = false;
-    if (this.pending !== "" || this.offered.unsaid !== null) {
+    if (this.offered.unsaid !== null) {
       this.write("");
       // The line that tells of replayed steps is a posted request now.
       this.idle();

@@ -286,7 +286,7 @@ export async function step(name, args, fn, options = {}) {
       await checked(chan.request(commit));
     } else {
       // Posted: the agent goes on while durun writes it (see Channel).
-      chan.post(commit, () => context.answer?.step ?? context.step, true);
+      chan.post(commit, () => context.answer?.step ?? context.step);
     }
     return stored;
   }

@@ -2,6 +2,8 @@
 //! from `DURUN_JOURNAL_STEPS` where the journal ends, posts `begin` and
 //! `commit` together, and names the step in its commit by the `begin`'s id.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, text};
@@ -206,4 +208,63 @@ print("ran:", ran)
         );
     }
     assert!(printed.contains("ran: []"), "no body ran: {printed}");
+}
+
+/// Runs `agent` (20 short steps, each followed at once by a model call
+/// through the proxy), kills durun with SIGKILL after the last call and
+/// resumes: every call is a step of its own, and none is sent again.
+fn calls_right_after_short_steps_are_never_sent_again(agent: &[String]) {
+    const CALLS: usize = 20;
+    let (mut env, server) = crate::proxy::llm_env();
+    env.set("PYTHONPATH", crate::env::sdk_path());
+    let (reached, release) = (env.path("reached"), env.path("release"));
+    env.set("REACHED", reached.to_string_lossy());
+    env.set("RELEASE", release.to_string_lossy());
+    let mut args = vec!["run", "--task", "t", "--"];
+    args.extend(agent.iter().map(String::as_str));
+    let calls = CALLS.to_string();
+    args.push(&calls);
+    let mut durun = env.spawn(&args, "run");
+    crate::env::sigkill_once(
+        &mut durun,
+        "every model call",
+        Duration::from_secs(60),
+        || reached.exists(),
+    );
+    let before = server.counts();
+    let sent = before.as_object().expect("counts");
+    assert_eq!(sent.len(), CALLS, "{before}");
+    assert!(sent.values().all(|count| count == 1), "{before}");
+
+    std::fs::write(&release, "").expect("release");
+    let resumed = env.durun(&["resume", "t"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(server.counts(), before, "no model call was sent again");
+    let task = env.inspect("t");
+    let kinds: Vec<&str> = task["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|step| step["kind"].as_str())
+        .collect();
+    let proxied = kinds.iter().filter(|kind| **kind == "proxy").count();
+    assert_eq!(proxied, CALLS, "each call is a step of its own: {kinds:?}");
+}
+
+#[test]
+fn a_node_agents_model_call_right_after_a_short_step_is_a_step_of_its_own() {
+    let agent = crate::env::agents_dir().join("step_then_call.mjs");
+    calls_right_after_short_steps_are_never_sent_again(&[
+        "node".into(),
+        agent.to_string_lossy().into_owned(),
+    ]);
+}
+
+#[test]
+fn a_python_agents_model_call_right_after_a_short_step_is_a_step_of_its_own() {
+    let agent = crate::env::agents_dir().join("step_then_call.py");
+    calls_right_after_short_steps_are_never_sent_again(&[
+        "python3".into(),
+        agent.to_string_lossy().into_owned(),
+    ]);
 }
