@@ -30,6 +30,7 @@ mod recording;
 mod request;
 mod routes;
 mod serve;
+mod skim;
 mod usage;
 
 use std::io;

@@ -100,19 +100,23 @@ pub(crate) fn answer_output(answer: &Answer) -> Value {
 /// the answer back into its next request (a chat's history) sends the
 /// same bytes as before, which replay by their hash.
 pub(crate) fn answer_output_text(answer: &Answer) -> JsonText {
-    let output = answer_output(answer);
-    let kept = (output.get("body").is_some())
+    // The body is JSON exactly when `answer_output` keeps it as `body`;
+    // checked without its tree, which would copy every string of it.
+    let json_body =
+        !answer.is_stream() && !answer.body.is_empty() && super::skim::is_json(&answer.body);
+    let kept = json_body
         .then(|| minified(&answer.body))
         .flatten()
         .and_then(|body| {
             // The keys in the order `answer_output`'s map gives them.
+            let content_type = Value::from(answer.content_type.clone());
             let text = format!(
-                r#"{{"body":{body},"content_type":{},"status":{}}}"#,
-                output["content_type"], output["status"]
+                r#"{{"body":{body},"content_type":{content_type},"status":{}}}"#,
+                answer.status
             );
             JsonText::from_text(&text).ok()
         });
-    kept.unwrap_or_else(|| JsonText::from_value(&output))
+    kept.unwrap_or_else(|| JsonText::from_value(&answer_output(answer)))
 }
 
 /// `json` (valid JSON) without the whitespace between its tokens; none if
@@ -233,12 +237,12 @@ fn from_fields(
 /// and `message_delta`, later counts replacing earlier ones).
 pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
     if !answer.is_stream() {
-        let body: Value = serde_json::from_slice(&answer.body).ok()?;
-        return body
-            .get("usage")
-            .filter(|usage| usage.is_object())
-            .cloned()
-            .or_else(|| gemini_usage(&body));
+        // Two members of what may be a large body: read without its tree.
+        let fields = super::skim::usage_fields(&answer.body)?;
+        return fields
+            .usage
+            .filter(Value::is_object)
+            .or_else(|| fields.usage_metadata.as_ref().map(gemini_metadata_usage));
     }
     let text = String::from_utf8_lossy(&answer.body);
     let mut merged = Map::new();
@@ -269,12 +273,16 @@ pub(crate) fn usage_of(answer: &Answer) -> Option<Value> {
 /// tokens in, the answer's and its thoughts' out (each event of a stream
 /// carries the total so far).
 fn gemini_usage(body: &Value) -> Option<Value> {
-    let metadata = body.get("usageMetadata")?;
+    body.get("usageMetadata").map(gemini_metadata_usage)
+}
+
+/// [`gemini_usage`] from the `usageMetadata` member itself.
+fn gemini_metadata_usage(metadata: &Value) -> Value {
     let count = |field: &str| metadata.get(field).and_then(Value::as_u64).unwrap_or(0);
-    Some(serde_json::json!({
+    serde_json::json!({
         "input_tokens": count("promptTokenCount"),
         "output_tokens": count("candidatesTokenCount") + count("thoughtsTokenCount"),
-    }))
+    })
 }
 
 /// A proxy step at a glance, for `inspect`: the model it asked and the
