@@ -18,8 +18,8 @@ pub(crate) fn is_json(body: &[u8]) -> bool {
 
 /// The `usage` and `usageMetadata` members of a JSON object, as a parsed
 /// `Value` has them (a later key wins). `None`: not JSON, or not an
-/// object (but a number reads as an object with neither member: with
-/// serde_json's `arbitrary_precision`, which the build has, a number
+/// object (but a number reads as an object with neither member: under
+/// serde_json's `arbitrary_precision`, which the step key needs, a number
 /// comes to a visitor as a one-member map).
 pub(crate) fn usage_fields(body: &[u8]) -> Option<UsageFields> {
     serde_json::from_slice(body).ok()
