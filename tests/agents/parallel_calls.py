@@ -7,7 +7,13 @@ import os
 import sys
 import threading
 
-import openai
+# The client builds its pydantic models at their first use (`defer_build`),
+# which is not thread-safe: 32 answers that come back together (replays,
+# on resume) can race it into "BaseModel cannot be instantiated directly".
+# Built at import instead, by the client's own switch.
+os.environ.setdefault("DEFER_PYDANTIC_BUILD", "false")
+
+import openai  # noqa: E402
 
 count = int(os.environ.get("PARALLEL", "32"))
 model = os.environ.get("MODEL", "gpt-4o-mini")
