@@ -210,20 +210,28 @@ print("ran:", ran)
     assert!(printed.contains("ran: []"), "no body ran: {printed}");
 }
 
-/// Runs `agent` (20 short steps, each followed at once by a model call
-/// through the proxy), kills durun with SIGKILL after the last call and
-/// resumes: every call is a step of its own, and none is sent again.
-fn calls_right_after_short_steps_are_never_sent_again(agent: &[String]) {
+/// Runs `program` on the test agent `script` (20 short steps, each
+/// followed at once by a model call through the proxy), kills durun with
+/// SIGKILL after the last call and resumes: every call is a step of its
+/// own, and none is sent again.
+fn calls_right_after_short_steps_are_never_sent_again(program: &str, script: &str) {
     const CALLS: usize = 20;
     let (mut env, server) = crate::proxy::llm_env();
     env.set("PYTHONPATH", crate::env::sdk_path());
     let (reached, release) = (env.path("reached"), env.path("release"));
     env.set("REACHED", reached.to_string_lossy());
     env.set("RELEASE", release.to_string_lossy());
-    let mut args = vec!["run", "--task", "t", "--"];
-    args.extend(agent.iter().map(String::as_str));
+    let script = crate::env::agents_dir().join(script);
     let calls = CALLS.to_string();
-    args.push(&calls);
+    let args = [
+        "run",
+        "--task",
+        "t",
+        "--",
+        program,
+        &script.to_string_lossy(),
+        &calls,
+    ];
     let mut durun = env.spawn(&args, "run");
     crate::env::sigkill_once(
         &mut durun,
@@ -253,18 +261,10 @@ fn calls_right_after_short_steps_are_never_sent_again(agent: &[String]) {
 
 #[test]
 fn a_node_agents_model_call_right_after_a_short_step_is_a_step_of_its_own() {
-    let agent = crate::env::agents_dir().join("step_then_call.mjs");
-    calls_right_after_short_steps_are_never_sent_again(&[
-        "node".into(),
-        agent.to_string_lossy().into_owned(),
-    ]);
+    calls_right_after_short_steps_are_never_sent_again("node", "step_then_call.mjs");
 }
 
 #[test]
 fn a_python_agents_model_call_right_after_a_short_step_is_a_step_of_its_own() {
-    let agent = crate::env::agents_dir().join("step_then_call.py");
-    calls_right_after_short_steps_are_never_sent_again(&[
-        "python3".into(),
-        agent.to_string_lossy().into_owned(),
-    ]);
+    calls_right_after_short_steps_are_never_sent_again("python3", "step_then_call.py");
 }

@@ -94,13 +94,13 @@ fn turn(dispatcher: &mut Supervisor<'_>, agent: &mut Agent) -> Value {
     agent.hear()
 }
 
-/// One run of `task` whose agent `walk` plays, turn by turn; what it
+/// One run of `task` whose agent `play` plays, turn by turn; what it
 /// returns, and what the observers saw. The run ends as if the agent were
 /// killed.
 fn walk<T>(
     journal: &mut SqliteJournal,
     task: &str,
-    walk: impl FnOnce(&mut Supervisor<'_>, &mut Agent) -> T,
+    play: impl FnOnce(&mut Supervisor<'_>, &mut Agent) -> T,
 ) -> (T, Vec<String>) {
     let me = Holder::current(None);
     let now = crate::journal::now();
@@ -147,7 +147,7 @@ fn walk<T>(
             last_recorded,
         });
         dispatcher.read_first_page();
-        walk(&mut dispatcher, &mut agent)
+        play(&mut dispatcher, &mut agent)
     };
     // Killed: the lease goes, what the run left open stays as it is.
     let end = RunEnd {
