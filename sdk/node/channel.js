@@ -237,18 +237,21 @@ class Channel {
    * about. Written at once, never held: a commit must be in the pipe
    * before anything the agent does next, above all a model call through
    * the proxy, which durun would otherwise count into the step still open
-   * (and a resume would pay for again). */
+   * (and a resume would pay for again). Returns the line written (without
+   * its newline), or null when durun closed the protocol. */
   post(message, landed) {
     if (++this.unreadPosts >= READ_EVERY && this.syncReads) quietly(() => this.readNow());
     this.check();
     message.id = this.nextId++;
     if (this.gone !== null) {
       landed(this.failure(message.id));
-      return;
+      return null;
     }
     this.posted.set(message.id, landed);
-    this.write(JSON.stringify(message) + "\n");
+    const line = JSON.stringify(message);
+    this.write(line + "\n");
     this.idle();
+    return line;
   }
 
   /** Writes `text` after the line that tells durun of the steps replayed

@@ -48,31 +48,57 @@ export function active() {
 // ---------------------------------------------------------------------------
 // Values: JSON, by rule; anything else refused by name.
 
+/** `value` as JSON holds it: the value itself when it is JSON already (no
+ * copy: a step's args and value are most often plain objects, and copying
+ * them was a good part of a short step), else a copy with Dates and
+ * `toJSON` applied and `undefined` members dropped. `where` says, when
+ * called, what holds the value, for the refusal of one JSON cannot hold. */
 function encode(value, where) {
   if (value === null || typeof value === "boolean" || typeof value === "string") return value;
   if (value === undefined) return null;
   if (typeof value === "number") {
-    if (!Number.isFinite(value)) throw new TypeError(`durun: ${where} holds ${value}, which JSON cannot hold`);
+    if (!Number.isFinite(value)) throw new TypeError(`durun: ${where()} holds ${value}, which JSON cannot hold`);
     return value;
   }
-  if (Array.isArray(value)) return value.map((item) => encode(item, where));
+  if (Array.isArray(value)) {
+    let out = null;
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i];
+      const encoded = encode(item, where);
+      if (out === null && encoded !== item) out = value.slice(0, i);
+      if (out !== null) out.push(encoded);
+    }
+    return out ?? value;
+  }
   if (value instanceof Date) return value.toISOString();
   if (typeof value === "object") {
     if (typeof value.toJSON === "function") return encode(value.toJSON(), where);
     const proto = Object.getPrototypeOf(value);
     if (proto === Object.prototype || proto === null) {
-      const out = {};
-      for (const [key, item] of Object.entries(value)) {
-        if (item !== undefined) out[key] = encode(item, where);
+      let out = null;
+      const keys = Object.keys(value);
+      for (let i = 0; i < keys.length; i++) {
+        const item = value[keys[i]];
+        // An `undefined` member is dropped: a copy, as for any change.
+        const encoded = item === undefined ? undefined : encode(item, where);
+        if (out === null && (encoded !== item || item === undefined)) out = copied(value, keys, i);
+        if (out !== null && encoded !== undefined) out[keys[i]] = encoded;
       }
-      return out;
+      return out ?? value;
     }
     throw new TypeError(
-      `durun: ${where} holds a ${value.constructor?.name ?? "object"}, which durun cannot journal: ` +
+      `durun: ${where()} holds a ${value.constructor?.name ?? "object"}, which durun cannot journal: ` +
         "use JSON values (plain objects, arrays, strings, numbers, booleans, null, Dates) or convert it yourself",
     );
   }
-  throw new TypeError(`durun: ${where} holds a ${typeof value}, which durun cannot journal`);
+  throw new TypeError(`durun: ${where()} holds a ${typeof value}, which durun cannot journal`);
+}
+
+/** A new object with the first `count` of `keys` of `value`, all JSON. */
+function copied(value, keys, count) {
+  const out = {};
+  for (let i = 0; i < count; i++) out[keys[i]] = value[keys[i]];
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -93,9 +119,11 @@ export function current() {
  * against durun's answer before the step commits.
  */
 class PostedStep {
-  constructor(guess, args) {
+  constructor(guess) {
     this.guess = guess;
-    this.args = args;
+    // The `begin` as written: its args as they were then (they are the
+    // agent's own object, which the body may change).
+    this.sent = null;
     this.beginId = null;
     // The `begin`'s answer once it came, and who awaits it meanwhile.
     this.answer = null;
@@ -121,7 +149,7 @@ class PostedStep {
   get idempotencyKey() {
     if (this.answer?.ok) return this.answer.idempotency_key;
     this.used = true;
-    this.key ??= idempotencyKey(process.env.DURUN_TASK_ID ?? "", this.guess, this.args);
+    this.key ??= idempotencyKey(process.env.DURUN_TASK_ID ?? "", this.guess, JSON.parse(this.sent).args);
     return this.key;
   }
 
@@ -218,15 +246,19 @@ export async function step(name, args, fn, options = {}) {
     }
   }
   const chan = getChannel();
-  const encoded = encode(args ?? {}, `the args of step ${JSON.stringify(name)}`);
+  const encoded = encode(args ?? {}, () => `the args of step ${JSON.stringify(name)}`);
   const begin = { op: "begin", name, args: encoded, effect };
   let context;
   if (effect === "read" && chan.pastJournal()) {
     // New: it cannot be a replay or diverge, so it runs at once; its
     // `begin` is answered meanwhile, checked as posted commits are.
-    if (chan.posted.size >= MAX_POSTED) await chan.room();
-    const posted = new PostedStep(chan.nextStep++, encoded);
-    chan.post(begin, (answer) => posted.land(answer));
+    if (chan.posted.size >= MAX_POSTED) {
+      // The args as they are now: the agent may change them meanwhile.
+      begin.args = JSON.parse(JSON.stringify(encoded));
+      await chan.room();
+    }
+    const posted = new PostedStep(chan.nextStep++);
+    posted.sent = chan.post(begin, (answer) => posted.land(answer));
     // durun closed the protocol: the step cannot be journaled, so its
     // body does not run (a model call would be paid for and lost), as
     // with a `begin` awaited.
@@ -269,7 +301,7 @@ export async function step(name, args, fn, options = {}) {
     if (context instanceof PostedStep && context.used) await context.verify();
     let stored;
     try {
-      stored = encode(value, `the value step ${JSON.stringify(name)} returned`);
+      stored = encode(value, () => `the value step ${JSON.stringify(name)} returned`);
     } catch (err) {
       if (context instanceof PostedStep) context = await context.answered();
       await chan.request({ op: "fail", step: context.step, error: err.message });
@@ -328,7 +360,7 @@ function standalone(tool, args) {
 
 /** Runs `tool` from durun.toml with `args`; without durun, once through `durun call`. */
 export async function call(tool, args = {}) {
-  const encoded = encode(args, `the args of tool ${JSON.stringify(tool)}`);
+  const encoded = encode(args, () => `the args of tool ${JSON.stringify(tool)}`);
   if (!active()) return standalone(tool, encoded);
   return (await checked(getChannel().request({ op: "call", tool, args: encoded }))).output;
 }
@@ -338,7 +370,7 @@ export async function callAll(calls) {
   const requests = calls.map(([tool, args]) => ({
     op: "call",
     tool,
-    args: encode(args ?? {}, `the args of tool ${JSON.stringify(tool)}`),
+    args: encode(args ?? {}, () => `the args of tool ${JSON.stringify(tool)}`),
   }));
   if (!active()) return requests.map((request) => standalone(request.tool, request.args));
   const answers = await Promise.all(getChannel().send(requests));
@@ -352,7 +384,7 @@ export async function result(value) {
   if (!active()) return;
   const chan = getChannel();
   await chan.settle();
-  await checked(chan.request({ op: "result", output: encode(value, "the task's result") }));
+  await checked(chan.request({ op: "result", output: encode(value, () => "the task's result") }));
 }
 
 // ---------------------------------------------------------------------------
@@ -364,7 +396,7 @@ export async function result(value) {
  */
 export async function wait(name, data = null, options = {}) {
   if (!active()) throw new NotUnderDurun(`durun.wait(${JSON.stringify(name)}) needs durun`);
-  const request = { op: "wait", name, data: encode(data, `the data of wait ${JSON.stringify(name)}`) };
+  const request = { op: "wait", name, data: encode(data, () => `the data of wait ${JSON.stringify(name)}`) };
   if (options.timeout !== undefined) request.timeout = options.timeout;
   return (await checked(getChannel().request(request))).output;
 }
@@ -379,7 +411,7 @@ export async function spawn(name, command, args = null, options = {}) {
   if (!Array.isArray(command) || command.length === 0 || !command.every((word) => typeof word === "string")) {
     throw new TypeError("durun.spawn() takes the child's argv as an array of strings, e.g. ['node', 'research.mjs']");
   }
-  const request = { op: "spawn", name, command, args: encode(args, `the args of spawn ${JSON.stringify(name)}`) };
+  const request = { op: "spawn", name, command, args: encode(args, () => `the args of spawn ${JSON.stringify(name)}`) };
   if (options.queue !== undefined) request.queue = options.queue;
   return (await checked(getChannel().request(request))).output.task;
 }

@@ -57,6 +57,32 @@ await durun.result({ when });
   assert.equal(inspect(box, "t").task.output.when, "2026-12-01T09:00:00.000Z");
 });
 
+test("a step's value is its JSON, as a replay gives it; a posted step's key is its args' as sent", () => {
+  const box = sandbox();
+  // The SDK sends the agent's own objects when they are JSON already, and
+  // copies them only when they are not: the body changing its args after
+  // the begin went must change neither the args journaled nor the key.
+  const path = agent(box, `
+const args = { n: 1 };
+const value = await durun.step("value", args, () => {
+  args.n = 2;
+  return { dropped: undefined, kept: [1, { at: new Date(Date.UTC(2026, 0, 1)) }], list: [undefined] };
+});
+const key = await durun.step("key", args, () => {
+  args.n = 3;
+  return durun.current().idempotencyKey;
+});
+await durun.result({ value, dropped: "dropped" in value, key });
+`);
+  const run = durun(box, ["run", "--task", "t", "--", "node", path]);
+  assert.equal(run.code, 0, run.stderr);
+  const task = inspect(box, "t");
+  assert.deepEqual(task.task.output.value, { kept: [1, { at: "2026-01-01T00:00:00.000Z" }], list: [null] });
+  assert.equal(task.task.output.dropped, false, "the value a first run returns has no undefined member");
+  assert.deepEqual(task.steps.map((step) => step.args), [{ n: 1 }, { n: 2 }]);
+  assert.equal(task.task.output.key, task.steps[1].idempotency_key);
+});
+
 test("importing the SDK loads no module a first run does not use", () => {
   // node:child_process and node:crypto cost milliseconds of a start each.
   const box = sandbox();
@@ -74,10 +100,10 @@ console.error("loaded:", JSON.stringify(loaded));
   assert.deepEqual(inspect(box, "l").steps[0].output, [1, 2]);
 });
 
-test("a short step's commit is sent with the next request, when the event loop turns, or at exit", () => {
+test("a short step's commit is in the journal while the agent goes on, and at its exit", () => {
   const box = sandbox();
-  // Step "a"'s commit waits for "b"'s begin; "b"'s for the timer (the
-  // event loop turning) while the program still runs; "c"'s for the exit.
+  // Each short step's commit is written as the step ends: "a" and "b" are
+  // committed while the program still runs, "c" by its exit.
   const path = agent(box, `
 import { execFileSync } from "node:child_process";
 await durun.step("a", {}, () => 1);
