@@ -12,7 +12,10 @@
 //! of `durun.step` through the Python SDK (`sdk_agent.py`) and the Node
 //! SDK (`sdk_agent.mjs`), beside each language's peers. Every round
 //! measures both floors (one fsync'd commit, one blocking pipe round
-//! trip); ratios are taken per round.
+//! trip); ratios are taken per round. Each SDK's `read` row is measured
+//! twice: in a fresh process (a short script's steps, while V8 still
+//! compiles the Node SDK) and after [`WARMUP`] untimed steps in the same
+//! process (a long-running agent's).
 //!
 //! Environment:
 //! - `DURUN_BENCH_ROUNDS` (5): samples per row; the table shows medians.
@@ -397,6 +400,9 @@ fn language_round_trips(table: &mut Table) {
     }
 }
 
+/// The untimed steps before the timed ones of the SDKs' warm rows.
+pub(crate) const WARMUP: u64 = 5_000;
+
 /// The SDKs' loops of `durun.step` at `sync`, each left failed (3) so that
 /// it can be resumed: every step replayed through the SDK.
 fn sdk_rows(root: &std::path::Path, steps: u64, sync: &str, table: &mut Table) {
@@ -405,24 +411,31 @@ fn sdk_rows(root: &std::path::Path, steps: u64, sync: &str, table: &mut Table) {
             let scratch = Scratch::new(root, &format!("{lang}-{effect}"), sync);
             table.add(
                 &format!("{lang} {effect} {sync}"),
-                scratch.sdk_agent(lang, false, effect, steps, 3),
+                scratch.sdk_agent(lang, false, effect, (0, steps), 3),
             );
             if sync == "full" && effect == "read" {
                 table.add(
                     &format!("{lang} replay"),
-                    scratch.sdk_agent(lang, true, effect, steps, 3),
+                    scratch.sdk_agent(lang, true, effect, (0, steps), 3),
                 );
                 // The same, and the language's blocking round trip, with
                 // two processes that never sleep beside them.
                 let busy = machine::Busy::start(2);
                 table.add(
                     &format!("{lang} replay loaded"),
-                    scratch.sdk_agent(lang, true, effect, steps, 3),
+                    scratch.sdk_agent(lang, true, effect, (0, steps), 3),
                 );
                 if let Some(trip) = machine::language_round_trip(lang, 2000) {
                     table.add(&format!("{lang} round trip loaded"), trip);
                 }
                 drop(busy);
+                // The same loop after WARMUP steps in the same process: a
+                // long-running agent's step, V8's compiling done.
+                let scratch = Scratch::new(root, &format!("{lang}-warm"), sync);
+                table.add(
+                    &format!("{lang} read full warm"),
+                    scratch.sdk_agent(lang, false, effect, (WARMUP, steps), 0),
+                );
             }
         }
     }

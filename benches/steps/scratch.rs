@@ -119,7 +119,7 @@ impl Scratch {
         lang: &str,
         resume: bool,
         effect: &str,
-        steps: u64,
+        (warmup, steps): (u64, u64),
         exit: i32,
     ) -> f64 {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -141,6 +141,7 @@ impl Scratch {
         let output = command
             .env("PYTHONPATH", repo.join("sdk/python"))
             .env("DURUN_BENCH_STEPS", steps.to_string())
+            .env("DURUN_BENCH_WARMUP", warmup.to_string())
             .env("DURUN_BENCH_EFFECT", effect)
             .env("DURUN_BENCH_EXIT", exit.to_string())
             .stderr(Stdio::piped())

@@ -128,6 +128,17 @@ pub(crate) fn write(out: &mut String, table: &Table) {
                 }
             }
         }
+        let row = format!("{lang} read full warm");
+        if let Some(us) = table.get(&row) {
+            let _ = writeln!(
+                out,
+                "| {name} | `read`, first run, after {},{:03} untimed steps in the same process | full | {us:.0} µs | {} | {} |",
+                crate::WARMUP / 1000,
+                crate::WARMUP % 1000,
+                shown(range(table, &row, "floor 1 commit full")),
+                shown(range(table, &row, trip)),
+            );
+        }
         let row = format!("{lang} replay");
         if let Some(us) = table.get(&row) {
             let _ = writeln!(
