@@ -172,6 +172,18 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
             )
         })
     }
+    /// [`Journal::steps_page`] for a run's numbering: the steps replayed
+    /// by content come without their args (`null`) and output
+    /// ([`sql::NUMBERING_PAGE`]).
+    fn numbering_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
+        read(self, |tx| {
+            reads::steps_as_written(
+                tx,
+                &sql::NUMBERING_PAGE,
+                &[task.into(), after.into(), (limit as u64).into()],
+            )
+        })
+    }
     /// Records which steps replayed by content no request of `run` asked
     /// for (`inspect` shows them `not replayed`).
     fn set_unreplayed(&mut self, task: &str, run: u32, steps: &[u64]) -> Result<()>;

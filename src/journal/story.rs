@@ -12,6 +12,7 @@ use crate::lease::Holder;
 use crate::settings::Settings;
 
 mod created;
+mod numbering;
 mod queued;
 
 fn task(id: &str) -> NewTask {
@@ -450,6 +451,7 @@ fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     created::as_recorded(journal);
     created::and_started(journal);
     group_commit(journal);
+    numbering::a_numbering_page_leaves_out_what_replays_by_content(journal);
     pending_to_committed(journal);
     leases(journal);
     fenced_writes(journal);

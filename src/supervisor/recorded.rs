@@ -2,7 +2,11 @@
 //! agent's protocol steps reach them (the first while the agent starts,
 //! the next while the agent replays the end of one from an `ahead`
 //! answer). Steps replayed by content (proxy and MCP requests) are in the
-//! pages too, so that the protocol's numbering can pass over their numbers.
+//! pages too, so that the protocol's numbering can pass over their numbers,
+//! but without their args and output: those are in the run's [`Book`],
+//! read once.
+//!
+//! [`Book`]: super::book::Book
 //!
 //! # Invariant
 //!
@@ -73,7 +77,7 @@ impl Recorded {
         task: &str,
         step: u64,
     ) -> anyhow::Result<()> {
-        self.page = journal.steps_page(task, step - 1, PAGE)?.into();
+        self.page = journal.numbering_page(task, step - 1, PAGE)?.into();
         self.done = self.page.len() < PAGE;
         Ok(())
     }
@@ -102,7 +106,7 @@ impl Recorded {
         let Some(back) = self.page.back() else {
             return Ok(());
         };
-        let next: VecDeque<StepRecord> = journal.steps_page(task, back.step, PAGE)?.into();
+        let next: VecDeque<StepRecord> = journal.numbering_page(task, back.step, PAGE)?.into();
         self.done = next.len() < PAGE;
         self.next = Some(next);
         Ok(())

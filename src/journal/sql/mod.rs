@@ -100,6 +100,30 @@ pub(crate) static STEPS_PAGE: Sql = Sql::made(|| {
     )
 });
 
+/// [`STEPS_PAGE`] for a run's numbering of its protocol steps: a step
+/// replayed by content (a proxy or MCP request) comes without its args
+/// and output. The numbering only passes over such a step, and the run
+/// takes its answer from the steps [`STEPS_BY_CONTENT`] read, so a resumed
+/// task's model answers are read once, not twice (and never held twice).
+pub(crate) static NUMBERING_PAGE: Sql = Sql::made(|| {
+    let columns = STEP_COLUMNS
+        .replacen(
+            " args,",
+            " CASE WHEN kind IN ('proxy', 'mcp') THEN 'null' ELSE args END,",
+            1,
+        )
+        .replacen(
+            " output,",
+            " CASE WHEN kind IN ('proxy', 'mcp') THEN NULL ELSE output END,",
+            1,
+        );
+    format!(
+        "SELECT {columns} FROM steps
+         WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
+         ORDER BY step_index LIMIT $3"
+    )
+});
+
 /// The live steps replayed by content (proxy and MCP requests), in order.
 pub(crate) static STEPS_BY_CONTENT: Sql = Sql::made(|| {
     format!(
@@ -406,6 +430,7 @@ mod tests {
     static EVERY: &[&Sql] = &[
         &SIGNALS_OF_TASK,
         &STEPS_PAGE,
+        &NUMBERING_PAGE,
         &STEPS_OF_TASK[0],
         &STEPS_OF_TASK[1],
         &STEPS_OF_TASK[2],
