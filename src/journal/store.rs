@@ -164,25 +164,13 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// The task's live steps after step `after`, in order, at most `limit`:
     /// replay reads a long task page by page, each row once.
     fn steps_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        read(self, |tx| {
-            reads::steps_as_written(
-                tx,
-                &sql::STEPS_PAGE,
-                &[task.into(), after.into(), (limit as u64).into()],
-            )
-        })
+        page(self, &sql::STEPS_PAGE, (task, after, limit))
     }
     /// [`Journal::steps_page`] for a run's numbering: the steps replayed
     /// by content come without their args (`null`) and output
     /// ([`sql::NUMBERING_PAGE`]).
     fn numbering_page(&mut self, task: &str, after: u64, limit: usize) -> Result<Vec<StepRecord>> {
-        read(self, |tx| {
-            reads::steps_as_written(
-                tx,
-                &sql::NUMBERING_PAGE,
-                &[task.into(), after.into(), (limit as u64).into()],
-            )
-        })
+        page(self, &sql::NUMBERING_PAGE, (task, after, limit))
     }
     /// Records which steps replayed by content no request of `run` asked
     /// for (`inspect` shows them `not replayed`).
@@ -563,6 +551,22 @@ pub(crate) enum Access {
     Write,
     /// Reads an existing journal; never creates or migrates one.
     Read,
+}
+
+/// The task's live steps after step `after`, at most `limit`, as
+/// `statement` (a page statement) selects them.
+fn page(
+    journal: &mut (impl Transact + ?Sized),
+    statement: &sql::Sql,
+    (task, after, limit): (&str, u64, usize),
+) -> Result<Vec<StepRecord>> {
+    read(journal, |tx| {
+        reads::steps_as_written(
+            tx,
+            statement,
+            &[task.into(), after.into(), (limit as u64).into()],
+        )
+    })
 }
 
 #[cfg(test)]

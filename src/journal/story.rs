@@ -81,6 +81,17 @@ fn finish(journal: &mut dyn Journal, task: &str, run: u32, status: TaskStatus, c
         .expect("finish");
 }
 
+/// Each of `records` written as a new row.
+fn fresh(records: &[StepRecord]) -> Vec<StepWrite<'_>> {
+    records
+        .iter()
+        .map(|record| StepWrite {
+            record,
+            fresh: true,
+        })
+        .collect()
+}
+
 fn put(
     journal: &mut dyn Journal,
     task: &str,
@@ -97,13 +108,7 @@ fn group_commit(journal: &mut dyn Journal) {
     journal.create_task(&task("t1")).expect("create");
     let run = started(journal, "t1", &me());
     let records: Vec<StepRecord> = (1..=8).map(|n| step(n, StepStatus::Committed)).collect();
-    let writes: Vec<StepWrite<'_>> = records
-        .iter()
-        .map(|record| StepWrite {
-            record,
-            fresh: true,
-        })
-        .collect();
+    let writes = fresh(&records);
     let stats = RunStats {
         executed_steps: 8,
         ..RunStats::default()

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{me, started, step, task};
+use super::{fresh, me, started, step, task};
 use crate::journal::*;
 use crate::json_text::JsonText;
 
@@ -28,15 +28,8 @@ pub(super) fn a_numbering_page_leaves_out_what_replays_by_content(journal: &mut 
         ..step(n, StepStatus::Committed)
     })
     .collect();
-    let writes: Vec<StepWrite<'_>> = records
-        .iter()
-        .map(|record| StepWrite {
-            record,
-            fresh: true,
-        })
-        .collect();
     journal
-        .put_steps("t-numbering", &writes, run, None)
+        .put_steps("t-numbering", &fresh(&records), run, None)
         .expect("steps");
     let written = records[0].args.as_str();
     let shown = |page: Vec<StepRecord>| -> Vec<(u64, String, Option<String>)> {
