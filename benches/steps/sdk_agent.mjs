@@ -3,7 +3,7 @@
 // sdk_agent.py. The time includes settling: until durun has answered
 // every step, so a backlog in durun is not hidden. With DURUN_BENCH_WARMUP
 // set, that many steps (named otherwise) run first, untimed, so that V8
-// has compiled the SDK as a long-running agent's would be. Writes it to
+// has compiled the SDK, as in a long-running agent. Writes it to
 // DURUN_BENCH_OUT; exits with DURUN_BENCH_EXIT.
 import { appendFileSync, openSync, writeFileSync } from "node:fs";
 import * as durun from "../../sdk/node/index.js";
