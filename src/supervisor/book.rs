@@ -93,15 +93,23 @@ impl Book {
     }
 
     /// The earliest finished step named `name` that no request of this
-    /// run has had, whatever its args.
+    /// run has had, whatever its args: a copy without its output (which
+    /// stays on the shelf), for a look at its args.
     pub(super) fn first_unreplayed(&self, name: &str) -> Option<StepRecord> {
-        self.lock()
+        let mut shelf = self.lock();
+        let record = shelf
             .finished
-            .iter()
+            .iter_mut()
             .filter(|((recorded, _), _)| recorded == name)
-            .filter_map(|(_, records)| records.front())
-            .min_by_key(|record| record.step)
-            .cloned()
+            .filter_map(|(_, records)| records.front_mut())
+            .min_by_key(|record| record.step)?;
+        // Asked at each new request of a resumed run until a hint is
+        // given: a model answer (up to `max_record`) is not copied each
+        // time.
+        let output = record.output.take();
+        let copy = record.clone();
+        record.output = output;
+        Some(copy)
     }
 
     /// The recorded steps no request of this run has had, in order.
@@ -226,6 +234,26 @@ mod tests {
         let taken: Vec<u64> = book.taken().iter().map(|r| r.step).collect();
         assert_eq!(taken, [1]);
         assert!(book.taken().is_empty(), "counted once");
+    }
+
+    /// The first unreplayed step of a name is its earliest, handed over
+    /// without its output, which stays for the request that replays it.
+    #[test]
+    fn the_first_unreplayed_step_comes_without_its_output() {
+        let book = Book::default();
+        for record in [
+            proxied(2, "b", Some("bytes-2")),
+            proxied(1, "a", Some("bytes-1")),
+        ] {
+            book.add(record);
+        }
+        let first = book
+            .first_unreplayed("openai POST /chat/completions")
+            .expect("a step");
+        assert_eq!((first.step, first.args_hash.as_str()), (1, "a"));
+        assert!(first.output.is_none());
+        assert!(book.first_unreplayed("other").is_none());
+        assert_eq!(output_step(Answers::take(&book, "bytes-1")), Some(1));
     }
 
     /// Once the run stops, the proxy takes nothing; once fenced, it stays

@@ -131,7 +131,8 @@ impl Contents {
     }
 
     /// The earliest finished step named `name` that no request of this
-    /// run has had, whatever its args.
+    /// run has had, whatever its args, without its output
+    /// ([`Book::first_unreplayed`]).
     pub(super) fn first_unreplayed(&self, name: &str) -> Option<StepRecord> {
         self.book.first_unreplayed(name)
     }
