@@ -193,6 +193,15 @@ mod tests {
         }
     }
 
+    /// A book with `records` shelved, in this order.
+    fn shelved(records: impl IntoIterator<Item = StepRecord>) -> Book {
+        let book = Book::default();
+        for record in records {
+            book.add(record);
+        }
+        book
+    }
+
     fn output_step(taken: Taken) -> Option<u64> {
         match taken {
             Taken::Output(output) => output.value()["step"].as_u64(),
@@ -206,14 +215,11 @@ mod tests {
     /// the proxy took goes to the loop, once.
     #[test]
     fn a_known_request_takes_the_step_its_args_would() {
-        let book = Book::default();
-        for record in [
+        let book = shelved([
             proxied(1, "a", Some("bytes-1")),
             proxied(2, "a", Some("bytes-2")),
             proxied(3, "b", None),
-        ] {
-            book.add(record);
-        }
+        ]);
         // Other bytes, the same args: the earliest step of those args.
         assert_eq!(output_step(Answers::take(&book, "bytes-2")), Some(1));
         assert_eq!(
@@ -240,13 +246,10 @@ mod tests {
     /// without its output, which stays for the request that replays it.
     #[test]
     fn the_first_unreplayed_step_comes_without_its_output() {
-        let book = Book::default();
-        for record in [
+        let book = shelved([
             proxied(2, "b", Some("bytes-2")),
             proxied(1, "a", Some("bytes-1")),
-        ] {
-            book.add(record);
-        }
+        ]);
         let first = book
             .first_unreplayed("openai POST /chat/completions")
             .expect("a step");

@@ -91,14 +91,12 @@ pub(crate) static STEP_VERSIONS: Sql = Sql::made(|| {
     )
 });
 
+/// The kinds of step replayed by content, not position
+/// ([`crate::journal::StepKind::by_content`]), as an SQL list.
+const BY_CONTENT: &str = "('proxy', 'mcp')";
+
 /// A page of a task's live steps, after a step number.
-pub(crate) static STEPS_PAGE: Sql = Sql::made(|| {
-    format!(
-        "SELECT {STEP_COLUMNS} FROM steps
-         WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
-         ORDER BY step_index LIMIT $3"
-    )
-});
+pub(crate) static STEPS_PAGE: Sql = Sql::made(|| page_of(STEP_COLUMNS));
 
 /// [`STEPS_PAGE`] for a run's numbering of its protocol steps: a step
 /// replayed by content (a proxy or MCP request) comes without its args
@@ -109,26 +107,32 @@ pub(crate) static NUMBERING_PAGE: Sql = Sql::made(|| {
     let columns = STEP_COLUMNS
         .replacen(
             " args,",
-            " CASE WHEN kind IN ('proxy', 'mcp') THEN 'null' ELSE args END,",
+            &format!(" CASE WHEN kind IN {BY_CONTENT} THEN 'null' ELSE args END,"),
             1,
         )
         .replacen(
             " output,",
-            " CASE WHEN kind IN ('proxy', 'mcp') THEN NULL ELSE output END,",
+            &format!(" CASE WHEN kind IN {BY_CONTENT} THEN NULL ELSE output END,"),
             1,
         );
+    page_of(&columns)
+});
+
+/// A page of a task's live steps after step `$2`, at most `$3`, each row
+/// as `columns` select it.
+fn page_of(columns: &str) -> String {
     format!(
         "SELECT {columns} FROM steps
          WHERE task_id = $1 AND status <> 'discarded' AND step_index > $2
          ORDER BY step_index LIMIT $3"
     )
-});
+}
 
 /// The live steps replayed by content (proxy and MCP requests), in order.
 pub(crate) static STEPS_BY_CONTENT: Sql = Sql::made(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM steps
-         WHERE task_id = $1 AND status <> 'discarded' AND kind IN ('proxy', 'mcp')
+         WHERE task_id = $1 AND status <> 'discarded' AND kind IN {BY_CONTENT}
          ORDER BY step_index"
     )
 });
@@ -511,6 +515,17 @@ mod tests {
         &TREE_HELD,
         &BUDGET_HOLD,
     ];
+
+    /// The SQL list of kinds replayed by content is the one the run's
+    /// numbering passes over.
+    #[test]
+    fn the_kinds_replayed_by_content_are_the_runs() {
+        use crate::journal::StepKind::*;
+        for kind in [Call, Begin, Wait, Sleep, Proxy, Mcp, Spawn, Join] {
+            let listed = BY_CONTENT.contains(&format!("'{}'", kind.as_str()));
+            assert_eq!(listed, kind.by_content(), "{kind:?}");
+        }
+    }
 
     #[test]
     fn every_dollar_is_a_numbered_placeholder() {
