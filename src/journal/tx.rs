@@ -114,6 +114,13 @@ pub(crate) type EachRow<'a> = dyn FnMut(&dyn Row) -> Result<()> + 'a;
 pub(crate) trait Tx {
     /// Runs `sql`; how many rows it changed.
     fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64>;
+    /// Runs `sql` before the transaction commits, when how many rows it
+    /// changed is not needed: PostgreSQL sends it with the transaction's
+    /// next round trip (its `COMMIT`, if no statement after it needs an
+    /// answer); SQLite runs it now.
+    fn execute_later(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<()> {
+        self.execute(sql, args).map(drop)
+    }
     /// Runs `sql` and hands each row it returns to `each`, in order.
     fn query(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()>;
     /// The task's lease, held until the transaction ends, and the clock

@@ -103,7 +103,7 @@ fn step_event(tx: &mut dyn Tx, task: &str, run: u32, step: &StepRecord, once: bo
 fn note_replayed(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStats) -> Result<()> {
     if stats.replayed_steps > stats.replays_noted {
         let now = crate::clock::now();
-        tx.execute(
+        tx.execute_later(
             &sql::NOTE_REPLAYED,
             &[
                 task.into(),
@@ -373,7 +373,9 @@ pub(crate) fn end_run(
     stats: &RunStats,
 ) -> Result<()> {
     note_replayed(tx, task, run, stats)?;
-    tx.execute(
+    // None of these needs an answer: on PostgreSQL they go with the
+    // COMMIT, the run's end one round trip.
+    tx.execute_later(
         &sql::END_RUN,
         &[
             task.into(),
@@ -390,7 +392,7 @@ pub(crate) fn end_run(
             stats.cost.unpriced_steps.into(),
         ],
     )?;
-    tx.execute(
+    tx.execute_later(
         &sql::END_TASK_RUN,
         &[
             task.into(),
@@ -410,7 +412,7 @@ pub(crate) fn end_run(
             "run.interrupted"
         }
     };
-    tx.execute(
+    tx.execute_later(
         &sql::INSERT_EVENT,
         &[
             task.into(),
@@ -478,7 +480,7 @@ pub(crate) fn gc(
 /// Lets go of a worker's claim on a task; the workers hear of it (the one
 /// whose run released it fills its place at once).
 pub(crate) fn release_claim(tx: &mut dyn Tx, task: &str, worker: &str) -> Result<()> {
-    tx.execute(&sql::RELEASE_CLAIM, &[task.into(), worker.into()])?;
+    tx.execute_later(&sql::RELEASE_CLAIM, &[task.into(), worker.into()])?;
     tx.notify_workers(super::news::RELEASED)
 }
 

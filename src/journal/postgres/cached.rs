@@ -4,11 +4,12 @@
 //! one. Every query of the journal goes through here, so a step's commit
 //! and an idle worker's look pay only for what they run.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, Row, Statement};
+use postgres::{Client, GenericClient, Row, SimpleQueryMessage, SimpleQueryRow, Statement};
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
@@ -43,15 +44,20 @@ pub(super) struct Conn {
 }
 
 /// A transaction whose queries use the connection's prepared statements.
-/// Its `BEGIN` goes with the statements that set it up, its `COMMIT`
-/// with the last ones, each pair in one round trip; dropped before its
-/// commit, it rolls back.
+/// Its `BEGIN` goes with the first statement that needs an answer (or
+/// with the `COMMIT`), and what needs none (`NOTIFY`s, writes whose count
+/// is not read) with the next one: a transaction of such writes alone is
+/// one round trip. Dropped before its commit, it rolls back.
 pub(super) struct Tx<'a> {
     client: &'a mut Client,
     statements: &'a mut Statements,
+    /// The `BEGIN` and the statements that set the transaction up, not
+    /// sent yet.
+    begin: Option<Cow<'static, str>>,
     /// `COMMIT` was sent.
     ended: bool,
-    /// Statements sent with the `COMMIT` (`NOTIFY`s).
+    /// Statements not sent yet, each ending in `; `: `NOTIFY`s and writes
+    /// with their values written in.
     at_commit: String,
 }
 
@@ -87,11 +93,43 @@ pub(super) trait Queries {
         self.runner().batch_execute(sql)
     }
 
+    /// Where a transaction keeps statements to send with its next round
+    /// trip; `None` on a connection, which runs each at once.
+    fn unsent(&mut self) -> Option<&mut String> {
+        None
+    }
+
+    /// Whether a transaction's `BEGIN` waits to be sent.
+    fn begin_unsent(&self) -> bool {
+        false
+    }
+
+    /// Runs `statement` (its values written in) after what waits to be
+    /// sent, in one round trip; its rows, as texts.
+    fn with_unsent(&mut self, statement: &str) -> Result<Vec<SimpleQueryRow>, postgres::Error> {
+        let rows = self.runner().simple_query(statement)?;
+        Ok(rows_of(rows))
+    }
+
     /// Notifies `channel` with `payload`: at once on a connection, with
     /// the `COMMIT` in a transaction (when the server delivers it anyway).
     fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
         notify_now(self, channel, payload)
     }
+}
+
+/// The rows of a batch's last statement.
+fn rows_of(messages: Vec<SimpleQueryMessage>) -> Vec<SimpleQueryRow> {
+    let mut rows = Vec::new();
+    for message in messages {
+        match message {
+            SimpleQueryMessage::Row(row) => rows.push(row),
+            // A statement's rows begin: the ones wanted are the last one's.
+            SimpleQueryMessage::RowDescription(_) => rows.clear(),
+            _ => {}
+        }
+    }
+    rows
 }
 
 fn notify_now(
@@ -125,7 +163,28 @@ impl Queries for Conn {
 
 impl Queries for Tx<'_> {
     fn prepared(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        // Every statement that needs an answer comes here first: what
+        // waits is sent before it, in order.
+        self.send_unsent()?;
         self.statements.get(self.client, sql)
+    }
+
+    fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        let sql = self.unsent_then(sql);
+        self.client.batch_execute(&sql)
+    }
+
+    fn unsent(&mut self) -> Option<&mut String> {
+        Some(&mut self.at_commit)
+    }
+
+    fn begin_unsent(&self) -> bool {
+        self.begin.is_some()
+    }
+
+    fn with_unsent(&mut self, statement: &str) -> Result<Vec<SimpleQueryRow>, postgres::Error> {
+        let sql = self.unsent_then(statement);
+        Ok(rows_of(self.client.simple_query(&sql)?))
     }
 
     fn runner(&mut self) -> &mut impl GenericClient {
@@ -151,36 +210,33 @@ impl Conn {
     }
 
     /// A transaction, at the connection's sync mode.
-    pub(super) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+    pub(super) fn transaction(&mut self) -> Tx<'_> {
         self.begin(false, "")
     }
 
     /// A transaction that commits without waiting for the server's disk
     /// if `unsynced` (or the connection's sync mode says so), whose first
-    /// statements are `setup` (a `LISTEN`, say): all sent with its `BEGIN`.
-    pub(super) fn begin(&mut self, unsynced: bool, setup: &str) -> Result<Tx<'_>, postgres::Error> {
+    /// statements are `setup` (a `LISTEN`, say): all sent with its first
+    /// round trip, so an error in `setup` comes from there.
+    pub(super) fn begin(&mut self, unsynced: bool, setup: &str) -> Tx<'_> {
         let begin = if unsynced || self.unsynced {
             "START TRANSACTION; SET LOCAL synchronous_commit TO off"
         } else {
             "START TRANSACTION"
         };
         // A step's commit begins with no text built.
-        let sql = if setup.is_empty() {
-            std::borrow::Cow::Borrowed(begin)
+        let begin = if setup.is_empty() {
+            Cow::Borrowed(begin)
         } else {
-            std::borrow::Cow::Owned(format!("{begin}; {setup}"))
+            Cow::Owned(format!("{begin}; {setup}"))
         };
-        if let Err(err) = self.client.batch_execute(&sql) {
-            // A setup that failed left its transaction open, and aborted.
-            let _ = self.client.batch_execute("ROLLBACK");
-            return Err(err);
-        }
-        Ok(Tx {
+        Tx {
             client: &mut self.client,
             statements: &mut self.statements,
+            begin: Some(begin),
             ended: false,
             at_commit: String::new(),
-        })
+        }
     }
 }
 
@@ -189,19 +245,46 @@ impl Tx<'_> {
         self.commit_after("")
     }
 
-    /// Runs the notifies and `last` (an `UNLISTEN`, say), then commits:
+    /// Sends what waits (the `BEGIN`, statements that need no answer)
+    /// before a statement that needs one: one round trip, or none.
+    fn send_unsent(&mut self) -> Result<(), postgres::Error> {
+        if self.begin.is_none() && self.at_commit.is_empty() {
+            return Ok(());
+        }
+        let sql = self.unsent_then("");
+        self.client.batch_execute(&sql)
+    }
+
+    /// What waits to be sent, then `last`; the transaction counts as
+    /// begun from here (a failure rolls it back when it is dropped).
+    fn unsent_then(&mut self, last: &str) -> String {
+        let mut sql = match self.begin.take() {
+            Some(begin) => {
+                let mut sql = begin.into_owned();
+                sql.push_str("; ");
+                sql
+            }
+            None => String::new(),
+        };
+        sql.push_str(&self.at_commit);
+        self.at_commit.clear();
+        sql.push_str(last);
+        sql
+    }
+
+    /// Sends what waits and `last` (an `UNLISTEN`, say), then commits:
     /// one round trip. On an error the transaction rolls back (when it is
     /// dropped).
     pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
-        if self.at_commit.is_empty() && last.is_empty() {
+        if self.begin.is_none() && self.at_commit.is_empty() && last.is_empty() {
             self.client.batch_execute("COMMIT")?;
         } else {
-            let mut sql = std::mem::take(&mut self.at_commit);
-            if !last.is_empty() {
-                sql.push_str(last);
-                sql.push_str("; ");
-            }
-            sql.push_str("COMMIT");
+            let last = if last.is_empty() {
+                Cow::Borrowed("COMMIT")
+            } else {
+                Cow::Owned(format!("{last}; COMMIT"))
+            };
+            let sql = self.unsent_then(&last);
             self.client.batch_execute(&sql)?;
         }
         self.ended = true;
@@ -211,7 +294,8 @@ impl Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.ended {
+        // A transaction never sent has nothing to roll back.
+        if !self.ended && self.begin.is_none() {
             // On a lost connection there is nothing to roll back: the
             // server did when the session ended.
             let _ = self.client.batch_execute("ROLLBACK");
@@ -238,7 +322,7 @@ mod tests {
     }
 
     fn synchronous_commit(conn: &mut Conn, unsynced: bool) -> String {
-        let mut tx = conn.begin(unsynced, "").expect("begin");
+        let mut tx = conn.begin(unsynced, "");
         let setting: String = tx
             .query_one("SHOW synchronous_commit", &[])
             .expect("show")
@@ -274,27 +358,30 @@ mod tests {
                 .get(0)
         };
         {
-            let mut tx = conn.begin(false, "").expect("begin");
+            let mut tx = conn.begin(false, "");
             tx.execute("INSERT INTO t VALUES (1)", &[]).expect("insert");
         }
         assert_eq!(count(&mut conn), 0, "a dropped transaction rolled back");
-        let mut tx = conn.begin(true, "").expect("begin");
+        let mut tx = conn.begin(true, "");
         tx.execute("INSERT INTO t VALUES (2)", &[]).expect("insert");
         tx.commit_after("SELECT 1/0")
             .expect_err("the last statement fails");
         // The session is out of the failed transaction: it answers.
         assert_eq!(count(&mut conn), 0, "a failed commit rolled back");
-        let mut tx = conn
-            .begin(false, "LISTEN durun_cached_test")
-            .expect("begin");
+        let mut tx = conn.begin(false, "LISTEN durun_cached_test");
         tx.execute("INSERT INTO t VALUES (3)", &[]).expect("insert");
         tx.commit_after("UNLISTEN durun_cached_test")
             .expect("commit");
         assert_eq!(count(&mut conn), 1);
-        // A setup that fails leaves no transaction open.
-        conn.begin(false, "SELECT 1/0")
-            .err()
-            .expect("the setup fails");
+        // A setup that fails (with the first round trip) leaves no
+        // transaction open.
+        let mut tx = conn.begin(false, "SELECT 1/0");
+        tx.execute("INSERT INTO t VALUES (4)", &[])
+            .expect_err("the setup fails");
+        drop(tx);
+        assert_eq!(count(&mut conn), 1, "the session answers");
+        let tx = conn.begin(false, "SELECT 1/0");
+        tx.commit().expect_err("the setup fails");
         assert_eq!(count(&mut conn), 1, "the session answers");
     }
 
@@ -305,11 +392,11 @@ mod tests {
         conn.batch_execute("LISTEN durun_cached_news")
             .expect("listen");
         {
-            let mut tx = conn.begin(false, "").expect("begin");
+            let mut tx = conn.begin(false, "");
             tx.notify_channel("durun_cached_news", "dropped")
                 .expect("notify");
         }
-        let mut tx = conn.begin(false, "").expect("begin");
+        let mut tx = conn.begin(false, "");
         tx.notify_channel("durun_cached_news", "committed")
             .expect("notify");
         // Not plain: sent at once, as a parameter.
@@ -324,6 +411,86 @@ mod tests {
             .map(|note| Ok(note.payload().to_owned()))
             .collect()
             .expect("notifications");
-        assert_eq!(heard, ["it's", "committed"]);
+        // In the order they were asked for: what waited went before
+        // the one sent at once.
+        assert_eq!(heard, ["committed", "it's"]);
+    }
+
+    #[test]
+    fn a_transaction_of_writes_that_need_no_answer_is_one_round_trip() {
+        use crate::journal::sql::Sql;
+        use crate::journal::tx::{Arg, Tx as _};
+        static INSERT: Sql = Sql::new("INSERT INTO t VALUES ($1, $2)");
+        static READ: Sql = Sql::new(
+            "SELECT n, s, n < 0, s IS NULL, (SELECT count(*) FROM t WHERE s = $2) FROM t WHERE n = $1",
+        );
+        let Some(mut conn) = connect() else { return };
+        conn.batch_execute("CREATE TEMPORARY TABLE t (n BIGINT, s TEXT)")
+            .expect("table");
+        let texts = [
+            "it's",
+            "$d$",
+            "ends in $d",
+            "$d1$ and $d$",
+            "back\\slash \\' and \"quotes\"",
+            "-- not a comment\n; DROP TABLE t; --",
+            "ünïcødé ✓",
+            "",
+        ];
+        let mut tx = conn.begin(false, "");
+        for (n, text) in texts.iter().enumerate() {
+            tx.execute_later(&INSERT, &[Arg::Int(n as i64 - 3), Arg::Text(text)])
+                .expect("later");
+        }
+        tx.execute_later(&INSERT, &[Arg::Null, Arg::Null])
+            .expect("later");
+        // Nothing was sent yet: the transaction is not there.
+        assert!(!tx.at_commit.is_empty() && tx.begin.is_some());
+        tx.commit().expect("commit");
+        let rows = conn
+            .client
+            .query("SELECT n, s FROM t ORDER BY n NULLS LAST", &[])
+            .expect("rows");
+        let read: Vec<(Option<i64>, Option<String>)> =
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+        let mut wanted: Vec<(Option<i64>, Option<String>)> = texts
+            .iter()
+            .enumerate()
+            .map(|(n, text)| (Some(n as i64 - 3), Some((*text).to_owned())))
+            .collect();
+        wanted.push((None, None));
+        assert_eq!(read, wanted, "each value reads back as it was written");
+
+        // The first statement that needs an answer goes with the BEGIN,
+        // and reads as a prepared one would.
+        let mut tx = conn.begin(true, "");
+        let mut rows = Vec::new();
+        crate::journal::tx::Tx::query(
+            &mut tx,
+            &READ,
+            &[Arg::Int(-3), Arg::Text("it's")],
+            &mut |row| {
+                rows.push((
+                    row.int(0)?,
+                    row.text(1)?.map(str::to_owned),
+                    row.boolean(2)?,
+                    row.boolean(3)?,
+                    row.some_int(4)?,
+                ));
+                Ok(())
+            },
+        )
+        .expect("query");
+        assert!(tx.begin.is_none(), "the BEGIN was sent with it");
+        assert_eq!(
+            rows,
+            [(
+                Some(-3),
+                Some("it's".to_owned()),
+                Some(true),
+                Some(false),
+                1
+            )]
+        );
     }
 }

@@ -29,7 +29,7 @@ pub(crate) use open::describe;
 
 use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
 use crate::config::SyncMode;
-use crate::journal::sql;
+use crate::journal::sql::{self, Sql};
 use crate::journal::writes;
 use crate::lease::{self, Holder};
 
@@ -65,6 +65,31 @@ impl PostgresJournal {
         Ok(())
     }
 }
+
+/// A run's start reads the task's lease, locked: a racing runner waits,
+/// then sees the lease of the first.
+static START_LEASE: Sql = Sql::made(|| {
+    format!(
+        "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
+                cancel_requested_at IS NOT NULL OR status = 'cancelled', {NOW_MS}
+         FROM tasks WHERE id = $1 FOR UPDATE"
+    )
+});
+
+/// A run's start: its lease, its row and its event, in one statement.
+static START_OPEN: Sql = Sql::made(|| {
+    format!(
+        "WITH leased AS (
+             UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3,
+                 lease_pid = $4, lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2,
+                 updated_at = $6
+             WHERE id = $1
+         ), opened AS (
+             INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $6)
+         )
+         INSERT INTO events (task_id, run, kind, step, at) VALUES ($1, $2, 'run.opened', NULL, $6)"
+    )
+});
 
 /// The channel on which a task's runner hears of a takeover or a cancel
 /// (`LISTEN`/`NOTIFY`): an identifier, whatever the task id holds.
@@ -102,7 +127,7 @@ impl Journal for PostgresJournal {
         if task.retries.is_none() && task.queue.is_none() && !self.client.unsynced {
             return insert_task(&mut self.client, task);
         }
-        let mut tx = self.client.transaction()?;
+        let mut tx = self.client.transaction();
         insert_task(&mut tx, task)?;
         if let Some((retries, backoff_ms)) = task.retries {
             tx.execute(
@@ -119,25 +144,31 @@ impl Journal for PostgresJournal {
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
+        use crate::journal::tx::Tx as _;
         // The run hears of a takeover or a cancel from its commit on (a
         // start that does not commit does not listen).
         let listen = format!("LISTEN {}", channel(task));
-        let mut tx = self.client.begin(false, &listen)?;
+        let mut tx = self.client.begin(false, &listen);
         // FOR UPDATE: a racing runner waits here, then sees our lease.
-        let row = tx.query_one(
-            &format!(
-                "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
-                        cancel_requested_at IS NOT NULL OR status = 'cancelled', {NOW_MS}
-                 FROM tasks WHERE id = $1 FOR UPDATE"
-            ),
-            &[&task],
+        // With the BEGIN: one round trip.
+        let found = (&mut tx as &mut dyn crate::journal::tx::Tx).query_opt(
+            &START_LEASE,
+            &[task.into()],
+            |row| {
+                Ok((
+                    row.boolean(6)?.unwrap_or(false),
+                    row.some_int(0)?,
+                    lease_at(row, 1)?,
+                    row.some_int(7)?,
+                ))
+            },
         )?;
-        if row.get::<_, bool>(6) {
+        let Some((cancelled, runs, taken_over, server_now)) = found else {
+            anyhow::bail!("task {task} is not in the journal");
+        };
+        if cancelled {
             return Ok(RunStart::Cancelled);
         }
-        let runs = row.get::<_, i32>(0);
-        let server_now: i64 = row.get(7);
-        let taken_over = lease_at(&row, 1)?;
         if let Some(lease) = &taken_over
             && lease::is_live(lease, me, server_now, self.stale)
         {
@@ -147,21 +178,18 @@ impl Journal for PostgresJournal {
         let leased_at = crate::os::boot_clock();
         let pid = i64::from(me.pid);
         let pid_start = me.pid_start.map(|start| start as i64);
-        // The lease, the run's row and its event in one statement: one
-        // round trip, where three cost a worker's task two more.
-        tx.execute(
-            &format!(
-                "WITH leased AS (
-                     UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3,
-                         lease_pid = $4, lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2,
-                         updated_at = $6
-                     WHERE id = $1
-                 ), opened AS (
-                     INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $6)
-                 )
-                 INSERT INTO events (task_id, run, kind, step, at) VALUES ($1, $2, 'run.opened', NULL, $6)"
-            ),
-            &[&task, &run, &me.host, &pid, &pid_start, &now],
+        // The lease, the run's row and its event in one statement, sent
+        // with the COMMIT: the start's second and last round trip.
+        tx.execute_later(
+            &START_OPEN,
+            &[
+                task.into(),
+                run.into(),
+                me.host.as_str().into(),
+                pid.into(),
+                pid_start.into(),
+                now.into(),
+            ],
         )?;
         if taken_over.is_some() {
             // A holder that was only paused hears of it on its next look.
@@ -207,7 +235,7 @@ impl Journal for PostgresJournal {
     fn set_output(&mut self, task: &str, run: u32, output: &Value) -> Result<()> {
         let output = serde_json::to_string(output)?;
         self.again(|journal, _| {
-            let mut tx = journal.client.transaction()?;
+            let mut tx = journal.client.transaction();
             writes::set_output(&mut tx, task, run, &output)?;
             tx.commit()?;
             Ok(())

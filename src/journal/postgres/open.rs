@@ -87,7 +87,7 @@ impl PostgresJournal {
     }
 
     fn migrate(&mut self, write: bool) -> Result<()> {
-        let mut tx = self.client.transaction()?;
+        let mut tx = self.client.transaction();
         // One migrating durun at a time, whatever the schema holds.
         tx.execute("SELECT pg_advisory_xact_lock(7238312)", &[])?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS durun_schema (version INTEGER NOT NULL)")?;

@@ -17,7 +17,7 @@ impl PostgresJournal {
     pub(super) fn renew(&mut self, task: &str, run: u32) -> Result<Standing> {
         // A heartbeat need not survive a crash of the server: it does not
         // wait for the server's disk.
-        let mut tx = self.client.begin(true, "")?;
+        let mut tx = self.client.begin(true, "");
         let row = tx.query_opt(
             &format!(
                 "UPDATE tasks SET lease_heartbeat = {NOW_MS} WHERE id = $1 AND lease_run = $2
@@ -72,7 +72,7 @@ impl PostgresJournal {
         stats: Option<&RunStats>,
         attempt: Attempt,
     ) -> Result<()> {
-        let mut tx = self.client.transaction()?;
+        let mut tx = self.client.transaction();
         let in_doubt = attempt != Attempt::First;
         writes::put_steps(&mut tx, task, steps, run, stats, in_doubt)?;
         tx.commit()?;
@@ -87,7 +87,7 @@ impl PostgresJournal {
         end: &RunEnd,
         stats: &RunStats,
     ) -> Result<()> {
-        let mut tx = self.client.transaction()?;
+        let mut tx = self.client.transaction();
         writes::end_run(&mut tx, task, run, end, stats)?;
         // A worker may take over what this run left (interrupted, parked),
         // or retry it (failed). A completed run leaves nothing to take:

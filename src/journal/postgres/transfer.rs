@@ -63,7 +63,7 @@ impl Transfer for PostgresJournal {
 
     fn import(&mut self, rows: &TaskRows, replace: bool, me: &Holder) -> Result<()> {
         let id = crate::journal::task_id(rows)?;
-        let mut tx = self.client.transaction()?;
+        let mut tx = self.client.transaction();
         let (lease, server_now) = lease_of(&mut tx, &id)?;
         let exists = tx
             .query_one(sql::TASK_EXISTS.postgres(), &[&id])?
