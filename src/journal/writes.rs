@@ -85,7 +85,9 @@ fn step_event(tx: &mut dyn Tx, task: &str, run: u32, step: &StepRecord, once: bo
     } else {
         &sql::INSERT_EVENT
     };
-    tx.execute(
+    // With the COMMIT on PostgreSQL: a step's commit is three round
+    // trips (its BEGIN with the fence, its row, the rest), not five.
+    tx.execute_later(
         insert,
         &[
             task.into(),
@@ -209,7 +211,7 @@ pub(crate) fn write_step(
 
 /// A run's counters.
 pub(crate) fn write_stats(tx: &mut dyn Tx, task: &str, run: u32, stats: &RunStats) -> Result<()> {
-    tx.execute(
+    tx.execute_later(
         &sql::WRITE_STATS,
         &[
             task.into(),

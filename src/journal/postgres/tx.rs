@@ -160,7 +160,9 @@ fn write_text(out: &mut String, text: &str) -> Option<()> {
     }
     let mut tag = String::from("$d$");
     let mut n = 0;
-    while format!("{text}{tag}").find(&tag) != Some(text.len()) {
+    // A tag's only border is its `$`: it closes the text early if the
+    // text holds it, or ends in it without its last `$`.
+    while text.contains(tag.as_str()) || text.ends_with(&tag[..tag.len() - 1]) {
         n += 1;
         tag = format!("$d{n}$");
     }
