@@ -45,9 +45,9 @@ pub(super) struct Conn {
 
 /// A transaction whose queries use the connection's prepared statements.
 /// Its `BEGIN` goes with the first statement that needs an answer (or
-/// with the `COMMIT`), and what needs none (`NOTIFY`s, writes whose count
-/// is not read) with the next one: a transaction of such writes alone is
-/// one round trip. Dropped before its commit, it rolls back.
+/// with the `COMMIT`), writes whose count is not read with the next round
+/// trip, and `NOTIFY`s with the `COMMIT`: a transaction of such writes
+/// alone is one round trip. Dropped before its commit, it rolls back.
 pub(super) struct Tx<'a> {
     client: &'a mut Client,
     statements: &'a mut Statements,
@@ -56,8 +56,11 @@ pub(super) struct Tx<'a> {
     begin: Option<Cow<'static, str>>,
     /// `COMMIT` was sent.
     ended: bool,
-    /// Statements not sent yet, each ending in `; `: `NOTIFY`s and writes
-    /// with their values written in.
+    /// Writes not sent yet, with their values written in, each ending in
+    /// `; `: they go before the next statement.
+    later: String,
+    /// Statements sent with the `COMMIT` (`NOTIFY`s, which the server
+    /// delivers at the commit anyway).
     at_commit: String,
 }
 
@@ -93,8 +96,8 @@ pub(super) trait Queries {
         self.runner().batch_execute(sql)
     }
 
-    /// Where a transaction keeps statements to send with its next round
-    /// trip; `None` on a connection, which runs each at once.
+    /// Where a transaction keeps writes to send with its next round trip;
+    /// `None` on a connection, which runs each at once.
     fn unsent(&mut self) -> Option<&mut String> {
         None
     }
@@ -175,7 +178,7 @@ impl Queries for Tx<'_> {
     }
 
     fn unsent(&mut self) -> Option<&mut String> {
-        Some(&mut self.at_commit)
+        Some(&mut self.later)
     }
 
     fn begin_unsent(&self) -> bool {
@@ -235,6 +238,7 @@ impl Conn {
             statements: &mut self.statements,
             begin: Some(begin),
             ended: false,
+            later: String::new(),
             at_commit: String::new(),
         }
     }
@@ -245,18 +249,19 @@ impl Tx<'_> {
         self.commit_after("")
     }
 
-    /// Sends what waits (the `BEGIN`, statements that need no answer)
-    /// before a statement that needs one: one round trip, or none.
+    /// Sends what waits (the `BEGIN`, writes that need no answer) before
+    /// a statement that needs one: one round trip, or none.
     fn send_unsent(&mut self) -> Result<(), postgres::Error> {
-        if self.begin.is_none() && self.at_commit.is_empty() {
+        if self.begin.is_none() && self.later.is_empty() {
             return Ok(());
         }
         let sql = self.unsent_then("");
         self.client.batch_execute(&sql)
     }
 
-    /// What waits to be sent, then `last`; the transaction counts as
-    /// begun from here (a failure rolls it back when it is dropped).
+    /// What waits to be sent before a statement, then `last`; the
+    /// transaction counts as begun from here (a failure rolls it back
+    /// when it is dropped).
     fn unsent_then(&mut self, last: &str) -> String {
         let mut sql = match self.begin.take() {
             Some(begin) => {
@@ -266,25 +271,30 @@ impl Tx<'_> {
             }
             None => String::new(),
         };
-        sql.push_str(&self.at_commit);
-        self.at_commit.clear();
+        sql.push_str(&self.later);
+        self.later.clear();
         sql.push_str(last);
         sql
     }
 
-    /// Sends what waits and `last` (an `UNLISTEN`, say), then commits:
-    /// one round trip. On an error the transaction rolls back (when it is
-    /// dropped).
+    /// Sends what waits, the notifies and `last` (an `UNLISTEN`, say),
+    /// then commits: one round trip. On an error the transaction rolls
+    /// back (when it is dropped).
     pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
-        if self.begin.is_none() && self.at_commit.is_empty() && last.is_empty() {
+        if self.begin.is_none()
+            && self.later.is_empty()
+            && self.at_commit.is_empty()
+            && last.is_empty()
+        {
             self.client.batch_execute("COMMIT")?;
         } else {
-            let last = if last.is_empty() {
-                Cow::Borrowed("COMMIT")
-            } else {
-                Cow::Owned(format!("{last}; COMMIT"))
-            };
-            let sql = self.unsent_then(&last);
+            let mut end = std::mem::take(&mut self.at_commit);
+            if !last.is_empty() {
+                end.push_str(last);
+                end.push_str("; ");
+            }
+            end.push_str("COMMIT");
+            let sql = self.unsent_then(&end);
             self.client.batch_execute(&sql)?;
         }
         self.ended = true;
@@ -411,9 +421,7 @@ mod tests {
             .map(|note| Ok(note.payload().to_owned()))
             .collect()
             .expect("notifications");
-        // In the order they were asked for: what waited went before
-        // the one sent at once.
-        assert_eq!(heard, ["committed", "it's"]);
+        assert_eq!(heard, ["it's", "committed"]);
     }
 
     #[test]
@@ -445,7 +453,7 @@ mod tests {
         tx.execute_later(&INSERT, &[Arg::Null, Arg::Null])
             .expect("later");
         // Nothing was sent yet: the transaction is not there.
-        assert!(!tx.at_commit.is_empty() && tx.begin.is_some());
+        assert!(!tx.later.is_empty() && tx.begin.is_some());
         tx.commit().expect("commit");
         let rows = conn
             .client
@@ -464,6 +472,10 @@ mod tests {
         // The first statement that needs an answer goes with the BEGIN,
         // and reads as a prepared one would.
         let mut tx = conn.begin(true, "");
+        tx.execute_later(&INSERT, &[Arg::Int(100), Arg::Null])
+            .expect("later");
+        tx.notify_channel("durun_cached_test", "read")
+            .expect("notify");
         let mut rows = Vec::new();
         crate::journal::tx::Tx::query(
             &mut tx,
@@ -481,7 +493,11 @@ mod tests {
             },
         )
         .expect("query");
-        assert!(tx.begin.is_none(), "the BEGIN was sent with it");
+        assert!(
+            tx.begin.is_none() && tx.later.is_empty(),
+            "the BEGIN and the write went with it"
+        );
+        assert!(!tx.at_commit.is_empty(), "the NOTIFY waits for the COMMIT");
         assert_eq!(
             rows,
             [(
