@@ -99,17 +99,16 @@ fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
 fn with_values(sql: &str, args: &[Arg<'_>]) -> Option<String> {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
-    while let Some(at) = rest.find(['$', '\'', '"', '-']) {
+    while let Some(at) = rest.find(['$', '\'', '"', '-', '/']) {
         out.push_str(&rest[..at]);
         rest = &rest[at..];
         let quote = rest.as_bytes()[0];
-        if quote == b'-' {
-            // A comment runs to the end of its line: a value written in
-            // it could end it.
-            if rest.starts_with("--") {
+        if quote == b'-' || quote == b'/' {
+            // A value written into a comment could end it.
+            if rest.starts_with("--") || rest.starts_with("/*") {
                 return None;
             }
-            out.push('-');
+            out.push(quote as char);
             rest = &rest[1..];
             continue;
         }
@@ -250,8 +249,8 @@ mod tests {
     fn values_are_written_in_where_their_parameters_are_and_nowhere_else() {
         let args: Vec<Arg<'_>> = (1..=10).map(Arg::Int).chain([Arg::Int(-7)]).collect();
         assert_eq!(
-            with_values("SELECT $1, $10, $11 - $2, '$1', \"$2\"", &args).as_deref(),
-            Some("SELECT  1 ,  10 ,  (-7)  -  2 , '$1', \"$2\"")
+            with_values("SELECT $1, $10, $11 - $2 / 2, '$1', \"$2\"", &args).as_deref(),
+            Some("SELECT  1 ,  10 ,  (-7)  -  2  / 2, '$1', \"$2\"")
         );
         assert_eq!(
             with_values(
@@ -285,6 +284,7 @@ mod tests {
             ("SELECT $0", vec![Arg::Int(1)]),
             ("SELECT $$x$$ || $1", vec![Arg::Int(1)]),
             ("SELECT $1 -- a comment", vec![Arg::Int(1)]),
+            ("SELECT $1 /* a comment */", vec![Arg::Int(1)]),
             ("SELECT 'open", vec![]),
         ] {
             assert_eq!(with_values(sql, &args), None, "{sql}");
