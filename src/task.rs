@@ -155,7 +155,7 @@ pub(crate) fn wake_time(step: &StepRecord) -> Option<SystemTime> {
 /// its time did. A task parked on no step it can find is ready.
 pub(crate) fn is_ready(
     journal: &mut dyn Journal,
-    task: &TaskRecord,
+    task: &str,
     now: SystemTime,
 ) -> anyhow::Result<bool> {
     Ok(readiness(journal, task, now)?.0)
@@ -165,16 +165,16 @@ pub(crate) fn is_ready(
 /// wake time, a wait's timeout): it is ready by then at the latest.
 pub(crate) fn readiness(
     journal: &mut dyn Journal,
-    task: &TaskRecord,
+    task: &str,
     now: SystemTime,
 ) -> anyhow::Result<(bool, Option<SystemTime>)> {
-    let Some(step) = waiting_step(journal, &task.id)? else {
+    let Some(step) = waiting_step(journal, task)? else {
         return Ok((true, None));
     };
     let wake = wake_time(&step);
     let due = wake.is_some_and(|at| now >= at);
     let ready = match step.kind {
-        StepKind::Wait => due || journal.signal_waiting(&task.id, &step.name)?,
+        StepKind::Wait => due || journal.signal_waiting(task, &step.name)?,
         // A join is ready once its child has ended; at once for a child
         // without a queue, which runs only beside its parent's agent.
         StepKind::Join => {
@@ -203,7 +203,7 @@ pub(crate) fn still_parked(
     task: &TaskRecord,
     now: SystemTime,
 ) -> anyhow::Result<Option<Failure>> {
-    if is_ready(journal, task, now)? {
+    if is_ready(journal, &task.id, now)? {
         return Ok(None);
     }
     Ok(waiting_step(journal, &task.id)?.map(|step| parked_notice(&task.id, &step)))

@@ -89,7 +89,7 @@ fn resume_all(
             }
             // Parked tasks whose signal or time came; the others wait on.
             status if status.is_parked() => {
-                if crate::task::is_ready(journal, &task, settings.now())? {
+                if crate::task::is_ready(journal, &task.id, settings.now())? {
                     ready += 1;
                     pending.push_back(task.id);
                 } else {

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::rows::{SignalColumns, StepColumns, TASK_WIDTH, TaskColumns};
+use super::rows::{CANDIDATE_WIDTH, SignalColumns, StepColumns, TaskColumns};
 use super::sql;
 use super::tx::{Arg, Row, Tx};
-use super::{Retryable, RunRecord, RunStats, SignalRecord, StepRecord, TaskRecord, WorkerRecord};
+use super::{
+    Candidate, Retryable, RunRecord, RunStats, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    WorkerRecord,
+};
 
 /// A step row selected with [`super::rows::STEP_COLUMNS`].
 pub(crate) fn step_from(row: &dyn Row) -> Result<StepRecord> {
@@ -333,9 +336,9 @@ pub(crate) fn claimable(
     worker: &str,
     page: (usize, usize),
     stale: Duration,
-) -> Result<(Vec<TaskRecord>, i64)> {
+) -> Result<(Vec<Candidate>, i64)> {
     let (limit, offset) = page;
-    let mut tasks = Vec::new();
+    let mut candidates = Vec::new();
     let mut now = 0;
     tx.query(
         &sql::CLAIMABLE,
@@ -348,12 +351,20 @@ pub(crate) fn claimable(
         ],
         &mut |row| {
             // The clock comes after the task's columns.
-            now = row.some_int(TASK_WIDTH)?;
-            tasks.push(task_from(row)?);
+            now = row.some_int(CANDIDATE_WIDTH)?;
+            let status = row.some_text(1)?;
+            candidates.push(Candidate {
+                id: row.some_text(0)?.to_owned(),
+                status: TaskStatus::parse(status)
+                    .ok_or_else(|| super::rows::bad_column("task status", status))?,
+                lease: super::tx::lease_at(row, 2)?,
+                queue: row.text(7)?.map(str::to_owned),
+                updated_at: row.some_text(8)?.to_owned(),
+            });
             Ok(())
         },
     )?;
-    Ok((tasks, now))
+    Ok((candidates, now))
 }
 
 /// The workers whose heartbeat is younger than `stale`.

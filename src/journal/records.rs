@@ -195,6 +195,19 @@ impl NewTask {
     }
 }
 
+/// A task a worker might claim, as its look reads it: what decides
+/// whether to take it, nothing more.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub(crate) id: String,
+    /// As stored: `running` even when its runner died (see `lease`).
+    pub(crate) status: TaskStatus,
+    pub(crate) lease: Option<Lease>,
+    /// When the task or its last live step last changed.
+    pub(crate) updated_at: String,
+    pub(crate) queue: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct TaskRecord {
     pub(crate) id: String,

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::tx::{Commit, Transact, Tx, committed, committed_unsynced, read};
 use super::{
-    NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, Standing,
-    StepRecord, TaskRecord, TaskRows, WorkerRecord,
+    Candidate, NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord,
+    Standing, StepRecord, TaskRecord, TaskRows, WorkerRecord,
 };
 use super::{reads, sql, writes};
 use crate::config::SyncMode;
@@ -348,7 +348,7 @@ pub(crate) trait Queue: Transact {
         worker: &str,
         limit: usize,
         offset: usize,
-    ) -> Result<(Vec<TaskRecord>, i64)> {
+    ) -> Result<(Vec<Candidate>, i64)> {
         let stale = self.stale();
         read(self, |tx| {
             reads::claimable(tx, queues, worker, (limit, offset), stale)
@@ -530,7 +530,7 @@ pub(crate) mod news {
 #[derive(Default)]
 pub(crate) struct Looked {
     pub(crate) workers: Vec<WorkerRecord>,
-    pub(crate) claimable: Vec<TaskRecord>,
+    pub(crate) claimable: Vec<Candidate>,
     /// The journal's clock, in milliseconds (0 when no task was found).
     pub(crate) now_ms: i64,
     pub(crate) retryable: Vec<Retryable>,

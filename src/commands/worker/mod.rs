@@ -26,7 +26,7 @@ use crate::cli::WorkerArgs;
 use crate::config::Config;
 use crate::exit_code;
 use crate::journal::{
-    self, Access, Heard, Journal, Location, Look, Retryable, TaskRecord, WorkerRecord,
+    self, Access, Candidate, Heard, Journal, Location, Look, Retryable, WorkerRecord,
 };
 use crate::lease;
 use crate::settings::Settings;
@@ -384,7 +384,7 @@ impl Worker<'_> {
         &mut self,
         journal: &mut dyn Journal,
         free: usize,
-        mut candidates: Vec<TaskRecord>,
+        mut candidates: Vec<Candidate>,
         page: usize,
         deep: bool,
         mut now_ms: i64,

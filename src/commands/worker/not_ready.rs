@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::journal::{Journal, TaskRecord, TaskStatus};
+use crate::journal::{Candidate, Journal, TaskStatus};
 use crate::settings::Settings;
 
 /// The longest a task is passed by unlooked at: the bound on how late a
@@ -31,7 +31,7 @@ impl NotReady {
     pub(super) fn may_take(
         &mut self,
         journal: &mut dyn Journal,
-        task: &TaskRecord,
+        task: &Candidate,
         settings: &Settings,
         now_ms: i64,
     ) -> Result<bool> {
@@ -52,7 +52,7 @@ impl NotReady {
                 left.is_zero()
             }
             status if status.is_parked() => {
-                let (ready, wake) = crate::task::readiness(journal, task, now)?;
+                let (ready, wake) = crate::task::readiness(journal, &task.id, now)?;
                 let left = wake.map(|at| at.duration_since(now).unwrap_or_default());
                 self.note(task, ready, left);
                 ready
@@ -63,7 +63,7 @@ impl NotReady {
 
     /// Whether `task` was found not ready and nothing since says to look
     /// again.
-    fn skip(&self, task: &TaskRecord) -> bool {
+    fn skip(&self, task: &Candidate) -> bool {
         self.tasks.get(&task.id).is_some_and(|(updated_at, again)| {
             *updated_at == task.updated_at && Instant::now() < *again
         })
@@ -71,7 +71,7 @@ impl NotReady {
 
     /// Notes what a look found: `ready`, or not until `time_left` (when
     /// known).
-    fn note(&mut self, task: &TaskRecord, ready: bool, time_left: Option<Duration>) {
+    fn note(&mut self, task: &Candidate, ready: bool, time_left: Option<Duration>) {
         if ready {
             self.tasks.remove(&task.id);
             return;
@@ -92,27 +92,15 @@ impl NotReady {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::NewTask;
 
-    fn sleeping(updated_at: &str) -> TaskRecord {
-        let mut task = NewTask {
+    fn sleeping(updated_at: &str) -> Candidate {
+        Candidate {
             id: "t".into(),
-            argv: vec!["true".into()],
-            cwd: "/".into(),
-            config: None,
-            config_path: None,
-            sync: crate::config::SyncMode::Full,
-            created_at: "2026-12-03T10:00:00Z".into(),
-            max_tokens: None,
-            max_cost_nanos: None,
+            status: TaskStatus::Sleeping,
+            lease: None,
+            updated_at: updated_at.into(),
             queue: Some("q".into()),
-            retries: None,
-            launch: crate::journal::Launch::default(),
         }
-        .record();
-        task.status = TaskStatus::Sleeping;
-        task.updated_at = updated_at.into();
-        task
     }
 
     #[test]

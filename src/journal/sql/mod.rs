@@ -558,17 +558,16 @@ mod tests {
         assert!(WORKERS.sqlite().contains("julianday"));
     }
 
-    /// The queries read a task's columns by position, the clock after them.
+    /// The queries read a task's columns by position, a look's clock
+    /// after them.
     #[test]
     fn a_task_is_task_width_columns_wide() {
         let conn = rusqlite::Connection::open_in_memory().expect("open");
         for (_, migration) in crate::journal::schema::sqlite_from(0) {
             conn.execute_batch(&migration).expect("migrate");
         }
-        let statement = conn.prepare(CLAIMABLE.sqlite()).expect("prepare");
-        assert_eq!(
-            statement.column_count(),
-            crate::journal::rows::TASK_WIDTH + 1
-        );
+        let width = |sql: &Sql| conn.prepare(sql.sqlite()).expect("prepare").column_count();
+        assert_eq!(width(&TASK), crate::journal::rows::TASK_WIDTH);
+        assert_eq!(width(&CLAIMABLE), crate::journal::rows::CANDIDATE_WIDTH + 1);
     }
 }

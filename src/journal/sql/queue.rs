@@ -3,7 +3,7 @@
 //! release, and the list of live workers.
 
 use super::{NOW_MS, Sql};
-use crate::journal::rows::TASK_COLUMNS;
+use crate::journal::rows::CANDIDATE_COLUMNS;
 
 /// A worker gives up its claim on a task.
 pub(crate) static RELEASE_CLAIM: Sql = Sql::new(
@@ -29,7 +29,7 @@ pub(crate) static RELEASE_CLAIMS_OF: Sql =
 pub(crate) static CLAIMABLE: Sql = Sql::dialects(
     || {
         format!(
-            "SELECT {TASK_COLUMNS}, {NOW_MS}
+            "SELECT {CANDIDATE_COLUMNS}, {NOW_MS}
              FROM (SELECT DISTINCT unnest($1::TEXT[]) AS name) q
              CROSS JOIN LATERAL (
                  SELECT * FROM tasks t
@@ -42,7 +42,7 @@ pub(crate) static CLAIMABLE: Sql = Sql::dialects(
     },
     || {
         format!(
-            "SELECT {TASK_COLUMNS}, {NOW_MS} FROM tasks t
+            "SELECT {CANDIDATE_COLUMNS}, {NOW_MS} FROM tasks t
              WHERE t.queue IN (SELECT value FROM json_each($1))
                AND t.status IN ('queued', 'running', 'interrupted', 'waiting', 'sleeping')
                AND (t.claimed_by IS NULL OR t.claimed_by = $2 OR t.claimed_at < {NOW_MS} - $3)
