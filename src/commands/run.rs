@@ -50,9 +50,18 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         match started {
             // Not read back: preparing the task query costs a start-up
             // more than all its writes (callgrind).
-            Ok(RunStart::Started { run, leased_at }) => {
-                (task.record(), Begun::Fresh { run, leased_at })
-            }
+            Ok(RunStart::Started {
+                run,
+                leased_at,
+                recorded,
+            }) => (
+                task.record(),
+                Begun::Fresh {
+                    run,
+                    leased_at,
+                    recorded,
+                },
+            ),
             // Another `run --task` with the same id may have won the race;
             // then carry on with its task, as if it had been there first.
             other => match journal.task(&task.id)? {

@@ -79,7 +79,11 @@ pub(super) enum Begun {
     /// Not yet: the task was there, and its run starts in `drive`.
     Not,
     /// With the task, which this `durun run` made and started at once.
-    Fresh { run: u32, leased_at: Duration },
+    Fresh {
+        run: u32,
+        leased_at: Duration,
+        recorded: (u64, u64),
+    },
 }
 
 /// What a worker hands the run it starts on one of its threads (SPEC 16).
@@ -117,12 +121,17 @@ pub(super) fn drive(
     let config = recorded_config(task)?;
     let fresh = matches!(begun, Begun::Fresh { .. });
     let claim = worker.map(|worker| worker.claim);
-    let (run, leased_at) = match begun {
-        Begun::Fresh { run, leased_at } => (run, leased_at),
+    let (run, leased_at, mut recorded) = match begun {
+        Begun::Fresh {
+            run,
+            leased_at,
+            recorded,
+        } => (run, leased_at, recorded),
         Begun::Not => start(journal, task, settings)?,
     };
     if let Some(from) = from_step {
         discard(journal, &task.id, run, from)?;
+        recorded = journal.replay_bounds(&task.id)?;
     }
     let started = Instant::now();
     let (mut reporter, traceparent) = reporter_of(&config, settings);
@@ -139,6 +148,7 @@ pub(super) fn drive(
         upstreams: task.launch.upstreams.clone(),
         tools: &config.tools,
         leased_at,
+        recorded,
         lease: settings.lease,
         runtime_dir: settings.runtime_dir.clone(),
         live: live_of(settings, &task.id),
@@ -323,17 +333,22 @@ fn record_failure(
     let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
 }
 
-/// Starts a run of `task`: its number and when its lease was taken.
+/// Starts a run of `task`: its number, when its lease was taken, and
+/// its steps as the start found them (see [`RunStart::Started`]).
 fn start(
     journal: &mut dyn Journal,
     task: &TaskRecord,
     settings: &Settings,
-) -> Result<(u32, Duration)> {
+) -> Result<(u32, Duration, (u64, u64))> {
     let started = unsynced(journal, task.sync, |journal| {
         journal.start_run(&task.id, settings.holder(), &journal::now())
     })?;
     match started? {
-        RunStart::Started { run, leased_at } => Ok((run, leased_at)),
+        RunStart::Started {
+            run,
+            leased_at,
+            recorded,
+        } => Ok((run, leased_at, recorded)),
         RunStart::Locked(lease) => Err(journal::locked(&task.id, &lease).into()),
         RunStart::Cancelled => Err(cancelled(&task.id).into()),
     }

@@ -126,10 +126,13 @@ pub(crate) fn count_steps(tx: &mut dyn Tx, task: &str) -> Result<u64> {
 
 /// How many live steps the task has, and the highest step number.
 pub(crate) fn replay_bounds(tx: &mut dyn Tx, task: &str) -> Result<(u64, u64)> {
-    let bounds = tx.query_opt(&sql::REPLAY_BOUNDS, &[task.into()], |row| {
-        Ok((row.some_int(0)? as u64, row.int(1)?.unwrap_or(0) as u64))
-    })?;
+    let bounds = tx.query_opt(&sql::REPLAY_BOUNDS, &[task.into()], bounds_of)?;
     Ok(bounds.unwrap_or((0, 0)))
+}
+
+/// A row of [`sql::REPLAY_BOUNDS`].
+pub(crate) fn bounds_of(row: &dyn Row) -> Result<(u64, u64)> {
+    Ok((row.some_int(0)? as u64, row.int(1)?.unwrap_or(0) as u64))
 }
 
 /// The task's runs, in order.

@@ -304,9 +304,13 @@ pub(crate) struct RunRecord {
 pub(crate) enum RunStart {
     /// `leased_at` is [`crate::os::boot_clock`] just before the lease was
     /// stamped, after any wait for a lock: the run's first heartbeat.
+    ///
+    /// `recorded` is how many live steps the task has and its highest step
+    /// number, read once the lease was ours: what the run may replay.
     Started {
         run: u32,
         leased_at: std::time::Duration,
+        recorded: (u64, u64),
     },
     Locked(Lease),
     /// `durun cancel` ended the task: it never runs again.

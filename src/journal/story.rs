@@ -145,6 +145,12 @@ fn group_commit(journal: &mut dyn Journal) {
         .collect();
     assert_eq!(page, [3, 4, 5]);
     assert!(journal.steps_page("t1", 8, 3).expect("page").is_empty());
+    // The next run's start reads what it may replay.
+    finish(journal, "t1", run, TaskStatus::Interrupted, None);
+    match journal.start_run("t1", &me(), &now()).expect("start") {
+        RunStart::Started { recorded, .. } => assert_eq!(recorded, (8, 8)),
+        other => panic!("t1 did not start: {other:?}"),
+    }
 }
 
 /// A step goes from its intent to its result; what is read back is what

@@ -42,6 +42,9 @@ pub(crate) struct RunSpec<'a> {
     /// [`crate::os::boot_clock`] just before the lease was taken: the run's
     /// first heartbeat.
     pub(crate) leased_at: Duration,
+    /// How many live steps the task had when the run started, and its
+    /// highest step number.
+    pub(crate) recorded: (u64, u64),
     pub(crate) lease: LeaseTimes,
     /// `XDG_RUNTIME_DIR`, where the socket goes if it is usable.
     pub(crate) runtime_dir: Option<std::path::PathBuf>,

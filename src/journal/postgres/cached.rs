@@ -107,10 +107,14 @@ pub(super) trait Queries {
         false
     }
 
-    /// Runs `statement` (its values written in) after what waits to be
-    /// sent, in one round trip; its rows, as texts.
-    fn with_unsent(&mut self, statement: &str) -> Result<Vec<SimpleQueryRow>, postgres::Error> {
-        let rows = self.runner().simple_query(statement)?;
+    /// Runs `statements` (their values written in) after what waits to
+    /// be sent, in one round trip; the rows of each that returns rows, as
+    /// texts.
+    fn with_unsent(
+        &mut self,
+        statements: &str,
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+        let rows = self.runner().simple_query(statements)?;
         Ok(rows_of(rows))
     }
 
@@ -121,14 +125,17 @@ pub(super) trait Queries {
     }
 }
 
-/// The rows of a batch's last statement.
-fn rows_of(messages: Vec<SimpleQueryMessage>) -> Vec<SimpleQueryRow> {
-    let mut rows = Vec::new();
+/// The rows of each statement of a batch that returns rows, in order.
+fn rows_of(messages: Vec<SimpleQueryMessage>) -> Vec<Vec<SimpleQueryRow>> {
+    let mut rows: Vec<Vec<SimpleQueryRow>> = Vec::new();
     for message in messages {
         match message {
-            SimpleQueryMessage::Row(row) => rows.push(row),
-            // A statement's rows begin: the ones wanted are the last one's.
-            SimpleQueryMessage::RowDescription(_) => rows.clear(),
+            SimpleQueryMessage::Row(row) => match rows.last_mut() {
+                Some(last) => last.push(row),
+                None => rows.push(vec![row]),
+            },
+            // A statement's rows begin.
+            SimpleQueryMessage::RowDescription(_) => rows.push(Vec::new()),
             _ => {}
         }
     }
@@ -185,8 +192,11 @@ impl Queries for Tx<'_> {
         self.begin.is_some()
     }
 
-    fn with_unsent(&mut self, statement: &str) -> Result<Vec<SimpleQueryRow>, postgres::Error> {
-        let sql = self.unsent_then(statement);
+    fn with_unsent(
+        &mut self,
+        statements: &str,
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+        let sql = self.unsent_then(statements);
         Ok(rows_of(self.client.simple_query(&sql)?))
     }
 

@@ -30,7 +30,7 @@ pub(crate) use open::describe;
 use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
 use crate::config::SyncMode;
 use crate::journal::sql::{self, Sql};
-use crate::journal::writes;
+use crate::journal::{reads, writes};
 use crate::lease::{self, Holder};
 
 pub(crate) struct PostgresJournal {
@@ -144,25 +144,51 @@ impl Journal for PostgresJournal {
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
-        use crate::journal::tx::Tx as _;
+        use crate::journal::tx::{Row, Tx};
         // The run hears of a takeover or a cancel from its commit on (a
         // start that does not commit does not listen).
         let listen = format!("LISTEN {}", channel(task));
         let mut tx = self.client.begin(false, &listen);
         // FOR UPDATE: a racing runner waits here, then sees our lease.
-        // With the BEGIN: one round trip.
-        let found = (&mut tx as &mut dyn crate::journal::tx::Tx).query_opt(
-            &START_LEASE,
-            &[task.into()],
-            |row| {
-                Ok((
-                    row.boolean(6)?.unwrap_or(false),
-                    row.some_int(0)?,
-                    lease_at(row, 1)?,
-                    row.some_int(7)?,
-                ))
-            },
-        )?;
+        // The task's steps are read after the lock, which a step's commit
+        // holds too (its fence reads the row FOR SHARE): they are all the
+        // steps there will be before the run's own. All with the BEGIN:
+        // one round trip.
+        let args = [task.into()];
+        let lease_columns = |row: &dyn Row| {
+            Ok((
+                row.boolean(6)?.unwrap_or(false),
+                row.some_int(0)?,
+                lease_at(row, 1)?,
+                row.some_int(7)?,
+            ))
+        };
+        let (found, recorded) = match (
+            tx::with_values(START_LEASE.postgres(), &args),
+            tx::with_values(sql::REPLAY_BOUNDS.postgres(), &args),
+        ) {
+            (Some(lease), Some(bounds)) => {
+                let rows = tx.with_unsent(&format!("{lease}; {bounds}"))?;
+                let [lease, bounds] = &rows[..] else {
+                    anyhow::bail!(
+                        "the server answered a run's start with {} results",
+                        rows.len()
+                    );
+                };
+                let found = lease.first().map(|row| lease_columns(row)).transpose()?;
+                let recorded = match bounds.first() {
+                    Some(row) => reads::bounds_of(row)?,
+                    None => (0, 0),
+                };
+                (found, recorded)
+            }
+            // A text no statement can hold (a NUL): as prepared statements.
+            _ => {
+                let tx = &mut tx as &mut dyn Tx;
+                let found = tx.query_opt(&START_LEASE, &args, lease_columns)?;
+                (found, reads::replay_bounds(tx, task)?)
+            }
+        };
         let Some((cancelled, runs, taken_over, server_now)) = found else {
             anyhow::bail!("task {task} is not in the journal");
         };
@@ -200,6 +226,7 @@ impl Journal for PostgresJournal {
         Ok(RunStart::Started {
             run: run as u32,
             leased_at,
+            recorded,
         })
     }
 

@@ -96,7 +96,7 @@ fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
 /// A text is dollar-quoted with a tag that does not occur in it, so that
 /// it reads back byte for byte whatever it holds and whatever the
 /// server's `standard_conforming_strings`.
-fn with_values(sql: &str, args: &[Arg<'_>]) -> Option<String> {
+pub(super) fn with_values(sql: &str, args: &[Arg<'_>]) -> Option<String> {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
     while let Some(at) = rest.find(['$', '\'', '"', '-', '/']) {
@@ -192,7 +192,7 @@ impl<Q: Queries> Tx for Q {
         if self.begin_unsent()
             && let Some(statement) = with_values(sql.postgres(), args)
         {
-            for row in &self.with_unsent(&statement)? {
+            for row in self.with_unsent(&statement)?.last().into_iter().flatten() {
                 each(row)?;
             }
             return Ok(());

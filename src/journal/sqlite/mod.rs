@@ -190,5 +190,17 @@ fn start_in(
     )?;
     tx.prepare_cached(sql::INSERT_EVENT.sqlite())?
         .execute(params![task, run, "run.opened", None::<i64>, now])?;
-    Ok(RunStart::Started { run, leased_at })
+    let recorded = tx
+        .prepare_cached(sql::REPLAY_BOUNDS.sqlite())?
+        .query_row([task], |row| {
+            Ok((
+                row.get::<_, i64>(0)? as u64,
+                row.get::<_, Option<i64>>(1)?.unwrap_or(0) as u64,
+            ))
+        })?;
+    Ok(RunStart::Started {
+        run,
+        leased_at,
+        recorded,
+    })
 }

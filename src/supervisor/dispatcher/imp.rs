@@ -65,7 +65,7 @@ pub(crate) fn supervise(
     journal: &mut dyn Journal,
     reporter: &mut dyn Reporter,
 ) -> anyhow::Result<Outcome> {
-    let (recorded_steps, last_recorded) = journal.replay_bounds(spec.task_id)?;
+    let (recorded_steps, last_recorded) = spec.recorded;
     reporter.report(&Report::RunStarted {
         task: spec.task_id,
         run: spec.run,

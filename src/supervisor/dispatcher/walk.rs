@@ -109,12 +109,18 @@ fn walk<T>(
     } else {
         journal.create_and_start(&new_task(task), &me, &now)
     };
-    let RunStart::Started { run, leased_at } = started.expect("start") else {
+    let RunStart::Started {
+        run,
+        leased_at,
+        recorded,
+    } = started.expect("start")
+    else {
         panic!("the run did not start");
     };
+    assert_eq!(recorded, journal.replay_bounds(task).expect("bounds"));
     let tools = BTreeMap::new();
-    let spec = spec(task, run, leased_at, &tools);
-    let (_, last_recorded) = journal.replay_bounds(task).expect("bounds");
+    let spec = spec(task, (run, recorded), leased_at, &tools);
+    let (_, last_recorded) = recorded;
     let (events_tx, _events, wake) = Events::new().expect("inbox");
     let mut socket = socket::listen(events_tx.clone(), None).expect("socket");
     let (agent_reads, durun_writes) = rustix::pipe::pipe().expect("pipe");
@@ -182,7 +188,7 @@ fn new_task(id: &str) -> NewTask {
 
 fn spec<'a>(
     task: &'a str,
-    run: u32,
+    (run, recorded): (u32, (u64, u64)),
     leased_at: Duration,
     tools: &'a BTreeMap<String, std::sync::Arc<crate::config::Tool>>,
 ) -> RunSpec<'a> {
@@ -196,6 +202,7 @@ fn spec<'a>(
         upstreams: BTreeMap::new(),
         tools,
         leased_at,
+        recorded,
         lease: crate::settings::LeaseTimes::default(),
         live: None,
         limiter: None,
