@@ -123,6 +123,13 @@ pub(crate) trait Tx {
     }
     /// Runs `sql` and hands each row it returns to `each`, in order.
     fn query(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()>;
+    /// [`Tx::query`] as a transaction's last statement: PostgreSQL sends
+    /// it with the `COMMIT`, one round trip, and hands over its rows once
+    /// the commit took (the owner's commit then has nothing left to do);
+    /// SQLite runs it now. No statement may follow it.
+    fn query_last(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()> {
+        self.query(sql, args, each)
+    }
     /// The task's lease, held until the transaction ends, and the clock
     /// (ms) that judges it: the server's on PostgreSQL, this host's on
     /// SQLite.

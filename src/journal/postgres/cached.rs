@@ -118,6 +118,17 @@ pub(super) trait Queries {
         Ok(rows_of(rows))
     }
 
+    /// Runs `statement` (its values written in) as a transaction's last:
+    /// what waits, it and the `COMMIT` in one round trip; the rows of each
+    /// statement that returns rows. `None` on a connection, which has no
+    /// transaction to end.
+    fn with_commit(
+        &mut self,
+        _statement: &str,
+    ) -> Option<Result<Vec<Vec<SimpleQueryRow>>, postgres::Error>> {
+        None
+    }
+
     /// Notifies `channel` with `payload`: at once on a connection, with
     /// the `COMMIT` in a transaction (when the server delivers it anyway).
     fn notify_channel(&mut self, channel: &str, payload: &str) -> Result<(), postgres::Error> {
@@ -198,6 +209,23 @@ impl Queries for Tx<'_> {
     ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
         let sql = self.unsent_then(statements);
         Ok(rows_of(self.client.simple_query(&sql)?))
+    }
+
+    fn with_commit(
+        &mut self,
+        statement: &str,
+    ) -> Option<Result<Vec<Vec<SimpleQueryRow>>, postgres::Error>> {
+        let mut end = String::with_capacity(statement.len() + self.at_commit.len() + 8);
+        end.push_str(statement);
+        end.push_str("; ");
+        end.push_str(&std::mem::take(&mut self.at_commit));
+        end.push_str("COMMIT");
+        let sql = self.unsent_then(&end);
+        let rows = self.client.simple_query(&sql).map(rows_of);
+        // On an error the server rolled back, or the `ROLLBACK` on drop
+        // ends what is left.
+        self.ended = rows.is_ok();
+        Some(rows)
     }
 
     fn runner(&mut self) -> &mut impl GenericClient {
@@ -291,6 +319,10 @@ impl Tx<'_> {
     /// then commits: one round trip. On an error the transaction rolls
     /// back (when it is dropped).
     pub(super) fn commit_after(mut self, last: &str) -> Result<(), postgres::Error> {
+        // Its last statement took the `COMMIT` with it.
+        if self.ended {
+            return Ok(());
+        }
         if self.begin.is_none()
             && self.later.is_empty()
             && self.at_commit.is_empty()
@@ -324,11 +356,11 @@ impl Drop for Tx<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::{Conn, Queries as _};
 
     /// A connection to `DURUN_TEST_POSTGRES`, or `None` (said skipped).
-    fn connect() -> Option<Conn> {
+    pub(in crate::journal::postgres) fn connect() -> Option<Conn> {
         let Ok(url) = std::env::var("DURUN_TEST_POSTGRES") else {
             assert!(
                 std::env::var_os("DURUN_REQUIRE_POSTGRES").is_none(),

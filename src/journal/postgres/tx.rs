@@ -204,6 +204,18 @@ impl<Q: Queries> Tx for Q {
         Ok(())
     }
 
+    fn query_last(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()> {
+        if let Some(statement) = with_values(sql.postgres(), args)
+            && let Some(rows) = self.with_commit(&statement)
+        {
+            for row in rows?.last().into_iter().flatten() {
+                each(row)?;
+            }
+            return Ok(());
+        }
+        Tx::query(self, sql, args, each)
+    }
+
     fn lease(&mut self, task: &str) -> Result<(Option<Lease>, i64)> {
         lease_of(self, task)
     }
@@ -243,7 +255,52 @@ impl Transact for PostgresJournal {
 #[cfg(test)]
 mod tests {
     use super::with_values;
-    use crate::journal::tx::Arg;
+    use crate::journal::postgres::cached::Queries as _;
+    use crate::journal::sql::Sql;
+    use crate::journal::tx::{Arg, Tx};
+
+    /// A transaction's last statement goes with its `COMMIT`: the rows
+    /// come once it committed. One that fails leaves nothing written and
+    /// the connection ready for the next.
+    #[test]
+    fn a_last_statement_takes_the_commit_with_it() {
+        static INSERT: Sql = Sql::new("INSERT INTO t VALUES ($1)");
+        static TAKE: Sql = Sql::new("UPDATE t SET n = n + 1 WHERE n >= $1 RETURNING n");
+        static FAIL: Sql = Sql::new("SELECT 1 / (n - $1) FROM t");
+        let Some(mut conn) = super::super::cached::tests::connect() else {
+            return;
+        };
+        conn.batch_execute("CREATE TEMPORARY TABLE t (n BIGINT)")
+            .expect("table");
+        let open = "SELECT pg_current_xact_id_if_assigned() IS NOT NULL";
+        let mut tx = conn.begin(true, "");
+        tx.execute_later(&INSERT, &[Arg::Int(1)]).expect("later");
+        tx.execute_later(&INSERT, &[Arg::Int(5)]).expect("later");
+        let mut taken = Vec::new();
+        tx.query_last(&TAKE, &[Arg::Int(2)], &mut |row| {
+            taken.push(row.some_int(0)?);
+            Ok(())
+        })
+        .expect("last");
+        assert_eq!(taken, [6]);
+        let still_open: bool = tx.query_one(open, &[]).expect("open").get(0);
+        assert!(!still_open, "the statement took the COMMIT with it");
+        tx.commit().expect("nothing left to commit");
+
+        let mut tx = conn.begin(false, "");
+        tx.execute_later(&INSERT, &[Arg::Int(7)]).expect("later");
+        let failed = tx.query_last(&FAIL, &[Arg::Int(7)], &mut |_| Ok(()));
+        assert!(failed.is_err(), "division by zero");
+        drop(tx);
+        let rows: Vec<i64> = conn
+            .client
+            .query("SELECT n FROM t ORDER BY n", &[])
+            .expect("the connection is ready")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(rows, [1, 6], "the failed transaction wrote nothing");
+    }
 
     #[test]
     fn values_are_written_in_where_their_parameters_are_and_nowhere_else() {
