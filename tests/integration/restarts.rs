@@ -186,8 +186,9 @@ fn a_run_that_loses_postgresql_mid_step_reconnects_and_carries_on() {
 }
 
 /// The server ends a worker's sessions while it idles (as a restart
-/// does): the worker reconnects, and the connection its last run left for
-/// the next is dropped, not handed to the next run to fail on.
+/// does): the worker reconnects, and the next run does not fail on the
+/// connection the last one left (asked first if it idled a while, or
+/// connected again on its first read if it came back moments ago).
 #[test]
 fn a_pooled_connection_the_server_ended_fails_no_run() {
     let api = FakeApi::start();

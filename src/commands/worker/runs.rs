@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::exit_code;
 use crate::journal::{self, Access, Journal, Location, RunEnd, RunStats, TaskStatus};
@@ -16,9 +16,10 @@ use crate::supervisor::Stops;
 /// connections, the worker's signals.
 pub(super) struct Runs {
     location: Location,
-    /// Connections of runs that ended, for the next: a run does not pay
-    /// for a connection of its own (a PostgreSQL backend's start).
-    idle: Mutex<Vec<Box<dyn Journal>>>,
+    /// Connections of runs that ended, for the next, with when each
+    /// came back: a run does not pay for a connection of its own (a
+    /// PostgreSQL backend's start).
+    idle: Mutex<Vec<(Box<dyn Journal>, Instant)>>,
     stops: Arc<Stops>,
     /// The worker's, quiet: a run says only warnings and errors.
     settings: Settings,
@@ -41,6 +42,10 @@ pub(super) struct Run {
 /// end is committed, and what is left (its report, its agent's last
 /// prints, which a slow stdout can hold up) must not hold the worker up.
 pub(super) const FINISHING: Duration = Duration::from_millis(50);
+
+/// How long a connection a run left is handed to the next without asking
+/// the server first whether it still answers.
+const FRESH: Duration = Duration::from_secs(1);
 
 /// How a run ended.
 pub(super) struct Ended {
@@ -98,7 +103,7 @@ impl Runs {
             self.idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(journal);
+                .push((journal, Instant::now()));
         }
     }
 
@@ -126,13 +131,18 @@ impl Runs {
         crate::report::tag_thread(id);
         crate::error::contain_panics();
         // A connection that idled through a server restart is dropped
-        // here, not handed to a run that would fail on its first statement.
+        // here, not handed to a run that would fail on its first
+        // statement. One that served a run moments ago is not asked (a
+        // round trip a task, when tasks come one after another): if the
+        // server went away since, the run's first read connects again.
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop()
-            .and_then(|mut journal| journal.answers().then_some(journal));
+            .and_then(|(mut journal, since)| {
+                (since.elapsed() < FRESH || journal.answers()).then_some(journal)
+            });
         let mut journal =
             match idle.map_or_else(|| self.location.open(Access::Write, &self.settings), Ok) {
                 Ok(journal) => journal,
@@ -171,7 +181,7 @@ impl Runs {
             self.idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(journal);
+                .push((journal, Instant::now()));
         }
         Ended {
             code: result.unwrap_or_else(failed),
