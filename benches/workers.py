@@ -49,6 +49,24 @@ def psql(base, sql):
     return subprocess.run(["psql", base, "-qtAc", sql], check=True, capture_output=True, text=True).stdout.strip()
 
 
+class Session:
+    """One psql session for a poll: a psql started for each look would
+    cost the cores the workers use a process and a server backend each."""
+
+    def __init__(self, base):
+        self.psql = subprocess.Popen(["psql", base, "-qtAX"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+
+    def value(self, sql):
+        self.psql.stdin.write(sql + ";\n")
+        self.psql.stdin.flush()
+        return self.psql.stdout.readline().strip()
+
+    def close(self):
+        self.psql.stdin.close()
+        self.psql.wait()
+
+
 class Schema:
     def __init__(self, base):
         self.base = base
@@ -95,12 +113,14 @@ def throughput(durun, base, tasks, workers, workdir):
         submit(durun, schema, tasks, workdir)
         started = time.time()
         pool = start_workers(durun, schema, workers, workdir)
-        # A count is one light query: a poll must not take the cores the
-        # workers use. The end is the last run's end as the journal
-        # records it, not the poll that saw it.
+        # A count is one light query on one session: a poll must not take
+        # the cores the workers use. The end is the last run's end as the
+        # journal records it, not the poll that saw it.
         count = f"SELECT count(*) FROM {schema.name}.tasks WHERE status = 'completed'"
-        while int(psql(base, count)) < tasks:
+        poll = Session(base)
+        while int(poll.value(count)) < tasks:
             time.sleep(0.25)
+        poll.close()
         stop_workers(pool)
         last = psql(base, f"SELECT max(finished_at) FROM {schema.name}.runs")
         ended = datetime.datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp()
