@@ -34,5 +34,6 @@ mod transitions;
 pub(crate) use crash::{CrashAt, FAULTS, Faults, Point, SEEDS, Seeds, load_seeds, parse_faults};
 pub(crate) use dispatcher::PANIC_TASK;
 pub(crate) use dispatcher::supervise;
+pub(crate) use socket::share_home;
 pub(crate) use spec::{Outcome, RunSpec};
 pub(crate) use stops::Stops;

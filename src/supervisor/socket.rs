@@ -16,8 +16,8 @@ use std::io::{BufReader, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak, mpsc};
 use std::time::Duration;
 
 use super::inbox::{Answers, Conn, Event, Events};
@@ -31,12 +31,42 @@ const ANSWER_BOUND: usize = 4 * 1024 * 1024;
 /// Whether this process looked for dead runs' socket directories.
 static SWEPT: std::sync::Once = std::sync::Once::new();
 
-/// The socket's directory, removed when the run ends, and the listener,
-/// closed then: a worker runs many runs in one process. Connections are
-/// accepted on a thread started at the first client ([`SocketDir::serve`]):
-/// most agents never run `durun step`.
+/// The directory the runs of this process share while someone holds it
+/// ([`share_home`]).
+static SHARED: Mutex<Weak<SocketHome>> = Mutex::new(Weak::new());
+
+/// Numbers the sockets of a shared directory.
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// A private directory (0700) for run sockets, removed when the last run
+/// or holder lets go of it.
+pub(crate) struct SocketHome {
+    path: PathBuf,
+}
+
+impl Drop for SocketHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Has the runs of this process put their sockets in one directory for as
+/// long as the handle lives (a worker's): a run does not make and remove
+/// a directory of its own, which on ext4 costs a block allocation each.
+pub(crate) fn share_home(runtime_dir: Option<&Path>) -> std::io::Result<Arc<SocketHome>> {
+    let home = Arc::new(SocketHome {
+        path: home_dir(runtime_dir)?,
+    });
+    *SHARED.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&home);
+    Ok(home)
+}
+
+/// The socket's directory (removed when the run ends, unless the runs
+/// share it) and the listener, closed then: a worker runs many runs in
+/// one process. Connections are accepted on a thread started at the first
+/// client ([`SocketDir::serve`]): most agents never run `durun step`.
 pub(super) struct SocketDir {
-    dir: PathBuf,
+    home: Arc<SocketHome>,
     pub(crate) path: PathBuf,
     listener: UnixListener,
     closed: Arc<AtomicBool>,
@@ -50,25 +80,34 @@ impl Drop for SocketDir {
         // Wakes the thread blocked in accept(2) (it fails with EINVAL),
         // which then ends and lets go of the run's inbox.
         self.shut();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The directory goes with the last of its users.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
-/// Binds the socket in a private directory; [`SocketDir::serve`] starts
-/// accepting.
+/// Binds the socket in a private directory (the one the runs share, if
+/// any); [`SocketDir::serve`] starts accepting.
 pub(super) fn listen(events: Events, runtime_dir: Option<&Path>) -> std::io::Result<SocketDir> {
-    // $XDG_RUNTIME_DIR where it is usable, else the temp directory.
-    let runtime = runtime_dir
-        .filter(|dir| dir.is_dir())
-        .and_then(|base| private_dir(base).ok());
-    let dir = match runtime {
-        Some(dir) => dir,
-        None => private_dir(&std::env::temp_dir())?,
+    let shared = SHARED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade();
+    let (home, name) = match shared {
+        Some(home) => {
+            let number = NEXT.fetch_add(1, Ordering::Relaxed);
+            (home, format!("durun-{number}.sock"))
+        }
+        None => {
+            let home = Arc::new(SocketHome {
+                path: home_dir(runtime_dir)?,
+            });
+            (home, "durun.sock".to_owned())
+        }
     };
-    let path = dir.join("durun.sock");
+    let path = home.path.join(name);
     let listener = UnixListener::bind(&path)?;
     Ok(SocketDir {
-        dir,
+        home,
         path,
         listener,
         closed: Arc::new(AtomicBool::new(false)),
@@ -115,7 +154,7 @@ impl SocketDir {
     /// Called while the agent starts, which takes longer than one
     /// readdir: a thread of its own cost a start more CPU than the sweep.
     pub(super) fn sweep_once(&self) {
-        if let Some(base) = self.dir.parent() {
+        if let Some(base) = self.home.path.parent() {
             SWEPT.call_once(|| sweep(base));
         }
     }
@@ -156,6 +195,18 @@ fn sweep(base: &Path) {
         if ours && gone {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+/// A new private directory in `$XDG_RUNTIME_DIR` where it is usable, else
+/// in the temp directory.
+fn home_dir(runtime_dir: Option<&Path>) -> std::io::Result<PathBuf> {
+    let runtime = runtime_dir
+        .filter(|dir| dir.is_dir())
+        .and_then(|base| private_dir(base).ok());
+    match runtime {
+        Some(dir) => Ok(dir),
+        None => private_dir(&std::env::temp_dir()),
     }
 }
 

@@ -327,3 +327,40 @@ fn a_workers_runs_lose_no_print_that_is_read() {
         "each run's prints whole and in order"
     );
 }
+
+/// A worker's runs put their sockets in one private directory (not one
+/// made and removed for each run), each removed with its run; the
+/// directory goes with the worker.
+#[test]
+fn a_workers_runs_share_one_socket_directory_that_goes_with_the_worker() {
+    let mut env = TestEnv::new();
+    let tmp = env.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let tmp_text = tmp.to_string_lossy().into_owned();
+    env.set("TMPDIR", tmp_text.clone());
+    env.set("XDG_RUNTIME_DIR", tmp_text);
+    let mut w = worker(&env, "w", &["--jobs", "1"]);
+    let sockets: Vec<std::path::PathBuf> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            let said = env.path(&format!("{id}.socket"));
+            let script = format!("echo \"$DURUN_SOCKET\" > '{}'", said.display());
+            submit(&env, id, &["sh".into(), "-c".into(), script]);
+            wait_for("the run to complete", Duration::from_secs(30), || {
+                status(&env, id) == "completed"
+            });
+            let path = std::fs::read_to_string(&said).expect("the agent said its socket");
+            std::path::PathBuf::from(path.trim())
+        })
+        .collect();
+    assert_ne!(sockets[0], sockets[1]);
+    let home = sockets[0].parent().expect("a directory");
+    assert_eq!(Some(home), sockets[1].parent(), "{sockets:?}");
+    assert_eq!(home.parent(), Some(tmp.as_path()));
+    // Each socket went with its run; the directory stays for the next.
+    assert!(!sockets[0].exists() && !sockets[1].exists());
+    assert!(home.is_dir());
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

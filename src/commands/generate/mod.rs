@@ -258,8 +258,8 @@ const FILES: &[(&str, &str)] = &[
         "The tools and journal settings of a new task, recorded with it (see durun.toml(5)).",
     ),
     (
-        "$XDG_RUNTIME_DIR/durun-PID-*/durun.sock",
-        "The socket of a live run, in a private directory removed when the run ends.",
+        "$XDG_RUNTIME_DIR/durun-PID-*/durun*.sock",
+        "The socket of a live run, in a private directory removed when the run ends (a worker's runs share one, removed when the worker ends).",
     ),
 ];
 

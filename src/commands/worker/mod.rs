@@ -109,6 +109,9 @@ pub(crate) fn worker(args: &WorkerArgs, settings: &Settings) -> Result<i32> {
         settings,
     };
     worker.runs.warm();
+    // The runs' sockets share one directory while the worker lives; where
+    // it cannot be made, each run makes its own (and says why it cannot).
+    let _sockets = crate::supervisor::share_home(settings.runtime_dir.as_deref()).ok();
     if !settings.quiet {
         crate::report::say(&format!(
             "worker {} takes tasks of {} from {}, {} at a time",
