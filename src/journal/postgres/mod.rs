@@ -164,8 +164,8 @@ impl Journal for PostgresJournal {
             ))
         };
         let (found, recorded) = match (
-            tx::with_values(START_LEASE.postgres(), &args),
-            tx::with_values(sql::REPLAY_BOUNDS.postgres(), &args),
+            tx.executed(START_LEASE.postgres(), &args),
+            tx.executed(sql::REPLAY_BOUNDS.postgres(), &args),
         ) {
             (Some(lease), Some(bounds)) => {
                 let rows = tx.with_unsent(&format!("{lease}; {bounds}"))?;
@@ -183,6 +183,7 @@ impl Journal for PostgresJournal {
                 (found, recorded)
             }
             // A text no statement can hold (a NUL): as prepared statements.
+            // (Both or neither: they take the same argument.)
             _ => {
                 let tx = &mut tx as &mut dyn Tx;
                 let found = tx.query_opt(&START_LEASE, &args, lease_columns)?;

@@ -88,86 +88,6 @@ fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
     args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
 }
 
-/// `sql` with its parameters written in as constants, to be sent in a
-/// batch of statements (the simple query protocol takes no parameters);
-/// `None` for what it does not write (a text with a NUL, a `$` that is
-/// not a parameter, a comment), which then runs as a prepared statement.
-///
-/// A text is dollar-quoted with a tag that does not occur in it, so that
-/// it reads back byte for byte whatever it holds and whatever the
-/// server's `standard_conforming_strings`.
-pub(super) fn with_values(sql: &str, args: &[Arg<'_>]) -> Option<String> {
-    let mut out = String::with_capacity(sql.len() + 64);
-    let mut rest = sql;
-    while let Some(at) = rest.find(['$', '\'', '"', '-', '/']) {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        let quote = rest.as_bytes()[0];
-        if quote == b'-' || quote == b'/' {
-            // A value written into a comment could end it.
-            if rest.starts_with("--") || rest.starts_with("/*") {
-                return None;
-            }
-            out.push(quote as char);
-            rest = &rest[1..];
-            continue;
-        }
-        if quote != b'$' {
-            // A string or a quoted name is copied as it is.
-            let end = rest[1..].find(quote as char)? + 2;
-            out.push_str(&rest[..end]);
-            rest = &rest[end..];
-            continue;
-        }
-        let digits = rest[1..].bytes().take_while(u8::is_ascii_digit).count();
-        let number: usize = rest[1..=digits].parse().ok()?;
-        write_value(&mut out, args.get(number.checked_sub(1)?)?)?;
-        rest = &rest[1 + digits..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-/// One parameter's value as a constant, spaced from what is around it.
-fn write_value(out: &mut String, arg: &Arg<'_>) -> Option<()> {
-    use std::fmt::Write as _;
-    match *arg {
-        Arg::Null => out.push_str(" NULL "),
-        Arg::Int(value) if value < 0 => write!(out, " ({value}) ").ok()?,
-        Arg::Int(value) => write!(out, " {value} ").ok()?,
-        Arg::Text(text) => write_text(out, text)?,
-        Arg::Texts(list) => {
-            out.push_str(" (ARRAY[");
-            for (n, text) in list.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                write_text(out, text)?;
-            }
-            out.push_str("]::TEXT[]) ");
-        }
-    }
-    Some(())
-}
-
-/// A text, dollar-quoted with a tag that first occurs where it closes the
-/// text; `None` for a text with a NUL, which PostgreSQL does not hold.
-fn write_text(out: &mut String, text: &str) -> Option<()> {
-    use std::fmt::Write as _;
-    if text.contains('\0') {
-        return None;
-    }
-    let mut tag = String::from("$d$");
-    let mut n = 0;
-    // A tag's only border is its `$`: it closes the text early if the
-    // text holds it, or ends in it without its last `$`.
-    while text.contains(tag.as_str()) || text.ends_with(&tag[..tag.len() - 1]) {
-        n += 1;
-        tag = format!("$d{n}$");
-    }
-    write!(out, " {tag}{text}{tag} ").ok()
-}
-
 /// A connection, or a transaction on it: both run the connection's
 /// prepared statements.
 impl<Q: Queries> Tx for Q {
@@ -176,11 +96,7 @@ impl<Q: Queries> Tx for Q {
     }
 
     fn execute_later(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<()> {
-        if let Some(unsent) = self.unsent()
-            && let Some(statement) = with_values(sql.postgres(), args)
-        {
-            unsent.push_str(&statement);
-            unsent.push_str("; ");
+        if self.defer(sql.postgres(), args) {
             return Ok(());
         }
         Tx::execute(self, sql, args).map(drop)
@@ -190,7 +106,7 @@ impl<Q: Queries> Tx for Q {
         // A transaction's first statement that needs an answer goes with
         // its BEGIN: one round trip, not two.
         if self.begin_unsent()
-            && let Some(statement) = with_values(sql.postgres(), args)
+            && let Some(statement) = self.executed(sql.postgres(), args)
         {
             for row in self.with_unsent(&statement)?.last().into_iter().flatten() {
                 each(row)?;
@@ -205,7 +121,7 @@ impl<Q: Queries> Tx for Q {
     }
 
     fn query_last(&mut self, sql: &Sql, args: &[Arg<'_>], each: &mut EachRow<'_>) -> Result<()> {
-        if let Some(statement) = with_values(sql.postgres(), args)
+        if let Some(statement) = self.executed(sql.postgres(), args)
             && let Some(rows) = self.with_commit(&statement)
         {
             for row in rows?.last().into_iter().flatten() {
@@ -254,7 +170,6 @@ impl Transact for PostgresJournal {
 
 #[cfg(test)]
 mod tests {
-    use super::with_values;
     use crate::journal::postgres::cached::Queries as _;
     use crate::journal::sql::Sql;
     use crate::journal::tx::{Arg, Tx};
@@ -300,51 +215,5 @@ mod tests {
             .map(|row| row.get(0))
             .collect();
         assert_eq!(rows, [1, 6], "the failed transaction wrote nothing");
-    }
-
-    #[test]
-    fn values_are_written_in_where_their_parameters_are_and_nowhere_else() {
-        let args: Vec<Arg<'_>> = (1..=10).map(Arg::Int).chain([Arg::Int(-7)]).collect();
-        assert_eq!(
-            with_values("SELECT $1, $10, $11 - $2 / 2, '$1', \"$2\"", &args).as_deref(),
-            Some("SELECT  1 ,  10 ,  (-7)  -  2  / 2, '$1', \"$2\"")
-        );
-        assert_eq!(
-            with_values(
-                "UPDATE t SET s = $1 WHERE n = $2",
-                &[Arg::Text("it's"), Arg::Null]
-            )
-            .as_deref(),
-            Some("UPDATE t SET s =  $d$it's$d$  WHERE n =  NULL ")
-        );
-        assert_eq!(
-            with_values("SELECT $1", &[Arg::Text("a$d")]).as_deref(),
-            Some("SELECT  $d1$a$d$d1$ "),
-            "a tag that would close early is not used"
-        );
-        let list = ["a".to_owned(), "b'".to_owned()];
-        assert_eq!(
-            with_values("WHERE id = ANY($1)", &[Arg::Texts(&list)]).as_deref(),
-            Some("WHERE id = ANY( (ARRAY[ $d$a$d$ , $d$b'$d$ ]::TEXT[]) )")
-        );
-        assert_eq!(
-            with_values("$1", &[Arg::Texts(&[])]).as_deref(),
-            Some(" (ARRAY[]::TEXT[]) ")
-        );
-    }
-
-    #[test]
-    fn what_cannot_be_written_in_is_left_to_a_prepared_statement() {
-        for (sql, args) in [
-            ("SELECT $1", vec![Arg::Text("nul\0")]),
-            ("SELECT $2", vec![Arg::Int(1)]),
-            ("SELECT $0", vec![Arg::Int(1)]),
-            ("SELECT $$x$$ || $1", vec![Arg::Int(1)]),
-            ("SELECT $1 -- a comment", vec![Arg::Int(1)]),
-            ("SELECT $1 /* a comment */", vec![Arg::Int(1)]),
-            ("SELECT 'open", vec![]),
-        ] {
-            assert_eq!(with_values(sql, &args), None, "{sql}");
-        }
     }
 }

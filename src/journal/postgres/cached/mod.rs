@@ -4,6 +4,8 @@
 //! one. Every query of the journal goes through here, so a step's commit
 //! and an idle worker's look pay only for what they run.
 
+mod values;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -11,12 +13,25 @@ use std::fmt::Write as _;
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, SimpleQueryMessage, SimpleQueryRow, Statement};
 
+use crate::journal::tx::Arg;
+
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 /// The statements a connection prepared, by their SQL (a fixed set: no
 /// statement holds a value).
 #[derive(Default)]
-pub(super) struct Statements(HashMap<String, Statement>);
+pub(super) struct Statements {
+    prepared: HashMap<String, Statement>,
+    /// Those prepared by name in SQL (`PREPARE durun_N`), which a batch of
+    /// statements runs with `EXECUTE`: parsed and planned once a session,
+    /// where a statement sent as text is parsed and planned each time.
+    named: HashMap<String, u32>,
+    /// Named in a batch that is not answered yet: kept once it is. A
+    /// batch that fails may or may not have prepared them, so their names
+    /// are not used again.
+    pending: Vec<(String, u32)>,
+    next: u32,
+}
 
 impl Statements {
     fn get(
@@ -24,12 +39,43 @@ impl Statements {
         client: &mut impl GenericClient,
         sql: &str,
     ) -> Result<Statement, postgres::Error> {
-        if let Some(statement) = self.0.get(sql) {
+        if let Some(statement) = self.prepared.get(sql) {
             return Ok(statement.clone());
         }
         let statement = client.prepare(sql)?;
-        self.0.insert(sql.to_owned(), statement.clone());
+        self.prepared.insert(sql.to_owned(), statement.clone());
         Ok(statement)
+    }
+
+    /// `sql` run with `values` in a batch: `EXECUTE durun_N(…)`, after
+    /// its `PREPARE` the first time.
+    fn executed(&mut self, sql: &str, values: &str) -> String {
+        let known = self.named.get(sql).copied().or_else(|| {
+            self.pending
+                .iter()
+                .find(|(pending, _)| pending == sql)
+                .map(|&(_, n)| n)
+        });
+        match known {
+            Some(n) => format!("EXECUTE durun_{n}{values}"),
+            None => {
+                let n = self.next;
+                self.next += 1;
+                self.pending.push((sql.to_owned(), n));
+                format!("PREPARE durun_{n} AS {sql}; EXECUTE durun_{n}{values}")
+            }
+        }
+    }
+
+    /// A batch was answered (`ok`) or failed: what it prepared is kept,
+    /// or forgotten.
+    fn sent<T, E>(&mut self, result: Result<T, E>) -> Result<T, E> {
+        if result.is_ok() {
+            self.named.extend(self.pending.drain(..));
+        } else {
+            self.pending.clear();
+        }
+        result
     }
 }
 
@@ -56,7 +102,7 @@ pub(super) struct Tx<'a> {
     begin: Option<Cow<'static, str>>,
     /// `COMMIT` was sent.
     ended: bool,
-    /// Writes not sent yet, with their values written in, each ending in
+    /// Writes not sent yet, as `EXECUTE`s with their values, each ending in
     /// `; `: they go before the next statement.
     later: String,
     /// Statements sent with the `COMMIT` (`NOTIFY`s, which the server
@@ -96,9 +142,16 @@ pub(super) trait Queries {
         self.runner().batch_execute(sql)
     }
 
-    /// Where a transaction keeps writes to send with its next round trip;
-    /// `None` on a connection, which runs each at once.
-    fn unsent(&mut self) -> Option<&mut String> {
+    /// Keeps `sql` with `args` to send with a transaction's next round
+    /// trip, as an `EXECUTE`; false on a connection, which runs each
+    /// statement at once, or for values it cannot write.
+    fn defer(&mut self, _sql: &str, _args: &[Arg<'_>]) -> bool {
+        false
+    }
+
+    /// `sql` with `args` as a statement of a transaction's batch (an
+    /// `EXECUTE`); `None` on a connection, or for values it cannot write.
+    fn executed(&mut self, _sql: &str, _args: &[Arg<'_>]) -> Option<String> {
         None
     }
 
@@ -107,7 +160,7 @@ pub(super) trait Queries {
         false
     }
 
-    /// Runs `statements` (their values written in) after what waits to
+    /// Runs `statements` (`EXECUTE`s, see [`Queries::executed`]) after what waits to
     /// be sent, in one round trip; the rows of each that returns rows, as
     /// texts.
     fn with_unsent(
@@ -118,7 +171,7 @@ pub(super) trait Queries {
         Ok(rows_of(rows))
     }
 
-    /// Runs `statement` (its values written in) as a transaction's last:
+    /// Runs `statement` (an `EXECUTE`) as a transaction's last:
     /// what waits, it and the `COMMIT` in one round trip; the rows of each
     /// statement that returns rows. `None` on a connection, which has no
     /// transaction to end.
@@ -192,11 +245,22 @@ impl Queries for Tx<'_> {
 
     fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
         let sql = self.unsent_then(sql);
-        self.client.batch_execute(&sql)
+        let done = self.client.batch_execute(&sql);
+        self.statements.sent(done)
     }
 
-    fn unsent(&mut self) -> Option<&mut String> {
-        Some(&mut self.later)
+    fn defer(&mut self, sql: &str, args: &[Arg<'_>]) -> bool {
+        let Some(statement) = self.executed(sql, args) else {
+            return false;
+        };
+        self.later.push_str(&statement);
+        self.later.push_str("; ");
+        true
+    }
+
+    fn executed(&mut self, sql: &str, args: &[Arg<'_>]) -> Option<String> {
+        let values = values::values_of(args)?;
+        Some(self.statements.executed(sql, &values))
     }
 
     fn begin_unsent(&self) -> bool {
@@ -208,7 +272,8 @@ impl Queries for Tx<'_> {
         statements: &str,
     ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
         let sql = self.unsent_then(statements);
-        Ok(rows_of(self.client.simple_query(&sql)?))
+        let rows = self.client.simple_query(&sql);
+        Ok(rows_of(self.statements.sent(rows)?))
     }
 
     fn with_commit(
@@ -221,7 +286,8 @@ impl Queries for Tx<'_> {
         end.push_str(&std::mem::take(&mut self.at_commit));
         end.push_str("COMMIT");
         let sql = self.unsent_then(&end);
-        let rows = self.client.simple_query(&sql).map(rows_of);
+        let rows = self.client.simple_query(&sql);
+        let rows = self.statements.sent(rows).map(rows_of);
         // On an error the server rolled back, or the `ROLLBACK` on drop
         // ends what is left.
         self.ended = rows.is_ok();
@@ -294,7 +360,8 @@ impl Tx<'_> {
             return Ok(());
         }
         let sql = self.unsent_then("");
-        self.client.batch_execute(&sql)
+        let done = self.client.batch_execute(&sql);
+        self.statements.sent(done)
     }
 
     /// What waits to be sent before a statement, then `last`; the
@@ -337,7 +404,8 @@ impl Tx<'_> {
             }
             end.push_str("COMMIT");
             let sql = self.unsent_then(&end);
-            self.client.batch_execute(&sql)?;
+            let done = self.client.batch_execute(&sql);
+            self.statements.sent(done)?;
         }
         self.ended = true;
         Ok(())
@@ -346,6 +414,8 @@ impl Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
+        // What was named for a batch never sent was never prepared.
+        self.statements.pending.clear();
         // A transaction never sent has nothing to roll back.
         if !self.ended && self.begin.is_none() {
             // On a lost connection there is nothing to roll back: the
@@ -356,199 +426,4 @@ impl Drop for Tx<'_> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use super::{Conn, Queries as _};
-
-    /// A connection to `DURUN_TEST_POSTGRES`, or `None` (said skipped).
-    pub(in crate::journal::postgres) fn connect() -> Option<Conn> {
-        let Ok(url) = std::env::var("DURUN_TEST_POSTGRES") else {
-            assert!(
-                std::env::var_os("DURUN_REQUIRE_POSTGRES").is_none(),
-                "DURUN_REQUIRE_POSTGRES is set and DURUN_TEST_POSTGRES is not"
-            );
-            eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
-            return None;
-        };
-        let client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
-        Some(Conn::new(client, false))
-    }
-
-    fn synchronous_commit(conn: &mut Conn, unsynced: bool) -> String {
-        let mut tx = conn.begin(unsynced, "");
-        let setting: String = tx
-            .query_one("SHOW synchronous_commit", &[])
-            .expect("show")
-            .get(0);
-        tx.commit().expect("commit");
-        setting
-    }
-
-    #[test]
-    fn a_transaction_is_unsynced_when_asked_or_when_its_connection_is() {
-        let Some(mut conn) = connect() else { return };
-        conn.batch_execute("SET synchronous_commit TO on")
-            .expect("set");
-        assert_eq!(synchronous_commit(&mut conn, false), "on");
-        assert_eq!(synchronous_commit(&mut conn, true), "off");
-        conn.unsynced = true;
-        assert_eq!(synchronous_commit(&mut conn, false), "off");
-        // The session's own setting is left as it was.
-        let row = conn
-            .query_one("SHOW synchronous_commit", &[])
-            .expect("show");
-        assert_eq!(row.get::<_, String>(0), "on");
-    }
-
-    #[test]
-    fn a_transaction_not_committed_or_whose_commit_failed_rolls_back() {
-        let Some(mut conn) = connect() else { return };
-        conn.batch_execute("CREATE TEMPORARY TABLE t (n INTEGER)")
-            .expect("table");
-        let count = |conn: &mut Conn| -> i64 {
-            conn.query_one("SELECT count(*) FROM t", &[])
-                .expect("count")
-                .get(0)
-        };
-        {
-            let mut tx = conn.begin(false, "");
-            tx.execute("INSERT INTO t VALUES (1)", &[]).expect("insert");
-        }
-        assert_eq!(count(&mut conn), 0, "a dropped transaction rolled back");
-        let mut tx = conn.begin(true, "");
-        tx.execute("INSERT INTO t VALUES (2)", &[]).expect("insert");
-        tx.commit_after("SELECT 1/0")
-            .expect_err("the last statement fails");
-        // The session is out of the failed transaction: it answers.
-        assert_eq!(count(&mut conn), 0, "a failed commit rolled back");
-        let mut tx = conn.begin(false, "LISTEN durun_cached_test");
-        tx.execute("INSERT INTO t VALUES (3)", &[]).expect("insert");
-        tx.commit_after("UNLISTEN durun_cached_test")
-            .expect("commit");
-        assert_eq!(count(&mut conn), 1);
-        // A setup that fails (with the first round trip) leaves no
-        // transaction open.
-        let mut tx = conn.begin(false, "SELECT 1/0");
-        tx.execute("INSERT INTO t VALUES (4)", &[])
-            .expect_err("the setup fails");
-        drop(tx);
-        assert_eq!(count(&mut conn), 1, "the session answers");
-        let tx = conn.begin(false, "SELECT 1/0");
-        tx.commit().expect_err("the setup fails");
-        assert_eq!(count(&mut conn), 1, "the session answers");
-    }
-
-    #[test]
-    fn a_transactions_notifies_go_with_its_commit_and_none_with_a_rollback() {
-        use postgres::fallible_iterator::FallibleIterator as _;
-        let Some(mut conn) = connect() else { return };
-        conn.batch_execute("LISTEN durun_cached_news")
-            .expect("listen");
-        {
-            let mut tx = conn.begin(false, "");
-            tx.notify_channel("durun_cached_news", "dropped")
-                .expect("notify");
-        }
-        let mut tx = conn.begin(false, "");
-        tx.notify_channel("durun_cached_news", "committed")
-            .expect("notify");
-        // Not plain: sent at once, as a parameter.
-        tx.notify_channel("durun_cached_news", "it's")
-            .expect("notify");
-        tx.commit().expect("commit");
-        conn.batch_execute("SELECT 1").expect("a round trip");
-        let heard: Vec<String> = conn
-            .client
-            .notifications()
-            .iter()
-            .map(|note| Ok(note.payload().to_owned()))
-            .collect()
-            .expect("notifications");
-        assert_eq!(heard, ["it's", "committed"]);
-    }
-
-    #[test]
-    fn a_transaction_of_writes_that_need_no_answer_is_one_round_trip() {
-        use crate::journal::sql::Sql;
-        use crate::journal::tx::{Arg, Tx as _};
-        static INSERT: Sql = Sql::new("INSERT INTO t VALUES ($1, $2)");
-        static READ: Sql = Sql::new(
-            "SELECT n, s, n < 0, s IS NULL, (SELECT count(*) FROM t WHERE s = $2) FROM t WHERE n = $1",
-        );
-        let Some(mut conn) = connect() else { return };
-        conn.batch_execute("CREATE TEMPORARY TABLE t (n BIGINT, s TEXT)")
-            .expect("table");
-        let texts = [
-            "it's",
-            "$d$",
-            "ends in $d",
-            "$d1$ and $d$",
-            "back\\slash \\' and \"quotes\"",
-            "-- not a comment\n; DROP TABLE t; --",
-            "ünïcødé ✓",
-            "",
-        ];
-        let mut tx = conn.begin(false, "");
-        for (n, text) in texts.iter().enumerate() {
-            tx.execute_later(&INSERT, &[Arg::Int(n as i64 - 3), Arg::Text(text)])
-                .expect("later");
-        }
-        tx.execute_later(&INSERT, &[Arg::Null, Arg::Null])
-            .expect("later");
-        // Nothing was sent yet: the transaction is not there.
-        assert!(!tx.later.is_empty() && tx.begin.is_some());
-        tx.commit().expect("commit");
-        let rows = conn
-            .client
-            .query("SELECT n, s FROM t ORDER BY n NULLS LAST", &[])
-            .expect("rows");
-        let read: Vec<(Option<i64>, Option<String>)> =
-            rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-        let mut wanted: Vec<(Option<i64>, Option<String>)> = texts
-            .iter()
-            .enumerate()
-            .map(|(n, text)| (Some(n as i64 - 3), Some((*text).to_owned())))
-            .collect();
-        wanted.push((None, None));
-        assert_eq!(read, wanted, "each value reads back as it was written");
-
-        // The first statement that needs an answer goes with the BEGIN,
-        // and reads as a prepared one would.
-        let mut tx = conn.begin(true, "");
-        tx.execute_later(&INSERT, &[Arg::Int(100), Arg::Null])
-            .expect("later");
-        tx.notify_channel("durun_cached_test", "read")
-            .expect("notify");
-        let mut rows = Vec::new();
-        crate::journal::tx::Tx::query(
-            &mut tx,
-            &READ,
-            &[Arg::Int(-3), Arg::Text("it's")],
-            &mut |row| {
-                rows.push((
-                    row.int(0)?,
-                    row.text(1)?.map(str::to_owned),
-                    row.boolean(2)?,
-                    row.boolean(3)?,
-                    row.some_int(4)?,
-                ));
-                Ok(())
-            },
-        )
-        .expect("query");
-        assert!(
-            tx.begin.is_none() && tx.later.is_empty(),
-            "the BEGIN and the write went with it"
-        );
-        assert!(!tx.at_commit.is_empty(), "the NOTIFY waits for the COMMIT");
-        assert_eq!(
-            rows,
-            [(
-                Some(-3),
-                Some("it's".to_owned()),
-                Some(true),
-                Some(false),
-                1
-            )]
-        );
-    }
-}
+pub(super) mod tests;
