@@ -58,9 +58,12 @@ pub(super) fn connect(
     // server would otherwise plan most of them again at every execution
     // (a custom plan), which cost a worker's tasks more server time than
     // running them. durun's statements look rows up by key, which a
-    // generic plan does as well.
+    // generic plan does as well. (Set only where the server has it:
+    // PostgreSQL 12 and later.)
     client.batch_execute(&format!(
-        "SET idle_in_transaction_session_timeout = {}; SET plan_cache_mode = force_generic_plan",
+        "SET idle_in_transaction_session_timeout = {};
+         SELECT set_config(name, 'force_generic_plan', false) FROM pg_settings
+         WHERE name = 'plan_cache_mode'",
         idle.as_millis()
     ))?;
     Ok(client)
