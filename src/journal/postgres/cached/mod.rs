@@ -47,24 +47,32 @@ impl Statements {
         Ok(statement)
     }
 
-    /// `sql` run with `values` in a batch: `EXECUTE durun_N(…)`, after
-    /// its `PREPARE` the first time.
-    fn executed(&mut self, sql: &str, values: &str) -> String {
+    /// Writes `sql` run with `args` in a batch onto `out`: `EXECUTE
+    /// durun_N(…)`, after its `PREPARE` the first time. False, with `out`
+    /// as it was, for values it cannot write.
+    fn write_executed(&mut self, out: &mut String, sql: &str, args: &[Arg<'_>]) -> bool {
+        use std::fmt::Write as _;
         let known = self.named.get(sql).copied().or_else(|| {
             self.pending
                 .iter()
                 .find(|(pending, _)| pending == sql)
                 .map(|&(_, n)| n)
         });
-        match known {
-            Some(n) => format!("EXECUTE durun_{n}{values}"),
-            None => {
-                let n = self.next;
-                self.next += 1;
-                self.pending.push((sql.to_owned(), n));
-                format!("PREPARE durun_{n} AS {sql}; EXECUTE durun_{n}{values}")
-            }
+        let start = out.len();
+        let n = known.unwrap_or(self.next);
+        if known.is_none() {
+            let _ = write!(out, "PREPARE durun_{n} AS {sql}; ");
         }
+        let _ = write!(out, "EXECUTE durun_{n}");
+        if values::write_values(out, args).is_none() {
+            out.truncate(start);
+            return false;
+        }
+        if known.is_none() {
+            self.next += 1;
+            self.pending.push((sql.to_owned(), n));
+        }
+        true
     }
 
     /// A batch was answered (`ok`) or failed: what it prepared is kept,
@@ -250,17 +258,20 @@ impl Queries for Tx<'_> {
     }
 
     fn defer(&mut self, sql: &str, args: &[Arg<'_>]) -> bool {
-        let Some(statement) = self.executed(sql, args) else {
-            return false;
-        };
-        self.later.push_str(&statement);
-        self.later.push_str("; ");
-        true
+        // Written where it waits: a step's event and counters are not
+        // built apart and copied.
+        let written = self.statements.write_executed(&mut self.later, sql, args);
+        if written {
+            self.later.push_str("; ");
+        }
+        written
     }
 
     fn executed(&mut self, sql: &str, args: &[Arg<'_>]) -> Option<String> {
-        let values = values::values_of(args)?;
-        Some(self.statements.executed(sql, &values))
+        let mut statement = String::new();
+        self.statements
+            .write_executed(&mut statement, sql, args)
+            .then_some(statement)
     }
 
     fn begin_unsent(&self) -> bool {

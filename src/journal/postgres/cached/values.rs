@@ -3,24 +3,24 @@
 
 use crate::journal::tx::Arg;
 
-/// The arguments of an `EXECUTE` of a statement prepared by name: `(v1,
-/// v2)` as constants, or nothing for none; `None` for a value it does not
-/// write (a text with a NUL, which PostgreSQL does not hold), which then
-/// runs as a prepared statement of the protocol.
+/// Writes the arguments of an `EXECUTE` of a statement prepared by name
+/// onto `out`: `(v1, v2)` as constants, or nothing for none; `None` for a
+/// value it does not write (a text with a NUL, which PostgreSQL does not
+/// hold), which then runs as a prepared statement of the protocol, and
+/// `out` is the caller's to truncate.
 ///
 /// A text is dollar-quoted with a tag that does not occur in it, so that
 /// it reads back byte for byte whatever it holds and whatever the
 /// server's `standard_conforming_strings`.
-pub(super) fn values_of(args: &[Arg<'_>]) -> Option<String> {
-    let mut out = String::new();
+pub(super) fn write_values(out: &mut String, args: &[Arg<'_>]) -> Option<()> {
     for (n, arg) in args.iter().enumerate() {
         out.push(if n == 0 { '(' } else { ',' });
-        write_value(&mut out, arg)?;
+        write_value(out, arg)?;
     }
     if !args.is_empty() {
         out.push(')');
     }
-    Some(out)
+    Some(())
 }
 
 /// One parameter's value as a constant, spaced from what is around it.
@@ -65,7 +65,13 @@ fn write_text(out: &mut String, text: &str) -> Option<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::values_of;
+    use super::write_values;
+
+    fn values_of(args: &[Arg<'_>]) -> Option<String> {
+        let mut out = String::new();
+        write_values(&mut out, args)?;
+        Some(out)
+    }
     use crate::journal::tx::Arg;
 
     #[test]
