@@ -33,7 +33,17 @@ pub(super) fn resume_task(
     settings: &Settings,
     worker: Option<&session::ForWorker<'_>>,
 ) -> Result<i32> {
-    let Some(task) = journal.task(id)? else {
+    // A plain resume (no step to go back to, no budget to change) reads
+    // the task with its start.
+    let plain = args.from_step.is_none()
+        && args.limits.max_tokens.is_none()
+        && args.limits.max_cost_nanos.is_none();
+    let opened = if plain {
+        session::open(journal, id, settings)?
+    } else {
+        journal.task(id)?.map(|task| (task, session::Begun::Not))
+    };
+    let Some((task, begun)) = opened else {
         return Err(unknown_task(id, &Location::of(settings)?).into());
     };
     // With --from-step a completed task runs again from that step.
@@ -59,7 +69,7 @@ pub(super) fn resume_task(
     session::drive(
         journal,
         &task,
-        session::Begun::Not,
+        begun,
         args.from_step,
         crate::cli::Limits {
             child_jobs: args.jobs,

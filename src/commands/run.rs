@@ -56,10 +56,11 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
                 recorded,
             }) => (
                 task.record(),
-                Begun::Fresh {
+                Begun::Started {
                     run,
                     leased_at,
                     recorded,
+                    fresh: true,
                 },
             ),
             // Another `run --task` with the same id may have won the race;

@@ -10,7 +10,7 @@ use crate::cli::Limits;
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Journal, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
+use crate::journal::{self, Journal, Opened, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
 use crate::protocol::Effect;
 use crate::report::{self, Event};
 use crate::settings::Settings;
@@ -78,11 +78,14 @@ fn stdin_of(
 pub(super) enum Begun {
     /// Not yet: the task was there, and its run starts in `drive`.
     Not,
-    /// With the task, which this `durun run` made and started at once.
-    Fresh {
+    /// Started already: with the task, which this `durun run` made and
+    /// started at once (`fresh`), or by the resume that read the task in
+    /// its start's first round trip.
+    Started {
         run: u32,
         leased_at: Duration,
         recorded: (u64, u64),
+        fresh: bool,
     },
 }
 
@@ -118,26 +121,28 @@ pub(super) fn drive(
     {
         return Err(parked.into());
     }
-    let config = recorded_config(task)?;
-    let fresh = matches!(begun, Begun::Fresh { .. });
     let claim = worker.map(|worker| worker.claim);
-    let (run, leased_at, mut recorded) = match begun {
-        Begun::Fresh {
+    let (
+        Prepared {
+            config,
+            seeds,
+            faults,
+            preset,
+        },
+        Start {
             run,
             leased_at,
-            recorded,
-        } => (run, leased_at, recorded),
-        Begun::Not => start(journal, task, settings)?,
-    };
+            mut recorded,
+            fresh,
+        },
+    ) = begin(journal, task, begun, limits, settings, claim)?;
     if let Some(from) = from_step {
         discard(journal, &task.id, run, from)?;
         recorded = journal.replay_bounds(&task.id)?;
     }
     let started = Instant::now();
     let (mut reporter, traceparent) = reporter_of(&config, settings);
-    let (seeds, faults) = trial_hooks()?;
     let (budget_tree, spent_before) = budget_of(journal, task)?;
-    let preset = preset_of(task, limits)?;
     let spec = RunSpec {
         task_id: &task.id,
         run,
@@ -315,6 +320,98 @@ fn record_end(
     (recorded, journaled)
 }
 
+/// What a run of `task` needs that may fail, and its start: `begun`'s,
+/// or one made here. Its number, when its lease was taken, its steps as
+/// the start found them, and whether this `durun run` made the task.
+fn begin(
+    journal: &mut dyn Journal,
+    task: &TaskRecord,
+    begun: Begun,
+    limits: Limits,
+    settings: &Settings,
+    claim: Option<&journal::Claim>,
+) -> Result<(Prepared, Start)> {
+    // What the run needs that may fail, before the start where it can: a
+    // task this durun cannot run (its config or preset from another
+    // version) is left as it stood.
+    let prepared = match (prepare(task, limits), &begun) {
+        (Ok(prepared), _) => prepared,
+        (Err(err), Begun::Started { run, .. }) => {
+            leave(journal, (&task.id, *run), &err, claim);
+            return Err(err);
+        }
+        (Err(err), Begun::Not) => return Err(err),
+    };
+    let started = match begun {
+        Begun::Started {
+            run,
+            leased_at,
+            recorded,
+            fresh,
+        } => Start {
+            run,
+            leased_at,
+            recorded,
+            fresh,
+        },
+        Begun::Not => {
+            let (run, leased_at, recorded) = start(journal, task, settings)?;
+            Start {
+                run,
+                leased_at,
+                recorded,
+                fresh: false,
+            }
+        }
+    };
+    Ok((prepared, started))
+}
+
+/// A run as it started (see [`Begun::Started`]).
+struct Start {
+    run: u32,
+    leased_at: Duration,
+    recorded: (u64, u64),
+    fresh: bool,
+}
+
+/// What a run of a task needs that may fail without a journal.
+struct Prepared {
+    config: Config,
+    seeds: Option<supervisor::Seeds>,
+    faults: supervisor::Faults,
+    preset: Option<(&'static crate::presets::Preset, Option<usize>)>,
+}
+
+fn prepare(task: &TaskRecord, limits: Limits) -> Result<Prepared> {
+    let (seeds, faults) = trial_hooks()?;
+    Ok(Prepared {
+        config: recorded_config(task)?,
+        seeds,
+        faults,
+        preset: preset_of(task, limits)?,
+    })
+}
+
+/// Ends a run that started but cannot go on as interrupted, with why:
+/// its lease and its worker's claim released, the task as resumable as
+/// it was.
+fn leave(
+    journal: &mut dyn Journal,
+    (task, run): (&str, u32),
+    err: &anyhow::Error,
+    claim: Option<&journal::Claim>,
+) {
+    let end = RunEnd {
+        status: TaskStatus::Interrupted,
+        exit_code: None,
+        finished_at: journal::now(),
+        error: Some(report::described(err)),
+        release: claim.cloned(),
+    };
+    let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
+}
+
 /// Records the end of a run that durun could not carry on (`err`), as
 /// far as the journal takes it: the error that ended it matters more.
 fn record_failure(
@@ -331,6 +428,47 @@ fn record_failure(
         release: claim.cloned(),
     };
     let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
+}
+
+/// Task `id` (`None` if the journal holds none), and its run started
+/// with the read where the task's row says nothing is to be asked first
+/// (it is not completed, cancelled, parked or imported): PostgreSQL reads
+/// the row in the start's first round trip, under its lock.
+pub(super) fn open(
+    journal: &mut dyn Journal,
+    id: &str,
+    settings: &Settings,
+) -> Result<Option<(TaskRecord, Begun)>> {
+    let plain = |task: &TaskRecord| {
+        !matches!(task.status, TaskStatus::Completed | TaskStatus::Cancelled)
+            && !task.status.is_parked()
+            && task.imported_at.is_none()
+    };
+    // Unsynced, as `start` writes a start; the task's own mode once the
+    // row says it.
+    journal.set_sync(SyncMode::Normal)?;
+    let (task, start) = match journal.open_run(id, settings.holder(), &journal::now(), &plain)? {
+        Opened::Unknown => return Ok(None),
+        Opened::Read(task) => (task, None),
+        Opened::Tried(task, start) => (task, Some(start)),
+    };
+    journal.set_sync(task.sync)?;
+    let begun = match start {
+        None => Begun::Not,
+        Some(RunStart::Started {
+            run,
+            leased_at,
+            recorded,
+        }) => Begun::Started {
+            run,
+            leased_at,
+            recorded,
+            fresh: false,
+        },
+        Some(RunStart::Locked(lease)) => return Err(journal::locked(&task.id, &lease).into()),
+        Some(RunStart::Cancelled) => return Err(cancelled(&task.id).into()),
+    };
+    Ok(Some((task, begun)))
 }
 
 /// Starts a run of `task`: its number, when its lease was taken, and

@@ -31,9 +31,10 @@ pub(crate) use explain::{connection_lost, explain};
 pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
 pub(crate) use location::Location;
 pub(crate) use records::{
-    Candidate, Cost, EventRow, Launch, NewTask, Resolution, ResolutionAction, ResolutionKind,
-    Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, StepError, StepKind,
-    StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus, WorkerRecord, apply_resolution,
+    Candidate, Cost, EventRow, Launch, NewTask, Opened, Resolution, ResolutionAction,
+    ResolutionKind, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, StepError,
+    StepKind, StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus, WorkerRecord,
+    apply_resolution,
 };
 pub(crate) use store::{
     Access, Claim, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer, news,

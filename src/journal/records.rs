@@ -317,6 +317,17 @@ pub(crate) enum RunStart {
     Cancelled,
 }
 
+/// What [`super::Journal::open_run`] did with a task.
+#[derive(Debug)]
+pub(crate) enum Opened {
+    /// The journal holds no such task.
+    Unknown,
+    /// The task, which was not to be started here: nothing was written.
+    Read(TaskRecord),
+    /// The task, as read before the start, and the start.
+    Tried(TaskRecord, RunStart),
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct RunEnd {
     pub(crate) status: TaskStatus,

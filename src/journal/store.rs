@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::tx::{Commit, Transact, Tx, committed, committed_unsynced, read};
 use super::{
-    Candidate, NewTask, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord,
-    Standing, StepRecord, TaskRecord, TaskRows, WorkerRecord,
+    Candidate, NewTask, Opened, Resolution, Retryable, RunEnd, RunRecord, RunStart, RunStats,
+    SignalRecord, Standing, StepRecord, TaskRecord, TaskRows, WorkerRecord,
 };
 use super::{reads, sql, writes};
 use crate::config::SyncMode;
@@ -147,6 +147,26 @@ pub(crate) trait Journal: Signals + Transfer + Queue + Transact + Send {
     /// runner holds it or the task was cancelled. Atomic: of two racing
     /// runners one wins.
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart>;
+    /// The task's row and, where `startable` says so of it, a run of it
+    /// started as [`Journal::start_run`] starts one. A backend with round
+    /// trips reads the row in the start's first one, under its lock, and
+    /// writes nothing when the row says not to start.
+    fn open_run(
+        &mut self,
+        task: &str,
+        me: &Holder,
+        now: &str,
+        startable: &dyn Fn(&TaskRecord) -> bool,
+    ) -> Result<Opened> {
+        let Some(record) = self.task(task)? else {
+            return Ok(Opened::Unknown);
+        };
+        if !startable(&record) {
+            return Ok(Opened::Read(record));
+        }
+        let start = self.start_run(task, me, now)?;
+        Ok(Opened::Tried(record, start))
+    }
     /// [`Journal::create_task`], then [`Journal::start_run`] for its first
     /// run: in one transaction where the backend can (one commit fewer at
     /// every `durun run`). An error leaves no task behind only there.

@@ -461,6 +461,7 @@ fn a_task_moves_whole(journal: &mut dyn Journal, other: &mut dyn Journal) {
 fn story(journal: &mut dyn Journal, other: &mut dyn Journal) {
     created::as_recorded(journal);
     created::and_started(journal);
+    created::opened(journal);
     group_commit(journal);
     numbering::a_numbering_page_leaves_out_what_replays_by_content(journal);
     pending_to_committed(journal);

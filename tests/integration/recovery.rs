@@ -373,3 +373,34 @@ fn a_mutate_step_retried_after_a_day_is_flagged() {
         "{stderr}"
     );
 }
+
+/// A task this durun cannot run (its recorded preset is one it lacks: a
+/// task from another version) fails its resume with why, and is left
+/// resumable: the run that started says why it ended, and holds no lease.
+#[test]
+fn a_task_this_durun_cannot_run_is_left_resumable_with_why() {
+    let env = TestEnv::new();
+    let submitted = env.durun(&["-q", "submit", "--task", "t", "--", "true"]);
+    assert!(submitted.status.success(), "{}", text(&submitted.stderr));
+    env.sql("UPDATE tasks SET launch = '{\"preset\": \"no-such\"}' WHERE id = 't'");
+    let resumed = env.durun(&["resume", "t"]);
+    let said = text(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(70), "{said}");
+    assert!(said.contains("a preset this durun lacks"), "{said}");
+    let shown = env.inspect("t");
+    assert_eq!(shown["task"]["status"], "interrupted", "{shown}");
+    let runs = shown["task"]["runs"].as_array().expect("runs");
+    let last = runs.last().expect("a run");
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no-such"),
+        "the run says why it ended: {shown}"
+    );
+    assert_eq!(
+        env.sql_number("SELECT count(*) FROM tasks WHERE lease_host IS NOT NULL"),
+        0,
+        "no lease is left"
+    );
+}

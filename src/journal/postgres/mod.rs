@@ -13,6 +13,7 @@ mod queue;
 mod reconnect;
 mod rows;
 mod run;
+mod start;
 mod transfer;
 mod tx;
 
@@ -22,16 +23,15 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::journal::sql::NOW_MS;
-use crate::journal::tx::lease_at;
-
 pub(crate) use open::describe;
 
-use super::{Journal, NewTask, RunEnd, RunStart, RunStats, Standing, StepWrite};
+use super::{
+    Journal, NewTask, Opened, RunEnd, RunStart, RunStats, Standing, StepWrite, TaskRecord,
+};
 use crate::config::SyncMode;
-use crate::journal::sql::{self, Sql};
-use crate::journal::{reads, writes};
-use crate::lease::{self, Holder};
+use crate::journal::sql;
+use crate::journal::writes;
+use crate::lease::Holder;
 
 pub(crate) struct PostgresJournal {
     client: cached::Conn,
@@ -65,31 +65,6 @@ impl PostgresJournal {
         Ok(())
     }
 }
-
-/// A run's start reads the task's lease, locked: a racing runner waits,
-/// then sees the lease of the first.
-static START_LEASE: Sql = Sql::made(|| {
-    format!(
-        "SELECT runs, lease_host, lease_pid, lease_pid_start, lease_heartbeat, lease_run,
-                cancel_requested_at IS NOT NULL OR status = 'cancelled', {NOW_MS}
-         FROM tasks WHERE id = $1 FOR UPDATE"
-    )
-});
-
-/// A run's start: its lease, its row and its event, in one statement.
-static START_OPEN: Sql = Sql::made(|| {
-    format!(
-        "WITH leased AS (
-             UPDATE tasks SET status = 'running', runs = $2, exit_code = NULL, lease_host = $3,
-                 lease_pid = $4, lease_pid_start = $5, lease_heartbeat = {NOW_MS}, lease_run = $2,
-                 updated_at = $6
-             WHERE id = $1
-         ), opened AS (
-             INSERT INTO runs (task_id, run, host, pid, started_at) VALUES ($1, $2, $3, $4, $6)
-         )
-         INSERT INTO events (task_id, run, kind, step, at) VALUES ($1, $2, 'run.opened', NULL, $6)"
-    )
-});
 
 /// The channel on which a task's runner hears of a takeover or a cancel
 /// (`LISTEN`/`NOTIFY`): an identifier, whatever the task id holds.
@@ -144,90 +119,21 @@ impl Journal for PostgresJournal {
     }
 
     fn start_run(&mut self, task: &str, me: &Holder, now: &str) -> Result<RunStart> {
-        use crate::journal::tx::{Row, Tx};
-        // The run hears of a takeover or a cancel from its commit on (a
-        // start that does not commit does not listen).
-        let listen = format!("LISTEN {}", channel(task));
-        let mut tx = self.client.begin(false, &listen);
-        // FOR UPDATE: a racing runner waits here, then sees our lease.
-        // The task's steps are read after the lock, which a step's commit
-        // holds too (its fence reads the row FOR SHARE): they are all the
-        // steps there will be before the run's own. All with the BEGIN:
-        // one round trip.
-        let args = [task.into()];
-        let lease_columns = |row: &dyn Row| {
-            Ok((
-                row.boolean(6)?.unwrap_or(false),
-                row.some_int(0)?,
-                lease_at(row, 1)?,
-                row.some_int(7)?,
-            ))
-        };
-        let (found, recorded) = match (
-            tx.executed(START_LEASE.postgres(), &args),
-            tx.executed(sql::REPLAY_BOUNDS.postgres(), &args),
-        ) {
-            (Some(lease), Some(bounds)) => {
-                let rows = tx.with_unsent(&format!("{lease}; {bounds}"))?;
-                let [lease, bounds] = &rows[..] else {
-                    anyhow::bail!(
-                        "the server answered a run's start with {} results",
-                        rows.len()
-                    );
-                };
-                let found = lease.first().map(|row| lease_columns(row)).transpose()?;
-                let recorded = match bounds.first() {
-                    Some(row) => reads::bounds_of(row)?,
-                    None => (0, 0),
-                };
-                (found, recorded)
-            }
-            // A text no statement can hold (a NUL): as prepared statements.
-            // (Both or neither: they take the same argument.)
-            _ => {
-                let tx = &mut tx as &mut dyn Tx;
-                let found = tx.query_opt(&START_LEASE, &args, lease_columns)?;
-                (found, reads::replay_bounds(tx, task)?)
-            }
-        };
-        let Some((cancelled, runs, taken_over, server_now)) = found else {
-            anyhow::bail!("task {task} is not in the journal");
-        };
-        if cancelled {
-            return Ok(RunStart::Cancelled);
-        }
-        if let Some(lease) = &taken_over
-            && lease::is_live(lease, me, server_now, self.stale)
-        {
-            return Ok(RunStart::Locked(lease.clone()));
-        }
-        let run = runs + 1;
-        let leased_at = crate::os::boot_clock();
-        let pid = i64::from(me.pid);
-        let pid_start = me.pid_start.map(|start| start as i64);
-        // The lease, the run's row and its event in one statement, sent
-        // with the COMMIT: the start's second and last round trip.
-        tx.execute_later(
-            &START_OPEN,
-            &[
-                task.into(),
-                run.into(),
-                me.host.as_str().into(),
-                pid.into(),
-                pid_start.into(),
-                now.into(),
-            ],
-        )?;
-        if taken_over.is_some() {
-            // A holder that was only paused hears of it on its next look.
-            tx.notify_channel(&channel(task), "taken")?;
-        }
-        tx.commit()?;
-        self.channel = Some(channel(task));
-        Ok(RunStart::Started {
-            run: run as u32,
-            leased_at,
-            recorded,
+        let (_, start) = self.start(task, me, now, None)?;
+        start.ok_or_else(|| anyhow::anyhow!("task {task} is not in the journal"))
+    }
+
+    fn open_run(
+        &mut self,
+        task: &str,
+        me: &Holder,
+        now: &str,
+        startable: &dyn Fn(&TaskRecord) -> bool,
+    ) -> Result<Opened> {
+        Ok(match self.start(task, me, now, Some(startable))? {
+            (None, _) => Opened::Unknown,
+            (Some(record), None) => Opened::Read(record),
+            (Some(record), Some(start)) => Opened::Tried(record, start),
         })
     }
 

@@ -85,3 +85,54 @@ pub(super) fn and_started(journal: &mut dyn Journal) {
         (TaskStatus::Completed, true)
     );
 }
+
+/// A resume's start that reads the task first: nothing is written where
+/// the row says not to start; otherwise the row is the task as it stood
+/// before the start, and the start is `start_run`'s.
+pub(super) fn opened(journal: &mut dyn Journal) {
+    let all = |_: &TaskRecord| true;
+    let unknown = journal.open_run("t-none", &me(), &now(), &all);
+    assert!(matches!(unknown, Ok(Opened::Unknown)), "{unknown:?}");
+    // t10 completed in `and_started`.
+    let unfinished = |task: &TaskRecord| task.status != TaskStatus::Completed;
+    match journal.open_run("t10", &me(), &now(), &unfinished) {
+        Ok(Opened::Read(read)) => assert_eq!(read.status, TaskStatus::Completed),
+        other => panic!("t10 was not only read: {other:?}"),
+    }
+    assert_eq!(
+        journal.runs("t10").expect("runs").len(),
+        1,
+        "no run written"
+    );
+    journal.create_task(&task("t-opened")).expect("create");
+    let before = journal.task("t-opened").expect("read").expect("the task");
+    match journal.open_run("t-opened", &me(), &now(), &all) {
+        Ok(Opened::Tried(
+            read,
+            RunStart::Started {
+                run: 1, recorded, ..
+            },
+        )) => {
+            assert_eq!(format!("{read:?}"), format!("{before:?}"));
+            assert_eq!(recorded, journal.replay_bounds("t-opened").expect("bounds"));
+        }
+        other => panic!("t-opened did not start: {other:?}"),
+    }
+    let held = journal.task("t-opened").expect("read").expect("the task");
+    assert_eq!(
+        (held.status, held.runs, held.lease.map(|lease| lease.host)),
+        (TaskStatus::Running, 1, Some(me().host))
+    );
+    let second = journal.open_run("t-opened", &elsewhere(), &now(), &all);
+    assert!(
+        matches!(second, Ok(Opened::Tried(_, RunStart::Locked(_)))),
+        "{second:?}"
+    );
+    let refused = journal.open_run("t-opened", &elsewhere(), &now(), &|_| false);
+    assert!(matches!(refused, Ok(Opened::Read(_))), "{refused:?}");
+    assert_eq!(
+        journal.runs("t-opened").expect("runs").len(),
+        1,
+        "no run written"
+    );
+}
