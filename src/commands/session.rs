@@ -393,9 +393,10 @@ fn prepare(task: &TaskRecord, limits: Limits) -> Result<Prepared> {
     })
 }
 
-/// Ends a run that started but cannot go on as interrupted, with why:
-/// its lease and its worker's claim released, the task as resumable as
-/// it was.
+/// Ends a run that started but cannot go on as interrupted, with why
+/// and no exit code: its lease and its worker's claim released, the task
+/// as resumable as it was. A worker takes it again only after the wait
+/// of an agent that keeps dying (`task::crashes`).
 fn leave(
     journal: &mut dyn Journal,
     (task, run): (&str, u32),

@@ -7,7 +7,10 @@
 //! as the one before, up to five minutes; a run that ends any other way
 //! starts the count again. An agent ended by a signal that asks it to
 //! stop (SIGTERM from a worker's drain or `docker stop`, SIGINT, SIGHUP)
-//! was stopped, not crashed.
+//! was stopped, not crashed. A run that durun ended before its agent
+//! started, because this durun cannot run the task (its preset or config
+//! from another version), counts the same: a worker that would take it
+//! again at once would do so dozens of times a second.
 
 use std::time::{Duration, SystemTime};
 
@@ -23,14 +26,16 @@ const MOST_WAIT: Duration = Duration::from_secs(300);
 /// The signals that ask a process to stop: SIGHUP, SIGINT and SIGTERM.
 const STOPS: [i32; 3] = [1, 2, 15];
 
-/// Whether a run ended with its agent killed by a signal: durun recorded
-/// 128 + the signal, and no error of its own.
+/// Whether a run ended with its agent killed by a signal (durun recorded
+/// 128 + the signal, and no error of its own), or before its agent
+/// started, with why and no exit code (`session::leave`).
 fn crashed(run: &RunRecord) -> bool {
     run.finished_at.is_some()
-        && run.error.is_none()
-        && run
-            .exit_code
-            .is_some_and(|code| code > 128 && !STOPS.contains(&(code - 128)))
+        && match (run.exit_code, &run.error) {
+            (Some(code), None) => code > 128 && !STOPS.contains(&(code - 128)),
+            (None, Some(_)) => true,
+            _ => false,
+        }
 }
 
 /// How many of the task's last runs in a row ended that way.
@@ -144,6 +149,9 @@ mod tests {
         }
         let segfault = run(Some(139), None, ENDED);
         assert_eq!(in_a_row(&[killed.clone(), segfault]), 2);
+        // Ended before its agent started: this durun cannot run the task.
+        let not_started = run(None, Some("durun: a preset this durun lacks"), ENDED);
+        assert_eq!(in_a_row(&[failed, not_started.clone(), not_started]), 2);
     }
 
     #[test]

@@ -364,3 +364,29 @@ fn a_workers_runs_share_one_socket_directory_that_goes_with_the_worker() {
     let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").flatten().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A task this durun cannot run (its recorded preset is one it lacks: a
+/// task from another version) is not taken again at once, over and over:
+/// its runs back off as an agent's crashes do.
+#[test]
+fn a_task_this_durun_cannot_run_is_taken_again_only_after_a_wait() {
+    let env = TestEnv::new();
+    submit(&env, "t", &["true".to_owned()]);
+    env.sql("UPDATE tasks SET launch = '{\"preset\": \"no-such\"}' WHERE id = 't'");
+    let mut w = worker(&env, "w", &[]);
+    wait_for("the first run to end", Duration::from_secs(30), || {
+        worker_log(&env, "w").contains("a preset this durun lacks")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(stop(&mut w).success(), "{}", worker_log(&env, "w"));
+    let shown = env.inspect("t");
+    let runs = shown["task"]["runs"].as_array().map_or(0, Vec::len);
+    // At once, at once again, then after a second, then two more: taken
+    // again at once each time, it would be dozens.
+    assert!(
+        (2..=4).contains(&runs),
+        "{runs} runs in about two seconds: {}",
+        worker_log(&env, "w")
+    );
+    assert_eq!(shown["task"]["status"], "interrupted", "{shown}");
+}
