@@ -5,8 +5,9 @@ use anyhow::Result;
 
 use super::session;
 use crate::cli::ResumeArgs;
+use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::journal::{Access, Location, TaskStatus};
+use crate::journal::{self, Access, Journal, Location, Opened, RunStart, TaskRecord, TaskStatus};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
@@ -27,7 +28,7 @@ pub(crate) fn exec(args: &ResumeArgs, settings: &Settings) -> Result<i32> {
 /// Resumes task `id`: `durun resume TASK`, and a worker's run of a task
 /// on a thread of its own (`worker`).
 pub(super) fn resume_task(
-    journal: &mut dyn crate::journal::Journal,
+    journal: &mut dyn Journal,
     id: &str,
     args: &ResumeArgs,
     settings: &Settings,
@@ -39,7 +40,7 @@ pub(super) fn resume_task(
         && args.limits.max_tokens.is_none()
         && args.limits.max_cost_nanos.is_none();
     let opened = if plain {
-        session::open(journal, id, settings)?
+        open(journal, id, settings)?
     } else {
         journal.task(id)?.map(|task| (task, session::Begun::Not))
     };
@@ -80,14 +81,51 @@ pub(super) fn resume_task(
     )
 }
 
+/// Task `id` (`None` if the journal holds none), and its run started
+/// with the read where the task's row says nothing is to be asked first
+/// (it is not completed, cancelled, parked or imported): PostgreSQL reads
+/// the row in the start's first round trip, under its lock.
+fn open(
+    journal: &mut dyn Journal,
+    id: &str,
+    settings: &Settings,
+) -> Result<Option<(TaskRecord, session::Begun)>> {
+    let plain = |task: &TaskRecord| {
+        !matches!(task.status, TaskStatus::Completed | TaskStatus::Cancelled)
+            && !task.status.is_parked()
+            && task.imported_at.is_none()
+    };
+    // Unsynced, as `start` writes a start; the task's own mode once the
+    // row says it.
+    journal.set_sync(SyncMode::Normal)?;
+    let (task, start) = match journal.open_run(id, settings.holder(), &journal::now(), &plain)? {
+        Opened::Unknown => return Ok(None),
+        Opened::Read(task) => (task, None),
+        Opened::Tried(task, start) => (task, Some(start)),
+    };
+    journal.set_sync(task.sync)?;
+    let begun = match start {
+        None => session::Begun::Not,
+        Some(RunStart::Started {
+            run,
+            leased_at,
+            recorded,
+        }) => session::Begun::Started {
+            run,
+            leased_at,
+            recorded,
+            fresh: false,
+        },
+        Some(RunStart::Locked(lease)) => return Err(journal::locked(&task.id, &lease).into()),
+        Some(RunStart::Cancelled) => return Err(session::cancelled(&task.id).into()),
+    };
+    Ok(Some((task, begun)))
+}
+
 /// Resumes every interrupted task, `jobs` at a time, each in a `durun
 /// resume TASK` of its own; a task another runner took first (exit 75) is
 /// fine. Exits 0 when every task completed or was taken, 1 otherwise.
-fn resume_all(
-    journal: &mut dyn crate::journal::Journal,
-    jobs: u32,
-    settings: &Settings,
-) -> Result<i32> {
+fn resume_all(journal: &mut dyn Journal, jobs: u32, settings: &Settings) -> Result<i32> {
     use std::process::{Child, Command};
     let mut pending = std::collections::VecDeque::new();
     let (mut interrupted, mut ready, mut parked) = (0, 0, 0);

@@ -10,7 +10,7 @@ use crate::cli::Limits;
 use crate::config::{Config, SyncMode};
 use crate::error::Failure;
 use crate::exit_code;
-use crate::journal::{self, Journal, Opened, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
+use crate::journal::{self, Journal, RunEnd, RunStart, StepStatus, TaskRecord, TaskStatus};
 use crate::protocol::Effect;
 use crate::report::{self, Event};
 use crate::settings::Settings;
@@ -399,77 +399,41 @@ fn prepare(task: &TaskRecord, limits: Limits) -> Result<Prepared> {
 /// of an agent that keeps dying (`task::crashes`).
 fn leave(
     journal: &mut dyn Journal,
-    (task, run): (&str, u32),
+    run: (&str, u32),
     err: &anyhow::Error,
     claim: Option<&journal::Claim>,
 ) {
-    let end = RunEnd {
-        status: TaskStatus::Interrupted,
-        exit_code: None,
-        finished_at: journal::now(),
-        error: Some(report::described(err)),
-        release: claim.cloned(),
-    };
-    let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
+    end_with(journal, run, (TaskStatus::Interrupted, None), err, claim);
 }
 
 /// Records the end of a run that durun could not carry on (`err`), as
 /// far as the journal takes it: the error that ended it matters more.
 fn record_failure(
     journal: &mut dyn Journal,
+    run: (&str, u32),
+    err: &anyhow::Error,
+    claim: Option<&journal::Claim>,
+) {
+    let failed = (TaskStatus::Failed, Some(exit_code::INTERNAL));
+    end_with(journal, run, failed, err, claim);
+}
+
+/// Ends run `run` of `task` as `status` with `code`, and `err` as why.
+fn end_with(
+    journal: &mut dyn Journal,
     (task, run): (&str, u32),
+    (status, code): (TaskStatus, Option<i32>),
     err: &anyhow::Error,
     claim: Option<&journal::Claim>,
 ) {
     let end = RunEnd {
-        status: TaskStatus::Failed,
-        exit_code: Some(exit_code::INTERNAL),
+        status,
+        exit_code: code,
         finished_at: journal::now(),
         error: Some(report::described(err)),
         release: claim.cloned(),
     };
     let _ = journal.finish_run(task, run, &end, &journal::RunStats::default());
-}
-
-/// Task `id` (`None` if the journal holds none), and its run started
-/// with the read where the task's row says nothing is to be asked first
-/// (it is not completed, cancelled, parked or imported): PostgreSQL reads
-/// the row in the start's first round trip, under its lock.
-pub(super) fn open(
-    journal: &mut dyn Journal,
-    id: &str,
-    settings: &Settings,
-) -> Result<Option<(TaskRecord, Begun)>> {
-    let plain = |task: &TaskRecord| {
-        !matches!(task.status, TaskStatus::Completed | TaskStatus::Cancelled)
-            && !task.status.is_parked()
-            && task.imported_at.is_none()
-    };
-    // Unsynced, as `start` writes a start; the task's own mode once the
-    // row says it.
-    journal.set_sync(SyncMode::Normal)?;
-    let (task, start) = match journal.open_run(id, settings.holder(), &journal::now(), &plain)? {
-        Opened::Unknown => return Ok(None),
-        Opened::Read(task) => (task, None),
-        Opened::Tried(task, start) => (task, Some(start)),
-    };
-    journal.set_sync(task.sync)?;
-    let begun = match start {
-        None => Begun::Not,
-        Some(RunStart::Started {
-            run,
-            leased_at,
-            recorded,
-        }) => Begun::Started {
-            run,
-            leased_at,
-            recorded,
-            fresh: false,
-        },
-        Some(RunStart::Locked(lease)) => return Err(journal::locked(&task.id, &lease).into()),
-        Some(RunStart::Cancelled) => return Err(cancelled(&task.id).into()),
-    };
-    Ok(Some((task, begun)))
 }
 
 /// Starts a run of `task`: its number, when its lease was taken, and
@@ -553,7 +517,7 @@ pub(super) fn raise_budget(
 }
 
 /// The error for a task `durun cancel` ended.
-fn cancelled(task: &str) -> Failure {
+pub(super) fn cancelled(task: &str) -> Failure {
     Failure::config(format!("task {task} was cancelled; it never runs again"))
         .hint("start the agent as a new task")
 }
