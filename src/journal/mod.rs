@@ -13,6 +13,7 @@ mod fence;
 pub(crate) mod limits;
 mod location;
 pub(crate) mod postgres;
+mod queue;
 pub(crate) mod reads;
 mod records;
 mod rows;
@@ -30,15 +31,14 @@ pub(crate) use crate::clock::{now, now_ms};
 pub(crate) use explain::{connection_lost, explain};
 pub(crate) use fence::{Fenced, Standing, fence, locked, standing_of};
 pub(crate) use location::Location;
+pub(crate) use queue::{Claim, Heard, Look, Queue, news};
 pub(crate) use records::{
     Candidate, Cost, EventRow, Launch, NewTask, Opened, Resolution, ResolutionAction,
     ResolutionKind, Retryable, RunEnd, RunRecord, RunStart, RunStats, SignalRecord, StepError,
     StepKind, StepRecord, StepStatus, TaskRecord, TaskRows, TaskStatus, WorkerRecord,
     apply_resolution,
 };
-pub(crate) use store::{
-    Access, Claim, Heard, Journal, Look, Queue, Signals, StepWrite, Transfer, news,
-};
+pub(crate) use store::{Access, Journal, Signals, StepWrite, Transfer};
 pub(crate) use transfer::{TABLES, check_numbering, check_row, task_id};
 
 use crate::json_text;
