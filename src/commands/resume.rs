@@ -90,7 +90,7 @@ fn open(
     id: &str,
     settings: &Settings,
 ) -> Result<Option<(TaskRecord, session::Begun)>> {
-    let plain = |task: &TaskRecord| {
+    let startable = |task: &TaskRecord| {
         !matches!(task.status, TaskStatus::Completed | TaskStatus::Cancelled)
             && !task.status.is_parked()
             && task.imported_at.is_none()
@@ -98,11 +98,12 @@ fn open(
     // Unsynced, as `start` writes a start; the task's own mode once the
     // row says it.
     journal.set_sync(SyncMode::Normal)?;
-    let (task, start) = match journal.open_run(id, settings.holder(), &journal::now(), &plain)? {
-        Opened::Unknown => return Ok(None),
-        Opened::Read(task) => (task, None),
-        Opened::Tried(task, start) => (task, Some(start)),
-    };
+    let (task, start) =
+        match journal.open_run(id, settings.holder(), &journal::now(), &startable)? {
+            Opened::Unknown => return Ok(None),
+            Opened::Read(task) => (task, None),
+            Opened::Tried(task, start) => (task, Some(start)),
+        };
     journal.set_sync(task.sync)?;
     let begun = match start {
         None => session::Begun::Not,

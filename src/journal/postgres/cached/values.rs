@@ -66,13 +66,14 @@ fn write_text(out: &mut String, text: &str) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::write_values;
+    use crate::journal::tx::Arg;
 
+    /// The values as the tests read them: `write_values` onto nothing.
     fn values_of(args: &[Arg<'_>]) -> Option<String> {
         let mut out = String::new();
         write_values(&mut out, args)?;
         Some(out)
     }
-    use crate::journal::tx::Arg;
 
     #[test]
     fn values_are_written_as_constants() {
