@@ -36,6 +36,10 @@
 //!   `DURUN_BENCH_ONLY=startup`: only start-up.
 //! - `DURUN_BENCH_STATIC=0`: no static build of durun for the start-up rows
 //!   (made otherwise on Linux with glibc, into the target directory).
+//! - `DURUN_BENCH_AGENT=upstream` runs no bench: the proxy rows' upstream
+//!   alone, answering `DURUN_BENCH_BYTES` (10000) a call, to profile durun
+//!   against (docs/performance.md); it prints its port and serves until
+//!   killed.
 
 #[path = "../common.rs"]
 mod common;
@@ -72,6 +76,14 @@ fn main() {
             echo();
         } else if mode == "proxy" {
             proxy::agent();
+        } else if mode == "upstream" {
+            // The proxy's upstream alone, to profile durun against it:
+            // prints its port, serves until killed.
+            let bytes = env_or("DURUN_BENCH_BYTES", 10_000);
+            println!("{}", proxy::upstream(bytes));
+            loop {
+                std::thread::park();
+            }
         } else {
             agent::main(&mode);
         }
