@@ -124,3 +124,27 @@ impl PostgresJournal {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// Every session durun opens plans each statement once, and ends a
+    /// transaction left idle for half the stale time.
+    #[test]
+    fn a_session_plans_once_and_ends_an_idle_transaction() {
+        let Some(url) = super::super::cached::tests::test_url() else {
+            return;
+        };
+        let config: postgres::Config = url.parse().expect("a URL");
+        let mut client = super::connect(&config, Duration::from_secs(30)).expect("connect");
+        let mut show = |name: &str| -> String {
+            client
+                .query_one(&format!("SHOW {name}"), &[])
+                .expect("show")
+                .get(0)
+        };
+        assert_eq!(show("plan_cache_mode"), "force_generic_plan");
+        assert_eq!(show("idle_in_transaction_session_timeout"), "15s");
+    }
+}

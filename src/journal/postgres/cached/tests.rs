@@ -3,8 +3,8 @@
 
 use super::{Conn, Queries as _};
 
-/// A connection to `DURUN_TEST_POSTGRES`, or `None` (said skipped).
-pub(in crate::journal::postgres) fn connect() -> Option<Conn> {
+/// `DURUN_TEST_POSTGRES`, or `None` (said skipped).
+pub(in crate::journal::postgres) fn test_url() -> Option<String> {
     let Ok(url) = std::env::var("DURUN_TEST_POSTGRES") else {
         assert!(
             std::env::var_os("DURUN_REQUIRE_POSTGRES").is_none(),
@@ -13,7 +13,12 @@ pub(in crate::journal::postgres) fn connect() -> Option<Conn> {
         eprintln!("skipped: DURUN_TEST_POSTGRES is not set");
         return None;
     };
-    let client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    Some(url)
+}
+
+/// A connection to `DURUN_TEST_POSTGRES`, or `None` (said skipped).
+pub(in crate::journal::postgres) fn connect() -> Option<Conn> {
+    let client = postgres::Client::connect(&test_url()?, postgres::NoTls).expect("connect");
     Some(Conn::new(client, false))
 }
 
