@@ -7,7 +7,7 @@ use super::session;
 use crate::cli::ResumeArgs;
 use crate::config::SyncMode;
 use crate::error::Failure;
-use crate::journal::{self, Access, Journal, Location, Opened, RunStart, TaskRecord, TaskStatus};
+use crate::journal::{self, Access, Journal, Location, Opened, TaskRecord, TaskStatus};
 use crate::settings::Settings;
 use crate::task::unknown_task;
 
@@ -107,18 +107,7 @@ fn open(
     journal.set_sync(task.sync)?;
     let begun = match start {
         None => session::Begun::Not,
-        Some(RunStart::Started {
-            run,
-            leased_at,
-            recorded,
-        }) => session::Begun::Started {
-            run,
-            leased_at,
-            recorded,
-            fresh: false,
-        },
-        Some(RunStart::Locked(lease)) => return Err(journal::locked(&task.id, &lease).into()),
-        Some(RunStart::Cancelled) => return Err(session::cancelled(&task.id).into()),
+        Some(start) => session::Begun::Started(session::Start::of(&task.id, start, false)?),
     };
     Ok(Some((task, begun)))
 }

@@ -50,18 +50,9 @@ pub(crate) fn exec(args: &RunArgs, settings: &Settings) -> Result<i32> {
         match started {
             // Not read back: preparing the task query costs a start-up
             // more than all its writes (callgrind).
-            Ok(RunStart::Started {
-                run,
-                leased_at,
-                recorded,
-            }) => (
+            Ok(start @ RunStart::Started { .. }) => (
                 task.record(),
-                Begun::Started {
-                    run,
-                    leased_at,
-                    recorded,
-                    fresh: true,
-                },
+                Begun::Started(session::Start::of(&task.id, start, true)?),
             ),
             // Another `run --task` with the same id may have won the race;
             // then carry on with its task, as if it had been there first.

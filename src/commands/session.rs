@@ -81,12 +81,38 @@ pub(super) enum Begun {
     /// Started already: with the task, which this `durun run` made and
     /// started at once (`fresh`), or by the resume that read the task in
     /// its start's first round trip.
-    Started {
-        run: u32,
-        leased_at: Duration,
-        recorded: (u64, u64),
-        fresh: bool,
-    },
+    Started(Start),
+}
+
+/// A run as it started: its number, when its lease was taken, its steps
+/// as the start found them, and whether this `durun run` made the task.
+#[derive(Clone, Copy)]
+pub(super) struct Start {
+    pub(super) run: u32,
+    pub(super) leased_at: Duration,
+    pub(super) recorded: (u64, u64),
+    pub(super) fresh: bool,
+}
+
+impl Start {
+    /// The run `started` began, or why task `task` does not run: another
+    /// runner holds it, or it was cancelled.
+    pub(super) fn of(task: &str, started: RunStart, fresh: bool) -> Result<Self> {
+        match started {
+            RunStart::Started {
+                run,
+                leased_at,
+                recorded,
+            } => Ok(Self {
+                run,
+                leased_at,
+                recorded,
+                fresh,
+            }),
+            RunStart::Locked(lease) => Err(journal::locked(task, &lease).into()),
+            RunStart::Cancelled => Err(cancelled(task).into()),
+        }
+    }
 }
 
 /// What a worker hands the run it starts on one of its threads (SPEC 16).
@@ -336,43 +362,17 @@ fn begin(
     // version) is left as it stood.
     let prepared = match (prepare(task, limits), &begun) {
         (Ok(prepared), _) => prepared,
-        (Err(err), Begun::Started { run, .. }) => {
-            leave(journal, (&task.id, *run), &err, claim);
+        (Err(err), Begun::Started(start)) => {
+            leave(journal, (&task.id, start.run), &err, claim);
             return Err(err);
         }
         (Err(err), Begun::Not) => return Err(err),
     };
     let started = match begun {
-        Begun::Started {
-            run,
-            leased_at,
-            recorded,
-            fresh,
-        } => Start {
-            run,
-            leased_at,
-            recorded,
-            fresh,
-        },
-        Begun::Not => {
-            let (run, leased_at, recorded) = start(journal, task, settings)?;
-            Start {
-                run,
-                leased_at,
-                recorded,
-                fresh: false,
-            }
-        }
+        Begun::Started(start) => start,
+        Begun::Not => start(journal, task, settings)?,
     };
     Ok((prepared, started))
-}
-
-/// A run as it started (see [`Begun::Started`]).
-struct Start {
-    run: u32,
-    leased_at: Duration,
-    recorded: (u64, u64),
-    fresh: bool,
 }
 
 /// What a run of a task needs that may fail without a journal.
@@ -438,23 +438,11 @@ fn end_with(
 
 /// Starts a run of `task`: its number, when its lease was taken, and
 /// its steps as the start found them (see [`RunStart::Started`]).
-fn start(
-    journal: &mut dyn Journal,
-    task: &TaskRecord,
-    settings: &Settings,
-) -> Result<(u32, Duration, (u64, u64))> {
+fn start(journal: &mut dyn Journal, task: &TaskRecord, settings: &Settings) -> Result<Start> {
     let started = unsynced(journal, task.sync, |journal| {
         journal.start_run(&task.id, settings.holder(), &journal::now())
     })?;
-    match started? {
-        RunStart::Started {
-            run,
-            leased_at,
-            recorded,
-        } => Ok((run, leased_at, recorded)),
-        RunStart::Locked(lease) => Err(journal::locked(&task.id, &lease).into()),
-        RunStart::Cancelled => Err(cancelled(&task.id).into()),
-    }
+    Start::of(&task.id, started?, false)
 }
 
 /// Writes a run's start (and a new task's row, for `run`) with `write`,
@@ -517,7 +505,7 @@ pub(super) fn raise_budget(
 }
 
 /// The error for a task `durun cancel` ended.
-pub(super) fn cancelled(task: &str) -> Failure {
+fn cancelled(task: &str) -> Failure {
     Failure::config(format!("task {task} was cancelled; it never runs again"))
         .hint("start the agent as a new task")
 }
