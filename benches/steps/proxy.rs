@@ -94,6 +94,40 @@ pub(crate) fn upstream(bytes: usize) -> u16 {
     port
 }
 
+/// A bare relay on loopback in front of `upstream`: each connection it
+/// takes gets one to the upstream, and two threads copy bytes each way
+/// with no HTTP work at all; its port. What any proxy pays for its second
+/// hop (the sockets, the copies, the wake-ups) on this machine, with
+/// nothing of its own: the floor under durun's proxy rows.
+pub(crate) fn relay(upstream: u16) -> u16 {
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
+        let mut buffer = vec![0; 64 << 10];
+        while let Ok(read) = from.read(&mut buffer) {
+            if read == 0 || to.write_all(&buffer[..read]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for agent in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let _ = agent.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (Ok(agent_out), Ok(server_in)) = (agent.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(move || pump(agent, server));
+            std::thread::spawn(move || pump(server_in, agent_out));
+        }
+    });
+    port
+}
+
 /// The agent: `DURUN_BENCH_STEPS` chat completions, one after another, to
 /// `DURUN_BENCH_URL` or else `$OPENAI_BASE_URL` (the proxy under durun).
 /// With `DURUN_BENCH_STREAM` set they are streamed, and it reports the
@@ -180,23 +214,14 @@ pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
         let base = format!("http://127.0.0.1:{port}/v1");
         let scratch = Scratch::new(root, "proxy", "full");
         let steps = ("DURUN_BENCH_STEPS", calls.to_string());
-        // Direct: the same agent, not under durun.
-        let output = std::process::Command::new(std::env::current_exe().expect("self"))
-            .env("DURUN_BENCH_AGENT", "proxy")
-            .env("DURUN_BENCH_URL", &base)
-            .env("DURUN_BENCH_STEPS", calls.to_string())
-            .env("DURUN_BENCH_OUT", root.join("direct.json"))
-            .status()
-            .expect("the direct agent");
-        assert!(output.success());
-        let direct: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(root.join("direct.json")).expect("report"),
-        )
-        .expect("JSON");
         table.add(
             &format!("direct call {label}"),
-            super::us_per_step(&direct, calls),
+            not_under_durun(root, &base, calls),
         );
+        if bytes == 10_000 {
+            let relayed = format!("http://127.0.0.1:{}/v1", relay(port));
+            table.add("relayed call 10 KB", not_under_durun(root, &relayed, calls));
+        }
         let upstream_env = ("OPENAI_BASE_URL", base.clone());
         let (report, _, ok) = scratch.agent(
             &["run", "--task", "proxy"],
@@ -235,6 +260,22 @@ pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
             );
         }
     }
+}
+
+/// The agent's time a call to `base`, the agent not under durun.
+fn not_under_durun(root: &Path, base: &str, calls: u64) -> f64 {
+    let out = root.join("direct.json");
+    let status = std::process::Command::new(std::env::current_exe().expect("self"))
+        .env("DURUN_BENCH_AGENT", "proxy")
+        .env("DURUN_BENCH_URL", base)
+        .env("DURUN_BENCH_STEPS", calls.to_string())
+        .env("DURUN_BENCH_OUT", &out)
+        .status()
+        .expect("the direct agent");
+    assert!(status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("JSON");
+    super::us_per_step(&report, calls)
 }
 
 /// How long the first chunk of a stream takes to reach the agent after the
@@ -310,6 +351,12 @@ pub(crate) fn print(table: &Table) {
         "\nThe 10 KB call through the proxy with the task at `sync = \"normal\"` (no fsync): {:.0} µs, {:.0} µs over the direct call: what durun adds besides its disk.",
         get("proxied call 10 KB, no fsync"),
         get("proxied call 10 KB, no fsync") - get("direct call 10 KB"),
+    );
+    let relayed = get("relayed call 10 KB");
+    println!(
+        "\nThe 10 KB call through a bare relay (two threads copying bytes, no HTTP work, no journal): {relayed:.0} µs, {:.0} µs over the direct call: the second hop alone, which any proxy pays. durun's own part, no fsync, over the relay: {:.0} µs.",
+        relayed - get("direct call 10 KB"),
+        get("proxied call 10 KB, no fsync") - relayed,
     );
     println!(
         "\nA streamed call: from the upstream sending its first chunk to the agent reading it, median: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +200 µs). Its {LATER_CHUNKS} later chunks, 99th percentile: {:.0} µs direct, {:.0} µs through the proxy (+{:.0} µs; target +50 µs).",
