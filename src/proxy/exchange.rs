@@ -4,12 +4,9 @@
 //! # Invariant
 //!
 //! The agent has all of a finished answer only once its step is durable:
-//! a plain body of a known length goes out as it arrives but for its last
-//! byte, and a stream's chunks go out as they arrive but its end (the last
-//! chunk of the HTTP message), each of these only after the loop's word.
-//! The write overlaps the answer's way to the agent, and the agent's
-//! client, which reads to the length or the end, has nothing whole before
-//! it is durable. An answer is a finished step only when it is whole (SPEC 17):
+//! a plain body is sent after the loop's word, and a stream's chunks go out
+//! as they arrive but its end (the last chunk of the HTTP message) only
+//! after it. An answer is a finished step only when it is whole (SPEC 17):
 //! its length reached, its last chunk read, or, for a body ended by a
 //! close, whole by its type. Nothing past `[proxy] max_record` is held: a
 //! larger answer reaches the agent as it comes and stays an attempt.
@@ -446,12 +443,6 @@ async fn send(clients: &Clients, forward: &Forward) -> Result<reqwest::Response,
 /// A plain answer: the agent gets it once it is durable. One over
 /// `max_record` goes on as it comes instead, an attempt.
 async fn plain(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, done: &Done<'_>) {
-    let length = upstream.response.content_length().filter(|&length| {
-        length > 0 && usize::try_from(length).is_ok_and(|length| length <= upstream.max_record)
-    });
-    if let Some(length) = length.filter(|_| upstream.status.is_success()) {
-        return held_back(upstream, head, done, length).await;
-    }
     let mut body = Vec::new();
     loop {
         match upstream.response.chunk().await {
@@ -485,66 +476,6 @@ async fn plain(mut upstream: Upstream, head: oneshot::Sender<Response<Body>>, do
     } else {
         not_journaled()
     });
-}
-
-/// A successful plain answer of `length` bytes (within `max_record`):
-/// passed on as it comes but for its last byte, which the agent gets once
-/// the step is durable. An answer the step could not be made durable with
-/// reaches the agent cut, as a broken body.
-async fn held_back(
-    mut upstream: Upstream,
-    head: oneshot::Sender<Response<Body>>,
-    done: &Done<'_>,
-    length: u64,
-) {
-    let (frames, body) = stream_body();
-    let mut respond = upstream.respond(body);
-    // The agent's client reads to the length: without the last byte it has
-    // no answer.
-    respond
-        .headers_mut()
-        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(length));
-    let _ = head.send(respond);
-    let mut record = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
-    let mut agent_there = true;
-    let cut = loop {
-        match upstream.response.chunk().await {
-            Ok(Some(chunk)) => {
-                record.extend_from_slice(&chunk);
-                // The client reads no more than the length says.
-                let whole = record.len() as u64 >= length;
-                let chunk = if whole {
-                    chunk.slice(..chunk.len().saturating_sub(1))
-                } else {
-                    chunk
-                };
-                if agent_there && !chunk.is_empty() {
-                    agent_there = frames.send(Ok(Frame::data(chunk))).await.is_ok();
-                }
-            }
-            Ok(None) if record.len() as u64 == length => break None,
-            Ok(None) => break Some(upstream.closed_early()),
-            Err(err) => break Some(upstream.cut_off(&err)),
-        }
-    };
-    if let Some(cut) = cut {
-        done.tell(End::Lost {
-            message: cut.clone(),
-        })
-        .await;
-        let _ = frames.send(Err(io::Error::other(cut))).await;
-        return;
-    }
-    let last = record.last().copied().unwrap_or_default();
-    let unheard = !agent_there || frames.is_closed();
-    let answer = upstream.into_answer(record);
-    let usage = recording::usage_of(&answer);
-    let end = if done.answered(answer, usage, unheard).await {
-        Ok(Frame::data(Bytes::copy_from_slice(&[last])))
-    } else {
-        Err(io::Error::other("durun could not journal the answer"))
-    };
-    let _ = frames.send(end).await;
 }
 
 /// A plain answer past `max_record`: passed on as it comes, never held
