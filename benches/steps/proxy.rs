@@ -264,8 +264,18 @@ pub(crate) fn rows(root: &Path, calls: u64, table: &mut Table) {
 
 /// The agent's time a call to `base`, the agent not under durun.
 fn not_under_durun(root: &Path, base: &str, calls: u64) -> f64 {
+    super::us_per_step(&alone(root, base, calls, false), calls)
+}
+
+/// The agent's report of `calls` calls to `base` (streamed or not), the
+/// agent not under durun.
+fn alone(root: &Path, base: &str, calls: u64, stream: bool) -> serde_json::Value {
     let out = root.join("direct.json");
-    let status = std::process::Command::new(std::env::current_exe().expect("self"))
+    let mut agent = std::process::Command::new(std::env::current_exe().expect("self"));
+    if stream {
+        agent.env("DURUN_BENCH_STREAM", "1");
+    }
+    let status = agent
         .env("DURUN_BENCH_AGENT", "proxy")
         .env("DURUN_BENCH_URL", base)
         .env("DURUN_BENCH_STEPS", calls.to_string())
@@ -273,9 +283,7 @@ fn not_under_durun(root: &Path, base: &str, calls: u64) -> f64 {
         .status()
         .expect("the direct agent");
     assert!(status.success());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("JSON");
-    super::us_per_step(&report, calls)
+    serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("JSON")
 }
 
 /// How long the first chunk of a stream takes to reach the agent after the
@@ -284,18 +292,7 @@ fn not_under_durun(root: &Path, base: &str, calls: u64) -> f64 {
 pub(crate) fn first_chunk_rows(root: &Path, calls: u64, table: &mut Table) {
     let port = upstream(1000);
     let base = format!("http://127.0.0.1:{port}/v1");
-    let out = root.join("stream.json");
-    let status = std::process::Command::new(std::env::current_exe().expect("self"))
-        .env("DURUN_BENCH_AGENT", "proxy")
-        .env("DURUN_BENCH_STREAM", "1")
-        .env("DURUN_BENCH_URL", &base)
-        .env("DURUN_BENCH_STEPS", calls.to_string())
-        .env("DURUN_BENCH_OUT", &out)
-        .status()
-        .expect("the direct agent");
-    assert!(status.success());
-    let direct: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("report")).expect("JSON");
+    let direct = alone(root, &base, calls, true);
     table.add(
         "first chunk direct",
         direct["first_chunk_ns"].as_f64().unwrap_or(f64::NAN) / 1000.0,
