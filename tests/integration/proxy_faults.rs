@@ -409,7 +409,10 @@ held = len(got)
 journal.execute("ROLLBACK")
 call.settimeout(30)
 while b"\r\n\r\n" not in got:
-    got += call.recv(65536)
+    more = call.recv(65536)
+    if not more:
+        raise SystemExit(f"the connection closed before the answer's head: {got!r}")
+    got += more
 head, _, whole = got.partition(b"\r\n\r\n")
 length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                   if line.lower().startswith(b"content-length")))
