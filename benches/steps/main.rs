@@ -68,7 +68,7 @@ use machine::{echo, fsyncs_per_step, pipe_round_trip, spawn_true};
 use peers::Peers;
 use replay::{ReplayRow, crash_recovery};
 use report::{Table, print_table};
-use scratch::{Scratch, floor, us_per_step};
+use scratch::{Scratch, floor, floor_of, us_per_step};
 
 fn main() {
     if let Ok(mode) = std::env::var("DURUN_BENCH_AGENT") {
@@ -146,6 +146,11 @@ fn one_mode(
         Some("proxy") => {
             only_rounds(rounds, cores, table, |table| {
                 table.add("floor 1 commit full", floor(root, 1, "full", steps));
+                // The commit of a row as large as a 10 KB call's record.
+                table.add(
+                    "floor 1 commit full, 10 KB row",
+                    floor_of(root, 1, "full", steps, 10_000),
+                );
                 proxy::rows(root, (steps / 5).max(20), table);
                 proxy::first_chunk_rows(root, (steps / 5).max(20), table);
             });

@@ -168,6 +168,14 @@ pub(crate) fn us_per_step(report: &Value, steps: u64) -> f64 {
 /// The floor: the same step body and one (or two) raw SQLite commits per
 /// step, WAL, with durun's own SQLite: the physical floor under every peer.
 pub(crate) fn floor(root: &Path, commits: u8, sync: &str, steps: u64) -> f64 {
+    floor_of(root, commits, sync, steps, 0)
+}
+
+/// The floor with `padding` more bytes in each step's output: one commit
+/// of a row as large as a proxied call's record, whose pages the disk
+/// writes whoever journals it.
+pub(crate) fn floor_of(root: &Path, commits: u8, sync: &str, steps: u64, padding: usize) -> f64 {
+    let pad = "x".repeat(padding);
     let dir = root.join("floor");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("floor dir");
@@ -190,7 +198,8 @@ pub(crate) fn floor(root: &Path, commits: u8, sync: &str, steps: u64) -> f64 {
                 .expect("insert");
             conn.execute_batch("COMMIT").expect("commit");
         }
-        let output = step_body(&mut counter, i);
+        let mut output = step_body(&mut counter, i);
+        output.push_str(&pad);
         conn.execute_batch("BEGIN").expect("begin");
         conn.prepare_cached("INSERT OR REPLACE INTO steps VALUES (?1, 'done', ?2)")
             .expect("prepare")
