@@ -31,7 +31,8 @@
 //! - `DURUN_BENCH_NODE24`: the Node 24 binary of the `node24` rows, else
 //!   installed with npm under `DURUN_BENCH_NODE24_WORK` (/tmp/durun-node24).
 //! - `DURUN_BENCH_ONLY=sdk`: only the floors, the SDKs' rows and the peers;
-//!   `DURUN_BENCH_ONLY=proxy`: only the floor and the model proxy's rows;
+//!   `DURUN_BENCH_ONLY=proxy`: only the floor (also of a 10 KB row) and
+//!   the model proxy's rows;
 //!   `DURUN_BENCH_ONLY=traces`: only the floor and trace export's rows;
 //!   `DURUN_BENCH_ONLY=startup`: only start-up.
 //! - `DURUN_BENCH_STATIC=0`: no static build of durun for the start-up rows
